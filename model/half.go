@@ -1,0 +1,114 @@
+package model
+
+import "math"
+
+// Half-precision conversions on the host. They match github.com/x448/float16 bit for bit
+// (round to nearest even, subnormals kept, inf and NaN carried; tested in half_test.go) but are
+// written as branch-light loops over slices because the CPU device and the wire codecs call them on
+// every element of every activation.
+
+// F32ToF16 rounds f to the nearest IEEE half (ties to even) and returns its bits.
+func F32ToF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	exp := int32(b>>23) & 0xff
+	man := b & 0x7fffff
+	switch {
+	case exp == 0xff: // inf or NaN
+		if man == 0 {
+			return sign | 0x7c00
+		}
+		// Keep the top mantissa bits, force a quiet NaN so it never turns into inf.
+		return sign | 0x7c00 | 0x0200 | uint16(man>>13)
+	case exp > 142: // 2^16 and above (exp-127 > 15): overflow to inf
+		return sign | 0x7c00
+	case exp >= 113: // normal half: exponent -14..15
+		h := uint32(exp-112)<<10 | man>>13
+		round := man & 0x1fff
+		if round > 0x1000 || (round == 0x1000 && h&1 == 1) {
+			h++ // may carry into the exponent, up to inf: that is correct rounding
+		}
+		return sign | uint16(h)
+	case exp >= 102: // subnormal half (or rounds up to the smallest normal)
+		m := man | 0x800000
+		shift := uint32(126 - exp) // 14..24
+		h := m >> shift
+		rem := m & (1<<shift - 1)
+		half := uint32(1) << (shift - 1)
+		if rem > half || (rem == half && h&1 == 1) {
+			h++
+		}
+		return sign | uint16(h)
+	default: // too small: rounds to signed zero
+		return sign
+	}
+}
+
+// F16ToF32 widens half bits h to float32 exactly.
+func F16ToF32(h uint16) float32 {
+	return f16table[h]
+}
+
+var f16table = func() *[65536]float32 {
+	var t [65536]float32
+	for i := range t {
+		t[i] = f16ToF32Slow(uint16(i))
+	}
+	return &t
+}()
+
+func f16ToF32Slow(h uint16) float32 {
+	sign := uint32(h&0x8000) << 16
+	exp := uint32(h>>10) & 0x1f
+	man := uint32(h & 0x3ff)
+	switch {
+	case exp == 0x1f:
+		if man != 0 { // NaN: widened as a quiet NaN, as x448/float16 does
+			return math.Float32frombits(sign | 0x7fc00000 | man<<13)
+		}
+		return math.Float32frombits(sign | 0x7f800000)
+	case exp == 0:
+		if man == 0 {
+			return math.Float32frombits(sign)
+		}
+		// subnormal: normalise
+		e := uint32(113)
+		for man&0x400 == 0 {
+			man <<= 1
+			e--
+		}
+		man &= 0x3ff
+		return math.Float32frombits(sign | e<<23 | man<<13)
+	default:
+		return math.Float32frombits(sign | (exp+112)<<23 | man<<13)
+	}
+}
+
+// EncodeF16 writes the half rounding of each src element into dst (len(dst) >= len(src)).
+func EncodeF16(dst []uint16, src []float32) {
+	dst = dst[:len(src)]
+	for i, f := range src {
+		dst[i] = F32ToF16(f)
+	}
+}
+
+// DecodeF16 widens each half in src into dst (len(dst) >= len(src)).
+func DecodeF16(dst []float32, src []uint16) {
+	dst = dst[:len(src)]
+	t := f16table
+	for i, h := range src {
+		dst[i] = t[h]
+	}
+}
+
+// RoundF16 rounds each element of x to the nearest half value, in place (what a store to an f16
+// tensor does to a float32 result).
+func RoundF16(x []float32) {
+	t := f16table
+	for i, f := range x {
+		x[i] = t[F32ToF16(f)]
+	}
+}
+
+// MaxF16 is the largest finite half value.
+const MaxF16 = 65504
