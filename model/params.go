@@ -1,0 +1,160 @@
+package model
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math"
+)
+
+// Params holds a model's parameters in llm.c's layout: one f32 slab each for the master weights,
+// the gradients and (with mixed precision) the f16 compute copy, and a named view per parameter
+// into each. Registration order is the order of the views in the slabs; backward finishes
+// parameters roughly in reverse of it, which is the order DDP buckets them.
+//
+// Life cycle: Add every parameter → Build (one allocation per slab) → Init → train. The optimizer
+// steps the slabs; DDP all-reduces contiguous ranges of the gradient slab.
+type Params struct {
+	dev    Device
+	List   []*Param
+	byName map[string]*Param
+	Data   *Tensor // (N) f32 master weights
+	Grad   *Tensor // (N) f32 gradients
+	Half   *Tensor // (N) f16 copy used by forward/backward under fp16; nil under fp32
+	N      int     // total elements
+
+	// OnGradReady, when set, is called by layers as soon as a parameter's gradient for this
+	// backward is complete (DDP starts communication from it). Called on the training goroutine.
+	OnGradReady func(p *Param)
+}
+
+// Param is one named parameter: views into the slabs plus how it is initialised and decayed.
+type Param struct {
+	Name   string
+	Shape  []int
+	Index  int     // registration order
+	Offset int     // element offset in the slabs
+	W      *Tensor // f32 master view
+	G      *Tensor // f32 gradient view
+	H      *Tensor // f16 view (nil under fp32)
+	Decay  bool    // weight decay applies (matrices and embeddings; not biases or norm gains)
+	Init   Init
+	ps     *Params
+}
+
+// Init says how a parameter starts: N(0, Std²) when Std > 0, otherwise the constant Value.
+type Init struct {
+	Std   float32
+	Value float32
+}
+
+// NewParams starts an empty parameter set on dev.
+func NewParams(dev Device) *Params { return &Params{dev: dev, byName: map[string]*Param{}} }
+
+// Device is where the slabs live.
+func (ps *Params) Device() Device { return ps.dev }
+
+// Add registers a parameter; Build must not have run yet.
+func (ps *Params) Add(name string, init Init, decay bool, shape ...int) *Param {
+	if ps.Data != nil {
+		panic("model: Params.Add after Build")
+	}
+	if _, dup := ps.byName[name]; dup {
+		panic(fmt.Sprintf("model: parameter %q registered twice", name))
+	}
+	p := &Param{Name: name, Shape: append([]int(nil), shape...), Index: len(ps.List), Offset: ps.N, Decay: decay, Init: init, ps: ps}
+	ps.List = append(ps.List, p)
+	ps.byName[name] = p
+	ps.N += numel(shape)
+	return p
+}
+
+// Get returns the named parameter or nil.
+func (ps *Params) Get(name string) *Param { return ps.byName[name] }
+
+// Build allocates the slabs and points every parameter into them. half asks for the f16 copy.
+func (ps *Params) Build(half bool) {
+	ps.Data = ps.dev.Alloc(F32, "params", ps.N)
+	ps.Grad = ps.dev.Alloc(F32, "grads", ps.N)
+	if half {
+		ps.Half = ps.dev.Alloc(F16, "params.f16", ps.N)
+	}
+	for _, p := range ps.List {
+		p.W = ps.Data.View(p.Offset, p.Shape...)
+		p.G = ps.Grad.View(p.Offset, p.Shape...)
+		if half {
+			p.H = ps.Half.View(p.Offset, p.Shape...)
+		}
+	}
+	ps.dev.Fill(ps.Grad, 0)
+}
+
+// Init fills every parameter from its Init with streams derived from seed and the name, then
+// refreshes the f16 copy.
+func (ps *Params) Init(seed uint64) {
+	for _, p := range ps.List {
+		if p.Init.Std > 0 {
+			ps.dev.RandNormal(p.W, p.Init.Std, DeriveSeed(seed, p.Name))
+		} else {
+			ps.dev.Fill(p.W, p.Init.Value)
+		}
+	}
+	ps.SyncHalf()
+}
+
+// SyncHalf copies the master weights into the f16 slab (after loading or broadcasting weights).
+func (ps *Params) SyncHalf() {
+	if ps.Half != nil {
+		ps.dev.Copy(ps.Half, ps.Data)
+	}
+}
+
+// ZeroGrad clears the gradient slab (micro-step 0 of each optimizer step).
+func (ps *Params) ZeroGrad() { ps.dev.Fill(ps.Grad, 0) }
+
+// Compute is the tensor forward and backward read: the f16 copy under mixed precision.
+func (p *Param) Compute() *Tensor {
+	if p.H != nil {
+		return p.H
+	}
+	return p.W
+}
+
+// Ready reports that p's gradient is complete for this backward.
+func (p *Param) Ready() {
+	if f := p.ps.OnGradReady; f != nil {
+		f(p)
+	}
+}
+
+// Free releases the slabs.
+func (ps *Params) Free() {
+	for _, t := range []*Tensor{ps.Data, ps.Grad, ps.Half} {
+		if t != nil {
+			ps.dev.Free(t)
+		}
+	}
+	ps.Data, ps.Grad, ps.Half = nil, nil, nil
+}
+
+// Host returns the master weights as float32 on the host.
+func (ps *Params) Host() []float32 { return ToHost(ps.Data) }
+
+// SHA256 hashes the master weights' little-endian bytes: equal hashes mean bit-identical replicas.
+func (ps *Params) SHA256() string { return HashF32(ps.Host()) }
+
+// HashF32 is the sha256 of x's little-endian bytes, in hex.
+func HashF32(x []float32) string {
+	h := sha256.New()
+	var b [4096]byte
+	for len(x) > 0 {
+		n := min(len(x), len(b)/4)
+		for i := 0; i < n; i++ {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x[i]))
+		}
+		h.Write(b[:4*n])
+		x = x[n:]
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
