@@ -1,0 +1,565 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"sync"
+)
+
+// The CPU device's non-matmul operations, in the order of device.go.
+
+// ---- activations ----
+
+func (c *CPU) ReLU(y, x *Tensor) {
+	checkLen("ReLU", y, x)
+	xs := read(x)
+	ys := outBuf(y, false)
+	c.parallel(len(ys), 1<<14, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			ys[i] = max(xs[i], 0)
+		}
+	})
+	commit(y, ys)
+}
+
+func (c *CPU) ReLUBackward(dx, dy, y *Tensor) {
+	checkLen("ReLUBackward", dx, dy, y)
+	ds, ys := read(dy), read(y)
+	out := outBuf(dx, false)
+	c.parallel(len(out), 1<<14, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			if ys[i] > 0 {
+				out[i] = ds[i]
+			} else {
+				out[i] = 0
+			}
+		}
+	})
+	commit(dx, out)
+}
+
+const geluK = 0.7978845608028654 // √(2/π)
+
+func (c *CPU) GELU(y, x *Tensor) {
+	checkLen("GELU", y, x)
+	xs := read(x)
+	ys := outBuf(y, false)
+	c.parallel(len(ys), 4096, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			v := float64(xs[i])
+			ys[i] = float32(0.5 * v * (1 + math.Tanh(geluK*(v+0.044715*v*v*v))))
+		}
+	})
+	commit(y, ys)
+}
+
+func (c *CPU) GELUBackward(dx, dy, x *Tensor) {
+	checkLen("GELUBackward", dx, dy, x)
+	xs, ds := read(x), read(dy)
+	out := outBuf(dx, false)
+	c.parallel(len(out), 4096, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			v := float64(xs[i])
+			u := geluK * (v + 0.044715*v*v*v)
+			t := math.Tanh(u)
+			sech2 := 1 - t*t
+			g := 0.5*(1+t) + 0.5*v*sech2*geluK*(1+3*0.044715*v*v)
+			out[i] = float32(g * float64(ds[i]))
+		}
+	})
+	commit(dx, out)
+}
+
+func dropKeep(seed uint64, i int, p float32) bool { return Uniform01(seed, uint64(i)) >= p }
+
+func (c *CPU) Dropout(y, x *Tensor, p float32, seed uint64) {
+	checkLen("Dropout", y, x)
+	xs := read(x)
+	ys := outBuf(y, false)
+	s := 1 / (1 - p)
+	c.parallel(len(ys), 4096, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			if dropKeep(seed, i, p) {
+				ys[i] = xs[i] * s
+			} else {
+				ys[i] = 0
+			}
+		}
+	})
+	commit(y, ys)
+}
+
+func (c *CPU) DropoutBackward(dx, dy *Tensor, p float32, seed uint64) { c.Dropout(dx, dy, p, seed) }
+
+// ---- layer norm ----
+
+func (c *CPU) LayerNorm(y, mean, rstd, x, w, b *Tensor, eps float32) {
+	r, cols := matDims(x)
+	checkLen("LayerNorm", y, x)
+	if mean.n != r || rstd.n != r || w.n != cols || b.n != cols {
+		panic(fmt.Sprintf("model: LayerNorm shapes: x %s, w %s, b %s, mean %s, rstd %s", x, w, b, mean, rstd))
+	}
+	xs, ws, bs := read(x), read(w), read(b)
+	ys := outBuf(y, false)
+	ms, rs := f32s(mean), f32s(rstd)
+	c.parallel(r, 16, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			row := xs[i*cols : (i+1)*cols]
+			var s float64
+			for _, v := range row {
+				s += float64(v)
+			}
+			m := s / float64(cols)
+			var q float64
+			for _, v := range row {
+				d := float64(v) - m
+				q += d * d
+			}
+			rsd := 1 / math.Sqrt(q/float64(cols)+float64(eps))
+			out := ys[i*cols : (i+1)*cols]
+			mf, rf := float32(m), float32(rsd)
+			for j, v := range row {
+				out[j] = (v-mf)*rf*ws[j] + bs[j]
+			}
+			ms[i], rs[i] = mf, rf
+		}
+	})
+	commit(y, ys)
+}
+
+func (c *CPU) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *Tensor) {
+	r, cols := matDims(x)
+	checkLen("LayerNormBackward", dx, dy, x)
+	xs, ds, ws := read(x), read(dy), read(w)
+	ms, rs := f32s(mean), f32s(rstd)
+	dxs := outBuf(dx, true)
+	// Parameter gradients: per-thread partial sums, then one reduction.
+	parts := make([][]float64, c.partsFor(r, 16))
+	c.parallelParts(r, 16, func(part, lo, hi int) {
+		acc := make([]float64, 2*cols) // dw then db
+		for i := lo; i < hi; i++ {
+			row := xs[i*cols : (i+1)*cols]
+			drow := ds[i*cols : (i+1)*cols]
+			m, rsd := ms[i], rs[i]
+			var sumD, sumDX float64 // Σ dnorm, Σ dnorm·xhat
+			for j, v := range row {
+				xh := (v - m) * rsd
+				dn := drow[j] * ws[j]
+				sumD += float64(dn)
+				sumDX += float64(dn * xh)
+				acc[j] += float64(drow[j] * xh)
+				acc[cols+j] += float64(drow[j])
+			}
+			meanD := float32(sumD / float64(cols))
+			meanDX := float32(sumDX / float64(cols))
+			out := dxs[i*cols : (i+1)*cols]
+			for j, v := range row {
+				xh := (v - m) * rsd
+				dn := drow[j] * ws[j]
+				out[j] += (dn - meanD - xh*meanDX) * rsd
+			}
+		}
+		parts[part] = acc
+	})
+	commit(dx, dxs)
+	dws, dbs := outBuf(dw, true), outBuf(db, true)
+	for j := 0; j < cols; j++ {
+		var sw, sb float64
+		for _, p := range parts {
+			if p != nil {
+				sw += p[j]
+				sb += p[cols+j]
+			}
+		}
+		dws[j] += float32(sw)
+		dbs[j] += float32(sb)
+	}
+	commit(dw, dws)
+	commit(db, dbs)
+}
+
+// ---- embeddings ----
+
+func (c *CPU) Embedding(out, ids, wte, wpe *Tensor) {
+	if len(ids.shape) != 2 || out.n != ids.n*wte.Cols() {
+		panic(fmt.Sprintf("model: Embedding shapes: out %s, ids %s, wte %s", out, ids, wte))
+	}
+	bt, tt, cols := ids.n, ids.shape[1], wte.Cols()
+	is := i32s(ids)
+	es := read(wte)
+	var ps []float32
+	if wpe != nil {
+		if wpe.Rows() < tt || wpe.Cols() != cols {
+			panic(fmt.Sprintf("model: Embedding: wpe %s too small for T=%d", wpe, tt))
+		}
+		ps = read(wpe)
+	}
+	vocab := wte.Rows()
+	os := outBuf(out, false)
+	c.parallel(bt, 64, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			id := int(is[r])
+			if id < 0 || id >= vocab {
+				panic(fmt.Sprintf("model: Embedding: token id %d at position %d outside the vocabulary of %d", id, r, vocab))
+			}
+			dst := os[r*cols : (r+1)*cols]
+			copy(dst, es[id*cols:(id+1)*cols])
+			if ps != nil {
+				t := r % tt
+				for j, v := range ps[t*cols : (t+1)*cols] {
+					dst[j] += v
+				}
+			}
+		}
+	})
+	commit(out, os)
+}
+
+func (c *CPU) EmbeddingBackward(dwte, dwpe, dout, ids *Tensor) {
+	bt, tt, cols := ids.n, ids.shape[1], dwte.Cols()
+	is := i32s(ids)
+	ds := read(dout)
+	dw := outBuf(dwte, true)
+	for r := 0; r < bt; r++ {
+		id := int(is[r])
+		dst := dw[id*cols : (id+1)*cols]
+		for j, v := range ds[r*cols : (r+1)*cols] {
+			dst[j] += v
+		}
+	}
+	commit(dwte, dw)
+	if dwpe != nil {
+		dp := outBuf(dwpe, true)
+		for r := 0; r < bt; r++ {
+			t := r % tt
+			dst := dp[t*cols : (t+1)*cols]
+			for j, v := range ds[r*cols : (r+1)*cols] {
+				dst[j] += v
+			}
+		}
+		commit(dwpe, dp)
+	}
+}
+
+// ---- softmax and attention layout ----
+
+func (c *CPU) Softmax(y, x *Tensor, scale float32, causal bool) {
+	r, cols := matDims(x)
+	checkLen("Softmax", y, x)
+	if causal && (len(x.shape) < 2 || x.Dim(-2) != cols) {
+		panic(fmt.Sprintf("model: causal Softmax wants (…,T,T), got %s", x))
+	}
+	xs := read(x)
+	ys := outBuf(y, false)
+	c.parallel(r, 16, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			row := xs[i*cols : (i+1)*cols]
+			out := ys[i*cols : (i+1)*cols]
+			n := cols
+			if causal {
+				n = i%cols + 1
+			}
+			mx := float32(math.Inf(-1))
+			for _, v := range row[:n] {
+				mx = max(mx, v*scale)
+			}
+			var s float32
+			for j, v := range row[:n] {
+				e := float32(math.Exp(float64(v*scale - mx)))
+				out[j] = e
+				s += e
+			}
+			inv := 1 / s
+			for j := range out[:n] {
+				out[j] *= inv
+			}
+			clear(out[n:])
+		}
+	})
+	commit(y, ys)
+}
+
+func (c *CPU) SoftmaxBackward(dx, dy, y *Tensor, scale float32) {
+	r, cols := matDims(y)
+	checkLen("SoftmaxBackward", dx, dy, y)
+	ds, ys := read(dy), read(y)
+	out := outBuf(dx, false)
+	c.parallel(r, 16, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			drow, yrow := ds[i*cols:(i+1)*cols], ys[i*cols:(i+1)*cols]
+			var dot float32
+			for j, v := range yrow {
+				dot += v * drow[j]
+			}
+			orow := out[i*cols : (i+1)*cols]
+			for j, v := range yrow {
+				orow[j] = scale * v * (drow[j] - dot)
+			}
+		}
+	})
+	commit(dx, out)
+}
+
+// qkvDims checks q (B,H,T,hs) against qkv (B,T,3·H·hs).
+func qkvDims(op string, q, k, v, qkv *Tensor) (b, h, t, hs int) {
+	if len(q.shape) != 4 {
+		panic(fmt.Sprintf("model: %s wants q (B,H,T,hs), got %s", op, q))
+	}
+	b, h, t, hs = q.shape[0], q.shape[1], q.shape[2], q.shape[3]
+	if !SameShape(q, k) || !SameShape(q, v) || qkv.n != 3*q.n || qkv.Cols() != 3*h*hs {
+		panic(fmt.Sprintf("model: %s shapes: q %s, k %s, v %s, qkv %s", op, q, k, v, qkv))
+	}
+	return
+}
+
+func (c *CPU) SplitQKV(q, k, v, qkv *Tensor) {
+	b, h, t, hs := qkvDims("SplitQKV", q, k, v, qkv)
+	src := read(qkv)
+	outs := [3][]float32{outBuf(q, false), outBuf(k, false), outBuf(v, false)}
+	C := h * hs
+	c.parallel(b*t, 16, func(lo, hi int) {
+		for bt := lo; bt < hi; bt++ {
+			bi, ti := bt/t, bt%t
+			row := src[bt*3*C : (bt+1)*3*C]
+			for part := 0; part < 3; part++ {
+				for hi := 0; hi < h; hi++ {
+					dst := outs[part][((bi*h+hi)*t+ti)*hs:][:hs]
+					copy(dst, row[part*C+hi*hs:][:hs])
+				}
+			}
+		}
+	})
+	commit(q, outs[0])
+	commit(k, outs[1])
+	commit(v, outs[2])
+}
+
+func (c *CPU) MergeQKV(dqkv, dq, dk, dv *Tensor) {
+	b, h, t, hs := qkvDims("MergeQKV", dq, dk, dv, dqkv)
+	ins := [3][]float32{read(dq), read(dk), read(dv)}
+	dst := outBuf(dqkv, false)
+	C := h * hs
+	c.parallel(b*t, 16, func(lo, hi int) {
+		for bt := lo; bt < hi; bt++ {
+			bi, ti := bt/t, bt%t
+			row := dst[bt*3*C : (bt+1)*3*C]
+			for part := 0; part < 3; part++ {
+				for hi := 0; hi < h; hi++ {
+					copy(row[part*C+hi*hs:][:hs], ins[part][((bi*h+hi)*t+ti)*hs:][:hs])
+				}
+			}
+		}
+	})
+	commit(dqkv, dst)
+}
+
+func (c *CPU) Permute0213(dst, src *Tensor) {
+	if len(src.shape) != 4 || len(dst.shape) != 4 {
+		panic(fmt.Sprintf("model: Permute0213 wants 4-D tensors: dst %s, src %s", dst, src))
+	}
+	a, b, cc, d := src.shape[0], src.shape[1], src.shape[2], src.shape[3]
+	if dst.shape[0] != a || dst.shape[1] != cc || dst.shape[2] != b || dst.shape[3] != d {
+		panic(fmt.Sprintf("model: Permute0213: dst %s is not src %s with dims 1 and 2 swapped", dst, src))
+	}
+	s := read(src)
+	o := outBuf(dst, false)
+	c.parallel(a*b, 16, func(lo, hi int) {
+		for ab := lo; ab < hi; ab++ {
+			ai, bi := ab/b, ab%b
+			for ci := 0; ci < cc; ci++ {
+				copy(o[((ai*cc+ci)*b+bi)*d:][:d], s[((ai*b+bi)*cc+ci)*d:][:d])
+			}
+		}
+	})
+	commit(dst, o)
+}
+
+// ---- loss ----
+
+func (c *CPU) CrossEntropy(losses, logits, targets *Tensor) {
+	r, v := matDims(logits)
+	if losses.n != r || targets.n != r || losses.dtype != F32 {
+		panic(fmt.Sprintf("model: CrossEntropy shapes: losses %s, logits %s, targets %s", losses, logits, targets))
+	}
+	ls, ts, out := read(logits), i32s(targets), f32s(losses)
+	c.parallel(r, 8, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			t := int(ts[i])
+			if t < 0 {
+				out[i] = 0
+				continue
+			}
+			if t >= v {
+				panic(fmt.Sprintf("model: CrossEntropy: target %d at row %d outside %d classes", t, i, v))
+			}
+			row := ls[i*v : (i+1)*v]
+			mx := float32(math.Inf(-1))
+			for _, x := range row {
+				mx = max(mx, x)
+			}
+			var s float64
+			for _, x := range row {
+				s += math.Exp(float64(x - mx))
+			}
+			out[i] = float32(math.Log(s) - float64(row[t]-mx))
+		}
+	})
+}
+
+func (c *CPU) CrossEntropyBackward(dlogits, logits, targets *Tensor, scale float32) {
+	r, v := matDims(logits)
+	checkLen("CrossEntropyBackward", dlogits, logits)
+	ls, ts := read(logits), i32s(targets)
+	out := outBuf(dlogits, false)
+	c.parallel(r, 8, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			row := ls[i*v : (i+1)*v]
+			orow := out[i*v : (i+1)*v]
+			t := int(ts[i])
+			if t < 0 {
+				clear(orow)
+				continue
+			}
+			mx := float32(math.Inf(-1))
+			for _, x := range row {
+				mx = max(mx, x)
+			}
+			var s float64
+			for _, x := range row {
+				s += math.Exp(float64(x - mx))
+			}
+			inv := 1 / s
+			for j, x := range row {
+				orow[j] = scale * float32(math.Exp(float64(x-mx))*inv)
+			}
+			orow[t] -= scale
+		}
+	})
+	commit(dlogits, out)
+}
+
+func (c *CPU) ArgMax(out, x *Tensor) {
+	r, cols := matDims(x)
+	if out.n != r {
+		panic(fmt.Sprintf("model: ArgMax: out %s for %s", out, x))
+	}
+	xs, os := read(x), i32s(out)
+	for i := 0; i < r; i++ {
+		row := xs[i*cols : (i+1)*cols]
+		best := 0
+		for j, v := range row {
+			if v > row[best] {
+				best = j
+			}
+		}
+		os[i] = int32(best)
+	}
+}
+
+// ---- reductions, scaling, optimizers ----
+
+// sumParallel adds f(x[i]) over x in float64 partial sums.
+func (c *CPU) sumParallel(xs []float32, f func(float32) float64) float64 {
+	parts := make([]float64, c.partsFor(len(xs), 1<<14))
+	c.parallelParts(len(xs), 1<<14, func(part, lo, hi int) {
+		var s float64
+		for _, v := range xs[lo:hi] {
+			s += f(v)
+		}
+		parts[part] = s
+	})
+	var total float64
+	for _, s := range parts {
+		total += s
+	}
+	return total
+}
+
+func (c *CPU) SumSquares(out, x *Tensor) {
+	s := c.sumParallel(read(x), func(v float32) float64 { return float64(v) * float64(v) })
+	f32s(out)[0] += float32(s)
+}
+
+func (c *CPU) Sum(out, x *Tensor) {
+	s := c.sumParallel(read(x), func(v float32) float64 { return float64(v) })
+	f32s(out)[0] += float32(s)
+}
+
+func (c *CPU) UnscaleCheck(x *Tensor, inv float32, found *Tensor) {
+	xs := f32s(x)
+	var mu sync.Mutex
+	anyBad := false
+	c.parallel(len(xs), 1<<14, func(lo, hi int) {
+		b := false
+		for i := lo; i < hi; i++ {
+			v := xs[i] * inv
+			if v-v != 0 { // inf − inf and NaN − NaN are NaN
+				b = true
+			}
+			xs[i] = v
+		}
+		mu.Lock()
+		anyBad = anyBad || b
+		mu.Unlock()
+	})
+	if anyBad {
+		f32s(found)[0] = 1
+	}
+}
+
+func (c *CPU) AdamW(p, g, m, v, half *Tensor, a AdamWArgs) {
+	checkLen("AdamW", p, g, m, v)
+	ps, gs, ms, vs := f32s(p), f32s(g), f32s(m), f32s(v)
+	var hs []uint16
+	if half != nil {
+		checkLen("AdamW", p, half)
+		hs = f16s(half)
+	}
+	c.parallel(len(ps), 1<<13, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			gi := gs[i]
+			mi := a.Beta1*ms[i] + (1-a.Beta1)*gi
+			vi := a.Beta2*vs[i] + (1-a.Beta2)*gi*gi
+			ms[i], vs[i] = mi, vi
+			mh := mi / a.BiasCorr1
+			vh := vi / a.BiasCorr2
+			w := ps[i]
+			w -= a.LR * (mh/(float32(math.Sqrt(float64(vh)))+a.Eps) + a.WeightDecay*w)
+			ps[i] = w
+			if hs != nil {
+				hs[i] = F32ToF16(w)
+			}
+		}
+	})
+}
+
+func (c *CPU) SGD(p, g, mom, half *Tensor, a SGDArgs) {
+	checkLen("SGD", p, g)
+	ps, gs := f32s(p), f32s(g)
+	var ms []float32
+	if mom != nil {
+		checkLen("SGD", p, mom)
+		ms = f32s(mom)
+	}
+	var hs []uint16
+	if half != nil {
+		hs = f16s(half)
+	}
+	c.parallel(len(ps), 1<<13, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			d := gs[i] + a.WeightDecay*ps[i]
+			if ms != nil && a.Momentum != 0 {
+				ms[i] = a.Momentum*ms[i] + d
+				if a.Nesterov {
+					d += a.Momentum * ms[i]
+				} else {
+					d = ms[i]
+				}
+			}
+			ps[i] -= a.LR * d
+			if hs != nil {
+				hs[i] = F32ToF16(ps[i])
+			}
+		}
+	})
+}
