@@ -1,0 +1,323 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Options configures Run. Program and NProcPerNode are required; every other field has a default.
+type Options struct {
+	// NProcPerNode is the number of workers on this host (--nproc-per-node, already resolved from
+	// gpu/cpu/auto by ResolveNProc).
+	NProcPerNode int
+	// Program and Args are the worker command line. Each worker runs the same one.
+	Program string
+	Args    []string
+	// Dir is the workers' working directory; "" = the launcher's.
+	Dir string
+	// Env is the base environment of every worker before BuildEnv adds the launcher's variables;
+	// nil = os.Environ().
+	Env []string
+
+	// MasterAddr and MasterPort are MASTER_ADDR and MASTER_PORT for the default LocalRendezvous:
+	// "" = 127.0.0.1, 0 = a free port drawn for each attempt. Ignored when Rendezvous is set.
+	MasterAddr string
+	MasterPort int
+	// Rendezvous decides node rank, world size and master per attempt; nil = a LocalRendezvous
+	// (one host) from the fields above.
+	Rendezvous Rendezvous
+
+	// MaxRestarts is how many times the whole group is restarted after a worker fails
+	// (--max-restarts). A signal to the launcher or the end of ctx never restarts.
+	MaxRestarts int
+	// Grace is how long workers have between SIGTERM and SIGKILL when they are stopped; 0 = 10s.
+	Grace time.Duration
+	// TailLines is how many last lines of a failed worker's output the report shows; 0 = 10.
+	TailLines int
+
+	// LogDir, when set, receives every rank's output in LogDir/rank-N.log (appended, one header
+	// line per attempt). It is created if needed.
+	LogDir string
+	// Stdout and Stderr receive the workers' prefixed lines and the launcher's own messages;
+	// nil = os.Stdout, os.Stderr.
+	Stdout, Stderr io.Writer
+	// Progress, when not nil, is handed to global rank 0 as fd 3 with DDP_PROGRESS_FD=3 so that it
+	// alone draws a progress bar there. cmd/ddplaunch passes its stderr when that is a terminal.
+	// Run does not close it.
+	Progress *os.File
+	// VisibleGPUs is the GPU count workers see (GPUProbe.Count), used to warn when workers share a
+	// GPU; 0 = CPU workers. VisibleDevices optionally names them (CUDA_VISIBLE_DEVICES entries).
+	VisibleGPUs    int
+	VisibleDevices []string
+
+	// Signals delivers the signals the launcher receives (cmd/ddplaunch: SIGINT and SIGTERM); each
+	// is forwarded to every worker. nil = none.
+	Signals <-chan os.Signal
+	// Logger receives the launcher's events; nil = text lines on Stderr.
+	Logger *slog.Logger
+}
+
+// WorkerError is Run's error when a worker failed and no restart was left.
+type WorkerError struct {
+	Rank, LocalRank int
+	Pid             int
+	Status          ExitStatus
+	Tail            []string
+	Restarts        int // restarts used before this failure
+}
+
+func (e *WorkerError) Error() string {
+	return fmt.Sprintf("launcher: rank %d (local rank %d, pid %d) failed: %v", e.Rank, e.LocalRank, e.Pid, e.Status)
+}
+
+// ExitCode is the launcher's exit code for this failure: the worker's code, or 128+signal.
+func (e *WorkerError) ExitCode() int { return e.Status.ExitCode() }
+
+// SignalError is Run's error when a signal to the launcher stopped the job.
+type SignalError struct{ Signal os.Signal }
+
+func (e *SignalError) Error() string { return fmt.Sprintf("launcher: stopped by signal %v", e.Signal) }
+
+// ExitCode is 128+signal, as a shell reports a process killed by it.
+func (e *SignalError) ExitCode() int {
+	if s, ok := e.Signal.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return 1
+}
+
+// LostError is Run's error when the rendezvous reported the membership broken and no restart was
+// left (multi-host).
+type LostError struct{ Err error }
+
+func (e *LostError) Error() string { return "launcher: job membership lost: " + e.Err.Error() }
+func (e *LostError) Unwrap() error { return e.Err }
+
+// ExitCode maps Run's error to the launcher's exit status: 0 for nil, the failed worker's status,
+// 128+signal when stopped by a signal, 1 otherwise.
+func ExitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var c interface{ ExitCode() int }
+	if errors.As(err, &c) {
+		if n := c.ExitCode(); n != 0 {
+			return n
+		}
+	}
+	return 1
+}
+
+func (o *Options) setDefaults() {
+	if o.Env == nil {
+		o.Env = os.Environ()
+	}
+	if o.Grace <= 0 {
+		o.Grace = 10 * time.Second
+	}
+	if o.TailLines <= 0 {
+		o.TailLines = 10
+	}
+	if o.Stdout == nil {
+		o.Stdout = os.Stdout
+	}
+	if o.Stderr == nil {
+		o.Stderr = os.Stderr
+	}
+}
+
+// textLogger is the default Logger: slog text lines without the time, on w.
+func textLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.NProcPerNode < 1:
+		return fmt.Errorf("launcher: NProcPerNode %d: want at least 1", o.NProcPerNode)
+	case o.Program == "":
+		return errors.New("launcher: no program to run")
+	case o.MaxRestarts < 0:
+		return fmt.Errorf("launcher: MaxRestarts %d: want 0 or more", o.MaxRestarts)
+	case o.MasterPort < 0 || o.MasterPort > 65535:
+		return fmt.Errorf("launcher: MasterPort %d out of range", o.MasterPort)
+	}
+	return nil
+}
+
+// Run runs a job on this host: for each attempt it asks the Rendezvous for the world, starts
+// NProcPerNode workers with BuildEnv's environment, and supervises them (Supervise). It returns
+// nil when every worker of an attempt exited 0. After a worker failure it prints the failed rank,
+// its status and last lines, and either restarts the whole group (while MaxRestarts allows) or
+// returns a *WorkerError. A signal on Options.Signals ends the job with a *SignalError after the
+// workers have stopped; the end of ctx with ctx's error. Run returns only when no worker (and no
+// process in a worker's group) is left.
+func Run(ctx context.Context, o Options) error {
+	o.setDefaults()
+	if err := o.validate(); err != nil {
+		return err
+	}
+	rdzv := o.Rendezvous
+	if rdzv == nil {
+		r, err := NewLocalRendezvous(o.MasterAddr, o.MasterPort, o.NProcPerNode)
+		if err != nil {
+			return err
+		}
+		rdzv = r
+	}
+	if c, ok := rdzv.(io.Closer); ok {
+		defer c.Close()
+	}
+	// One SyncWriter per destination: workers' lines, reports and log records never interleave.
+	stdout := &SyncWriter{W: o.Stdout}
+	stderr := &SyncWriter{W: o.Stderr}
+	log := o.Logger
+	if log == nil {
+		log = textLogger(stderr)
+	}
+
+	logs := make([]*os.File, o.NProcPerNode)
+	if o.LogDir != "" {
+		if err := os.MkdirAll(o.LogDir, 0o755); err != nil {
+			return fmt.Errorf("launcher: log dir: %w", err)
+		}
+	}
+	defer func() {
+		for _, f := range logs {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
+	if msg := GPUSharing(o.NProcPerNode, o.VisibleGPUs, o.VisibleDevices); msg != "" {
+		log.Warn("ddplaunch: workers share GPUs; each uses GPU LOCAL_RANK % " + fmt.Sprint(o.VisibleGPUs) + ": " + msg)
+	}
+	for attempt := 0; ; attempt++ {
+		if sig := pendingSignal(o.Signals); sig != nil {
+			return &SignalError{Signal: sig}
+		}
+		asg, err := rdzv.Next(ctx, attempt)
+		if err != nil {
+			return fmt.Errorf("launcher: rendezvous for attempt %d: %w", attempt, err)
+		}
+		specs := make([]WorkerSpec, o.NProcPerNode)
+		for lr := range specs {
+			rank := asg.RankOffset + lr
+			we := WorkerEnv{
+				Rank: rank, LocalRank: lr, WorldSize: asg.WorldSize, LocalWorldSize: o.NProcPerNode,
+				NodeRank: asg.NodeRank, NNodes: asg.NNodes,
+				MasterAddr: asg.MasterAddr, MasterPort: asg.MasterPort, Token: asg.Token,
+				RestartCount: attempt, MaxRestarts: o.MaxRestarts,
+			}
+			var extra []*os.File
+			if rank == 0 && o.Progress != nil {
+				extra = []*os.File{o.Progress}
+				we.ProgressFD = ProgressFD
+			}
+			sink := &RankOutput{Rank: rank, Stdout: stdout, Stderr: stderr}
+			if o.LogDir != "" {
+				if logs[lr] == nil {
+					if logs[lr], err = openRankLog(o.LogDir, rank); err != nil {
+						return fmt.Errorf("launcher: %w", err)
+					}
+				}
+				fmt.Fprintf(logs[lr], "=== ddplaunch: rank %d, attempt %d (restart count %d), %s ===\n",
+					rank, attempt, attempt, time.Now().Format(time.RFC3339))
+				sink.Log = logs[lr]
+			}
+			specs[lr] = WorkerSpec{
+				Rank: rank, LocalRank: lr, Path: o.Program, Args: o.Args, Dir: o.Dir,
+				Env: BuildEnv(o.Env, we), ExtraFiles: extra, Sink: sink,
+			}
+		}
+		log.Info("ddplaunch: starting workers", "nproc", o.NProcPerNode, "world_size", asg.WorldSize,
+			"node_rank", asg.NodeRank, "nnodes", asg.NNodes,
+			"master", fmt.Sprintf("%s:%d", asg.MasterAddr, asg.MasterPort),
+			"restart", attempt, "max_restarts", o.MaxRestarts)
+
+		out, err := Supervise(ctx, specs, SuperviseConfig{
+			Grace: o.Grace, Signals: o.Signals, Lost: asg.Lost, TailLines: o.TailLines,
+		})
+		if err != nil {
+			reportEnd(rdzv, attempt, err)
+			return err
+		}
+		if len(out.Killed) > 0 {
+			log.Warn("ddplaunch: SIGKILLed workers that outlived the grace period", "ranks", out.Killed, "grace", o.Grace)
+		}
+		var end error
+		switch {
+		case out.Succeeded():
+			reportEnd(rdzv, attempt, nil)
+			log.Info("ddplaunch: all workers exited 0", "nproc", o.NProcPerNode, "restarts", attempt)
+			return nil
+		case out.Signal != nil:
+			end = &SignalError{Signal: out.Signal}
+			reportEnd(rdzv, attempt, end)
+			log.Warn("ddplaunch: stopped by signal; forwarded to every worker", "signal", out.Signal.String())
+			return end
+		case out.Ctx != nil:
+			reportEnd(rdzv, attempt, out.Ctx)
+			return out.Ctx
+		case out.Lost != nil:
+			end = &LostError{Err: out.Lost}
+			log.Error("ddplaunch: " + end.Error())
+		default:
+			f := out.Failure
+			end = &WorkerError{Rank: f.Rank, LocalRank: f.LocalRank, Pid: f.Pid, Status: f.Status, Tail: f.Tail, Restarts: attempt}
+			printFailure(stderr, f)
+		}
+		reportEnd(rdzv, attempt, end)
+		if attempt >= o.MaxRestarts {
+			if o.MaxRestarts > 0 {
+				log.Error("ddplaunch: no restart left", "max_restarts", o.MaxRestarts)
+			}
+			return end
+		}
+		log.Warn(fmt.Sprintf("ddplaunch: restarting all %d workers (restart %d of %d)", o.NProcPerNode, attempt+1, o.MaxRestarts))
+	}
+}
+
+func reportEnd(r Rendezvous, attempt int, err error) {
+	if ar, ok := r.(AttemptReporter); ok {
+		ar.ReportEnd(attempt, err)
+	}
+}
+
+func pendingSignal(c <-chan os.Signal) os.Signal {
+	select {
+	case s := <-c:
+		return s
+	default:
+		return nil
+	}
+}
+
+// printFailure writes the failure report: which rank, how it ended, its last lines.
+func printFailure(w io.Writer, f *WorkerExit) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "ddplaunch: rank %d (local rank %d, pid %d) failed: %v\n", f.Rank, f.LocalRank, f.Pid, f.Status)
+	if len(f.Tail) == 0 {
+		fmt.Fprintf(&b, "ddplaunch: rank %d wrote no output\n", f.Rank)
+	} else {
+		fmt.Fprintf(&b, "ddplaunch: last %d lines of rank %d:\n", len(f.Tail), f.Rank)
+		for _, l := range f.Tail {
+			fmt.Fprintf(&b, "    %s\n", l)
+		}
+	}
+	io.WriteString(w, b.String()) //nolint:errcheck
+}

@@ -1,0 +1,145 @@
+package launcher
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+)
+
+// Stream names a worker's output stream.
+type Stream int
+
+const (
+	Stdout Stream = 1
+	Stderr Stream = 2
+)
+
+func (s Stream) String() string {
+	if s == Stderr {
+		return "stderr"
+	}
+	return "stdout"
+}
+
+// MaxLine is the longest line handed to a LineSink; a longer one arrives in MaxLine pieces.
+const MaxLine = 64 << 10
+
+// LineSink receives each line a worker writes, without its trailing newline; a last line without
+// one is delivered at EOF. Line is called concurrently from the stdout and stderr readers of one
+// worker (and of several workers if a sink is shared), so implementations must be safe for
+// concurrent use. line is only valid during the call.
+type LineSink interface {
+	Line(s Stream, line []byte)
+}
+
+// pumpLines reads r to EOF (or error) and hands each line to fn.
+func pumpLines(r io.Reader, fn func([]byte)) {
+	br := bufio.NewReaderSize(r, MaxLine)
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			if line[len(line)-1] == '\n' {
+				line = line[:len(line)-1]
+			}
+			fn(line)
+		}
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			return
+		}
+	}
+}
+
+// SyncWriter serializes Writes to W, so that lines written by several workers' readers do not
+// interleave. Share one per destination (one for stdout, one for stderr).
+type SyncWriter struct {
+	mu sync.Mutex
+	W  io.Writer
+}
+
+func (w *SyncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.W.Write(p)
+}
+
+// RankOutput is the LineSink of one worker: each line goes, as one Write, to Stdout or Stderr
+// (following the stream it came on) prefixed "[rank N] ", and unprefixed to Log when Log is set.
+type RankOutput struct {
+	Rank   int
+	Stdout io.Writer // shared *SyncWriter
+	Stderr io.Writer // shared *SyncWriter
+	Log    io.Writer // the rank's log file, or nil; RankOutput serializes its writes
+
+	mu sync.Mutex // guards Log
+}
+
+var _ LineSink = (*RankOutput)(nil)
+
+// Prefix returns the prefix of rank's lines.
+func Prefix(rank int) string { return "[rank " + strconv.Itoa(rank) + "] " }
+
+// Line implements LineSink.
+func (o *RankOutput) Line(s Stream, line []byte) {
+	p := Prefix(o.Rank)
+	buf := make([]byte, 0, len(p)+len(line)+1)
+	buf = append(append(append(buf, p...), line...), '\n')
+	w := o.Stdout
+	if s == Stderr {
+		w = o.Stderr
+	}
+	if w != nil {
+		w.Write(buf) //nolint:errcheck // a closed terminal must not stop the job
+	}
+	if o.Log != nil {
+		o.mu.Lock()
+		o.Log.Write(buf[len(p):]) //nolint:errcheck // as above; the log is best effort
+		o.mu.Unlock()
+	}
+}
+
+// tail keeps the last n lines it was given, in order. Safe for concurrent use.
+type tail struct {
+	mu    sync.Mutex
+	lines []string
+	next  int
+	n     int
+}
+
+func newTail(n int) *tail { return &tail{n: n} }
+
+func (t *tail) add(line []byte) {
+	if t.n <= 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.lines) < t.n {
+		t.lines = append(t.lines, string(line))
+		return
+	}
+	t.lines[t.next] = string(line)
+	t.next = (t.next + 1) % t.n
+}
+
+// get returns the kept lines, oldest first.
+func (t *tail) get() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]string, 0, len(t.lines))
+	out = append(out, t.lines[t.next:]...)
+	return append(out, t.lines[:t.next]...)
+}
+
+// openRankLog opens (appending) the log file of a rank under dir.
+func openRankLog(dir string, rank int) (*os.File, error) {
+	return os.OpenFile(RankLogPath(dir, rank), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+}
+
+// RankLogPath is where --log-dir keeps a rank's output: DIR/rank-N.log.
+func RankLogPath(dir string, rank int) string {
+	return filepath.Join(dir, "rank-"+strconv.Itoa(rank)+".log")
+}
