@@ -1,0 +1,397 @@
+package model
+
+import (
+	"fmt"
+	"math"
+)
+
+// GPTConfig describes a decoder-only transformer over a token vocabulary.
+type GPTConfig struct {
+	Layers  int     // transformer blocks L
+	Width   int     // channels C
+	Heads   int     // attention heads H; C % H == 0, head size hs = C/H
+	Context int     // longest sequence maxT (learned positions)
+	Vocab   int     // V
+	Tied    bool    // logits = x·wteᵀ (no separate lm_head)
+	Dropout float32 // on embeddings, attention probabilities and both residual branches
+	Compute DType   // F32, or F16 for mixed precision
+	// Checkpoint recomputes blocks in backward: 0 none, 1 every block, N every Nth (0, N, 2N, …).
+	// A checkpointed block keeps only its output (the next block's input).
+	Checkpoint int
+}
+
+// GPT is GPT-2's architecture with pre-LN blocks:
+//
+//	x0 = dropout(wte[tokens] + wpe[t])                       (B,T,C)
+//	x_{l+1} = block_l(x_l)                                    (B,T,C)
+//	logits = lnf(x_L)·wteᵀ   (or lm_head when not tied)       (B,T,V)
+//	loss = mean cross-entropy over targets ≥ 0                (1) f32
+//
+// Dims: B batch, T sequence (≤ Context), C width, H heads, hs = C/H, V vocabulary.
+type GPT struct {
+	Cfg    GPTConfig
+	Emb    *Embedding // wte (V,C), wpe (Context,C)
+	Blocks []*Block
+	LnF    *LayerNorm
+	Head   *Linear // (V,C) lm_head, nil when tied
+	dev    Device
+	ps     *Params
+	seed   uint64
+
+	// state of the last forward
+	loss   *Tensor      // (1) f32
+	logits *Tensor      // (B,T,V); after Backward it holds dlogits and is gone
+	x0     *Tensor      // (B,T,C) embedding output (block 0's input)
+	acts   []*BlockActs // per block (training forward)
+	lnf    *Tensor      // (B,T,C) final LayerNorm output, lm_head input
+	meanf  *Tensor      // (B,T) f32
+	rstdf  *Tensor      // (B,T) f32
+	in     Inputs
+	count  int
+	train  bool
+}
+
+// Block is one pre-LN transformer block:
+//
+//	r = x + dropout(attn(ln1(x)))
+//	out = r + dropout(proj(gelu(fc(ln2(r)))))
+type Block struct {
+	LN1  *LayerNorm
+	Attn *Attention
+	LN2  *LayerNorm
+	FC   *Linear // (4C,C)
+	Proj *Linear // (C,4C)
+	P    float32 // residual dropout
+	Tag  string  // "h.l"
+	Ckpt bool    // recompute in backward
+	// dropout sites
+	siteAtt, siteRes1, siteRes2 string
+}
+
+// BlockActs is what Block.Backward needs from the forward. X belongs to the caller (the previous
+// block's Out or the embedding); everything else, Out included, is the block's own and freed by
+// Backward. A checkpointed block keeps only Out and recomputes the rest.
+type BlockActs struct {
+	X            *Tensor // (B,T,C) input, not owned
+	LN1          *Tensor // (B,T,C)
+	Mean1, Rstd1 *Tensor // (B,T) f32
+	Attn         *AttentionActs
+	Res1         *Tensor // (B,T,C) x + attention branch
+	LN2          *Tensor // (B,T,C)
+	Mean2, Rstd2 *Tensor // (B,T) f32
+	FC           *Tensor // (B,T,4C) before GELU
+	Gelu         *Tensor // (B,T,4C)
+	Out          *Tensor // (B,T,C) block output
+	P            float32 // dropout used (the block's P in training, 0 in evaluation)
+	Seed         uint64  // this forward's dropout seed
+}
+
+// NewBlock registers block name's parameters in forward order.
+func NewBlock(ps *Params, name string, c, heads int, std, projStd, p float32) *Block {
+	b := &Block{Tag: name, P: p}
+	b.LN1 = NewLayerNorm(ps, name+".ln1", c)
+	b.Attn = NewAttention(ps, name+".attn", c, heads, std, projStd, p)
+	b.LN2 = NewLayerNorm(ps, name+".ln2", c)
+	b.FC = NewLinear(ps, name+".mlp.fc", c, 4*c, std, true)
+	b.Proj = NewLinear(ps, name+".mlp.proj", 4*c, c, projStd, true)
+	b.siteAtt, b.siteRes1, b.siteRes2 = name+".attn.att", name+".attn.resid", name+".mlp.resid"
+	return b
+}
+
+// Forward runs the block on x (B,T,C); activations take x's dtype. Dropout (only with train)
+// draws its masks from seed.
+func (b *Block) Forward(x *Tensor, seed uint64, train bool) *BlockActs {
+	dev, dt := x.Device(), x.DType()
+	B, T, C := x.Dim(0), x.Dim(1), x.Dim(2)
+	a := &BlockActs{X: x, Seed: seed}
+	if train {
+		a.P = b.P
+	}
+
+	a.LN1 = dev.Alloc(dt, b.Tag+".ln1", B, T, C)
+	a.Mean1 = dev.Alloc(F32, b.Tag+".ln1.mean", B, T)
+	a.Rstd1 = dev.Alloc(F32, b.Tag+".ln1.rstd", B, T)
+	b.LN1.Forward(a.LN1, a.Mean1, a.Rstd1, x)
+	att := dev.Alloc(dt, b.Tag+".attn.out", B, T, C)
+	a.Attn = b.Attn.Forward(att, a.LN1, a.P, DeriveSeed(seed, b.siteAtt))
+	att = dropoutNew(att, a.P, DeriveSeed(seed, b.siteRes1))
+	a.Res1 = dev.Alloc(dt, b.Tag+".res1", B, T, C)
+	ResidualForward(dev, a.Res1, x, att)
+	dev.Free(att)
+
+	a.LN2 = dev.Alloc(dt, b.Tag+".ln2", B, T, C)
+	a.Mean2 = dev.Alloc(F32, b.Tag+".ln2.mean", B, T)
+	a.Rstd2 = dev.Alloc(F32, b.Tag+".ln2.rstd", B, T)
+	b.LN2.Forward(a.LN2, a.Mean2, a.Rstd2, a.Res1)
+	a.FC = dev.Alloc(dt, b.Tag+".mlp.fc", B, T, 4*C)
+	b.FC.Forward(a.FC, a.LN2)
+	a.Gelu = dev.Alloc(dt, b.Tag+".mlp.gelu", B, T, 4*C)
+	GELUForward(dev, a.Gelu, a.FC)
+	mlp := dev.Alloc(dt, b.Tag+".mlp.out", B, T, C)
+	b.Proj.Forward(mlp, a.Gelu)
+	mlp = dropoutNew(mlp, a.P, DeriveSeed(seed, b.siteRes2))
+	a.Out = dev.Alloc(dt, b.Tag+".out", B, T, C)
+	ResidualForward(dev, a.Out, a.Res1, mlp)
+	dev.Free(mlp)
+	return a
+}
+
+// dropoutNew returns dropout(t) in a new tensor, freeing t (t itself when p is 0).
+func dropoutNew(t *Tensor, p float32, seed uint64) *Tensor {
+	if p == 0 {
+		return t
+	}
+	dev := t.Device()
+	d := dev.Alloc(t.DType(), t.Tag()+".drop", t.Shape()...)
+	DropoutForward(dev, d, t, p, seed)
+	dev.Free(t)
+	return d
+}
+
+// dropoutGradNew returns the gradient before dropout: dy itself when p is 0, else a new tensor.
+func dropoutGradNew(dy *Tensor, p float32, seed uint64, tag string) *Tensor {
+	if p == 0 {
+		return dy
+	}
+	dev := dy.Device()
+	d := dev.Alloc(dy.DType(), tag, dy.Shape()...)
+	DropoutBackward(dev, d, dy, p, seed)
+	return d
+}
+
+// Backward turns dres (B,T,C) from the gradient of the block's output into that of its input,
+// in place, accumulating parameter gradients (each Ready as it completes) and freeing a.
+func (b *Block) Backward(dres *Tensor, a *BlockActs) {
+	dev, dt := dres.Device(), dres.DType()
+	B, T, C := dres.Dim(0), dres.Dim(1), dres.Dim(2)
+	if b.Ckpt { // recompute everything but the output we already have
+		out := a.Out
+		*a = *b.Forward(a.X, a.Seed, true)
+		dev.Free(out)
+	}
+
+	// out = res1 + dropout(proj(gelu(fc(ln2(res1))))): the skip path leaves dres as it is.
+	dm := dropoutGradNew(dres, a.P, DeriveSeed(a.Seed, b.siteRes2), b.Tag+".mlp.ddrop")
+	dg := dev.Alloc(dt, b.Tag+".mlp.dgelu", B, T, 4*C)
+	b.Proj.Backward(dg, dm, a.Gelu)
+	if dm != dres {
+		dev.Free(dm)
+	}
+	GELUBackward(dev, dg, dg, a.FC)
+	dln2 := dev.Alloc(dt, b.Tag+".dln2", B, T, C)
+	b.FC.Backward(dln2, dg, a.LN2)
+	dev.Free(dg)
+	b.LN2.Backward(dres, dln2, a.Res1, a.Mean2, a.Rstd2) // dres += LN2's input gradient
+	dev.Free(dln2)
+	freeAll(dev, a.Gelu, a.FC, a.LN2, a.Mean2, a.Rstd2, a.Res1, a.Out)
+
+	// res1 = x + dropout(attn(ln1(x)))
+	da := dropoutGradNew(dres, a.P, DeriveSeed(a.Seed, b.siteRes1), b.Tag+".attn.ddrop")
+	dln1 := dev.Alloc(dt, b.Tag+".dln1", B, T, C)
+	b.Attn.Backward(dln1, da, a.LN1, a.Attn)
+	if da != dres {
+		dev.Free(da)
+	}
+	b.LN1.Backward(dres, dln1, a.X, a.Mean1, a.Rstd1)
+	dev.Free(dln1)
+	freeAll(dev, a.LN1, a.Mean1, a.Rstd1)
+	*a = BlockActs{}
+}
+
+// keepOnlyOut frees all but the output (a checkpointed block after its forward).
+func (a *BlockActs) keepOnlyOut(dev Device) {
+	a.Attn.Free(dev)
+	freeAll(dev, a.LN1, a.Mean1, a.Rstd1, a.Res1, a.LN2, a.Mean2, a.Rstd2, a.FC, a.Gelu)
+	*a = BlockActs{X: a.X, Out: a.Out, P: a.P, Seed: a.Seed}
+}
+
+// NewGPT builds and initialises a GPT with GPT-2's init: N(0, 0.02²) for matrices and embeddings,
+// N(0, (0.02/√(2L))²) for the two residual projections, LayerNorm gains 1, biases 0.
+func NewGPT(dev Device, cfg GPTConfig, seed uint64) (*GPT, error) {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"Layers", cfg.Layers}, {"Width", cfg.Width}, {"Heads", cfg.Heads}, {"Context", cfg.Context}, {"Vocab", cfg.Vocab}} {
+		if f.v <= 0 {
+			return nil, fmt.Errorf("model: GPTConfig.%s = %d: must be positive", f.name, f.v)
+		}
+	}
+	if cfg.Width%cfg.Heads != 0 {
+		return nil, fmt.Errorf("model: GPTConfig.Heads = %d does not divide Width = %d", cfg.Heads, cfg.Width)
+	}
+	if err := checkCommon("GPTConfig", cfg.Dropout, cfg.Compute, cfg.Checkpoint); err != nil {
+		return nil, err
+	}
+	const std = 0.02
+	projStd := float32(std / math.Sqrt(2*float64(cfg.Layers)))
+	m := &GPT{Cfg: cfg, dev: dev, ps: NewParams(dev), seed: seed}
+	C := cfg.Width
+	m.Emb = NewEmbedding(m.ps, cfg.Vocab, cfg.Context, C, std)
+	for l := 0; l < cfg.Layers; l++ {
+		b := NewBlock(m.ps, fmt.Sprintf("h.%d", l), C, cfg.Heads, std, projStd, cfg.Dropout)
+		b.Ckpt = checkpointed(cfg.Checkpoint, l)
+		m.Blocks = append(m.Blocks, b)
+	}
+	m.LnF = NewLayerNorm(m.ps, "lnf", C)
+	if !cfg.Tied {
+		m.Head = NewLinear(m.ps, "lm_head", C, cfg.Vocab, std, false)
+	}
+	m.ps.Build(cfg.Compute == F16)
+	m.ps.Init(seed)
+	m.loss = dev.Alloc(F32, "loss", 1)
+	dev.Fill(m.loss, 0)
+	return m, nil
+}
+
+func (m *GPT) Params() *Params { return m.ps }
+
+// Forward: Tokens (B,T) i32 and Targets (B,T) i32 → mean loss (1) f32.
+func (m *GPT) Forward(in Inputs, train bool) *Tensor {
+	dev, dt := m.dev, m.Cfg.Compute
+	m.release()
+	if in.Tokens == nil || in.Targets == nil {
+		panic("model: GPT.Forward needs Inputs.Tokens and Inputs.Targets")
+	}
+	B, T, C, V := in.Tokens.Dim(0), in.Tokens.Dim(1), m.Cfg.Width, m.Cfg.Vocab
+	if T > m.Cfg.Context {
+		panic(fmt.Sprintf("model: GPT.Forward: sequence of %d tokens is longer than Context = %d", T, m.Cfg.Context))
+	}
+	m.in, m.train = in, train
+	m.count = in.Valid
+	if m.count <= 0 {
+		m.count = CountTargets(in.Targets)
+	}
+	seed := Mix64(m.seed ^ Mix64(in.Seed))
+
+	emb := dev.Alloc(dt, "emb", B, T, C)
+	m.Emb.Forward(emb, in.Tokens)
+	if p := m.Cfg.Dropout; p > 0 && train {
+		m.x0 = dev.Alloc(dt, "emb.drop", B, T, C)
+		DropoutForward(dev, m.x0, emb, p, DeriveSeed(seed, "emb"))
+		dev.Free(emb)
+	} else {
+		m.x0 = emb
+	}
+
+	x := m.x0
+	for l, b := range m.Blocks {
+		a := b.Forward(x, seed, train)
+		switch {
+		case !train: // evaluation: only the residual stream moves on
+			a.keepOnlyOut(dev)
+			if l == 0 {
+				dev.Free(m.x0)
+				m.x0 = nil
+			} else {
+				dev.Free(x)
+			}
+		case b.Ckpt:
+			a.keepOnlyOut(dev)
+		}
+		if train {
+			m.acts = append(m.acts, a)
+		}
+		x = a.Out
+	}
+
+	m.lnf = dev.Alloc(dt, "lnf", B, T, C)
+	m.meanf = dev.Alloc(F32, "lnf.mean", B, T)
+	m.rstdf = dev.Alloc(F32, "lnf.rstd", B, T)
+	m.LnF.Forward(m.lnf, m.meanf, m.rstdf, x)
+	if !train {
+		dev.Free(x)
+	}
+	m.logits = dev.Alloc(dt, "logits", B, T, V)
+	if m.Head != nil {
+		m.Head.Forward(m.logits, m.lnf)
+	} else {
+		LinearForward(dev, m.logits, m.lnf, m.Emb.WTE.Compute(), nil)
+	}
+	if !train {
+		freeAll(dev, m.lnf, m.meanf, m.rstdf)
+		m.lnf, m.meanf, m.rstdf = nil, nil, nil
+	}
+	losses := dev.Alloc(F32, "losses", B*T)
+	CrossEntropyForward(dev, m.loss, losses, m.logits, in.Targets, m.count)
+	dev.Free(losses)
+	return m.loss
+}
+
+// Backward: gradients of scale·loss. The logits buffer becomes dlogits (so Predict must come
+// before Backward); checkpointed blocks are recomputed from their inputs.
+func (m *GPT) Backward(scale float32) {
+	if !m.train {
+		panic("model: GPT.Backward without a training Forward")
+	}
+	dev, dt := m.dev, m.Cfg.Compute
+	B, T, C := m.in.Tokens.Dim(0), m.in.Tokens.Dim(1), m.Cfg.Width
+
+	dlogits := m.logits // reused in place: (B,T,V) logits are the largest activation
+	m.logits = nil
+	CrossEntropyBackward(dev, dlogits, dlogits, m.in.Targets, scale, m.count)
+	dlnf := dev.Alloc(dt, "dlnf", B, T, C)
+	if m.Head != nil {
+		m.Head.Backward(dlnf, dlogits, m.lnf)
+	} else { // wte's gradient completes in the embedding's backward, which fires Ready
+		LinearBackward(dev, dlnf, m.Emb.WTE.G, nil, dlogits, m.lnf, m.Emb.WTE.Compute())
+	}
+	freeAll(dev, dlogits, m.lnf)
+
+	dres := dev.Alloc(dt, "dresid", B, T, C) // gradient of the residual stream, block by block
+	dev.Fill(dres, 0)
+	xL := m.x0
+	if n := len(m.acts); n > 0 {
+		xL = m.acts[n-1].Out
+	}
+	m.LnF.Backward(dres, dlnf, xL, m.meanf, m.rstdf)
+	freeAll(dev, dlnf, m.meanf, m.rstdf)
+	m.lnf, m.meanf, m.rstdf = nil, nil, nil
+
+	for l := len(m.Blocks) - 1; l >= 0; l-- {
+		m.Blocks[l].Backward(dres, m.acts[l])
+	}
+	m.acts = m.acts[:0]
+
+	demb := dres
+	if p := m.Cfg.Dropout; p > 0 {
+		demb = dev.Alloc(dt, "demb", B, T, C)
+		DropoutBackward(dev, demb, dres, p, DeriveSeed(Mix64(m.seed^Mix64(m.in.Seed)), "emb"))
+		dev.Free(dres)
+	}
+	m.Emb.Backward(demb, m.in.Tokens)
+	freeAll(dev, demb, m.x0)
+	m.x0 = nil
+	m.train = false
+}
+
+// Predict: out (B·T) i32 = argmax of the last Forward's logits. The logits are consumed by
+// Backward, so call it between Forward and Backward (or after an evaluation Forward).
+func (m *GPT) Predict(out *Tensor) {
+	if m.logits == nil {
+		panic("model: GPT.Predict needs the logits of a Forward not yet followed by Backward")
+	}
+	m.dev.ArgMax(out, m.logits.Reshape(m.logits.Len()/m.Cfg.Vocab, m.Cfg.Vocab))
+}
+
+// release frees what the previous forward kept.
+func (m *GPT) release() {
+	dev := m.dev
+	for _, a := range m.acts {
+		if a.Attn != nil {
+			a.Attn.Free(dev)
+		}
+		freeAll(dev, a.LN1, a.Mean1, a.Rstd1, a.Res1, a.LN2, a.Mean2, a.Rstd2, a.FC, a.Gelu, a.Out)
+	}
+	m.acts = m.acts[:0]
+	freeAll(dev, m.x0, m.lnf, m.meanf, m.rstdf, m.logits)
+	m.x0, m.lnf, m.meanf, m.rstdf, m.logits = nil, nil, nil, nil, nil
+	m.train = false
+}
+
+// Free releases every buffer and the parameters.
+func (m *GPT) Free() {
+	m.release()
+	freeAll(m.dev, m.loss)
+	m.loss = nil
+	m.ps.Free()
+}

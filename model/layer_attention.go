@@ -1,0 +1,155 @@
+package model
+
+import "math"
+
+// Attention is causal multi-head self-attention with H heads of size hs = C/H:
+//
+//	qkv = x·Wqkvᵀ + bqkv                    (B,T,3C)
+//	q, k, v = split(qkv)                    (B,H,T,hs) each
+//	att = softmax_causal(q·kᵀ / √hs)        (B,H,T,T)
+//	yh = dropout(att)·v                     (B,H,T,hs)
+//	y = permute(yh)                         (B,T,C)   heads side by side
+//	out = y·Wprojᵀ + bproj                  (B,T,C)
+//
+// Backward runs the same steps in reverse. Saved for it: q, k, v, att (after softmax, before
+// dropout: the dropped copy is regenerated from the seed) and y, the projection's input. The
+// pre-softmax scores, qkv and yh are freed in forward as soon as they are used.
+type Attention struct {
+	QKV   *Linear // (3C,C)
+	Proj  *Linear // (C,C)
+	Heads int
+	C     int
+	P     float32 // dropout on the attention probabilities
+	Tag   string  // prefix of activation tags, e.g. "h.3.attn"
+}
+
+// AttentionActs are what Attention.Backward needs from the forward.
+type AttentionActs struct {
+	Q, K, V *Tensor // (B,H,T,hs)
+	Att     *Tensor // (B,H,T,T) softmax output
+	Y       *Tensor // (B,T,C) merged heads, input of Proj
+	P       float32 // dropout probability used (0 in evaluation)
+	Seed    uint64  // attention dropout seed
+}
+
+// NewAttention registers name+".qkv" and name+".proj". projStd is the residual projection's std
+// (GPT-2: 0.02/√(2·layers)).
+func NewAttention(ps *Params, name string, c, heads int, std, projStd, p float32) *Attention {
+	return &Attention{
+		QKV:   NewLinear(ps, name+".qkv", c, 3*c, std, true),
+		Proj:  NewLinear(ps, name+".proj", c, c, projStd, true),
+		Heads: heads, C: c, P: p, Tag: name,
+	}
+}
+
+func (a *Attention) scale() float32 { return float32(1 / math.Sqrt(float64(a.C/a.Heads))) }
+
+// Forward: out (B,T,C) from x (B,T,C). The returned acts hold device memory until Backward or Free.
+// p (a.P in training, 0 in evaluation) and seed drive attention dropout.
+func (a *Attention) Forward(out, x *Tensor, p float32, seed uint64) *AttentionActs {
+	dev := x.Device()
+	B, T, C := x.Dim(0), x.Dim(1), x.Dim(2)
+	H, hs := a.Heads, C/a.Heads
+	dt := out.DType()
+	s := &AttentionActs{P: p, Seed: seed}
+
+	qkv := dev.Alloc(dt, a.Tag+".qkv", B, T, 3*C)
+	a.QKV.Forward(qkv, x)
+	s.Q = dev.Alloc(dt, a.Tag+".q", B, H, T, hs)
+	s.K = dev.Alloc(dt, a.Tag+".k", B, H, T, hs)
+	s.V = dev.Alloc(dt, a.Tag+".v", B, H, T, hs)
+	dev.SplitQKV(s.Q, s.K, s.V, qkv)
+	dev.Free(qkv)
+
+	pre := dev.Alloc(dt, a.Tag+".preatt", B*H, T, T)
+	dev.BatchedMatMul(pre, s.Q.Reshape(B*H, T, hs), s.K.Reshape(B*H, T, hs), false, true, 1, 0)
+	s.Att = dev.Alloc(dt, a.Tag+".att", B, H, T, T)
+	dev.Softmax(s.Att, pre, a.scale(), true)
+	dev.Free(pre)
+
+	attd := s.Att
+	if p > 0 {
+		attd = dev.Alloc(dt, a.Tag+".att.drop", B, H, T, T)
+		dev.Dropout(attd, s.Att, p, seed)
+	}
+	yh := dev.Alloc(dt, a.Tag+".yh", B, H, T, hs)
+	dev.BatchedMatMul(yh.Reshape(B*H, T, hs), attd.Reshape(B*H, T, T), s.V.Reshape(B*H, T, hs), false, false, 1, 0)
+	if attd != s.Att {
+		dev.Free(attd)
+	}
+	s.Y = dev.Alloc(dt, a.Tag+".y", B, T, C)
+	dev.Permute0213(s.Y.Reshape(B, T, H, hs), yh)
+	dev.Free(yh)
+
+	a.Proj.Forward(out, s.Y)
+	return s
+}
+
+// Backward: dx (B,T,C) (overwritten) from dout (B,T,C), the forward input x and acts, which it
+// frees. Proj's and QKV's parameters become ready in that order.
+func (a *Attention) Backward(dx, dout, x *Tensor, s *AttentionActs) {
+	dev := x.Device()
+	B, T, C := x.Dim(0), x.Dim(1), x.Dim(2)
+	H, hs := a.Heads, C/a.Heads
+	dt := dout.DType()
+
+	dy := dev.Alloc(dt, a.Tag+".dy", B, T, C)
+	a.Proj.Backward(dy, dout, s.Y)
+	dev.Free(s.Y)
+	dyh := dev.Alloc(dt, a.Tag+".dyh", B, H, T, hs)
+	dev.Permute0213(dyh, dy.Reshape(B, T, H, hs))
+	dev.Free(dy)
+
+	// yh = attd·v: datt = dyh·vᵀ, dv = attdᵀ·dyh.
+	attd := s.Att
+	if s.P > 0 {
+		attd = dev.Alloc(dt, a.Tag+".att.drop", B, H, T, T)
+		dev.Dropout(attd, s.Att, s.P, s.Seed)
+	}
+	dattd := dev.Alloc(dt, a.Tag+".datt", B, H, T, T)
+	dev.BatchedMatMul(dattd.Reshape(B*H, T, T), dyh.Reshape(B*H, T, hs), s.V.Reshape(B*H, T, hs), false, true, 1, 0)
+	dv := dev.Alloc(dt, a.Tag+".dv", B, H, T, hs)
+	dev.BatchedMatMul(dv.Reshape(B*H, T, hs), attd.Reshape(B*H, T, T), dyh.Reshape(B*H, T, hs), true, false, 1, 0)
+	dev.Free(dyh)
+	if attd != s.Att {
+		dev.Free(attd)
+	}
+	datt := dattd
+	if s.P > 0 {
+		datt = dev.Alloc(dt, a.Tag+".datt", B, H, T, T)
+		dev.DropoutBackward(datt, dattd, s.P, s.Seed)
+		dev.Free(dattd)
+	}
+
+	// att = softmax(scale·pre): dpre in place of datt.
+	dev.SoftmaxBackward(datt, datt, s.Att, a.scale())
+	dev.Free(s.Att)
+
+	// pre = q·kᵀ: dq = dpre·k, dk = dpreᵀ·q.
+	dq := dev.Alloc(dt, a.Tag+".dq", B, H, T, hs)
+	dk := dev.Alloc(dt, a.Tag+".dk", B, H, T, hs)
+	dev.BatchedMatMul(dq.Reshape(B*H, T, hs), datt.Reshape(B*H, T, T), s.K.Reshape(B*H, T, hs), false, false, 1, 0)
+	dev.BatchedMatMul(dk.Reshape(B*H, T, hs), datt.Reshape(B*H, T, T), s.Q.Reshape(B*H, T, hs), true, false, 1, 0)
+	dev.Free(datt)
+	dev.Free(s.Q)
+	dev.Free(s.K)
+	dev.Free(s.V)
+
+	dqkv := dev.Alloc(dt, a.Tag+".dqkv", B, T, 3*C)
+	dev.MergeQKV(dqkv, dq, dk, dv)
+	dev.Free(dq)
+	dev.Free(dk)
+	dev.Free(dv)
+	a.QKV.Backward(dx, dqkv, x)
+	dev.Free(dqkv)
+}
+
+// Free releases acts without a backward (evaluation, or a checkpointed block's forward).
+func (s *AttentionActs) Free(dev Device) {
+	for _, t := range []*Tensor{s.Q, s.K, s.V, s.Att, s.Y} {
+		if t != nil {
+			dev.Free(t)
+		}
+	}
+	*s = AttentionActs{}
+}

@@ -1,0 +1,45 @@
+package model
+
+// LayerNormEps is the ε in y = (x − mean)·rstd·w + b, rstd = 1/√(var + ε).
+const LayerNormEps = 1e-5
+
+// LayerNorm normalises over the last dimension with gain W and bias B (both (C), f32 even under
+// mixed precision: statistics and gains stay in f32; x and y may be f16).
+type LayerNorm struct {
+	W, B *Param // (C)
+	C    int
+}
+
+// NewLayerNorm registers name+".w" (ones) and name+".b" (zeros), neither decayed.
+func NewLayerNorm(ps *Params, name string, c int) *LayerNorm {
+	return &LayerNorm{
+		W: ps.Add(name+".w", Init{Value: 1}, false, c),
+		B: ps.Add(name+".b", Init{}, false, c),
+		C: c,
+	}
+}
+
+// LayerNormForward: y = (x − mean)·rstd·w + b over rows.
+// x and y are (R,C); w, b (C) f32; mean, rstd (R) f32 are written for backward.
+func LayerNormForward(dev Device, y, mean, rstd, x, w, b *Tensor) {
+	dev.LayerNorm(y, mean, rstd, x, w, b, LayerNormEps)
+}
+
+// LayerNormBackward accumulates dx (R,C), dw (C) and db (C) from dy (R,C) and the forward's
+// x (R,C), w (C), mean (R), rstd (R). dx accumulates too: callers pass a zeroed dx or the
+// gradient of a residual stream that x also feeds.
+func LayerNormBackward(dev Device, dx, dw, db, dy, x, w, mean, rstd *Tensor) {
+	dev.LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd)
+}
+
+// Forward: y (R,C), mean and rstd (R) f32 from x (R,C).
+func (l *LayerNorm) Forward(y, mean, rstd, x *Tensor) {
+	LayerNormForward(x.Device(), y, mean, rstd, x, l.W.W, l.B.W)
+}
+
+// Backward accumulates dx (R,C) and the gain/bias gradients, then both parameters are ready.
+func (l *LayerNorm) Backward(dx, dy, x, mean, rstd *Tensor) {
+	LayerNormBackward(x.Device(), dx, l.W.G, l.B.G, dy, x, l.W.W, mean, rstd)
+	l.B.Ready()
+	l.W.Ready()
+}

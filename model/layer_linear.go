@@ -1,0 +1,70 @@
+package model
+
+// Linear: y = x·Wᵀ + b, with W (Out,In) as in PyTorch and b (Out) optional.
+//
+// Forward reads W and b through Param.Compute (the f16 copy under mixed precision); the
+// gradients dW and db are always f32 and accumulate (MatMul beta = 1, BiasGrad), so gradient
+// accumulation over micro-steps needs no extra pass.
+type Linear struct {
+	W   *Param // (Out,In)
+	B   *Param // (Out), nil without bias
+	In  int
+	Out int
+}
+
+// NewLinear registers name+".w" (decayed, N(0,std²)) and, with bias, name+".b" (zero).
+func NewLinear(ps *Params, name string, in, out int, std float32, bias bool) *Linear {
+	l := &Linear{In: in, Out: out}
+	l.W = ps.Add(name+".w", Init{Std: std}, true, out, in)
+	if bias {
+		l.B = ps.Add(name+".b", Init{}, false, out)
+	}
+	return l
+}
+
+// LinearForward: y = x·wᵀ + b.
+// x is (R,In) (any leading dims), w is (Out,In), b is (Out) or nil, y is (R,Out).
+func LinearForward(dev Device, y, x, w, b *Tensor) {
+	dev.MatMul(y, x, w, false, true, 1, 0)
+	if b != nil {
+		dev.AddBias(y, b)
+	}
+}
+
+// LinearBackward: dx = dy·w (overwritten; nil skips it), dw += dyᵀ·x, db += colsum(dy) (nil skips).
+// dx is (R,In), dw (Out,In) f32, db (Out) f32, dy (R,Out); x and w as in the forward.
+func LinearBackward(dev Device, dx, dw, db, dy, x, w *Tensor) {
+	if dx != nil {
+		dev.MatMul(dx, dy, w, false, false, 1, 0)
+	}
+	dev.MatMul(dw, dy, x, true, false, 1, 1)
+	if db != nil {
+		dev.BiasGrad(db, dy)
+	}
+}
+
+// Forward: y (R,Out) = x (R,In)·Wᵀ + b.
+func (l *Linear) Forward(y, x *Tensor) {
+	LinearForward(x.Device(), y, x, l.W.Compute(), l.bias())
+}
+
+// Backward writes dx (R,In) (nil skips it) and accumulates the parameter gradients from dy (R,Out)
+// and the forward's input x (R,In); then both parameters are ready.
+func (l *Linear) Backward(dx, dy, x *Tensor) {
+	var db *Tensor
+	if l.B != nil {
+		db = l.B.G
+	}
+	LinearBackward(x.Device(), dx, l.W.G, db, dy, x, l.W.Compute())
+	if l.B != nil {
+		l.B.Ready()
+	}
+	l.W.Ready()
+}
+
+func (l *Linear) bias() *Tensor {
+	if l.B == nil {
+		return nil
+	}
+	return l.B.Compute()
+}

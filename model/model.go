@@ -1,0 +1,63 @@
+package model
+
+// Inputs is one micro-batch on the device.
+type Inputs struct {
+	X       *Tensor // MLP: (B,In) f32
+	Tokens  *Tensor // GPT: (B,T) i32
+	Targets *Tensor // MLP: (B) i32; GPT: (B,T) i32; negative = ignore
+
+	// Valid is the number of targets ≥ 0 when the caller knows it (it has them on the host);
+	// 0 makes Forward count them, which waits for the device.
+	Valid int
+	// Seed draws this forward's dropout masks (mixed with the model's seed). Pass a distinct value
+	// per micro-step and rank, e.g. DeriveSeed(runSeed, fmt.Sprint(step, micro, rank)); equal
+	// seeds give equal masks, which is what makes a resumed run repeat an uninterrupted one.
+	Seed uint64
+}
+
+// Model is what the trainer drives. Life cycle per optimizer step:
+//
+//	ps.ZeroGrad()                       // micro-step 0
+//	loss := m.Forward(in, true)         // (1) f32 mean loss on the device
+//	m.Backward(lossScale / accumSteps)  // grads accumulate in ps.Grad; Param.Ready fires as they finish
+//	scaler.UnscaleCheck(ps) → Update    // mixed precision
+//	opt.Step(lr)
+//
+// Forward with train = false saves nothing (evaluation). A Model is driven by one goroutine.
+type Model interface {
+	Params() *Params
+	// Forward returns the mean loss (1) f32 on the device, valid until the next Forward. With train
+	// it saves what Backward needs. It keeps the logits until the next Forward for Predict.
+	Forward(in Inputs, train bool) *Tensor
+	// Backward adds d(scale·mean loss)/dθ into the gradient slab, frees the saved activations and
+	// calls Param.Ready as each parameter's gradient completes. scale = loss scale / accumulation.
+	Backward(scale float32)
+	// Predict writes the ArgMax of the last Forward's logits into out: (B) i32 for the MLP,
+	// (B·T) i32 for the GPT (which must be called before Backward: see GPT.Predict).
+	Predict(out *Tensor)
+	// Free releases parameters and every buffer: the device's Allocated returns to what it was
+	// before the model was built.
+	Free()
+}
+
+var (
+	_ Model = (*MLP)(nil)
+	_ Model = (*GPT)(nil)
+)
+
+// dropSeed is the dropout seed of one site (a tag like "h.3.attn.att") for one forward.
+func dropSeed(modelSeed, forwardSeed uint64, site string) uint64 {
+	return DeriveSeed(Mix64(modelSeed^Mix64(forwardSeed)), site)
+}
+
+// checkpointed reports whether stage i is recomputed in backward under policy every (0 none,
+// 1 all, N every Nth starting with the first).
+func checkpointed(every, i int) bool { return every > 0 && i%every == 0 }
+
+func freeAll(dev Device, ts ...*Tensor) {
+	for _, t := range ts {
+		if t != nil {
+			dev.Free(t)
+		}
+	}
+}
