@@ -20,7 +20,7 @@ import (
 // The test binary doubles as the worker program: with GODDP_TEST_WORKER set it runs a fake
 // worker instead of the tests.
 func TestMain(m *testing.M) {
-	if os.Getenv("GODDP_TEST_WORKER") != "" {
+	if _, ok := os.LookupEnv("GODDP_TEST_WORKER"); ok {
 		fakeWorker()
 		os.Exit(0)
 	}
@@ -159,7 +159,8 @@ func newFakeJob(t *testing.T) *fakeJob {
 // env returns a base environment running actions on every rank, with per-rank overrides
 // ("R1" → actions).
 func (j *fakeJob) env(actions string, perRank map[int]string) []string {
-	env := append(os.Environ(), "GODDP_TEST_WORKER="+actions, "GODDP_TEST_DIR="+j.dir)
+	// A -race binary sleeps 1s at exit by default (GORACE atexit_sleep_ms); fake workers need not.
+	env := append(os.Environ(), "GODDP_TEST_WORKER="+actions, "GODDP_TEST_DIR="+j.dir, "GORACE=atexit_sleep_ms=0")
 	for r, a := range perRank {
 		env = append(env, fmt.Sprintf("GODDP_TEST_WORKER_R%d=%s", r, a))
 	}
