@@ -266,6 +266,12 @@ func (l *Loader) getBatch() *Batch {
 // the next call returns it), ErrClosed after Close, and io.EOF at the end of
 // an eval loader's pass. The caller owns the batch until Release.
 func (l *Loader) Next(ctx context.Context) (*Batch, error) {
+	if l.ctx.Err() != nil {
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if l.pending == nil {
 		select {
 		case j, ok := <-l.order:
