@@ -1,0 +1,219 @@
+package model
+
+import (
+	"fmt"
+	"math"
+)
+
+// Optimizers update the f32 master weights from the f32 gradient slab with one device operation
+// per run of parameters, and write the f16 compute copy in the same pass under mixed precision.
+// Their state (AdamW's m and v, SGD's momentum) mirrors the parameter slab: one allocation each,
+// so a checkpoint stores it as a few named tensors.
+
+// Optimizer is what the trainer steps.
+type Optimizer interface {
+	// Step applies one update at learning rate lr and advances the step count.
+	Step(lr float32)
+	// State lists the optimizer's tensors by name, for checkpoints (views of the device slabs:
+	// loading writes into them).
+	State() []NamedState
+	// Steps is the number of updates taken (AdamW's bias correction depends on it).
+	Steps() int64
+	SetSteps(n int64)
+	// Free releases the state slabs.
+	Free()
+}
+
+// NamedState is one optimizer state tensor, e.g. {"adamw.m", (N) f32}.
+type NamedState struct {
+	Name string
+	T    *Tensor
+}
+
+// decayRun is a contiguous range of parameters that share a decay flag: one device call each.
+type decayRun struct {
+	off, n int
+	decay  bool
+}
+
+// decayRuns merges neighbouring parameters with equal Decay into ranges of the slabs.
+func decayRuns(ps *Params) []decayRun {
+	var runs []decayRun
+	for _, p := range ps.List {
+		n := p.W.Len()
+		if k := len(runs) - 1; k >= 0 && runs[k].decay == p.Decay && runs[k].off+runs[k].n == p.Offset {
+			runs[k].n += n
+			continue
+		}
+		runs = append(runs, decayRun{off: p.Offset, n: n, decay: p.Decay})
+	}
+	return runs
+}
+
+func halfView(ps *Params, off, n int) *Tensor {
+	if ps.Half == nil {
+		return nil
+	}
+	return ps.Half.View(off, n)
+}
+
+// ---- AdamW ----
+
+// AdamWConfig: Loshchilov & Hutter's decoupled weight decay, PyTorch's defaults.
+type AdamWConfig struct {
+	Beta1       float32 // 0.9
+	Beta2       float32 // 0.999
+	Eps         float32 // 1e-8
+	WeightDecay float32 // 0.01, applied only to parameters with Decay set
+}
+
+// DefaultAdamW returns PyTorch's AdamW defaults.
+func DefaultAdamW() AdamWConfig {
+	return AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01}
+}
+
+// AdamW keeps first and second moments m, v (N) f32 beside the parameter slab:
+//
+//	m = β1·m + (1−β1)·g,  v = β2·v + (1−β2)·g²,  m̂ = m/(1−β1ᵗ),  v̂ = v/(1−β2ᵗ)
+//	w −= lr·(m̂/(√v̂ + ε) + λ·w)      (λ = WeightDecay for decayed parameters, else 0)
+type AdamW struct {
+	Cfg  AdamWConfig
+	ps   *Params
+	M, V *Tensor // (N) f32
+	t    int64
+	runs []decayRun
+}
+
+// NewAdamW allocates zeroed moments for ps.
+func NewAdamW(ps *Params, cfg AdamWConfig) (*AdamW, error) {
+	if !(cfg.Beta1 >= 0 && cfg.Beta1 < 1) || !(cfg.Beta2 >= 0 && cfg.Beta2 < 1) {
+		return nil, fmt.Errorf("model: AdamW betas (%v, %v) must lie in [0,1)", cfg.Beta1, cfg.Beta2)
+	}
+	if !(cfg.Eps > 0) || !(cfg.WeightDecay >= 0) {
+		return nil, fmt.Errorf("model: AdamW eps %v must be > 0 and weight decay %v ≥ 0", cfg.Eps, cfg.WeightDecay)
+	}
+	dev := ps.Device()
+	o := &AdamW{Cfg: cfg, ps: ps, runs: decayRuns(ps)}
+	o.M = dev.Alloc(F32, "adamw.m", ps.N)
+	o.V = dev.Alloc(F32, "adamw.v", ps.N)
+	dev.Fill(o.M, 0)
+	dev.Fill(o.V, 0)
+	return o, nil
+}
+
+func (o *AdamW) Step(lr float32) {
+	o.t++
+	dev := o.ps.Device()
+	a := AdamWArgs{
+		LR: lr, Beta1: o.Cfg.Beta1, Beta2: o.Cfg.Beta2, Eps: o.Cfg.Eps,
+		BiasCorr1: float32(1 - math.Pow(float64(o.Cfg.Beta1), float64(o.t))),
+		BiasCorr2: float32(1 - math.Pow(float64(o.Cfg.Beta2), float64(o.t))),
+	}
+	for _, r := range o.runs {
+		a.WeightDecay = 0
+		if r.decay {
+			a.WeightDecay = o.Cfg.WeightDecay
+		}
+		dev.AdamW(o.ps.Data.View(r.off, r.n), o.ps.Grad.View(r.off, r.n), o.M.View(r.off, r.n),
+			o.V.View(r.off, r.n), halfView(o.ps, r.off, r.n), a)
+	}
+}
+
+func (o *AdamW) State() []NamedState {
+	return []NamedState{{"adamw.m", o.M}, {"adamw.v", o.V}}
+}
+func (o *AdamW) Steps() int64     { return o.t }
+func (o *AdamW) SetSteps(n int64) { o.t = n }
+func (o *AdamW) Free() {
+	freeAll(o.ps.Device(), o.M, o.V)
+	o.M, o.V = nil, nil
+}
+
+// ---- SGD ----
+
+// SGDConfig: PyTorch's SGD. With momentum μ the buffer is b = μ·b + g (+ λ·w); the step uses b, or
+// g + μ·b with Nesterov.
+type SGDConfig struct {
+	Momentum    float32
+	Nesterov    bool
+	WeightDecay float32 // L2, applied only to parameters with Decay set
+}
+
+// SGD is stochastic gradient descent with optional (Nesterov) momentum.
+type SGD struct {
+	Cfg  SGDConfig
+	ps   *Params
+	Mom  *Tensor // (N) f32, nil without momentum
+	t    int64
+	runs []decayRun
+}
+
+// NewSGD allocates a zeroed momentum buffer when Momentum > 0.
+func NewSGD(ps *Params, cfg SGDConfig) (*SGD, error) {
+	if !(cfg.Momentum >= 0 && cfg.Momentum < 1) || !(cfg.WeightDecay >= 0) {
+		return nil, fmt.Errorf("model: SGD momentum %v must lie in [0,1) and weight decay %v be ≥ 0", cfg.Momentum, cfg.WeightDecay)
+	}
+	if cfg.Nesterov && cfg.Momentum == 0 {
+		return nil, fmt.Errorf("model: SGD with Nesterov needs momentum > 0")
+	}
+	o := &SGD{Cfg: cfg, ps: ps, runs: decayRuns(ps)}
+	if cfg.Momentum > 0 {
+		dev := ps.Device()
+		o.Mom = dev.Alloc(F32, "sgd.momentum", ps.N)
+		dev.Fill(o.Mom, 0)
+	}
+	return o, nil
+}
+
+func (o *SGD) Step(lr float32) {
+	o.t++
+	dev := o.ps.Device()
+	a := SGDArgs{LR: lr, Momentum: o.Cfg.Momentum, Nesterov: o.Cfg.Nesterov}
+	for _, r := range o.runs {
+		a.WeightDecay = 0
+		if r.decay {
+			a.WeightDecay = o.Cfg.WeightDecay
+		}
+		var mom *Tensor
+		if o.Mom != nil {
+			mom = o.Mom.View(r.off, r.n)
+		}
+		dev.SGD(o.ps.Data.View(r.off, r.n), o.ps.Grad.View(r.off, r.n), mom, halfView(o.ps, r.off, r.n), a)
+	}
+}
+
+func (o *SGD) State() []NamedState {
+	if o.Mom == nil {
+		return nil
+	}
+	return []NamedState{{"sgd.momentum", o.Mom}}
+}
+func (o *SGD) Steps() int64     { return o.t }
+func (o *SGD) SetSteps(n int64) { o.t = n }
+func (o *SGD) Free() {
+	freeAll(o.ps.Device(), o.Mom)
+	o.Mom = nil
+}
+
+var (
+	_ Optimizer = (*AdamW)(nil)
+	_ Optimizer = (*SGD)(nil)
+)
+
+// ClipGradNorm scales the gradient slab so that its global L2 norm is at most max (max ≤ 0 only
+// measures) and returns the norm before clipping. It reads the norm back, so it waits for the
+// device. A non-finite norm leaves the gradients alone (the scaler skips such steps).
+func ClipGradNorm(ps *Params, max float32) float32 {
+	dev := ps.Device()
+	sq := dev.Alloc(F32, "clip.norm", 1)
+	dev.Fill(sq, 0)
+	dev.SumSquares(sq, ps.Grad)
+	var h [1]float32
+	dev.Download(h[:], sq)
+	dev.Free(sq)
+	norm := float32(math.Sqrt(float64(h[0])))
+	if max > 0 && norm > max && !math.IsInf(float64(norm), 0) && !math.IsNaN(float64(norm)) {
+		dev.Scale(ps.Grad, max/(norm+1e-6))
+	}
+	return norm
+}

@@ -1,0 +1,194 @@
+package model
+
+import (
+	"math"
+	"math/rand"
+	"testing"
+)
+
+// Optimizers against float64 references of their formulas, over several steps with fresh
+// gradients, a decayed and a non-decayed parameter, and the f16 copy. Tolerance: |w − ref| ≤
+// 1e-5·max(1,|ref|) (f32 arithmetic on values of order 1); the f16 copy equals the rounded master.
+
+func optimParams(t *testing.T, half bool) (*CPU, *Params) {
+	dev := NewCPU()
+	ps := NewParams(dev)
+	ps.Add("w", Init{Std: 1}, true, 3, 4)
+	ps.Add("b", Init{Std: 1}, false, 5)
+	ps.Add("w2", Init{Std: 1}, true, 7)
+	ps.Build(half)
+	ps.Init(3)
+	return dev, ps
+}
+
+func checkVec(t *testing.T, what string, got []float32, want []float64) {
+	t.Helper()
+	for i := range want {
+		if d := math.Abs(float64(got[i]) - want[i]); d > 1e-5*math.Max(1, math.Abs(want[i])) {
+			t.Fatalf("%s[%d] = %.8g, want %.8g", what, i, got[i], want[i])
+		}
+	}
+}
+
+func checkHalf(t *testing.T, ps *Params) {
+	t.Helper()
+	w := ps.Host()
+	h := ToHost(ps.Half)
+	for i := range w {
+		if h[i] != F16ToF32(F32ToF16(w[i])) {
+			t.Fatalf("f16 copy [%d] = %v, master %v", i, h[i], w[i])
+		}
+	}
+}
+
+func TestAdamW_matchesReference(t *testing.T) {
+	dev, ps := optimParams(t, true)
+	cfg := AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
+	opt, err := NewAdamW(ps, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewSource(1))
+	w := make([]float64, ps.N)
+	for i, v := range ps.Host() {
+		w[i] = float64(v)
+	}
+	m, v := make([]float64, ps.N), make([]float64, ps.N)
+	for step := 1; step <= 5; step++ {
+		g := make([]float32, ps.N)
+		for i := range g {
+			g[i] = float32(rng.NormFloat64())
+		}
+		dev.Upload(ps.Grad, g)
+		lr := 0.01 * float64(step)
+		opt.Step(float32(lr))
+		for _, p := range ps.List {
+			wd := 0.0
+			if p.Decay {
+				wd = float64(cfg.WeightDecay)
+			}
+			for i := p.Offset; i < p.Offset+p.W.Len(); i++ {
+				b1, b2 := float64(cfg.Beta1), float64(cfg.Beta2)
+				m[i] = b1*m[i] + (1-b1)*float64(g[i])
+				v[i] = b2*v[i] + (1-b2)*float64(g[i])*float64(g[i])
+				mh := m[i] / (1 - math.Pow(b1, float64(step)))
+				vh := v[i] / (1 - math.Pow(b2, float64(step)))
+				w[i] -= lr * (mh/(math.Sqrt(vh)+float64(cfg.Eps)) + wd*w[i])
+			}
+		}
+		checkVec(t, "w", ps.Host(), w)
+		checkVec(t, "m", ToHost(opt.M), m)
+		checkVec(t, "v", ToHost(opt.V), v)
+		checkHalf(t, ps)
+	}
+	if opt.Steps() != 5 {
+		t.Fatalf("Steps = %d", opt.Steps())
+	}
+	st := opt.State()
+	if len(st) != 2 || st[0].Name != "adamw.m" || st[1].Name != "adamw.v" || st[0].T.Len() != ps.N {
+		t.Fatalf("State = %v", st)
+	}
+	opt.Free()
+}
+
+func TestSGD_matchesReference(t *testing.T) {
+	for _, cfg := range []SGDConfig{
+		{},
+		{Momentum: 0.9, WeightDecay: 0.01},
+		{Momentum: 0.8, Nesterov: true, WeightDecay: 0.05},
+	} {
+		dev, ps := optimParams(t, false)
+		opt, err := NewSGD(ps, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewSource(2))
+		w := make([]float64, ps.N)
+		for i, v := range ps.Host() {
+			w[i] = float64(v)
+		}
+		buf := make([]float64, ps.N)
+		for step := 1; step <= 4; step++ {
+			g := make([]float32, ps.N)
+			for i := range g {
+				g[i] = float32(rng.NormFloat64())
+			}
+			dev.Upload(ps.Grad, g)
+			const lr = 0.1
+			opt.Step(lr)
+			mu := float64(cfg.Momentum)
+			for _, p := range ps.List {
+				wd := 0.0
+				if p.Decay {
+					wd = float64(cfg.WeightDecay)
+				}
+				for i := p.Offset; i < p.Offset+p.W.Len(); i++ {
+					d := float64(g[i]) + wd*w[i]
+					if mu > 0 {
+						buf[i] = mu*buf[i] + d
+						if cfg.Nesterov {
+							d += mu * buf[i]
+						} else {
+							d = buf[i]
+						}
+					}
+					w[i] -= lr * d
+				}
+			}
+			checkVec(t, "w", ps.Host(), w)
+		}
+		if (cfg.Momentum > 0) != (len(opt.State()) == 1) {
+			t.Fatalf("%+v: State = %v", cfg, opt.State())
+		}
+	}
+}
+
+func TestClipGradNorm(t *testing.T) {
+	dev, ps := optimParams(t, false)
+	g := make([]float32, ps.N)
+	var sq float64
+	for i := range g {
+		g[i] = float32(i%7) - 3
+		sq += float64(g[i]) * float64(g[i])
+	}
+	dev.Upload(ps.Grad, g)
+	norm := ClipGradNorm(ps, 1)
+	if math.Abs(float64(norm)-math.Sqrt(sq)) > 1e-4*math.Sqrt(sq) {
+		t.Fatalf("norm %v, want %v", norm, math.Sqrt(sq))
+	}
+	if after := ClipGradNorm(ps, 0); math.Abs(float64(after)-1) > 1e-4 {
+		t.Fatalf("norm after clipping to 1: %v", after)
+	}
+	if again := ClipGradNorm(ps, 5); math.Abs(float64(again)-1) > 1e-4 {
+		t.Fatalf("a norm below max must be left alone: %v", again)
+	}
+}
+
+func TestSchedules(t *testing.T) {
+	c := ConstantLR(0.3)
+	if c(0) != 0.3 || c(1e6) != 0.3 {
+		t.Fatal("constant")
+	}
+	s, err := NewSchedule(ScheduleConfig{Kind: "cosine", LR: 1, MinLR: 0.1, Warmup: 10, Total: 110})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		step int64
+		want float64
+	}{{0, 0.1}, {4, 0.5}, {9, 1}, {10, 1}, {60, 0.55}, {110, 0.1}, {500, 0.1}} {
+		if got := s(tc.step); math.Abs(float64(got)-tc.want) > 1e-6 {
+			t.Errorf("lr(%d) = %v, want %v", tc.step, got, tc.want)
+		}
+	}
+	for i := int64(10); i < 110; i++ {
+		if s(i+1) > s(i) {
+			t.Fatalf("cosine rises at %d", i)
+		}
+	}
+	for _, bad := range []ScheduleConfig{{Kind: "cosine", LR: 1, Warmup: 5, Total: 5}, {Kind: "step", LR: 1}, {LR: 0}, {Kind: "cosine", LR: 1, MinLR: 2, Total: 3}} {
+		if _, err := NewSchedule(bad); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,136 @@
+package model
+
+import (
+	"fmt"
+	"math"
+)
+
+// Dynamic loss scaling for mixed precision, like torch.amp.GradScaler.
+//
+// The loss is multiplied by Scale before backward (Model.Backward(scale)), so small f16 activation
+// gradients do not underflow. Before the optimizer step the gradients are unscaled and checked:
+//
+//	flag := s.UnscaleCheck(ps)     // device op: grads *= 1/scale, flag = any inf/NaN
+//	found := s.FoundInf(flag)      // reads the flag (DDP all-reduces it first, so ranks agree)
+//	if !found { opt.Step(lr) }     // a step with inf/NaN is skipped: weights and state untouched
+//	err := s.Update(found)         // ×Backoff on overflow, ×Growth after Interval clean steps
+//
+// Update fails once the scale has fallen below MinScale: gradients overflow at every scale, the
+// run has diverged.
+type Scaler struct {
+	Cfg   ScalerConfig
+	dev   Device
+	flag  *Tensor // (1) f32
+	state ScalerState
+}
+
+// ScalerConfig: torch's GradScaler defaults plus a floor.
+type ScalerConfig struct {
+	Enabled  bool    // false: scale 1, no unscaling, never skips (f32 training)
+	Init     float32 // 65536
+	Growth   float32 // 2
+	Backoff  float32 // 0.5
+	Interval int     // 2000 clean steps between growths
+	MinScale float32 // 1: falling below it is an error
+}
+
+// DefaultScaler is GradScaler's configuration, enabled.
+func DefaultScaler() ScalerConfig {
+	return ScalerConfig{Enabled: true, Init: 65536, Growth: 2, Backoff: 0.5, Interval: 2000, MinScale: 1}
+}
+
+// ScalerState is what a checkpoint keeps.
+type ScalerState struct {
+	Scale   float32
+	Clean   int   // consecutive clean steps since the last growth or overflow
+	Skipped int64 // steps skipped for inf/NaN gradients, in total
+}
+
+// NewScaler makes a scaler on dev; a disabled one keeps scale 1.
+func NewScaler(dev Device, cfg ScalerConfig) (*Scaler, error) {
+	if cfg.Enabled {
+		switch {
+		case !(cfg.Init > 0) || math.IsInf(float64(cfg.Init), 0):
+			return nil, fmt.Errorf("model: scaler Init = %v: must be positive and finite", cfg.Init)
+		case !(cfg.Growth >= 1):
+			return nil, fmt.Errorf("model: scaler Growth = %v: must be ≥ 1", cfg.Growth)
+		case !(cfg.Backoff > 0 && cfg.Backoff < 1):
+			return nil, fmt.Errorf("model: scaler Backoff = %v: must lie in (0,1)", cfg.Backoff)
+		case cfg.Interval < 1:
+			return nil, fmt.Errorf("model: scaler Interval = %d: must be ≥ 1", cfg.Interval)
+		case !(cfg.MinScale >= 0) || cfg.MinScale > cfg.Init:
+			return nil, fmt.Errorf("model: scaler MinScale = %v: must lie in [0, Init = %v]", cfg.MinScale, cfg.Init)
+		}
+	}
+	s := &Scaler{Cfg: cfg, dev: dev, flag: dev.Alloc(F32, "scaler.found_inf", 1)}
+	s.state.Scale = 1
+	if cfg.Enabled {
+		s.state.Scale = cfg.Init
+	}
+	dev.Fill(s.flag, 0)
+	return s, nil
+}
+
+// Scale is the factor for this step's loss.
+func (s *Scaler) Scale() float32 { return s.state.Scale }
+
+// Skipped counts steps skipped so far.
+func (s *Scaler) Skipped() int64 { return s.state.Skipped }
+
+// UnscaleCheck divides the gradient slab by the scale and returns a device flag (1) f32 that is 1
+// when any gradient is inf or NaN, 0 otherwise. The flag is the scaler's own buffer, valid until
+// the next call. Disabled: nothing is unscaled or checked and the flag is 0.
+func (s *Scaler) UnscaleCheck(ps *Params) *Tensor {
+	s.dev.Fill(s.flag, 0)
+	if s.Cfg.Enabled {
+		s.dev.UnscaleCheck(ps.Grad, 1/s.state.Scale, s.flag)
+	}
+	return s.flag
+}
+
+// FoundInf reads a flag from UnscaleCheck (after DDP has combined it across ranks); it waits.
+func (s *Scaler) FoundInf(flag *Tensor) bool {
+	var h [1]float32
+	s.dev.Download(h[:], flag)
+	return h[0] != 0
+}
+
+// Update advances the scale after a step: found means the step was skipped.
+func (s *Scaler) Update(found bool) error {
+	if !s.Cfg.Enabled {
+		return nil
+	}
+	st := &s.state
+	if found {
+		st.Skipped++
+		st.Clean = 0
+		st.Scale *= s.Cfg.Backoff
+		if st.Scale < s.Cfg.MinScale {
+			return fmt.Errorf("model: loss scale fell to %g, below the floor %g (ScalerConfig.MinScale): "+
+				"gradients hold inf/NaN at every scale (%d steps skipped so far); the run has diverged",
+				st.Scale, s.Cfg.MinScale, st.Skipped)
+		}
+		return nil
+	}
+	st.Clean++
+	if st.Clean >= s.Cfg.Interval {
+		st.Scale *= s.Cfg.Growth
+		st.Clean = 0
+	}
+	return nil
+}
+
+// Step is the whole single-process sequence: unscale and check, step unless found, update.
+// It reports whether the optimizer stepped.
+func (s *Scaler) Step(ps *Params, opt Optimizer, lr float32) (bool, error) {
+	found := s.FoundInf(s.UnscaleCheck(ps))
+	if !found {
+		opt.Step(lr)
+	}
+	return !found, s.Update(found)
+}
+
+// State and SetState save and restore the scaler for checkpoints.
+func (s *Scaler) State() ScalerState      { return s.state }
+func (s *Scaler) SetState(st ScalerState) { s.state = st }
+func (s *Scaler) Free()                   { freeAll(s.dev, s.flag); s.flag = nil }
