@@ -314,7 +314,11 @@ func printFailure(w io.Writer, f *WorkerExit) {
 	if len(f.Tail) == 0 {
 		fmt.Fprintf(&b, "ddplaunch: rank %d wrote no output\n", f.Rank)
 	} else {
-		fmt.Fprintf(&b, "ddplaunch: last %d lines of rank %d:\n", len(f.Tail), f.Rank)
+		what := fmt.Sprintf("last %d lines", len(f.Tail))
+		if len(f.Tail) == 1 {
+			what = "last line"
+		}
+		fmt.Fprintf(&b, "ddplaunch: %s of rank %d:\n", what, f.Rank)
 		for _, l := range f.Tail {
 			fmt.Fprintf(&b, "    %s\n", l)
 		}
