@@ -1,0 +1,351 @@
+package model
+
+import (
+	"sync"
+	"unsafe"
+)
+
+// The CPU's SGEMM, organised like BLIS/GotoBLAS:
+//
+//	for jc over N in NC columns          (one thread's share of N, or all of it)
+//	  for pc over K in KC steps          pack op(B)[pc:pc+kc, jc:jc+nc] into NR-wide panels
+//	    for ic over M in MC rows         pack op(A)[ic:ic+mc, pc:pc+kc] into MR-tall panels
+//	      for jr over nc in NR           one B micro-panel (kc×NR) stays in L1
+//	        for ir over mc in MR         micro-kernel: C[MR×NR] = alpha·Apanel·Bpanel + beta·C
+//
+// Transposes and f16 widening happen in the packing, so operands are read where they lie. The
+// micro-kernel is AVX-512 or AVX2+FMA assembly where the CPU has it (cpu_gemm_amd64.s) and plain
+// Go elsewhere; edge tiles go through a zero-padded MR×NR scratch tile. Threads split C by columns
+// (or by rows when C is taller than wide) and each runs the whole loop nest on its share with its
+// own packing buffers, so they never wait on each other.
+
+const (
+	gemmMR = 12   // rows of a micro-tile
+	gemmNR = 32   // columns of a micro-tile (two 16-wide AVX-512 vectors)
+	gemmKC = 256  // depth of a packed block: a B micro-panel is kc·NR·4 = 32 KiB (L1)
+	gemmMC = 144  // rows of a packed A block: 144·256·4 = 144 KiB (L2)
+	gemmNC = 2048 // columns of a packed B block
+)
+
+// gemmSrc is an operand seen as op(X): element (i, j) is at off + i*rs + j*cs of f32 (or, when
+// f32 is nil, of the f16 halves in f16).
+type gemmSrc struct {
+	f32    []float32
+	f16    []uint16
+	off    int
+	rs, cs int
+}
+
+// gemmOperand describes op(t) for a matrix t of rows×cols elements starting at element off of t.
+func gemmOperand(t *Tensor, off, rows, cols int, trans bool) gemmSrc {
+	s := gemmSrc{off: off, rs: cols, cs: 1}
+	if trans {
+		s.rs, s.cs = 1, cols
+	}
+	switch t.dtype {
+	case F32:
+		s.f32 = f32s(t)
+	case F16:
+		s.f16 = f16s(t)
+	default:
+		panic("model: MatMul of " + t.String())
+	}
+	return s
+}
+
+// gemmWS is one thread's packing buffers, reused through gemmPool.
+type gemmWS struct {
+	a    []float32
+	b    []float32
+	tile [gemmMR * gemmNR]float32
+}
+
+var gemmPool = sync.Pool{New: func() any { return new(gemmWS) }}
+
+func grow(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
+}
+
+// gemmKernel computes the MR×NR tile C = alpha·A·B + beta·C from packed panels a (k×MR) and
+// b (k×NR); c has row stride ldc. beta == 0 never reads C.
+type gemmKernel func(k int, a, b, c *float32, ldc int, alpha, beta float32)
+
+// gemmKern is the micro-kernel in use (set by cpu_gemm_amd64.go when the CPU allows).
+var gemmKern gemmKernel = gemmKernGo
+
+// gemm computes C[m0:m1, n0:n1] = alpha·op(A)·op(B) + beta·C on one thread; C is row-major with
+// row stride ldc, op(A) is M×k, op(B) is k×N.
+func (w *gemmWS) gemm(m0, m1, n0, n1, k int, A, B gemmSrc, C []float32, ldc int, alpha, beta float32) {
+	if m0 >= m1 || n0 >= n1 {
+		return
+	}
+	if k == 0 {
+		for i := m0; i < m1; i++ {
+			row := C[i*ldc+n0 : i*ldc+n1]
+			if beta == 0 {
+				clear(row)
+			} else {
+				for j := range row {
+					row[j] *= beta
+				}
+			}
+		}
+		return
+	}
+	kern := gemmKern
+	for jc := n0; jc < n1; jc += gemmNC {
+		nc := min(gemmNC, n1-jc)
+		ncp := (nc + gemmNR - 1) / gemmNR * gemmNR
+		for pc := 0; pc < k; pc += gemmKC {
+			kc := min(gemmKC, k-pc)
+			w.b = grow(w.b, kc*ncp)
+			packB(w.b, B, pc, kc, jc, nc)
+			bet := beta
+			if pc > 0 {
+				bet = 1
+			}
+			for ic := m0; ic < m1; ic += gemmMC {
+				mc := min(gemmMC, m1-ic)
+				mcp := (mc + gemmMR - 1) / gemmMR * gemmMR
+				w.a = grow(w.a, kc*mcp)
+				packA(w.a, A, ic, mc, pc, kc)
+				for jr := 0; jr < nc; jr += gemmNR {
+					bp := &w.b[jr*kc]
+					cols := min(gemmNR, nc-jr)
+					for ir := 0; ir < mc; ir += gemmMR {
+						ap := &w.a[ir*kc]
+						rows := min(gemmMR, mc-ir)
+						ci := (ic+ir)*ldc + jc + jr
+						if rows == gemmMR && cols == gemmNR {
+							kern(kc, ap, bp, &C[ci], ldc, alpha, bet)
+							continue
+						}
+						t := &w.tile
+						kern(kc, ap, bp, &t[0], gemmNR, alpha, 0)
+						for r := 0; r < rows; r++ {
+							dst := C[ci+r*ldc : ci+r*ldc+cols]
+							src := t[r*gemmNR : r*gemmNR+cols]
+							if bet == 0 {
+								copy(dst, src)
+							} else {
+								for j, v := range src {
+									dst[j] = v + bet*dst[j]
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// packA packs op(A)[i0:i0+mc, p0:p0+kc] into MR-row panels: panel q holds rows q·MR.. as
+// dst[q·MR·kc + p·MR + r], rows past mc zero.
+func packA(dst []float32, s gemmSrc, i0, mc, p0, kc int) {
+	for ir := 0; ir < mc; ir += gemmMR {
+		rows := min(gemmMR, mc-ir)
+		d := dst[ir*kc : ir*kc+gemmMR*kc]
+		if s.cs == 1 {
+			// Rows of op(A) are contiguous: read each row, write with stride MR.
+			for r := 0; r < rows; r++ {
+				base := s.off + (i0+ir+r)*s.rs + p0
+				if s.f32 != nil {
+					src := s.f32[base : base+kc]
+					for p, v := range src {
+						d[p*gemmMR+r] = v
+					}
+				} else {
+					src := s.f16[base : base+kc]
+					t := f16table
+					for p, h := range src {
+						d[p*gemmMR+r] = t[h]
+					}
+				}
+			}
+			if rows < gemmMR {
+				for p := 0; p < kc; p++ {
+					clear(d[p*gemmMR+rows : (p+1)*gemmMR])
+				}
+			}
+			continue
+		}
+		// Columns of op(A) are contiguous (rs == 1): each k step is MR consecutive values.
+		for p := 0; p < kc; p++ {
+			base := s.off + (i0+ir)*s.rs + (p0+p)*s.cs
+			dp := d[p*gemmMR : (p+1)*gemmMR]
+			if s.f32 != nil {
+				copy(dp[:rows], s.f32[base:base+rows])
+			} else {
+				DecodeF16(dp[:rows], s.f16[base:base+rows])
+			}
+			clear(dp[rows:])
+		}
+	}
+}
+
+// packB packs op(B)[p0:p0+kc, j0:j0+nc] into NR-column panels: panel q holds columns q·NR.. as
+// dst[q·NR·kc + p·NR + j], columns past nc zero.
+func packB(dst []float32, s gemmSrc, p0, kc, j0, nc int) {
+	for jr := 0; jr < nc; jr += gemmNR {
+		cols := min(gemmNR, nc-jr)
+		d := dst[jr*kc : jr*kc+gemmNR*kc]
+		if s.cs == 1 {
+			// Rows of op(B) are contiguous: a copy per k step.
+			for p := 0; p < kc; p++ {
+				base := s.off + (p0+p)*s.rs + j0 + jr
+				dp := d[p*gemmNR : (p+1)*gemmNR]
+				if s.f32 != nil {
+					copy(dp[:cols], s.f32[base:base+cols])
+				} else {
+					DecodeF16(dp[:cols], s.f16[base:base+cols])
+				}
+				clear(dp[cols:])
+			}
+			continue
+		}
+		// Columns of op(B) are contiguous (B stored transposed): transpose 8 columns at a time.
+		j := 0
+		for ; j+8 <= cols; j += 8 {
+			base := s.off + p0 + (j0+jr+j)*s.cs
+			if s.f32 != nil {
+				packBT8(d[j:], s.f32[base:], s.cs, kc)
+			} else {
+				packBT8h(d[j:], s.f16[base:], s.cs, kc)
+			}
+		}
+		for ; j < cols; j++ {
+			base := s.off + p0 + (j0+jr+j)*s.cs
+			if s.f32 != nil {
+				src := s.f32[base : base+kc]
+				for p, v := range src {
+					d[p*gemmNR+j] = v
+				}
+			} else {
+				src := s.f16[base : base+kc]
+				t := f16table
+				for p, h := range src {
+					d[p*gemmNR+j] = t[h]
+				}
+			}
+		}
+		if cols < gemmNR {
+			for p := 0; p < kc; p++ {
+				clear(d[p*gemmNR+cols : (p+1)*gemmNR])
+			}
+		}
+	}
+}
+
+// packBT8 writes d[p·NR + c] = s[c·cs + p] for c < 8, p < kc.
+func packBT8(d, s []float32, cs, kc int) {
+	s0 := s[0*cs : 0*cs+kc]
+	s1 := s[1*cs : 1*cs+kc]
+	s2 := s[2*cs : 2*cs+kc]
+	s3 := s[3*cs : 3*cs+kc]
+	s4 := s[4*cs : 4*cs+kc]
+	s5 := s[5*cs : 5*cs+kc]
+	s6 := s[6*cs : 6*cs+kc]
+	s7 := s[7*cs : 7*cs+kc]
+	for p := range s0 {
+		dp := d[p*gemmNR : p*gemmNR+8]
+		dp[0], dp[1], dp[2], dp[3] = s0[p], s1[p], s2[p], s3[p]
+		dp[4], dp[5], dp[6], dp[7] = s4[p], s5[p], s6[p], s7[p]
+	}
+}
+
+func packBT8h(d []float32, s []uint16, cs, kc int) {
+	t := f16table
+	for c := 0; c < 8; c++ {
+		src := s[c*cs : c*cs+kc]
+		for p, h := range src {
+			d[p*gemmNR+c] = t[h]
+		}
+	}
+}
+
+// gemmKernGo is the portable micro-kernel.
+func gemmKernGo(k int, a, b, c *float32, ldc int, alpha, beta float32) {
+	as := unsafe.Slice(a, k*gemmMR)
+	bs := unsafe.Slice(b, k*gemmNR)
+	var acc [gemmMR][gemmNR]float32
+	for p := 0; p < k; p++ {
+		bp := (*[gemmNR]float32)(bs[p*gemmNR:])
+		ap := (*[gemmMR]float32)(as[p*gemmMR:])
+		for r := range gemmMR {
+			x := ap[r]
+			row := &acc[r]
+			for j := range gemmNR {
+				row[j] += x * bp[j]
+			}
+		}
+	}
+	cs := unsafe.Slice(c, (gemmMR-1)*ldc+gemmNR)
+	for r := range gemmMR {
+		row := cs[r*ldc : r*ldc+gemmNR]
+		if beta == 0 {
+			for j := range row {
+				row[j] = alpha * acc[r][j]
+			}
+		} else {
+			for j := range row {
+				row[j] = alpha*acc[r][j] + beta*row[j]
+			}
+		}
+	}
+}
+
+// gemm computes C (m×n, row stride n) = alpha·op(A)·op(B) + beta·C across the device's threads.
+func (c *CPU) gemm(m, n, k int, A, B gemmSrc, C []float32, alpha, beta float32) {
+	if m == 0 || n == 0 {
+		return
+	}
+	threads := c.threads
+	if m*n*k < 1<<17 {
+		threads = 1
+	}
+	// Split the longer side of C: each thread packs all of the other operand, so the redundant
+	// packing is of the smaller one.
+	splitN := n >= m
+	unit := gemmMR
+	span := m
+	if splitN {
+		unit, span = gemmNR, n
+	}
+	units := (span + unit - 1) / unit
+	parts := max(1, min(threads, units))
+	if parts == 1 {
+		w := gemmPool.Get().(*gemmWS)
+		w.gemm(0, m, 0, n, k, A, B, C, n, alpha, beta)
+		gemmPool.Put(w)
+		return
+	}
+	var wg sync.WaitGroup
+	for p := 0; p < parts; p++ {
+		lo := min(span, units*p/parts*unit)
+		hi := min(span, units*(p+1)/parts*unit)
+		if lo >= hi {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := gemmPool.Get().(*gemmWS)
+			if splitN {
+				w.gemm(0, m, lo, hi, k, A, B, C, n, alpha, beta)
+			} else {
+				w.gemm(lo, hi, 0, n, k, A, B, C, n, alpha, beta)
+			}
+			gemmPool.Put(w)
+		}()
+	}
+	wg.Wait()
+}
+
+type namedKernel struct {
+	name string
+	fn   gemmKernel
+}
