@@ -1,0 +1,69 @@
+// Package model is goddp's tensor engine and everything that trains on it: devices, tensors and
+// memory accounting, layers with explicit forward and backward, the MLP and GPT models, the loss,
+// optimizers, learning-rate schedules and the dynamic loss scaler.
+//
+// # Shapes
+//
+// Dimensions are named once and used everywhere: B batch, T sequence length (≤ Context), C width,
+// H heads, hs = C/H head size, V vocabulary, R "rows" (all leading dimensions of a tensor read as a
+// matrix). Every function says its shapes, "x (B,T,C)", and every struct field carries its shape.
+// Weights follow PyTorch: a Linear's W is (Out,In) and y = x·Wᵀ + b.
+//
+// # Layers
+//
+// Each layer file holds one concept, llm.c style: XForward next to XBackward, the backward's
+// parameters listing its outputs first (dx, dw, db), then dout, then exactly the forward tensors
+// it reads (x, w, mean, rstd). Nothing is taped: what a layer saves shows in its signature. The
+// files: layer_linear.go, layer_activation.go (ReLU, GELU), layer_layernorm.go,
+// layer_embedding.go (tokens + learned positions), layer_attention.go (causal multi-head
+// self-attention), layer_residual.go, layer_dropout.go, and loss.go (fused cross-entropy).
+// Layers only call Device operations; they never index host memory, so the CUDA device runs them
+// asynchronously. Parameter gradients always accumulate (gradient accumulation is free); every
+// Linear, LayerNorm and Embedding calls Param.Ready once its gradients are final, which is where
+// the DDP engine starts all-reducing.
+//
+// Activations are allocated through the device with a tag ("h.3.attn.att") as the forward makes
+// them and freed by the backward as soon as it is done with them, so the device's counters show
+// the real activation peak and MemorySummary names what is alive.
+//
+// # The training flow
+//
+//	dev := NewCPU()
+//	m, err := NewGPT(dev, GPTConfig{Layers: 4, Width: 128, Heads: 4, Context: 128, Vocab: 256,
+//		Tied: true, Compute: F16, Checkpoint: 1}, seed)           // 1. build: params + grads (+ f16 copy)
+//	opt, _ := NewAdamW(m.Params(), DefaultAdamW())             //    m, v slabs beside the params
+//	sc, _ := NewScaler(dev, DefaultScaler())                   //    loss scale 65536
+//	lr := WarmupCosine(6e-4, 6e-5, 100, 5000)
+//	for step := int64(0); ; step++ {
+//		m.Params().ZeroGrad()                                  // 2. zero grads (micro-step 0)
+//		for micro := 0; micro < k; micro++ {
+//			loss := m.Forward(in, true)                        // 3. forward: saves activations
+//			m.Backward(sc.Scale() / float32(k))                // 4. backward: grads accumulate, Ready fires
+//		}
+//		flag := sc.UnscaleCheck(m.Params())                    // 5. unscale, look for inf/NaN
+//		found := sc.FoundInf(flag)                             //    (DDP agrees on it across ranks)
+//		if !found {
+//			ClipGradNorm(m.Params(), 1)
+//			opt.Step(lr(step))                                 // 6. step: f32 masters, f16 copy refreshed
+//		}
+//		if err := sc.Update(found); err != nil { … }          //    scale ×0.5 or ×2 after 2000 clean steps
+//	}
+//	m.Free(); opt.Free(); sc.Free()                            // 7. device Allocated back to the baseline
+//
+// # Mixed precision
+//
+// With Compute F16, Params keeps an f16 copy of the f32 master weights (Param.Compute is what
+// forward and backward read); activations and activation gradients are f16; LayerNorm statistics
+// and gains, the softmax inside the loss and the loss itself are f32; parameter gradients are f32
+// (the gradient slab; matmuls write f32 from f16 operands). The optimizer writes the refreshed f16
+// copy in the same pass as the update; Params.SyncHalf refreshes it after loading weights.
+// The Scaler multiplies the loss so small f16 gradients do not underflow, and skips a step whose
+// gradients overflow.
+//
+// # Memory
+//
+// Checkpoint (MLPConfig, GPTConfig) trades compute for memory: a checkpointed block keeps only its
+// output during forward and recomputes its activations from its input in backward, producing the
+// same gradients to the bit on the CPU. The GPT's backward reuses the logits buffer for dlogits,
+// so Predict comes before Backward.
+package model

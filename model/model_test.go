@@ -1,0 +1,251 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"strings"
+	"testing"
+)
+
+func relNorm(a, b []float32) float64 {
+	var d, n float64
+	for i := range a {
+		e := float64(a[i]) - float64(b[i])
+		d += e * e
+		n += float64(b[i]) * float64(b[i])
+	}
+	return math.Sqrt(d / math.Max(n, 1e-30))
+}
+
+// lossAndGrads runs one forward and backward from zeroed gradients.
+func lossAndGrads(m Model, in Inputs, scale float32) (float32, []float32) {
+	ps := m.Params()
+	ps.ZeroGrad()
+	loss := ToHost(m.Forward(in, true))[0]
+	m.Backward(scale)
+	g := ToHost(ps.Grad)
+	for i := range g {
+		g[i] /= scale
+	}
+	return loss, g
+}
+
+// F16 compute against F32, same weights and data. Tolerance: loss within 1e-2 relative; the whole
+// gradient within 1e-2 relative L2 error and every parameter's within 5e-2 (f16 keeps 11
+// significant bits; activations, logits and activation gradients are all rounded to it).
+func TestMixedPrecision_closeToF32(t *testing.T) {
+	for _, kind := range []string{"mlp", "gpt"} {
+		var loss [2]float32
+		var grads [2][]float32
+		var ps *Params
+		for k, dt := range []DType{F32, F16} {
+			dev := NewCPU()
+			rng := rand.New(rand.NewSource(3))
+			var m Model
+			var in Inputs
+			if kind == "mlp" {
+				mm, err := NewMLP(dev, MLPConfig{Widths: []int{20, 32, 32, 10}, Activation: "gelu", Compute: dt}, 7)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m, in = mm, mlpInputs(dev, rng, 32, 20, 10)
+			} else {
+				gm, err := NewGPT(dev, GPTConfig{Layers: 2, Width: 32, Heads: 4, Context: 16, Vocab: 40, Tied: true, Compute: dt}, 7)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m, in = gm, gptInputs(dev, rng, 4, 16, 40)
+			}
+			loss[k], grads[k] = lossAndGrads(m, in, 1024)
+			ps = m.Params()
+		}
+		if e := math.Abs(float64(loss[1]-loss[0])) / float64(loss[0]); e > 1e-2 {
+			t.Errorf("%s: f16 loss %v vs f32 %v", kind, loss[1], loss[0])
+		}
+		if e := relNorm(grads[1], grads[0]); e > 1e-2 {
+			t.Errorf("%s: f16 gradient relative error %.3g", kind, e)
+		} else {
+			t.Logf("%s: loss f32 %.6f f16 %.6f, gradient relative error %.3g", kind, loss[0], loss[1], e)
+		}
+		for _, p := range ps.List {
+			a, b := grads[1][p.Offset:p.Offset+p.W.Len()], grads[0][p.Offset:p.Offset+p.W.Len()]
+			if e := relNorm(a, b); e > 5e-2 {
+				t.Errorf("%s: %s f16 gradient relative error %.3g", kind, p.Name, e)
+			}
+		}
+	}
+}
+
+// Activation checkpointing recomputes the same numbers: gradients and loss equal to the bit, with
+// a smaller peak of allocated memory.
+func TestCheckpoint_sameGradsLessMemory(t *testing.T) {
+	type result struct {
+		loss  float32
+		grads []float32
+		peak  int64
+	}
+	run := func(kind string, every int) result {
+		dev := NewCPU()
+		rng := rand.New(rand.NewSource(5))
+		var m Model
+		var in Inputs
+		if kind == "gpt" {
+			gm, err := NewGPT(dev, GPTConfig{Layers: 4, Width: 16, Heads: 2, Context: 16, Vocab: 30, Dropout: 0.1, Checkpoint: every}, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, in = gm, gptInputs(dev, rng, 4, 16, 30)
+		} else {
+			mm, err := NewMLP(dev, MLPConfig{Widths: []int{16, 64, 64, 64, 64, 5}, Activation: "gelu", Dropout: 0.2, Checkpoint: every}, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, in = mm, mlpInputs(dev, rng, 32, 16, 5)
+		}
+		base := dev.Stats().Allocated
+		dev.ResetPeak()
+		loss, g := lossAndGrads(m, in, 1)
+		r := result{loss, g, dev.Stats().Peak - base}
+		return r
+	}
+	for _, kind := range []string{"gpt", "mlp"} {
+		ref := run(kind, 0)
+		for _, every := range []int{1, 2} {
+			got := run(kind, every)
+			if math.Float32bits(got.loss) != math.Float32bits(ref.loss) || !sameBits(got.grads, ref.grads) {
+				t.Errorf("%s checkpoint every %d: loss %v vs %v, gradients differ (rel %.3g)", kind, every, got.loss, ref.loss, relNorm(got.grads, ref.grads))
+			}
+			if got.peak >= ref.peak {
+				t.Errorf("%s checkpoint every %d: activation peak %s, not below %s", kind, every, FormatBytes(got.peak), FormatBytes(ref.peak))
+			}
+			t.Logf("%s checkpoint every %d: activation peak %s vs %s without", kind, every, FormatBytes(got.peak), FormatBytes(ref.peak))
+		}
+	}
+}
+
+// Backward frees every saved activation, Free returns the device to its baseline, and each
+// parameter reports ready exactly once per backward, in reverse registration order.
+func TestModels_memoryAndReadyOrder(t *testing.T) {
+	for _, kind := range []string{"mlp", "gpt-tied", "gpt-untied", "gpt-f16-ckpt"} {
+		dev := NewCPU()
+		rng := rand.New(rand.NewSource(1))
+		var m Model
+		var in Inputs
+		switch kind {
+		case "mlp":
+			mm, _ := NewMLP(dev, MLPConfig{Widths: []int{4, 8, 3}, Dropout: 0.1}, 1)
+			m, in = mm, mlpInputs(dev, rng, 5, 4, 3)
+		default:
+			cfg := GPTConfig{Layers: 2, Width: 8, Heads: 2, Context: 8, Vocab: 13, Tied: kind != "gpt-untied", Dropout: 0.1}
+			if kind == "gpt-f16-ckpt" {
+				cfg.Compute, cfg.Checkpoint = F16, 1
+			}
+			gm, err := NewGPT(dev, cfg, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, in = gm, gptInputs(dev, rng, 2, 8, 13)
+		}
+		ps := m.Params()
+		var order []string
+		ps.OnGradReady = func(p *Param) { order = append(order, p.Name) }
+		base := dev.Stats().Allocated
+		for step := 0; step < 2; step++ {
+			order = order[:0]
+			m.Forward(in, true)
+			if kind == "mlp" {
+				out := dev.Alloc(I32, "pred", 5)
+				m.Predict(out)
+				dev.Free(out)
+			}
+			m.Backward(1)
+			if len(order) != len(ps.List) {
+				t.Fatalf("%s: %d ready calls for %d parameters: %v", kind, len(order), len(ps.List), order)
+			}
+			for i, name := range order {
+				if want := ps.List[len(ps.List)-1-i].Name; name != want {
+					t.Fatalf("%s: ready #%d is %s, want %s", kind, i, name, want)
+				}
+			}
+			kept := dev.Stats().Allocated - base
+			if kind == "mlp" {
+				kept -= SizeClass(4 * 5 * 3) // logits stay for Predict
+			}
+			if kept != 0 {
+				t.Fatalf("%s: %d bytes still allocated after backward:\n%s", kind, kept, MemorySummary(dev))
+			}
+		}
+		m.Forward(in, false) // evaluation keeps only the logits
+		m.Free()
+		for _, tt := range []*Tensor{in.X, in.Tokens, in.Targets} {
+			if tt != nil {
+				dev.Free(tt)
+			}
+		}
+		if a := dev.Stats().Allocated; a != 0 {
+			t.Fatalf("%s: %d bytes allocated after Free:\n%s", kind, a, MemorySummary(dev))
+		}
+	}
+}
+
+func TestGPT_predictAndEval(t *testing.T) {
+	dev := NewCPU()
+	rng := rand.New(rand.NewSource(2))
+	m, err := NewGPT(dev, GPTConfig{Layers: 1, Width: 8, Heads: 2, Context: 6, Vocab: 9, Tied: true, Dropout: 0.3}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := gptInputs(dev, rng, 2, 6, 9)
+	l1 := ToHost(m.Forward(in, false))[0]
+	l2 := ToHost(m.Forward(in, false))[0]
+	if l1 != l2 || !(l1 > 0) {
+		t.Fatalf("evaluation must be deterministic (no dropout): %v %v", l1, l2)
+	}
+	pred := dev.Alloc(I32, "pred", 12)
+	m.Predict(pred)
+	ids := make([]int32, 12)
+	dev.DownloadI32(ids, pred)
+	for _, id := range ids {
+		if id < 0 || id >= 9 {
+			t.Fatalf("prediction %d out of range", id)
+		}
+	}
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	dev := NewCPU()
+	for want, cfg := range map[string]MLPConfig{
+		"Widths":     {Widths: []int{3}},
+		"Widths[1]":  {Widths: []int{3, 0}},
+		"Activation": {Widths: []int{3, 2}, Activation: "tanh"},
+		"Dropout":    {Widths: []int{3, 2}, Dropout: 1},
+		"Compute":    {Widths: []int{3, 2}, Compute: I32},
+		"Checkpoint": {Widths: []int{3, 2}, Checkpoint: -1},
+	} {
+		if _, err := NewMLP(dev, cfg, 1); err == nil || !strings.Contains(err.Error(), "MLPConfig."+want) {
+			t.Errorf("MLP %s: err = %v", want, err)
+		}
+	}
+	ok := GPTConfig{Layers: 1, Width: 8, Heads: 2, Context: 4, Vocab: 5}
+	for want, mod := range map[string]func(*GPTConfig){
+		"Layers":  func(c *GPTConfig) { c.Layers = 0 },
+		"Heads":   func(c *GPTConfig) { c.Heads = 3 },
+		"Vocab":   func(c *GPTConfig) { c.Vocab = -1 },
+		"Dropout": func(c *GPTConfig) { c.Dropout = -0.1 },
+	} {
+		c := ok
+		mod(&c)
+		if _, err := NewGPT(dev, c, 1); err == nil || !strings.Contains(err.Error(), "GPTConfig."+want) {
+			t.Errorf("GPT %s: err = %v", want, err)
+		}
+	}
+	m, _ := NewGPT(dev, ok, 1)
+	names := []string{}
+	for _, p := range m.Params().List[:8] {
+		names = append(names, fmt.Sprintf("%s%v", p.Name, p.Decay))
+	}
+	if got := strings.Join(names, " "); got != "wtetrue wpetrue h.0.ln1.wfalse h.0.ln1.bfalse h.0.attn.qkv.wtrue h.0.attn.qkv.bfalse h.0.attn.proj.wtrue h.0.attn.proj.bfalse" {
+		t.Errorf("registration order: %s", got)
+	}
+}
