@@ -1,0 +1,385 @@
+package worker
+
+// checkpoint.go: saving and loading training checkpoints.
+//
+// A checkpoint is one directory, <checkpoint.dir>/step-00001234/, holding
+//
+//	model.safetensors   FP32 master weights, one tensor per parameter name
+//	optim.safetensors   optimizer state (AdamW m and v, SGD momentum …)
+//	state.json          the caller's JSON: step, scaler, loader position, RNG,
+//	                    config hash …
+//	MANIFEST.json       format version, step, and the size and sha256 of each
+//	                    of the three files above
+//
+// Writing is atomic: everything goes into <dir>/.tmp-step-00001234-<random>/,
+// each file is fsynced, the manifest is written last and fsynced, the
+// directory is renamed to its final name and the parent directory fsynced. A
+// crash leaves either no step-… directory or a complete one; .tmp-… leftovers
+// are ignored by readers and cleared by PruneCheckpoints.
+//
+// Loading verifies the manifest first (every file present, of the recorded
+// size and sha256) and only then decodes; a checkpoint is loaded whole or not
+// at all.
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/goddp/goddp/model"
+)
+
+// Checkpoint file names and the manifest format. Bump CheckpointFormat on any
+// incompatible change; readers refuse versions they do not know.
+const (
+	CheckpointFormat   = 1
+	ckptWeightsFile    = "model.safetensors"
+	ckptOptimFile      = "optim.safetensors"
+	ckptStateFile      = "state.json"
+	ckptManifestFile   = "MANIFEST.json"
+	ckptDirPrefix      = "step-"
+	ckptTmpPrefix      = ".tmp-"
+	ckptStepDirPattern = "step-%08d"
+)
+
+// ckptFiles are the files a manifest must list, in write order.
+var ckptFiles = []string{ckptWeightsFile, ckptOptimFile, ckptStateFile}
+
+// Checkpoint is a loaded, verified checkpoint.
+type Checkpoint struct {
+	Path    string
+	Step    int
+	Weights []model.NamedTensor // sorted by name
+	Optim   []model.NamedTensor // sorted by name
+	State   json.RawMessage     // state.json as written
+}
+
+// Manifest is MANIFEST.json.
+type Manifest struct {
+	Format int                     `json:"format_version"`
+	Step   int                     `json:"step"`
+	Files  map[string]ManifestFile `json:"files"`
+}
+
+// ManifestFile is one file's record in the manifest.
+type ManifestFile struct {
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// SaveCheckpoint writes a checkpoint of step into dir (created if needed)
+// and returns the final directory. state is marshalled to state.json. An
+// existing checkpoint of the same step is replaced.
+func SaveCheckpoint(dir string, step int, weights, optim []model.NamedTensor, state any) (path string, err error) {
+	if step < 0 {
+		return "", fmt.Errorf("checkpoint: step %d < 0", step)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("checkpoint: %w", err)
+	}
+	name := fmt.Sprintf(ckptStepDirPattern, step)
+	tmp, err := os.MkdirTemp(dir, ckptTmpPrefix+name+"-")
+	if err != nil {
+		return "", fmt.Errorf("checkpoint: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(tmp)
+		}
+	}()
+
+	stateJSON, err := json.MarshalIndent(state, "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("checkpoint: encoding state.json: %w", err)
+	}
+	meta := map[string]string{"format": "pt", "step": strconv.Itoa(step)}
+	contents := map[string]func() ([]byte, error){
+		ckptWeightsFile: func() ([]byte, error) { return encodeSafetensors(weights, meta) },
+		ckptOptimFile:   func() ([]byte, error) { return encodeSafetensors(optim, meta) },
+		ckptStateFile:   func() ([]byte, error) { return append(stateJSON, '\n'), nil },
+	}
+	man := Manifest{Format: CheckpointFormat, Step: step, Files: map[string]ManifestFile{}}
+	for _, f := range ckptFiles {
+		b, err := contents[f]()
+		if err != nil {
+			return "", fmt.Errorf("checkpoint: %s: %w", f, err)
+		}
+		if err := writeFileSync(filepath.Join(tmp, f), b); err != nil {
+			return "", err
+		}
+		sum := sha256.Sum256(b)
+		man.Files[f] = ManifestFile{Size: int64(len(b)), SHA256: hex.EncodeToString(sum[:])}
+	}
+	mb, _ := json.MarshalIndent(man, "", "  ")
+	if err := writeFileSync(filepath.Join(tmp, ckptManifestFile), append(mb, '\n')); err != nil {
+		return "", err
+	}
+	if err := syncDir(tmp); err != nil {
+		return "", err
+	}
+
+	final := filepath.Join(dir, name)
+	if _, err := os.Stat(final); err == nil {
+		// Replace: move the old one aside first (rename cannot replace a
+		// non-empty directory), then drop it once the new one is in place.
+		old := tmp + "-old"
+		if err := os.Rename(final, old); err != nil {
+			return "", fmt.Errorf("checkpoint: replacing %s: %w", final, err)
+		}
+		defer os.RemoveAll(old)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return "", fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := syncDir(dir); err != nil {
+		return "", err
+	}
+	return final, nil
+}
+
+func encodeSafetensors(ts []model.NamedTensor, meta map[string]string) ([]byte, error) {
+	var buf bytes.Buffer
+	err := model.WriteSafetensors(&buf, ts, meta)
+	return buf.Bytes(), err
+}
+
+// writeFileSync writes b to path and fsyncs it.
+func writeFileSync(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("checkpoint: writing %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("checkpoint: fsync %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("checkpoint: closing %s: %w", path, err)
+	}
+	return nil
+}
+
+// syncDir fsyncs a directory so that renames and new entries in it survive
+// a crash.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("checkpoint: fsync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// readManifest reads and checks the shape of path/MANIFEST.json.
+func readManifest(path string) (*Manifest, error) {
+	b, err := os.ReadFile(filepath.Join(path, ckptManifestFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("checkpoint: %s: %s missing (an incomplete checkpoint)", path, ckptManifestFile)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("checkpoint: %s/%s: not valid JSON: %v", path, ckptManifestFile, err)
+	}
+	if m.Format != CheckpointFormat {
+		return nil, fmt.Errorf("checkpoint: %s/%s: format version %d, this build reads %d", path, ckptManifestFile, m.Format, CheckpointFormat)
+	}
+	for _, f := range ckptFiles {
+		if _, ok := m.Files[f]; !ok {
+			return nil, fmt.Errorf("checkpoint: %s/%s does not list %s", path, ckptManifestFile, f)
+		}
+	}
+	return &m, nil
+}
+
+// readVerified reads path/name and checks it against the manifest record.
+func readVerified(path, name string, rec ManifestFile) ([]byte, error) {
+	p := filepath.Join(path, name)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("checkpoint: %s: missing", p)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	if int64(len(b)) != rec.Size {
+		return nil, fmt.Errorf("checkpoint: %s: %d bytes, manifest says %d (truncated or overwritten)", p, len(b), rec.Size)
+	}
+	sum := sha256.Sum256(b)
+	if got := hex.EncodeToString(sum[:]); got != rec.SHA256 {
+		return nil, fmt.Errorf("checkpoint: %s: sha256 %s…, manifest says %s… (corrupted)", p, got[:12], short(rec.SHA256))
+	}
+	return b, nil
+}
+
+func short(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
+}
+
+// LoadCheckpoint reads the checkpoint directory path, verifying every file
+// against the manifest before decoding any. A missing, truncated or
+// corrupted file is an error naming it; nothing is returned half-loaded.
+func LoadCheckpoint(path string) (*Checkpoint, error) {
+	m, err := readManifest(path)
+	if err != nil {
+		return nil, err
+	}
+	raw := map[string][]byte{}
+	for _, f := range ckptFiles {
+		if raw[f], err = readVerified(path, f, m.Files[f]); err != nil {
+			return nil, err
+		}
+	}
+	c := &Checkpoint{Path: path, Step: m.Step}
+	if c.Weights, _, err = model.ParseSafetensors(raw[ckptWeightsFile]); err != nil {
+		return nil, fmt.Errorf("checkpoint: %s/%s: %w", path, ckptWeightsFile, err)
+	}
+	if c.Optim, _, err = model.ParseSafetensors(raw[ckptOptimFile]); err != nil {
+		return nil, fmt.Errorf("checkpoint: %s/%s: %w", path, ckptOptimFile, err)
+	}
+	if !json.Valid(raw[ckptStateFile]) {
+		return nil, fmt.Errorf("checkpoint: %s/%s: not valid JSON", path, ckptStateFile)
+	}
+	c.State = json.RawMessage(bytes.TrimSpace(raw[ckptStateFile]))
+	return c, nil
+}
+
+// VerifyCheckpoint checks the manifest and every file's size and sha256
+// without decoding.
+func VerifyCheckpoint(path string) error {
+	m, err := readManifest(path)
+	if err != nil {
+		return err
+	}
+	for _, f := range ckptFiles {
+		if _, err := readVerified(path, f, m.Files[f]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stepDirs lists dir's step-NNNNNNNN directories, newest (highest step)
+// first. A missing dir is an empty list.
+func stepDirs(dir string) ([]string, []int, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	type sd struct {
+		name string
+		step int
+	}
+	var ds []sd
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), ckptDirPrefix) {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimPrefix(e.Name(), ckptDirPrefix))
+		if err != nil || n < 0 {
+			continue
+		}
+		ds = append(ds, sd{e.Name(), n})
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i].step > ds[j].step })
+	names, steps := make([]string, len(ds)), make([]int, len(ds))
+	for i, d := range ds {
+		names[i], steps[i] = filepath.Join(dir, d.name), d.step
+	}
+	return names, steps, nil
+}
+
+// LatestCheckpoint returns the newest checkpoint in dir that verifies, or ""
+// when there is none (including when dir does not exist). Broken ones are
+// logged and skipped; .tmp-… directories are never considered.
+func LatestCheckpoint(dir string) (path string, err error) {
+	paths, _, err := stepDirs(dir)
+	if err != nil {
+		return "", err
+	}
+	for _, p := range paths {
+		if err := VerifyCheckpoint(p); err != nil {
+			slog.Warn("checkpoint: skipping a broken checkpoint", "path", p, "err", err)
+			continue
+		}
+		return p, nil
+	}
+	return "", nil
+}
+
+// PruneCheckpoints keeps the keep newest complete checkpoints in dir and
+// removes older ones, and removes leftover .tmp-… directories of interrupted
+// saves. "Complete" here is the cheap check (manifest readable, every file of
+// its recorded size); incomplete step directories newer than the kept ones
+// are left for LatestCheckpoint to skip. Do not run it concurrently with
+// SaveCheckpoint on the same dir.
+func PruneCheckpoints(dir string, keep int) error {
+	if keep < 1 {
+		return fmt.Errorf("checkpoint: keep %d: want >= 1", keep)
+	}
+	paths, _, err := stepDirs(dir)
+	if err != nil {
+		return err
+	}
+	kept := 0
+	var errs []error
+	for _, p := range paths {
+		if kept < keep {
+			if sizesMatch(p) {
+				kept++
+			}
+			continue
+		}
+		if err := os.RemoveAll(p); err != nil {
+			errs = append(errs, fmt.Errorf("checkpoint: pruning %s: %w", p, err))
+		}
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), ckptTmpPrefix) {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				errs = append(errs, fmt.Errorf("checkpoint: removing %s: %w", e.Name(), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func sizesMatch(path string) bool {
+	m, err := readManifest(path)
+	if err != nil {
+		return false
+	}
+	for _, f := range ckptFiles {
+		st, err := os.Stat(filepath.Join(path, f))
+		if err != nil || st.Size() != m.Files[f].Size {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,162 @@
+package worker
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/goddp/goddp/model"
+)
+
+func ckptTensors(seed float32) (w, o []model.NamedTensor) {
+	w = []model.NamedTensor{
+		{Name: "fc1.weight", DType: model.F32, Shape: []int{2, 2}, Data: model.F32Bytes([]float32{seed, 2, 3, 4})},
+		{Name: "fc1.bias", DType: model.F32, Shape: []int{2}, Data: model.F32Bytes([]float32{-1, seed})},
+	}
+	o = []model.NamedTensor{
+		{Name: "fc1.weight.m", DType: model.F32, Shape: []int{2, 2}, Data: model.F32Bytes([]float32{0.1, 0.2, 0.3, seed})},
+	}
+	return w, o
+}
+
+type testState struct {
+	Step   int     `json:"step"`
+	Scale  float64 `json:"scale"`
+	Loader struct{ Epoch, Step int }
+}
+
+func saveTest(t *testing.T, dir string, step int) string {
+	t.Helper()
+	w, o := ckptTensors(float32(step))
+	st := testState{Step: step, Scale: 1024}
+	st.Loader.Epoch, st.Loader.Step = 1, step
+	p, err := SaveCheckpoint(dir, step, w, o, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCheckpoint_roundTrip(t *testing.T) {
+	dir := t.TempDir()
+	p := saveTest(t, dir, 42)
+	if filepath.Base(p) != "step-00000042" {
+		t.Errorf("path %s", p)
+	}
+	c, err := LoadCheckpoint(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Step != 42 || len(c.Weights) != 2 || len(c.Optim) != 1 {
+		t.Fatalf("loaded %+v", c)
+	}
+	if c.Weights[0].Name != "fc1.bias" || model.BytesF32(c.Weights[0].Data)[1] != 42 {
+		t.Errorf("weights %+v", c.Weights)
+	}
+	var st testState
+	if err := json.Unmarshal(c.State, &st); err != nil || st.Step != 42 || st.Scale != 1024 || st.Loader.Step != 42 {
+		t.Errorf("state %s: %v", c.State, err)
+	}
+	// Re-saving the same step replaces it.
+	if _, err := SaveCheckpoint(dir, 42, c.Weights, c.Optim, map[string]int{"step": 42}); err != nil {
+		t.Fatal(err)
+	}
+	if c2, err := LoadCheckpoint(p); err != nil || string(c2.State) != "{\n  \"step\": 42\n}" {
+		t.Errorf("replaced: %v %s", err, c2.State)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Errorf("dir holds %d entries after replacing, want 1", len(ents))
+	}
+}
+
+func TestCheckpoint_damage(t *testing.T) {
+	cases := []struct {
+		name   string
+		damage func(p string)
+		want   []string
+	}{
+		{"truncated weights", func(p string) {
+			f := filepath.Join(p, "model.safetensors")
+			b, _ := os.ReadFile(f)
+			os.WriteFile(f, b[:len(b)-5], 0o644)
+		}, []string{"model.safetensors", "truncated"}},
+		{"bit flip in optim", func(p string) {
+			f := filepath.Join(p, "optim.safetensors")
+			b, _ := os.ReadFile(f)
+			b[len(b)-2] ^= 0x10
+			os.WriteFile(f, b, 0o644)
+		}, []string{"optim.safetensors", "corrupted"}},
+		{"missing state", func(p string) { os.Remove(filepath.Join(p, "state.json")) },
+			[]string{"state.json", "missing"}},
+		{"missing manifest", func(p string) { os.Remove(filepath.Join(p, "MANIFEST.json")) },
+			[]string{"MANIFEST.json", "missing"}},
+		{"future format", func(p string) {
+			f := filepath.Join(p, "MANIFEST.json")
+			b, _ := os.ReadFile(f)
+			os.WriteFile(f, []byte(strings.Replace(string(b), `"format_version": 1`, `"format_version": 9`, 1)), 0o644)
+		}, []string{"format version 9"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := saveTest(t, t.TempDir(), 7)
+			c.damage(p)
+			got, err := LoadCheckpoint(p)
+			if err == nil || got != nil {
+				t.Fatalf("damaged checkpoint loaded: %+v", got)
+			}
+			if !strings.HasPrefix(err.Error(), "checkpoint: ") {
+				t.Errorf("error %q lacks the package prefix", err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestCheckpoint_latestSkipsBrokenAndTmp(t *testing.T) {
+	dir := t.TempDir()
+	if p, err := LatestCheckpoint(filepath.Join(dir, "none")); p != "" || err != nil {
+		t.Errorf("missing dir: %q %v", p, err)
+	}
+	saveTest(t, dir, 100)
+	good := saveTest(t, dir, 200)
+	broken := saveTest(t, dir, 300)
+	os.Remove(filepath.Join(broken, "MANIFEST.json"))
+	// A save interrupted before its rename: a newer .tmp directory.
+	os.MkdirAll(filepath.Join(dir, ".tmp-step-00000400-123"), 0o755)
+	os.WriteFile(filepath.Join(dir, "step-notanumber"), nil, 0o644)
+	p, err := LatestCheckpoint(dir)
+	if err != nil || p != good {
+		t.Errorf("LatestCheckpoint = %q, %v; want %q", p, err, good)
+	}
+}
+
+func TestCheckpoint_prune(t *testing.T) {
+	dir := t.TempDir()
+	for _, s := range []int{1, 2, 3, 4, 5} {
+		saveTest(t, dir, s)
+	}
+	broken := filepath.Join(dir, "step-00000006")
+	os.MkdirAll(broken, 0o755) // incomplete, newest
+	os.MkdirAll(filepath.Join(dir, ".tmp-step-00000007-x"), 0o755)
+	if err := PruneCheckpoints(dir, 2); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, ",") != "step-00000004,step-00000005,step-00000006" {
+		t.Errorf("after prune: %v", names)
+	}
+	if p, _ := LatestCheckpoint(dir); filepath.Base(p) != "step-00000005" {
+		t.Errorf("latest after prune %q", p)
+	}
+}
