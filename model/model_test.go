@@ -249,3 +249,32 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		t.Errorf("registration order: %s", got)
 	}
 }
+
+// A tiny GPT under f16 with the scaler and AdamW memorises a fixed batch.
+func TestGPT_trainsF16(t *testing.T) {
+	dev := NewCPU()
+	rng := rand.New(rand.NewSource(9))
+	m, err := NewGPT(dev, GPTConfig{Layers: 2, Width: 16, Heads: 2, Context: 8, Vocab: 12, Tied: true, Compute: F16, Checkpoint: 1}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := gptInputs(dev, rng, 4, 8, 12)
+	opt, _ := NewAdamW(m.Params(), DefaultAdamW())
+	sc, _ := NewScaler(dev, DefaultScaler())
+	var first, last float32
+	for step := 0; step < 60; step++ {
+		m.Params().ZeroGrad()
+		last = ToHost(m.Forward(in, true))[0]
+		if step == 0 {
+			first = last
+		}
+		m.Backward(sc.Scale())
+		if _, err := sc.Step(m.Params(), opt, 1e-2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("loss %.3f → %.3f, scale %v, skipped %d", first, last, sc.Scale(), sc.Skipped())
+	if !(last < 0.3*first) {
+		t.Fatalf("loss %.3f → %.3f: not learning", first, last)
+	}
+}
