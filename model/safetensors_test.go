@@ -131,6 +131,36 @@ func TestSafetensors_corrupt(t *testing.T) {
 	}
 }
 
+// An independent reader of the format in plain Python (json + struct), per
+// the specification, reads our file: header length, padding, offsets
+// relative to the data section, little-endian values.
+func TestSafetensors_pythonPlain(t *testing.T) {
+	if exec.Command("python3", "-c", "import json, struct").Run() != nil {
+		t.Skip("python3 not available")
+	}
+	p := filepath.Join(t.TempDir(), "ours.safetensors")
+	os.WriteFile(p, encodeST(t, sampleTensors(), map[string]string{"format": "pt"}), 0o644)
+	script := `
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+assert (8 + n) % 8 == 0
+h = json.loads(b[8:8+n].decode("utf-8"))
+data = b[8+n:]
+assert h.pop("__metadata__") == {"format": "pt"}
+w = h["w"]; s, e = w["data_offsets"]
+assert w["dtype"] == "F32" and w["shape"] == [2, 3]
+assert list(struct.unpack("<6f", data[s:e])) == [1, 2, 3, 4, 5, -6.5]
+s, e = h["ids"]["data_offsets"]; assert struct.unpack("<2i", data[s:e]) == (7, -8)
+s, e = h["h"]["data_offsets"]; assert struct.unpack("<2e", data[s:e]) == (1.0, -2.0)
+assert h["scalar"]["shape"] == []
+assert max(v["data_offsets"][1] for v in h.values()) == len(data)
+`
+	if out, err := exec.Command("python3", "-c", script, p).CombinedOutput(); err != nil {
+		t.Fatalf("plain python reader rejected our file: %v\n%s", err, out)
+	}
+}
+
 // If python3 has the safetensors package, check that it reads our file and
 // that we read its output.
 func TestSafetensors_python(t *testing.T) {
