@@ -235,7 +235,7 @@ func TestRun_sigkillOneWorker(t *testing.T) {
 // DDP_RESTART_COUNT=1 and a new port, and succeeds.
 func TestRun_maxRestartsRecovers(t *testing.T) {
 	j := newFakeJob(t)
-	o := j.options(2, "pid,env,sleep:300ms", map[int]string{1: "pid,env,failfirst:3"})
+	o := j.options(2, "pid,env,ready,sleep:300ms", map[int]string{1: "await:ready-0,pid,env,failfirst:3"})
 	o.MaxRestarts = 1
 	err := waitRun(t, runAsync(o), 60*time.Second)
 	if err != nil {

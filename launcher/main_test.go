@@ -41,6 +41,7 @@ func TestMain(m *testing.M) {
 //	trapterm       on SIGTERM/SIGINT write the signal's name to term-* and exit 143
 //	progress       write "progress from rank R" to fd $DDP_PROGRESS_FD if set
 //	ready          write ready-* (after everything before it is in place)
+//	await:W-R      wait (up to 30s) until rank R has written W-R-<my restart count>
 //	sleep:D        sleep for time.Duration D
 //	exit:N         exit with N
 //	kill:N         kill myself with signal N
@@ -115,6 +116,13 @@ func fakeWorker() {
 			}
 		case "ready":
 			write("ready", "")
+		case "await":
+			p := filepath.Join(dir, arg+"-"+os.Getenv("DDP_RESTART_COUNT"))
+			for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+				if _, err := os.Stat(p); err == nil {
+					break
+				}
+			}
 		case "sleep":
 			d, _ := time.ParseDuration(arg)
 			time.Sleep(d)
