@@ -1,0 +1,159 @@
+package worker
+
+// progress.go: what a person watching the run sees. On a terminal, rank 0
+// draws a progress bar (step/total, loss, throughput, ETA) that redraws in
+// place; anywhere else (a log file, CI) the same facts come as plain
+// slog-style lines, one per Update, so logs stay greppable.
+//
+// Where the bar goes: under ddplaunch the workers' stderr is a pipe (the
+// launcher prefixes each line with [rank N]), so the launcher passes its
+// terminal to rank 0 as an open file descriptor, named in DDP_PROGRESS_FD.
+// Run alone, ddptrain draws on stderr when stderr is a terminal.
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+)
+
+// ProgressFDEnv names the environment variable through which the launcher
+// hands rank 0 a terminal file descriptor to draw on.
+const ProgressFDEnv = "DDP_PROGRESS_FD"
+
+// progressThrottle is the least time between bar redraws (tests set 0).
+var progressThrottle = 100 * time.Millisecond
+
+// Progress reports training progress. Only rank 0 reports steps; Log lines
+// come from every rank. Safe for concurrent use.
+type Progress struct {
+	mu    sync.Mutex
+	rank  int
+	total int // steps; 0 = unknown
+	start time.Time
+
+	bar *progressbar.ProgressBar // nil when not on a terminal or not rank 0
+	out io.Writer                // where the bar, or the plain lines, go
+	log *slog.Logger
+}
+
+// NewProgress chooses the output: a bar on DDP_PROGRESS_FD's terminal or on
+// a terminal stderr (rank 0 only), plain log lines on stderr otherwise.
+// total is the number of optimizer steps (0 if unknown).
+func NewProgress(total int, rank int) *Progress {
+	var w io.Writer = os.Stderr
+	tty := term.IsTerminal(int(os.Stderr.Fd()))
+	if s := os.Getenv(ProgressFDEnv); s != "" {
+		if fd, err := strconv.Atoi(s); err == nil && fd > 2 && term.IsTerminal(fd) {
+			w, tty = os.NewFile(uintptr(fd), "progress-tty"), true
+		}
+	}
+	return newProgress(total, rank, w, tty)
+}
+
+// newProgress is NewProgress with the writer and the terminal decision given
+// (tests).
+func newProgress(total, rank int, w io.Writer, tty bool) *Progress {
+	p := &Progress{rank: rank, total: total, start: time.Now(), out: w,
+		log: slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{}))}
+	if tty && rank == 0 {
+		max := int64(total)
+		if total <= 0 {
+			max = -1 // a spinner: the end is not known
+		}
+		p.bar = progressbar.NewOptions64(max,
+			progressbar.OptionSetWriter(w),
+			progressbar.OptionSetDescription("train"),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionSetElapsedTime(true),
+			progressbar.OptionSetWidth(30),
+			progressbar.OptionThrottle(progressThrottle),
+			progressbar.OptionShowDescriptionAtLineEnd(),
+			progressbar.OptionSetRenderBlankState(true),
+		)
+	}
+	return p
+}
+
+// Update reports that step steps are done, with the recent loss, the
+// throughput and any extra text (such as "scale 32768" or "eval 1.52").
+func (p *Progress) Update(step int, loss float64, samplesPerSec float64, extra string) {
+	if p == nil || p.rank != 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bar != nil {
+		desc := fmt.Sprintf("loss %.4f | %.0f samples/s", loss, samplesPerSec)
+		if extra != "" {
+			desc += " | " + extra
+		}
+		p.bar.Describe(desc)
+		p.bar.Set(step)
+		return
+	}
+	kv := []any{"step", step}
+	if p.total > 0 {
+		kv = append(kv, "of", p.total)
+	}
+	kv = append(kv, "loss", fmt.Sprintf("%.4f", loss), "samples_per_sec", fmt.Sprintf("%.1f", samplesPerSec))
+	if eta, ok := p.eta(step); ok {
+		kv = append(kv, "eta", eta.Round(time.Second).String())
+	}
+	if extra != "" {
+		kv = append(kv, "extra", extra)
+	}
+	p.log.Info("train", kv...)
+}
+
+// eta extrapolates the time left from the mean step time so far.
+func (p *Progress) eta(step int) (time.Duration, bool) {
+	if p.total <= 0 || step <= 0 || step > p.total {
+		return 0, false
+	}
+	el := time.Since(p.start)
+	return time.Duration(float64(el) / float64(step) * float64(p.total-step)), true
+}
+
+// Log writes one message with key-value pairs (slog style), above the bar
+// when one is drawn. Every rank logs.
+func (p *Progress) Log(msg string, kv ...any) {
+	if p == nil {
+		slog.Info(msg, kv...)
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bar != nil {
+		p.bar.Clear()
+	}
+	p.log.Info(msg, kv...)
+}
+
+// Finish completes the bar (a newline after it, so later output starts on
+// its own line). Safe to call more than once.
+func (p *Progress) Finish() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bar != nil {
+		switch {
+		case p.bar.IsFinished():
+		case p.total > 0 && p.bar.State().CurrentNum >= int64(p.total):
+			p.bar.Finish()
+		default:
+			p.bar.Exit() // stopped early: keep the bar where it is, not at 100%
+		}
+		fmt.Fprintln(p.out)
+		p.bar = nil
+	}
+}

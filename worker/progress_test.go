@@ -1,0 +1,49 @@
+package worker
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestProgress_plainLines(t *testing.T) {
+	var buf bytes.Buffer
+	p := newProgress(100, 0, &buf, false)
+	p.Update(50, 0.41234, 1234.5, "scale 65536")
+	p.Log("eval", "loss", 0.1)
+	p.Finish()
+	out := buf.String()
+	for _, want := range []string{"msg=train", "step=50", "of=100", "loss=0.4123", "samples_per_sec=1234.5", "eta=", `extra="scale 65536"`, "msg=eval"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plain output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "\n") != 2 {
+		t.Errorf("want 2 lines:\n%s", out)
+	}
+}
+
+func TestProgress_barOnlyRank0(t *testing.T) {
+	defer func(d time.Duration) { progressThrottle = d }(progressThrottle)
+	progressThrottle = 0
+	var buf bytes.Buffer
+	p := newProgress(10, 0, &buf, true)
+	p.Update(5, 1.5, 100, "")
+	p.Finish()
+	p.Finish()
+	if out := buf.String(); !strings.Contains(out, "loss 1.5000") || !strings.Contains(out, "5/10") {
+		t.Errorf("bar output:\n%q", out)
+	}
+	buf.Reset()
+	q := newProgress(10, 1, &buf, true)
+	q.Update(5, 1.5, 100, "")
+	q.Finish()
+	if buf.Len() != 0 {
+		t.Errorf("rank 1 drew: %q", buf.String())
+	}
+	q.Log("hello")
+	if !strings.Contains(buf.String(), "msg=hello") {
+		t.Errorf("rank 1 Log: %q", buf.String())
+	}
+}
