@@ -98,8 +98,12 @@ func TestRun_masterAddrPort(t *testing.T) {
 	j := newFakeJob(t)
 	o := j.options(2, "env", nil)
 	o.MasterAddr, o.MasterPort = "localhost", 29555
+	o.VisibleGPUs = 1 // two workers, one GPU: the launcher says so at start
 	if err := Run(context.Background(), o); err != nil {
 		t.Fatal(err)
+	}
+	if !strings.Contains(j.stderr.String(), "2 workers share GPU 0 (local ranks 0,1)") {
+		t.Errorf("no GPU sharing notice:\n%s", j.stderr)
 	}
 	for r, e := range envOf(j.stdout.lines()) {
 		if e["MASTER_ADDR"] != "localhost" || e["MASTER_PORT"] != "29555" {
