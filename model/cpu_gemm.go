@@ -151,7 +151,13 @@ func packA(dst []float32, s gemmSrc, i0, mc, p0, kc int) {
 		d := dst[ir*kc : ir*kc+gemmMR*kc]
 		if s.cs == 1 {
 			// Rows of op(A) are contiguous: read each row, write with stride MR.
-			for r := 0; r < rows; r++ {
+			r := 0
+			if s.f32 != nil {
+				for ; r+8 <= rows; r += 8 {
+					transpose8(d[r:], s.f32[s.off+(i0+ir+r)*s.rs+p0:], s.rs, gemmMR, kc)
+				}
+			}
+			for ; r < rows; r++ {
 				base := s.off + (i0+ir+r)*s.rs + p0
 				if s.f32 != nil {
 					src := s.f32[base : base+kc]
@@ -212,7 +218,7 @@ func packB(dst []float32, s gemmSrc, p0, kc, j0, nc int) {
 		for ; j+8 <= cols; j += 8 {
 			base := s.off + p0 + (j0+jr+j)*s.cs
 			if s.f32 != nil {
-				packBT8(d[j:], s.f32[base:], s.cs, kc)
+				transpose8(d[j:], s.f32[base:], s.cs, gemmNR, kc)
 			} else {
 				packBT8h(d[j:], s.f16[base:], s.cs, kc)
 			}
@@ -240,8 +246,14 @@ func packB(dst []float32, s gemmSrc, p0, kc, j0, nc int) {
 	}
 }
 
-// packBT8 writes d[p·NR + c] = s[c·cs + p] for c < 8, p < kc.
-func packBT8(d, s []float32, cs, kc int) {
+// transpose8 writes d[p·ldd + c] = s[c·cs + p] for c < 8, p < kc: eight contiguous source rows
+// into eight columns of a packed panel. Assembly (8×8 transposes in registers) where available.
+var transpose8 = transpose8Go
+
+func transpose8Go(d, s []float32, cs, ldd, kc int) {
+	if kc == 0 {
+		return
+	}
 	s0 := s[0*cs : 0*cs+kc]
 	s1 := s[1*cs : 1*cs+kc]
 	s2 := s[2*cs : 2*cs+kc]
@@ -251,7 +263,7 @@ func packBT8(d, s []float32, cs, kc int) {
 	s6 := s[6*cs : 6*cs+kc]
 	s7 := s[7*cs : 7*cs+kc]
 	for p := range s0 {
-		dp := d[p*gemmNR : p*gemmNR+8]
+		dp := d[p*ldd : p*ldd+8]
 		dp[0], dp[1], dp[2], dp[3] = s0[p], s1[p], s2[p], s3[p]
 		dp[4], dp[5], dp[6], dp[7] = s4[p], s5[p], s6[p], s7[p]
 	}

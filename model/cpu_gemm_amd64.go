@@ -43,4 +43,24 @@ var gemmKernels = func() []namedKernel {
 	return append(ks, namedKernel{"go", gemmKernGo})
 }()
 
-func init() { gemmKern = gemmKernels[0].fn }
+//go:noescape
+func transpose8AVX(d, s *float32, cs, ldd, blocks int)
+
+func transpose8Asm(d, s []float32, cs, ldd, kc int) {
+	blocks := kc / 8
+	if blocks > 0 {
+		_ = d[(blocks*8-1)*ldd+7] // bounds of what the assembly touches
+		_ = s[7*cs+blocks*8-1]
+		transpose8AVX(&d[0], &s[0], cs, ldd, blocks)
+	}
+	if rest := kc - blocks*8; rest > 0 {
+		transpose8Go(d[blocks*8*ldd:], s[blocks*8:], cs, ldd, rest)
+	}
+}
+
+func init() {
+	gemmKern = gemmKernels[0].fn
+	if cpu.X86.HasAVX2 {
+		transpose8 = transpose8Asm
+	}
+}
