@@ -1,0 +1,202 @@
+package allreduce
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+)
+
+// AllReduce reduces buf across all ranks in place: afterwards every rank holds the same
+// (bit-identical) sum, or average, of every rank's buf. wire says how values travel; with
+// WireF16 each hop rounds partial sums to half while adding in float32, and the result is a
+// half value (stored as float32). buf's length, op and wire must match on every rank.
+func (g *Group) AllReduce(ctx context.Context, buf []float32, op Op, wire Wire) error {
+	if wire != WireF32 && wire != WireF16 {
+		return fmt.Errorf("allreduce: all-reduce: unsupported wire %s", wire)
+	}
+	return g.allReduce(ctx, &f32Buf{buf: buf, wire: wire}, op, wire)
+}
+
+// AllReduceF16 reduces a buffer of IEEE half bits in place (e.g. gradients staged from a GPU,
+// already divided by the world size, with op Sum). Additions happen in float32; each partial sum
+// is rounded to half as it goes on the wire, and every rank ends with the same half bits.
+func (g *Group) AllReduceF16(ctx context.Context, buf []uint16, op Op) error {
+	return g.allReduce(ctx, &f16Buf{buf: buf}, op, WireF16)
+}
+
+func (g *Group) allReduce(ctx context.Context, rb reduceBuf, op Op, wire Wire) error {
+	if op != Sum && op != Avg {
+		return fmt.Errorf("allreduce: all-reduce: unknown op %d", op)
+	}
+	c, err := g.begin(ctx, kindAllReduce)
+	if c == nil {
+		return err
+	}
+	return c.end(c.ringAllReduce(rb, op, wire))
+}
+
+// ringAllReduce runs reduce-scatter then all-gather (ring.go), pipelined by chunks.
+func (c *collective) ringAllReduce(rb reduceBuf, op Op, wire Wire) error {
+	g := c.g
+	n, r := g.size, g.rank
+	count := rb.len()
+	chunk := max(1, g.cfg.ChunkBytes/wire.elemSize())
+	c.startSender()
+
+	// With the f16 wire, Avg divides every rank's contribution before it is cast (scale); with
+	// f32 the owner divides the full sum (rb.reduce, final step).
+	scale, div := float32(1), float32(1)
+	if op == Avg {
+		if wire == WireF16 {
+			scale = 1 / float32(n)
+		} else {
+			div = float32(n)
+		}
+	}
+	hdr := frameHeader{kind: kindAllReduce, wire: wire, op: op, origin: r, seq: c.seq, count: uint64(count)}
+	send := func(lo, hi, step int, sc float32) {
+		h := hdr
+		h.offset, h.n, h.aux = uint64(lo), uint32(hi-lo), uint32(step)
+		c.queue(sendJob{hdr: h, rb: rb, lo: lo, scale: sc})
+	}
+	want := expect{kind: kindAllReduce, wire: wire, op: op, count: uint64(count), origin: -1}
+
+	// Reduce-scatter step 0 sends this rank's own values.
+	lo, hi := segment(count, n, reduceScatterSendSeg(r, n, 0))
+	for k := range numChunks(hi-lo, chunk) {
+		clo, chi := chunkRange(lo, hi, chunk, k)
+		send(clo, chi, 0, scale)
+	}
+	// Steps 0..n-2 of reduce-scatter, then n-1..2n-3 of all-gather (aux on the wire).
+	for s := 0; s < 2*(n-1); s++ {
+		var seg int
+		if s < n-1 {
+			seg = reduceScatterRecvSeg(r, n, s)
+		} else {
+			seg = allGatherRecvSeg(r, n, s-(n-1))
+		}
+		lo, hi := segment(count, n, seg)
+		for k := range numChunks(hi-lo, chunk) {
+			clo, chi := chunkRange(lo, hi, chunk, k)
+			want.offset, want.n, want.aux = uint64(clo), uint32(chi-clo), uint32(s)
+			payload, _, err := c.recvFrame(&want)
+			if err != nil {
+				return err
+			}
+			switch {
+			case s < n-1: // add ours; the last step leaves this rank owning the segment
+				rb.reduce(payload, clo, chi, scale, s == n-2, div)
+			default:
+				rb.store(payload, clo, chi)
+			}
+			if s < 2*(n-1)-1 {
+				send(clo, chi, s+1, 1)
+			}
+		}
+	}
+	c.finish()
+	return nil
+}
+
+// reduceBuf is the local buffer of an all-reduce: how its elements go to and come from the wire.
+type reduceBuf interface {
+	len() int
+	// encode writes elements [lo,hi), times scale, in the wire format into dst.
+	encode(dst []byte, lo, hi int, scale float32)
+	// reduce does local = wire + local*scale on [lo,hi); final (the owner's last step) also
+	// rounds to the wire precision and divides by div, so the owner keeps what it will send.
+	reduce(src []byte, lo, hi int, scale float32, final bool, div float32)
+	// store does local = wire on [lo,hi).
+	store(src []byte, lo, hi int)
+}
+
+// f32Buf is a float32 buffer with either wire.
+type f32Buf struct {
+	buf  []float32
+	wire Wire
+}
+
+func (b *f32Buf) len() int { return len(b.buf) }
+
+func (b *f32Buf) encode(dst []byte, lo, hi int, scale float32) {
+	if b.wire == WireF16 {
+		encodeF16(asU16(dst), b.buf[lo:hi], scale)
+		return
+	}
+	copy(dst, f32Bytes(b.buf[lo:hi])) // scale is 1 with the f32 wire
+}
+
+func (b *f32Buf) reduce(src []byte, lo, hi int, scale float32, final bool, div float32) {
+	x := b.buf[lo:hi]
+	if b.wire == WireF16 {
+		if final {
+			addF16Round(x, asU16(src), scale)
+		} else {
+			addF16(x, asU16(src), scale)
+		}
+		return
+	}
+	addF32(x, asF32(src))
+	if final && div != 1 {
+		for i := range x {
+			x[i] /= div
+		}
+	}
+}
+
+func (b *f32Buf) store(src []byte, lo, hi int) {
+	if b.wire == WireF16 {
+		decodeF16(b.buf[lo:hi], asU16(src))
+		return
+	}
+	copy(f32Bytes(b.buf[lo:hi]), src)
+}
+
+// f16Buf is a buffer of half bits (wire f16).
+type f16Buf struct{ buf []uint16 }
+
+func (b *f16Buf) len() int { return len(b.buf) }
+
+func (b *f16Buf) encode(dst []byte, lo, hi int, scale float32) {
+	if scale == 1 {
+		copy(dst, u16Bytes(b.buf[lo:hi]))
+		return
+	}
+	scaleF16(asU16(dst), b.buf[lo:hi], scale)
+}
+
+func (b *f16Buf) reduce(src []byte, lo, hi int, scale float32, final bool, div float32) {
+	addF16F16(b.buf[lo:hi], asU16(src), scale)
+}
+
+func (b *f16Buf) store(src []byte, lo, hi int) { copy(u16Bytes(b.buf[lo:hi]), src) }
+
+// Views between byte payloads and element slices (little-endian hosts: the wire is
+// little-endian and these reinterpret memory).
+func asU16(b []byte) []uint16 {
+	if len(b) < 2 {
+		return nil
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)
+}
+
+func asF32(b []byte) []float32 {
+	if len(b) < 4 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
+}
+
+func f32Bytes(x []float32) []byte {
+	if len(x) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
+}
+
+func u16Bytes(x []uint16) []byte {
+	if len(x) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 2*len(x))
+}

@@ -1,0 +1,206 @@
+package allreduce
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"time"
+)
+
+// Op is the reduction an all-reduce applies.
+type Op uint8
+
+const (
+	// Sum adds the buffers of all ranks.
+	Sum Op = iota
+	// Avg adds them and divides by the world size. With the f16 wire every rank's contribution is
+	// divided before it is cast, so partial sums stay in half range; with f32 the owner of each
+	// segment divides the full sum once.
+	Avg
+)
+
+func (o Op) String() string {
+	switch o {
+	case Sum:
+		return "sum"
+	case Avg:
+		return "avg"
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// Wire is how buffer elements travel between ranks.
+// WARNING: ONLY APPEND TO THIS LIST! The numbers are on the wire.
+type Wire uint8
+
+const (
+	// WireF32 sends float32 as they are: results equal a sequential float32 sum.
+	WireF32 Wire = iota
+	// WireF16 sends IEEE half precision (round to nearest even, inf and NaN carried): half the
+	// bytes, about 3 decimal digits per hop.
+	WireF16
+	// wireBytes is raw bytes (broadcast, all-gather, barrier).
+	wireBytes
+)
+
+func (w Wire) String() string {
+	switch w {
+	case WireF32:
+		return "f32"
+	case WireF16:
+		return "f16"
+	case wireBytes:
+		return "bytes"
+	}
+	return fmt.Sprintf("wire(%d)", uint8(w))
+}
+
+// elemSize is the bytes per element on the wire; 0 for an unknown wire.
+func (w Wire) elemSize() int {
+	switch w {
+	case WireF32:
+		return 4
+	case WireF16:
+		return 2
+	case wireBytes:
+		return 1
+	}
+	return 0
+}
+
+// ParseWire parses "f32" or "f16".
+func ParseWire(s string) (Wire, error) {
+	switch s {
+	case "f32", "fp32", "float32":
+		return WireF32, nil
+	case "f16", "fp16", "float16", "half":
+		return WireF16, nil
+	}
+	return 0, fmt.Errorf("allreduce: unknown wire format %q (want f32 or f16)", s)
+}
+
+// Defaults for zero Config fields.
+const (
+	DefaultTimeout           = 30 * time.Second
+	DefaultChunkBytes        = 1 << 20 // 1 MiB of wire bytes per frame: big enough to amortise gRPC, small enough to pipeline
+	DefaultRendezvousTimeout = 5 * time.Minute
+)
+
+// Config describes one rank's place in a group. Zero fields take the defaults above.
+type Config struct {
+	// Rank of this process, 0 <= Rank < WorldSize.
+	Rank, WorldSize int
+	// MasterAddr is host:port of rank 0's rendezvous server (MASTER_ADDR:MASTER_PORT). Rank 0
+	// listens there; it also carries rank 0's data plane.
+	MasterAddr string
+	// Token is the shared secret every connection must present (DDP_TOKEN). Peers without it
+	// are refused and the refusal is logged. Empty means no check (tests, single host).
+	Token string
+	// Timeout bounds how long a collective waits for its peer: no frame from the rank it is
+	// receiving from (or no progress sending to the next) for Timeout fails the collective.
+	// Default 30 s.
+	Timeout time.Duration
+	// RendezvousTimeout bounds NewGroup's wait for all ranks to join (beside ctx). Default 5 min.
+	RendezvousTimeout time.Duration
+	// ChunkBytes is the pipeline chunk, in wire bytes: each rank's segment is cut into chunks so
+	// sending one overlaps receiving and reducing the next. Default 1 MiB.
+	ChunkBytes int
+	// ListenAddr is where this rank's data plane listens. Rank 0 always uses MasterAddr. Default
+	// for others: port 0 on MasterAddr's host when that host is a loopback address, ":0" otherwise.
+	ListenAddr string
+	// AdvertiseAddr is the address other ranks dial for this rank's data plane. Default: the
+	// listener's address, with an unspecified host replaced by the address rank 0 saw us from.
+	AdvertiseAddr string
+	// Transport, if set, is used instead of gRPC, and no rendezvous happens (the transport
+	// already knows every rank): NewInprocNetwork(n).Transport(rank) in tests.
+	Transport Transport
+	// Logger receives refusals, failures and lifecycle events. Default slog.Default().
+	Logger *slog.Logger
+	// TLS, if set, secures the gRPC data plane both ways (as server and client config).
+	TLS *tls.Config
+}
+
+// ConfigFromEnv reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and DDP_TOKEN, as torchrun
+// and ddplaunch set them. WORLD_SIZE 1 needs neither MASTER_ADDR nor MASTER_PORT.
+func ConfigFromEnv() (Config, error) {
+	var cfg Config
+	atoi := func(name string) (int, error) {
+		v, ok := os.LookupEnv(name)
+		if !ok || v == "" {
+			return 0, fmt.Errorf("allreduce: environment variable %s is not set", name)
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, fmt.Errorf("allreduce: environment variable %s=%q is not an integer", name, v)
+		}
+		return n, nil
+	}
+	var err error
+	if cfg.Rank, err = atoi("RANK"); err != nil {
+		return cfg, err
+	}
+	if cfg.WorldSize, err = atoi("WORLD_SIZE"); err != nil {
+		return cfg, err
+	}
+	if cfg.WorldSize < 1 {
+		return cfg, fmt.Errorf("allreduce: environment variable WORLD_SIZE=%d must be at least 1", cfg.WorldSize)
+	}
+	if cfg.Rank < 0 || cfg.Rank >= cfg.WorldSize {
+		return cfg, fmt.Errorf("allreduce: environment variable RANK=%d is outside [0,%d) (WORLD_SIZE)", cfg.Rank, cfg.WorldSize)
+	}
+	cfg.Token = os.Getenv("DDP_TOKEN")
+	if cfg.WorldSize == 1 {
+		return cfg, nil
+	}
+	host := os.Getenv("MASTER_ADDR")
+	if host == "" {
+		return cfg, fmt.Errorf("allreduce: environment variable MASTER_ADDR is not set")
+	}
+	port, err := atoi("MASTER_PORT")
+	if err != nil {
+		return cfg, err
+	}
+	if port <= 0 || port > 65535 {
+		return cfg, fmt.Errorf("allreduce: environment variable MASTER_PORT=%d is not a port", port)
+	}
+	cfg.MasterAddr = net.JoinHostPort(host, strconv.Itoa(port))
+	return cfg, nil
+}
+
+// withDefaults validates cfg and fills zero fields.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.WorldSize < 1 {
+		return cfg, fmt.Errorf("allreduce: world size %d must be at least 1", cfg.WorldSize)
+	}
+	if cfg.WorldSize > 1<<15 {
+		return cfg, fmt.Errorf("allreduce: world size %d is too large", cfg.WorldSize)
+	}
+	if cfg.Rank < 0 || cfg.Rank >= cfg.WorldSize {
+		return cfg, fmt.Errorf("allreduce: rank %d is outside [0,%d)", cfg.Rank, cfg.WorldSize)
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.RendezvousTimeout <= 0 {
+		cfg.RendezvousTimeout = DefaultRendezvousTimeout
+	}
+	if cfg.ChunkBytes <= 0 {
+		cfg.ChunkBytes = DefaultChunkBytes
+	}
+	if cfg.ChunkBytes < 64 {
+		cfg.ChunkBytes = 64
+	}
+	if cfg.ChunkBytes > maxFramePayload {
+		cfg.ChunkBytes = maxFramePayload
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.WorldSize > 1 && cfg.Transport == nil && cfg.MasterAddr == "" {
+		return cfg, fmt.Errorf("allreduce: rank %d of %d needs MasterAddr (MASTER_ADDR:MASTER_PORT) or a Transport", cfg.Rank, cfg.WorldSize)
+	}
+	return cfg, nil
+}

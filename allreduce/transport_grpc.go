@@ -1,0 +1,564 @@
+package allreduce
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// The gRPC transport. Every rank runs one gRPC server (rank 0's at MasterAddr) with a
+// hand-written service (no protobuf generation; raw-bytes codec, codec_raw.go):
+//
+//	/goddp.allreduce.Ring/Join  unary, rank 0 only: "I am rank r of n, dial me at addr";
+//	                            answers, once all n have joined, with every rank's address.
+//	/goddp.allreduce.Ring/Push  client stream: the frames one rank sends another, in order.
+//
+// A rank sending to a peer opens one Push stream to it, lazily, and keeps it for the group's
+// life. Every call carries the token (metadata "ddp-token") and the caller's rank; a call
+// without the right token is refused with Unauthenticated and logged.
+
+const (
+	serviceName   = "goddp.allreduce.Ring"
+	mdToken       = "ddp-token"
+	mdRank        = "ddp-rank"
+	mdWorld       = "ddp-world"
+	grpcWindow    = 64 << 20 // per-stream and per-connection flow-control window, bytes
+	grpcSockBuf   = 4 << 20  // gRPC's read and write buffers per connection, bytes
+	grpcMaxMsg    = frameHeaderSize + maxFramePayload
+	inboxDepth    = 4 // frames a receiving link buffers before gRPC flow control holds the sender
+	joinRetryBase = 50 * time.Millisecond
+)
+
+var ringServiceDesc = grpc.ServiceDesc{
+	ServiceName: serviceName,
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Join",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+			var req []byte
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			h := func(ctx context.Context, req any) (any, error) {
+				resp, err := srv.(*grpcTransport).join(ctx, *req.(*[]byte))
+				if err != nil {
+					return nil, err
+				}
+				return &resp, nil
+			}
+			info := &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + serviceName + "/Join"}
+			return icpt(ctx, &req, info, h) // the server always has the auth interceptor
+		},
+	}},
+	Streams: []grpc.StreamDesc{{
+		StreamName:    "Push",
+		ClientStreams: true,
+		Handler: func(srv any, stream grpc.ServerStream) error {
+			return srv.(*grpcTransport).push(stream)
+		},
+	}},
+}
+
+var pushStreamDesc = grpc.StreamDesc{StreamName: "Push", ClientStreams: true}
+
+type grpcTransport struct {
+	cfg  Config
+	log  *slog.Logger
+	srv  *grpc.Server
+	lis  net.Listener
+	serv sync.WaitGroup
+
+	ctx    context.Context // cancelled by Close: ends every stream
+	cancel context.CancelFunc
+
+	addrs  []string // every rank's data-plane address, after rendezvous
+	in     []*inbox
+	out    []*outLink
+	outMu  sync.Mutex
+	closed chan struct{}
+	once   sync.Once
+
+	// rendezvous state (rank 0)
+	joinMu  sync.Mutex
+	joined  map[int]string
+	allIn   chan struct{}
+	joinErr error
+}
+
+var _ Transport = (*grpcTransport)(nil)
+
+// inbox holds the frames received from one peer.
+type inbox struct {
+	q      chan []byte
+	free   chan []byte
+	last   []byte
+	mu     sync.Mutex
+	err    error         // why the link broke
+	broken chan struct{} // closed when err is set
+	active bool          // a Push stream from this peer is being served
+}
+
+func (in *inbox) fail(err error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.err == nil {
+		in.err = err
+		close(in.broken)
+	}
+}
+
+// outLink is the Push stream to one peer.
+type outLink struct {
+	conn   *grpc.ClientConn
+	stream grpc.ClientStream
+	cancel context.CancelFunc
+	err    error
+	msg    outMsg
+}
+
+// newGRPCTransport starts this rank's server, joins the rendezvous and returns a transport
+// that knows every rank's address.
+func newGRPCTransport(ctx context.Context, cfg Config) (*grpcTransport, error) {
+	t := &grpcTransport{cfg: cfg, log: cfg.Logger.With("rank", cfg.Rank), closed: make(chan struct{}),
+		in: make([]*inbox, cfg.WorldSize), out: make([]*outLink, cfg.WorldSize)}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	for i := range t.in {
+		t.in[i] = &inbox{q: make(chan []byte, inboxDepth), free: make(chan []byte, inboxDepth+2), broken: make(chan struct{})}
+	}
+	listen, err := listenAddr(cfg)
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, fmt.Errorf("allreduce: rank %d: listen on %s: %w", cfg.Rank, listen, err)
+	}
+	t.lis = lis
+	opts := []grpc.ServerOption{
+		grpc.ForceServerCodecV2(rawCodec{}),
+		grpc.InitialWindowSize(grpcWindow),
+		grpc.InitialConnWindowSize(grpcWindow),
+		grpc.ReadBufferSize(grpcSockBuf),
+		grpc.WriteBufferSize(grpcSockBuf),
+		grpc.MaxRecvMsgSize(grpcMaxMsg),
+		grpc.MaxSendMsgSize(grpcMaxMsg),
+		grpc.WaitForHandlers(true),
+		grpc.UnaryInterceptor(t.authUnary),
+		grpc.StreamInterceptor(t.authStream),
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	t.srv = grpc.NewServer(opts...)
+	t.srv.RegisterService(&ringServiceDesc, t)
+	if cfg.Rank == 0 {
+		t.joined = map[int]string{0: cfg.MasterAddr}
+		t.allIn = make(chan struct{})
+	}
+	t.serv.Add(1)
+	go func() {
+		defer t.serv.Done()
+		_ = t.srv.Serve(lis)
+	}()
+
+	rctx, cancel := context.WithTimeout(ctx, cfg.RendezvousTimeout)
+	defer cancel()
+	if err := t.rendezvous(rctx); err != nil {
+		t.Close()
+		return nil, err
+	}
+	t.log.Debug("allreduce: group formed", "addrs", t.addrs)
+	return t, nil
+}
+
+// listenAddr picks the data-plane bind address (Config.ListenAddr's rule).
+func listenAddr(cfg Config) (string, error) {
+	if cfg.Rank == 0 {
+		return cfg.MasterAddr, nil
+	}
+	if cfg.ListenAddr != "" {
+		return cfg.ListenAddr, nil
+	}
+	host, _, err := net.SplitHostPort(cfg.MasterAddr)
+	if err != nil {
+		return "", fmt.Errorf("allreduce: MasterAddr %q: %w", cfg.MasterAddr, err)
+	}
+	if host == "localhost" {
+		return "127.0.0.1:0", nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return net.JoinHostPort(host, "0"), nil
+	}
+	return ":0", nil
+}
+
+func (t *grpcTransport) dialOptions() []grpc.DialOption {
+	creds := insecure.NewCredentials()
+	if t.cfg.TLS != nil {
+		creds = credentials.NewTLS(t.cfg.TLS)
+	}
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithInitialWindowSize(grpcWindow),
+		grpc.WithInitialConnWindowSize(grpcWindow),
+		grpc.WithReadBufferSize(grpcSockBuf),
+		grpc.WithWriteBufferSize(grpcSockBuf),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}), grpc.MaxCallRecvMsgSize(grpcMaxMsg), grpc.MaxCallSendMsgSize(grpcMaxMsg)),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: joinRetryBase, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: 2 * time.Second,
+		}),
+	}
+}
+
+// outgoing adds the token and this rank to a call's metadata.
+func (t *grpcTransport) outgoing(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, mdToken, t.cfg.Token,
+		mdRank, strconv.Itoa(t.cfg.Rank), mdWorld, strconv.Itoa(t.cfg.WorldSize))
+}
+
+// auth checks the token and the caller's rank and world; it logs refusals.
+func (t *grpcTransport) auth(ctx context.Context, method string) (int, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	get := func(k string) string {
+		if v := md.Get(k); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	from := "unknown"
+	if p, ok := peer.FromContext(ctx); ok {
+		from = p.Addr.String()
+	}
+	if subtle.ConstantTimeCompare([]byte(get(mdToken)), []byte(t.cfg.Token)) != 1 {
+		t.log.Warn("allreduce: refused connection with a wrong or missing token", "remote", from, "method", method, "claimed_rank", get(mdRank))
+		return -1, status.Error(codes.Unauthenticated, "allreduce: wrong or missing token (DDP_TOKEN)")
+	}
+	rank, err := strconv.Atoi(get(mdRank))
+	world, err2 := strconv.Atoi(get(mdWorld))
+	if err != nil || err2 != nil || rank < 0 || rank >= t.cfg.WorldSize || rank == t.cfg.Rank || world != t.cfg.WorldSize {
+		t.log.Warn("allreduce: refused connection from a peer of another world", "remote", from, "method", method,
+			"claimed_rank", get(mdRank), "claimed_world", get(mdWorld))
+		return -1, status.Errorf(codes.FailedPrecondition, "allreduce: rank %q of world %q does not fit this world of %d", get(mdRank), get(mdWorld), t.cfg.WorldSize)
+	}
+	return rank, nil
+}
+
+type rankKey struct{}
+
+func (t *grpcTransport) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	rank, err := t.auth(ctx, info.FullMethod)
+	if err != nil {
+		return nil, err
+	}
+	return h(context.WithValue(ctx, rankKey{}, rank), req)
+}
+
+type rankStream struct {
+	grpc.ServerStream
+	rank int
+}
+
+func (t *grpcTransport) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	rank, err := t.auth(ss.Context(), info.FullMethod)
+	if err != nil {
+		return err
+	}
+	return h(srv, &rankStream{ServerStream: ss, rank: rank})
+}
+
+// joinRequest and joinResponse are the rendezvous messages (JSON).
+type joinRequest struct {
+	Rank  int    `json:"rank"`
+	World int    `json:"world"`
+	Addr  string `json:"addr"`
+}
+
+type joinResponse struct {
+	Addrs []string `json:"addrs"`
+}
+
+// rendezvous: rank 0 waits for everyone; the others join rank 0.
+func (t *grpcTransport) rendezvous(ctx context.Context) error {
+	n := t.cfg.WorldSize
+	if t.cfg.Rank == 0 {
+		select {
+		case <-t.allIn:
+		case <-ctx.Done():
+			t.joinMu.Lock()
+			missing := []int{}
+			for r := range n {
+				if _, ok := t.joined[r]; !ok {
+					missing = append(missing, r)
+				}
+			}
+			t.joinMu.Unlock()
+			return fmt.Errorf("allreduce: rendezvous at %s: ranks %v did not join: %w", t.cfg.MasterAddr, missing, ctx.Err())
+		}
+		t.joinMu.Lock()
+		defer t.joinMu.Unlock()
+		if t.joinErr != nil {
+			return t.joinErr
+		}
+		t.addrs = make([]string, n)
+		for r, a := range t.joined {
+			t.addrs[r] = a
+		}
+		return nil
+	}
+	adv := t.cfg.AdvertiseAddr
+	if adv == "" {
+		adv = t.lis.Addr().String()
+	}
+	req, _ := json.Marshal(joinRequest{Rank: t.cfg.Rank, World: n, Addr: adv})
+	conn, err := grpc.NewClient(t.cfg.MasterAddr, t.dialOptions()...)
+	if err != nil {
+		return fmt.Errorf("allreduce: rendezvous at %s: %w", t.cfg.MasterAddr, err)
+	}
+	defer conn.Close()
+	var resp []byte
+	err = conn.Invoke(t.outgoing(ctx), "/"+serviceName+"/Join", &req, &resp, grpc.WaitForReady(true))
+	if err != nil {
+		return fmt.Errorf("allreduce: rank %d: rendezvous at %s (MASTER_ADDR:MASTER_PORT): %w", t.cfg.Rank, t.cfg.MasterAddr, err)
+	}
+	var jr joinResponse
+	if err := json.Unmarshal(resp, &jr); err != nil || len(jr.Addrs) != n {
+		return fmt.Errorf("allreduce: rank %d: bad rendezvous answer from %s", t.cfg.Rank, t.cfg.MasterAddr)
+	}
+	t.addrs = jr.Addrs
+	return nil
+}
+
+// join is rank 0's Join handler.
+func (t *grpcTransport) join(ctx context.Context, body []byte) ([]byte, error) {
+	if t.cfg.Rank != 0 {
+		return nil, status.Error(codes.FailedPrecondition, "allreduce: join sent to a rank other than 0")
+	}
+	var req joinRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "allreduce: bad join request: %v", err)
+	}
+	if req.World != t.cfg.WorldSize || req.Rank <= 0 || req.Rank >= t.cfg.WorldSize {
+		return nil, status.Errorf(codes.InvalidArgument, "allreduce: rank %d of world %d cannot join a world of %d", req.Rank, req.World, t.cfg.WorldSize)
+	}
+	addr := req.Addr
+	if host, port, err := net.SplitHostPort(addr); err == nil {
+		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+			if p, ok := peer.FromContext(ctx); ok {
+				if h, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
+					addr = net.JoinHostPort(h, port)
+				}
+			}
+		}
+	}
+	t.joinMu.Lock()
+	if old, dup := t.joined[req.Rank]; dup && old != addr {
+		t.joinMu.Unlock()
+		t.log.Warn("allreduce: rank joined twice", "joining", req.Rank, "addr", addr, "first", old)
+		return nil, status.Errorf(codes.AlreadyExists, "allreduce: rank %d already joined from %s", req.Rank, old)
+	}
+	t.joined[req.Rank] = addr
+	if len(t.joined) == t.cfg.WorldSize {
+		select {
+		case <-t.allIn:
+		default:
+			close(t.allIn)
+		}
+	}
+	t.joinMu.Unlock()
+	select {
+	case <-t.allIn:
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case <-t.closed:
+		return nil, status.Error(codes.Unavailable, "allreduce: rank 0 closed")
+	}
+	t.joinMu.Lock()
+	addrs := make([]string, t.cfg.WorldSize)
+	for r, a := range t.joined {
+		addrs[r] = a
+	}
+	t.joinMu.Unlock()
+	b, _ := json.Marshal(joinResponse{Addrs: addrs})
+	return b, nil
+}
+
+// push serves one peer's Push stream: frames go into that peer's inbox.
+func (t *grpcTransport) push(ss grpc.ServerStream) error {
+	rs, ok := ss.(*rankStream)
+	if !ok {
+		return status.Error(codes.Internal, "allreduce: unauthenticated stream")
+	}
+	from := rs.rank
+	in := t.in[from]
+	in.mu.Lock()
+	if in.active || in.err != nil {
+		in.mu.Unlock()
+		t.log.Warn("allreduce: refused a second stream from a peer", "peer", from)
+		return status.Errorf(codes.AlreadyExists, "allreduce: rank %d already has a stream to rank %d", from, t.cfg.Rank)
+	}
+	in.active = true
+	in.mu.Unlock()
+	ctx := ss.Context()
+	for {
+		var m inMsg
+		select {
+		case m.buf = <-in.free:
+		default:
+		}
+		if err := ss.RecvMsg(&m); err != nil {
+			in.fail(linkError(err))
+			return nil
+		}
+		select {
+		case in.q <- m.buf:
+		case <-ctx.Done():
+			in.fail(ErrPeerGone)
+			return nil
+		case <-t.closed:
+			return nil
+		}
+	}
+}
+
+// linkError turns a stream error into what a PeerError carries.
+func linkError(err error) error {
+	if s, ok := status.FromError(err); ok && s.Code() != codes.OK && s.Code() != codes.Canceled && s.Code() != codes.Unavailable {
+		return fmt.Errorf("%w: %s", ErrPeerGone, s.Message())
+	}
+	return ErrPeerGone
+}
+
+func (t *grpcTransport) Recv(ctx context.Context, from int) ([]byte, error) {
+	if from < 0 || from >= len(t.in) || from == t.cfg.Rank {
+		return nil, fmt.Errorf("allreduce: recv from invalid rank %d", from)
+	}
+	in := t.in[from]
+	if in.last != nil {
+		select {
+		case in.free <- in.last:
+		default:
+		}
+		in.last = nil
+	}
+	var b []byte
+	select {
+	case b = <-in.q:
+	case <-in.broken:
+		select {
+		case b = <-in.q:
+		default:
+			return nil, &PeerError{Rank: from, Err: in.err}
+		}
+	case <-t.closed:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+	in.last = b
+	return b, nil
+}
+
+func (t *grpcTransport) link(to int) (*outLink, error) {
+	t.outMu.Lock()
+	defer t.outMu.Unlock()
+	select {
+	case <-t.closed:
+		return nil, ErrClosed
+	default:
+	}
+	if l := t.out[to]; l != nil {
+		return l, l.err
+	}
+	l := &outLink{}
+	t.out[to] = l
+	conn, err := grpc.NewClient(t.addrs[to], t.dialOptions()...)
+	if err != nil {
+		l.err = &PeerError{Rank: to, Err: err}
+		return l, l.err
+	}
+	l.conn = conn
+	sctx, cancel := context.WithCancel(t.ctx)
+	l.cancel = cancel
+	// WaitForReady: the peer's server is up (it listened before joining) but the connection may
+	// still be starting; the collective's watchdog bounds the wait.
+	l.stream, err = conn.NewStream(t.outgoing(sctx), &pushStreamDesc, "/"+serviceName+"/Push", grpc.WaitForReady(true))
+	if err != nil {
+		l.err = &PeerError{Rank: to, Err: err}
+	}
+	return l, l.err
+}
+
+func (t *grpcTransport) Send(ctx context.Context, to int, p Payload) error {
+	if to < 0 || to >= len(t.out) || to == t.cfg.Rank {
+		return fmt.Errorf("allreduce: send to invalid rank %d", to)
+	}
+	l, err := t.link(to)
+	if err != nil {
+		return err
+	}
+	// SendMsg has no context: if ctx ends while it waits for flow control, end the stream.
+	stop := context.AfterFunc(ctx, l.cancel)
+	l.msg.p = p
+	err = l.stream.SendMsg(&l.msg)
+	l.msg.p = nil
+	if !stop() && ctx.Err() != nil {
+		l.err = &PeerError{Rank: to, Err: fmt.Errorf("send abandoned: %w", context.Cause(ctx))}
+		return context.Cause(ctx)
+	}
+	if err != nil {
+		// The stream ended; its status says why.
+		var rerr error
+		if errors.Is(err, errEOF) {
+			var resp []byte
+			rerr = l.stream.RecvMsg(&resp)
+		}
+		if rerr == nil {
+			rerr = err
+		}
+		l.err = &PeerError{Rank: to, Err: linkError(rerr)}
+		select {
+		case <-t.closed:
+			return ErrClosed
+		default:
+		}
+		return l.err
+	}
+	return nil
+}
+
+func (t *grpcTransport) Close() error {
+	t.once.Do(func() {
+		close(t.closed)
+		t.cancel()
+		t.outMu.Lock()
+		for _, l := range t.out {
+			if l != nil && l.conn != nil {
+				l.conn.Close()
+			}
+		}
+		t.outMu.Unlock()
+		t.srv.Stop()
+		t.serv.Wait()
+	})
+	return nil
+}
+
+var errEOF = io.EOF
