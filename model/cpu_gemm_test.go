@@ -365,3 +365,21 @@ func BenchmarkMLPStep(b *testing.B) {
 	b.ReportMetric(med, "ms/step")
 	b.ReportMetric(mlpStepFLOPs(128, widths)/med/1e6, "GFLOP/s")
 }
+
+// BenchmarkGemmKernel times the micro-kernel alone on panels that stay in cache (one thread): the
+// ceiling for everything above it.
+func BenchmarkGemmKernel(b *testing.B) {
+	for _, k := range gemmKernels {
+		for _, kc := range []int{64, 128, 256} {
+			b.Run(fmt.Sprintf("%s_kc%d", k.name, kc), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(1, 2))
+				a, bp := randVec(r, kc*gemmMR), randVec(r, kc*gemmNR)
+				c := make([]float32, gemmMR*gemmNR)
+				for b.Loop() {
+					k.fn(kc, &a[0], &bp[0], &c[0], gemmNR, 1, 1)
+				}
+				b.ReportMetric(2*float64(gemmMR*gemmNR*kc)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
