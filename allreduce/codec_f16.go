@@ -143,7 +143,9 @@ func scaleF16(dst, src []uint16, scale float32) {
 }
 
 // addF32 does dst[i] += src[i] (f32 wire).
-func addF32(dst, src []float32) {
+var addF32 = addF32Generic
+
+func addF32Generic(dst, src []float32) {
 	dst = dst[:len(src)]
 	for i, f := range src {
 		dst[i] += f

@@ -1,0 +1,312 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/goddp/goddp/allreduce"
+)
+
+// `ddpbench allreduce` starts N processes of itself over loopback (the hidden
+// `allreduce-worker` subcommand, configured through the same environment torchrun sets) and
+// prints an nccl-tests-style table of all-reduce times.
+
+func init() {
+	register("allreduce", subcommand{summary: "ring all-reduce bandwidth across N local processes", run: runAllReduceBench})
+	register("allreduce-worker", subcommand{hidden: true, run: runAllReduceWorker})
+}
+
+// benchRow is one line of results (also the --json format).
+type benchRow struct {
+	World        int     `json:"world"`
+	Bytes        int64   `json:"bytes"`
+	Wire         string  `json:"wire"`
+	Sec          float64 `json:"sec"`
+	AlgBW        float64 `json:"algbw_GBs"`
+	BusBW        float64 `json:"busbw_GBs"`
+	WireBusBW    float64 `json:"wire_busbw_GBs"`
+	MinSec       float64 `json:"min_sec"`
+	Iters        int     `json:"iters"`
+	ChunkBytes   int     `json:"chunk_bytes"`
+	BytesPerRank int64   `json:"wire_bytes_sent_per_rank"`
+}
+
+type benchFlags struct {
+	nproc   int
+	sizes   []string
+	wires   []string
+	iters   int
+	warmup  int
+	chunk   string
+	timeout time.Duration
+	json    bool
+}
+
+func (f *benchFlags) register(fs *pflag.FlagSet) {
+	fs.IntVar(&f.nproc, "nproc", 2, "processes (ranks) to start")
+	fs.StringSliceVar(&f.sizes, "sizes", []string{"1M", "16M", "64M", "256M"}, "FP32 buffer sizes in bytes (K, M, G suffixes are powers of 2)")
+	fs.StringSliceVar(&f.wires, "wire", []string{"f32", "f16"}, "wire formats to measure")
+	fs.IntVar(&f.iters, "iters", 10, "timed iterations per size and wire (the median is reported)")
+	fs.IntVar(&f.warmup, "warmup", 2, "untimed iterations first")
+	fs.StringVar(&f.chunk, "chunk", "1M", "pipeline chunk in wire bytes (allreduce.Config.ChunkBytes)")
+	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "per-collective peer timeout")
+	fs.BoolVar(&f.json, "json", false, "one JSON object per result line instead of a table")
+}
+
+func (f *benchFlags) args() []string {
+	return []string{"--sizes", strings.Join(f.sizes, ","), "--wire", strings.Join(f.wires, ","),
+		"--iters", strconv.Itoa(f.iters), "--warmup", strconv.Itoa(f.warmup), "--chunk", f.chunk,
+		"--timeout", f.timeout.String()}
+}
+
+// parseBytes reads 64M, 1G, 4096, 1.5M.
+func parseBytes(s string) (int64, error) {
+	mult := int64(1)
+	t := strings.ToUpper(strings.TrimSuffix(strings.TrimSuffix(strings.TrimSpace(s), "B"), "i"))
+	switch {
+	case strings.HasSuffix(t, "K"):
+		mult, t = 1<<10, t[:len(t)-1]
+	case strings.HasSuffix(t, "M"):
+		mult, t = 1<<20, t[:len(t)-1]
+	case strings.HasSuffix(t, "G"):
+		mult, t = 1<<30, t[:len(t)-1]
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v <= 0 {
+		return 0, fmt.Errorf("bad size %q", s)
+	}
+	return int64(v * float64(mult)), nil
+}
+
+func runAllReduceBench(args []string) error {
+	fs := pflag.NewFlagSet("allreduce", pflag.ContinueOnError)
+	var f benchFlags
+	f.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: ddpbench allreduce --nproc N --sizes 1M,16M,64M,256M --wire f32,f16 [--json] [--iters K]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if f.nproc < 1 {
+		return fmt.Errorf("--nproc must be at least 1")
+	}
+	for _, s := range f.sizes {
+		if _, err := parseBytes(s); err != nil {
+			return err
+		}
+	}
+	for _, w := range f.wires {
+		if _, err := allreduce.ParseWire(w); err != nil {
+			return err
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	tok := make([]byte, 16)
+	rand.Read(tok)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	rows := make(chan benchRow)
+	errs := make([]error, f.nproc)
+	var wg sync.WaitGroup
+	for r := range f.nproc {
+		cmd := exec.CommandContext(ctx, exe, append([]string{"allreduce-worker"}, f.args()...)...)
+		cmd.Env = append(os.Environ(),
+			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(f.nproc), "LOCAL_RANK="+strconv.Itoa(r),
+			"LOCAL_WORLD_SIZE="+strconv.Itoa(f.nproc), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
+			"DDP_TOKEN="+hex.EncodeToString(tok))
+		cmd.Stderr = os.Stderr
+		var out io.ReadCloser
+		if r == 0 {
+			if out, err = cmd.StdoutPipe(); err != nil {
+				return err
+			}
+		}
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("start rank %d: %w", r, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if out != nil {
+				sc := bufio.NewScanner(out)
+				for sc.Scan() {
+					var row benchRow
+					if json.Unmarshal(sc.Bytes(), &row) == nil {
+						rows <- row
+					}
+				}
+			}
+			if err := cmd.Wait(); err != nil {
+				errs[r] = fmt.Errorf("rank %d: %w", r, err)
+				cancel() // one rank failing ends the run
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(rows) }()
+
+	var tw *tabwriter.Writer
+	if !f.json {
+		tw = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "world\tbytes\twire\ttime(ms)\talgbw(GB/s)\tbusbw(GB/s)\twire busbw(GB/s)\t\n")
+	}
+	for row := range rows {
+		if f.json {
+			b, _ := json.Marshal(row)
+			fmt.Println(string(b))
+			continue
+		}
+		// The table is printed at the end, aligned; progress goes to stderr meanwhile.
+		fmt.Fprintf(os.Stderr, "ddpbench: %d bytes %s: %.3f ms\n", row.Bytes, row.Wire, row.Sec*1e3)
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t\n", row.World, row.Bytes, row.Wire, row.Sec*1e3, row.AlgBW, row.BusBW, row.WireBusBW)
+	}
+	if tw != nil {
+		tw.Flush()
+	}
+	return errors.Join(errs...)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// runAllReduceWorker is one rank: it joins the group from the environment, runs every size and
+// wire, and (rank 0) prints one JSON row per measurement on stdout.
+func runAllReduceWorker(args []string) error {
+	fs := pflag.NewFlagSet("allreduce-worker", pflag.ContinueOnError)
+	var f benchFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := allreduce.ConfigFromEnv()
+	if err != nil {
+		return err
+	}
+	chunk, err := parseBytes(f.chunk)
+	if err != nil {
+		return err
+	}
+	cfg.ChunkBytes = int(chunk)
+	cfg.Timeout = f.timeout
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx := context.Background()
+	g, err := allreduce.NewGroup(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	n := g.Size()
+	for _, s := range f.sizes {
+		nbytes, _ := parseBytes(s)
+		buf := make([]float32, nbytes/4)
+		for i := range buf {
+			buf[i] = float32(math.Sin(float64(i)*0.001 + float64(g.Rank()))) // values in range; Avg keeps them there
+		}
+		for _, ws := range f.wires {
+			wire, _ := allreduce.ParseWire(ws)
+			times := make([]float64, 0, f.iters)
+			var sent0 int64
+			for it := range f.warmup + f.iters {
+				if err := g.Barrier(ctx); err != nil {
+					return err
+				}
+				if it == f.warmup {
+					sent0 = g.Stats().BytesSent
+				}
+				t0 := time.Now()
+				if err := g.AllReduce(ctx, buf, allreduce.Avg, wire); err != nil {
+					return err
+				}
+				if it >= f.warmup {
+					times = append(times, time.Since(t0).Seconds())
+				}
+			}
+			sentPerIter := (g.Stats().BytesSent - sent0) / int64(max(f.iters, 1))
+			// The slowest rank's time is the collective's time, iteration by iteration.
+			worst, err := maxAcrossRanks(ctx, g, times)
+			if err != nil {
+				return err
+			}
+			if g.Rank() != 0 {
+				continue
+			}
+			slices.Sort(worst)
+			med := worst[len(worst)/2]
+			if len(worst)%2 == 0 {
+				med = (worst[len(worst)/2-1] + worst[len(worst)/2]) / 2
+			}
+			alg := float64(nbytes) / med / 1e9
+			bus := alg * 2 * float64(n-1) / float64(n)
+			wireBytes := 4.0
+			if wire == allreduce.WireF16 {
+				wireBytes = 2
+			}
+			row := benchRow{World: n, Bytes: nbytes, Wire: wire.String(), Sec: med, AlgBW: alg, BusBW: bus,
+				WireBusBW: bus * wireBytes / 4, MinSec: worst[0], Iters: f.iters, ChunkBytes: cfg.ChunkBytes, BytesPerRank: sentPerIter}
+			b, _ := json.Marshal(row)
+			fmt.Println(string(b))
+		}
+	}
+	return g.Barrier(ctx)
+}
+
+// maxAcrossRanks returns, per iteration, the largest time any rank measured.
+func maxAcrossRanks(ctx context.Context, g *allreduce.Group, times []float64) ([]float64, error) {
+	b := make([]byte, 8*len(times))
+	for i, t := range times {
+		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(t))
+	}
+	all, err := g.AllGather(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	out := slices.Clone(times)
+	for _, rb := range all {
+		for i := range min(len(out), len(rb)/8) {
+			out[i] = max(out[i], math.Float64frombits(binary.LittleEndian.Uint64(rb[8*i:])))
+		}
+	}
+	return out, nil
+}
