@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -223,6 +224,17 @@ func runAllReduceWorker(args []string) error {
 	cfg, err := allreduce.ConfigFromEnv()
 	if err != nil {
 		return err
+	}
+	if prefix := os.Getenv("DDPBENCH_CPUPROFILE"); prefix != "" { // profiling aid: one file per rank
+		pf, err := os.Create(fmt.Sprintf("%s.rank%d", prefix, cfg.Rank))
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	chunk, err := parseBytes(f.chunk)
 	if err != nil {
