@@ -1,0 +1,430 @@
+//go:build cuda
+
+package model
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/goddp/goddp/model/cudadrv"
+	"gorgonia.org/cu"
+)
+
+// CUDA is the NVIDIA GPU device. gorgonia.org/cu drives the driver API (device, primary context,
+// memory, NVRTC); launches, streams, copies and cuBLAS go through this package's own small cgo
+// layer (cuda.go, cuda_blas.go), because they sit on the hot path and need raw handles.
+//
+// Threading: a CUDA context is current per OS thread. Every method locks the calling goroutine to
+// its OS thread for the duration of the call and makes the device's context current there
+// (cuCtxSetCurrent is a thread-local store), then unlocks. So any single goroutine may drive the
+// device, as device.go's contract says, with no hop to a dedicated goroutine per operation.
+// Work is enqueued on one compute stream in call order; only Download, DownloadI32 and Sync wait.
+//
+// Memory: blocks come from cuMemAlloc through the shared caching Pool. A freed block may be handed
+// to the next Alloc at once even if queued kernels still read it: every kernel runs on the compute
+// stream, in order, so the earlier reader finishes first. (Work on the copy stream must order
+// itself with events, as CopyToPinned does.) EmptyCache synchronises before cuMemFree.
+type CUDA struct {
+	ordinal int
+	dev     cu.Device
+	ctx     cu.CUContext
+	name    string
+	major   int
+	minor   int
+	sms     int
+
+	pool   *Pool
+	stream cudadrv.Stream // compute
+	copyS  cudadrv.Stream // copies to and from pinned host memory
+	module cudadrv.Module
+	fns    map[string]cudadrv.Function
+	blas   *cudadrv.Blas
+	mu     sync.Mutex // guards nothing on the hot path; held by Close
+	closed bool
+}
+
+var _ Device = (*CUDA)(nil)
+
+// cudaBuf is one cuMemAlloc block.
+type cudaBuf struct {
+	ptr   uint64
+	bytes int64
+}
+
+func (b *cudaBuf) Bytes() int64 { return b.bytes }
+
+// must panics on a failed driver call: at that point the context is usually unusable, and ops have
+// no error results (device.go: programming errors panic).
+func must(err error) {
+	if err != nil {
+		panic(fmt.Sprintf("model: cuda: %v", err))
+	}
+}
+
+// NewCUDA opens GPU ordinal, retains its primary context, creates the compute and copy streams and
+// the cuBLAS handle, and compiles (or loads from the disk cache) the kernels.
+func NewCUDA(ordinal int) (*CUDA, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := cudadrv.Init(); err != nil {
+		return nil, fmt.Errorf("model: cuda: %w", err)
+	}
+	n, err := cu.NumDevices()
+	if err != nil {
+		return nil, fmt.Errorf("model: cuda: counting devices: %w", err)
+	}
+	if ordinal < 0 || ordinal >= n {
+		return nil, fmt.Errorf("model: cuda: device %d asked for, %d present", ordinal, n)
+	}
+	dev, err := cu.GetDevice(ordinal)
+	if err != nil {
+		return nil, fmt.Errorf("model: cuda: device %d: %w", ordinal, err)
+	}
+	d := &CUDA{ordinal: ordinal, dev: dev, fns: map[string]cudadrv.Function{}}
+	if d.name, err = dev.Name(); err != nil {
+		return nil, fmt.Errorf("model: cuda: device %d name: %w", ordinal, err)
+	}
+	if d.major, err = dev.Attribute(cu.ComputeCapabilityMajor); err != nil {
+		return nil, err
+	}
+	if d.minor, err = dev.Attribute(cu.ComputeCapabilityMinor); err != nil {
+		return nil, err
+	}
+	if d.sms, err = dev.Attribute(cu.MultiprocessorCount); err != nil {
+		return nil, err
+	}
+	if d.ctx, err = dev.RetainPrimaryCtx(); err != nil {
+		return nil, fmt.Errorf("model: cuda: primary context of device %d: %w", ordinal, err)
+	}
+	if err := cu.SetCurrentContext(d.ctx); err != nil {
+		return nil, fmt.Errorf("model: cuda: making the context current: %w", err)
+	}
+	if d.stream, err = cudadrv.NewStream(); err != nil {
+		return nil, fmt.Errorf("model: cuda: compute stream: %w", err)
+	}
+	if d.copyS, err = cudadrv.NewStream(); err != nil {
+		return nil, fmt.Errorf("model: cuda: copy stream: %w", err)
+	}
+	if d.blas, err = cudadrv.NewBlas(d.stream); err != nil {
+		return nil, fmt.Errorf("model: cuda: %w", err)
+	}
+	if err := d.loadKernels(); err != nil {
+		return nil, err
+	}
+	d.pool = NewPool(d.Name(), d.rawAlloc, d.rawFree)
+	d.pool.SetFreeOnCard(func() int64 { f, _ := d.MemInfo(); return f })
+	return d, nil
+}
+
+// enter locks the goroutine to its thread and makes the context current; leave undoes the lock.
+func (d *CUDA) enter() {
+	runtime.LockOSThread()
+	if err := cu.SetCurrentContext(d.ctx); err != nil {
+		runtime.UnlockOSThread()
+		panic(fmt.Sprintf("model: cuda: making the context current: %v", err))
+	}
+}
+
+func (d *CUDA) leave() { runtime.UnlockOSThread() }
+
+// Name is "cuda:N".
+func (d *CUDA) Name() string { return fmt.Sprintf("cuda:%d", d.ordinal) }
+
+// DeviceName is the card's marketing name, e.g. "NVIDIA H200".
+func (d *CUDA) DeviceName() string { return d.name }
+
+// Arch is the compute capability as major·10+minor (90 on Hopper).
+func (d *CUDA) Arch() int { return d.major*10 + d.minor }
+
+// MemInfo returns the card's free and total memory in bytes (cuMemGetInfo).
+func (d *CUDA) MemInfo() (free, total int64) {
+	d.enter()
+	defer d.leave()
+	f, t, err := cudadrv.MemInfo()
+	if err != nil {
+		return -1, -1
+	}
+	return f, t
+}
+
+// Close synchronises, drops the cache, and releases streams, cuBLAS and the module. Live tensors
+// become invalid.
+func (d *CUDA) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	d.Sync()
+	d.EmptyCache()
+	d.enter()
+	defer d.leave()
+	d.blas.Destroy()
+	d.module.Unload()
+	d.stream.Destroy()
+	d.copyS.Destroy()
+	return d.dev.ReleasePrimaryCtx()
+}
+
+// ---- memory ----
+
+func (d *CUDA) rawAlloc(n int64) (Buffer, error) {
+	d.enter()
+	defer d.leave()
+	p, err := cudadrv.MemAlloc(n)
+	if err != nil {
+		return nil, err
+	}
+	return &cudaBuf{ptr: p, bytes: n}, nil
+}
+
+func (d *CUDA) rawFree(b Buffer) {
+	d.enter()
+	defer d.leave()
+	// Queued work may still use a cached block only if it was freed after being handed to an
+	// op; make sure that work is done before the memory goes back to the driver.
+	must(d.stream.Sync())
+	must(d.copyS.Sync())
+	must(cudadrv.MemFree(b.(*cudaBuf).ptr))
+}
+
+func (d *CUDA) Alloc(dt DType, tag string, shape ...int) *Tensor {
+	n := numel(shape)
+	b := d.pool.Get(int64(n)*int64(dt.Size()), tag, dt, shape)
+	return NewTensor(d, b, dt, tag, shape)
+}
+
+func (d *CUDA) Free(t *Tensor) {
+	if t == nil {
+		return
+	}
+	if !t.owner {
+		panic(fmt.Sprintf("model: Free of view %s", t))
+	}
+	d.pool.Put(t.buf)
+	t.buf = nil
+}
+
+func (d *CUDA) Stats() MemStats      { return d.pool.Stats() }
+func (d *CUDA) ResetPeak()           { d.pool.ResetPeak() }
+func (d *CUDA) SetLimit(bytes int64) { d.pool.SetLimit(bytes) }
+func (d *CUDA) EmptyCache()          { d.pool.EmptyCache() }
+func (d *CUDA) Live() []LiveBlock    { return d.pool.Live() }
+
+// scratch is a temporary f32 buffer for multi-pass kernels. Release it right after enqueueing the
+// kernels that use it: stream order keeps it alive for them.
+func (d *CUDA) scratch(n int) *Tensor { return d.Alloc(F32, "cuda.scratch", n) }
+
+// dptr is the device address of t's first element.
+func dptr(t *Tensor) uint64 {
+	if t.buf == nil {
+		panic(fmt.Sprintf("model: use of freed tensor %s", t))
+	}
+	b, ok := t.buf.(*cudaBuf)
+	if !ok {
+		panic(fmt.Sprintf("model: %s does not live on a CUDA device", t))
+	}
+	return b.ptr + uint64(t.off)*uint64(t.dtype.Size())
+}
+
+// ---- host transfer ----
+
+func (d *CUDA) Upload(dst *Tensor, src []float32) {
+	if len(src) != dst.n {
+		panic(fmt.Sprintf("model: Upload of %d values into %s", len(src), dst))
+	}
+	if dst.n == 0 {
+		return
+	}
+	switch dst.dtype {
+	case F32:
+		d.htod(dst, unsafe.Pointer(&src[0]), dst.Bytes())
+	case F16:
+		h := make([]uint16, len(src))
+		EncodeF16(h, src)
+		d.htod(dst, unsafe.Pointer(&h[0]), dst.Bytes())
+	default:
+		panic(fmt.Sprintf("model: Upload into %s", dst))
+	}
+}
+
+func (d *CUDA) UploadI32(dst *Tensor, src []int32) {
+	if len(src) != dst.n || dst.dtype != I32 {
+		panic(fmt.Sprintf("model: UploadI32 of %d values into %s", len(src), dst))
+	}
+	if dst.n > 0 {
+		d.htod(dst, unsafe.Pointer(&src[0]), dst.Bytes())
+	}
+}
+
+// htod copies from pageable host memory on the compute stream. For pageable memory the driver
+// stages the source before returning, so the Go slice may be reused as soon as this returns.
+func (d *CUDA) htod(dst *Tensor, src unsafe.Pointer, n int64) {
+	d.enter()
+	defer d.leave()
+	must(cudadrv.HtoD(dptr(dst), src, n, d.stream))
+}
+
+func (d *CUDA) dtoh(dst unsafe.Pointer, src *Tensor) {
+	d.enter()
+	defer d.leave()
+	must(cudadrv.DtoH(dst, dptr(src), src.Bytes(), d.stream))
+	must(d.stream.Sync())
+}
+
+func (d *CUDA) Download(dst []float32, src *Tensor) {
+	if len(dst) != src.n {
+		panic(fmt.Sprintf("model: Download of %s into %d values", src, len(dst)))
+	}
+	if src.n == 0 {
+		d.Sync()
+		return
+	}
+	switch src.dtype {
+	case F32:
+		d.dtoh(unsafe.Pointer(&dst[0]), src)
+	case F16:
+		h := make([]uint16, src.n)
+		d.dtoh(unsafe.Pointer(&h[0]), src)
+		DecodeF16(dst, h)
+	case I32:
+		v := make([]int32, src.n)
+		d.dtoh(unsafe.Pointer(&v[0]), src)
+		for i, x := range v {
+			dst[i] = float32(x)
+		}
+	}
+}
+
+func (d *CUDA) DownloadI32(dst []int32, src *Tensor) {
+	if len(dst) != src.n || src.dtype != I32 {
+		panic(fmt.Sprintf("model: DownloadI32 of %s into %d values", src, len(dst)))
+	}
+	if src.n > 0 {
+		d.dtoh(unsafe.Pointer(&dst[0]), src)
+	}
+}
+
+// Sync waits for the compute and copy streams.
+func (d *CUDA) Sync() {
+	d.enter()
+	defer d.leave()
+	must(d.stream.Sync())
+	must(d.copyS.Sync())
+}
+
+// ---- pinned host staging (for the DDP engine) ----
+
+// Pinned is page-locked host memory from cuMemHostAlloc: copies between it and the GPU run
+// asynchronously at full PCIe speed. Free it with Free.
+type Pinned struct {
+	d     *CUDA
+	p     unsafe.Pointer
+	bytes int64
+}
+
+// HostAlloc returns bytes of pinned host memory.
+func (d *CUDA) HostAlloc(bytes int64) (*Pinned, error) {
+	d.enter()
+	defer d.leave()
+	p, err := cudadrv.HostAlloc(bytes)
+	if err != nil {
+		return nil, fmt.Errorf("model: cuda: pinned memory of %s: %w", FormatBytes(bytes), err)
+	}
+	return &Pinned{d: d, p: p, bytes: bytes}, nil
+}
+
+// Bytes is the buffer's size.
+func (p *Pinned) Bytes() int64 { return p.bytes }
+
+// F32 views the buffer as float32s. U16 views it as uint16s (f16 bits).
+func (p *Pinned) F32() []float32 { return unsafe.Slice((*float32)(p.p), p.bytes/4) }
+func (p *Pinned) U16() []uint16  { return unsafe.Slice((*uint16)(p.p), p.bytes/2) }
+
+// Free releases the pinned memory.
+func (p *Pinned) Free() {
+	if p.p == nil {
+		return
+	}
+	p.d.enter()
+	defer p.d.leave()
+	cudadrv.HostFree(p.p)
+	p.p = nil
+}
+
+// CopyToPinned copies src's bytes into dst at byte offset off on the copy stream, after all work
+// enqueued so far on the compute stream (an event orders them). It returns at once; call wait
+// before reading dst.
+func (d *CUDA) CopyToPinned(dst *Pinned, off int64, src *Tensor) (wait func()) {
+	if off < 0 || off+src.Bytes() > dst.bytes {
+		panic(fmt.Sprintf("model: CopyToPinned: %s at %d does not fit %s", src, off, FormatBytes(dst.bytes)))
+	}
+	d.enter()
+	defer d.leave()
+	ev, err := cudadrv.NewEvent(false)
+	must(err)
+	must(ev.Record(d.stream))
+	must(d.copyS.Wait(ev))
+	must(cudadrv.DtoH(unsafe.Add(dst.p, off), dptr(src), src.Bytes(), d.copyS))
+	must(ev.Record(d.copyS))
+	return func() {
+		d.enter()
+		defer d.leave()
+		must(ev.Sync())
+		ev.Destroy()
+	}
+}
+
+// CopyFromPinned copies bytes of src at byte offset off into dst on the compute stream (so later
+// ops see them). The host must not change src until the device has synchronised past this copy.
+func (d *CUDA) CopyFromPinned(dst *Tensor, src *Pinned, off int64) {
+	if off < 0 || off+dst.Bytes() > src.bytes {
+		panic(fmt.Sprintf("model: CopyFromPinned: %s at %d does not fit %s", dst, off, FormatBytes(src.bytes)))
+	}
+	d.enter()
+	defer d.leave()
+	must(cudadrv.HtoD(dptr(dst), unsafe.Add(src.p, off), dst.Bytes(), d.stream))
+}
+
+// ---- kernel launches ----
+
+// launch enqueues kernel name on the compute stream. Each argument is one 8-byte slot: pointers
+// from dptr, 32-bit values through i32/f32 helpers, 64-bit counts as uint64.
+func (d *CUDA) launch(name string, grid, block [3]int, shmem int, args ...uint64) {
+	f, ok := d.fns[name]
+	if !ok {
+		panic(fmt.Sprintf("model: cuda: no kernel %q", name))
+	}
+	if len(args) > cudadrv.MaxArgs {
+		panic("model: cuda: too many kernel arguments")
+	}
+	var vals [cudadrv.MaxArgs]uint64
+	copy(vals[:], args)
+	d.enter()
+	defer d.leave()
+	if err := cudadrv.Launch(f, grid, block, shmem, d.stream, &vals, len(args)); err != nil {
+		panic(fmt.Sprintf("model: cuda: launching %s grid %v block %v: %v", name, grid, block, err))
+	}
+}
+
+// launch1 launches a 1-D grid of blocks of bs threads over n items, with grid-stride loops inside
+// (at most 32 blocks per multiprocessor).
+func (d *CUDA) launch1(name string, n int, args ...uint64) {
+	const bs = 256
+	g := (n + bs - 1) / bs
+	g = max(1, min(g, d.sms*32))
+	d.launch(name, [3]int{g, 1, 1}, [3]int{bs, 1, 1}, 0, args...)
+}
+
+func f32a(v float32) uint64 { return uint64(math.Float32bits(v)) }
+func i32a(v int) uint64     { return uint64(uint32(int32(v))) }
+func u64a(v uint64) uint64  { return v }
+func dta(t *Tensor) uint64  { return uint64(t.dtype) }
+func ptra(t *Tensor) uint64 { return dptr(t) }
+
+// nilPtr is the argument for an absent optional tensor.
+const nilPtr = uint64(0)

@@ -1,0 +1,106 @@
+//go:build cuda
+
+package model
+
+import "fmt"
+
+// gemmDims checks shapes and returns m, n, k of C (M,N) = op(A) (M,K) · op(B) (K,N).
+func gemmDims(op string, c, a, b [2]int, transA, transB bool) (m, n, k int) {
+	m, k = a[0], a[1]
+	if transA {
+		m, k = a[1], a[0]
+	}
+	k2, n := b[0], b[1]
+	if transB {
+		k2, n = b[1], b[0]
+	}
+	if k != k2 || c[0] != m || c[1] != n {
+		panic(fmt.Sprintf("model: %s shapes: C %v = op(A %v, trans=%v) · op(B %v, trans=%v)", op, c, a, transA, b, transB))
+	}
+	return
+}
+
+func (d *CUDA) MatMul(c, a, b *Tensor, transA, transB bool, alpha, beta float32) {
+	ar, ac := matDims(a)
+	br, bc := matDims(b)
+	cr, cc := matDims(c)
+	m, n, k := gemmDims("MatMul", [2]int{cr, cc}, [2]int{ar, ac}, [2]int{br, bc}, transA, transB)
+	d.gemm(c, a, b, m, n, k, 1, transA, transB, alpha, beta)
+}
+
+func (d *CUDA) BatchedMatMul(c, a, b *Tensor, transA, transB bool, alpha, beta float32) {
+	if len(a.shape) != 3 || len(b.shape) != 3 || len(c.shape) != 3 || a.shape[0] != b.shape[0] || a.shape[0] != c.shape[0] {
+		panic(fmt.Sprintf("model: BatchedMatMul wants 3-D tensors with one batch count: C %s, A %s, B %s", c, a, b))
+	}
+	m, n, k := gemmDims("BatchedMatMul", [2]int{c.shape[1], c.shape[2]}, [2]int{a.shape[1], a.shape[2]},
+		[2]int{b.shape[1], b.shape[2]}, transA, transB)
+	d.gemm(c, a, b, m, n, k, a.shape[0], transA, transB, alpha, beta)
+}
+
+// gemm runs batch row-major products. cuBLAS is column-major, and a row-major (R,C) matrix is a
+// column-major (C,R) one, so C = op(A)·op(B) is computed as Cᵀ = op(B)ᵀ·op(A)ᵀ: the operands swap
+// and each keeps its own transpose flag. Supported operand mixes go straight to cuBLAS (A and B of
+// one dtype; f16·f16 into f16 or f32; f32·f32 into f32); others widen through f32 temporaries.
+func (d *CUDA) gemm(c, a, b *Tensor, m, n, k, batch int, transA, transB bool, alpha, beta float32) {
+	if a.dtype == I32 || b.dtype == I32 || c.dtype == I32 {
+		panic(fmt.Sprintf("model: MatMul of integer tensors: C %s, A %s, B %s", c, a, b))
+	}
+	if m == 0 || n == 0 {
+		return
+	}
+	var tmps []*Tensor
+	defer func() {
+		for _, t := range tmps {
+			d.Free(t)
+		}
+	}()
+	widen := func(t *Tensor) *Tensor {
+		w := d.Alloc(F32, "cuda.gemm.widen", t.n)
+		d.Copy(w, t)
+		tmps = append(tmps, w)
+		return w
+	}
+	if a.dtype != b.dtype {
+		if a.dtype == F16 {
+			a = widen(a)
+		} else {
+			b = widen(b)
+		}
+	}
+	out := c
+	if c.dtype == F16 && a.dtype == F32 {
+		out = d.Alloc(F32, "cuda.gemm.out", c.n)
+		tmps = append(tmps, out)
+		if beta != 0 {
+			d.Copy(out, c)
+		}
+	}
+	if k == 0 { // C = beta·C
+		d.Scale(out, beta)
+	} else {
+		lda := k // A stored (M,K)
+		if transA {
+			lda = m // stored (K,M)
+		}
+		ldb := n // B stored (K,N)
+		if transB {
+			ldb = k // stored (N,K)
+		}
+		d.enter()
+		var err error
+		if batch == 1 {
+			err = d.blas.Gemm(transB, transA, n, m, k, alpha, dptr(b), int(b.dtype), ldb, dptr(a), int(a.dtype), lda,
+				beta, dptr(out), int(out.dtype), n)
+		} else {
+			err = d.blas.GemmStridedBatched(transB, transA, n, m, k, alpha, dptr(b), int(b.dtype), ldb, int64(k*n),
+				dptr(a), int(a.dtype), lda, int64(m*k), beta, dptr(out), int(out.dtype), n, int64(m*n), batch)
+		}
+		d.leave()
+		if err != nil {
+			panic(fmt.Sprintf("model: cuda: %v (%s, %s → %s)", err, a.dtype, b.dtype, out.dtype))
+		}
+	}
+	if out != c {
+		d.Copy(c, out)
+	}
+}

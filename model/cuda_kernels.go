@@ -1,0 +1,508 @@
+//go:build cuda
+
+package model
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/goddp/goddp/model/cudadrv"
+	"gorgonia.org/cu/nvrtc"
+)
+
+// The kernels are CUDA C in kernelSource, compiled by NVRTC for the device's architecture the
+// first time a process needs them and cached on disk as PTX under
+// $XDG_CACHE_HOME/goddp/kernels (default ~/.cache/goddp/kernels), named by the sha256 of the
+// source, the options and the architecture. Half values are handled as their 16 bits with PTX cvt
+// instructions, so no header is needed. Most kernels take a dtype code per floating tensor
+// (0 f32, 1 f16: DType's values) and branch on it; the branch is uniform across a launch.
+
+const kernelSource = `
+typedef unsigned short half_t;
+typedef unsigned long long u64;
+#define INF __int_as_float(0x7f800000)
+
+__device__ __forceinline__ float h2f(half_t h) { float f; asm("{cvt.f32.f16 %0, %1;}" : "=f"(f) : "h"(h)); return f; }
+__device__ __forceinline__ half_t f2h(float f) { half_t h; asm("{cvt.rn.f16.f32 %0, %1;}" : "=h"(h) : "f"(f)); return h; }
+__device__ __forceinline__ float ld(const void* p, int dt, long i) {
+	return dt == 0 ? ((const float*)p)[i] : h2f(((const half_t*)p)[i]);
+}
+__device__ __forceinline__ void st(void* p, int dt, long i, float v) {
+	if (dt == 0) ((float*)p)[i] = v; else ((half_t*)p)[i] = f2h(v);
+}
+__device__ __forceinline__ float warpSum(float v) {
+	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+	return v;
+}
+__device__ __forceinline__ double warpSumD(double v) {
+	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+	return v;
+}
+__device__ __forceinline__ float warpMax(float v) {
+	for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
+	return v;
+}
+// blockSum: sum over the block (blockDim.x a multiple of 32, at most 1024). All threads get it.
+__device__ float blockSum(float v) {
+	__shared__ float sh[32];
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	v = warpSum(v);
+	__syncthreads();
+	if (lane == 0) sh[w] = v;
+	__syncthreads();
+	v = lane < nw ? sh[lane] : 0.f;
+	return warpSum(v);
+}
+__device__ double blockSumD(double v) {
+	__shared__ double shd[32];
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	v = warpSumD(v);
+	__syncthreads();
+	if (lane == 0) shd[w] = v;
+	__syncthreads();
+	v = lane < nw ? shd[lane] : 0.0;
+	return warpSumD(v);
+}
+// Online softmax statistics: running max m and sum s of exp(x - m).
+__device__ __forceinline__ void omerge(float& m, float& s, float m2, float s2) {
+	float M = fmaxf(m, m2);
+	float a = m == -INF ? 0.f : s * expf(m - M);
+	float b = m2 == -INF ? 0.f : s2 * expf(m2 - M);
+	m = M; s = a + b;
+}
+__device__ void blockMaxSum(float& m, float& s) {
+	__shared__ float shm[32], shs[32];
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	for (int o = 16; o > 0; o >>= 1) {
+		float m2 = __shfl_xor_sync(0xffffffff, m, o), s2 = __shfl_xor_sync(0xffffffff, s, o);
+		omerge(m, s, m2, s2);
+	}
+	__syncthreads();
+	if (lane == 0) { shm[w] = m; shs[w] = s; }
+	__syncthreads();
+	m = lane < nw ? shm[lane] : -INF;
+	s = lane < nw ? shs[lane] : 0.f;
+	for (int o = 16; o > 0; o >>= 1) {
+		float m2 = __shfl_xor_sync(0xffffffff, m, o), s2 = __shfl_xor_sync(0xffffffff, s, o);
+		omerge(m, s, m2, s2);
+	}
+}
+
+#define FOR(i, n) for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < (n); i += (long)gridDim.x * blockDim.x)
+
+// Counter-based RNG, bit for bit rng.go's.
+__device__ __forceinline__ u64 mix64(u64 x) {
+	x += 0x9e3779b97f4a7c15ULL;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
+__device__ __forceinline__ float uniform01(u64 seed, u64 i) {
+	u64 r = mix64(seed ^ mix64(i));
+	return __fmul_rn(__fadd_rn((float)(r >> 40), 0.5f), 1.0f / 16777216.0f);
+}
+
+extern "C" {
+
+__global__ void k_fill(void* p, int dt, long n, float v) {
+	FOR(i, n) { if (dt == 2) ((int*)p)[i] = (int)v; else st(p, dt, i, v); }
+}
+__global__ void k_cast(void* y, int dy, const void* x, int dx, long n) {
+	FOR(i, n) st(y, dy, i, ld(x, dx, i));
+}
+__global__ void k_randnormal(void* y, int dy, long n, float std, u64 seed) {
+	FOR(i, n) {
+		double u1 = (double)uniform01(seed, 2 * (u64)i);
+		double u2 = (double)uniform01(seed, 2 * (u64)i + 1);
+		double a = sqrt(-2.0 * log(u1));
+		double b = cos(6.283185307179586 * u2);
+		float z = (float)(a * b);
+		st(y, dy, i, __fmul_rn(std, z));
+	}
+}
+__global__ void k_scale(void* x, int dx, long n, float s) {
+	FOR(i, n) st(x, dx, i, ld(x, dx, i) * s);
+}
+__global__ void k_axpy(void* y, int dy, const void* x, int dx, long n, float a) {
+	FOR(i, n) st(y, dy, i, ld(y, dy, i) + a * ld(x, dx, i));
+}
+__global__ void k_add(void* o, int dout, const void* a, int da, const void* b, int db, long n) {
+	FOR(i, n) st(o, dout, i, ld(a, da, i) + ld(b, db, i));
+}
+__global__ void k_addbias(void* y, int dy, const void* b, int db, long n, int C) {
+	FOR(i, n) st(y, dy, i, ld(y, dy, i) + ld(b, db, i % C));
+}
+// Column sums of x (R,C): block (32,8) sums 32 columns over its slice of rows into part[blockIdx.y][C].
+__global__ void k_colsum_part(float* part, const void* x, int dx, int R, int C, int rowsPer) {
+	__shared__ float sh[8][33];
+	int col = blockIdx.x * 32 + threadIdx.x;
+	int r0 = blockIdx.y * rowsPer, r1 = min(R, r0 + rowsPer);
+	float s = 0.f;
+	if (col < C) for (int r = r0 + threadIdx.y; r < r1; r += 8) s += ld(x, dx, (long)r * C + col);
+	sh[threadIdx.y][threadIdx.x] = s;
+	__syncthreads();
+	if (threadIdx.y == 0 && col < C) {
+		float t = 0.f;
+		for (int k = 0; k < 8; k++) t += sh[k][threadIdx.x];
+		part[(long)blockIdx.y * C + col] = t;
+	}
+}
+// out[c] += sum over p of part[p*stride + c], for c < C.
+__global__ void k_colsum_finish(void* out, int dout, const float* part, int nparts, int C, long stride) {
+	FOR(c, C) {
+		float s = 0.f;
+		for (int p = 0; p < nparts; p++) s += part[p * stride + c];
+		st(out, dout, c, ld(out, dout, c) + s);
+	}
+}
+
+__global__ void k_relu(void* y, int dy, const void* x, int dx, long n) {
+	FOR(i, n) st(y, dy, i, fmaxf(ld(x, dx, i), 0.f));
+}
+__global__ void k_relu_bwd(void* dxp, int ddx, const void* dyp, int ddy, const void* y, int dyt, long n) {
+	FOR(i, n) st(dxp, ddx, i, ld(y, dyt, i) > 0.f ? ld(dyp, ddy, i) : 0.f);
+}
+#define GELU_K 0.7978845608028654f
+__global__ void k_gelu(void* y, int dy, const void* x, int dx, long n) {
+	FOR(i, n) {
+		float v = ld(x, dx, i);
+		st(y, dy, i, 0.5f * v * (1.f + tanhf(GELU_K * (v + 0.044715f * v * v * v))));
+	}
+}
+__global__ void k_gelu_bwd(void* dxp, int ddx, const void* dyp, int ddy, const void* x, int dxt, long n) {
+	FOR(i, n) {
+		float v = ld(x, dxt, i);
+		float t = tanhf(GELU_K * (v + 0.044715f * v * v * v));
+		float g = 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * GELU_K * (1.f + 3.f * 0.044715f * v * v);
+		st(dxp, ddx, i, g * ld(dyp, ddy, i));
+	}
+}
+__global__ void k_dropout(void* y, int dy, const void* x, int dx, long n, float p, u64 seed) {
+	float s = 1.f / (1.f - p);
+	FOR(i, n) st(y, dy, i, uniform01(seed, (u64)i) >= p ? ld(x, dx, i) * s : 0.f);
+}
+
+// LayerNorm: one warp per row.
+__global__ void k_layernorm(void* y, int dy, float* mean, float* rstd, const void* x, int dx,
+		const void* w, int dw, const void* b, int db, int R, int C, float eps) {
+	int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (row >= R) return;
+	long base = (long)row * C;
+	float s = 0.f;
+	for (int j = lane; j < C; j += 32) s += ld(x, dx, base + j);
+	float m = warpSum(s) / C;
+	float q = 0.f;
+	for (int j = lane; j < C; j += 32) { float d = ld(x, dx, base + j) - m; q += d * d; }
+	float r = 1.f / sqrtf(warpSum(q) / C + eps);
+	for (int j = lane; j < C; j += 32)
+		st(y, dy, base + j, (ld(x, dx, base + j) - m) * r * ld(w, dw, j) + ld(b, db, j));
+	if (lane == 0) { mean[row] = m; rstd[row] = r; }
+}
+// LayerNorm backward: one warp per row, rows strided over the grid; dw, db partial sums per block
+// in shared memory (2C floats), written to part[blockIdx.x][2C] for k_colsum_finish.
+__global__ void k_layernorm_bwd(void* dxp, int ddx, float* part, const void* dyp, int ddy, const void* x, int dxt,
+		const void* w, int dw, const float* mean, const float* rstd, int R, int C) {
+	extern __shared__ float sh[];
+	for (int j = threadIdx.x; j < 2 * C; j += blockDim.x) sh[j] = 0.f;
+	__syncthreads();
+	int nw = blockDim.x >> 5, lane = threadIdx.x & 31;
+	for (int row = blockIdx.x * nw + (threadIdx.x >> 5); row < R; row += gridDim.x * nw) {
+		long base = (long)row * C;
+		float m = mean[row], r = rstd[row];
+		float sd = 0.f, sdx = 0.f;
+		for (int j = lane; j < C; j += 32) {
+			float xh = (ld(x, dxt, base + j) - m) * r;
+			float g = ld(dyp, ddy, base + j);
+			float dn = g * ld(w, dw, j);
+			sd += dn; sdx += dn * xh;
+			atomicAdd(&sh[j], g * xh);
+			atomicAdd(&sh[C + j], g);
+		}
+		float md = warpSum(sd) / C, mdx = warpSum(sdx) / C;
+		for (int j = lane; j < C; j += 32) {
+			float xh = (ld(x, dxt, base + j) - m) * r;
+			float dn = ld(dyp, ddy, base + j) * ld(w, dw, j);
+			st(dxp, ddx, base + j, ld(dxp, ddx, base + j) + (dn - md - xh * mdx) * r);
+		}
+	}
+	__syncthreads();
+	for (int j = threadIdx.x; j < 2 * C; j += blockDim.x) part[(long)blockIdx.x * 2 * C + j] = sh[j];
+}
+
+__global__ void k_embedding(void* out, int dout, const int* ids, const void* wte, int dwte, const void* wpe, int dwpe,
+		long n, int T, int C, int V) {
+	FOR(i, n) {
+		long r = i / C; int j = i % C;
+		int id = ids[r];
+		float v;
+		if (id < 0 || id >= V) v = __int_as_float(0x7fc00000);
+		else v = ld(wte, dwte, (long)id * C + j);
+		if (wpe) v += ld(wpe, dwpe, (long)(r % T) * C + j);
+		st(out, dout, i, v);
+	}
+}
+__device__ void atomicAddF16(half_t* addr, float v) {
+	unsigned int* base = (unsigned int*)((size_t)addr & ~(size_t)3);
+	unsigned int shift = ((size_t)addr & 2) ? 16 : 0;
+	unsigned int old = *base, assumed;
+	do {
+		assumed = old;
+		half_t h = (half_t)((assumed >> shift) & 0xffff);
+		unsigned int nw = (assumed & ~(0xffffu << shift)) | ((unsigned int)f2h(h2f(h) + v) << shift);
+		old = atomicCAS(base, assumed, nw);
+	} while (assumed != old);
+}
+__global__ void k_embedding_bwd_wte(void* dwte, int ddw, const void* dout, int ddo, const int* ids, long n, int C) {
+	FOR(i, n) {
+		long r = i / C; int j = i % C;
+		long k = (long)ids[r] * C + j;
+		float g = ld(dout, ddo, i);
+		if (ddw == 0) atomicAdd(&((float*)dwte)[k], g); else atomicAddF16(&((half_t*)dwte)[k], g);
+	}
+}
+__global__ void k_embedding_bwd_wpe(void* dwpe, int ddw, const void* dout, int ddo, int B, int T, int C) {
+	FOR(i, (long)T * C) {
+		float s = 0.f;
+		for (int b = 0; b < B; b++) s += ld(dout, ddo, (long)b * T * C + i);
+		st(dwpe, ddw, i, ld(dwpe, ddw, i) + s);
+	}
+}
+
+// Softmax over rows of C, warp per row; causal: row r sees columns j <= r % C.
+__global__ void k_softmax(void* y, int dy, const void* x, int dx, long R, int C, float scale, int causal) {
+	long row = blockIdx.x * (long)(blockDim.x >> 5) + (threadIdx.x >> 5);
+	int lane = threadIdx.x & 31;
+	if (row >= R) return;
+	long base = row * C;
+	int n = causal ? (int)(row % C) + 1 : C;
+	float m = -INF;
+	for (int j = lane; j < n; j += 32) m = fmaxf(m, ld(x, dx, base + j) * scale);
+	m = warpMax(m);
+	float s = 0.f;
+	for (int j = lane; j < n; j += 32) s += expf(ld(x, dx, base + j) * scale - m);
+	float inv = 1.f / warpSum(s);
+	for (int j = lane; j < C; j += 32)
+		st(y, dy, base + j, j < n ? expf(ld(x, dx, base + j) * scale - m) * inv : 0.f);
+}
+__global__ void k_softmax_bwd(void* dxp, int ddx, const void* dyp, int ddy, const void* y, int dyt, long R, int C, float scale) {
+	long row = blockIdx.x * (long)(blockDim.x >> 5) + (threadIdx.x >> 5);
+	int lane = threadIdx.x & 31;
+	if (row >= R) return;
+	long base = row * C;
+	float dot = 0.f;
+	for (int j = lane; j < C; j += 32) dot += ld(y, dyt, base + j) * ld(dyp, ddy, base + j);
+	dot = warpSum(dot);
+	for (int j = lane; j < C; j += 32)
+		st(dxp, ddx, base + j, scale * ld(y, dyt, base + j) * (ld(dyp, ddy, base + j) - dot));
+}
+
+// qkv (B,T,3,H,hs) <-> q,k,v (B,H,T,hs). dir 0: split, 1: merge.
+__global__ void k_qkv(void* qkv, int dqkv, void* q, int dq, void* k, int dk, void* v, int dv,
+		long n, int T, int H, int hs, int dir) {
+	int C = H * hs;
+	FOR(i, n) {
+		long bt = i / (3 * C); int rem = i % (3 * C);
+		int part = rem / C, c = rem % C, h = c / hs, d = c % hs;
+		long b = bt / T, t = bt % T;
+		long o = ((b * H + h) * T + t) * hs + d;
+		void* p = part == 0 ? q : (part == 1 ? k : v);
+		int dp = part == 0 ? dq : (part == 1 ? dk : dv);
+		if (dir == 0) st(p, dp, o, ld(qkv, dqkv, i));
+		else st(qkv, dqkv, i, ld(p, dp, o));
+	}
+}
+// src (A,B,C,D) -> dst (A,C,B,D)
+__global__ void k_permute0213(void* dst, int dd, const void* src, int ds, long n, int B, int C, int D) {
+	FOR(i, n) {
+		int d = i % D; long r = i / D;
+		int b = r % B; r /= B;
+		int c = r % C; long a = r / C;
+		st(dst, dd, i, ld(src, ds, ((a * B + b) * C + c) * D + d));
+	}
+}
+
+// Cross-entropy: one block per row; online max/sum, then loss or gradient. Gradient may alias logits:
+// every read of the row finishes (block reduction) before the first write.
+__global__ void k_xent(float* losses, void* dl, int ddl, const void* logits, int dlg, const int* targets, int V, float scale, int bwd) {
+	long row = blockIdx.x;
+	long base = row * V;
+	int t = targets[row];
+	float m = -INF, s = 0.f;
+	for (int j = threadIdx.x; j < V; j += blockDim.x) {
+		float x = ld(logits, dlg, base + j);
+		if (x > m) { s = (m == -INF ? 0.f : s * expf(m - x)) + 1.f; m = x; }
+		else s += expf(x - m);
+	}
+	blockMaxSum(m, s);
+	if (!bwd) {
+		if (threadIdx.x == 0) losses[row] = t < 0 ? 0.f : logf(s) - (ld(logits, dlg, base + t) - m);
+		return;
+	}
+	__syncthreads();
+	float inv = 1.f / s;
+	for (int j = threadIdx.x; j < V; j += blockDim.x) {
+		float g = 0.f;
+		if (t >= 0) {
+			g = scale * expf(ld(logits, dlg, base + j) - m) * inv;
+			if (j == t) g -= scale;
+		}
+		st(dl, ddl, base + j, g);
+	}
+}
+__global__ void k_argmax(int* out, const void* x, int dx, int C) {
+	__shared__ float sv[32];
+	__shared__ int si[32];
+	long base = (long)blockIdx.x * C;
+	float bv = -INF; int bi = 0x7fffffff;
+	for (int j = threadIdx.x; j < C; j += blockDim.x) {
+		float v = ld(x, dx, base + j);
+		if (v > bv || bi == 0x7fffffff) { bv = v; bi = j; }
+	}
+	for (int o = 16; o > 0; o >>= 1) {
+		float v2 = __shfl_xor_sync(0xffffffff, bv, o); int i2 = __shfl_xor_sync(0xffffffff, bi, o);
+		if (v2 > bv || (v2 == bv && i2 < bi)) { bv = v2; bi = i2; }
+	}
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	if (lane == 0) { sv[w] = bv; si[w] = bi; }
+	__syncthreads();
+	if (w == 0) {
+		bv = lane < nw ? sv[lane] : -INF; bi = lane < nw ? si[lane] : 0x7fffffff;
+		for (int o = 16; o > 0; o >>= 1) {
+			float v2 = __shfl_xor_sync(0xffffffff, bv, o); int i2 = __shfl_xor_sync(0xffffffff, bi, o);
+			if (v2 > bv || (v2 == bv && i2 < bi)) { bv = v2; bi = i2; }
+		}
+		if (lane == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+	}
+}
+
+// Sum (sq 0) or sum of squares (sq 1) of x: per-block partials in double, then k_sum_finish.
+__global__ void k_sum_part(double* part, const void* x, int dx, long n, int sq) {
+	double s = 0.0;
+	FOR(i, n) { double v = ld(x, dx, i); s += sq ? v * v : v; }
+	s = blockSumD(s);
+	if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+__global__ void k_sum_finish(float* out, const double* part, int nparts) {
+	double s = 0.0;
+	for (int i = threadIdx.x; i < nparts; i += blockDim.x) s += part[i];
+	s = blockSumD(s);
+	if (threadIdx.x == 0) out[0] += (float)s;
+}
+__global__ void k_unscale(void* x, int dx, long n, float inv, float* found) {
+	bool bad = false;
+	FOR(i, n) {
+		float v = ld(x, dx, i) * inv;
+		if (!isfinite(v)) bad = true;
+		st(x, dx, i, v);
+	}
+	if (bad) found[0] = 1.f;
+}
+__global__ void k_adamw(float* p, const float* g, float* m, float* v, half_t* h, long n,
+		float lr, float b1, float b2, float eps, float wd, float bc1, float bc2) {
+	FOR(i, n) {
+		float gi = g[i];
+		float mi = b1 * m[i] + (1.f - b1) * gi;
+		float vi = b2 * v[i] + (1.f - b2) * gi * gi;
+		m[i] = mi; v[i] = vi;
+		float mh = mi / bc1, vh = vi / bc2;
+		float w = p[i];
+		w -= lr * (mh / (sqrtf(vh) + eps) + wd * w);
+		p[i] = w;
+		if (h) h[i] = f2h(w);
+	}
+}
+__global__ void k_sgd(float* p, const float* g, float* mom, half_t* h, long n, float lr, float mu, float wd, int nesterov) {
+	FOR(i, n) {
+		float d = g[i] + wd * p[i];
+		if (mom && mu != 0.f) {
+			float mi = mu * mom[i] + d;
+			mom[i] = mi;
+			d = nesterov ? d + mu * mi : mi;
+		}
+		float w = p[i] - lr * d;
+		p[i] = w;
+		if (h) h[i] = f2h(w);
+	}
+}
+
+} // extern "C"
+`
+
+var kernelNameRE = regexp.MustCompile(`__global__ void (k_[a-z0-9_]+)\(`)
+
+// loadKernels compiles (or reads from the cache) the module and looks up every kernel.
+func (d *CUDA) loadKernels() error {
+	arch := fmt.Sprintf("compute_%d%d", d.major, d.minor)
+	opts := []string{"--gpu-architecture=" + arch, "-default-device", "--std=c++17"}
+	ptx, err := compileCached(kernelSource, opts)
+	if err != nil {
+		return err
+	}
+	if d.module, err = cudadrv.LoadPTX(ptx); err != nil {
+		return fmt.Errorf("model: cuda: loading the kernels' PTX: %w", err)
+	}
+	for _, m := range kernelNameRE.FindAllStringSubmatch(kernelSource, -1) {
+		f, err := d.module.Function(m[1])
+		if err != nil {
+			return fmt.Errorf("model: cuda: %w", err)
+		}
+		d.fns[m[1]] = f
+	}
+	return nil
+}
+
+// KernelCacheDir is where compiled kernels are kept.
+func KernelCacheDir() string {
+	base := os.Getenv("XDG_CACHE_HOME")
+	if base == "" {
+		if h, err := os.UserHomeDir(); err == nil {
+			base = filepath.Join(h, ".cache")
+		} else {
+			base = os.TempDir()
+		}
+	}
+	return filepath.Join(base, "goddp", "kernels")
+}
+
+// compileCached returns the PTX of src under opts, from the disk cache when present.
+func compileCached(src string, opts []string) (string, error) {
+	h := sha256.New()
+	h.Write([]byte(src))
+	for _, o := range opts {
+		h.Write([]byte{0})
+		h.Write([]byte(o))
+	}
+	if maj, mnr, err := nvrtc.Version(); err == nil {
+		fmt.Fprintf(h, "\x00nvrtc %d.%d", maj, mnr)
+	}
+	dir := KernelCacheDir()
+	path := filepath.Join(dir, hex.EncodeToString(h.Sum(nil))+".ptx")
+	if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+		return string(b), nil
+	}
+	prog, err := nvrtc.CreateProgram(src, "goddp_kernels.cu")
+	if err != nil {
+		return "", fmt.Errorf("model: cuda: nvrtc program: %w", err)
+	}
+	defer prog.Destroy()
+	if err := prog.Compile(opts...); err != nil {
+		log, _ := prog.GetLog()
+		return "", fmt.Errorf("model: cuda: compiling kernels: %w\n%s", err, log)
+	}
+	ptx, err := prog.GetPTX()
+	if err != nil {
+		return "", fmt.Errorf("model: cuda: nvrtc PTX: %w", err)
+	}
+	// The cache is an optimisation: failing to write it is not an error.
+	if os.MkdirAll(dir, 0o755) == nil {
+		tmp := path + fmt.Sprintf(".%d.tmp", os.Getpid())
+		if os.WriteFile(tmp, []byte(ptx), 0o644) == nil {
+			os.Rename(tmp, path)
+		}
+	}
+	return ptx, nil
+}

@@ -1,0 +1,424 @@
+//go:build cuda
+
+package model
+
+import (
+	"fmt"
+
+	"github.com/goddp/goddp/model/cudadrv"
+)
+
+// The CUDA device's operations other than the matrix products, in device.go's order. Each checks
+// shapes on the host (panicking like the CPU device), then enqueues its kernel(s). The kernels are
+// in cuda_kernels.go.
+
+func floatT(op string, ts ...*Tensor) {
+	for _, t := range ts {
+		if t != nil && t.dtype != F32 && t.dtype != F16 {
+			panic(fmt.Sprintf("model: %s: %s is not a float tensor", op, t))
+		}
+	}
+}
+
+// ---- fills, copies, elementwise ----
+
+func (d *CUDA) Fill(t *Tensor, v float32) {
+	if t.n == 0 {
+		return
+	}
+	if v == 0 {
+		d.enter()
+		defer d.leave()
+		must(cudadrv.MemsetD8Async(dptr(t), 0, t.Bytes(), d.stream))
+		return
+	}
+	d.launch1("k_fill", t.n, ptra(t), dta(t), u64a(uint64(t.n)), f32a(v))
+}
+
+func (d *CUDA) Copy(dst, src *Tensor) {
+	checkLen("Copy", dst, src)
+	if dst.n == 0 {
+		return
+	}
+	if dst.dtype == src.dtype {
+		d.enter()
+		defer d.leave()
+		must(cudadrv.DtoD(dptr(dst), dptr(src), dst.Bytes(), d.stream))
+		return
+	}
+	floatT("Copy", dst, src)
+	d.launch1("k_cast", dst.n, ptra(dst), dta(dst), ptra(src), dta(src), u64a(uint64(dst.n)))
+}
+
+func (d *CUDA) RandNormal(t *Tensor, std float32, seed uint64) {
+	floatT("RandNormal", t)
+	if t.n > 0 {
+		d.launch1("k_randnormal", t.n, ptra(t), dta(t), u64a(uint64(t.n)), f32a(std), seed)
+	}
+}
+
+func (d *CUDA) Scale(t *Tensor, s float32) {
+	floatT("Scale", t)
+	if t.n > 0 {
+		d.launch1("k_scale", t.n, ptra(t), dta(t), u64a(uint64(t.n)), f32a(s))
+	}
+}
+
+func (d *CUDA) Axpy(y *Tensor, alpha float32, x *Tensor) {
+	checkLen("Axpy", y, x)
+	floatT("Axpy", y, x)
+	if y.n > 0 {
+		d.launch1("k_axpy", y.n, ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.n)), f32a(alpha))
+	}
+}
+
+func (d *CUDA) Add(out, a, b *Tensor) {
+	checkLen("Add", out, a, b)
+	floatT("Add", out, a, b)
+	if out.n > 0 {
+		d.launch1("k_add", out.n, ptra(out), dta(out), ptra(a), dta(a), ptra(b), dta(b), u64a(uint64(out.n)))
+	}
+}
+
+// ---- bias ----
+
+func (d *CUDA) AddBias(y, bias *Tensor) {
+	_, cols := matDims(y)
+	if bias.n != cols {
+		panic(fmt.Sprintf("model: AddBias: %s has %d columns, bias %s", y, cols, bias))
+	}
+	floatT("AddBias", y, bias)
+	if y.n > 0 {
+		d.launch1("k_addbias", y.n, ptra(y), dta(y), ptra(bias), dta(bias), u64a(uint64(y.n)), i32a(cols))
+	}
+}
+
+func (d *CUDA) BiasGrad(db, dy *Tensor) {
+	r, cols := matDims(dy)
+	if db.n != cols {
+		panic(fmt.Sprintf("model: BiasGrad: %s has %d columns, db %s", dy, cols, db))
+	}
+	floatT("BiasGrad", db, dy)
+	d.colSum(db, dy, r, cols)
+}
+
+// colSum adds the column sums of x (r,cols) into out (cols): partial sums over slices of rows, then
+// one pass that adds them up in a fixed order (no atomics: the result does not depend on timing).
+func (d *CUDA) colSum(out, x *Tensor, r, cols int) {
+	if cols == 0 {
+		return
+	}
+	cb := (cols + 31) / 32
+	parts := max(1, min((r+63)/64, (d.sms*8+cb-1)/cb))
+	rowsPer := (r + parts - 1) / max(parts, 1)
+	if rowsPer == 0 {
+		rowsPer = 1
+	}
+	part := d.scratch(parts * cols)
+	d.launch("k_colsum_part", [3]int{cb, parts, 1}, [3]int{32, 8, 1}, 0, ptra(part), ptra(x), dta(x), i32a(r), i32a(cols), i32a(rowsPer))
+	d.launch1("k_colsum_finish", cols, ptra(out), dta(out), ptra(part), i32a(parts), i32a(cols), u64a(uint64(cols)))
+	d.Free(part)
+}
+
+// ---- activations ----
+
+func (d *CUDA) ReLU(y, x *Tensor) {
+	checkLen("ReLU", y, x)
+	floatT("ReLU", y, x)
+	if y.n > 0 {
+		d.launch1("k_relu", y.n, ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.n)))
+	}
+}
+
+func (d *CUDA) ReLUBackward(dx, dy, y *Tensor) {
+	checkLen("ReLUBackward", dx, dy, y)
+	floatT("ReLUBackward", dx, dy, y)
+	if dx.n > 0 {
+		d.launch1("k_relu_bwd", dx.n, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(y), dta(y), u64a(uint64(dx.n)))
+	}
+}
+
+func (d *CUDA) GELU(y, x *Tensor) {
+	checkLen("GELU", y, x)
+	floatT("GELU", y, x)
+	if y.n > 0 {
+		d.launch1("k_gelu", y.n, ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.n)))
+	}
+}
+
+func (d *CUDA) GELUBackward(dx, dy, x *Tensor) {
+	checkLen("GELUBackward", dx, dy, x)
+	floatT("GELUBackward", dx, dy, x)
+	if dx.n > 0 {
+		d.launch1("k_gelu_bwd", dx.n, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(x), dta(x), u64a(uint64(dx.n)))
+	}
+}
+
+func (d *CUDA) Dropout(y, x *Tensor, p float32, seed uint64) {
+	checkLen("Dropout", y, x)
+	floatT("Dropout", y, x)
+	if y.n > 0 {
+		d.launch1("k_dropout", y.n, ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.n)), f32a(p), seed)
+	}
+}
+
+func (d *CUDA) DropoutBackward(dx, dy *Tensor, p float32, seed uint64) { d.Dropout(dx, dy, p, seed) }
+
+// ---- layer norm ----
+
+// warpRows launches a warp-per-row kernel: 8 rows per block of 256 threads.
+func (d *CUDA) warpRows(name string, rows int, args ...uint64) {
+	d.launch(name, [3]int{max(1, (rows+7)/8), 1, 1}, [3]int{256, 1, 1}, 0, args...)
+}
+
+func (d *CUDA) LayerNorm(y, mean, rstd, x, w, b *Tensor, eps float32) {
+	r, cols := matDims(x)
+	checkLen("LayerNorm", y, x)
+	if mean.n != r || rstd.n != r || w.n != cols || b.n != cols || mean.dtype != F32 || rstd.dtype != F32 {
+		panic(fmt.Sprintf("model: LayerNorm shapes: x %s, w %s, b %s, mean %s, rstd %s", x, w, b, mean, rstd))
+	}
+	floatT("LayerNorm", y, x, w, b)
+	if r == 0 {
+		return
+	}
+	d.warpRows("k_layernorm", r, ptra(y), dta(y), ptra(mean), ptra(rstd), ptra(x), dta(x), ptra(w), dta(w), ptra(b), dta(b),
+		i32a(r), i32a(cols), f32a(eps))
+}
+
+func (d *CUDA) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *Tensor) {
+	r, cols := matDims(x)
+	checkLen("LayerNormBackward", dx, dy, x)
+	if mean.n != r || rstd.n != r || w.n != cols || dw.n != cols || db.n != cols {
+		panic(fmt.Sprintf("model: LayerNormBackward shapes: x %s, w %s, dw %s, db %s, mean %s", x, w, dw, db, mean))
+	}
+	floatT("LayerNormBackward", dx, dw, db, dy, x, w)
+	shmem := 2 * cols * 4
+	if shmem > 48<<10 {
+		panic(fmt.Sprintf("model: cuda: LayerNormBackward supports up to 6144 columns, got %d", cols))
+	}
+	if r == 0 {
+		return
+	}
+	blocks := max(1, min((r+7)/8, d.sms*2))
+	part := d.scratch(blocks * 2 * cols)
+	d.launch("k_layernorm_bwd", [3]int{blocks, 1, 1}, [3]int{256, 1, 1}, shmem, ptra(dx), dta(dx), ptra(part),
+		ptra(dy), dta(dy), ptra(x), dta(x), ptra(w), dta(w), ptra(mean), ptra(rstd), i32a(r), i32a(cols))
+	// dw from the first half of each block's partials, db from the second.
+	d.launch1("k_colsum_finish", cols, ptra(dw), dta(dw), ptra(part), i32a(blocks), i32a(cols), u64a(uint64(2*cols)))
+	d.launch1("k_colsum_finish", cols, ptra(db), dta(db), ptra(part)+uint64(4*cols), i32a(blocks), i32a(cols), u64a(uint64(2*cols)))
+	d.Free(part)
+}
+
+// ---- embeddings ----
+
+func (d *CUDA) Embedding(out, ids, wte, wpe *Tensor) {
+	if len(ids.shape) != 2 || ids.dtype != I32 || out.n != ids.n*wte.Cols() {
+		panic(fmt.Sprintf("model: Embedding shapes: out %s, ids %s, wte %s", out, ids, wte))
+	}
+	tt, cols := ids.shape[1], wte.Cols()
+	wp, wdt := nilPtr, uint64(0)
+	if wpe != nil {
+		if wpe.Rows() < tt || wpe.Cols() != cols {
+			panic(fmt.Sprintf("model: Embedding: wpe %s too small for T=%d", wpe, tt))
+		}
+		wp, wdt = ptra(wpe), dta(wpe)
+	}
+	floatT("Embedding", out, wte)
+	if out.n > 0 {
+		d.launch1("k_embedding", out.n, ptra(out), dta(out), ptra(ids), ptra(wte), dta(wte), wp, wdt,
+			u64a(uint64(out.n)), i32a(tt), i32a(cols), i32a(wte.Rows()))
+	}
+}
+
+func (d *CUDA) EmbeddingBackward(dwte, dwpe, dout, ids *Tensor) {
+	if len(ids.shape) != 2 || ids.dtype != I32 || dout.n != ids.n*dwte.Cols() {
+		panic(fmt.Sprintf("model: EmbeddingBackward shapes: dwte %s, dout %s, ids %s", dwte, dout, ids))
+	}
+	bb, tt, cols := ids.shape[0], ids.shape[1], dwte.Cols()
+	floatT("EmbeddingBackward", dwte, dout)
+	if dout.n == 0 {
+		return
+	}
+	d.launch1("k_embedding_bwd_wte", dout.n, ptra(dwte), dta(dwte), ptra(dout), dta(dout), ptra(ids), u64a(uint64(dout.n)), i32a(cols))
+	if dwpe != nil {
+		if dwpe.Rows() < tt || dwpe.Cols() != cols {
+			panic(fmt.Sprintf("model: EmbeddingBackward: dwpe %s too small for T=%d", dwpe, tt))
+		}
+		d.launch1("k_embedding_bwd_wpe", tt*cols, ptra(dwpe), dta(dwpe), ptra(dout), dta(dout), i32a(bb), i32a(tt), i32a(cols))
+	}
+}
+
+// ---- softmax and attention layout ----
+
+func (d *CUDA) Softmax(y, x *Tensor, scale float32, causal bool) {
+	r, cols := matDims(x)
+	checkLen("Softmax", y, x)
+	if causal && (len(x.shape) < 2 || x.Dim(-2) != cols) {
+		panic(fmt.Sprintf("model: causal Softmax wants (…,T,T), got %s", x))
+	}
+	floatT("Softmax", y, x)
+	if r == 0 {
+		return
+	}
+	c := 0
+	if causal {
+		c = 1
+	}
+	d.warpRows("k_softmax", r, ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(r)), i32a(cols), f32a(scale), i32a(c))
+}
+
+func (d *CUDA) SoftmaxBackward(dx, dy, y *Tensor, scale float32) {
+	r, cols := matDims(y)
+	checkLen("SoftmaxBackward", dx, dy, y)
+	floatT("SoftmaxBackward", dx, dy, y)
+	if r == 0 {
+		return
+	}
+	d.warpRows("k_softmax_bwd", r, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(y), dta(y), u64a(uint64(r)), i32a(cols), f32a(scale))
+}
+
+func (d *CUDA) SplitQKV(q, k, v, qkv *Tensor) {
+	_, h, t, hs := qkvDims("SplitQKV", q, k, v, qkv)
+	floatT("SplitQKV", q, k, v, qkv)
+	if qkv.n > 0 {
+		d.launch1("k_qkv", qkv.n, ptra(qkv), dta(qkv), ptra(q), dta(q), ptra(k), dta(k), ptra(v), dta(v),
+			u64a(uint64(qkv.n)), i32a(t), i32a(h), i32a(hs), i32a(0))
+	}
+}
+
+func (d *CUDA) MergeQKV(dqkv, dq, dk, dv *Tensor) {
+	_, h, t, hs := qkvDims("MergeQKV", dq, dk, dv, dqkv)
+	floatT("MergeQKV", dqkv, dq, dk, dv)
+	if dqkv.n > 0 {
+		d.launch1("k_qkv", dqkv.n, ptra(dqkv), dta(dqkv), ptra(dq), dta(dq), ptra(dk), dta(dk), ptra(dv), dta(dv),
+			u64a(uint64(dqkv.n)), i32a(t), i32a(h), i32a(hs), i32a(1))
+	}
+}
+
+func (d *CUDA) Permute0213(dst, src *Tensor) {
+	if len(src.shape) != 4 || len(dst.shape) != 4 {
+		panic(fmt.Sprintf("model: Permute0213 wants 4-D tensors: dst %s, src %s", dst, src))
+	}
+	a, b, cc, dd := src.shape[0], src.shape[1], src.shape[2], src.shape[3]
+	if dst.shape[0] != a || dst.shape[1] != cc || dst.shape[2] != b || dst.shape[3] != dd {
+		panic(fmt.Sprintf("model: Permute0213: dst %s is not src %s with dims 1 and 2 swapped", dst, src))
+	}
+	floatT("Permute0213", dst, src)
+	if dst.n > 0 {
+		d.launch1("k_permute0213", dst.n, ptra(dst), dta(dst), ptra(src), dta(src), u64a(uint64(dst.n)), i32a(b), i32a(cc), i32a(dd))
+	}
+}
+
+// ---- loss ----
+
+func (d *CUDA) CrossEntropy(losses, logits, targets *Tensor) {
+	r, v := matDims(logits)
+	if losses.n != r || targets.n != r || losses.dtype != F32 || targets.dtype != I32 {
+		panic(fmt.Sprintf("model: CrossEntropy shapes: losses %s, logits %s, targets %s", losses, logits, targets))
+	}
+	floatT("CrossEntropy", logits)
+	if r > 0 {
+		d.launch("k_xent", [3]int{r, 1, 1}, [3]int{512, 1, 1}, 0, ptra(losses), nilPtr, 0, ptra(logits), dta(logits),
+			ptra(targets), i32a(v), f32a(0), i32a(0))
+	}
+}
+
+func (d *CUDA) CrossEntropyBackward(dlogits, logits, targets *Tensor, scale float32) {
+	r, v := matDims(logits)
+	checkLen("CrossEntropyBackward", dlogits, logits)
+	if targets.n != r || targets.dtype != I32 {
+		panic(fmt.Sprintf("model: CrossEntropyBackward shapes: logits %s, targets %s", logits, targets))
+	}
+	floatT("CrossEntropyBackward", dlogits, logits)
+	if r > 0 {
+		d.launch("k_xent", [3]int{r, 1, 1}, [3]int{512, 1, 1}, 0, nilPtr, ptra(dlogits), dta(dlogits), ptra(logits), dta(logits),
+			ptra(targets), i32a(v), f32a(scale), i32a(1))
+	}
+}
+
+func (d *CUDA) ArgMax(out, x *Tensor) {
+	r, cols := matDims(x)
+	if out.n != r || out.dtype != I32 {
+		panic(fmt.Sprintf("model: ArgMax: out %s for %s", out, x))
+	}
+	floatT("ArgMax", x)
+	if r > 0 {
+		d.launch("k_argmax", [3]int{r, 1, 1}, [3]int{256, 1, 1}, 0, ptra(out), ptra(x), dta(x), i32a(cols))
+	}
+}
+
+// ---- reductions, scaling, optimizers ----
+
+func (d *CUDA) sum(out, x *Tensor, sq int) {
+	if out.dtype != F32 || out.n < 1 {
+		panic(fmt.Sprintf("model: Sum/SumSquares into %s", out))
+	}
+	floatT("Sum", x)
+	if x.n == 0 {
+		return
+	}
+	blocks := max(1, min((x.n+1023)/1024, d.sms*4))
+	part := d.scratch(2 * blocks) // doubles
+	d.launch("k_sum_part", [3]int{blocks, 1, 1}, [3]int{256, 1, 1}, 0, ptra(part), ptra(x), dta(x), u64a(uint64(x.n)), i32a(sq))
+	d.launch("k_sum_finish", [3]int{1, 1, 1}, [3]int{256, 1, 1}, 0, ptra(out), ptra(part), i32a(blocks))
+	d.Free(part)
+}
+
+func (d *CUDA) SumSquares(out, x *Tensor) { d.sum(out, x, 1) }
+func (d *CUDA) Sum(out, x *Tensor)        { d.sum(out, x, 0) }
+
+func (d *CUDA) UnscaleCheck(x *Tensor, inv float32, found *Tensor) {
+	floatT("UnscaleCheck", x)
+	if found.dtype != F32 || found.n < 1 {
+		panic(fmt.Sprintf("model: UnscaleCheck: found %s", found))
+	}
+	if x.n > 0 {
+		d.launch1("k_unscale", x.n, ptra(x), dta(x), u64a(uint64(x.n)), f32a(inv), ptra(found))
+	}
+}
+
+func f32Only(op string, ts ...*Tensor) {
+	for _, t := range ts {
+		if t != nil && t.dtype != F32 {
+			panic(fmt.Sprintf("model: %s: %s is not f32", op, t))
+		}
+	}
+}
+
+func (d *CUDA) AdamW(p, g, m, v, half *Tensor, a AdamWArgs) {
+	checkLen("AdamW", p, g, m, v)
+	f32Only("AdamW", p, g, m, v)
+	hp := nilPtr
+	if half != nil {
+		checkLen("AdamW", p, half)
+		if half.dtype != F16 {
+			panic(fmt.Sprintf("model: AdamW: half copy %s is not f16", half))
+		}
+		hp = ptra(half)
+	}
+	if p.n > 0 {
+		d.launch1("k_adamw", p.n, ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.n)),
+			f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2))
+	}
+}
+
+func (d *CUDA) SGD(p, g, mom, half *Tensor, a SGDArgs) {
+	checkLen("SGD", p, g)
+	f32Only("SGD", p, g, mom)
+	mp, hp := nilPtr, nilPtr
+	if mom != nil {
+		checkLen("SGD", p, mom)
+		mp = ptra(mom)
+	}
+	if half != nil {
+		checkLen("SGD", p, half)
+		hp = ptra(half)
+	}
+	nest := 0
+	if a.Nesterov {
+		nest = 1
+	}
+	if p.n > 0 {
+		d.launch1("k_sgd", p.n, ptra(p), ptra(g), mp, hp, u64a(uint64(p.n)), f32a(a.LR), f32a(a.Momentum), f32a(a.WeightDecay), i32a(nest))
+	}
+}

@@ -1,0 +1,641 @@
+//go:build cuda
+
+package model
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// GPU tests: every operation on fresh random inputs against the CPU device, which is the
+// reference. Relative L2 error ≤ 1e-5 when every tensor is f32 (cuBLAS in FP32 without TF32),
+// ≤ 1e-2 when any is f16. Outputs are poisoned with NaN before each run, so an element the GPU
+// does not write fails; accumulating outputs start from the same random values on both devices.
+
+var (
+	cudaOnce sync.Once
+	cudaDev  *CUDA
+	cudaErr  error
+)
+
+func gpu(t testing.TB) *CUDA {
+	cudaOnce.Do(func() { cudaDev, cudaErr = NewCUDA(0) })
+	if cudaErr != nil {
+		t.Fatalf("NewCUDA(0): %v", cudaErr)
+	}
+	return cudaDev
+}
+
+// cuMaker draws the same tensors on whichever device it is given: a case runs once per device
+// with makers of equal seeds.
+type cuMaker struct {
+	dev    Device
+	r      *rand.Rand
+	allocs []*Tensor
+}
+
+func (m *cuMaker) vec(n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(m.r.NormFloat64())
+	}
+	return x
+}
+
+// in is an input with N(0,1) values.
+func (m *cuMaker) in(dt DType, shape ...int) *Tensor {
+	t := FromHost(m.dev, dt, "in", m.vec(numel(shape)), shape...)
+	m.allocs = append(m.allocs, t)
+	return t
+}
+
+// out is an overwritten output: poisoned with NaN.
+func (m *cuMaker) out(dt DType, shape ...int) *Tensor {
+	t := m.dev.Alloc(dt, "out", shape...)
+	m.dev.Fill(t, float32(math.NaN()))
+	m.allocs = append(m.allocs, t)
+	return t
+}
+
+// acc is an accumulating output: random start values, the same on both devices.
+func (m *cuMaker) acc(dt DType, shape ...int) *Tensor { return m.in(dt, shape...) }
+
+// ids is an i32 tensor of values in [lo, hi).
+func (m *cuMaker) ids(lo, hi int, shape ...int) *Tensor {
+	n := numel(shape)
+	v := make([]int32, n)
+	for i := range v {
+		v[i] = int32(lo + m.r.IntN(hi-lo))
+	}
+	t := m.dev.Alloc(I32, "ids", shape...)
+	m.dev.UploadI32(t, v)
+	m.allocs = append(m.allocs, t)
+	return t
+}
+
+func (m *cuMaker) free() {
+	for _, t := range m.allocs {
+		m.dev.Free(t)
+	}
+}
+
+type cuOpCase struct {
+	name string
+	run  func(m *cuMaker) []*Tensor // the outputs to compare
+}
+
+// cuRunCase runs c on the CPU and the GPU and compares every output.
+func cuRunCase(t *testing.T, g *CUDA, c cuOpCase, seed uint64) {
+	t.Helper()
+	cpu := NewCPU()
+	mc := &cuMaker{dev: cpu, r: rand.New(rand.NewPCG(seed, 7))}
+	mg := &cuMaker{dev: g, r: rand.New(rand.NewPCG(seed, 7))}
+	outC := c.run(mc)
+	outG := c.run(mg)
+	for i := range outC {
+		want, got := ToHost(outC[i]), ToHost(outG[i])
+		tol := 1e-5
+		for _, a := range mg.allocs {
+			if a.dtype == F16 {
+				tol = 1e-2
+			}
+		}
+		var num, den float64
+		for j := range want {
+			d := float64(got[j]) - float64(want[j])
+			num += d * d
+			den += float64(want[j]) * float64(want[j])
+		}
+		e := math.Sqrt(num / math.Max(den, 1e-30))
+		if !(e <= tol) { // NaN fails
+			bad := -1
+			for j := range got {
+				if math.IsNaN(float64(got[j])) != math.IsNaN(float64(want[j])) {
+					bad = j
+					break
+				}
+			}
+			t.Errorf("%s output %d (%s): relative L2 error %g > %g (first NaN mismatch at %d)", c.name, i, outG[i], e, tol, bad)
+		}
+	}
+	mc.free()
+	mg.free()
+}
+
+// dtype cuMixes: (input, output)
+var cuMixes = [][2]DType{{F32, F32}, {F16, F16}, {F16, F32}, {F32, F16}}
+
+func cuMixName(m [2]DType) string { return fmt.Sprintf("%s→%s", m[0], m[1]) }
+
+func cuOpCases() []cuOpCase {
+	var cs []cuOpCase
+	add := func(name string, f func(m *cuMaker) []*Tensor) { cs = append(cs, cuOpCase{name, f}) }
+	for _, mx := range cuMixes {
+		di, do := mx[0], mx[1]
+		s := cuMixName(mx)
+		add("Fill/"+s, func(m *cuMaker) []*Tensor { t := m.out(do, 1001); m.dev.Fill(t, 1.5); return []*Tensor{t} })
+		add("Copy/"+s, func(m *cuMaker) []*Tensor {
+			x, y := m.in(di, 3, 1000), m.out(do, 3000)
+			m.dev.Copy(y, x)
+			return []*Tensor{y}
+		})
+		add("RandNormal/"+s, func(m *cuMaker) []*Tensor {
+			y := m.out(do, 100003)
+			m.dev.RandNormal(y.View(3, 100000), 0.02, 42)
+			m.dev.Fill(y.View(0, 3), 0)
+			return []*Tensor{y}
+		})
+		add("Scale/"+s, func(m *cuMaker) []*Tensor { x := m.acc(do, 5000); m.dev.Scale(x, -0.75); return []*Tensor{x} })
+		add("Axpy/"+s, func(m *cuMaker) []*Tensor {
+			y, x := m.acc(do, 5000), m.in(di, 5000)
+			m.dev.Axpy(y, 0.3, x)
+			return []*Tensor{y}
+		})
+		add("Add/"+s, func(m *cuMaker) []*Tensor {
+			a, b, o := m.in(di, 4097), m.in(do, 4097), m.out(do, 4097)
+			m.dev.Add(o, a, b)
+			m.dev.Add(a, a, b) // aliasing
+			return []*Tensor{o, a}
+		})
+		for _, sh := range [][3]int{{1, 1, 1}, {3, 5, 7}, {64, 130, 257}, {128, 768, 64}, {5, 1100, 130}} {
+			for _, ta := range []bool{false, true} {
+				for _, tb := range []bool{false, true} {
+					mm, nn, kk := sh[0], sh[1], sh[2]
+					ashape, bshape := []int{mm, kk}, []int{kk, nn}
+					if ta {
+						ashape = []int{kk, mm}
+					}
+					if tb {
+						bshape = []int{nn, kk}
+					}
+					add(fmt.Sprintf("MatMul/%s/%v/ta=%v/tb=%v", s, sh, ta, tb), func(m *cuMaker) []*Tensor {
+						a, b := m.in(di, ashape...), m.in(di, bshape...)
+						c := m.acc(do, mm, nn)
+						m.dev.MatMul(c, a, b, ta, tb, 0.5, 1)
+						c2 := m.out(do, mm, nn)
+						m.dev.MatMul(c2, a, b, ta, tb, 1, 0)
+						return []*Tensor{c, c2}
+					})
+					add(fmt.Sprintf("BatchedMatMul/%s/%v/ta=%v/tb=%v", s, sh, ta, tb), func(m *cuMaker) []*Tensor {
+						a := m.in(di, append([]int{3}, ashape...)...)
+						b := m.in(di, append([]int{3}, bshape...)...)
+						c := m.acc(do, 3, mm, nn)
+						m.dev.BatchedMatMul(c, a, b, ta, tb, 0.5, 1)
+						return []*Tensor{c}
+					})
+				}
+			}
+		}
+		add("MatMul/mixed-operands/"+s, func(m *cuMaker) []*Tensor {
+			a, b := m.in(di, 33, 65), m.in(F32, 65, 17)
+			if di == F32 {
+				b = m.in(F16, 65, 17)
+			}
+			c := m.out(do, 33, 17)
+			m.dev.MatMul(c, a, b, false, false, 1, 0)
+			return []*Tensor{c}
+		})
+		add("AddBias/"+s, func(m *cuMaker) []*Tensor {
+			y, b := m.acc(do, 37, 300), m.in(di, 300)
+			m.dev.AddBias(y, b)
+			return []*Tensor{y}
+		})
+		add("BiasGrad/"+s, func(m *cuMaker) []*Tensor {
+			db, dy := m.acc(do, 300), m.in(di, 4, 1000, 300)
+			m.dev.BiasGrad(db, dy)
+			return []*Tensor{db}
+		})
+		add("ReLU/"+s, func(m *cuMaker) []*Tensor {
+			x, y, dy, dx := m.in(di, 5000), m.out(do, 5000), m.in(di, 5000), m.out(do, 5000)
+			m.dev.ReLU(y, x)
+			m.dev.ReLUBackward(dx, dy, y)
+			return []*Tensor{y, dx}
+		})
+		add("GELU/"+s, func(m *cuMaker) []*Tensor {
+			x, y, dy, dx := m.in(di, 5000), m.out(do, 5000), m.in(di, 5000), m.out(do, 5000)
+			m.dev.GELU(y, x)
+			m.dev.GELUBackward(dx, dy, x)
+			m.dev.GELUBackward(dy, dy, x) // aliasing
+			return []*Tensor{y, dx, dy}
+		})
+		add("Dropout/"+s, func(m *cuMaker) []*Tensor {
+			x, y, dy, dx := m.in(di, 5000), m.out(do, 5000), m.in(di, 5000), m.out(do, 5000)
+			m.dev.Dropout(y, x, 0.1, 99)
+			m.dev.DropoutBackward(dx, dy, 0.1, 99)
+			return []*Tensor{y, dx}
+		})
+		for _, cols := range []int{7, 768, 1000} {
+			add(fmt.Sprintf("LayerNorm/%s/C=%d", s, cols), func(m *cuMaker) []*Tensor {
+				x, w, b := m.in(di, 3, 67, cols), m.in(F32, cols), m.in(F32, cols)
+				y, mean, rstd := m.out(do, 3, 67, cols), m.out(F32, 3, 67), m.out(F32, 3, 67)
+				m.dev.LayerNorm(y, mean, rstd, x, w, b, 1e-5)
+				dy := m.in(di, 3, 67, cols)
+				dx, dw, db := m.acc(do, 3, 67, cols), m.acc(F32, cols), m.acc(F32, cols)
+				m.dev.LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd)
+				return []*Tensor{y, mean, rstd, dx, dw, db}
+			})
+		}
+		add("Embedding/"+s, func(m *cuMaker) []*Tensor {
+			ids := m.ids(0, 50, 4, 33)
+			wte, wpe := m.in(di, 50, 96), m.in(di, 40, 96)
+			out, out2 := m.out(do, 4, 33, 96), m.out(do, 4, 33, 96)
+			m.dev.Embedding(out, ids, wte, wpe)
+			m.dev.Embedding(out2, ids, wte, nil)
+			dwte, dwpe := m.acc(do, 50, 96), m.acc(do, 40, 96)
+			dout := m.in(di, 4, 33, 96)
+			m.dev.EmbeddingBackward(dwte, dwpe, dout, ids)
+			return []*Tensor{out, out2, dwte, dwpe}
+		})
+		for _, causal := range []bool{false, true} {
+			add(fmt.Sprintf("Softmax/%s/causal=%v", s, causal), func(m *cuMaker) []*Tensor {
+				x, y := m.in(di, 2, 3, 100, 100), m.out(do, 2, 3, 100, 100)
+				m.dev.Softmax(y, x, 0.3, causal)
+				dy, dx := m.in(di, 2, 3, 100, 100), m.out(do, 2, 3, 100, 100)
+				m.dev.SoftmaxBackward(dx, dy, y, 0.3)
+				m.dev.SoftmaxBackward(dy, dy, y, 0.3) // aliasing
+				return []*Tensor{y, dx, dy}
+			})
+		}
+		add("QKV/"+s, func(m *cuMaker) []*Tensor {
+			qkv := m.in(di, 2, 17, 3*4*8)
+			q, k, v := m.out(do, 2, 4, 17, 8), m.out(do, 2, 4, 17, 8), m.out(do, 2, 4, 17, 8)
+			m.dev.SplitQKV(q, k, v, qkv)
+			back := m.out(do, 2, 17, 3*4*8)
+			m.dev.MergeQKV(back, q, k, v)
+			p := m.out(do, 2, 17, 4, 8)
+			m.dev.Permute0213(p, q)
+			return []*Tensor{q, k, v, back, p}
+		})
+		add("CrossEntropy/"+s, func(m *cuMaker) []*Tensor {
+			logits := m.in(di, 9, 5003)
+			tg := make([]int32, 9)
+			for i := range tg {
+				tg[i] = int32(m.r.IntN(5003))
+			}
+			tg[4] = -1
+			targets := m.dev.Alloc(I32, "targets", 9)
+			m.dev.UploadI32(targets, tg)
+			m.allocs = append(m.allocs, targets)
+			losses, dl := m.out(F32, 9), m.out(do, 9, 5003)
+			m.dev.CrossEntropy(losses, logits, targets)
+			m.dev.CrossEntropyBackward(dl, logits, targets, 0.25)
+			m.dev.CrossEntropyBackward(logits, logits, targets, 0.25) // aliasing
+			return []*Tensor{losses, dl, logits}
+		})
+		add("ArgMax/"+s, func(m *cuMaker) []*Tensor {
+			x, o := m.in(di, 31, 777), m.out(I32, 31)
+			m.dev.ArgMax(o, x)
+			return []*Tensor{o}
+		})
+		add("Sum/"+s, func(m *cuMaker) []*Tensor {
+			x := m.in(di, 300001)
+			s1, s2 := m.acc(F32, 1), m.acc(F32, 1)
+			m.dev.Sum(s1, x)
+			m.dev.SumSquares(s2, x)
+			return []*Tensor{s1, s2}
+		})
+	}
+	add("UnscaleCheck", func(m *cuMaker) []*Tensor {
+		x, found, x2, found2 := m.acc(F32, 10000), m.out(F32, 1), m.acc(F32, 10000), m.out(F32, 1)
+		m.dev.Fill(found, 0)
+		m.dev.Fill(found2, 0)
+		m.dev.UnscaleCheck(x, 1.0/1024, found)
+		m.dev.Fill(x2.View(777, 1), float32(math.Inf(1)))
+		m.dev.UnscaleCheck(x2, 1.0/1024, found2)
+		return []*Tensor{x, found, found2}
+	})
+	for _, half := range []bool{false, true} {
+		add(fmt.Sprintf("AdamW/half=%v", half), func(m *cuMaker) []*Tensor {
+			p, g, mo, sq := m.acc(F32, 10007), m.in(F32, 10007), m.acc(F32, 10007), m.in(F32, 10007)
+			m.dev.ReLU(sq, sq) // the second moment is ≥ 0
+			var h *Tensor
+			if half {
+				h = m.out(F16, 10007)
+			}
+			a := AdamWArgs{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, BiasCorr1: 0.1, BiasCorr2: 0.05}
+			m.dev.AdamW(p, g, mo, sq, h, a)
+			outs := []*Tensor{p, mo, sq}
+			if h != nil {
+				outs = append(outs, h)
+			}
+			return outs
+		})
+	}
+	for _, nest := range []bool{false, true} {
+		add(fmt.Sprintf("SGD/nesterov=%v", nest), func(m *cuMaker) []*Tensor {
+			p, g, mom := m.acc(F32, 10007), m.in(F32, 10007), m.acc(F32, 10007)
+			h := m.out(F16, 10007)
+			m.dev.SGD(p, g, mom, h, SGDArgs{LR: 0.1, Momentum: 0.9, WeightDecay: 1e-4, Nesterov: nest})
+			p2 := m.acc(F32, 100)
+			m.dev.SGD(p2, m.in(F32, 100), nil, nil, SGDArgs{LR: 0.1})
+			return []*Tensor{p, mom, h, p2}
+		})
+	}
+	return cs
+}
+
+func TestCUDA_opsMatchCPU(t *testing.T) {
+	g := gpu(t)
+	base := g.Stats().Allocated
+	for i, c := range cuOpCases() {
+		cuRunCase(t, g, c, uint64(1000+i))
+	}
+	g.Sync()
+	if a := g.Stats().Allocated; a != base {
+		t.Errorf("allocated %d after the op tests, %d before: a leak\n%s", a, base, MemorySummary(g))
+	}
+}
+
+// RandNormal on the GPU draws rng.go's numbers: CPU and GPU initialise a model identically.
+func TestCUDA_randNormalMatchesRNG(t *testing.T) {
+	g := gpu(t)
+	x := g.Alloc(F32, "x", 4096)
+	defer g.Free(x)
+	g.RandNormal(x, 1, 1234)
+	got := ToHost(x)
+	diff := 0
+	for i, v := range got {
+		if w := Normal(1234, uint64(i)); v != w {
+			diff++
+			if math.Abs(float64(v-w)) > 1e-6*math.Max(1, math.Abs(float64(w))) {
+				t.Fatalf("element %d: GPU %v, rng.go %v", i, v, w)
+			}
+		}
+	}
+	t.Logf("RandNormal: %d of %d elements differ from rng.go in the last bit", diff, len(got))
+}
+
+func TestCUDA_oom(t *testing.T) {
+	g := gpu(t)
+	g.SetLimit(1 << 20)
+	err := CatchOOM(func() { g.Alloc(F32, "too.big.for.limit", 1<<20) })
+	g.SetLimit(0)
+	if !IsOOM(err) {
+		t.Fatalf("allocation over the limit: got %v, want an OOMError", err)
+	}
+	err = CatchOOM(func() { g.Alloc(F32, "too.big.for.card", 1<<40) }) // 4 TiB
+	if !IsOOM(err) || !strings.Contains(err.Error(), "free on the card") {
+		t.Fatalf("allocation over the card: got %v, want an OOMError naming the card's free memory", err)
+	}
+	t.Log(err)
+}
+
+func TestCUDA_pinnedRoundTrip(t *testing.T) {
+	g := gpu(t)
+	p, err := g.HostAlloc(4 * 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Free()
+	x := FromHost(g, F32, "x", make([]float32, 1000), 1000)
+	defer g.Free(x)
+	g.RandNormal(x, 1, 5)
+	g.CopyToPinned(p, 0, x)()
+	y := g.Alloc(F32, "y", 1000)
+	defer g.Free(y)
+	g.CopyFromPinned(y, p, 0)
+	a, b := ToHost(x), ToHost(y)
+	for i := range a {
+		if a[i] != b[i] || p.F32()[i] != a[i] {
+			t.Fatalf("element %d: %v, pinned %v, back %v", i, a[i], p.F32()[i], b[i])
+		}
+	}
+}
+
+// ---- models on the GPU ----
+
+func cuTinyGPT(dt DType) GPTConfig {
+	return GPTConfig{Layers: 2, Width: 64, Heads: 4, Context: 32, Vocab: 97, Tied: true, Compute: dt}
+}
+
+func cuGPTInputs(dev Device, r *rand.Rand, B, T, V int) Inputs {
+	tok, tg := make([]int32, B*T), make([]int32, B*T)
+	for i := range tok {
+		tok[i] = int32(r.IntN(V))
+		tg[i] = int32((int(tok[i])*7 + 3) % V) // a learnable map
+	}
+	x, y := dev.Alloc(I32, "tokens", B, T), dev.Alloc(I32, "targets", B, T)
+	dev.UploadI32(x, tok)
+	dev.UploadI32(y, tg)
+	return Inputs{Tokens: x, Targets: y, Valid: B * T, Seed: 1}
+}
+
+// A GPT's loss and every parameter's gradient on the GPU match the CPU's, f32 and f16.
+func TestCUDA_gptMatchesCPU(t *testing.T) {
+	g := gpu(t)
+	base := g.Stats().Allocated
+	for _, dt := range []DType{F32, F16} {
+		cfg := cuTinyGPT(dt)
+		var loss [2]float32
+		var grads [2][]float32
+		var mods [2]*GPT
+		for i, dev := range []Device{NewCPU(), g} {
+			m, err := NewGPT(dev, cfg, 7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := cuGPTInputs(dev, rand.New(rand.NewPCG(1, 2)), 3, 32, cfg.Vocab)
+			m.Params().ZeroGrad()
+			loss[i] = ToHost(m.Forward(in, true))[0]
+			m.Backward(1)
+			grads[i] = ToHost(m.Params().Grad)
+			mods[i] = m
+			dev.Free(in.Tokens)
+			dev.Free(in.Targets)
+		}
+		tol := 1e-5
+		if dt == F16 {
+			tol = 1e-2
+		}
+		if e := math.Abs(float64(loss[1]-loss[0])) / math.Abs(float64(loss[0])); !(e <= tol) {
+			t.Errorf("%s: loss GPU %v CPU %v", dt, loss[1], loss[0])
+		}
+		for _, p := range mods[0].Params().List {
+			a, b := grads[1][p.Offset:p.Offset+numel(p.Shape)], grads[0][p.Offset:p.Offset+numel(p.Shape)]
+			var num, den float64
+			for j := range a {
+				d := float64(a[j]) - float64(b[j])
+				num += d * d
+				den += float64(b[j]) * float64(b[j])
+			}
+			e := math.Sqrt(num / math.Max(den, 1e-30))
+			ptol := tol * 10 // a parameter's gradient alone sums fewer terms
+			if !(e <= ptol) {
+				t.Errorf("%s: gradient of %s: relative error %g > %g", dt, p.Name, e, ptol)
+			}
+		}
+		mods[0].Free()
+		mods[1].Free()
+	}
+	g.Sync()
+	if a := g.Stats().Allocated; a != base {
+		t.Errorf("allocated %d after freeing the models, %d before\n%s", a, base, MemorySummary(g))
+	}
+}
+
+// A tiny GPT trains on the GPU with f16 mixed precision, AdamW and the loss scaler: the loss of a
+// learnable token map falls, and memory returns to its baseline afterwards.
+func TestCUDA_gptTrains(t *testing.T) {
+	g := gpu(t)
+	base := g.Stats().Allocated
+	cfg := cuTinyGPT(F16)
+	m, err := NewGPT(g, cfg, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, err := NewAdamW(m.Params(), DefaultAdamW())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := NewScaler(g, DefaultScaler())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(9, 9))
+	var first, last float32
+	for step := 0; step < 150; step++ {
+		in := cuGPTInputs(g, r, 8, 32, cfg.Vocab)
+		m.Params().ZeroGrad()
+		loss := ToHost(m.Forward(in, true))[0]
+		m.Backward(sc.Scale())
+		if _, err := sc.Step(m.Params(), opt, 3e-3); err != nil {
+			t.Fatal(err)
+		}
+		g.Free(in.Tokens)
+		g.Free(in.Targets)
+		if step == 0 {
+			first = loss
+		}
+		last = loss
+	}
+	t.Logf("loss %.3f → %.3f in 150 steps (ln V = %.3f)", first, last, math.Log(float64(cfg.Vocab)))
+	if !(last < 0.5*first) {
+		t.Errorf("loss went from %v to %v: not learning", first, last)
+	}
+	opt.Free()
+	sc.Free()
+	m.Free()
+	g.Sync()
+	if a := g.Stats().Allocated; a != base {
+		t.Errorf("allocated %d after training and freeing, %d before\n%s", a, base, MemorySummary(g))
+	}
+}
+
+// ---- benchmark: GPT-2 small train step ----
+
+// TestCUDA_gpt2Bench times GPT-2 small (124M) training steps when GODDP_BENCH is set, e.g.
+// GODDP_BENCH=16,8 (batch sizes). It prints tokens/s, step time and peak memory per batch.
+func TestCUDA_gpt2Bench(t *testing.T) {
+	spec := os.Getenv("GODDP_BENCH")
+	if spec == "" {
+		t.Skip("set GODDP_BENCH=16,8 to run")
+	}
+	g := gpu(t)
+	steps := 20
+	if s := os.Getenv("GODDP_BENCH_STEPS"); s != "" {
+		fmt.Sscan(s, &steps)
+	}
+	var rows []string
+	for _, f := range strings.Split(spec, ",") {
+		var B int
+		fmt.Sscan(f, &B)
+		rows = append(rows, cuBenchGPT2(t, g, B, 1024, steps))
+	}
+	fmt.Println("goddp GPT-2 124M fp16 AMP AdamW on", g.DeviceName())
+	fmt.Printf("%-6s %-8s %12s %10s %12s\n", "batch", "T", "tokens/s", "step ms", "peak GiB")
+	for _, r := range rows {
+		fmt.Println(r)
+	}
+}
+
+func cuBenchGPT2(t *testing.T, g *CUDA, B, T, steps int) string {
+	cfg := GPTConfig{Layers: 12, Width: 768, Heads: 12, Context: 1024, Vocab: 50304, Tied: true, Compute: F16}
+	g.EmptyCache()
+	base := g.Stats().Allocated
+	m, err := NewGPT(g, cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, _ := NewAdamW(m.Params(), AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
+	sc, _ := NewScaler(g, DefaultScaler())
+	r := rand.New(rand.NewPCG(1, 1))
+	tok, tg := make([]int32, B*T), make([]int32, B*T)
+	for i := range tok {
+		tok[i] = int32(r.IntN(50257))
+		tg[i] = int32(r.IntN(50257))
+	}
+	x, y := g.Alloc(I32, "tokens", B, T), g.Alloc(I32, "targets", B, T)
+	g.UploadI32(x, tok)
+	g.UploadI32(y, tg)
+	in := Inputs{Tokens: x, Targets: y, Valid: B * T}
+	step := func() float32 {
+		m.Params().ZeroGrad()
+		loss := m.Forward(in, true)
+		m.Backward(sc.Scale())
+		if _, err := sc.Step(m.Params(), opt, 6e-4); err != nil { // waits on the inf flag
+			t.Fatal(err)
+		}
+		return ToHost(loss)[0]
+	}
+	for i := 0; i < 3; i++ { // warm-up: kernel load, cuBLAS heuristics, the allocator's cache
+		step()
+	}
+	g.Sync()
+	g.ResetPeak()
+	times := make([]float64, steps)
+	var loss float32
+	for i := range times {
+		t0 := time.Now()
+		loss = step()
+		times[i] = float64(time.Since(t0).Microseconds()) / 1000
+	}
+	med := cuMedian(times)
+	peak := g.Stats().Peak - base
+	_, total := g.MemInfo()
+	t.Logf("B=%d: median step %.1f ms, loss %.3f, peak allocated %s of %s, reserved %s", B, med, loss,
+		FormatBytes(peak), FormatBytes(total), FormatBytes(g.Stats().Reserved))
+	g.Free(x)
+	g.Free(y)
+	opt.Free()
+	sc.Free()
+	m.Free()
+	g.EmptyCache()
+	return fmt.Sprintf("%-6d %-8d %12.0f %10.1f %12.2f", B, T, float64(B*T)/(med/1000), med, float64(peak)/(1<<30))
+}
+
+func cuMedian(x []float64) float64 {
+	s := append([]float64(nil), x...)
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j] < s[i] {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+	return s[len(s)/2]
+}
+
+// BenchmarkCUDA_gemm times an f16 GEMM (GPT-2's MLP up-projection at B·T = 16384) in TFLOP/s.
+func BenchmarkCUDA_gemm(b *testing.B) {
+	g := gpu(b)
+	M, N, K := 16384, 3072, 768
+	a, w, c := g.Alloc(F16, "a", M, K), g.Alloc(F16, "w", N, K), g.Alloc(F16, "c", M, N)
+	g.RandNormal(a, 1, 1)
+	g.RandNormal(w, 1, 2)
+	g.Sync()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		g.MatMul(c, a, w, false, true, 1, 0)
+	}
+	g.Sync()
+	b.ReportMetric(2*float64(M)*float64(N)*float64(K)*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+	g.Free(a)
+	g.Free(w)
+	g.Free(c)
+}
