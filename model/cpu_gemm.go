@@ -152,10 +152,12 @@ func packA(dst []float32, s gemmSrc, i0, mc, p0, kc int) {
 		if s.cs == 1 {
 			// Rows of op(A) are contiguous: read each row, write with stride MR.
 			r := 0
-			if s.f32 != nil {
-				for ; r+8 <= rows; r += 8 {
-					transpose8(d[r:], s.f32[s.off+(i0+ir+r)*s.rs+p0:], s.rs, gemmMR, kc)
-				}
+			if s.f32 != nil && rows >= 8 {
+				// Two overlapping groups of 8 rows (0..7 and rows-8..rows-1) cover 8 to 12 rows;
+				// the overlap is written twice with the same values.
+				transpose8(d, s.f32[s.off+(i0+ir)*s.rs+p0:], s.rs, gemmMR, kc)
+				transpose8(d[rows-8:], s.f32[s.off+(i0+ir+rows-8)*s.rs+p0:], s.rs, gemmMR, kc)
+				r = rows
 			}
 			for ; r < rows; r++ {
 				base := s.off + (i0+ir+r)*s.rs + p0
@@ -201,6 +203,13 @@ func packB(dst []float32, s gemmSrc, p0, kc, j0, nc int) {
 		d := dst[jr*kc : jr*kc+gemmNR*kc]
 		if s.cs == 1 {
 			// Rows of op(B) are contiguous: a copy per k step.
+			if s.f32 != nil && cols == gemmNR {
+				for p := 0; p < kc; p++ {
+					base := s.off + (p0+p)*s.rs + j0 + jr
+					*(*[gemmNR]float32)(d[p*gemmNR:]) = *(*[gemmNR]float32)(s.f32[base:])
+				}
+				continue
+			}
 			for p := 0; p < kc; p++ {
 				base := s.off + (p0+p)*s.rs + j0 + jr
 				dp := d[p*gemmNR : (p+1)*gemmNR]

@@ -81,13 +81,14 @@ func (c *CPU) AddBias(y, bias *Tensor) {
 	if bias.n != cols {
 		panic(fmt.Sprintf("model: AddBias: %s has %d columns, bias %s", y, cols, bias))
 	}
-	bs := read(bias)
+	bs := read(bias)[:cols]
 	ys := outBuf(y, true)
-	c.parallel(r, 64, func(lo, hi int) {
+	c.parallel(r, max(1, (1<<14)/max(cols, 1)), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			row := ys[i*cols : (i+1)*cols]
-			for j := range row {
-				row[j] += bs[j]
+			row = row[:len(bs)]
+			for j, b := range bs {
+				row[j] += b
 			}
 		}
 	})
@@ -111,6 +112,7 @@ func (c *CPU) BiasGrad(db, dy *Tensor) {
 			clear(a)
 			for i := 0; i < r; i++ {
 				row := ds[i*cols+j0 : i*cols+j1]
+				row = row[:len(a)]
 				for j, v := range row {
 					a[j] += float64(v)
 				}
