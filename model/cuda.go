@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"sort"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -44,6 +46,14 @@ type CUDA struct {
 	blas   *cudadrv.Blas
 	mu     sync.Mutex // guards nothing on the hot path; held by Close
 	closed bool
+
+	prof []profEntry // when profiling: one event pair per kernel or GEMM
+	pOn  bool
+}
+
+type profEntry struct {
+	name string
+	a, b cudadrv.Event
 }
 
 var _ Device = (*CUDA)(nil)
@@ -406,9 +416,77 @@ func (d *CUDA) launch(name string, grid, block [3]int, shmem int, args ...uint64
 	copy(vals[:], args)
 	d.enter()
 	defer d.leave()
+	end := d.profBegin(name)
 	if err := cudadrv.Launch(f, grid, block, shmem, d.stream, &vals, len(args)); err != nil {
 		panic(fmt.Sprintf("model: cuda: launching %s grid %v block %v: %v", name, grid, block, err))
 	}
+	end()
+}
+
+// ---- profiling (diagnostics: events around every kernel and GEMM) ----
+
+// ProfileStart starts timing every kernel and GEMM with a pair of events (slow: for finding where
+// a step's time goes, not for timing the step).
+func (d *CUDA) ProfileStart() { d.pOn = true }
+
+// profBegin records a start event when profiling and returns the function that records the end.
+// The caller holds the thread (enter).
+func (d *CUDA) profBegin(name string) func() {
+	if !d.pOn {
+		return func() {}
+	}
+	a, err := cudadrv.NewEvent(true)
+	must(err)
+	b, err := cudadrv.NewEvent(true)
+	must(err)
+	must(a.Record(d.stream))
+	return func() {
+		must(b.Record(d.stream))
+		d.prof = append(d.prof, profEntry{name, a, b})
+	}
+}
+
+// ProfileStop ends profiling and returns the time per kernel name, largest first, as a table.
+func (d *CUDA) ProfileStop() string {
+	d.pOn = false
+	d.Sync()
+	d.enter()
+	defer d.leave()
+	type row struct {
+		name  string
+		ms    float64
+		calls int
+	}
+	by := map[string]*row{}
+	var total float64
+	n := len(d.prof)
+	for _, e := range d.prof {
+		ms, err := e.a.Elapsed(e.b)
+		must(err)
+		r := by[e.name]
+		if r == nil {
+			r = &row{name: e.name}
+			by[e.name] = r
+		}
+		r.ms += float64(ms)
+		r.calls++
+		total += float64(ms)
+		e.a.Destroy()
+		e.b.Destroy()
+	}
+	d.prof = nil
+	rows := make([]*row, 0, len(by))
+	for _, r := range by {
+		rows = append(rows, r)
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].ms > rows[j].ms })
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-44s %6s %10s %6s\n", "kernel", "calls", "ms", "%")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "%-44s %6d %10.3f %6.1f\n", r.name, r.calls, r.ms, 100*r.ms/total)
+	}
+	fmt.Fprintf(&b, "%-44s %6d %10.3f\n", "total (kernels back to back)", n, total)
+	return b.String()
 }
 
 // launch1 launches a 1-D grid of blocks of bs threads over n items, with grid-stride loops inside

@@ -87,6 +87,7 @@ func (d *CUDA) gemm(c, a, b *Tensor, m, n, k, batch int, transA, transB bool, al
 			ldb = k // stored (N,K)
 		}
 		d.enter()
+		end := d.profBegin(fmt.Sprintf("gemm %dx%dx%d b%d %s%s>%s t%v%v", m, n, k, batch, a.dtype, b.dtype, out.dtype, cbit(transA), cbit(transB)))
 		var err error
 		if batch == 1 {
 			err = d.blas.Gemm(transB, transA, n, m, k, alpha, dptr(b), int(b.dtype), ldb, dptr(a), int(a.dtype), lda,
@@ -95,6 +96,7 @@ func (d *CUDA) gemm(c, a, b *Tensor, m, n, k, batch int, transA, transB bool, al
 			err = d.blas.GemmStridedBatched(transB, transA, n, m, k, alpha, dptr(b), int(b.dtype), ldb, int64(k*n),
 				dptr(a), int(a.dtype), lda, int64(m*k), beta, dptr(out), int(out.dtype), n, int64(m*n), batch)
 		}
+		end()
 		d.leave()
 		if err != nil {
 			panic(fmt.Sprintf("model: cuda: %v (%s, %s → %s)", err, a.dtype, b.dtype, out.dtype))
@@ -103,4 +105,11 @@ func (d *CUDA) gemm(c, a, b *Tensor, m, n, k, batch int, transA, transB bool, al
 	if out != c {
 		d.Copy(c, out)
 	}
+}
+
+func cbit(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -548,9 +548,8 @@ func TestCUDA_gpt2Bench(t *testing.T) {
 		rows = append(rows, cuBenchGPT2(t, g, B, 1024, steps))
 	}
 	fmt.Println("goddp GPT-2 124M fp16 AMP AdamW on", g.DeviceName())
-	fmt.Printf("%-6s %-8s %12s %10s %12s\n", "batch", "T", "tokens/s", "step ms", "peak GiB")
 	for _, r := range rows {
-		fmt.Println(r)
+		fmt.Println(r) // RESULT goddp batch T tokens/s step-ms peak-GiB
 	}
 }
 
@@ -586,6 +585,12 @@ func cuBenchGPT2(t *testing.T, g *CUDA, B, T, steps int) string {
 	for i := 0; i < 3; i++ { // warm-up: kernel load, cuBLAS heuristics, the allocator's cache
 		step()
 	}
+	if os.Getenv("GODDP_PROFILE") != "" {
+		g.Sync()
+		g.ProfileStart()
+		step()
+		fmt.Printf("profile of one step at B=%d (events around each kernel):\n%s", B, g.ProfileStop())
+	}
 	g.Sync()
 	g.ResetPeak()
 	times := make([]float64, steps)
@@ -606,7 +611,7 @@ func cuBenchGPT2(t *testing.T, g *CUDA, B, T, steps int) string {
 	sc.Free()
 	m.Free()
 	g.EmptyCache()
-	return fmt.Sprintf("%-6d %-8d %12.0f %10.1f %12.2f", B, T, float64(B*T)/(med/1000), med, float64(peak)/(1<<30))
+	return fmt.Sprintf("RESULT goddp %d %d %.0f %.2f %.2f", B, T, float64(B*T)/(med/1000), med, float64(peak)/(1<<30))
 }
 
 func cuMedian(x []float64) float64 {
