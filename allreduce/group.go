@@ -108,8 +108,17 @@ func (g *Group) Stats() Stats {
 func (g *Group) Close() error {
 	g.closeOnce.Do(func() {
 		g.closed.Store(true)
+		idle := g.mu.TryLock()
+		if idle {
+			g.mu.Unlock()
+		}
 		if g.tr != nil {
-			g.closeErr = g.tr.Close()
+			if a, ok := g.tr.(interface{ abort() error }); ok && !idle {
+				// A collective is running (and sending): no graceful flush, it fails now.
+				g.closeErr = a.abort()
+			} else {
+				g.closeErr = g.tr.Close()
+			}
 		}
 		g.mu.Lock() // wait for an in-flight collective to unwind
 		if g.broken == nil {

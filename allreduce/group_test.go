@@ -372,8 +372,7 @@ func killRank(t *testing.T, kind string, g *Group) {
 	case "inproc":
 		g.tr.Close() // no goodbye: the links just break
 	case "grpc":
-		tr := g.tr.(*grpcTransport)
-		tr.Close()
+		g.tr.(*grpcTransport).abort()
 	}
 }
 

@@ -544,7 +544,41 @@ func (t *grpcTransport) Send(ctx context.Context, to int, p Payload) error {
 	return nil
 }
 
+// Close first flushes: it half-closes every outgoing stream and waits (a few seconds at most)
+// until the peer has read everything sent, because SendMsg returns before the bytes are on the
+// wire and a rank that leaves right after its last collective must not take them with it.
 func (t *grpcTransport) Close() error {
+	t.outMu.Lock()
+	var wg sync.WaitGroup
+	for _, l := range t.out {
+		if l == nil || l.stream == nil || l.err != nil {
+			continue
+		}
+		wg.Go(func() {
+			if l.stream.CloseSend() != nil {
+				return
+			}
+			done := make(chan struct{})
+			go func() {
+				var resp []byte
+				_ = l.stream.RecvMsg(&resp) // returns once the peer's handler has read to the end
+				close(done)
+			}()
+			select {
+			case <-done:
+			case <-time.After(min(t.cfg.Timeout, 5*time.Second)):
+				l.cancel()
+				<-done
+			}
+		})
+	}
+	t.outMu.Unlock()
+	wg.Wait()
+	return t.abort()
+}
+
+// abort closes everything at once, like a process dying (tests use it as a kill).
+func (t *grpcTransport) abort() error {
 	t.once.Do(func() {
 		close(t.closed)
 		t.cancel()
