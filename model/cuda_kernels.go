@@ -92,6 +92,89 @@ __device__ void blockMaxSum(float& m, float& s) {
 	}
 }
 
+
+// 8-wide loads and stores: 16 bytes of f16 or 32 of f32 per thread. i is a multiple of 8 and the
+// base is 16-byte aligned (the Go side checks before choosing a *8 kernel).
+__device__ __forceinline__ void ld8(const void* p, int dt, long i, float* v) {
+	if (dt == 0) {
+		float4 a = ((const float4*)p)[i / 4], b = ((const float4*)p)[i / 4 + 1];
+		v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+	} else {
+		uint4 u = ((const uint4*)p)[i / 8];
+		v[0] = h2f(u.x & 0xffff); v[1] = h2f(u.x >> 16); v[2] = h2f(u.y & 0xffff); v[3] = h2f(u.y >> 16);
+		v[4] = h2f(u.z & 0xffff); v[5] = h2f(u.z >> 16); v[6] = h2f(u.w & 0xffff); v[7] = h2f(u.w >> 16);
+	}
+}
+__device__ __forceinline__ void st8(void* p, int dt, long i, const float* v) {
+	if (dt == 0) {
+		((float4*)p)[i / 4] = make_float4(v[0], v[1], v[2], v[3]);
+		((float4*)p)[i / 4 + 1] = make_float4(v[4], v[5], v[6], v[7]);
+	} else {
+		uint4 u;
+		u.x = f2h(v[0]) | ((unsigned int)f2h(v[1]) << 16); u.y = f2h(v[2]) | ((unsigned int)f2h(v[3]) << 16);
+		u.z = f2h(v[4]) | ((unsigned int)f2h(v[5]) << 16); u.w = f2h(v[6]) | ((unsigned int)f2h(v[7]) << 16);
+		((uint4*)p)[i / 8] = u;
+	}
+}
+__device__ __forceinline__ float gelu_f(float v) { return 0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))); }
+__device__ __forceinline__ float gelu_g(float v) {
+	float t = tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v));
+	return 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * 0.7978845608028654f * (1.f + 3.f * 0.044715f * v * v);
+}
+// FOR8: grid-stride over n8 vectors with 32-bit indices; i is the first element of the vector.
+#define FOR8(i, n8) for (int _v = blockIdx.x * blockDim.x + threadIdx.x; _v < (n8); _v += gridDim.x * blockDim.x) \
+	for (int i = _v * 8, _once = 1; _once; _once = 0)
+// LayerNorm backward for C <= 32·K: a warp keeps its row (x̂ and dy) and its dw, db partial sums in
+// registers (column lane + 32·k), and adds them to the block's shared sums once at the end.
+template <int K>
+__device__ __forceinline__ void ln_bwd_regs(void* dxp, int ddx, float* part, const void* dyp, int ddy, const void* x, int dxt,
+		const void* w, int dw, const float* mean, const float* rstd, int R, int C) {
+	extern __shared__ float sh[];
+	for (int j = threadIdx.x; j < 2 * C; j += blockDim.x) sh[j] = 0.f;
+	__syncthreads();
+	int nw = blockDim.x >> 5, lane = threadIdx.x & 31;
+	float aw[K], ab[K], xr[K], gr[K];
+	#pragma unroll
+	for (int k = 0; k < K; k++) { aw[k] = 0.f; ab[k] = 0.f; }
+	for (int row = blockIdx.x * nw + (threadIdx.x >> 5); row < R; row += gridDim.x * nw) {
+		long base = (long)row * C;
+		float m = mean[row], r = rstd[row];
+		float sd = 0.f, sdx = 0.f;
+		#pragma unroll
+		for (int k = 0; k < K; k++) {
+			int j = lane + 32 * k;
+			if (j < C) {
+				float xh = (ld(x, dxt, base + j) - m) * r;
+				float g = ld(dyp, ddy, base + j);
+				float dn = g * ld(w, dw, j);
+				xr[k] = xh; gr[k] = g;
+				sd += dn; sdx += dn * xh;
+				aw[k] += g * xh; ab[k] += g;
+			}
+		}
+		float md = warpSum(sd) / C, mdx = warpSum(sdx) / C;
+		#pragma unroll
+		for (int k = 0; k < K; k++) {
+			int j = lane + 32 * k;
+			if (j < C) {
+				float dn = gr[k] * ld(w, dw, j);
+				st(dxp, ddx, base + j, ld(dxp, ddx, base + j) + (dn - md - xr[k] * mdx) * r);
+			}
+		}
+	}
+	#pragma unroll
+	for (int k = 0; k < K; k++) {
+		int j = lane + 32 * k;
+		if (j < C) { atomicAdd(&sh[j], aw[k]); atomicAdd(&sh[C + j], ab[k]); }
+	}
+	__syncthreads();
+	for (int j = threadIdx.x; j < 2 * C; j += blockDim.x) part[(long)blockIdx.x * 2 * C + j] = sh[j];
+}
+
+#define LNB_ARGS void* dxp, int ddx, float* part, const void* dyp, int ddy, const void* x, int dxt, \
+	const void* w, int dw, const float* mean, const float* rstd, int R, int C
+#define LNB_PASS dxp, ddx, part, dyp, ddy, x, dxt, w, dw, mean, rstd, R, C
+
 #define FOR(i, n) for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < (n); i += (long)gridDim.x * blockDim.x)
 
 // Counter-based RNG, bit for bit rng.go's.
@@ -327,15 +410,29 @@ __global__ void k_permute0213(void* dst, int dd, const void* src, int ds, long n
 
 // Cross-entropy: one block per row; online max/sum, then loss or gradient. Gradient may alias logits:
 // every read of the row finishes (block reduction) before the first write.
-__global__ void k_xent(float* losses, void* dl, int ddl, const void* logits, int dlg, const int* targets, int V, float scale, int bwd) {
+__global__ void k_xent(float* losses, void* dl, int ddl, const void* logits, int dlg, const int* targets, int V, float scale, int bwd, int vecok) {
 	long row = blockIdx.x;
 	long base = row * V;
 	int t = targets[row];
 	float m = -INF, s = 0.f;
-	for (int j = threadIdx.x; j < V; j += blockDim.x) {
-		float x = ld(logits, dlg, base + j);
-		if (x > m) { s = (m == -INF ? 0.f : s * expf(m - x)) + 1.f; m = x; }
-		else s += expf(x - m);
+	bool vec = vecok != 0; // V % 8 == 0 and 16-byte aligned rows
+	if (vec) {
+		for (int j = threadIdx.x * 8; j < V; j += blockDim.x * 8) {
+			float v[8];
+			ld8(logits, dlg, base + j, v);
+			float mx = v[0];
+			#pragma unroll
+			for (int k = 1; k < 8; k++) mx = fmaxf(mx, v[k]);
+			if (mx > m) { s = m == -INF ? 0.f : s * expf(m - mx); m = mx; }
+			#pragma unroll
+			for (int k = 0; k < 8; k++) s += expf(v[k] - m);
+		}
+	} else {
+		for (int j = threadIdx.x; j < V; j += blockDim.x) {
+			float x = ld(logits, dlg, base + j);
+			if (x > m) { s = (m == -INF ? 0.f : s * expf(m - x)) + 1.f; m = x; }
+			else s += expf(x - m);
+		}
 	}
 	blockMaxSum(m, s);
 	if (!bwd) {
@@ -344,6 +441,20 @@ __global__ void k_xent(float* losses, void* dl, int ddl, const void* logits, int
 	}
 	__syncthreads();
 	float inv = 1.f / s;
+	if (vec && ddl == dlg) {
+		for (int j = threadIdx.x * 8; j < V; j += blockDim.x * 8) {
+			float v[8];
+			ld8(logits, dlg, base + j, v);
+			#pragma unroll
+			for (int k = 0; k < 8; k++) {
+				float g = 0.f;
+				if (t >= 0) { g = scale * expf(v[k] - m) * inv; if (j + k == t) g -= scale; }
+				v[k] = g;
+			}
+			st8(dl, ddl, base + j, v);
+		}
+		return;
+	}
 	for (int j = threadIdx.x; j < V; j += blockDim.x) {
 		float g = 0.f;
 		if (t >= 0) {
@@ -428,6 +539,75 @@ __global__ void k_sgd(float* p, const float* g, float* mom, half_t* h, long n, f
 		if (h) h[i] = f2h(w);
 	}
 }
+
+// ---- 8-wide variants of the hot elementwise kernels (n8 = n/8 vectors) ----
+__global__ void k_cast8(void* y, int dy, const void* x, int dx, int n8) {
+	FOR8(i, n8) { float v[8]; ld8(x, dx, i, v); st8(y, dy, i, v); }
+}
+__global__ void k_scale8(void* x, int dx, int n8, float s) {
+	FOR8(i, n8) { float v[8]; ld8(x, dx, i, v);
+		#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] *= s;
+		st8(x, dx, i, v); }
+}
+__global__ void k_axpy8(void* y, int dy, const void* x, int dx, int n8, float a) {
+	FOR8(i, n8) { float v[8], u[8]; ld8(y, dy, i, v); ld8(x, dx, i, u);
+		#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] += a * u[k];
+		st8(y, dy, i, v); }
+}
+__global__ void k_add8(void* o, int dout, const void* a, int da, const void* b, int db, int n8) {
+	FOR8(i, n8) { float v[8], u[8]; ld8(a, da, i, v); ld8(b, db, i, u);
+		#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] += u[k];
+		st8(o, dout, i, v); }
+}
+__global__ void k_addbias8(void* y, int dy, const void* b, int db, int n8, int C) {
+	FOR8(i, n8) { float v[8], u[8]; ld8(y, dy, i, v); ld8(b, db, i % C, u);
+		#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] += u[k];
+		st8(y, dy, i, v); }
+}
+__global__ void k_gelu8(void* y, int dy, const void* x, int dx, int n8) {
+	FOR8(i, n8) { float v[8]; ld8(x, dx, i, v);
+		#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] = gelu_f(v[k]);
+		st8(y, dy, i, v); }
+}
+__global__ void k_gelu_bwd8(void* dxp, int ddx, const void* dyp, int ddy, const void* x, int dxt, int n8) {
+	FOR8(i, n8) { float v[8], g[8]; ld8(x, dxt, i, v); ld8(dyp, ddy, i, g);
+		#pragma unroll
+		for (int k = 0; k < 8; k++) g[k] *= gelu_g(v[k]);
+		st8(dxp, ddx, i, g); }
+}
+__global__ void k_qkv8(void* qkv, int dqkv, void* q, int dq, void* k, int dk, void* v, int dv,
+		int n8, int T, int H, int hs, int dir) {
+	int C = H * hs;
+	FOR8(i, n8) {
+		int bt = i / (3 * C), rem = i - bt * (3 * C);
+		int part = rem / C, c = rem - part * C, h = c / hs, d = c - h * hs;
+		int b = bt / T, t = bt - b * T;
+		long o = ((long)(b * H + h) * T + t) * hs + d;
+		void* p = part == 0 ? q : (part == 1 ? k : v);
+		int dp = part == 0 ? dq : (part == 1 ? dk : dv);
+		float w[8];
+		if (dir == 0) { ld8(qkv, dqkv, i, w); st8(p, dp, o, w); }
+		else { ld8(p, dp, o, w); st8(qkv, dqkv, i, w); }
+	}
+}
+__global__ void k_permute0213_8(void* dst, int dd, const void* src, int ds, int n8, int B, int C, int D) {
+	FOR8(i, n8) {
+		int d = i % D, r = i / D;
+		int b = r % B; r /= B;
+		int c = r % C, a = r / C;
+		float w[8];
+		ld8(src, ds, ((long)(a * B + b) * C + c) * D + d, w);
+		st8(dst, dd, i, w);
+	}
+}
+__global__ void k_layernorm_bwd_r8(LNB_ARGS) { ln_bwd_regs<8>(LNB_PASS); }
+__global__ void k_layernorm_bwd_r24(LNB_ARGS) { ln_bwd_regs<24>(LNB_PASS); }
+__global__ void k_layernorm_bwd_r32(LNB_ARGS) { ln_bwd_regs<32>(LNB_PASS); }
 
 } // extern "C"
 `

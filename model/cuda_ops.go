@@ -20,6 +20,20 @@ func floatT(op string, ts ...*Tensor) {
 	}
 }
 
+// vec8 reports whether the 8-wide kernels apply to n elements: n a multiple of 8 below 2³¹, and
+// every tensor's first element 16-byte aligned (views can start anywhere).
+func vec8(n int, ts ...*Tensor) bool {
+	if n%8 != 0 || n >= 1<<31 {
+		return false
+	}
+	for _, t := range ts {
+		if t != nil && dptr(t)%16 != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // ---- fills, copies, elementwise ----
 
 func (d *CUDA) Fill(t *Tensor, v float32) {
@@ -47,6 +61,10 @@ func (d *CUDA) Copy(dst, src *Tensor) {
 		return
 	}
 	floatT("Copy", dst, src)
+	if vec8(dst.n, dst, src) {
+		d.launch1("k_cast8", dst.n/8, ptra(dst), dta(dst), ptra(src), dta(src), i32a(dst.n/8))
+		return
+	}
 	d.launch1("k_cast", dst.n, ptra(dst), dta(dst), ptra(src), dta(src), u64a(uint64(dst.n)))
 }
 
@@ -59,7 +77,9 @@ func (d *CUDA) RandNormal(t *Tensor, std float32, seed uint64) {
 
 func (d *CUDA) Scale(t *Tensor, s float32) {
 	floatT("Scale", t)
-	if t.n > 0 {
+	if vec8(t.n, t) {
+		d.launch1("k_scale8", t.n/8, ptra(t), dta(t), i32a(t.n/8), f32a(s))
+	} else if t.n > 0 {
 		d.launch1("k_scale", t.n, ptra(t), dta(t), u64a(uint64(t.n)), f32a(s))
 	}
 }
@@ -67,7 +87,9 @@ func (d *CUDA) Scale(t *Tensor, s float32) {
 func (d *CUDA) Axpy(y *Tensor, alpha float32, x *Tensor) {
 	checkLen("Axpy", y, x)
 	floatT("Axpy", y, x)
-	if y.n > 0 {
+	if vec8(y.n, y, x) {
+		d.launch1("k_axpy8", y.n/8, ptra(y), dta(y), ptra(x), dta(x), i32a(y.n/8), f32a(alpha))
+	} else if y.n > 0 {
 		d.launch1("k_axpy", y.n, ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.n)), f32a(alpha))
 	}
 }
@@ -75,7 +97,9 @@ func (d *CUDA) Axpy(y *Tensor, alpha float32, x *Tensor) {
 func (d *CUDA) Add(out, a, b *Tensor) {
 	checkLen("Add", out, a, b)
 	floatT("Add", out, a, b)
-	if out.n > 0 {
+	if vec8(out.n, out, a, b) {
+		d.launch1("k_add8", out.n/8, ptra(out), dta(out), ptra(a), dta(a), ptra(b), dta(b), i32a(out.n/8))
+	} else if out.n > 0 {
 		d.launch1("k_add", out.n, ptra(out), dta(out), ptra(a), dta(a), ptra(b), dta(b), u64a(uint64(out.n)))
 	}
 }
@@ -88,7 +112,9 @@ func (d *CUDA) AddBias(y, bias *Tensor) {
 		panic(fmt.Sprintf("model: AddBias: %s has %d columns, bias %s", y, cols, bias))
 	}
 	floatT("AddBias", y, bias)
-	if y.n > 0 {
+	if cols%8 == 0 && vec8(y.n, y, bias) {
+		d.launch1("k_addbias8", y.n/8, ptra(y), dta(y), ptra(bias), dta(bias), i32a(y.n/8), i32a(cols))
+	} else if y.n > 0 {
 		d.launch1("k_addbias", y.n, ptra(y), dta(y), ptra(bias), dta(bias), u64a(uint64(y.n)), i32a(cols))
 	}
 }
@@ -141,7 +167,9 @@ func (d *CUDA) ReLUBackward(dx, dy, y *Tensor) {
 func (d *CUDA) GELU(y, x *Tensor) {
 	checkLen("GELU", y, x)
 	floatT("GELU", y, x)
-	if y.n > 0 {
+	if vec8(y.n, y, x) {
+		d.launch1("k_gelu8", y.n/8, ptra(y), dta(y), ptra(x), dta(x), i32a(y.n/8))
+	} else if y.n > 0 {
 		d.launch1("k_gelu", y.n, ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.n)))
 	}
 }
@@ -149,7 +177,9 @@ func (d *CUDA) GELU(y, x *Tensor) {
 func (d *CUDA) GELUBackward(dx, dy, x *Tensor) {
 	checkLen("GELUBackward", dx, dy, x)
 	floatT("GELUBackward", dx, dy, x)
-	if dx.n > 0 {
+	if vec8(dx.n, dx, dy, x) {
+		d.launch1("k_gelu_bwd8", dx.n/8, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(x), dta(x), i32a(dx.n/8))
+	} else if dx.n > 0 {
 		d.launch1("k_gelu_bwd", dx.n, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(x), dta(x), u64a(uint64(dx.n)))
 	}
 }
@@ -201,7 +231,16 @@ func (d *CUDA) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *Tensor) {
 	}
 	blocks := max(1, min((r+7)/8, d.sms*2))
 	part := d.scratch(blocks * 2 * cols)
-	d.launch("k_layernorm_bwd", [3]int{blocks, 1, 1}, [3]int{256, 1, 1}, shmem, ptra(dx), dta(dx), ptra(part),
+	kern := "k_layernorm_bwd" // shared-memory atomics per element
+	switch {                  // a warp's row and its dw, db sums in registers
+	case cols <= 256:
+		kern = "k_layernorm_bwd_r8"
+	case cols <= 768:
+		kern = "k_layernorm_bwd_r24"
+	case cols <= 1024:
+		kern = "k_layernorm_bwd_r32"
+	}
+	d.launch(kern, [3]int{blocks, 1, 1}, [3]int{256, 1, 1}, shmem, ptra(dx), dta(dx), ptra(part),
 		ptra(dy), dta(dy), ptra(x), dta(x), ptra(w), dta(w), ptra(mean), ptra(rstd), i32a(r), i32a(cols))
 	// dw from the first half of each block's partials, db from the second.
 	d.launch1("k_colsum_finish", cols, ptra(dw), dta(dw), ptra(part), i32a(blocks), i32a(cols), u64a(uint64(2*cols)))
@@ -280,7 +319,10 @@ func (d *CUDA) SoftmaxBackward(dx, dy, y *Tensor, scale float32) {
 func (d *CUDA) SplitQKV(q, k, v, qkv *Tensor) {
 	_, h, t, hs := qkvDims("SplitQKV", q, k, v, qkv)
 	floatT("SplitQKV", q, k, v, qkv)
-	if qkv.n > 0 {
+	if hs%8 == 0 && vec8(qkv.n, qkv, q, k, v) {
+		d.launch1("k_qkv8", qkv.n/8, ptra(qkv), dta(qkv), ptra(q), dta(q), ptra(k), dta(k), ptra(v), dta(v),
+			i32a(qkv.n/8), i32a(t), i32a(h), i32a(hs), i32a(0))
+	} else if qkv.n > 0 {
 		d.launch1("k_qkv", qkv.n, ptra(qkv), dta(qkv), ptra(q), dta(q), ptra(k), dta(k), ptra(v), dta(v),
 			u64a(uint64(qkv.n)), i32a(t), i32a(h), i32a(hs), i32a(0))
 	}
@@ -289,7 +331,10 @@ func (d *CUDA) SplitQKV(q, k, v, qkv *Tensor) {
 func (d *CUDA) MergeQKV(dqkv, dq, dk, dv *Tensor) {
 	_, h, t, hs := qkvDims("MergeQKV", dq, dk, dv, dqkv)
 	floatT("MergeQKV", dqkv, dq, dk, dv)
-	if dqkv.n > 0 {
+	if hs%8 == 0 && vec8(dqkv.n, dqkv, dq, dk, dv) {
+		d.launch1("k_qkv8", dqkv.n/8, ptra(dqkv), dta(dqkv), ptra(dq), dta(dq), ptra(dk), dta(dk), ptra(dv), dta(dv),
+			i32a(dqkv.n/8), i32a(t), i32a(h), i32a(hs), i32a(1))
+	} else if dqkv.n > 0 {
 		d.launch1("k_qkv", dqkv.n, ptra(dqkv), dta(dqkv), ptra(dq), dta(dq), ptra(dk), dta(dk), ptra(dv), dta(dv),
 			u64a(uint64(dqkv.n)), i32a(t), i32a(h), i32a(hs), i32a(1))
 	}
@@ -304,7 +349,9 @@ func (d *CUDA) Permute0213(dst, src *Tensor) {
 		panic(fmt.Sprintf("model: Permute0213: dst %s is not src %s with dims 1 and 2 swapped", dst, src))
 	}
 	floatT("Permute0213", dst, src)
-	if dst.n > 0 {
+	if dd%8 == 0 && vec8(dst.n, dst, src) {
+		d.launch1("k_permute0213_8", dst.n/8, ptra(dst), dta(dst), ptra(src), dta(src), i32a(dst.n/8), i32a(b), i32a(cc), i32a(dd))
+	} else if dst.n > 0 {
 		d.launch1("k_permute0213", dst.n, ptra(dst), dta(dst), ptra(src), dta(src), u64a(uint64(dst.n)), i32a(b), i32a(cc), i32a(dd))
 	}
 }
@@ -319,7 +366,7 @@ func (d *CUDA) CrossEntropy(losses, logits, targets *Tensor) {
 	floatT("CrossEntropy", logits)
 	if r > 0 {
 		d.launch("k_xent", [3]int{r, 1, 1}, [3]int{512, 1, 1}, 0, ptra(losses), nilPtr, 0, ptra(logits), dta(logits),
-			ptra(targets), i32a(v), f32a(0), i32a(0))
+			ptra(targets), i32a(v), f32a(0), i32a(0), vecArg(v%8 == 0 && vec8(8, logits)))
 	}
 }
 
@@ -332,7 +379,7 @@ func (d *CUDA) CrossEntropyBackward(dlogits, logits, targets *Tensor, scale floa
 	floatT("CrossEntropyBackward", dlogits, logits)
 	if r > 0 {
 		d.launch("k_xent", [3]int{r, 1, 1}, [3]int{512, 1, 1}, 0, nilPtr, ptra(dlogits), dta(dlogits), ptra(logits), dta(logits),
-			ptra(targets), i32a(v), f32a(scale), i32a(1))
+			ptra(targets), i32a(v), f32a(scale), i32a(1), vecArg(v%8 == 0 && vec8(8, logits, dlogits)))
 	}
 }
 
@@ -421,4 +468,11 @@ func (d *CUDA) SGD(p, g, mom, half *Tensor, a SGDArgs) {
 	if p.n > 0 {
 		d.launch1("k_sgd", p.n, ptra(p), ptra(g), mp, hp, u64a(uint64(p.n)), f32a(a.LR), f32a(a.Momentum), f32a(a.WeightDecay), i32a(nest))
 	}
+}
+
+func vecArg(ok bool) uint64 {
+	if ok {
+		return 1
+	}
+	return 0
 }

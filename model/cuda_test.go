@@ -201,6 +201,43 @@ func cuOpCases() []cuOpCase {
 			m.dev.MatMul(c, a, b, false, false, 1, 0)
 			return []*Tensor{c}
 		})
+		add("Add/unaligned-views/"+s, func(m *cuMaker) []*Tensor {
+			a, b, o := m.in(di, 4097), m.in(do, 4097), m.out(do, 4097)
+			m.dev.Add(o.View(1, 4096), a.View(1, 4096), b.View(1, 4096))
+			m.dev.Fill(o.View(0, 1), 0)
+			m.dev.Axpy(b.View(1, 4096), 0.5, a.View(1, 4096))
+			return []*Tensor{o, b}
+		})
+		add("GELU/scalar-path/"+s, func(m *cuMaker) []*Tensor {
+			x, y, dy, dx := m.in(di, 4097), m.out(do, 4097), m.in(di, 4097), m.out(do, 4097)
+			m.dev.GELU(y, x)
+			m.dev.GELUBackward(dx, dy, x)
+			return []*Tensor{y, dx}
+		})
+		add("AddBias/C=768/"+s, func(m *cuMaker) []*Tensor {
+			y, b := m.acc(do, 37, 768), m.in(di, 768)
+			m.dev.AddBias(y, b)
+			return []*Tensor{y}
+		})
+		add("QKV/hs=12/"+s, func(m *cuMaker) []*Tensor {
+			qkv := m.in(di, 2, 17, 3*2*12)
+			q, k, v := m.out(do, 2, 2, 17, 12), m.out(do, 2, 2, 17, 12), m.out(do, 2, 2, 17, 12)
+			m.dev.SplitQKV(q, k, v, qkv)
+			back := m.out(do, 2, 17, 3*2*12)
+			m.dev.MergeQKV(back, q, k, v)
+			p := m.out(do, 2, 17, 2, 12)
+			m.dev.Permute0213(p, q)
+			return []*Tensor{q, k, v, back, p}
+		})
+		add("CrossEntropy/V=5008/"+s, func(m *cuMaker) []*Tensor {
+			logits := m.in(di, 9, 5008)
+			targets := m.ids(0, 5008, 9)
+			losses, dl := m.out(F32, 9), m.out(do, 9, 5008)
+			m.dev.CrossEntropy(losses, logits, targets)
+			m.dev.CrossEntropyBackward(dl, logits, targets, 0.25)
+			m.dev.CrossEntropyBackward(logits, logits, targets, 0.25) // aliasing
+			return []*Tensor{losses, dl, logits}
+		})
 		add("AddBias/"+s, func(m *cuMaker) []*Tensor {
 			y, b := m.acc(do, 37, 300), m.in(di, 300)
 			m.dev.AddBias(y, b)
@@ -230,7 +267,7 @@ func cuOpCases() []cuOpCase {
 			m.dev.DropoutBackward(dx, dy, 0.1, 99)
 			return []*Tensor{y, dx}
 		})
-		for _, cols := range []int{7, 768, 1000} {
+		for _, cols := range []int{7, 768, 1000, 1500} {
 			add(fmt.Sprintf("LayerNorm/%s/C=%d", s, cols), func(m *cuMaker) []*Tensor {
 				x, w, b := m.in(di, 3, 67, cols), m.in(F32, cols), m.in(F32, cols)
 				y, mean, rstd := m.out(do, 3, 67, cols), m.out(F32, 3, 67), m.out(F32, 3, 67)
