@@ -108,6 +108,9 @@ func (c *collective) runSender(q *jobQueue) error {
 	defer tick.Stop()
 	keepalive := frameHeader{kind: kindKeepalive, wire: wireBytes, origin: g.rank, seq: c.seq}
 	for {
+		if c.ctx.Err() != nil {
+			return nil // the collective failed: stop sending; the receiving side reports why
+		}
 		j, ok := q.pop()
 		if !ok {
 			select {

@@ -44,6 +44,7 @@ const (
 	grpcMaxMsg    = frameHeaderSize + maxFramePayload
 	inboxDepth    = 4 // frames a receiving link buffers before gRPC flow control holds the sender
 	joinRetryBase = 50 * time.Millisecond
+	sendGrace     = time.Second // how long a cancelled Send may still finish before its stream is cut
 )
 
 var ringServiceDesc = grpc.ServiceDesc{
@@ -514,12 +515,41 @@ func (t *grpcTransport) Send(ctx context.Context, to int, p Payload) error {
 	if err != nil {
 		return err
 	}
-	// SendMsg has no context: if ctx ends while it waits for flow control, end the stream.
-	stop := context.AfterFunc(ctx, l.cancel)
+	// SendMsg has no context: if ctx ends while it waits for flow control, end the stream, but
+	// only after a grace period, so a send that is merely in progress when a collective fails
+	// completes and the link stays usable for the abort frame that follows.
+	var (
+		mu     sync.Mutex
+		done   bool
+		killer *time.Timer
+		killed bool
+	)
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !done {
+			killer = time.AfterFunc(sendGrace, func() {
+				mu.Lock()
+				killed = !done
+				mu.Unlock()
+				if killed {
+					l.cancel()
+				}
+			})
+		}
+	})
 	l.msg.p = p
 	err = l.stream.SendMsg(&l.msg)
 	l.msg.p = nil
-	if !stop() && ctx.Err() != nil {
+	stop()
+	mu.Lock()
+	done = true
+	if killer != nil {
+		killer.Stop()
+	}
+	wasKilled := killed
+	mu.Unlock()
+	if wasKilled {
 		l.err = &PeerError{Rank: to, Err: fmt.Errorf("send abandoned: %w", context.Cause(ctx))}
 		return context.Cause(ctx)
 	}
