@@ -175,6 +175,113 @@ __device__ __forceinline__ void ln_bwd_regs(void* dxp, int ddx, float* part, con
 	const void* w, int dw, const float* mean, const float* rstd, int R, int C
 #define LNB_PASS dxp, ddx, part, dyp, ddy, x, dxt, w, dw, mean, rstd, R, C
 
+// LayerNorm backward, 8-wide, for C = 256·K (16-byte aligned rows): dx by a warp per row holding
+// its row in registers; dw and db by a column kernel (k_ln_dwdb8), so no kernel does atomics.
+template <int K>
+__device__ __forceinline__ void ln_bwd_dx8(void* dxp, int ddx, const void* dyp, int ddy, const void* x, int dxt,
+		const void* w, int dw, const float* mean, const float* rstd, int R, int C) {
+	int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (row >= R) return;
+	long base = (long)row * C;
+	float m = mean[row], r = rstd[row];
+	float xr[K][8], dn[K][8];
+	float sd = 0.f, sdx = 0.f;
+	#pragma unroll
+	for (int k = 0; k < K; k++) {
+		int j = (lane + 32 * k) * 8;
+		float wv[8];
+		ld8(x, dxt, base + j, xr[k]);
+		ld8(dyp, ddy, base + j, dn[k]);
+		ld8(w, dw, j, wv);
+		#pragma unroll
+		for (int e = 0; e < 8; e++) {
+			xr[k][e] = (xr[k][e] - m) * r;
+			dn[k][e] *= wv[e];
+			sd += dn[k][e]; sdx += dn[k][e] * xr[k][e];
+		}
+	}
+	float md = warpSum(sd) / C, mdx = warpSum(sdx) / C;
+	#pragma unroll
+	for (int k = 0; k < K; k++) {
+		int j = (lane + 32 * k) * 8;
+		float o[8];
+		ld8(dxp, ddx, base + j, o);
+		#pragma unroll
+		for (int e = 0; e < 8; e++) o[e] += (dn[k][e] - md - xr[k][e] * mdx) * r;
+		st8(dxp, ddx, base + j, o);
+	}
+}
+#define LNDX_ARGS void* dxp, int ddx, const void* dyp, int ddy, const void* x, int dxt, \
+	const void* w, int dw, const float* mean, const float* rstd, int R, int C
+#define LNDX_PASS dxp, ddx, dyp, ddy, x, dxt, w, dw, mean, rstd, R, C
+
+// Softmax over rows of C = 256·K, 8-wide, a warp per row holding the row in registers (read once,
+// written once; causal rows skip loading the masked tail).
+template <int K>
+__device__ __forceinline__ void softmax8(void* y, int dy, const void* x, int dx, long R, int C, float scale, int causal) {
+	long row = blockIdx.x * (long)(blockDim.x >> 5) + (threadIdx.x >> 5);
+	int lane = threadIdx.x & 31;
+	if (row >= R) return;
+	long base = row * C;
+	int n = causal ? (int)(row % C) + 1 : C;
+	float v[K][8];
+	float m = -INF;
+	#pragma unroll
+	for (int k = 0; k < K; k++) {
+		int j = (lane + 32 * k) * 8;
+		if (j < n) ld8(x, dx, base + j, v[k]);
+		#pragma unroll
+		for (int e = 0; e < 8; e++) {
+			float t = j + e < n ? v[k][e] * scale : -INF;
+			v[k][e] = t;
+			m = fmaxf(m, t);
+		}
+	}
+	m = warpMax(m);
+	float s = 0.f;
+	#pragma unroll
+	for (int k = 0; k < K; k++) {
+		int j = (lane + 32 * k) * 8;
+		#pragma unroll
+		for (int e = 0; e < 8; e++) {
+			float ex = j + e < n ? expf(v[k][e] - m) : 0.f;
+			v[k][e] = ex;
+			s += ex;
+		}
+	}
+	float inv = 1.f / warpSum(s);
+	#pragma unroll
+	for (int k = 0; k < K; k++) {
+		#pragma unroll
+		for (int e = 0; e < 8; e++) v[k][e] *= inv;
+		st8(y, dy, base + (lane + 32 * k) * 8, v[k]);
+	}
+}
+template <int K>
+__device__ __forceinline__ void softmax_bwd8(void* dxp, int ddx, const void* dyp, int ddy, const void* y, int dyt, long R, int C, float scale) {
+	long row = blockIdx.x * (long)(blockDim.x >> 5) + (threadIdx.x >> 5);
+	int lane = threadIdx.x & 31;
+	if (row >= R) return;
+	long base = row * C;
+	float yv[K][8], g[K][8];
+	float dot = 0.f;
+	#pragma unroll
+	for (int k = 0; k < K; k++) {
+		int j = (lane + 32 * k) * 8;
+		ld8(y, dyt, base + j, yv[k]);
+		ld8(dyp, ddy, base + j, g[k]);
+		#pragma unroll
+		for (int e = 0; e < 8; e++) dot += yv[k][e] * g[k][e];
+	}
+	dot = warpSum(dot);
+	#pragma unroll
+	for (int k = 0; k < K; k++) {
+		#pragma unroll
+		for (int e = 0; e < 8; e++) g[k][e] = scale * yv[k][e] * (g[k][e] - dot);
+		st8(dxp, ddx, base + (lane + 32 * k) * 8, g[k]);
+	}
+}
+
 #define FOR(i, n) for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < (n); i += (long)gridDim.x * blockDim.x)
 
 // Counter-based RNG, bit for bit rng.go's.
@@ -608,6 +715,53 @@ __global__ void k_permute0213_8(void* dst, int dd, const void* src, int ds, int 
 __global__ void k_layernorm_bwd_r8(LNB_ARGS) { ln_bwd_regs<8>(LNB_PASS); }
 __global__ void k_layernorm_bwd_r24(LNB_ARGS) { ln_bwd_regs<24>(LNB_PASS); }
 __global__ void k_layernorm_bwd_r32(LNB_ARGS) { ln_bwd_regs<32>(LNB_PASS); }
+
+__global__ void k_ln_bwd_dx8_1(LNDX_ARGS) { ln_bwd_dx8<1>(LNDX_PASS); }
+__global__ void k_ln_bwd_dx8_2(LNDX_ARGS) { ln_bwd_dx8<2>(LNDX_PASS); }
+__global__ void k_ln_bwd_dx8_3(LNDX_ARGS) { ln_bwd_dx8<3>(LNDX_PASS); }
+__global__ void k_ln_bwd_dx8_4(LNDX_ARGS) { ln_bwd_dx8<4>(LNDX_PASS); }
+// dw, db partial sums: block (32, 8); thread (tx, ty) owns columns 8·(blockIdx.x·32+tx) .. +8 over
+// rows ty, ty+8, … of its slice; part[slice][0..C) gets dw, part[slice][C..2C) db.
+__global__ void k_ln_dwdb8(float* part, const void* dyp, int ddy, const void* x, int dxt, const float* mean,
+		const float* rstd, int R, int C, int rowsPer) {
+	__shared__ float sh[8][32][17];
+	int c8 = blockIdx.x * 32 + threadIdx.x, col = c8 * 8;
+	int r0 = blockIdx.y * rowsPer, r1 = min(R, r0 + rowsPer);
+	float aw[8], ab[8];
+	#pragma unroll
+	for (int e = 0; e < 8; e++) { aw[e] = 0.f; ab[e] = 0.f; }
+	if (col < C) {
+		for (int row = r0 + threadIdx.y; row < r1; row += 8) {
+			float xv[8], g[8];
+			long base = (long)row * C + col;
+			ld8(x, dxt, base, xv);
+			ld8(dyp, ddy, base, g);
+			float m = mean[row], r = rstd[row];
+			#pragma unroll
+			for (int e = 0; e < 8; e++) { aw[e] += g[e] * (xv[e] - m) * r; ab[e] += g[e]; }
+		}
+	}
+	#pragma unroll
+	for (int e = 0; e < 8; e++) { sh[threadIdx.y][threadIdx.x][e] = aw[e]; sh[threadIdx.y][threadIdx.x][8 + e] = ab[e]; }
+	__syncthreads();
+	if (threadIdx.y == 0 && col < C) {
+		#pragma unroll
+		for (int e = 0; e < 16; e++) {
+			float t = 0.f;
+			for (int k = 0; k < 8; k++) t += sh[k][threadIdx.x][e];
+			part[(long)blockIdx.y * 2 * C + (e < 8 ? 0 : C) + col + (e & 7)] = t;
+		}
+	}
+}
+
+__global__ void k_softmax8_1(void* y, int dy, const void* x, int dx, long R, int C, float scale, int causal) { softmax8<1>(y, dy, x, dx, R, C, scale, causal); }
+__global__ void k_softmax_bwd8_1(void* dxp, int ddx, const void* dyp, int ddy, const void* y, int dyt, long R, int C, float scale) { softmax_bwd8<1>(dxp, ddx, dyp, ddy, y, dyt, R, C, scale); }
+__global__ void k_softmax8_2(void* y, int dy, const void* x, int dx, long R, int C, float scale, int causal) { softmax8<2>(y, dy, x, dx, R, C, scale, causal); }
+__global__ void k_softmax_bwd8_2(void* dxp, int ddx, const void* dyp, int ddy, const void* y, int dyt, long R, int C, float scale) { softmax_bwd8<2>(dxp, ddx, dyp, ddy, y, dyt, R, C, scale); }
+__global__ void k_softmax8_4(void* y, int dy, const void* x, int dx, long R, int C, float scale, int causal) { softmax8<4>(y, dy, x, dx, R, C, scale, causal); }
+__global__ void k_softmax_bwd8_4(void* dxp, int ddx, const void* dyp, int ddy, const void* y, int dyt, long R, int C, float scale) { softmax_bwd8<4>(dxp, ddx, dyp, ddy, y, dyt, R, C, scale); }
+__global__ void k_softmax8_8(void* y, int dy, const void* x, int dx, long R, int C, float scale, int causal) { softmax8<8>(y, dy, x, dx, R, C, scale, causal); }
+__global__ void k_softmax_bwd8_8(void* dxp, int ddx, const void* dyp, int ddy, const void* y, int dyt, long R, int C, float scale) { softmax_bwd8<8>(dxp, ddx, dyp, ddy, y, dyt, R, C, scale); }
 
 } // extern "C"
 `

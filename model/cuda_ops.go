@@ -229,6 +229,21 @@ func (d *CUDA) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *Tensor) {
 	if r == 0 {
 		return
 	}
+	if k := cols / 256; cols%256 == 0 && k <= 4 && vec8(8, dx, dy, x, w) {
+		// 8-wide: dx by a warp per row, dw and db by columns; no atomics.
+		d.warpRows(fmt.Sprintf("k_ln_bwd_dx8_%d", k), r, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(x), dta(x), ptra(w), dta(w),
+			ptra(mean), ptra(rstd), i32a(r), i32a(cols))
+		cb := (cols/8 + 31) / 32
+		parts := max(1, min((r+63)/64, (d.sms*8+cb-1)/cb))
+		rowsPer := (r + parts - 1) / parts
+		part := d.scratch(parts * 2 * cols)
+		d.launch("k_ln_dwdb8", [3]int{cb, parts, 1}, [3]int{32, 8, 1}, 0, ptra(part), ptra(dy), dta(dy), ptra(x), dta(x),
+			ptra(mean), ptra(rstd), i32a(r), i32a(cols), i32a(rowsPer))
+		d.launch1("k_colsum_finish", cols, ptra(dw), dta(dw), ptra(part), i32a(parts), i32a(cols), u64a(uint64(2*cols)))
+		d.launch1("k_colsum_finish", cols, ptra(db), dta(db), ptra(part)+uint64(4*cols), i32a(parts), i32a(cols), u64a(uint64(2*cols)))
+		d.Free(part)
+		return
+	}
 	blocks := max(1, min((r+7)/8, d.sms*2))
 	part := d.scratch(blocks * 2 * cols)
 	kern := "k_layernorm_bwd" // shared-memory atomics per element
@@ -303,6 +318,10 @@ func (d *CUDA) Softmax(y, x *Tensor, scale float32, causal bool) {
 	if causal {
 		c = 1
 	}
+	if k := cols / 256; cols%256 == 0 && (k == 1 || k == 2 || k == 4 || k == 8) && vec8(8, y, x) {
+		d.warpRows(fmt.Sprintf("k_softmax8_%d", k), r, ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(r)), i32a(cols), f32a(scale), i32a(c))
+		return
+	}
 	d.warpRows("k_softmax", r, ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(r)), i32a(cols), f32a(scale), i32a(c))
 }
 
@@ -311,6 +330,10 @@ func (d *CUDA) SoftmaxBackward(dx, dy, y *Tensor, scale float32) {
 	checkLen("SoftmaxBackward", dx, dy, y)
 	floatT("SoftmaxBackward", dx, dy, y)
 	if r == 0 {
+		return
+	}
+	if k := cols / 256; cols%256 == 0 && (k == 1 || k == 2 || k == 4 || k == 8) && vec8(8, dx, dy, y) {
+		d.warpRows(fmt.Sprintf("k_softmax_bwd8_%d", k), r, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(y), dta(y), u64a(uint64(r)), i32a(cols), f32a(scale))
 		return
 	}
 	d.warpRows("k_softmax_bwd", r, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(y), dta(y), u64a(uint64(r)), i32a(cols), f32a(scale))

@@ -267,7 +267,7 @@ func cuOpCases() []cuOpCase {
 			m.dev.DropoutBackward(dx, dy, 0.1, 99)
 			return []*Tensor{y, dx}
 		})
-		for _, cols := range []int{7, 768, 1000, 1500} {
+		for _, cols := range []int{7, 512, 768, 1000, 1500} {
 			add(fmt.Sprintf("LayerNorm/%s/C=%d", s, cols), func(m *cuMaker) []*Tensor {
 				x, w, b := m.in(di, 3, 67, cols), m.in(F32, cols), m.in(F32, cols)
 				y, mean, rstd := m.out(do, 3, 67, cols), m.out(F32, 3, 67), m.out(F32, 3, 67)
@@ -290,6 +290,14 @@ func cuOpCases() []cuOpCase {
 			return []*Tensor{out, out2, dwte, dwpe}
 		})
 		for _, causal := range []bool{false, true} {
+			add(fmt.Sprintf("Softmax/8-wide/%s/causal=%v", s, causal), func(m *cuMaker) []*Tensor {
+				x, y := m.in(di, 2, 256, 256), m.out(do, 2, 256, 256)
+				m.dev.Softmax(y, x, 0.3, causal)
+				dy, dx := m.in(di, 2, 256, 256), m.out(do, 2, 256, 256)
+				m.dev.SoftmaxBackward(dx, dy, y, 0.3)
+				m.dev.SoftmaxBackward(dy, dy, y, 0.3) // aliasing
+				return []*Tensor{y, dx, dy}
+			})
 			add(fmt.Sprintf("Softmax/%s/causal=%v", s, causal), func(m *cuMaker) []*Tensor {
 				x, y := m.in(di, 2, 3, 100, 100), m.out(do, 2, 3, 100, 100)
 				m.dev.Softmax(y, x, 0.3, causal)
