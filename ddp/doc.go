@@ -1,0 +1,25 @@
+// Package ddp is the data-parallel engine: it keeps N replicas of a model identical while each
+// trains on its own shard, by averaging gradients across ranks after every optimizer step's last
+// micro-batch.
+//
+// One optimizer step, as the trainer drives it (worker/loop.go):
+//
+//  1. Engine.BeginMicro(micro, accum): micro-steps 0..k-2 are no-sync (gradients accumulate
+//     locally, nothing is sent); the last one syncs.
+//  2. Backward runs. Each layer reports its parameters ready (model.Param.Ready); on a syncing
+//     micro-step the engine counts them into buckets of about ddp.bucket_cap_mb, built in reverse
+//     registration order (the order backward finishes them). When a bucket is complete the
+//     training goroutine copies its range of the gradient slab to a host staging buffer and hands
+//     it to the comm goroutine, which all-reduces buckets strictly in bucket order (every rank
+//     issues the same collectives in the same order) while backward goes on.
+//  3. Engine.Wait: waits for every bucket, copies the averaged gradients back into the slab.
+//  4. The loss scaler checks for inf/NaN; Engine.AgreeAny makes every rank take the same
+//     decision, then the optimizer steps.
+//
+// Parameters (and on resume optimizer/scaler state) are broadcast from rank 0 at the start, and
+// every ddp.check_every steps CheckReplicas compares a hash of the parameters across ranks.
+//
+// Only the training goroutine touches the device; the comm goroutine sees host buffers only.
+// That is the same split the CUDA path uses (device→pinned host on the copy stream, ring,
+// host→device), so the engine works unchanged on both devices.
+package ddp

@@ -1,0 +1,311 @@
+package ddp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/goddp/goddp/allreduce"
+	"github.com/goddp/goddp/model"
+)
+
+// Options configure an Engine.
+type Options struct {
+	// BucketCapMB is the size of a gradient bucket in MiB of f32 gradient (ddp.bucket_cap_mb,
+	// default 25): smaller buckets start communicating earlier, larger ones pay less per-call cost.
+	BucketCapMB float64
+	// Wire is the all-reduce wire format (ddp.wire): f16 under fp16 training by default.
+	Wire allreduce.Wire
+	// Trace, when set, receives forward/backward/all-reduce/optimizer spans.
+	Trace  *Trace
+	Logger *slog.Logger
+}
+
+// Engine averages a model's gradients across the ranks of a Comm. Methods other than those the
+// comm goroutine runs are called from the training goroutine only.
+type Engine struct {
+	ps   *model.Params
+	dev  model.Device
+	comm Comm
+	opts Options
+	log  *slog.Logger
+
+	buckets     []*bucket
+	paramBucket []int // parameter index → bucket index
+
+	syncing      bool
+	nextSend     int // buckets are handed to the comm goroutine in index order
+	staged       []bool
+	unusedWarned bool
+
+	jobs      chan *bucket
+	results   chan error
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+
+	epoch            time.Time
+	bwdStart, bwdEnd int64 // ns since epoch, this step's (last micro-step's) backward
+	commNanos        int64 // total all-reduce time, all steps
+	hiddenNanos      int64 // part of it overlapped with backward
+	steps            int
+}
+
+// New plans the buckets over ps and starts the comm goroutine. Close stops it.
+func New(ps *model.Params, comm Comm, opts Options) *Engine {
+	if opts.BucketCapMB <= 0 {
+		opts.BucketCapMB = 25
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	e := &Engine{ps: ps, dev: ps.Device(), comm: comm, opts: opts, log: opts.Logger, epoch: time.Now()}
+	if opts.Trace != nil {
+		e.epoch = opts.Trace.epoch
+	}
+	sizes := make([]int, len(ps.List))
+	for i, p := range ps.List {
+		sizes[i] = p.W.Len()
+	}
+	e.paramBucket = make([]int, len(ps.List))
+	for bi, r := range planBuckets(sizes, int(opts.BucketCapMB*(1<<20))) {
+		first, last := ps.List[r[0]], ps.List[r[1]]
+		b := &bucket{index: bi, lo: first.Offset, hi: last.Offset + last.W.Len(), params: ps.List[r[0] : r[1]+1]}
+		b.host = make([]float32, b.hi-b.lo)
+		b.view = ps.Grad.View(b.lo, b.hi-b.lo)
+		for i := r[0]; i <= r[1]; i++ {
+			e.paramBucket[i] = bi
+		}
+		e.buckets = append(e.buckets, b)
+	}
+	e.staged = make([]bool, len(e.buckets))
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	if comm.Size() > 1 {
+		e.jobs = make(chan *bucket, len(e.buckets))
+		e.results = make(chan error, len(e.buckets))
+		e.wg.Add(1)
+		go e.commLoop(e.jobs)
+		ps.OnGradReady = e.onReady
+	}
+	return e
+}
+
+// Buckets describes the plan: for each bucket its parameter names and bytes (logs, tests).
+func (e *Engine) Buckets() []string {
+	out := make([]string, len(e.buckets))
+	for i, b := range e.buckets {
+		out[i] = fmt.Sprintf("bucket %d: %d params, %s (%s … %s)", i, len(b.params),
+			model.FormatBytes(int64(b.hi-b.lo)*4), b.params[0].Name, b.params[len(b.params)-1].Name)
+	}
+	return out
+}
+
+func (e *Engine) now() int64 { return int64(time.Since(e.epoch)) }
+
+// Close stops the comm goroutine. It does not close the Comm.
+func (e *Engine) Close() {
+	e.closeOnce.Do(func() {
+		e.cancel()
+		if e.jobs != nil {
+			close(e.jobs)
+		}
+		e.wg.Wait()
+	})
+	e.ps.OnGradReady = nil
+}
+
+// commLoop all-reduces staged buckets in the order they arrive (index order).
+func (e *Engine) commLoop(jobs <-chan *bucket) {
+	defer e.wg.Done()
+	for b := range jobs {
+		b.start = e.now()
+		err := e.comm.AllReduce(e.ctx, b.host, allreduce.Avg, e.opts.Wire)
+		b.end = e.now()
+		if err != nil {
+			err = fmt.Errorf("ddp: all-reduce of gradient bucket %d (%s): %w", b.index, b.params[0].Name, err)
+		}
+		e.results <- err
+	}
+}
+
+// BeginMicro starts micro-step micro of accum: only the last one communicates. Call it before
+// the micro-step's backward.
+func (e *Engine) BeginMicro(micro, accum int) {
+	e.syncing = e.comm.Size() > 1 && micro == accum-1
+	if e.syncing {
+		for i := range e.staged {
+			e.staged[i] = false
+		}
+		for _, b := range e.buckets {
+			b.pending = len(b.params)
+		}
+		e.nextSend = 0
+	}
+}
+
+// BeginBackward and EndBackward bracket the model's backward, for overlap accounting.
+func (e *Engine) BeginBackward() { e.bwdStart = e.now() }
+func (e *Engine) EndBackward()   { e.bwdEnd = e.now() }
+
+// onReady is the parameters' grad-ready hook.
+func (e *Engine) onReady(p *model.Param) {
+	if !e.syncing {
+		return
+	}
+	b := e.buckets[e.paramBucket[p.Index]]
+	b.pending--
+	if b.pending == 0 {
+		e.stage(b)
+	}
+}
+
+// stage copies a complete bucket to its host buffer and hands every bucket that is staged and
+// next in order to the comm goroutine.
+func (e *Engine) stage(b *bucket) {
+	if e.staged[b.index] {
+		return
+	}
+	e.dev.Download(b.host, b.view)
+	e.staged[b.index] = true
+	for e.nextSend < len(e.buckets) && e.staged[e.nextSend] {
+		e.jobs <- e.buckets[e.nextSend]
+		e.nextSend++
+	}
+}
+
+// Wait finishes a syncing micro-step: buckets whose parameters never reported ready (parameters
+// unused in this forward) are sent now, then it waits for every all-reduce and writes the
+// averaged gradients back into the gradient slab. A no-sync micro-step returns at once.
+func (e *Engine) Wait(ctx context.Context) error {
+	if !e.syncing {
+		return nil
+	}
+	e.syncing = false
+	for _, b := range e.buckets {
+		if !e.staged[b.index] {
+			if !e.unusedWarned {
+				e.log.Warn("ddp: some parameters never reported a gradient in backward; their bucket is reduced at the end of the step", "bucket", b.index, "first", b.params[0].Name)
+				e.unusedWarned = true
+			}
+			e.stage(b)
+		}
+	}
+	var first error
+	for range e.buckets {
+		select {
+		case err := <-e.results:
+			if err != nil && first == nil {
+				first = err
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("ddp: waiting for gradient all-reduce: %w", ctx.Err())
+		}
+	}
+	if first != nil {
+		return first
+	}
+	var comm, hidden int64
+	for _, b := range e.buckets {
+		e.dev.Upload(b.view, b.host)
+		comm += b.end - b.start
+		hidden += overlap(b.start, b.end, e.bwdStart, e.bwdEnd)
+		if e.opts.Trace != nil {
+			e.opts.Trace.Span(fmt.Sprintf("allreduce bucket %d", b.index), "comm", b.start, b.end,
+				map[string]any{"bytes": (b.hi - b.lo) * 4, "wire": e.opts.Wire.String(), "params": len(b.params)})
+		}
+	}
+	e.commNanos += comm
+	e.hiddenNanos += hidden
+	e.steps++
+	return nil
+}
+
+func overlap(a0, a1, b0, b1 int64) int64 {
+	lo, hi := max(a0, b0), min(a1, b1)
+	if hi > lo {
+		return hi - lo
+	}
+	return 0
+}
+
+// CommStats returns the total all-reduce time so far and the share of it that overlapped with
+// backward.
+func (e *Engine) CommStats() (commSeconds, hiddenFraction float64) {
+	if e.commNanos == 0 {
+		return 0, 0
+	}
+	return float64(e.commNanos) / 1e9, float64(e.hiddenNanos) / float64(e.commNanos)
+}
+
+// AgreeAny returns true on every rank when flag is true on any rank (the loss scaler's
+// found-inf decision, so every replica skips or steps together).
+func (e *Engine) AgreeAny(ctx context.Context, flag bool) (bool, error) {
+	if e.comm.Size() == 1 {
+		return flag, nil
+	}
+	v := []float32{0}
+	if flag {
+		v[0] = 1
+	}
+	if err := e.comm.AllReduce(ctx, v, allreduce.Sum, allreduce.WireF32); err != nil {
+		return false, fmt.Errorf("ddp: agreeing on the overflow check: %w", err)
+	}
+	return v[0] > 0, nil
+}
+
+// BroadcastParams makes every replica start from rank 0's weights (and refreshes the f16 copy).
+func (e *Engine) BroadcastParams(ctx context.Context) error {
+	return e.BroadcastTensors(ctx, []*model.Tensor{e.ps.Data})
+}
+
+// BroadcastTensors copies rank 0's values of f32 device tensors to every rank (parameters,
+// optimizer state on resume).
+func (e *Engine) BroadcastTensors(ctx context.Context, ts []*model.Tensor) error {
+	if e.comm.Size() == 1 {
+		return nil
+	}
+	for _, t := range ts {
+		host := make([]float32, t.Len())
+		e.dev.Download(host, t)
+		if err := e.comm.BroadcastF32(ctx, host, 0); err != nil {
+			return fmt.Errorf("ddp: broadcasting %s from rank 0: %w", t, err)
+		}
+		e.dev.Upload(t, host)
+	}
+	e.ps.SyncHalf()
+	return nil
+}
+
+// ErrReplicaMismatch is wrapped by CheckReplicas' error.
+var ErrReplicaMismatch = errors.New("ddp: replicas diverged")
+
+// CheckReplicas compares the sha256 of every rank's parameters; a mismatch is an error naming
+// the ranks that differ from rank 0. It returns the hash.
+func (e *Engine) CheckReplicas(ctx context.Context, step int) (string, error) {
+	h := e.ps.SHA256()
+	if e.comm.Size() == 1 {
+		return h, nil
+	}
+	all, err := e.comm.AllGather(ctx, []byte(h))
+	if err != nil {
+		return h, fmt.Errorf("ddp: replica check at step %d: %w", step, err)
+	}
+	var bad []string
+	for r, b := range all {
+		if string(b) != string(all[0]) {
+			bad = append(bad, fmt.Sprint(r))
+		}
+	}
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		return h, fmt.Errorf("%w at step %d: parameters of rank(s) %s differ from rank 0's (%s…)",
+			ErrReplicaMismatch, step, strings.Join(bad, ", "), string(all[0])[:12])
+	}
+	return h, nil
+}

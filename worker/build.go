@@ -1,0 +1,221 @@
+package worker
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/goddp/goddp/ddp"
+	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/worker/data"
+)
+
+// deviceOpeners are the devices this binary can drive; the CUDA build adds "cuda"
+// (device_cuda.go).
+var deviceOpeners = map[string]func(localRank int) (model.Device, error){
+	"cpu": func(int) (model.Device, error) { return model.NewCPU(), nil },
+}
+
+// OpenDevice opens the named device for the worker with this LOCAL_RANK.
+func OpenDevice(name string, localRank int) (model.Device, error) {
+	if name == "" {
+		name = "cpu"
+	}
+	open, ok := deviceOpeners[name]
+	if !ok {
+		var have []string
+		for k := range deviceOpeners {
+			have = append(have, k)
+		}
+		sort.Strings(have)
+		hint := ""
+		if name == "cuda" {
+			hint = " (this binary was built without the cuda tag: make cuda)"
+		}
+		return nil, fmt.Errorf("worker: --device %q is not available%s; this build has: %s", name, hint, strings.Join(have, ", "))
+	}
+	return open(localRank)
+}
+
+// loadData returns the training and evaluation sets of cfg's data section.
+func loadData(cfg *Config) (train, eval data.Dataset, err error) {
+	switch cfg.Data.Kind {
+	case "mnist":
+		tr, te, err := data.LoadMNIST(cfg.Data.Path)
+		if err != nil {
+			return nil, nil, err
+		}
+		if tr.Features != cfg.Model.Widths[0] {
+			return nil, nil, fmt.Errorf("worker: model.widths[0] is %d but MNIST images have %d pixels", cfg.Model.Widths[0], tr.Features)
+		}
+		return tr, te, nil
+	case "text":
+		tr, te, err := data.LoadText(cfg.Data.Path, cfg.Data.EvalFraction)
+		if err != nil {
+			return nil, nil, err
+		}
+		return tr.WithContext(cfg.Model.Context), te.WithContext(cfg.Model.Context), nil
+	}
+	return nil, nil, fmt.Errorf("worker: data.kind %q: want mnist or text", cfg.Data.Kind)
+}
+
+// computeDType is the dtype of activations and the weight copy matmuls read.
+func computeDType(cfg *Config) model.DType {
+	if cfg.Precision == "fp16" {
+		return model.F16
+	}
+	return model.F32
+}
+
+func buildModel(dev model.Device, cfg *Config) (model.Model, error) {
+	every, err := cfg.Model.CheckpointEvery()
+	if err != nil {
+		return nil, err
+	}
+	seed := uint64(cfg.Seed)
+	switch cfg.Model.Kind {
+	case "mlp":
+		return model.NewMLP(dev, model.MLPConfig{Widths: cfg.Model.Widths, Activation: cfg.Model.Activation,
+			Dropout: float32(cfg.Model.Dropout), Compute: computeDType(cfg), Checkpoint: every}, seed)
+	case "gpt":
+		return model.NewGPT(dev, model.GPTConfig{Layers: cfg.Model.Layers, Width: cfg.Model.Width, Heads: cfg.Model.Heads,
+			Context: cfg.Model.Context, Vocab: cfg.Model.Vocab, Tied: cfg.Model.Tied, Dropout: float32(cfg.Model.Dropout),
+			Compute: computeDType(cfg), Checkpoint: every}, seed)
+	}
+	return nil, fmt.Errorf("worker: model.kind %q: want mlp or gpt", cfg.Model.Kind)
+}
+
+// printSettings logs the run's settings once, as an aligned table.
+func printSettings(cfg *Config, env Env, dev model.Device, ps *model.Params, total, perEpoch int, eng *ddp.Engine) {
+	rows := [][2]string{
+		{"model", modelLine(cfg)},
+		{"parameters", fmt.Sprintf("%d (%s f32)", ps.N, model.FormatBytes(int64(ps.N)*4))},
+		{"precision", cfg.Precision},
+		{"device", dev.Name()},
+		{"world size", fmt.Sprint(env.WorldSize)},
+		{"batch", fmt.Sprintf("global %d = micro %d × accum %d × world %d", cfg.Train.GlobalBatch, cfg.Train.MicroBatch, cfg.Train.GradAccumSteps, env.WorldSize)},
+		{"steps", fmt.Sprintf("%d (%d per epoch)", total, perEpoch)},
+		{"optimizer", fmt.Sprintf("%s lr %g (%s schedule)", cfg.Train.Optimizer, cfg.Train.LR, cfg.Train.Schedule)},
+		{"data", fmt.Sprintf("%s %s", cfg.Data.Kind, cfg.Data.Path)},
+	}
+	if env.WorldSize > 1 {
+		rows = append(rows, [2]string{"ddp", fmt.Sprintf("wire %s, %d buckets of ≤ %g MiB", cfg.WireFormat(), len(eng.Buckets()), cfg.DDP.BucketCapMB)})
+	}
+	var b strings.Builder
+	b.WriteString("settings:\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "  %-12s %s\n", r[0], r[1])
+	}
+	fmt.Fprint(os.Stderr, b.String())
+}
+
+func modelLine(cfg *Config) string {
+	if cfg.Model.Kind == "gpt" {
+		return fmt.Sprintf("gpt layers %d width %d heads %d context %d vocab %d", cfg.Model.Layers, cfg.Model.Width, cfg.Model.Heads, cfg.Model.Context, cfg.Model.Vocab)
+	}
+	w := make([]string, len(cfg.Model.Widths))
+	for i, x := range cfg.Model.Widths {
+		w[i] = fmt.Sprint(x)
+	}
+	return "mlp " + strings.Join(w, "-") + " " + cfg.Model.Activation
+}
+
+// checkLeaks fails when allocated memory is not back at the step's baseline, naming the tags of
+// the blocks still alive beyond it.
+func checkLeaks(dev model.Device, baseline int64, step int) error {
+	now := dev.Stats().Allocated
+	if now <= baseline {
+		return nil
+	}
+	tags := map[string]int64{}
+	for _, l := range dev.Live() {
+		tags[l.Tag] += l.Bytes
+	}
+	var names []string
+	for t, n := range tags {
+		names = append(names, fmt.Sprintf("%s (%s)", t, model.FormatBytes(n)))
+	}
+	sort.Strings(names)
+	return fmt.Errorf("worker: memory leak at step %d: %s allocated above the step's baseline; live blocks: %s",
+		step, model.FormatBytes(now-baseline), strings.Join(names, ", "))
+}
+
+// FormatSummary is the human line ddptrain prints at the end.
+func FormatSummary(s *SummaryMetrics) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "steps %d  final loss %.4f  eval loss %.4f", s.Steps, s.FinalLoss, s.EvalLoss)
+	if s.EvalAccuracy != nil {
+		fmt.Fprintf(&b, "  eval accuracy %.2f%%", 100**s.EvalAccuracy)
+	}
+	if s.TokensPerSec > 0 {
+		fmt.Fprintf(&b, "  %.0f tokens/s", s.TokensPerSec)
+	} else {
+		fmt.Fprintf(&b, "  %.0f samples/s", s.SamplesPerSec)
+	}
+	fmt.Fprintf(&b, "  peak mem %s  skipped %d  %s  world %d  %.1fs  param_sha256 %s",
+		model.FormatBytes(s.PeakMemoryBytes), s.SkippedSteps, s.Precision, s.WorldSize, s.WallSeconds, s.ParamSHA256)
+	if s.WorldSize > 1 {
+		fmt.Fprintf(&b, "  comm %.2fs (%.0f%% hidden)", s.CommSeconds, 100*s.CommHiddenFraction)
+	}
+	return b.String()
+}
+
+// Optimizer, Scaler and ScalerState are the model package's, named here for the loop's signatures.
+type (
+	Optimizer   = model.Optimizer
+	Scaler      = model.Scaler
+	ScalerState = model.ScalerState
+)
+
+func buildOptimizer(cfg *Config, ps *model.Params) (Optimizer, error) {
+	t := cfg.Train
+	switch t.Optimizer {
+	case "adamw":
+		return model.NewAdamW(ps, model.AdamWConfig{Beta1: float32(t.Beta1), Beta2: float32(t.Beta2), Eps: float32(t.Eps), WeightDecay: float32(t.WeightDecay)})
+	case "sgd":
+		return model.NewSGD(ps, model.SGDConfig{Momentum: float32(t.Momentum), Nesterov: t.Nesterov, WeightDecay: float32(t.WeightDecay)})
+	}
+	return nil, fmt.Errorf("worker: train.optimizer %q: want adamw or sgd", t.Optimizer)
+}
+
+// optimizerTensors are the optimizer's state tensors (broadcast from rank 0 after a resume).
+func optimizerTensors(o Optimizer) []*model.Tensor {
+	var ts []*model.Tensor
+	for _, s := range o.State() {
+		ts = append(ts, s.T)
+	}
+	return ts
+}
+
+// buildScaler: dynamic loss scaling under fp16; a disabled scaler (scale 1) under fp32.
+func buildScaler(dev model.Device, cfg *Config) (*Scaler, error) {
+	ls := cfg.LossScale
+	return model.NewScaler(dev, model.ScalerConfig{Enabled: cfg.Precision == "fp16", Init: float32(ls.Init),
+		Growth: float32(ls.GrowthFactor), Backoff: float32(ls.Backoff), Interval: ls.GrowthInterval, MinScale: float32(ls.Min)})
+}
+
+func buildSchedule(cfg *Config, total int) (model.Schedule, error) {
+	t := cfg.Train
+	return model.NewSchedule(model.ScheduleConfig{Kind: t.Schedule, LR: float32(t.LR), MinLR: float32(t.MinLR),
+		Warmup: int64(t.WarmupSteps), Total: int64(max(total, t.WarmupSteps+1))})
+}
+
+// OpenMetrics opens --metrics for this rank: rank 0 writes path itself, rank r > 0 writes
+// path with ".rank<r>" before its extension (every rank's summary carries its param_sha256).
+func OpenMetrics(path string, rank int) (*MetricsWriter, error) {
+	if path == "" || rank == 0 {
+		return NewMetricsWriter(path)
+	}
+	return NewMetricsWriter(RankPath(path, rank))
+}
+
+// RankPath is where rank r's copy of a per-rank output file goes: m.jsonl → m.rank1.jsonl.
+func RankPath(path string, rank int) string {
+	if rank == 0 {
+		return path
+	}
+	ext := filepath.Ext(path)
+	return strings.TrimSuffix(path, ext) + fmt.Sprintf(".rank%d", rank) + ext
+}

@@ -1,0 +1,39 @@
+package worker
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+)
+
+// Env is what the launcher tells a worker through the environment (torchrun's names).
+type Env struct {
+	Rank, LocalRank, WorldSize, LocalWorldSize int
+	RestartCount                               int
+	ProgressFD                                 int // DDP_PROGRESS_FD, -1 when unset
+}
+
+// EnvFromOS reads RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and DDP_RESTART_COUNT; absent
+// variables mean a single process. A malformed value is an error naming the variable.
+func EnvFromOS() (Env, error) {
+	e := Env{WorldSize: 1, LocalWorldSize: 1, ProgressFD: -1}
+	for _, v := range []struct {
+		name string
+		dst  *int
+	}{{"RANK", &e.Rank}, {"LOCAL_RANK", &e.LocalRank}, {"WORLD_SIZE", &e.WorldSize},
+		{"LOCAL_WORLD_SIZE", &e.LocalWorldSize}, {"DDP_RESTART_COUNT", &e.RestartCount}, {"DDP_PROGRESS_FD", &e.ProgressFD}} {
+		s, ok := os.LookupEnv(v.name)
+		if !ok || s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return e, fmt.Errorf("worker: environment variable %s=%q is not an integer", v.name, s)
+		}
+		*v.dst = n
+	}
+	if e.WorldSize < 1 || e.Rank < 0 || e.Rank >= e.WorldSize {
+		return e, fmt.Errorf("worker: RANK=%d is outside WORLD_SIZE=%d", e.Rank, e.WorldSize)
+	}
+	return e, nil
+}

@@ -1,0 +1,61 @@
+package worker
+
+import (
+	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/worker/data"
+)
+
+// inputs holds the device tensors a micro-batch is uploaded into, sized for the largest batch;
+// each upload points Inputs at views of the batch's real size (an eval tail can be smaller).
+type inputs struct {
+	model.Inputs
+	x, tokens, targets, pred *model.Tensor
+	features, T              int
+	cap                      int
+}
+
+func newInputs(dev model.Device, cfg *Config, b int) *inputs {
+	in := &inputs{cap: b}
+	if cfg.Model.Kind == "gpt" {
+		in.T = cfg.Model.Context
+		in.tokens = dev.Alloc(model.I32, "batch.tokens", b, in.T)
+		in.targets = dev.Alloc(model.I32, "batch.targets", b, in.T)
+		in.pred = dev.Alloc(model.I32, "batch.pred", b*in.T)
+	} else {
+		in.features = cfg.Model.Widths[0]
+		in.x = dev.Alloc(model.F32, "batch.x", b, in.features)
+		in.targets = dev.Alloc(model.I32, "batch.y", b)
+		in.pred = dev.Alloc(model.I32, "batch.pred", b)
+	}
+	return in
+}
+
+// upload copies batch to the device and returns the number of targets (samples or tokens).
+func (in *inputs) upload(dev model.Device, b *data.Batch, seed uint64) int {
+	n := b.Size
+	in.Inputs = model.Inputs{Seed: seed}
+	if in.tokens != nil {
+		tok := in.tokens.View(0, n, in.T)
+		tgt := in.targets.View(0, n, in.T)
+		dev.UploadI32(tok, b.Tokens[:n*in.T])
+		dev.UploadI32(tgt, b.Targets[:n*in.T])
+		in.Tokens, in.Targets = tok, tgt
+		in.Valid = n * in.T
+		return n * in.T
+	}
+	x := in.x.View(0, n, in.features)
+	y := in.targets.View(0, n)
+	dev.Upload(x, b.X[:n*in.features])
+	dev.UploadI32(y, b.Y[:n])
+	in.X, in.Targets = x, y
+	in.Valid = n
+	return n
+}
+
+func (in *inputs) free(dev model.Device) {
+	for _, t := range []*model.Tensor{in.x, in.tokens, in.targets, in.pred} {
+		if t != nil {
+			dev.Free(t)
+		}
+	}
+}

@@ -1,0 +1,408 @@
+package worker
+
+// loop.go: one training process, top to bottom. Settings are printed once; the step lives between
+// the TRAINING STEP BEGIN/END markers; evaluation, checkpoints and metrics come after.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"time"
+
+	"github.com/goddp/goddp/allreduce"
+	"github.com/goddp/goddp/ddp"
+	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/worker/data"
+)
+
+// Options are ddptrain's command-line switches beyond the config.
+type Options struct {
+	Device       string // "cpu" (default) or "cuda"
+	MetricsPath  string // --metrics: JSON lines
+	TracePath    string // --trace: Chrome trace events
+	MemoryReport bool   // --memory-report
+	CheckLeaks   bool   // --check-leaks
+	Logger       *slog.Logger
+	// FailAtStep, when > 0, makes the process exit with status 3 just before that step (tests of
+	// restarts; env DDP_FAIL_AT_STEP).
+	FailAtStep int
+	// InjectInfStep/InjectInfRank put +Inf into one gradient of that rank at that step (tests).
+	InjectInfStep, InjectInfRank int
+}
+
+// Result is what a run ends with (also the metrics summary).
+type Result = SummaryMetrics
+
+// Run trains cfg to the end and returns the summary. ctx cancels it.
+func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
+	log := opt.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	wall := time.Now()
+	env, err := EnvFromOS()
+	if err != nil {
+		return nil, err
+	}
+	log = log.With("rank", env.Rank)
+
+	// ---- the process group ----
+	var group *allreduce.Group
+	if env.WorldSize > 1 {
+		gcfg, err := allreduce.ConfigFromEnv()
+		if err != nil {
+			return nil, err
+		}
+		gcfg.Logger = log
+		group, err = allreduce.NewGroup(ctx, gcfg)
+		if err != nil {
+			return nil, fmt.Errorf("worker: joining the process group: %w", err)
+		}
+		defer group.Close()
+	} else {
+		group, err = allreduce.NewGroup(ctx, allreduce.Config{Rank: 0, WorldSize: 1})
+		if err != nil {
+			return nil, err
+		}
+		defer group.Close()
+	}
+	if err := cfg.ResolveBatch(env.WorldSize); err != nil {
+		return nil, err
+	}
+
+	// ---- device, data, model, optimizer ----
+	dev, err := OpenDevice(opt.Device, env.LocalRank)
+	if err != nil {
+		return nil, err
+	}
+	trainSet, evalSet, err := loadData(cfg)
+	if err != nil {
+		return nil, err
+	}
+	m, err := buildModel(dev, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Free()
+	ps := m.Params()
+	opt2, err := buildOptimizer(cfg, ps)
+	if err != nil {
+		return nil, err
+	}
+	scaler, err := buildScaler(dev, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer scaler.Free()
+	defer opt2.Free()
+	wire, err := allreduce.ParseWire(cfg.WireFormat())
+	if err != nil {
+		return nil, fmt.Errorf("worker: ddp.wire: %w", err)
+	}
+	var trace *ddp.Trace
+	if opt.TracePath != "" {
+		trace = ddp.NewTrace(env.Rank)
+	}
+	eng := ddp.New(ps, group, ddp.Options{BucketCapMB: cfg.DDP.BucketCapMB, Wire: wire, Trace: trace, Logger: log})
+	defer eng.Close()
+
+	// ---- resume, then make every replica identical ----
+	st := runState{}
+	if cfg.Checkpoint.Dir != "" {
+		if path, err := LatestCheckpoint(cfg.Checkpoint.Dir); err == nil && path != "" {
+			if err := st.restore(path, cfg, ps, opt2, scaler); err != nil {
+				return nil, err
+			}
+			log.Info("resumed from checkpoint", "path", path, "step", st.Step)
+		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+	}
+	if err := eng.BroadcastTensors(ctx, append([]*model.Tensor{ps.Data}, optimizerTensors(opt2)...)); err != nil {
+		return nil, err
+	}
+
+	b, k, W := cfg.Train.MicroBatch, cfg.Train.GradAccumSteps, env.WorldSize
+	loader, err := data.NewLoader(trainSet, data.LoaderConfig{
+		MicroBatch: b, Accum: k, Rank: env.Rank, World: W, Seed: uint64(cfg.Seed),
+		Shuffle: cfg.Data.Shuffle, Workers: cfg.Data.Workers, Prefetch: cfg.Data.Prefetch, Start: st.Loader,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer loader.Close()
+	total := totalSteps(cfg, loader.StepsPerEpoch())
+	sched, err := buildSchedule(cfg, total)
+	if err != nil {
+		return nil, err
+	}
+
+	if env.Rank == 0 {
+		printSettings(cfg, env, dev, ps, total, loader.StepsPerEpoch(), eng)
+	}
+	metrics, err := OpenMetrics(opt.MetricsPath, env.Rank)
+	if err != nil {
+		return nil, err
+	}
+	defer metrics.Close()
+	prog := NewProgress(total, env.Rank)
+	defer prog.Finish()
+
+	in := newInputs(dev, cfg, b)
+	defer in.free(dev)
+	lossHost := []float32{0}
+	samplesPerStep := b * k * W
+	tokensPerSample := 0
+	if cfg.Model.Kind == "gpt" {
+		tokensPerSample = cfg.Model.Context
+	}
+	var lastLoss float64
+	tWindow, stepsWindow := time.Now(), 0
+	dev.ResetPeak()
+
+	for step := st.Step; step < total; step++ {
+		if opt.FailAtStep > 0 && step == opt.FailAtStep && env.RestartCount == 0 {
+			log.Error("failing on purpose (DDP_FAIL_AT_STEP)", "step", step)
+			os.Exit(3)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		lr := float64(sched(int64(step)))
+		baseline := dev.Stats().Allocated
+
+		// ==== TRAINING STEP BEGIN ====
+		ps.ZeroGrad()
+		var stepLoss float64
+		for micro := 0; micro < k; micro++ {
+			batch, err := loader.Next(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("worker: reading batch for step %d: %w", step, err)
+			}
+			in.upload(dev, batch, model.DeriveSeed(uint64(cfg.Seed), fmt.Sprint("drop", step, micro, env.Rank)))
+			loader.Release(batch)
+
+			t0 := trace.Now()
+			loss := m.Forward(in.Inputs, true)
+			dev.Download(lossHost, loss)
+			stepLoss += float64(lossHost[0]) / float64(k)
+			t1 := trace.Now()
+			trace.Span("forward", "compute", t0, t1, map[string]any{"step": step, "micro": micro})
+
+			eng.BeginMicro(micro, k)
+			eng.BeginBackward()
+			m.Backward(float32(scaler.Scale()) / float32(k))
+			dev.Sync()
+			eng.EndBackward()
+			trace.Span("backward", "compute", t1, trace.Now(), map[string]any{"step": step, "micro": micro})
+		}
+		if opt.InjectInfStep > 0 && step == opt.InjectInfStep && env.Rank == opt.InjectInfRank {
+			injectInf(dev, ps)
+		}
+		tw := trace.Now()
+		if err := eng.Wait(ctx); err != nil {
+			return nil, fmt.Errorf("worker: step %d: %w", step, err)
+		}
+		trace.Span("wait for all-reduce", "compute", tw, trace.Now(), nil)
+
+		to := trace.Now()
+		found := scaler.UnscaleCheck(ps)
+		localInf := scaler.Cfg.Enabled && readFlag(dev, found)
+		anyInf, err := eng.AgreeAny(ctx, localInf)
+		if err != nil {
+			return nil, fmt.Errorf("worker: step %d: %w", step, err)
+		}
+		skipped := anyInf
+		if !skipped {
+			if cfg.Train.GradClip > 0 {
+				model.ClipGradNorm(ps, float32(cfg.Train.GradClip))
+			}
+			opt2.Step(float32(lr))
+		}
+		if err := scaler.Update(anyInf); err != nil {
+			return nil, fmt.Errorf("worker: step %d: %w", step, err)
+		}
+		dev.Sync()
+		trace.Span("optimizer", "compute", to, trace.Now(), map[string]any{"skipped": skipped})
+		// ==== TRAINING STEP END ====
+
+		st.Step = step + 1
+		if skipped {
+			st.Skipped++
+		}
+		lastLoss = stepLoss
+		stepsWindow++
+		if opt.CheckLeaks {
+			if err := checkLeaks(dev, baseline, step); err != nil {
+				return nil, err
+			}
+		}
+		if opt.MemoryReport && step == st.firstStep()+1 && env.Rank == 0 {
+			fmt.Fprint(os.Stderr, memoryReport(dev, ps, opt2))
+		}
+		logNow := cfg.Train.LogEvery > 0 && (st.Step%cfg.Train.LogEvery == 0 || st.Step == total)
+		if logNow || st.Step == total {
+			secs := time.Since(tWindow).Seconds()
+			sps := float64(stepsWindow*samplesPerStep) / secs
+			ms := dev.Stats()
+			prog.Update(st.Step, stepLoss, sps, fmt.Sprintf("scale %.0f", scaler.Scale()))
+			metrics.Step(StepMetrics{Step: st.Step, Epoch: st.Step / loader.StepsPerEpoch(), Loss: stepLoss, LR: lr,
+				LossScale: float64(scaler.Scale()), Skipped: st.Skipped, SamplesPerSec: sps,
+				TokensPerSec: sps * float64(tokensPerSample), MemAllocatedBytes: ms.Allocated, MemPeakBytes: ms.Peak})
+			tWindow, stepsWindow = time.Now(), 0
+		}
+		if cfg.DDP.CheckEvery > 0 && st.Step%cfg.DDP.CheckEvery == 0 {
+			if _, err := eng.CheckReplicas(ctx, st.Step); err != nil {
+				return nil, err
+			}
+		}
+		evalEvery := cfg.Train.EvalEvery
+		if evalEvery == 0 { // train.eval_every 0: at each epoch's end
+			evalEvery = loader.StepsPerEpoch()
+		}
+		if st.Step%evalEvery == 0 && st.Step < total {
+			ev, err := evaluate(ctx, m, dev, evalSet, cfg, env, group)
+			if err != nil {
+				return nil, err
+			}
+			prog.Log("eval", "step", st.Step, "loss", ev.Loss, "accuracy", ev.Accuracy)
+			em := EvalMetrics{Step: st.Step, Epoch: st.Step / loader.StepsPerEpoch(), EvalLoss: ev.Loss}
+			if cfg.Model.Kind != "gpt" {
+				em.EvalAccuracy = Float(ev.Accuracy)
+			}
+			metrics.Eval(em)
+		}
+		if cfg.Checkpoint.Dir != "" && cfg.Checkpoint.Every > 0 && st.Step%cfg.Checkpoint.Every == 0 && st.Step < total {
+			st.Loader = loader.State()
+			if err := st.save(cfg, env, ps, opt2, scaler, log); err != nil {
+				return nil, err
+			}
+		}
+	}
+	prog.Finish()
+
+	// ---- the end: evaluation, replica check, summary ----
+	ev, err := evaluate(ctx, m, dev, evalSet, cfg, env, group)
+	if err != nil {
+		return nil, err
+	}
+	hash, err := eng.CheckReplicas(ctx, st.Step)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Checkpoint.Dir != "" {
+		st.Loader = loader.State()
+		if err := st.save(cfg, env, ps, opt2, scaler, log); err != nil {
+			return nil, err
+		}
+	}
+	commSec, hidden := eng.CommStats()
+	secs := time.Since(wall).Seconds()
+	trained := st.Step - st.firstStep()
+	sum := &SummaryMetrics{
+		Steps: st.Step, FinalLoss: lastLoss, EvalLoss: ev.Loss, PeakMemoryBytes: dev.Stats().Peak,
+		SkippedSteps: st.Skipped, Precision: cfg.Precision, WorldSize: env.WorldSize, Rank: env.Rank,
+		WallSeconds: secs, ParamSHA256: hash, MicroBatch: b, GradAccumSteps: k,
+		CommSeconds: commSec, CommHiddenFraction: hidden,
+	}
+	rate := float64(trained*samplesPerStep) / secs
+	if cfg.Model.Kind == "gpt" {
+		sum.TokensPerSec = rate * float64(tokensPerSample)
+	} else {
+		sum.EvalAccuracy = Float(ev.Accuracy)
+	}
+	sum.SamplesPerSec = rate
+	metrics.Summary(*sum)
+	if trace != nil {
+		if err := trace.WriteFile(opt.TracePath); err != nil {
+			return nil, err
+		}
+	}
+	log.Info("done", "steps", st.Step, "eval_loss", fmt.Sprintf("%.4f", ev.Loss), "eval_accuracy", fmt.Sprintf("%.4f", ev.Accuracy),
+		"param_sha256", hash[:16], "wall_s", fmt.Sprintf("%.1f", secs))
+	return sum, nil
+}
+
+// totalSteps is train.max_steps when set (capped by train.epochs when that is set too),
+// otherwise epochs × steps per epoch.
+func totalSteps(cfg *Config, perEpoch int) int {
+	byEpochs := cfg.Train.Epochs * perEpoch
+	switch {
+	case cfg.Train.MaxSteps > 0 && byEpochs > 0:
+		return min(cfg.Train.MaxSteps, byEpochs)
+	case cfg.Train.MaxSteps > 0:
+		return cfg.Train.MaxSteps
+	}
+	return byEpochs
+}
+
+func readFlag(dev model.Device, t *model.Tensor) bool {
+	v := []float32{0}
+	dev.Download(v, t)
+	return v[0] != 0
+}
+
+// injectInf puts +Inf into the first gradient element (tests of the loss-scaler agreement).
+func injectInf(dev model.Device, ps *model.Params) {
+	g := ps.Grad.View(0, 1)
+	dev.Upload(g, []float32{float32(math.Inf(1))})
+}
+
+// ---- evaluation ----
+
+type evalResult struct {
+	Loss, Accuracy float64
+}
+
+// evaluate runs the held-out set (sharded by rank) and averages over all ranks.
+func evaluate(ctx context.Context, m model.Model, dev model.Device, ds data.Dataset, cfg *Config, env Env, g *allreduce.Group) (evalResult, error) {
+	b := cfg.Train.MicroBatch
+	l, err := data.NewEvalLoader(ds, data.LoaderConfig{MicroBatch: b, Rank: env.Rank, World: env.WorldSize,
+		Workers: cfg.Data.Workers, Prefetch: cfg.Data.Prefetch, MaxBatches: cfg.Train.EvalBatches})
+	if err != nil {
+		return evalResult{}, err
+	}
+	defer l.Close()
+	in := newInputs(dev, cfg, b)
+	defer in.free(dev)
+	var lossSum, correct, count float64 // count: targets (samples or tokens)
+	lossHost := []float32{0}
+	for {
+		batch, err := l.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return evalResult{}, err
+		}
+		n := in.upload(dev, batch, 0)
+		loss := m.Forward(in.Inputs, false)
+		dev.Download(lossHost, loss)
+		lossSum += float64(lossHost[0]) * float64(n)
+		count += float64(n)
+		if cfg.Model.Kind != "gpt" {
+			pred := in.pred.View(0, batch.Size)
+			m.Predict(pred)
+			got := make([]int32, batch.Size)
+			dev.DownloadI32(got, pred)
+			for i := 0; i < batch.Size; i++ {
+				if got[i] == batch.Y[i] {
+					correct++
+				}
+			}
+		}
+		l.Release(batch)
+	}
+	v := []float32{float32(lossSum), float32(correct), float32(count)}
+	if err := g.AllReduce(ctx, v, allreduce.Sum, allreduce.WireF32); err != nil {
+		return evalResult{}, fmt.Errorf("worker: averaging evaluation: %w", err)
+	}
+	if v[2] == 0 {
+		return evalResult{}, fmt.Errorf("worker: the evaluation set is empty")
+	}
+	return evalResult{Loss: float64(v[0]) / float64(v[2]), Accuracy: float64(v[1]) / float64(v[2])}, nil
+}

@@ -1,0 +1,54 @@
+package worker
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/goddp/goddp/model"
+)
+
+// memoryReport is --memory-report's breakdown of device memory after the first steps: where the
+// peak went, by kind, and the device's own summary.
+func memoryReport(dev model.Device, ps *model.Params, opt Optimizer) string {
+	st := dev.Stats()
+	var master, weights, grads, optState int64
+	grads = model.SizeClass(ps.Grad.Bytes())
+	if ps.Half != nil {
+		master = model.SizeClass(ps.Data.Bytes())
+		weights = model.SizeClass(ps.Half.Bytes())
+	} else {
+		weights = model.SizeClass(ps.Data.Bytes())
+	}
+	for _, s := range opt.State() {
+		optState += s.T.Bytes()
+	}
+	static := master + weights + grads + optState
+	var batch int64
+	for _, l := range dev.Live() {
+		if strings.HasPrefix(l.Tag, "batch.") {
+			batch += l.Bytes
+		}
+	}
+	activations := st.Peak - static - batch
+	var b strings.Builder
+	fmt.Fprintf(&b, "memory report (%s):\n", dev.Name())
+	row := func(k string, v int64) {
+		pct := 0.0
+		if st.Peak > 0 {
+			pct = 100 * float64(v) / float64(st.Peak)
+		}
+		fmt.Fprintf(&b, "  %-34s %12s  %5.1f%% of peak\n", k, model.FormatBytes(v), pct)
+	}
+	row("parameters (compute copy)", weights)
+	if master > 0 {
+		row("master weights (f32)", master)
+	}
+	row("gradients (f32)", grads)
+	row("optimizer state", optState)
+	row("input batch", batch)
+	row("activations + workspace at peak", activations)
+	fmt.Fprintf(&b, "  %-34s %12s\n", "peak allocated", model.FormatBytes(st.Peak))
+	fmt.Fprintf(&b, "  %-34s %12s\n", "fragmentation (reserved-allocated)", model.FormatBytes(st.Reserved-st.Allocated))
+	b.WriteString(model.MemorySummary(dev))
+	return b.String()
+}
