@@ -6,7 +6,9 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// Assembly micro-kernels (cpu_gemm_amd64.s).
+//go:generate go run cpu_gemm_asmgen.go
+
+// Assembly micro-kernels (cpu_gemm_amd64.s, written by cpu_gemm_asmgen.go).
 
 // gemmKern12x32AVX512 is the whole MR×NR tile in 24 zmm accumulators.
 //
