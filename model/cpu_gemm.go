@@ -366,6 +366,30 @@ func (c *CPU) gemm(m, n, k int, A, B gemmSrc, C []float32, alpha, beta float32) 
 	wg.Wait()
 }
 
+// gemmOut returns the f32 slice a product writes C through and the function that finishes C:
+// C's own memory when f32; for f16 a pooled f32 scratch (holding C's values when keep), rounded
+// into C by done. No allocation per call either way.
+func gemmOut(C *Tensor, keep bool) (out []float32, done func()) {
+	if C.dtype != F16 {
+		return outBuf(C, keep), func() {}
+	}
+	p, _ := gemmScratch.Get().(*[]float32)
+	if p == nil {
+		p = new([]float32)
+	}
+	*p = grow(*p, C.n)
+	out = *p
+	if keep {
+		DecodeF16(out, f16s(C))
+	}
+	return out, func() {
+		EncodeF16(f16s(C), out)
+		gemmScratch.Put(p)
+	}
+}
+
+var gemmScratch sync.Pool
+
 type namedKernel struct {
 	name string
 	fn   gemmKernel

@@ -3,7 +3,7 @@ package model
 import "fmt"
 
 // Matrix products on the CPU: shapes are checked here, the work is the packed, blocked SGEMM of
-// cpu_gemm.go (f16 operands are widened while packing; an f16 C goes through an f32 copy).
+// cpu_gemm.go (f16 operands are widened while packing; an f16 C goes through a pooled f32 scratch).
 
 // matDims returns (rows, cols) of t seen as a matrix: the product of the leading dimensions and
 // the last one (so a 2×0 tensor is 2 rows of nothing, which K = 0 products need).
@@ -33,9 +33,9 @@ func (c *CPU) MatMul(C, A, B *Tensor, transA, transB bool, alpha, beta float32) 
 	if k != k2 || cr != m || cc != n {
 		panic(fmt.Sprintf("model: MatMul shapes: C %s = op(A %s, trans=%v) · op(B %s, trans=%v)", C, A, transA, B, transB))
 	}
-	out := outBuf(C, beta != 0)
+	out, done := gemmOut(C, beta != 0)
 	c.gemm(m, n, k, gemmOperand(A, 0, ar, ac, transA), gemmOperand(B, 0, br, bc, transB), out, alpha, beta)
-	commit(C, out)
+	done()
 }
 
 func (c *CPU) BatchedMatMul(C, A, B *Tensor, transA, transB bool, alpha, beta float32) {
@@ -56,14 +56,14 @@ func (c *CPU) BatchedMatMul(C, A, B *Tensor, transA, transB bool, alpha, beta fl
 	if k != k2 || C.shape[1] != m || C.shape[2] != n {
 		panic(fmt.Sprintf("model: BatchedMatMul shapes: C %s = op(A %s, trans=%v) · op(B %s, trans=%v)", C, A, transA, B, transB))
 	}
-	out := outBuf(C, beta != 0)
+	out, done := gemmOut(C, beta != 0)
 	sa, sb, sc := ar*ac, br*bc, m*n
 	if nb < c.threads || nb*m*n*k < 1<<17 {
 		// Few batches (or tiny ones): each product uses all the threads (or just this one).
 		for i := 0; i < nb; i++ {
 			c.gemm(m, n, k, gemmOperand(A, i*sa, ar, ac, transA), gemmOperand(B, i*sb, br, bc, transB), out[i*sc:(i+1)*sc], alpha, beta)
 		}
-		commit(C, out)
+		done()
 		return
 	}
 	c.parallel(nb, 1, func(lo, hi int) {
@@ -73,7 +73,7 @@ func (c *CPU) BatchedMatMul(C, A, B *Tensor, transA, transB bool, alpha, beta fl
 		}
 		gemmPool.Put(w)
 	})
-	commit(C, out)
+	done()
 }
 
 func (c *CPU) AddBias(y, bias *Tensor) {
