@@ -288,32 +288,50 @@ func packBT8h(d []float32, s []uint16, cs, kc int) {
 	}
 }
 
-// gemmKernGo is the portable micro-kernel.
+// gemmKernGo is the portable micro-kernel: the tile in 4×4 blocks of scalar accumulators, which
+// the compiler keeps in registers.
 func gemmKernGo(k int, a, b, c *float32, ldc int, alpha, beta float32) {
 	as := unsafe.Slice(a, k*gemmMR)
 	bs := unsafe.Slice(b, k*gemmNR)
-	var acc [gemmMR][gemmNR]float32
-	for p := 0; p < k; p++ {
-		bp := (*[gemmNR]float32)(bs[p*gemmNR:])
-		ap := (*[gemmMR]float32)(as[p*gemmMR:])
-		for r := range gemmMR {
-			x := ap[r]
-			row := &acc[r]
-			for j := range gemmNR {
-				row[j] += x * bp[j]
-			}
-		}
-	}
 	cs := unsafe.Slice(c, (gemmMR-1)*ldc+gemmNR)
-	for r := range gemmMR {
-		row := cs[r*ldc : r*ldc+gemmNR]
-		if beta == 0 {
-			for j := range row {
-				row[j] = alpha * acc[r][j]
+	for i := 0; i < gemmMR; i += 4 {
+		for j := 0; j < gemmNR; j += 4 {
+			var c00, c01, c02, c03, c10, c11, c12, c13 float32
+			var c20, c21, c22, c23, c30, c31, c32, c33 float32
+			for p := 0; p < k; p++ {
+				ap := (*[4]float32)(as[p*gemmMR+i:])
+				bp := (*[4]float32)(bs[p*gemmNR+j:])
+				a0, a1, a2, a3 := ap[0], ap[1], ap[2], ap[3]
+				b0, b1, b2, b3 := bp[0], bp[1], bp[2], bp[3]
+				c00 += a0 * b0
+				c01 += a0 * b1
+				c02 += a0 * b2
+				c03 += a0 * b3
+				c10 += a1 * b0
+				c11 += a1 * b1
+				c12 += a1 * b2
+				c13 += a1 * b3
+				c20 += a2 * b0
+				c21 += a2 * b1
+				c22 += a2 * b2
+				c23 += a2 * b3
+				c30 += a3 * b0
+				c31 += a3 * b1
+				c32 += a3 * b2
+				c33 += a3 * b3
 			}
-		} else {
-			for j := range row {
-				row[j] = alpha*acc[r][j] + beta*row[j]
+			acc := [4][4]float32{{c00, c01, c02, c03}, {c10, c11, c12, c13}, {c20, c21, c22, c23}, {c30, c31, c32, c33}}
+			for r := range 4 {
+				row := (*[4]float32)(cs[(i+r)*ldc+j:])
+				if beta == 0 {
+					for q := range 4 {
+						row[q] = alpha * acc[r][q]
+					}
+				} else {
+					for q := range 4 {
+						row[q] = alpha*acc[r][q] + beta*row[q]
+					}
+				}
 			}
 		}
 	}
