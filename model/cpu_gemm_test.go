@@ -126,6 +126,32 @@ func TestGemm_zeroK(t *testing.T) {
 	}
 }
 
+// Operands and output may be views at an offset inside larger tensors, and 3-D (rows = B·T).
+func TestGemm_views(t *testing.T) {
+	dev := NewCPU()
+	r := rand.New(rand.NewPCG(17, 18))
+	for _, dt := range []DType{F32, F16} {
+		const m, n, k = 2 * 13, 37, 45
+		a, b := randVec(r, 7+m*k+3), randVec(r, 5+n*k)
+		if dt == F16 {
+			RoundF16(a)
+			RoundF16(b)
+		}
+		Abig, Bbig := FromHost(dev, dt, "a", a, len(a)), FromHost(dev, dt, "b", b, len(b))
+		Cbig := dev.Alloc(F32, "c", 11+m*n)
+		dev.Fill(Cbig, float32(math.NaN()))
+		A, B, C := Abig.View(7, 2, 13, k), Bbig.View(5, n, k), Cbig.View(11, 2, 13, n)
+		dev.MatMul(C, A, B, false, true, 1, 0)
+		want := naiveMatMul(a[7:7+m*k], b[5:], make([]float32, m*n), m, n, k, false, true, 1, 0)
+		if e := relErr(ToHost(C), want); e > 1e-5 {
+			t.Fatalf("%s views: rel err %g", dt, e)
+		}
+		if got := ToHost(Cbig)[:11]; !math.IsNaN(float64(got[10])) {
+			t.Fatalf("%s views: wrote before the view: %v", dt, got)
+		}
+	}
+}
+
 // The MLP step's shapes at full size, with the threads splitting them.
 func TestGemm_mlpShapes(t *testing.T) {
 	dev := NewCPU()
