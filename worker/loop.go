@@ -318,7 +318,7 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 	sum.SamplesPerSec = rate
 	metrics.Summary(*sum)
 	if trace != nil {
-		if err := trace.WriteFile(opt.TracePath); err != nil {
+		if err := trace.WriteFile(RankPath(opt.TracePath, env.Rank)); err != nil {
 			return nil, err
 		}
 	}

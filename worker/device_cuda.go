@@ -1,0 +1,29 @@
+//go:build cuda
+
+package worker
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/goddp/goddp/model"
+)
+
+// With the cuda build tag, --device cuda opens GPU LOCAL_RANK modulo the visible GPUs (so two
+// workers on a host with one GPU share it, each with its own context).
+func init() {
+	deviceOpeners["cuda"] = func(localRank int) (model.Device, error) {
+		n, err := model.CUDADeviceCount()
+		if err != nil {
+			return nil, fmt.Errorf("worker: counting GPUs: %w", err)
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("worker: --device cuda: no GPU visible (CUDA_VISIBLE_DEVICES?)")
+		}
+		ord := localRank % n
+		if localRank >= n {
+			slog.Info("more workers than GPUs: sharing", "local_rank", localRank, "gpu", ord, "gpus", n)
+		}
+		return model.NewCUDA(ord)
+	}
+}
