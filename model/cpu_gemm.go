@@ -2,6 +2,7 @@ package model
 
 import (
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -112,30 +113,36 @@ func (w *gemmWS) gemm(m0, m1, n0, n1, k int, A, B gemmSrc, C []float32, ldc int,
 				mcp := (mc + gemmMR - 1) / gemmMR * gemmMR
 				w.a = grow(w.a, kc*mcp)
 				packA(w.a, A, ic, mc, pc, kc)
-				for jr := 0; jr < nc; jr += gemmNR {
-					bp := &w.b[jr*kc]
-					cols := min(gemmNR, nc-jr)
-					for ir := 0; ir < mc; ir += gemmMR {
-						ap := &w.a[ir*kc]
-						rows := min(gemmMR, mc-ir)
-						ci := (ic+ir)*ldc + jc + jr
-						if rows == gemmMR && cols == gemmNR {
-							kern(kc, ap, bp, &C[ci], ldc, alpha, bet)
-							continue
-						}
-						t := &w.tile
-						kern(kc, ap, bp, &t[0], gemmNR, alpha, 0)
-						for r := 0; r < rows; r++ {
-							dst := C[ci+r*ldc : ci+r*ldc+cols]
-							src := t[r*gemmNR : r*gemmNR+cols]
-							if bet == 0 {
-								copy(dst, src)
-							} else {
-								for j, v := range src {
-									dst[j] = v + bet*dst[j]
-								}
-							}
-						}
+				w.macro(kern, kc, w.a, mc, w.b, nc, C, ic*ldc+jc, ldc, alpha, bet)
+			}
+		}
+	}
+}
+
+// macro runs the micro-kernel over packed a (mc rows) and b (nc columns) of depth kc into C from
+// element c0 with row stride ldc; edge tiles go through w.tile.
+func (w *gemmWS) macro(kern gemmKernel, kc int, a []float32, mc int, b []float32, nc int, C []float32, c0, ldc int, alpha, bet float32) {
+	for jr := 0; jr < nc; jr += gemmNR {
+		bp := &b[jr*kc]
+		cols := min(gemmNR, nc-jr)
+		for ir := 0; ir < mc; ir += gemmMR {
+			ap := &a[ir*kc]
+			rows := min(gemmMR, mc-ir)
+			ci := c0 + ir*ldc + jr
+			if rows == gemmMR && cols == gemmNR {
+				kern(kc, ap, bp, &C[ci], ldc, alpha, bet)
+				continue
+			}
+			t := &w.tile
+			kern(kc, ap, bp, &t[0], gemmNR, alpha, 0)
+			for r := 0; r < rows; r++ {
+				dst := C[ci+r*ldc : ci+r*ldc+cols]
+				src := t[r*gemmNR : r*gemmNR+cols]
+				if bet == 0 {
+					copy(dst, src)
+				} else {
+					for j, v := range src {
+						dst[j] = v + bet*dst[j]
 					}
 				}
 			}
@@ -346,6 +353,10 @@ func (c *CPU) gemm(m, n, k int, A, B gemmSrc, C []float32, alpha, beta float32) 
 	if m*n*k < 1<<17 {
 		threads = 1
 	}
+	if n >= m && threads > 1 && k > 0 && (m+gemmMR)*k <= gemmSharedMax {
+		c.gemmSharedA(m, n, k, A, B, C, alpha, beta, threads)
+		return
+	}
 	// Split the longer side of C: each thread packs all of the other operand, so the redundant
 	// packing is of the smaller one.
 	splitN := n >= m
@@ -407,6 +418,80 @@ func gemmOut(C *Tensor, keep bool) (out []float32, done func()) {
 }
 
 var gemmScratch sync.Pool
+
+// gemmSharedMax bounds the packed copy of all of op(A) that gemmSharedA makes (floats).
+const gemmSharedMax = 1 << 22
+
+// gemmSharedA is the threaded product for C at least as wide as tall (the MLP's 128×1024 outputs):
+// all of op(A) is packed once, by all threads, into one shared buffer; then the threads take
+// chunks of C's columns from a counter, each packing its chunk of op(B) and running the kernel
+// over all rows. Taking chunks as they go (instead of halves) keeps both cores busy when one is
+// slowed by something else on the machine. Every element of C still sums over K in the same
+// order, so results do not depend on the schedule.
+func (c *CPU) gemmSharedA(m, n, k int, A, B gemmSrc, C []float32, alpha, beta float32, threads int) {
+	mp := (m + gemmMR - 1) / gemmMR * gemmMR
+	kb := (k + gemmKC - 1) / gemmKC
+	ap, _ := gemmScratch.Get().(*[]float32)
+	if ap == nil {
+		ap = new([]float32)
+	}
+	*ap = grow(*ap, kb*gemmKC*mp)
+	abuf := *ap
+	// Pack op(A): block q (depth rows q·KC..) at q·KC·mp, MR-row panels inside as packA lays out.
+	panels := mp / gemmMR
+	c.parallel(panels*kb, 1, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			q, p := t/panels, t%panels
+			pc := q * gemmKC
+			kc := min(gemmKC, k-pc)
+			i0 := p * gemmMR
+			packA(abuf[q*gemmKC*mp+i0*kc:], A, i0, min(gemmMR, m-i0), pc, kc)
+		}
+	})
+	units := (n + gemmNR - 1) / gemmNR
+	per := max(1, units/(threads*4)) // about four chunks per thread
+	chunks := (units + per - 1) / per
+	var next atomic.Int64
+	work := func() {
+		w := gemmPool.Get().(*gemmWS)
+		kern := gemmKern
+		for {
+			ch := int(next.Add(1) - 1)
+			if ch >= chunks {
+				break
+			}
+			j0 := ch * per * gemmNR
+			nc := min(per*gemmNR, n-j0)
+			for q := 0; q < kb; q++ {
+				pc := q * gemmKC
+				kc := min(gemmKC, k-pc)
+				w.b = grow(w.b, kc*per*gemmNR)
+				packB(w.b, B, pc, kc, j0, nc)
+				bet := beta
+				if q > 0 {
+					bet = 1
+				}
+				ab := abuf[q*gemmKC*mp:]
+				for ic := 0; ic < m; ic += gemmMC {
+					mc := min(gemmMC, m-ic)
+					w.macro(kern, kc, ab[ic*kc:], mc, w.b, nc, C, ic*n+j0, n, alpha, bet)
+				}
+			}
+		}
+		gemmPool.Put(w)
+	}
+	var wg sync.WaitGroup
+	for t := 1; t < min(threads, chunks); t++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			work()
+		}()
+	}
+	work()
+	wg.Wait()
+	gemmScratch.Put(ap)
+}
 
 type namedKernel struct {
 	name string
