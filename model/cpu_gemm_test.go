@@ -9,12 +9,16 @@ import (
 	"time"
 )
 
-// withKernel runs f with each micro-kernel this CPU has (AVX-512, AVX2, Go) installed.
+// withKernel runs f with each micro-kernel this CPU has (AVX-512, AVX2, Go) installed; with the
+// Go kernel the packing's transposes are the Go ones too (what a machine without AVX runs).
 func withKernel(t *testing.T, f func(t *testing.T)) {
-	saved := gemmKern
-	defer func() { gemmKern = saved }()
+	savedK, savedT := gemmKern, transpose8
+	defer func() { gemmKern, transpose8 = savedK, savedT }()
 	for _, k := range gemmKernels {
-		gemmKern = k.fn
+		gemmKern, transpose8 = k.fn, savedT
+		if k.name == "go" {
+			transpose8 = transpose8Go
+		}
 		t.Run(k.name, f)
 	}
 }
