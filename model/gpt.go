@@ -18,14 +18,22 @@ type GPTConfig struct {
 	// Checkpoint recomputes blocks in backward: 0 none, 1 every block, N every Nth (0, N, 2N, …).
 	// A checkpointed block keeps only its output (the next block's input).
 	Checkpoint int
+	// LossChunk is the rows of logits (of B·T) the head and loss hold at a time (loss.go:
+	// LMHeadLossForward); 0 = LMHeadChunkRows, about 128 MiB of logits. The full (B,T,V) logits
+	// are never kept.
+	LossChunk int
 }
 
 // GPT is GPT-2's architecture with pre-LN blocks:
 //
 //	x0 = dropout(wte[tokens] + wpe[t])                       (B,T,C)
 //	x_{l+1} = block_l(x_l)                                    (B,T,C)
-//	logits = lnf(x_L)·wteᵀ   (or lm_head when not tied)       (B,T,V)
+//	logits = lnf(x_L)·wteᵀ   (or lm_head when not tied)       (B,T,V), chunk by chunk
 //	loss = mean cross-entropy over targets ≥ 0                (1) f32
+//
+// Memory plan: a training forward keeps every block's activations (a checkpointed block only its
+// output) and lnf(x_L); the logits exist one chunk of LossChunk rows at a time, in forward and
+// again in backward, which recomputes them (loss.go). Nothing of size V·B·T is ever held.
 //
 // Dims: B batch, T sequence (≤ Context), C width, H heads, hs = C/H, V vocabulary.
 type GPT struct {
@@ -40,10 +48,9 @@ type GPT struct {
 
 	// state of the last forward
 	loss   *Tensor      // (1) f32
-	logits *Tensor      // (B,T,V); after Backward it holds dlogits and is gone
 	x0     *Tensor      // (B,T,C) embedding output (block 0's input)
 	acts   []*BlockActs // per block (training forward)
-	lnf    *Tensor      // (B,T,C) final LayerNorm output, lm_head input
+	lnf    *Tensor      // (B,T,C) final LayerNorm output, lm_head input; kept for Predict
 	meanf  *Tensor      // (B,T) f32
 	rstdf  *Tensor      // (B,T) f32
 	in     Inputs
@@ -222,6 +229,12 @@ func NewGPT(dev Device, cfg GPTConfig, seed uint64) (*GPT, error) {
 	if err := checkCommon("GPTConfig", cfg.Dropout, cfg.Compute, cfg.Checkpoint); err != nil {
 		return nil, err
 	}
+	if cfg.LossChunk < 0 {
+		return nil, fmt.Errorf("model: GPTConfig.LossChunk = %d: want rows > 0, or 0 for the default", cfg.LossChunk)
+	}
+	if cfg.LossChunk == 0 {
+		cfg.LossChunk = LMHeadChunkRows(cfg.Vocab, cfg.Compute)
+	}
 	const std = 0.02
 	projStd := float32(std / math.Sqrt(2*float64(cfg.Layers)))
 	m := &GPT{Cfg: cfg, dev: dev, ps: NewParams(dev), seed: seed}
@@ -252,7 +265,7 @@ func (m *GPT) Forward(in Inputs, train bool) *Tensor {
 	if in.Tokens == nil || in.Targets == nil {
 		panic("model: GPT.Forward needs Inputs.Tokens and Inputs.Targets")
 	}
-	B, T, C, V := in.Tokens.Dim(0), in.Tokens.Dim(1), m.Cfg.Width, m.Cfg.Vocab
+	B, T, C := in.Tokens.Dim(0), in.Tokens.Dim(1), m.Cfg.Width
 	if T > m.Cfg.Context {
 		panic(fmt.Sprintf("model: GPT.Forward: sequence of %d tokens is longer than Context = %d", T, m.Cfg.Context))
 	}
@@ -298,27 +311,26 @@ func (m *GPT) Forward(in Inputs, train bool) *Tensor {
 	m.meanf = dev.Alloc(F32, "lnf.mean", B, T)
 	m.rstdf = dev.Alloc(F32, "lnf.rstd", B, T)
 	m.LnF.Forward(m.lnf, m.meanf, m.rstdf, x)
-	if !train {
-		dev.Free(x)
-	}
-	m.logits = dev.Alloc(dt, "logits", B, T, V)
-	if m.Head != nil {
-		m.Head.Forward(m.logits, m.lnf)
-	} else {
-		LinearForward(dev, m.logits, m.lnf, m.Emb.WTE.Compute(), nil)
-	}
-	if !train {
-		freeAll(dev, m.lnf, m.meanf, m.rstdf)
-		m.lnf, m.meanf, m.rstdf = nil, nil, nil
+	if !train { // lnf stays for Predict
+		freeAll(dev, x, m.meanf, m.rstdf)
+		m.meanf, m.rstdf = nil, nil
 	}
 	losses := dev.Alloc(F32, "losses", B*T)
-	CrossEntropyForward(dev, m.loss, losses, m.logits, in.Targets, m.count)
+	LMHeadLossForward(dev, m.loss, losses, m.lnf, m.headW(), in.Targets, m.count, m.Cfg.LossChunk)
 	dev.Free(losses)
 	return m.loss
 }
 
-// Backward: gradients of scale·loss. The logits buffer becomes dlogits (so Predict must come
-// before Backward); checkpointed blocks are recomputed from their inputs.
+// headW is the output projection (V,C) in the compute dtype: lm_head, or wte when tied.
+func (m *GPT) headW() *Tensor {
+	if m.Head != nil {
+		return m.Head.W.Compute()
+	}
+	return m.Emb.WTE.Compute()
+}
+
+// Backward: gradients of scale·loss. The head's logits are recomputed chunk by chunk (Predict must
+// come before Backward, which frees lnf); checkpointed blocks are recomputed from their inputs.
 func (m *GPT) Backward(scale float32) {
 	if !m.train {
 		panic("model: GPT.Backward without a training Forward")
@@ -326,16 +338,14 @@ func (m *GPT) Backward(scale float32) {
 	dev, dt := m.dev, m.Cfg.Compute
 	B, T, C := m.in.Tokens.Dim(0), m.in.Tokens.Dim(1), m.Cfg.Width
 
-	dlogits := m.logits // reused in place: (B,T,V) logits are the largest activation
-	m.logits = nil
-	CrossEntropyBackward(dev, dlogits, dlogits, m.in.Targets, scale, m.count)
 	dlnf := dev.Alloc(dt, "dlnf", B, T, C)
 	if m.Head != nil {
-		m.Head.Backward(dlnf, dlogits, m.lnf)
+		LMHeadLossBackward(dev, dlnf, m.Head.W.G, m.lnf, m.headW(), m.in.Targets, scale, m.count, m.Cfg.LossChunk)
+		m.Head.W.Ready()
 	} else { // wte's gradient completes in the embedding's backward, which fires Ready
-		LinearBackward(dev, dlnf, m.Emb.WTE.G, nil, dlogits, m.lnf, m.Emb.WTE.Compute())
+		LMHeadLossBackward(dev, dlnf, m.Emb.WTE.G, m.lnf, m.headW(), m.in.Targets, scale, m.count, m.Cfg.LossChunk)
 	}
-	freeAll(dev, dlogits, m.lnf)
+	dev.Free(m.lnf)
 
 	dres := dev.Alloc(dt, "dresid", B, T, C) // gradient of the residual stream, block by block
 	dev.Fill(dres, 0)
@@ -364,13 +374,13 @@ func (m *GPT) Backward(scale float32) {
 	m.train = false
 }
 
-// Predict: out (B·T) i32 = argmax of the last Forward's logits. The logits are consumed by
-// Backward, so call it between Forward and Backward (or after an evaluation Forward).
+// Predict: out (B·T) i32 = argmax of the last Forward's logits, recomputed chunk by chunk from
+// lnf. Backward frees lnf, so call it between Forward and Backward (or after an evaluation Forward).
 func (m *GPT) Predict(out *Tensor) {
-	if m.logits == nil {
-		panic("model: GPT.Predict needs the logits of a Forward not yet followed by Backward")
+	if m.lnf == nil {
+		panic("model: GPT.Predict needs a Forward not yet followed by Backward")
 	}
-	m.dev.ArgMax(out, m.logits.Reshape(m.logits.Len()/m.Cfg.Vocab, m.Cfg.Vocab))
+	LMHeadArgMax(m.dev, out, m.lnf, m.headW(), m.Cfg.LossChunk)
 }
 
 // release frees what the previous forward kept.
@@ -383,8 +393,8 @@ func (m *GPT) release() {
 		freeAll(dev, a.LN1, a.Mean1, a.Rstd1, a.Res1, a.LN2, a.Mean2, a.Rstd2, a.FC, a.Gelu, a.Out)
 	}
 	m.acts = m.acts[:0]
-	freeAll(dev, m.x0, m.lnf, m.meanf, m.rstdf, m.logits)
-	m.x0, m.lnf, m.meanf, m.rstdf, m.logits = nil, nil, nil, nil, nil
+	freeAll(dev, m.x0, m.lnf, m.meanf, m.rstdf)
+	m.x0, m.lnf, m.meanf, m.rstdf = nil, nil, nil, nil
 	m.train = false
 }
 

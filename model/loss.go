@@ -42,3 +42,67 @@ func CountTargets(targets *Tensor) int {
 	}
 	return n
 }
+
+// ---- the language-model head and its loss, chunk by chunk ----
+//
+// logits = x·wᵀ is (R,V): for GPT-2 small at batch 16 that is 16384 × 50304 values, 1.6 GB in f16
+// and the largest activation of the model by far. The head and the loss therefore run over row
+// chunks of at most `chunk` rows and never hold more than one chunk's logits: forward computes each
+// chunk's logits, its per-row losses and drops them; backward recomputes each chunk's logits (one
+// more head GEMM: 2·R·C·V FLOPs), turns them into dlogits in place and multiplies them out into dx
+// and dw. The memory plan is R·4 bytes of per-row losses instead of R·V logits; the price is the
+// recomputed GEMM.
+
+// LMHeadChunkRows is the default chunk: rows whose logits take about 128 MiB in dt.
+func LMHeadChunkRows(vocab int, dt DType) int {
+	return max(1, (128<<20)/(vocab*dt.Size()))
+}
+
+// LMHeadLossForward: loss (1) f32 = Σ_rows −log softmax(x·wᵀ)[target] / count.
+// x (R,C) f32 or f16 (the logits take its dtype), w (V,C), targets (R) i32 (negative = ignore),
+// losses (R) f32 scratch, count as in CrossEntropyForward, chunk rows at a time.
+func LMHeadLossForward(dev Device, loss, losses, x, w, targets *Tensor, count, chunk int) {
+	R, C, V := x.Rows(), x.Cols(), w.Dim(0)
+	x2, t1 := x.Reshape(R, C), targets.Reshape(R)
+	for r0 := 0; r0 < R; r0 += chunk {
+		n := min(chunk, R-r0)
+		logits := dev.Alloc(x.DType(), "logits.chunk", n, V)
+		LinearForward(dev, logits, x2.View(r0*C, n, C), w, nil)
+		dev.CrossEntropy(losses.View(r0, n), logits, t1.View(r0, n))
+		dev.Free(logits)
+	}
+	dev.Fill(loss, 0)
+	dev.Sum(loss, losses)
+	if count > 0 {
+		dev.Scale(loss, 1/float32(count))
+	}
+}
+
+// LMHeadLossBackward: dx (R,C) (overwritten) and dw (V,C) f32 (accumulates) of dloss·loss, with
+// x, w, targets, count and chunk as in the forward, whose logits it recomputes chunk by chunk.
+func LMHeadLossBackward(dev Device, dx, dw, x, w, targets *Tensor, dloss float32, count, chunk int) {
+	R, C, V := x.Rows(), x.Cols(), w.Dim(0)
+	x2, dx2, t1 := x.Reshape(R, C), dx.Reshape(R, C), targets.Reshape(R)
+	for r0 := 0; r0 < R; r0 += chunk {
+		n := min(chunk, R-r0)
+		xc := x2.View(r0*C, n, C)
+		dlogits := dev.Alloc(x.DType(), "dlogits.chunk", n, V)
+		LinearForward(dev, dlogits, xc, w, nil) // the chunk's logits again
+		CrossEntropyBackward(dev, dlogits, dlogits, t1.View(r0, n), dloss, count)
+		LinearBackward(dev, dx2.View(r0*C, n, C), dw, nil, dlogits, xc, w)
+		dev.Free(dlogits)
+	}
+}
+
+// LMHeadArgMax: out (R) i32 = argmax over V of x·wᵀ, chunk rows at a time.
+func LMHeadArgMax(dev Device, out, x, w *Tensor, chunk int) {
+	R, C, V := x.Rows(), x.Cols(), w.Dim(0)
+	x2, o1 := x.Reshape(R, C), out.Reshape(R)
+	for r0 := 0; r0 < R; r0 += chunk {
+		n := min(chunk, R-r0)
+		logits := dev.Alloc(x.DType(), "logits.chunk", n, V)
+		LinearForward(dev, logits, x2.View(r0*C, n, C), w, nil)
+		dev.ArgMax(o1.View(r0, n), logits)
+		dev.Free(logits)
+	}
+}
