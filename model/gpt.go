@@ -47,15 +47,15 @@ type GPT struct {
 	seed   uint64
 
 	// state of the last forward
-	loss   *Tensor      // (1) f32
-	x0     *Tensor      // (B,T,C) embedding output (block 0's input)
-	acts   []*BlockActs // per block (training forward)
-	lnf    *Tensor      // (B,T,C) final LayerNorm output, lm_head input; kept for Predict
-	meanf  *Tensor      // (B,T) f32
-	rstdf  *Tensor      // (B,T) f32
-	in     Inputs
-	count  int
-	train  bool
+	loss  *Tensor      // (1) f32
+	x0    *Tensor      // (B,T,C) embedding output (block 0's input)
+	acts  []*BlockActs // per block (training forward)
+	lnf   *Tensor      // (B,T,C) final LayerNorm output, lm_head input; kept for Predict
+	meanf *Tensor      // (B,T) f32
+	rstdf *Tensor      // (B,T) f32
+	in    Inputs
+	count int
+	train bool
 }
 
 // Block is one pre-LN transformer block:
