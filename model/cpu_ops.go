@@ -46,8 +46,7 @@ func (c *CPU) GELU(y, x *Tensor) {
 	ys := outBuf(y, false)
 	c.parallel(len(ys), 4096, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			v := float64(xs[i])
-			ys[i] = float32(0.5 * v * (1 + math.Tanh(geluK*(v+0.044715*v*v*v))))
+			ys[i] = geluf(xs[i])
 		}
 	})
 	commit(y, ys)
@@ -59,12 +58,7 @@ func (c *CPU) GELUBackward(dx, dy, x *Tensor) {
 	out := outBuf(dx, false)
 	c.parallel(len(out), 4096, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			v := float64(xs[i])
-			u := geluK * (v + 0.044715*v*v*v)
-			t := math.Tanh(u)
-			sech2 := 1 - t*t
-			g := 0.5*(1+t) + 0.5*v*sech2*geluK*(1+3*0.044715*v*v)
-			out[i] = float32(g * float64(ds[i]))
+			out[i] = geluGradf(xs[i]) * ds[i]
 		}
 	})
 	commit(dx, out)
@@ -265,7 +259,7 @@ func (c *CPU) Softmax(y, x *Tensor, scale float32, causal bool) {
 			}
 			var s float32
 			for j, v := range row[:n] {
-				e := float32(math.Exp(float64(v*scale - mx)))
+				e := expf(v*scale - mx)
 				out[j] = e
 				s += e
 			}
@@ -399,7 +393,7 @@ func (c *CPU) CrossEntropy(losses, logits, targets *Tensor) {
 			}
 			var s float64
 			for _, x := range row {
-				s += math.Exp(float64(x - mx))
+				s += float64(expf(x - mx))
 			}
 			out[i] = float32(math.Log(s) - float64(row[t]-mx))
 		}
@@ -424,13 +418,15 @@ func (c *CPU) CrossEntropyBackward(dlogits, logits, targets *Tensor, scale float
 			for _, x := range row {
 				mx = max(mx, x)
 			}
-			var s float64
-			for _, x := range row {
-				s += math.Exp(float64(x - mx))
-			}
-			inv := 1 / s
+			var s float32
 			for j, x := range row {
-				orow[j] = scale * float32(math.Exp(float64(x-mx))*inv)
+				e := expf(x - mx)
+				orow[j] = e
+				s += e
+			}
+			inv := scale / s
+			for j := range orow {
+				orow[j] *= inv
 			}
 			orow[t] -= scale
 		}
