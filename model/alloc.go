@@ -118,7 +118,27 @@ type Pool struct {
 	stats  MemStats
 	// freeOnCard, when set, reports the card's free memory for OOM messages.
 	freeOnCard func() int64
+	// observe, when set, sees every Get and Put (SetObserver).
+	observe func(AllocEvent)
 }
+
+// AllocEvent is one allocation or free as the pool saw it, for memory timelines (--memory-plot).
+type AllocEvent struct {
+	Free      bool   // a Put; otherwise a Get
+	Tag       string // the block's tag
+	Bytes     int64  // the block's size class
+	Allocated int64  // the pool's allocated bytes after the event
+}
+
+// Observable is an optional Device ability: SetObserver(f) makes the device call f after every
+// Alloc and Free, on the goroutine driving the device (nil removes it). f must not allocate on
+// that device.
+type Observable interface {
+	SetObserver(f func(AllocEvent))
+}
+
+// SetObserver installs f (nil removes it); see Observable.
+func (p *Pool) SetObserver(f func(AllocEvent)) { p.observe = f }
 
 // NewPool makes a pool over raw/drop for the named device.
 func NewPool(device string, raw func(int64) (Buffer, error), drop func(Buffer)) *Pool {
@@ -158,6 +178,9 @@ func (p *Pool) Get(bytes int64, tag string, dt DType, shape []int) Buffer {
 		p.stats.Peak = p.stats.Allocated
 	}
 	p.live[b] = LiveBlock{Tag: tag, DType: dt, Shape: append([]int(nil), shape...), Bytes: class}
+	if p.observe != nil {
+		p.observe(AllocEvent{Tag: tag, Bytes: class, Allocated: p.stats.Allocated})
+	}
 	return b
 }
 
@@ -181,6 +204,9 @@ func (p *Pool) Put(b Buffer) {
 	p.stats.Allocated -= blk.Bytes
 	p.stats.Cached += blk.Bytes
 	p.stats.Frees++
+	if p.observe != nil {
+		p.observe(AllocEvent{Free: true, Tag: blk.Tag, Bytes: blk.Bytes, Allocated: p.stats.Allocated})
+	}
 }
 
 // EmptyCache returns every cached block to the system.
