@@ -282,6 +282,16 @@ func Run(ctx context.Context, o Options) error {
 			printFailure(stderr, f)
 		}
 		reportEnd(rdzv, attempt, end)
+		// Multi-host: a dead peer breaks the ring before gossip declares it dead; name it.
+		if lx, ok := rdzv.(LossExplainer); ok {
+			if lost := lx.ExplainFailure(ctx, attempt); lost != nil {
+				var le *LostError
+				if !errors.As(end, &le) || le.Err.Error() != lost.Error() {
+					end = &LostError{Err: lost}
+					log.Error("ddplaunch: " + end.Error())
+				}
+			}
+		}
 		if attempt >= o.MaxRestarts {
 			if o.MaxRestarts > 0 {
 				log.Error("ddplaunch: no restart left", "max_restarts", o.MaxRestarts)

@@ -50,6 +50,15 @@ type AttemptReporter interface {
 	ReportEnd(attempt int, err error)
 }
 
+// LossExplainer is an optional capability of a multi-host Rendezvous. When an attempt fails on
+// this host (a worker failed, or Lost reported another host's failure), Run asks it after ReportEnd
+// whether a lost host explains the failure: a dead peer usually breaks the workers' ring before
+// gossip declares it dead. ExplainFailure may wait up to the failure-detection bound; it returns
+// the loss (Run then reports that host as the cause) or nil when no host was lost.
+type LossExplainer interface {
+	ExplainFailure(ctx context.Context, attempt int) error
+}
+
 // LocalRendezvous is the single-host Rendezvous: node rank 0 of 1, the master on this host.
 // With Port 0 every attempt gets a fresh free port, so a restart never races the previous
 // attempt's socket in TIME_WAIT. The token is drawn once, in NewLocalRendezvous, and kept for
