@@ -70,8 +70,10 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 		}
 		defer group.Close()
 	}
-	if err := cfg.ResolveBatch(env.WorldSize); err != nil {
-		return nil, err
+	if !cfg.Train.MicroBatchAuto { // auto: resolved by the search below (autobatch.go)
+		if err := cfg.ResolveBatch(env.WorldSize); err != nil {
+			return nil, err
+		}
 	}
 
 	// ---- device, data, model, optimizer ----
@@ -99,6 +101,14 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 	}
 	defer scaler.Free()
 	defer opt2.Free()
+	// ---- memory: the budget, and micro_batch: auto (autobatch.go) before any state is loaded ----
+	if cfg.Train.MicroBatchAuto {
+		if err := autoMicroBatch(ctx, dev, cfg, m, opt2, scaler, group, trainSet.Len()/env.WorldSize, log); err != nil {
+			return nil, err
+		}
+	} else if cfg.Train.MemoryBudgetBytes > 0 {
+		dev.SetLimit(cfg.Train.MemoryBudgetBytes)
+	}
 	wire, err := allreduce.ParseWire(cfg.WireFormat())
 	if err != nil {
 		return nil, fmt.Errorf("worker: ddp.wire: %w", err)

@@ -1,0 +1,178 @@
+package worker
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/goddp/goddp/allreduce"
+	"github.com/goddp/goddp/model"
+)
+
+func TestSearchMaxFit_doublingThenBisection(t *testing.T) {
+	for _, tc := range []struct{ threshold, limit, want int }{
+		{0, 64, 0}, {1, 64, 1}, {2, 64, 2}, {3, 64, 3}, {5, 64, 5}, {13, 64, 13}, {64, 64, 64}, {100, 64, 64}, {97, 200, 97}, {7, 7, 7}, {50, 7, 7},
+	} {
+		var tried []int
+		got, err := searchMaxFit(tc.limit, func(b int) (bool, error) {
+			if b < 1 || b > tc.limit {
+				t.Fatalf("tried %d outside [1,%d]", b, tc.limit)
+			}
+			tried = append(tried, b)
+			return b <= tc.threshold, nil
+		})
+		if err != nil || got != tc.want {
+			t.Errorf("threshold %d limit %d: got %d (%v), want %d; tried %v", tc.threshold, tc.limit, got, err, tc.want, tried)
+		}
+		if len(tried) > 16 {
+			t.Errorf("threshold %d: %d trials: %v", tc.threshold, len(tried), tried)
+		}
+	}
+}
+
+func TestDivisorAtMost(t *testing.T) {
+	for _, tc := range []struct{ n, b, want int }{{512, 97, 64}, {512, 600, 512}, {96, 40, 32}, {7, 6, 1}, {12, 12, 12}, {1, 5, 1}} {
+		if got := divisorAtMost(tc.n, tc.b); got != tc.want {
+			t.Errorf("divisorAtMost(%d, %d) = %d, want %d", tc.n, tc.b, got, tc.want)
+		}
+	}
+}
+
+// tinyGPT is configs/opticks-gpt-tiny.yaml made smaller, with sets on top.
+func tinyGPT(t *testing.T, sets ...string) *Config {
+	t.Helper()
+	cfg, err := LoadConfig(filepath.Join("..", "configs", "opticks-gpt-tiny.yaml"),
+		append([]string{"model.layers=2", "model.width=64", "model.context=32", "train.max_steps=2", "train.eval_batches=2"}, sets...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// On the CPU device under a budget: the batch found fits, one more does not, the out-of-memory
+// trials on the way left nothing behind, and the search agrees with trying every batch in turn.
+func TestAutoBatch_findsLargestUnderBudget(t *testing.T) {
+	for _, sets := range [][]string{
+		{"precision=fp32"},
+		{"precision=fp16", "model.checkpoint=blocks"},
+		{"precision=fp32", "model.kind=mlp", "model.widths=[784,256,10]", "data.kind=mnist"},
+	} {
+		cfg := tinyGPT(t, sets...)
+		dev := model.NewCPU()
+		m, err := buildModel(dev, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opt, err := buildOptimizer(cfg, m.Params())
+		if err != nil {
+			t.Fatal(err)
+		}
+		scaler, err := buildScaler(dev, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := dev.Stats().Allocated
+		dev.SetLimit(base + 3<<20)
+		const limit = 4096
+		b, trials, err := findMicroBatch(dev, cfg, m, opt, scaler, limit)
+		if err != nil {
+			t.Fatalf("%v: %v", sets, err)
+		}
+		if dev.Stats().Allocated != base {
+			t.Fatalf("%v: %s left after the search:\n%s", sets, model.FormatBytes(dev.Stats().Allocated-base), model.MemorySummary(dev))
+		}
+		sawOOM := false
+		for _, tr := range trials {
+			sawOOM = sawOOM || !tr.Fits
+		}
+		if !sawOOM || b < 2 || b >= limit {
+			t.Fatalf("%v: found %d after trials %+v: want an out-of-memory trial and 2 ≤ b < %d", sets, b, trials, limit)
+		}
+		r := &trialRunner{dev: dev, cfg: cfg, m: m, opt: opt, scaler: scaler}
+		for _, c := range []struct {
+			b    int
+			fits bool
+		}{{b, true}, {b + 1, false}} {
+			tr, err := r.step(c.b)
+			if err != nil || tr.Fits != c.fits {
+				t.Errorf("%v: trial at %d: fits %v (%v), want %v", sets, c.b, tr.Fits, err, c.fits)
+			}
+		}
+		if opt.Steps() != 0 {
+			t.Errorf("%v: optimizer steps %d after the search, want 0", sets, opt.Steps())
+		}
+		t.Logf("%v: micro-batch %d under %s (%d trials)", sets, b, budgetName(dev), len(trials))
+		scaler.Free()
+		opt.Free()
+		m.Free()
+	}
+}
+
+// A whole run with micro_batch: auto and a global batch: the micro-batch found times the
+// accumulation steps is the global batch, and the weights did not move during the search (the
+// run equals the same run with that micro-batch given).
+func TestAutoBatch_runResolvesAccumulation(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	auto := tinyGPT(t, "train.micro_batch=auto", "train.global_batch=64", "train.memory_budget=12MiB")
+	sum, err := Run(context.Background(), auto, Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.MicroBatch*sum.GradAccumSteps != 64 || sum.MicroBatch >= 64 || sum.MicroBatch < 2 {
+		t.Fatalf("micro_batch %d × grad_accum_steps %d: want 64 with accumulation", sum.MicroBatch, sum.GradAccumSteps)
+	}
+	fixed := tinyGPT(t, "train.global_batch=64", "train.micro_batch="+strconv.Itoa(sum.MicroBatch))
+	ref, err := Run(context.Background(), fixed, Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref.ParamSHA256 != sum.ParamSHA256 {
+		t.Errorf("auto run's weights %s differ from the fixed run's %s", sum.ParamSHA256[:12], ref.ParamSHA256[:12])
+	}
+	t.Logf("auto: micro_batch %d × accum %d, peak %s", sum.MicroBatch, sum.GradAccumSteps, model.FormatBytes(sum.PeakMemoryBytes))
+}
+
+// Every rank uses the smallest micro-batch any rank found.
+func TestAgreeMin_acrossRanks(t *testing.T) {
+	const n = 3
+	nw := allreduce.NewInprocNetwork(n)
+	gs := make([]*allreduce.Group, n)
+	errs := make(chan error, n)
+	for r := range gs {
+		go func() {
+			var err error
+			gs[r], err = allreduce.NewGroup(context.Background(), allreduce.Config{Rank: r, WorldSize: n, Transport: nw.Transport(r),
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			errs <- err
+		}()
+	}
+	for range gs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() {
+		for _, g := range gs {
+			g.Close()
+		}
+	}()
+	found := []int{40, 17, 33}
+	got := make(chan int, n)
+	for r, g := range gs {
+		go func() {
+			v, err := agreeMin(context.Background(), g, found[r])
+			if err != nil {
+				t.Error(err)
+			}
+			got <- v
+		}()
+	}
+	for range gs {
+		if v := <-got; v != 17 {
+			t.Errorf("agreed %d, want 17", v)
+		}
+	}
+}
