@@ -128,6 +128,7 @@ type AllocEvent struct {
 	Tag       string // the block's tag
 	Bytes     int64  // the block's size class
 	Allocated int64  // the pool's allocated bytes after the event
+	Buffer    Buffer // the block itself (to tell blocks apart; only the device looks inside)
 }
 
 // Observable is an optional Device ability: SetObserver(f) makes the device call f after every
@@ -179,7 +180,7 @@ func (p *Pool) Get(bytes int64, tag string, dt DType, shape []int) Buffer {
 	}
 	p.live[b] = LiveBlock{Tag: tag, DType: dt, Shape: append([]int(nil), shape...), Bytes: class}
 	if p.observe != nil {
-		p.observe(AllocEvent{Tag: tag, Bytes: class, Allocated: p.stats.Allocated})
+		p.observe(AllocEvent{Tag: tag, Bytes: class, Allocated: p.stats.Allocated, Buffer: b})
 	}
 	return b
 }
@@ -205,7 +206,7 @@ func (p *Pool) Put(b Buffer) {
 	p.stats.Cached += blk.Bytes
 	p.stats.Frees++
 	if p.observe != nil {
-		p.observe(AllocEvent{Free: true, Tag: blk.Tag, Bytes: blk.Bytes, Allocated: p.stats.Allocated})
+		p.observe(AllocEvent{Free: true, Tag: blk.Tag, Bytes: blk.Bytes, Allocated: p.stats.Allocated, Buffer: b})
 	}
 }
 

@@ -20,6 +20,10 @@ func TestPool_observerSeesEveryAllocAndFree(t *testing.T) {
 		{Free: true, Tag: "h.0.fc", Bytes: 4096, Allocated: 512},
 	}
 	for i := range want {
+		if evs[i].Buffer == nil {
+			t.Errorf("event %d has no buffer", i)
+		}
+		evs[i].Buffer = nil
 		if evs[i] != want[i] {
 			t.Errorf("event %d = %+v, want %+v", i, evs[i], want[i])
 		}
