@@ -16,9 +16,10 @@ import (
 //
 // Transposes and f16 widening happen in the packing, so operands are read where they lie. The
 // micro-kernel is AVX-512 or AVX2+FMA assembly where the CPU has it (cpu_gemm_amd64.s) and plain
-// Go elsewhere; edge tiles go through a zero-padded MR×NR scratch tile. Threads split C by columns
-// (or by rows when C is taller than wide) and each runs the whole loop nest on its share with its
-// own packing buffers, so they never wait on each other.
+// Go elsewhere; edge tiles go through a zero-padded MR×NR scratch tile. Threads: a C at least as
+// wide as tall packs op(A) once, shared, and the threads take column chunks as they go
+// (gemmSharedA); a taller C is split by rows, each thread running the whole loop nest on its part
+// with its own packing buffers. docs/perf-cpu.md has the numbers.
 
 const (
 	gemmMR = 12   // rows of a micro-tile
