@@ -26,12 +26,15 @@ type Options struct {
 	TracePath    string // --trace: Chrome trace events
 	MemoryReport bool   // --memory-report
 	CheckLeaks   bool   // --check-leaks
+	MemoryPlot   string // --memory-plot: PNG of device memory over one step (memplot.go)
 	Logger       *slog.Logger
 	// FailAtStep, when > 0, makes the process exit with status 3 just before that step (tests of
 	// restarts; env DDP_FAIL_AT_STEP).
 	FailAtStep int
 	// InjectInfStep/InjectInfRank put +Inf into one gradient of that rank at that step (tests).
 	InjectInfStep, InjectInfRank int
+	// wrapModel, when set, wraps the model the run builds (tests: a planted leak).
+	wrapModel func(model.Model) model.Model
 }
 
 // Result is what a run ends with (also the metrics summary).
@@ -88,6 +91,9 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 	m, err := buildModel(dev, cfg)
 	if err != nil {
 		return nil, err
+	}
+	if opt.wrapModel != nil {
+		m = opt.wrapModel(m)
 	}
 	defer m.Free()
 	ps := m.Params()
@@ -184,6 +190,10 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 		}
 		lr := float64(sched(int64(step)))
 		baseline := dev.Stats().Allocated
+		var memRec *memTimeline // --memory-plot records the second step (the first allocates for good)
+		if opt.MemoryPlot != "" && env.Rank == 0 && step == min(st.firstStep()+1, total-1) {
+			memRec = recordMemory(dev)
+		}
 
 		// ==== TRAINING STEP BEGIN ====
 		ps.ZeroGrad()
@@ -239,6 +249,14 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 		dev.Sync()
 		trace.Span("optimizer", "compute", to, trace.Now(), map[string]any{"skipped": skipped})
 		// ==== TRAINING STEP END ====
+		if memRec != nil {
+			memRec.stop()
+			title := fmt.Sprintf("%s, %s, micro-batch %d × %d: memory over step %d", modelLine(cfg), cfg.Precision, b, k, step)
+			if err := memRec.writePNG(opt.MemoryPlot, title); err != nil {
+				return nil, err
+			}
+			log.Info("memory plot written", "path", opt.MemoryPlot, "events", len(memRec.events))
+		}
 
 		st.Step = step + 1
 		if skipped {

@@ -29,6 +29,7 @@ func main() {
 	fs.StringVar(&opt.TracePath, "trace", "", "write a Chrome trace-event timeline (Perfetto) to this file")
 	fs.BoolVar(&opt.MemoryReport, "memory-report", false, "print a memory breakdown after the first steps")
 	fs.BoolVar(&opt.CheckLeaks, "check-leaks", false, "fail when device memory is not back at its baseline after a step")
+	fs.StringVar(&opt.MemoryPlot, "memory-plot", "", "draw device memory over one training step, by layer, into this PNG")
 	keys := fs.Bool("keys", false, "list every config key and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: ddptrain --config FILE [--set key=value ...] [flags]\n\n%s", fs.FlagUsages())

@@ -1,0 +1,153 @@
+package worker
+
+// memplot.go: --memory-plot FILE.png, device memory over one training step. While the step runs,
+// the device reports every allocation and free (model.Observable); the plot has the allocated
+// total against the event number and, under it, the live bytes of each layer (tags grouped by
+// layer: "h.3.attn.q" → "h.3", "logits.chunk" → "logits"), so one sees the activations pile up
+// block by block in forward and drain in backward.
+
+import (
+	"fmt"
+	"image/color"
+	"sort"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/goddp/goddp/model"
+)
+
+// memTimeline records a device's allocation events.
+type memTimeline struct {
+	dev    model.Device
+	start  int64 // allocated bytes before the first event
+	events []model.AllocEvent
+}
+
+// recordMemory starts recording dev's allocation events (nil when the device cannot report them).
+func recordMemory(dev model.Device) *memTimeline {
+	obs, ok := dev.(model.Observable)
+	if !ok {
+		return nil
+	}
+	tl := &memTimeline{dev: dev, start: dev.Stats().Allocated}
+	obs.SetObserver(func(e model.AllocEvent) {
+		e.Buffer = nil // the timeline keeps no blocks alive in the caller's mind
+		tl.events = append(tl.events, e)
+	})
+	return tl
+}
+
+// stop ends the recording.
+func (tl *memTimeline) stop() {
+	if tl != nil {
+		tl.dev.(model.Observable).SetObserver(nil)
+	}
+}
+
+// layerOf groups a tag by layer: GPT blocks "h.N.…" → "h.N", MLP stages "fc.N…" → "fc.N", anything
+// else its first dotted part.
+func layerOf(tag string) string {
+	parts := strings.SplitN(tag, ".", 3)
+	if len(parts) >= 2 && (parts[0] == "h" || parts[0] == "fc") {
+		return parts[0] + "." + parts[1]
+	}
+	return parts[0]
+}
+
+// series turns the events into the allocated total and the live bytes per layer after each
+// event (index 0 is before the first), with the layers ordered by their highest live bytes.
+func (tl *memTimeline) series() (total []float64, layers map[string][]float64, order []string) {
+	n := len(tl.events) + 1
+	total = make([]float64, n)
+	layers = map[string][]float64{}
+	live := map[string]int64{}
+	high := map[string]int64{}
+	total[0] = float64(tl.start)
+	for i, e := range tl.events {
+		l := layerOf(e.Tag)
+		if _, ok := layers[l]; !ok {
+			layers[l] = make([]float64, n)
+		}
+		if e.Free {
+			live[l] -= e.Bytes
+		} else {
+			live[l] += e.Bytes
+		}
+		high[l] = max(high[l], live[l])
+		total[i+1] = float64(e.Allocated)
+		for name, s := range layers {
+			s[i+1] = float64(live[name])
+		}
+	}
+	for l := range layers {
+		order = append(order, l)
+	}
+	sort.Slice(order, func(i, j int) bool {
+		if high[order[i]] != high[order[j]] {
+			return high[order[i]] > high[order[j]]
+		}
+		return order[i] < order[j]
+	})
+	return total, layers, order
+}
+
+// writePNG draws the timeline: at most maxLayers layers get their own line (the largest), the
+// rest are left to the total.
+func (tl *memTimeline) writePNG(path, title string) error {
+	const maxLayers = 16
+	total, layers, order := tl.series()
+	const gib = 1 << 30
+	unit, unitName := float64(1<<20), "MiB"
+	if total[len(total)-1] > gib || maxOf(total) > gib {
+		unit, unitName = gib, "GiB"
+	}
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "allocation event in the step (allocs and frees in order)"
+	p.Y.Label.Text = "allocated (" + unitName + ")"
+	p.Legend.Top = true
+	p.Legend.Left = true
+	line := func(ys []float64) plotter.XYs {
+		xy := make(plotter.XYs, len(ys))
+		for i, y := range ys {
+			xy[i].X, xy[i].Y = float64(i), y/unit
+		}
+		return xy
+	}
+	tot, err := plotter.NewLine(line(total))
+	if err != nil {
+		return err
+	}
+	tot.Color, tot.Width = color.Black, vg.Points(2)
+	p.Add(tot)
+	p.Legend.Add("allocated (all)", tot)
+	for i, l := range order {
+		if i == maxLayers {
+			break
+		}
+		ln, err := plotter.NewLine(line(layers[l]))
+		if err != nil {
+			return err
+		}
+		ln.Color = plotutil.Color(i)
+		ln.Dashes = plotutil.Dashes(i / len(plotutil.DefaultColors))
+		p.Add(ln)
+		p.Legend.Add(l, ln)
+	}
+	if err := p.Save(12*vg.Inch, 7*vg.Inch, path); err != nil {
+		return fmt.Errorf("worker: --memory-plot: %w", err)
+	}
+	return nil
+}
+
+func maxOf(xs []float64) float64 {
+	m := 0.0
+	for _, x := range xs {
+		m = max(m, x)
+	}
+	return m
+}
