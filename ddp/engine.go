@@ -24,6 +24,9 @@ type Options struct {
 	// Trace, when set, receives forward/backward/all-reduce/optimizer spans.
 	Trace  *Trace
 	Logger *slog.Logger
+	// HostStaging keeps gradients on the host path (Download, all-reduce, Upload) even on a
+	// device that can stage them as f16 through pinned memory (engine_gpu.go).
+	HostStaging bool
 }
 
 // Engine averages a model's gradients across the ranks of a Comm. Methods other than those the
@@ -42,6 +45,8 @@ type Engine struct {
 	nextSend     int // buckets are handed to the comm goroutine in index order
 	staged       []bool
 	unusedWarned bool
+
+	gpu *gpuPath // the staged path (engine_gpu.go); nil on the host path
 
 	jobs      chan *bucket
 	results   chan error
@@ -87,6 +92,7 @@ func New(ps *model.Params, comm Comm, opts Options) *Engine {
 	e.staged = make([]bool, len(e.buckets))
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	if comm.Size() > 1 {
+		e.initStaging()
 		e.jobs = make(chan *bucket, len(e.buckets))
 		e.results = make(chan error, len(e.buckets))
 		e.wg.Add(1)
@@ -116,6 +122,9 @@ func (e *Engine) Close() {
 			close(e.jobs)
 		}
 		e.wg.Wait()
+		if e.gpu != nil {
+			e.gpu.stg.Close()
+		}
 	})
 	e.ps.OnGradReady = nil
 }
@@ -124,6 +133,10 @@ func (e *Engine) Close() {
 func (e *Engine) commLoop(jobs <-chan *bucket) {
 	defer e.wg.Done()
 	for b := range jobs {
+		if e.gpu != nil {
+			e.results <- e.reduceStaged(b)
+			continue
+		}
 		b.start = e.now()
 		err := e.comm.AllReduce(e.ctx, b.host, allreduce.Avg, e.opts.Wire)
 		b.end = e.now()
@@ -171,7 +184,11 @@ func (e *Engine) stage(b *bucket) {
 	if e.staged[b.index] {
 		return
 	}
-	e.dev.Download(b.host, b.view)
+	if e.gpu != nil {
+		e.gpu.stg.Stage(b.index, e.gpu.scale)
+	} else {
+		e.dev.Download(b.host, b.view)
+	}
 	e.staged[b.index] = true
 	for e.nextSend < len(e.buckets) && e.staged[e.nextSend] {
 		e.jobs <- e.buckets[e.nextSend]
@@ -211,8 +228,14 @@ func (e *Engine) Wait(ctx context.Context) error {
 		return first
 	}
 	var comm, hidden int64
+	if e.gpu != nil {
+		e.gpu.stg.Finish()
+	}
 	for _, b := range e.buckets {
-		e.dev.Upload(b.view, b.host)
+		if e.gpu == nil {
+			e.dev.Upload(b.view, b.host)
+		}
+		e.traceStaged(b)
 		comm += b.end - b.start
 		hidden += overlap(b.start, b.end, e.bwdStart, e.bwdEnd)
 		if e.opts.Trace != nil {

@@ -1,0 +1,135 @@
+package ddp
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/goddp/goddp/allreduce"
+	"github.com/goddp/goddp/model"
+)
+
+// The staged path: on a device that can stage gradients (model.GradStager, the CUDA device) and
+// with the f16 wire, a complete bucket never passes through a host f32 buffer. The training
+// goroutine enqueues a fused cast (f32 · 1/W → f16, on the compute stream) and an event-ordered
+// copy to pinned host memory (on a copy stream), and goes straight back to backward. The comm
+// goroutine waits for that one copy's event, all-reduces the pinned half buffer in place
+// (AllReduceF16 with Sum: the values are already divided by the world size; partial sums are f32,
+// the result is half and bit-identical on every rank), then enqueues the copy back and the widen
+// into the gradient slab on a return stream. Wait, once every bucket is back, makes the compute
+// stream wait for the return stream by event: the optimizer step is the first thing on the
+// compute stream that depends on communication.
+
+// f16Reducer is what the staged path needs of the process group beyond Comm; *allreduce.Group
+// has it.
+type f16Reducer interface {
+	AllReduceF16(ctx context.Context, buf []uint16, op allreduce.Op) error
+}
+
+var _ f16Reducer = (*allreduce.Group)(nil)
+
+// gpuPath is the engine's state for the staged path (nil on the host path).
+type gpuPath struct {
+	stg   model.GradStaging
+	red   f16Reducer
+	scale float32
+	// per bucket, this step: when the comm goroutine began waiting for the bucket's copy to
+	// pinned memory (its all-reduce starts when the copy has landed: bucket.start)
+	waitFrom []int64
+	elems    int64 // elements staged per step (the sum of the bucket sizes)
+}
+
+// initStaging switches the engine to the staged path when the device, the wire and the process
+// group allow it and Options.HostStaging does not forbid it.
+func (e *Engine) initStaging() {
+	if e.comm.Size() < 2 || e.opts.Wire != allreduce.WireF16 || e.opts.HostStaging {
+		return
+	}
+	gs, ok := e.dev.(model.GradStager)
+	if !ok {
+		return
+	}
+	red, ok := e.comm.(f16Reducer)
+	if !ok {
+		return
+	}
+	ranges := make([][2]int, len(e.buckets))
+	var elems int64
+	for i, b := range e.buckets {
+		ranges[i] = [2]int{b.lo, b.hi}
+		elems += int64(b.hi - b.lo)
+	}
+	stg, err := gs.NewGradStaging(e.ps.Grad, ranges)
+	if err != nil {
+		e.log.Warn("ddp: staging gradients on the device failed; using the host path", "err", err)
+		return
+	}
+	e.gpu = &gpuPath{stg: stg, red: red, scale: 1 / float32(e.comm.Size()), waitFrom: make([]int64, len(e.buckets)), elems: elems}
+	for _, b := range e.buckets {
+		b.host = nil // the host path's f32 buffers are not used
+	}
+	n := e.comm.Size()
+	e.log.Info("ddp: gradients leave the device as f16 through pinned memory",
+		"buckets", len(e.buckets), "pinned", model.FormatBytes(stg.PinnedBytes()), "device_f16", model.FormatBytes(stg.DeviceBytes()),
+		"pcie_bytes_per_step", model.FormatBytes(4*elems), // f16 down and up
+		"ring_bytes_sent_per_step", model.FormatBytes(2*elems*int64(2*(n-1))/int64(n)))
+}
+
+// Staged reports whether the engine uses the staged (device f16 + pinned memory) path.
+func (e *Engine) Staged() bool { return e.gpu != nil }
+
+// StagingBytes returns the staged path's pinned host and device f16 bytes (0, 0 on the host path).
+func (e *Engine) StagingBytes() (pinned, device int64) {
+	if e.gpu == nil {
+		return 0, 0
+	}
+	return e.gpu.stg.PinnedBytes(), e.gpu.stg.DeviceBytes()
+}
+
+// BytesPerStep says what one syncing step moves per rank: across PCIe between device and host
+// (both directions together: f16 on the staged path, f32 on the host path; meaningless on the
+// CPU device) and sent into the ring by this rank (2(W-1)/W of the buffer in the wire format).
+func (e *Engine) BytesPerStep() (pcie, ring int64) {
+	n := int64(e.comm.Size())
+	if n < 2 {
+		return 0, 0
+	}
+	var elems int64
+	for _, b := range e.buckets {
+		elems += int64(b.hi - b.lo)
+	}
+	w := int64(4)
+	if e.opts.Wire == allreduce.WireF16 {
+		w = 2
+	}
+	ring = w * elems * 2 * (n - 1) / n
+	if e.gpu != nil {
+		pcie = 4 * elems
+	} else {
+		pcie = 8 * elems // f32 down and up
+	}
+	return pcie, ring
+}
+
+// reduceStaged is the comm goroutine's work for one bucket on the staged path.
+func (e *Engine) reduceStaged(b *bucket) error {
+	g := e.gpu
+	g.waitFrom[b.index] = e.now()
+	buf := g.stg.Host(b.index)
+	b.start = e.now()
+	err := g.red.AllReduceF16(e.ctx, buf, allreduce.Sum)
+	b.end = e.now()
+	if err != nil {
+		return fmt.Errorf("ddp: all-reduce of gradient bucket %d (%s): %w", b.index, b.params[0].Name, err)
+	}
+	g.stg.Return(b.index)
+	return nil
+}
+
+// traceStaged adds the wait for bucket b's copy to pinned memory to the trace.
+func (e *Engine) traceStaged(b *bucket) {
+	if e.opts.Trace == nil || e.gpu == nil {
+		return
+	}
+	e.opts.Trace.Span(fmt.Sprintf("d2h wait bucket %d", b.index), "comm", e.gpu.waitFrom[b.index], b.start,
+		map[string]any{"bytes": (b.hi - b.lo) * 2})
+}
