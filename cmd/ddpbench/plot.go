@@ -59,7 +59,7 @@ type metricLine struct {
 
 type runMetrics struct {
 	train, eval, rate plotter.XYs
-	rateUnit         string
+	rateUnit          string
 }
 
 func readMetrics(path string) (*runMetrics, error) {
