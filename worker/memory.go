@@ -49,6 +49,9 @@ func memoryReport(dev model.Device, ps *model.Params, opt Optimizer) string {
 	row("activations + workspace at peak", activations)
 	fmt.Fprintf(&b, "  %-34s %12s\n", "peak allocated", model.FormatBytes(st.Peak))
 	fmt.Fprintf(&b, "  %-34s %12s\n", "fragmentation (reserved-allocated)", model.FormatBytes(st.Reserved-st.Allocated))
+	if gs, ok := dev.(model.GradStager); ok && gs.PinnedBytes() > 0 {
+		fmt.Fprintf(&b, "  %-34s %12s  (host, not device memory)\n", "pinned staging (ddp f16 gradients)", model.FormatBytes(gs.PinnedBytes()))
+	}
 	b.WriteString(model.MemorySummary(dev))
 	return b.String()
 }
