@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"unsafe"
+
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/worker/data"
 )
@@ -12,10 +14,13 @@ type inputs struct {
 	x, tokens, targets, pred *model.Tensor
 	features, T              int
 	cap                      int
+	// async, when the device has one, uploads from the batch's (pinned) buffers without blocking
+	// (pinned.go); the batch must then stay unreleased until the device has passed the copy.
+	async func(dst *model.Tensor, src unsafe.Pointer)
 }
 
 func newInputs(dev model.Device, cfg *Config, b int) *inputs {
-	in := &inputs{cap: b}
+	in := &inputs{cap: b, async: asyncUploader(dev)}
 	if cfg.Model.Kind == "gpt" {
 		in.T = cfg.Model.Context
 		in.tokens = dev.Alloc(model.I32, "batch.tokens", b, in.T)
@@ -37,16 +42,26 @@ func (in *inputs) upload(dev model.Device, b *data.Batch, seed uint64) int {
 	if in.tokens != nil {
 		tok := in.tokens.View(0, n, in.T)
 		tgt := in.targets.View(0, n, in.T)
-		dev.UploadI32(tok, b.Tokens[:n*in.T])
-		dev.UploadI32(tgt, b.Targets[:n*in.T])
+		if in.async != nil {
+			in.async(tok, unsafe.Pointer(unsafe.SliceData(b.Tokens)))
+			in.async(tgt, unsafe.Pointer(unsafe.SliceData(b.Targets)))
+		} else {
+			dev.UploadI32(tok, b.Tokens[:n*in.T])
+			dev.UploadI32(tgt, b.Targets[:n*in.T])
+		}
 		in.Tokens, in.Targets = tok, tgt
 		in.Valid = n * in.T
 		return n * in.T
 	}
 	x := in.x.View(0, n, in.features)
 	y := in.targets.View(0, n)
-	dev.Upload(x, b.X[:n*in.features])
-	dev.UploadI32(y, b.Y[:n])
+	if in.async != nil {
+		in.async(x, unsafe.Pointer(unsafe.SliceData(b.X)))
+		in.async(y, unsafe.Pointer(unsafe.SliceData(b.Y)))
+	} else {
+		dev.Upload(x, b.X[:n*in.features])
+		dev.UploadI32(y, b.Y[:n])
+	}
 	in.X, in.Targets = x, y
 	in.Valid = n
 	return n

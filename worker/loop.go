@@ -146,6 +146,7 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 	loader, err := data.NewLoader(trainSet, data.LoaderConfig{
 		MicroBatch: b, Accum: k, Rank: env.Rank, World: W, Seed: uint64(cfg.Seed),
 		Shuffle: cfg.Data.Shuffle, Workers: cfg.Data.Workers, Prefetch: cfg.Data.Prefetch, Start: st.Loader,
+		Alloc: batchAllocator(dev), // pinned host memory on a GPU (pinned.go)
 	})
 	if err != nil {
 		return nil, err
@@ -178,6 +179,7 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 	}
 	var lastLoss float64
 	tWindow, stepsWindow := time.Now(), 0
+	var dataWindow time.Duration // time the loop spent in loader.Next and issuing uploads
 	dev.ResetPeak()
 
 	for step := st.Step; step < total; step++ {
@@ -199,16 +201,18 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 		ps.ZeroGrad()
 		var stepLoss float64
 		for micro := 0; micro < k; micro++ {
+			td := time.Now()
 			batch, err := loader.Next(ctx)
 			if err != nil {
 				return nil, fmt.Errorf("worker: reading batch for step %d: %w", step, err)
 			}
 			in.upload(dev, batch, model.DeriveSeed(uint64(cfg.Seed), fmt.Sprint("drop", step, micro, env.Rank)))
-			loader.Release(batch)
+			dataWindow += time.Since(td)
 
 			t0 := trace.Now()
 			loss := m.Forward(in.Inputs, true)
 			dev.Download(lossHost, loss)
+			loader.Release(batch) // after a Download: the device has passed the (asynchronous) upload
 			stepLoss += float64(lossHost[0]) / float64(k)
 			t1 := trace.Now()
 			trace.Span("forward", "compute", t0, t1, map[string]any{"step": step, "micro": micro})
@@ -280,8 +284,9 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 			prog.Update(st.Step, stepLoss, sps, fmt.Sprintf("scale %.0f", scaler.Scale()))
 			metrics.Step(StepMetrics{Step: st.Step, Epoch: st.Step / loader.StepsPerEpoch(), Loss: stepLoss, LR: lr,
 				LossScale: float64(scaler.Scale()), Skipped: st.Skipped, SamplesPerSec: sps,
-				TokensPerSec: sps * float64(tokensPerSample), MemAllocatedBytes: ms.Allocated, MemPeakBytes: ms.Peak})
-			tWindow, stepsWindow = time.Now(), 0
+				TokensPerSec: sps * float64(tokensPerSample), MemAllocatedBytes: ms.Allocated, MemPeakBytes: ms.Peak,
+				StepMs: 1000 * secs / float64(stepsWindow), DataMs: float64(dataWindow.Microseconds()) / 1000 / float64(stepsWindow)})
+			tWindow, stepsWindow, dataWindow = time.Now(), 0, 0
 		}
 		if cfg.DDP.CheckEvery > 0 && st.Step%cfg.DDP.CheckEvery == 0 {
 			if _, err := eng.CheckReplicas(ctx, st.Step); err != nil {

@@ -33,6 +33,11 @@ type StepMetrics struct {
 	MemAllocatedBytes int64   `json:"mem_allocated_bytes"`
 	MemPeakBytes      int64   `json:"mem_peak_bytes"`
 	CommSeconds       float64 `json:"comm_seconds,omitempty"` // all-reduce time since the last line
+	// StepMs is the mean wall time of a step since the last line; DataMs the part of it the loop
+	// spent waiting for batches (loader.Next) and issuing their uploads: the device waits on data
+	// at most that long.
+	StepMs float64 `json:"step_ms,omitempty"`
+	DataMs float64 `json:"data_ms,omitempty"`
 }
 
 // EvalMetrics is one {"event":"eval"} line.
