@@ -14,19 +14,22 @@
 #
 # Run on the GPU host from the repository root inside the Go environment, e.g.
 #   bash .gpu/run bash scripts/bench-memory.sh
-#   BUDGET=16GiB  OUT=dir (default ./out/bench-memory)  SKIP_TORCH=1  SKIP_TESTS=1
+#   BUDGET=16GiB  OUT=dir (default ./out/bench-memory; logs, metrics, plots)  WORK=dir (binaries,
+#   data; default /tmp/goddp-bench-memory)  SKIP_TORCH=1  SKIP_TESTS=1
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUDGET=${BUDGET:-16GiB}
 OUT=${OUT:-out/bench-memory}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+WORK=${WORK:-/tmp/goddp-bench-memory}   # binaries and synthetic data (kept out of OUT)
+mkdir -p "$WORK"
 t0=$(date +%s)
 stamp() { echo "== [$(($(date +%s) - t0)) s] $*"; }
 
 stamp "build"
-bash scripts/cuda-env.sh go build -tags cuda -o "$OUT/ddptrain" ./cmd/ddptrain || { echo "build failed"; exit 1; }
-bash scripts/cuda-env.sh go build -o "$OUT/ddpbench" ./cmd/ddpbench || true
+bash scripts/cuda-env.sh go build -tags cuda -o "$WORK/ddptrain" ./cmd/ddptrain || { echo "build failed"; exit 1; }
+bash scripts/cuda-env.sh go build -o "$WORK/ddpbench" ./cmd/ddpbench || true
 
 if [ -z "${SKIP_TESTS:-}" ]; then
   stamp "GPU tests"
@@ -35,8 +38,8 @@ if [ -z "${SKIP_TESTS:-}" ]; then
 fi
 
 # Data: random text (byte-level, 8 MB: ~7000 windows of 1024) and MNIST-format random images.
-head -c 6000000 /dev/urandom | base64 -w 100 > "$OUT/text.txt"
-python3 - "$OUT/mnist" <<'EOF'
+head -c 6000000 /dev/urandom | base64 -w 100 > "$WORK/text.txt"
+python3 - "$WORK/mnist" <<'EOF'
 import os, struct, sys
 d = sys.argv[1]; os.makedirs(d, exist_ok=True)
 for name, n in (("train", 60000), ("t10k", 10000)):
@@ -48,7 +51,7 @@ EOF
 
 gpt() { # name, extra args...
   local name=$1; shift
-  "$OUT/ddptrain" --device cuda --config configs/gpt2-124m.yaml --set data.path="$OUT/text.txt" \
+  "$WORK/ddptrain" --device cuda --config configs/gpt2-124m.yaml --set data.path="$WORK/text.txt" \
     --set train.eval_batches=1 --set train.log_every=1 --set train.warmup_steps=2 \
     --metrics "$OUT/$name.jsonl" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
@@ -74,9 +77,9 @@ done
 grep -A12 '^memory report' "$OUT/b16-none.log" | head -14
 
 stamp "ours: MNIST MLP data loading"
-"$OUT/ddptrain" --device cuda --config configs/mnist-mlp.yaml --set data.path="$OUT/mnist" --set train.max_steps=400 \
+"$WORK/ddptrain" --device cuda --config configs/mnist-mlp.yaml --set data.path="$WORK/mnist" --set train.max_steps=400 \
   --set train.epochs=0 --set train.log_every=50 --metrics "$OUT/mnist.jsonl" > "$OUT/mnist.log" 2>&1; tail -1 "$OUT/mnist.log"
-"$OUT/ddpbench" plot "$OUT/b16-none.jsonl" -o "$OUT/b16-none-metrics.png" || true
+"$WORK/ddpbench" plot "$OUT/b16-none.jsonl" -o "$OUT/b16-none-metrics.png" || true
 
 if [ -z "${SKIP_TORCH:-}" ]; then
   stamp "PyTorch eager"
