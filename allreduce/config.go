@@ -152,6 +152,9 @@ func ConfigFromEnv() (Config, error) {
 		return cfg, fmt.Errorf("allreduce: environment variable RANK=%d is outside [0,%d) (WORLD_SIZE)", cfg.Rank, cfg.WorldSize)
 	}
 	cfg.Token = os.Getenv("DDP_TOKEN")
+	if cfg.TLS, err = TLSFromEnv(); err != nil { // config_env_tls.go (multi-host)
+		return cfg, err
+	}
 	if cfg.WorldSize == 1 {
 		return cfg, nil
 	}

@@ -21,6 +21,7 @@ const (
 	PhaseRunning  Phase = "run"  // its workers run Round with roster Prop
 	PhaseFailed   Phase = "fail" // Round ended in failure (Err says why)
 	PhaseDone     Phase = "done" // Round's workers all exited 0: the job is finished
+	PhaseLeaving  Phase = "bye"  // leaving the cluster cleanly (SIGTERM, or no restart left)
 )
 
 // NodeMeta is what each launcher tells the cluster about itself, as memberlist node metadata
@@ -40,7 +41,7 @@ type NodeMeta struct {
 	Phase Phase  `json:"s"`
 	Round int    `json:"k"`           // rendezvous round; attempts of the job, counted across hosts
 	Port  int    `json:"p"`           // its master-port candidate for Round, used if it gets node rank 0
-	Prev  int    `json:"o"`           // its node rank in the last round it ran, -1 before any
+	Prev  int    `json:"o"`           // its node rank in the round before Round (set on Wait), -1 before any
 	Prop  string `json:"q,omitempty"` // hash of the roster it proposes or runs (PhaseProposed/Running)
 	Err   string `json:"e,omitempty"` // why Round failed (PhaseFailed), at most 160 bytes
 }

@@ -248,16 +248,21 @@ func (r *MemberlistRendezvous) onEvent(ev MemberEvent) {
 			r.log.Info("ddplaunch: rendezvous: host joined", "peer", ev.Name, "addr", ev.Meta.Addr)
 		}
 		r.members[ev.Name] = ev.Meta
-		r.lose(r.core.PeerChanged(Member{Name: ev.Name, Meta: ev.Meta}))
+		err := r.core.PeerChanged(Member{Name: ev.Name, Meta: ev.Meta})
+		var hl *HostLostError
+		if errors.As(err, &hl) && r.hostLost == nil {
+			r.hostLost = err
+		}
+		r.lose(err)
 	case MemberDead, MemberLeft:
 		last, ok := r.members[ev.Name]
 		if !ok {
 			last = ev.Meta
 		}
 		delete(r.members, ev.Name)
-		err := r.core.PeerGone(ev.Name, last, ev.Kind == MemberLeft)
+		err := r.core.PeerGone(ev.Name, last, false)
 		how := "declared dead"
-		if ev.Kind == MemberLeft {
+		if last.Phase == PhaseLeaving || last.Phase == PhaseDone {
 			how = "left"
 		}
 		r.log.Warn("ddplaunch: rendezvous: host "+how, "peer", ev.Name)
@@ -308,6 +313,12 @@ func (r *MemberlistRendezvous) joinLoop(peers []string) {
 		}
 		if err != nil {
 			r.joinErr = err
+			if e := err.Error(); n == 0 && (strings.Contains(e, "decrypt") || strings.Contains(e, "ncrypt")) {
+				r.refused = fmt.Errorf("joining %v was refused: wrong or missing cluster key (%s): %v",
+					peers, "ours is "+KeyID(r.cfg.Key), strings.Join(strings.Fields(e), " "))
+				r.log.Error("ddplaunch: rendezvous: " + r.refused.Error())
+				refused = r.refused
+			}
 		}
 		r.mu.Unlock()
 		r.signal()
@@ -354,7 +365,9 @@ func (r *MemberlistRendezvous) Next(ctx context.Context, attempt int) (Assignmen
 	for {
 		r.mu.Lock()
 		before := r.core.Meta()
-		ro, err := r.core.Step(time.Now(), r.memberList())
+		ml := r.memberList()
+		ro, err := r.core.Step(time.Now(), ml)
+		view := fmt.Sprint(ml)
 		after := r.core.Meta()
 		refused, joinErr := r.refused, r.joinErr
 		var lost chan error
@@ -364,6 +377,7 @@ func (r *MemberlistRendezvous) Next(ctx context.Context, attempt int) (Assignmen
 		}
 		r.mu.Unlock()
 		if before != after {
+			r.log.Debug("ddplaunch: rendezvous: step", "phase", after.Phase, "round", after.Round, "prop", after.Prop, "port", after.Port, "view", view)
 			r.publish()
 		}
 		if err != nil {
@@ -410,7 +424,7 @@ func (r *MemberlistRendezvous) timeoutError(joinErr error) error {
 	defer r.mu.Unlock()
 	var seen []string
 	for _, m := range r.memberList() {
-		seen = append(seen, fmt.Sprintf("%s (%s round %d)", m.Name, m.Meta.Phase, m.Meta.Round))
+		seen = append(seen, fmt.Sprintf("%s (%s round %d %s)", m.Name, m.Meta.Phase, m.Meta.Round, m.Meta.Prop))
 	}
 	msg := fmt.Sprintf("launcher: rendezvous timed out after %v waiting for %d to %d hosts of job %q; this host sees %d other(s): %s",
 		r.cfg.RdzvTimeout, r.cfg.MinNodes, r.cfg.MaxNodes, r.cfg.Job, len(seen), strings.Join(seen, ", "))
@@ -477,6 +491,10 @@ func (r *MemberlistRendezvous) ExplainFailure(ctx context.Context, attempt int) 
 func (r *MemberlistRendezvous) Close() error {
 	r.closeOnce.Do(func() {
 		close(r.stopJoin)
+		r.mu.Lock()
+		r.core.Leave()
+		r.mu.Unlock()
+		r.publish() // the others learn "bye" before the leave, so they know it was clean
 		if err := r.ml.Leave(r.cfg.Cluster.LeaveTimeout); err != nil {
 			r.log.Debug("ddplaunch: rendezvous: leave", "err", err)
 		}

@@ -131,6 +131,8 @@ func (s *RdzvState) Wait(port int) {
 	if s.ran {
 		s.meta.Round++
 		s.ran = false
+		// Prev changes only between rounds: peers still agreeing on the old round sort by it.
+		s.meta.Prev = s.roster.NodeRank(s.Self)
 	}
 	s.meta.Phase, s.meta.Port, s.meta.Prop, s.meta.Err = PhaseWaiting, port, "", ""
 	s.quorumAt = time.Time{}
@@ -150,6 +152,13 @@ func (s *RdzvState) End(err error) {
 		msg = msg[:157] + "..."
 	}
 	s.meta.Phase, s.meta.Err = PhaseFailed, msg
+}
+
+// Leave marks this host as leaving cleanly, unless its job is done (a done host just goes).
+func (s *RdzvState) Leave() {
+	if s.meta.Phase != PhaseDone {
+		s.meta.Phase = PhaseLeaving
+	}
 }
 
 // Step applies the rule to members (the live hosts, this one included or not: its entry is
@@ -219,7 +228,7 @@ func (s *RdzvState) Step(now time.Time, members []Member) (*Roster, error) {
 			return nil, nil
 		}
 	}
-	s.meta.Phase, s.meta.Prev = PhaseRunning, ro.NodeRank(s.Self)
+	s.meta.Phase = PhaseRunning
 	s.ran = true
 	s.roster = ro
 	return ro, nil
@@ -241,6 +250,8 @@ func (s *RdzvState) PeerChanged(m Member) error {
 		return nil
 	}
 	switch {
+	case m.Meta.Phase == PhaseLeaving:
+		return &HostLostError{Host: ro.Describe(m.Name), Left: true}
 	case m.Meta.Round > ro.Round:
 		return &PeerFailedError{Host: ro.Describe(m.Name), Round: ro.Round, Reason: "it moved on to round " + strconv.Itoa(m.Meta.Round)}
 	case m.Meta.Round == ro.Round && m.Meta.Phase == PhaseFailed:
@@ -259,7 +270,7 @@ func (s *RdzvState) PeerGone(name string, last NodeMeta, left bool) error {
 	if last.Phase == PhaseDone && last.Round == ro.Round {
 		return nil // it finished; leaving is what it does next
 	}
-	return &HostLostError{Host: ro.Describe(name), Left: left}
+	return &HostLostError{Host: ro.Describe(name), Left: left || last.Phase == PhaseLeaving}
 }
 
 // makeRoster orders ready hosts, keeps the first max, and assigns node ranks.

@@ -31,6 +31,7 @@ const usageHead = `ddplaunch starts one worker process per GPU (or CPU slot) on 
 usage:
   ddplaunch --nproc-per-node N|gpu|cpu|auto [flags] PROGRAM [ARGS...]
   ddplaunch --nproc-per-node N --config configs/X.yaml [--set key=value ...] [-- DDPTRAIN-FLAGS...]
+  ddplaunch --nnodes M|MIN:MAX --join HOST[:7946],... [--cluster-key-file F] ... (one per host; docs/multihost.md)
 
 Flags stop at PROGRAM: everything after it belongs to the program. Each worker gets RANK,
 LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT, DDP_TOKEN,
@@ -44,7 +45,8 @@ type cli struct {
 	opts      launcher.Options
 	nproc     string
 	nnodes    string
-	nodeRank  int
+	nodeRank  string
+	multi     multiFlags
 	config    string
 	sets      []string
 	help      bool
@@ -66,8 +68,20 @@ func parseArgs(args []string, findTrainer func() (string, error)) (*cli, error) 
 	fs.DurationVar(&c.opts.Grace, "grace", 10*time.Second, "time workers have between SIGTERM and SIGKILL when stopped")
 	fs.StringVar(&c.config, "config", "", "run the built-in trainer ("+trainerName+") with this YAML config")
 	fs.StringArrayVar(&c.sets, "set", nil, "with --config: override a config key, key=value (repeatable)")
-	fs.StringVar(&c.nnodes, "nnodes", "1", "hosts in the job (multi-host is not implemented yet: 1 only)")
-	fs.IntVar(&c.nodeRank, "node-rank", 0, "this host's rank (multi-host is not implemented yet: 0 only)")
+	fs.StringVar(&c.nnodes, "nnodes", "1", "hosts in the job: M, or MIN:MAX for an elastic job (default $SLURM_NNODES)")
+	fs.StringVar(&c.nodeRank, "node-rank", "auto", "this host's rank, or auto (a stable order agreed by all hosts) (default $SLURM_NODEID)")
+	m := &c.multi
+	fs.StringSliceVar(&m.join, "join", nil, "multi-host: gossip address(es) of peers, host[:7946],...; a DNS name may resolve to several (default: first host of $SLURM_JOB_NODELIST)")
+	fs.StringVar(&m.rdzvID, "rdzv-id", "goddp", "multi-host: job id; hosts of other jobs are refused (default $SLURM_JOB_ID)")
+	fs.StringVar(&m.bind, "bind", "0.0.0.0:7946", "multi-host: gossip listen address ADDR:PORT")
+	fs.StringVar(&m.advertise, "advertise-addr", "", "multi-host: IP the other hosts reach this one at (default: the bind IP, else the route to --join)")
+	fs.StringVar(&m.keyFile, "cluster-key-file", "", "multi-host: file with the cluster key (base64 or hex, 16/24/32 bytes); default $"+launcher.EnvClusterKey)
+	fs.DurationVar(&m.rdzvTimeout, "rdzv-timeout", 15*time.Minute, "multi-host: how long a rendezvous round may wait for its hosts")
+	fs.DurationVar(&m.lastCall, "rdzv-last-call", 30*time.Second, "multi-host, --nnodes MIN:MAX: once MIN hosts are there, how long to wait for more")
+	fs.StringVar(&m.gossip, "gossip", "lan", "multi-host: failure-detection preset, lan (dead within ~13 s), wan, or local (~3 s)")
+	fs.StringVar(&m.tlsCert, "tls-cert", "", "multi-host: PEM certificate for the workers' gRPC data plane (with --tls-key and --tls-ca)")
+	fs.StringVar(&m.tlsKey, "tls-key", "", "multi-host: PEM private key of --tls-cert")
+	fs.StringVar(&m.tlsCA, "tls-ca", "", "multi-host: PEM CA bundle the peers' certificates must chain to")
 	c.usageText = usageHead + fs.FlagUsages()
 
 	if err := fs.Parse(args); errors.Is(err, pflag.ErrHelp) {
@@ -79,11 +93,8 @@ func parseArgs(args []string, findTrainer func() (string, error)) (*cli, error) 
 		}
 		return nil, err
 	}
-	if c.nnodes != "1" && c.nnodes != "1:1" {
-		return nil, fmt.Errorf("--nnodes %s: multi-host jobs are not implemented yet; only --nnodes 1", c.nnodes)
-	}
-	if c.nodeRank != 0 {
-		return nil, fmt.Errorf("--node-rank %d: with one host the node rank is 0", c.nodeRank)
+	if err := c.multi.resolve(fs, c, getenv); err != nil {
+		return nil, err
 	}
 	if c.opts.MaxRestarts < 0 {
 		return nil, fmt.Errorf("--max-restarts %d: want 0 or more", c.opts.MaxRestarts)
@@ -165,6 +176,15 @@ func run(args []string) int {
 	}
 	o := c.opts
 	o.NProcPerNode = nproc
+	if c.multi.enabled {
+		rdzv, env, err := c.multi.rendezvous(c, nproc, gpus)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "ddplaunch: %v\n", err)
+			return 2
+		}
+		o.Rendezvous = rdzv
+		o.Env = append(os.Environ(), env...)
+	}
 	o.VisibleGPUs = gpus
 	if v, ok := os.LookupEnv("CUDA_VISIBLE_DEVICES"); ok {
 		o.VisibleDevices = launcher.ParseVisibleDevices(v)

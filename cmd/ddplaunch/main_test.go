@@ -35,7 +35,7 @@ func TestParseArgs(t *testing.T) {
 		{args: []string{"--config", "c.yaml", "--trace", "t"}, find: trainer, wantErr: "go after --"},
 		{args: []string{"--set", "a=1", "prog"}, wantErr: "--set needs --config"},
 		{args: []string{"--nproc-per-node", "2"}, wantErr: "no PROGRAM"},
-		{args: []string{"--nnodes", "2", "prog"}, wantErr: "not implemented"},
+		{args: []string{"--nnodes", "2", "prog"}, wantErr: "needs --join"},
 		{args: []string{"--max-restarts", "-1", "prog"}, wantErr: "want 0 or more"},
 	}
 	for _, tt := range tests {
