@@ -19,7 +19,10 @@
 // Parameters (and on resume optimizer/scaler state) are broadcast from rank 0 at the start, and
 // every ddp.check_every steps CheckReplicas compares a hash of the parameters across ranks.
 //
-// Only the training goroutine touches the device; the comm goroutine sees host buffers only.
-// That is the same split the CUDA path uses (device→pinned host on the copy stream, ring,
-// host→device), so the engine works unchanged on both devices.
+// On the host path (the CPU device, or the f32 wire) only the training goroutine touches the
+// device; the comm goroutine sees host buffers only. On a device that can stage gradients
+// (model.GradStager: the CUDA device) with the f16 wire, engine_gpu.go takes the staged path: the
+// bucket is cast to f16 on the device and copied to pinned memory on a copy stream, the comm
+// goroutine waits for that copy's event, all-reduces the pinned halves and enqueues the copy back
+// and the widen into the slab; Wait only makes the compute stream wait for them by event.
 package ddp
