@@ -1,0 +1,5 @@
+//go:build race
+
+package netnstest
+
+const raceOn = true
