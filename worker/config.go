@@ -828,6 +828,9 @@ func (c *Config) Hash() string {
 	cc.Model.Widths = append([]int(nil), c.Model.Widths...)
 	cc.Data.Path, cc.Data.Workers, cc.Data.Prefetch = "", 0, 0
 	cc.Checkpoint.Dir = ""
+	if cc.Train.GlobalBatch > 0 { // accumulation follows from global_batch and the world size,
+		cc.Train.GradAccumSteps = 0 // which an elastic restart changes (issue 7)
+	}
 	cc.Train.LogEvery = 0
 	cc.Train.MemoryBudget, cc.Train.MemoryBudgetBytes = "", 0
 	var buf bytes.Buffer
