@@ -172,7 +172,7 @@ func (c *cluster) launch(e env, i int, extra ...string) *proc {
 	c.t.Helper()
 	args := []string{"netns", "exec", c.hosts[i], filepath.Join(e.bin, "ddplaunch"),
 		"--nproc-per-node", "2", "--join", c.addr(0) + ":7946", "--bind", c.addr(i) + ":7946",
-		"--gossip", "local", "--rdzv-id", "netns", "--rdzv-timeout", "60s", "--rdzv-last-call", "1s",
+		"--gossip", "local", "--rdzv-id", "netns", "--rdzv-timeout", "20s", "--rdzv-last-call", "1s",
 		"--grace", "2s", "--cluster-key-file", e.key}
 	args = append(args, extra...)
 	cmd := exec.Command("ip", args...)
