@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
 )
 
 const clusterKey = "c2VjcmV0LWtleS1mb3ItZ29kZHAtbmV0bnMtdGVzdHM=" // 32 bytes, base64
