@@ -114,6 +114,11 @@ type Config struct {
 	// AdvertiseAddr is the address other ranks dial for this rank's data plane. Default: the
 	// listener's address, with an unspecified host replaced by the address rank 0 saw us from.
 	AdvertiseAddr string
+	// TransportKind picks the network transport when Transport is nil: TransportGRPC ("grpc",
+	// the default: gRPC streams) or TransportTCP ("tcp": the same gRPC rendezvous and token, then
+	// frames on raw TCP connections, less CPU per byte; no TLS). ConfigFromEnv reads it from
+	// DDP_TRANSPORT. Every rank must use the same kind.
+	TransportKind string
 	// Transport, if set, is used instead of gRPC, and no rendezvous happens (the transport
 	// already knows every rank): NewInprocNetwork(n).Transport(rank) in tests.
 	Transport Transport
@@ -152,6 +157,10 @@ func ConfigFromEnv() (Config, error) {
 		return cfg, fmt.Errorf("allreduce: environment variable RANK=%d is outside [0,%d) (WORLD_SIZE)", cfg.Rank, cfg.WorldSize)
 	}
 	cfg.Token = os.Getenv("DDP_TOKEN")
+	cfg.TransportKind = os.Getenv(EnvTransport)
+	if _, err := transportKind(cfg.TransportKind); err != nil {
+		return cfg, fmt.Errorf("%w (environment variable %s)", err, EnvTransport)
+	}
 	if cfg.TLS, err = TLSFromEnv(); err != nil { // config_env_tls.go (multi-host)
 		return cfg, err
 	}
@@ -202,6 +211,11 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	kind, err := transportKind(cfg.TransportKind)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.TransportKind = kind
 	if cfg.WorldSize > 1 && cfg.Transport == nil && cfg.MasterAddr == "" {
 		return cfg, fmt.Errorf("allreduce: rank %d of %d needs MasterAddr (MASTER_ADDR:MASTER_PORT) or a Transport", cfg.Rank, cfg.WorldSize)
 	}

@@ -77,6 +77,12 @@ func NewGroup(ctx context.Context, cfg Config) (*Group, error) {
 	case cfg.WorldSize == 1:
 	case cfg.Transport != nil:
 		g.tr = cfg.Transport
+	case cfg.TransportKind == TransportTCP:
+		tr, err := newTCPTransport(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		g.tr = tr
 	default:
 		tr, err := newGRPCTransport(ctx, cfg)
 		if err != nil {

@@ -26,7 +26,10 @@ type discard struct{}
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // transportKinds: every group test runs over each.
-var transportKinds = []string{"inproc", "grpc"}
+var transportKinds = []string{"inproc", "grpc", "tcp"}
+
+// networked: a transport over sockets (slower to build; some tests use smaller worlds on it).
+func networked(kind string) bool { return kind != "inproc" }
 
 // newGroups builds an n-rank world over the given transport, closed at test end.
 func newGroups(t testing.TB, kind string, n int, mod func(*Config)) []*Group {
@@ -37,11 +40,14 @@ func newGroups(t testing.TB, kind string, n int, mod func(*Config)) []*Group {
 	switch kind {
 	case "inproc":
 		nw = NewInprocNetwork(n)
-	case "grpc":
+	case "grpc", "tcp":
 		master = freeAddr(t)
 	}
 	for r := range cfgs {
 		cfgs[r] = Config{Rank: r, WorldSize: n, MasterAddr: master, Token: "secret", Timeout: 5 * time.Second, Logger: quietLogger()}
+		if kind == "tcp" {
+			cfgs[r].TransportKind = TransportTCP
+		}
 		if nw != nil {
 			cfgs[r].Transport = nw.Transport(r)
 		}
@@ -212,15 +218,17 @@ func TestAllReduce_inproc(t *testing.T) {
 	}
 }
 
-func TestAllReduce_grpc(t *testing.T) {
-	for _, n := range []int{2, 3, 4} {
-		gs := newGroups(t, "grpc", n, func(c *Config) { c.ChunkBytes = 64 << 10 })
-		for _, size := range []int{1, 7, 1000, 1 << 18} {
-			for _, wire := range []Wire{WireF32, WireF16} {
-				t.Run(fmt.Sprintf("n%d/size%d/%s", n, size, wire), func(t *testing.T) {
-					checkAllReduce(t, gs, size, Sum, wire, true)
-					checkAllReduce(t, gs, size, Avg, wire, false)
-				})
+func TestAllReduce_network(t *testing.T) {
+	for _, kind := range []string{"grpc", "tcp"} {
+		for _, n := range []int{2, 3, 4} {
+			gs := newGroups(t, kind, n, func(c *Config) { c.ChunkBytes = 64 << 10 })
+			for _, size := range []int{1, 7, 1000, 1 << 18} {
+				for _, wire := range []Wire{WireF32, WireF16} {
+					t.Run(fmt.Sprintf("%s/n%d/size%d/%s", kind, n, size, wire), func(t *testing.T) {
+						checkAllReduce(t, gs, size, Sum, wire, true)
+						checkAllReduce(t, gs, size, Avg, wire, false)
+					})
+				}
 			}
 		}
 	}
@@ -229,7 +237,7 @@ func TestAllReduce_grpc(t *testing.T) {
 func TestAllReduceF16(t *testing.T) {
 	for _, kind := range transportKinds {
 		for _, n := range []int{1, 2, 3, 7} {
-			if kind == "grpc" && n > 3 {
+			if networked(kind) && n > 3 {
 				continue
 			}
 			gs := newGroups(t, kind, n, func(c *Config) { c.ChunkBytes = 1000 })
@@ -278,7 +286,7 @@ func TestAllReduce_specialsF16(t *testing.T) {
 func TestCollectives(t *testing.T) {
 	for _, kind := range transportKinds {
 		for _, n := range []int{1, 2, 3, 4, 7} {
-			if kind == "grpc" && n == 7 {
+			if networked(kind) && n == 7 {
 				continue
 			}
 			t.Run(fmt.Sprintf("%s/n%d", kind, n), func(t *testing.T) {
@@ -373,6 +381,8 @@ func killRank(t *testing.T, kind string, g *Group) {
 		g.tr.Close() // no goodbye: the links just break
 	case "grpc":
 		g.tr.(*grpcTransport).abort()
+	case "tcp":
+		g.tr.(*tcpTransport).abort()
 	}
 }
 
@@ -604,5 +614,64 @@ func TestGroup_noLeaks(t *testing.T) {
 			t.Fatalf("%d goroutines before, %d after Close:\n%s", before, now, buf[:runtime.Stack(buf, true)])
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The tcp data plane checks the token (and the rank) of every connection and logs a refusal.
+func TestTCP_wrongTokenRefused(t *testing.T) {
+	rec := &recordingHandler{}
+	gs := newGroups(t, "tcp", 2, func(c *Config) {
+		if c.Rank == 0 {
+			c.Logger = slog.New(rec)
+		}
+	})
+	tr := gs[0].tr.(*tcpTransport)
+	for _, tc := range []struct {
+		name, token string
+		rank        int
+	}{{"wrong token", "wrong", 1}, {"own rank", "secret", 0}, {"taken rank", "secret", 1}} {
+		// Rank 1's real link to rank 0 exists once it has sent something.
+		noErrors(t, each(gs, func(g *Group) error { return g.Barrier(context.Background()) }))
+		fake := &tcpTransport{cfg: Config{Rank: tc.rank, WorldSize: 2, Token: tc.token, Timeout: 2 * time.Second}, addrs: tr.addrs}
+		_, err := fake.dial(context.Background(), 0)
+		if err == nil || !strings.Contains(err.Error(), "refused") {
+			t.Fatalf("%s: dial got %v, want a refusal", tc.name, err)
+		}
+	}
+	if !rec.has("wrong or missing token") || !rec.has("refused") {
+		t.Fatalf("refusals not logged: %v", rec.msgs)
+	}
+	// The group still works.
+	noErrors(t, each(gs, func(g *Group) error {
+		return g.AllReduce(context.Background(), make([]float32, 1000), Sum, WireF16)
+	}))
+}
+
+// Ranks with different transport kinds fail to form a group instead of hanging.
+func TestTransportKind_mismatch(t *testing.T) {
+	master := freeAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() {
+			cfg := Config{Rank: r, WorldSize: 2, MasterAddr: master, Token: "t", Logger: quietLogger(), RendezvousTimeout: 1500 * time.Millisecond}
+			if r == 1 {
+				cfg.TransportKind = TransportTCP
+			}
+			g, err := NewGroup(ctx, cfg)
+			if g != nil {
+				g.Close()
+			}
+			errs[r] = err
+		})
+	}
+	wg.Wait()
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "transport kind") {
+		t.Fatalf("rank 1 (tcp joining grpc): %v", errs[1])
+	}
+	if _, err := NewGroup(ctx, Config{Rank: 0, WorldSize: 2, MasterAddr: master, TransportKind: "udp"}); err == nil {
+		t.Fatal("unknown transport kind accepted")
 	}
 }

@@ -97,10 +97,16 @@ type grpcTransport struct {
 	once   sync.Once
 
 	// rendezvous state (rank 0)
-	joinMu  sync.Mutex
-	joined  map[int]string
-	allIn   chan struct{}
-	joinErr error
+	joinMu     sync.Mutex
+	joined     map[int]string
+	joinedData map[int]string // data-plane addresses (tcp transport), by rank
+	allIn      chan struct{}
+	joinErr    error
+
+	// With the tcp transport, gRPC carries only the rendezvous: dataPort is this rank's raw TCP
+	// data-plane port, announced in Join, and dataAddrs every rank's, after rendezvous.
+	dataPort  int
+	dataAddrs []string
 }
 
 var _ Transport = (*grpcTransport)(nil)
@@ -137,8 +143,14 @@ type outLink struct {
 // newGRPCTransport starts this rank's server, joins the rendezvous and returns a transport
 // that knows every rank's address.
 func newGRPCTransport(ctx context.Context, cfg Config) (*grpcTransport, error) {
+	return newGRPCTransportData(ctx, cfg, 0)
+}
+
+// newGRPCTransportData is newGRPCTransport that also announces a data-plane port (tcp transport;
+// 0: none) in the rendezvous.
+func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcTransport, error) {
 	t := &grpcTransport{cfg: cfg, log: cfg.Logger.With("rank", cfg.Rank), closed: make(chan struct{}),
-		in: make([]*inbox, cfg.WorldSize), out: make([]*outLink, cfg.WorldSize)}
+		in: make([]*inbox, cfg.WorldSize), out: make([]*outLink, cfg.WorldSize), dataPort: dataPort}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for i := range t.in {
 		t.in[i] = &inbox{q: make(chan []byte, inboxDepth), free: make(chan []byte, inboxDepth+2), broken: make(chan struct{})}
@@ -171,6 +183,11 @@ func newGRPCTransport(ctx context.Context, cfg Config) (*grpcTransport, error) {
 	t.srv.RegisterService(&ringServiceDesc, t)
 	if cfg.Rank == 0 {
 		t.joined = map[int]string{0: cfg.MasterAddr}
+		t.joinedData = map[int]string{}
+		if dataPort > 0 {
+			host, _, _ := net.SplitHostPort(cfg.MasterAddr)
+			t.joinedData[0] = net.JoinHostPort(host, strconv.Itoa(dataPort))
+		}
 		t.allIn = make(chan struct{})
 	}
 	t.serv.Add(1)
@@ -287,13 +304,15 @@ func (t *grpcTransport) authStream(srv any, ss grpc.ServerStream, info *grpc.Str
 
 // joinRequest and joinResponse are the rendezvous messages (JSON).
 type joinRequest struct {
-	Rank  int    `json:"rank"`
-	World int    `json:"world"`
-	Addr  string `json:"addr"`
+	Rank     int    `json:"rank"`
+	World    int    `json:"world"`
+	Addr     string `json:"addr"`
+	DataPort int    `json:"data_port,omitempty"` // tcp transport: data plane on Addr's host
 }
 
 type joinResponse struct {
 	Addrs []string `json:"addrs"`
+	Data  []string `json:"data,omitempty"` // tcp transport: every rank's data-plane address
 }
 
 // rendezvous: rank 0 waits for everyone; the others join rank 0.
@@ -322,13 +341,14 @@ func (t *grpcTransport) rendezvous(ctx context.Context) error {
 		for r, a := range t.joined {
 			t.addrs[r] = a
 		}
+		t.dataAddrs = dataTable(t.joinedData, n)
 		return nil
 	}
 	adv := t.cfg.AdvertiseAddr
 	if adv == "" {
 		adv = t.lis.Addr().String()
 	}
-	req, _ := json.Marshal(joinRequest{Rank: t.cfg.Rank, World: n, Addr: adv})
+	req, _ := json.Marshal(joinRequest{Rank: t.cfg.Rank, World: n, Addr: adv, DataPort: t.dataPort})
 	conn, err := grpc.NewClient(t.cfg.MasterAddr, t.dialOptions()...)
 	if err != nil {
 		return fmt.Errorf("allreduce: rendezvous at %s: %w", t.cfg.MasterAddr, err)
@@ -344,7 +364,25 @@ func (t *grpcTransport) rendezvous(ctx context.Context) error {
 		return fmt.Errorf("allreduce: rank %d: bad rendezvous answer from %s", t.cfg.Rank, t.cfg.MasterAddr)
 	}
 	t.addrs = jr.Addrs
+	if t.dataPort > 0 {
+		if len(jr.Data) != n {
+			return fmt.Errorf("allreduce: rank %d: rendezvous answer from %s has no data-plane addresses (DDP_TRANSPORT differs between ranks?)", t.cfg.Rank, t.cfg.MasterAddr)
+		}
+		t.dataAddrs = jr.Data
+	}
 	return nil
+}
+
+// dataTable lists the data-plane addresses by rank; nil unless every rank announced one.
+func dataTable(m map[int]string, n int) []string {
+	if len(m) != n {
+		return nil
+	}
+	out := make([]string, n)
+	for r, a := range m {
+		out[r] = a
+	}
+	return out
 }
 
 // join is rank 0's Join handler.
@@ -375,7 +413,16 @@ func (t *grpcTransport) join(ctx context.Context, body []byte) ([]byte, error) {
 		t.log.Warn("allreduce: rank joined twice", "joining", req.Rank, "addr", addr, "first", old)
 		return nil, status.Errorf(codes.AlreadyExists, "allreduce: rank %d already joined from %s", req.Rank, old)
 	}
+	if (req.DataPort > 0) != (t.dataPort > 0) {
+		t.joinMu.Unlock()
+		t.log.Warn("allreduce: refused a rank using another transport kind", "joining", req.Rank, "data_port", req.DataPort)
+		return nil, status.Errorf(codes.FailedPrecondition, "allreduce: rank %d uses another transport kind than rank 0 (DDP_TRANSPORT must match)", req.Rank)
+	}
 	t.joined[req.Rank] = addr
+	if req.DataPort > 0 {
+		host, _, _ := net.SplitHostPort(addr)
+		t.joinedData[req.Rank] = net.JoinHostPort(host, strconv.Itoa(req.DataPort))
+	}
 	if len(t.joined) == t.cfg.WorldSize {
 		select {
 		case <-t.allIn:
@@ -397,7 +444,10 @@ func (t *grpcTransport) join(ctx context.Context, body []byte) ([]byte, error) {
 		addrs[r] = a
 	}
 	t.joinMu.Unlock()
-	b, _ := json.Marshal(joinResponse{Addrs: addrs})
+	t.joinMu.Lock()
+	data := dataTable(t.joinedData, t.cfg.WorldSize)
+	t.joinMu.Unlock()
+	b, _ := json.Marshal(joinResponse{Addrs: addrs, Data: data})
 	return b, nil
 }
 

@@ -51,6 +51,7 @@ type benchRow struct {
 	Iters        int     `json:"iters"`
 	ChunkBytes   int     `json:"chunk_bytes"`
 	BytesPerRank int64   `json:"wire_bytes_sent_per_rank"`
+	Transport    string  `json:"transport"`
 }
 
 type benchFlags struct {
@@ -60,6 +61,7 @@ type benchFlags struct {
 	iters   int
 	warmup  int
 	chunk   string
+	trans   string
 	timeout time.Duration
 	json    bool
 }
@@ -71,6 +73,11 @@ func (f *benchFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.iters, "iters", 10, "timed iterations per size and wire (the median is reported)")
 	fs.IntVar(&f.warmup, "warmup", 2, "untimed iterations first")
 	fs.StringVar(&f.chunk, "chunk", "1M", "pipeline chunk in wire bytes (allreduce.Config.ChunkBytes)")
+	defTrans := os.Getenv(allreduce.EnvTransport)
+	if defTrans == "" {
+		defTrans = allreduce.TransportGRPC
+	}
+	fs.StringVar(&f.trans, "transport", defTrans, "data plane: grpc (default) or tcp (raw TCP, gRPC rendezvous); default from "+allreduce.EnvTransport)
 	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "per-collective peer timeout")
 	fs.BoolVar(&f.json, "json", false, "one JSON object per result line instead of a table")
 }
@@ -78,7 +85,7 @@ func (f *benchFlags) register(fs *pflag.FlagSet) {
 func (f *benchFlags) args() []string {
 	return []string{"--sizes", strings.Join(f.sizes, ","), "--wire", strings.Join(f.wires, ","),
 		"--iters", strconv.Itoa(f.iters), "--warmup", strconv.Itoa(f.warmup), "--chunk", f.chunk,
-		"--timeout", f.timeout.String()}
+		"--transport", f.trans, "--timeout", f.timeout.String()}
 }
 
 // parseBytes reads 64M, 1G, 4096, 1.5M.
@@ -185,7 +192,7 @@ func runAllReduceBench(args []string) error {
 	var tw *tabwriter.Writer
 	if !f.json {
 		tw = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "world\tbytes\twire\ttime(ms)\talgbw(GB/s)\tbusbw(GB/s)\twire busbw(GB/s)\t\n")
+		fmt.Fprintf(tw, "transport\tworld\tbytes\twire\ttime(ms)\talgbw(GB/s)\tbusbw(GB/s)\twire busbw(GB/s)\t\n")
 	}
 	for row := range rows {
 		if f.json {
@@ -195,7 +202,7 @@ func runAllReduceBench(args []string) error {
 		}
 		// The table is printed at the end, aligned; progress goes to stderr meanwhile.
 		fmt.Fprintf(os.Stderr, "ddpbench: %d bytes %s: %.3f ms\n", row.Bytes, row.Wire, row.Sec*1e3)
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t\n", row.World, row.Bytes, row.Wire, row.Sec*1e3, row.AlgBW, row.BusBW, row.WireBusBW)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t\n", row.Transport, row.World, row.Bytes, row.Wire, row.Sec*1e3, row.AlgBW, row.BusBW, row.WireBusBW)
 	}
 	if tw != nil {
 		tw.Flush()
@@ -241,6 +248,7 @@ func runAllReduceWorker(args []string) error {
 		return err
 	}
 	cfg.ChunkBytes = int(chunk)
+	cfg.TransportKind = f.trans
 	cfg.Timeout = f.timeout
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx := context.Background()
@@ -296,7 +304,8 @@ func runAllReduceWorker(args []string) error {
 				wireBytes = 2
 			}
 			row := benchRow{World: n, Bytes: nbytes, Wire: wire.String(), Sec: med, AlgBW: alg, BusBW: bus,
-				WireBusBW: bus * wireBytes / 4, MinSec: worst[0], Iters: f.iters, ChunkBytes: cfg.ChunkBytes, BytesPerRank: sentPerIter}
+				WireBusBW: bus * wireBytes / 4, MinSec: worst[0], Iters: f.iters, ChunkBytes: cfg.ChunkBytes, BytesPerRank: sentPerIter,
+				Transport: f.trans}
 			b, _ := json.Marshal(row)
 			fmt.Println(string(b))
 		}

@@ -1,0 +1,452 @@
+package allreduce
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+)
+
+// The raw TCP data plane (Config.TransportKind "tcp", or DDP_TRANSPORT=tcp). The rendezvous is
+// the gRPC one (transport_grpc.go: rank 0's Join at MasterAddr, with the token), which also
+// collects every rank's data-plane port; frames then travel on one plain TCP connection per
+// ordered pair of ring neighbours, each message a 4-byte little-endian length and the frame.
+//
+// Why: on one host the ring is CPU-bound, and gRPC spends CPU per byte beyond the kernel's two
+// copies — HTTP/2 framing in 16 KiB DATA frames, each copied out of the read buffer into a
+// pooled buffer and handed between goroutines, the codec's copy into a contiguous message, the
+// framer's copy into its write buffer (docs/perf-allreduce.md). Here the sender encodes (casts)
+// the frame into its own buffer and writes it with one syscall; the receiver reads it with the
+// caller's goroutine straight into a buffer the reduction then reads: the kernel's socket
+// buffers are the only queue and the flow control.
+//
+// Every connection starts with a handshake: "GDDPTCP1", the dialling rank, the world size and
+// the token. The accepting rank checks all three (the token in constant time), answers one
+// status byte and a reason, and logs a refusal, as the gRPC transport does. Failure semantics
+// are the gRPC transport's: a broken or closed connection is a *PeerError (ErrPeerGone) after
+// what was already received; a Send whose context ends keeps writing for sendGrace, then the
+// link is cut; Close releases every connection and goroutine. TLS is not supported here (use
+// the default gRPC transport for TLS).
+
+// Transport kinds (Config.TransportKind, DDP_TRANSPORT).
+const (
+	TransportGRPC = "grpc" // default: gRPC streams
+	TransportTCP  = "tcp"  // raw TCP data plane, gRPC rendezvous
+	// EnvTransport selects the kind in ConfigFromEnv.
+	EnvTransport = "DDP_TRANSPORT"
+)
+
+const (
+	tcpMagic        = "GDDPTCP1"
+	tcpMaxToken     = 4096
+	tcpHandshakeMax = 10 * time.Second // bound on a connecting peer's handshake
+	tcpStatusOK     = 0
+	tcpStatusRefuse = 1
+)
+
+type tcpTransport struct {
+	cfg Config
+	log *slog.Logger
+	rdv *grpcTransport // rendezvous only
+	lis net.Listener
+	wg  sync.WaitGroup
+
+	addrs []string // data-plane addresses by rank
+	in    []*tcpIn
+	out   []*tcpOut
+	outMu sync.Mutex
+
+	connsMu sync.Mutex
+	conns   map[net.Conn]struct{} // accepted connections (handshaking or serving)
+
+	closed chan struct{}
+	once   sync.Once
+}
+
+var _ Transport = (*tcpTransport)(nil)
+
+// tcpIn is the connection a peer sends to this rank on; only Recv reads it.
+type tcpIn struct {
+	mu    sync.Mutex
+	conn  net.Conn
+	ready chan struct{} // closed once conn is set
+	buf   []byte        // the last message, reused
+	err   error         // sticky: the link broke or a read was abandoned mid-frame
+}
+
+// tcpOut is the connection this rank sends to a peer on.
+type tcpOut struct {
+	conn net.Conn
+	buf  []byte
+	err  error
+}
+
+func newTCPTransport(ctx context.Context, cfg Config) (*tcpTransport, error) {
+	if cfg.TLS != nil {
+		return nil, fmt.Errorf("allreduce: the tcp transport does not support TLS; use the default gRPC transport (%s=%s)", EnvTransport, TransportGRPC)
+	}
+	listen, err := listenAddr(cfg)
+	if err != nil {
+		return nil, err
+	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, fmt.Errorf("allreduce: listen address %q: %w", listen, err)
+	}
+	lis, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return nil, fmt.Errorf("allreduce: rank %d: data-plane listen on %s: %w", cfg.Rank, host, err)
+	}
+	t := &tcpTransport{cfg: cfg, log: cfg.Logger.With("rank", cfg.Rank), lis: lis,
+		in: make([]*tcpIn, cfg.WorldSize), out: make([]*tcpOut, cfg.WorldSize),
+		conns: map[net.Conn]struct{}{}, closed: make(chan struct{})}
+	for i := range t.in {
+		t.in[i] = &tcpIn{ready: make(chan struct{})}
+	}
+	t.wg.Add(1)
+	go t.accept()
+	rdv, err := newGRPCTransportData(ctx, cfg, lis.Addr().(*net.TCPAddr).Port)
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	t.rdv = rdv
+	t.addrs = rdv.dataAddrs
+	if len(t.addrs) != cfg.WorldSize {
+		t.Close()
+		return nil, fmt.Errorf("allreduce: rank %d: rendezvous gave no data-plane addresses (%s differs between ranks?)", cfg.Rank, EnvTransport)
+	}
+	return t, nil
+}
+
+func (t *tcpTransport) accept() {
+	defer t.wg.Done()
+	for {
+		c, err := t.lis.Accept()
+		if err != nil {
+			return // closed
+		}
+		t.connsMu.Lock()
+		select {
+		case <-t.closed:
+			t.connsMu.Unlock()
+			c.Close()
+			return
+		default:
+		}
+		t.conns[c] = struct{}{}
+		t.connsMu.Unlock()
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			if !t.handshake(c) {
+				t.connsMu.Lock()
+				delete(t.conns, c)
+				t.connsMu.Unlock()
+				c.Close()
+			}
+		}()
+	}
+}
+
+// handshake checks a connecting peer; on success the connection becomes that peer's inbox.
+func (t *tcpTransport) handshake(c net.Conn) bool {
+	c.SetDeadline(time.Now().Add(min(tcpHandshakeMax, t.cfg.Timeout)))
+	var hdr [len(tcpMagic) + 6]byte
+	if _, err := io.ReadFull(c, hdr[:]); err != nil {
+		return false
+	}
+	remote := c.RemoteAddr().String()
+	if string(hdr[:len(tcpMagic)]) != tcpMagic {
+		t.log.Warn("allreduce: refused a data-plane connection that is not goddp's", "remote", remote)
+		return false
+	}
+	rank := int(binary.LittleEndian.Uint16(hdr[len(tcpMagic):]))
+	world := int(binary.LittleEndian.Uint16(hdr[len(tcpMagic)+2:]))
+	tokLen := int(binary.LittleEndian.Uint16(hdr[len(tcpMagic)+4:]))
+	if tokLen > tcpMaxToken {
+		t.log.Warn("allreduce: refused a data-plane connection with an oversized token", "remote", remote)
+		return false
+	}
+	tok := make([]byte, tokLen)
+	if _, err := io.ReadFull(c, tok); err != nil {
+		return false
+	}
+	refuse := func(msg string) bool {
+		writeTCPStatus(c, tcpStatusRefuse, msg)
+		return false
+	}
+	if subtle.ConstantTimeCompare(tok, []byte(t.cfg.Token)) != 1 {
+		t.log.Warn("allreduce: refused connection with a wrong or missing token", "remote", remote, "transport", "tcp", "claimed_rank", rank)
+		return refuse("allreduce: wrong or missing token (DDP_TOKEN)")
+	}
+	if rank >= t.cfg.WorldSize || rank == t.cfg.Rank || world != t.cfg.WorldSize {
+		t.log.Warn("allreduce: refused connection from a peer of another world", "remote", remote, "transport", "tcp", "claimed_rank", rank, "claimed_world", world)
+		return refuse(fmt.Sprintf("allreduce: rank %d of world %d does not fit this world of %d", rank, world, t.cfg.WorldSize))
+	}
+	in := t.in[rank]
+	in.mu.Lock()
+	if in.conn != nil {
+		in.mu.Unlock()
+		t.log.Warn("allreduce: refused a second stream from a peer", "peer", rank, "transport", "tcp")
+		return refuse(fmt.Sprintf("allreduce: rank %d already has a stream to rank %d", rank, t.cfg.Rank))
+	}
+	if writeTCPStatus(c, tcpStatusOK, "") != nil {
+		in.mu.Unlock()
+		return false
+	}
+	c.SetDeadline(time.Time{})
+	in.conn = c
+	close(in.ready)
+	in.mu.Unlock()
+	return true
+}
+
+func writeTCPStatus(c net.Conn, st byte, msg string) error {
+	if len(msg) > 1024 {
+		msg = msg[:1024]
+	}
+	b := make([]byte, 3+len(msg))
+	b[0] = st
+	binary.LittleEndian.PutUint16(b[1:], uint16(len(msg)))
+	copy(b[3:], msg)
+	_, err := c.Write(b)
+	return err
+}
+
+// dial opens the link to a peer and runs the handshake.
+func (t *tcpTransport) dial(ctx context.Context, to int) (net.Conn, error) {
+	d := net.Dialer{Timeout: t.cfg.Timeout}
+	c, err := d.DialContext(ctx, "tcp", t.addrs[to])
+	if err != nil {
+		return nil, err
+	}
+	c.SetDeadline(time.Now().Add(t.cfg.Timeout))
+	b := make([]byte, 0, len(tcpMagic)+6+len(t.cfg.Token))
+	b = append(b, tcpMagic...)
+	b = binary.LittleEndian.AppendUint16(b, uint16(t.cfg.Rank))
+	b = binary.LittleEndian.AppendUint16(b, uint16(t.cfg.WorldSize))
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(t.cfg.Token)))
+	b = append(b, t.cfg.Token...)
+	var st [3]byte
+	if _, err = c.Write(b); err == nil {
+		_, err = io.ReadFull(c, st[:])
+	}
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("data-plane handshake: %w", err)
+	}
+	if st[0] != tcpStatusOK {
+		msg := make([]byte, binary.LittleEndian.Uint16(st[1:]))
+		io.ReadFull(c, msg)
+		c.Close()
+		return nil, fmt.Errorf("refused: %s", msg)
+	}
+	c.SetDeadline(time.Time{})
+	return c, nil
+}
+
+func (t *tcpTransport) link(ctx context.Context, to int) (*tcpOut, error) {
+	t.outMu.Lock()
+	defer t.outMu.Unlock()
+	select {
+	case <-t.closed:
+		return nil, ErrClosed
+	default:
+	}
+	if l := t.out[to]; l != nil {
+		return l, l.err
+	}
+	l := &tcpOut{}
+	t.out[to] = l
+	l.conn, l.err = t.dial(ctx, to)
+	if l.err != nil {
+		l.err = &PeerError{Rank: to, Err: l.err}
+	}
+	return l, l.err
+}
+
+func (t *tcpTransport) Send(ctx context.Context, to int, p Payload) error {
+	if to < 0 || to >= len(t.out) || to == t.cfg.Rank {
+		return fmt.Errorf("allreduce: send to invalid rank %d", to)
+	}
+	l, err := t.link(ctx, to)
+	if err != nil {
+		return err
+	}
+	n := p.Size()
+	if cap(l.buf) < 4+n {
+		l.buf = make([]byte, 4+n)
+	}
+	b := l.buf[:4+n]
+	binary.LittleEndian.PutUint32(b, uint32(n))
+	p.Encode(b[4:])
+	// A Send whose ctx ends while the kernel's buffer is full keeps writing for sendGrace (so a
+	// send merely in progress when a collective fails completes and the abort frame can follow),
+	// then the write deadline cuts it.
+	var mu sync.Mutex
+	done := false
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		if !done {
+			l.conn.SetWriteDeadline(time.Now().Add(sendGrace))
+		}
+		mu.Unlock()
+	})
+	_, err = l.conn.Write(b)
+	mu.Lock()
+	done = true
+	mu.Unlock()
+	if !stop() {
+		l.conn.SetWriteDeadline(time.Time{})
+	}
+	if err == nil {
+		return nil
+	}
+	select {
+	case <-t.closed:
+		l.err = ErrClosed
+		return ErrClosed
+	default:
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil {
+		l.err = &PeerError{Rank: to, Err: fmt.Errorf("send abandoned: %w", context.Cause(ctx))}
+		return context.Cause(ctx)
+	}
+	l.err = &PeerError{Rank: to, Err: fmt.Errorf("%w: %v", ErrPeerGone, err)}
+	return l.err
+}
+
+func (t *tcpTransport) Recv(ctx context.Context, from int) ([]byte, error) {
+	if from < 0 || from >= len(t.in) || from == t.cfg.Rank {
+		return nil, fmt.Errorf("allreduce: recv from invalid rank %d", from)
+	}
+	in := t.in[from]
+	select {
+	case <-in.ready:
+	default:
+		select {
+		case <-in.ready:
+		case <-t.closed:
+			return nil, ErrClosed
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+	if in.err != nil {
+		return nil, in.err
+	}
+	// A blocked read ends when ctx does (a deadline in the past) or when Close closes the conn.
+	var mu sync.Mutex
+	done := false
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		if !done {
+			in.conn.SetReadDeadline(time.Unix(1, 0))
+		}
+		mu.Unlock()
+	})
+	b, err := in.read()
+	mu.Lock()
+	done = true
+	mu.Unlock()
+	if !stop() {
+		in.conn.SetReadDeadline(time.Time{})
+	}
+	if err == nil {
+		return b, nil
+	}
+	select {
+	case <-t.closed:
+		return nil, ErrClosed
+	default:
+	}
+	switch {
+	case errors.Is(err, errTCPTooLarge):
+		in.err = &PeerError{Rank: from, Err: fmt.Errorf("malformed frame: %w", err)}
+	case errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil:
+		// The stream may be mid-frame now: the link is unusable after this.
+		in.err = &PeerError{Rank: from, Err: fmt.Errorf("receive abandoned: %w", context.Cause(ctx))}
+		return nil, context.Cause(ctx)
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		in.err = &PeerError{Rank: from, Err: ErrPeerGone}
+	default:
+		in.err = &PeerError{Rank: from, Err: fmt.Errorf("%w: %v", ErrPeerGone, err)}
+	}
+	return nil, in.err
+}
+
+// read reads one length-prefixed message into in.buf.
+func (in *tcpIn) read() ([]byte, error) {
+	var l [4]byte
+	if _, err := io.ReadFull(in.conn, l[:]); err != nil {
+		return nil, err
+	}
+	n := int(binary.LittleEndian.Uint32(l[:]))
+	if n > grpcMaxMsg {
+		return nil, fmt.Errorf("%w: message of %d bytes", errTCPTooLarge, n)
+	}
+	if cap(in.buf) < n {
+		in.buf = make([]byte, n)
+	}
+	b := in.buf[:n]
+	if _, err := io.ReadFull(in.conn, b); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return b, nil
+}
+
+// Close ends every connection: frames already written reach the peer (the kernel sends what is
+// buffered before the FIN), so a rank that leaves right after its last collective does not take
+// them with it.
+func (t *tcpTransport) Close() error { return t.abort() }
+
+// abort is Close (a dying process closes its sockets the same way).
+func (t *tcpTransport) abort() error {
+	t.once.Do(func() {
+		t.connsMu.Lock()
+		close(t.closed)
+		t.connsMu.Unlock()
+		t.lis.Close()
+		t.outMu.Lock()
+		for _, l := range t.out {
+			if l != nil && l.conn != nil {
+				l.conn.Close()
+			}
+		}
+		t.outMu.Unlock()
+		t.connsMu.Lock()
+		for c := range t.conns {
+			c.Close()
+		}
+		t.connsMu.Unlock()
+		t.wg.Wait()
+		if t.rdv != nil {
+			t.rdv.abort()
+		}
+	})
+	return nil
+}
+
+// transportKind validates a Config.TransportKind ("" is grpc).
+func transportKind(k string) (string, error) {
+	switch k {
+	case "", TransportGRPC:
+		return TransportGRPC, nil
+	case TransportTCP:
+		return TransportTCP, nil
+	}
+	return "", fmt.Errorf("allreduce: unknown transport kind %q (want %s or %s)", k, TransportGRPC, TransportTCP)
+}
+
+var errTCPTooLarge = errors.New("frame too large")
