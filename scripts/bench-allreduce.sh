@@ -4,6 +4,7 @@
 #
 #   scripts/bench-allreduce.sh                       # worlds 2 and 4, sizes 1M,16M,64M,256M
 #   NPROCS="2" SIZES=64M ITERS=10 scripts/bench-allreduce.sh
+#   TRANSPORTS="grpc tcp" CHUNK=1M scripts/bench-allreduce.sh   # ours over each data plane
 #
 # Needs: iperf3, a python3 with torch (Debian: python3-torch), Go (or a built bin/ddpbench).
 # Install on Debian/Ubuntu:  apt-get update && apt-get install -y iperf3 python3-torch libopenblas0-pthread
@@ -16,6 +17,8 @@ NPROCS=${NPROCS:-"2 4"}
 SIZES=${SIZES:-1M,16M,64M,256M}
 ITERS=${ITERS:-10}
 IPERF_SECONDS=${IPERF_SECONDS:-5}
+TRANSPORTS=${TRANSPORTS:-"grpc tcp"}
+CHUNK=${CHUNK:-1M}
 PYTHON=${PYTHON:-}
 OUT=${OUT:-$(mktemp -d /tmp/bench-allreduce.XXXXXX)}
 mkdir -p "$OUT"
@@ -57,6 +60,11 @@ trap 'kill "$iperf_pid" 2>/dev/null || true' EXIT
 sleep 0.5
 iperf3 -c 127.0.0.1 -p "$port" -t "$IPERF_SECONDS" -J >"$OUT/iperf3.json"
 iperf3 -c 127.0.0.1 -p "$port" -t "$IPERF_SECONDS" --bidir -J >"$OUT/iperf3-bidir.json" || true
+# A ring of N ranks keeps N links busy at once: what the machine carries over N parallel
+# streams (aggregate) bounds N x busbw.
+for n in $NPROCS; do
+	iperf3 -c 127.0.0.1 -p "$port" -t "$IPERF_SECONDS" -P "$n" -J >"$OUT/iperf3-P$n.json" || true
+done
 kill "$iperf_pid" 2>/dev/null || true
 
 # 2. gloo all-reduce of FP32 buffers (SUM; the same sizes), median of ITERS after 2 warm-ups.
@@ -106,8 +114,10 @@ PY
 for n in $NPROCS; do
 	echo "== gloo, $n processes"
 	"$PYTHON" "$OUT/gloo_bench.py" "$n" $((port + 1)) "$SIZES" "$ITERS" | tee -a "$OUT/gloo.jsonl"
-	echo "== ddpbench allreduce, $n processes"
-	./bin/ddpbench allreduce --nproc "$n" --sizes "$SIZES" --wire f32,f16 --iters "$ITERS" --json | tee -a "$OUT/ddpbench.jsonl"
+	for tr in $TRANSPORTS; do
+		echo "== ddpbench allreduce, $n processes, transport $tr"
+		./bin/ddpbench allreduce --nproc "$n" --sizes "$SIZES" --wire f32,f16 --iters "$ITERS" --chunk "$CHUNK" --transport "$tr" --json | tee -a "$OUT/ddpbench.jsonl"
+	done
 done
 
 # 3. The comparison.
@@ -124,18 +134,30 @@ try:
 except Exception:
     pass
 gloo = {(r["world"], r["bytes"]): r for r in load("gloo.jsonl")}
-ours = {(r["world"], r["bytes"], r["wire"]): r for r in load("ddpbench.jsonl")}
+ours = {(r.get("transport", "grpc"), r["world"], r["bytes"], r["wire"]): r for r in load("ddpbench.jsonl")}
+par = {}
+for name in os.listdir(out):
+    if name.startswith("iperf3-P") and name.endswith(".json"):
+        try:
+            par[int(name[8:-5])] = json.load(open(os.path.join(out, name)))["end"]["sum_received"]["bits_per_second"] / 8e9
+        except Exception:
+            pass
 print()
 print(f"iperf3 loopback: {one_way:.2f} GB/s one way" + (f", {bidir:.2f} GB/s each way with both directions busy" if bidir else ""))
-print(f"{'world':>5} {'bytes':>10} {'gloo f32 ms':>12} {'ours f32 ms':>12} {'ours f16 ms':>12} {'f16/gloo':>9} {'f16 wire busbw':>15} {'/iperf3':>8} {'/bidir':>7}")
-for (w, n), g in sorted(gloo.items()):
-    f32 = ours.get((w, n, "f32")); f16 = ours.get((w, n, "f16"))
-    fmt = lambda r: f"{r['sec']*1e3:12.2f}" if r else f"{'-':>12}"
-    ratio = f"{f16['sec']/g['sec']:9.2f}" if f16 else f"{'-':>9}"
-    wb = f"{f16['wire_busbw_GBs']:15.3f}" if f16 else f"{'-':>15}"
-    r1 = f"{f16['wire_busbw_GBs']/one_way:8.0%}" if f16 else f"{'-':>8}"
-    r2 = f"{f16['wire_busbw_GBs']/bidir:7.0%}" if f16 and bidir else f"{'-':>7}"
-    print(f"{w:>5} {n:>10} {g['sec']*1e3:12.2f} {fmt(f32)} {fmt(f16)} {ratio} {wb} {r1} {r2}")
+for n, agg in sorted(par.items()):
+    print(f"iperf3 loopback, {n} parallel streams: {agg:.2f} GB/s in all, {agg/n:.2f} GB/s per stream (a ring of {n} bounds busbw by this)")
+transports = sorted({k[0] for k in ours}, key=lambda t: (t != "grpc", t))
+print(f"{'transport':>9} {'world':>5} {'bytes':>10} {'gloo f32 ms':>12} {'ours f32 ms':>12} {'ours f16 ms':>12} {'f16/gloo':>9} {'f16 wire busbw':>15} {'/iperf3':>8} {'/bidir':>7} {'/P-n':>6}")
+for tr in transports:
+    for (w, n), g in sorted(gloo.items()):
+        f32 = ours.get((tr, w, n, "f32")); f16 = ours.get((tr, w, n, "f16"))
+        fmt = lambda r: f"{r['sec']*1e3:12.2f}" if r else f"{'-':>12}"
+        ratio = f"{f16['sec']/g['sec']:9.2f}" if f16 else f"{'-':>9}"
+        wb = f"{f16['wire_busbw_GBs']:15.3f}" if f16 else f"{'-':>15}"
+        r1 = f"{f16['wire_busbw_GBs']/one_way:8.0%}" if f16 else f"{'-':>8}"
+        r2 = f"{f16['wire_busbw_GBs']/bidir:7.0%}" if f16 and bidir else f"{'-':>7}"
+        r3 = f"{f16['wire_busbw_GBs']/(par[w]/w):6.0%}" if f16 and par.get(w) else f"{'-':>6}"
+        print(f"{tr:>9} {w:>5} {n:>10} {g['sec']*1e3:12.2f} {fmt(f32)} {fmt(f16)} {ratio} {wb} {r1} {r2} {r3}")
 print(f"\ntargets: f16/gloo <= 0.50 at 64 MiB (2 and 4 processes); f16 wire busbw >= 85% of iperf3")
 print(f"raw results: {out}")
 PY
