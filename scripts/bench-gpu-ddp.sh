@@ -12,12 +12,12 @@
 #   5. PyTorch DDP, gloo, 2 processes on the one GPU, AMP, without and with the fp16 hook
 #   6. a table: step time, comm time, hidden fraction, bytes per step, the floor, the ratios
 #
-#   STEPS=30 (ours)  TSTEPS=20 (PyTorch timed steps)  BATCH=8  OUT=dir (default out/bench-gpu-ddp)
+#   STEPS=30 (ours)  TSTEPS=15 (PyTorch timed steps)  BATCH=8  OUT=dir (default out/bench-gpu-ddp)
 #   SKIP_TESTS=1 to skip step 1's tests.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 STEPS=${STEPS:-30}
-TSTEPS=${TSTEPS:-20}
+TSTEPS=${TSTEPS:-15}
 BATCH=${BATCH:-8}
 OUT=${OUT:-out/bench-gpu-ddp}
 mkdir -p "$OUT"
@@ -32,30 +32,30 @@ make cuda 2>&1 | tail -5 || { echo "BUILD FAILED"; exit 1; }
 
 if [ -z "${SKIP_TESTS:-}" ]; then
   stamp "tests: go test -tags cuda ./ddp/ ./model/"
-  bash scripts/cuda-env.sh go test -count=1 -tags cuda ./ddp/ 2>&1 | tail -15 | tee "$OUT/test-ddp.log"
-  bash scripts/cuda-env.sh go test -count=1 -tags cuda -run 'CUDA' -v ./model/ 2>&1 | grep -E '^(--- |FAIL|ok|PASS|panic)|staging' | tail -40 | tee "$OUT/test-model.log"
+  timeout 150 bash scripts/cuda-env.sh go test -count=1 -tags cuda ./ddp/ 2>&1 | tail -15 | tee "$OUT/test-ddp.log"
+  timeout 150 bash scripts/cuda-env.sh go test -count=1 -tags cuda -run 'CUDA' -v ./model/ 2>&1 | grep -E '^(--- |FAIL|ok|PASS|panic)|staging' | tail -40 | tee "$OUT/test-model.log"
 fi
 
 stamp "ring alone: ddpbench allreduce f16, 2 processes"
-./bin/ddpbench allreduce --nproc 2 --wire f16 --sizes 25M,497903616 --iters 5 --warmup 1 --json 2>&1 | tee "$OUT/ring.jsonl" | grep '^{' || true
+timeout 90 ./bin/ddpbench allreduce --nproc 2 --wire f16 --sizes 25M,497903616 --iters 3 --warmup 1 --json 2>&1 | tee "$OUT/ring.jsonl" | grep '^{' || true
 
 common=(--config configs/gpt2-124m.yaml --set train.max_steps="$STEPS" --set train.micro_batch="$BATCH"
         --set train.log_every=5 --set train.eval_batches=2)
 
 stamp "ours, one process (--nproc-per-node gpu)"
-./bin/ddplaunch --nproc-per-node gpu "${common[@]}" -- --device cuda \
+timeout 120 ./bin/ddplaunch --nproc-per-node gpu "${common[@]}" -- --device cuda \
   --metrics "$OUT/one.jsonl" --trace "$OUT/one.trace.json" 2>&1 | tail -8 | tee "$OUT/one.log"
 
 stamp "ours, 2 processes on GPU 0 (--nproc-per-node 2)"
-./bin/ddplaunch --nproc-per-node 2 "${common[@]}" -- --device cuda --memory-report \
+timeout 120 ./bin/ddplaunch --nproc-per-node 2 "${common[@]}" -- --device cuda --memory-report \
   --metrics "$OUT/ddp.jsonl" --trace "$OUT/ddp.trace.json" > "$OUT/ddp.log" 2>&1
 echo "exit $?"
 grep -E 'share|staged|pinned|gradients leave|done|error|Error|panic' "$OUT/ddp.log" | cut -c1-400 | head -20
 
 stamp "PyTorch DDP gloo, 2 processes on the one GPU, no hook"
-PYTHONUNBUFFERED=1 torchrun --nproc-per-node 2 scripts/bench_ddp_pytorch.py --batch "$BATCH" --steps "$TSTEPS" --hook none 2>&1 | grep -v Warning | tail -3 | tee "$OUT/torch-none.log"
+PYTHONUNBUFFERED=1 timeout 120 torchrun --nproc-per-node 2 scripts/bench_ddp_pytorch.py --batch "$BATCH" --steps "$TSTEPS" --hook none 2>&1 | grep -v Warning | tail -3 | tee "$OUT/torch-none.log"
 stamp "PyTorch DDP gloo, 2 processes on the one GPU, fp16 compression hook"
-PYTHONUNBUFFERED=1 torchrun --nproc-per-node 2 scripts/bench_ddp_pytorch.py --batch "$BATCH" --steps "$TSTEPS" --hook fp16 2>&1 | grep -v Warning | tail -3 | tee "$OUT/torch-fp16.log"
+PYTHONUNBUFFERED=1 timeout 120 torchrun --nproc-per-node 2 scripts/bench_ddp_pytorch.py --batch "$BATCH" --steps "$TSTEPS" --hook fp16 2>&1 | grep -v Warning | tail -3 | tee "$OUT/torch-fp16.log"
 stamp "analysis"
 
 python3 - "$OUT" "$BATCH" <<'EOF'
