@@ -116,8 +116,9 @@ type Config struct {
 	AdvertiseAddr string
 	// TransportKind picks the network transport when Transport is nil: TransportGRPC ("grpc",
 	// the default: gRPC streams) or TransportTCP ("tcp": the same gRPC rendezvous and token, then
-	// frames on raw TCP connections, less CPU per byte; no TLS). ConfigFromEnv reads it from
-	// DDP_TRANSPORT. Every rank must use the same kind.
+	// frames on raw sockets, far less CPU per byte — Unix-domain sockets to peers on loopback,
+	// TCP otherwise; no TLS); TransportTCPInet ("tcp-inet") is "tcp" without Unix sockets.
+	// ConfigFromEnv reads it from DDP_TRANSPORT. Every rank must use grpc, or every rank a tcp kind.
 	TransportKind string
 	// Transport, if set, is used instead of gRPC, and no rendezvous happens (the transport
 	// already knows every rank): NewInprocNetwork(n).Transport(rank) in tests.

@@ -77,7 +77,7 @@ func NewGroup(ctx context.Context, cfg Config) (*Group, error) {
 	case cfg.WorldSize == 1:
 	case cfg.Transport != nil:
 		g.tr = cfg.Transport
-	case cfg.TransportKind == TransportTCP:
+	case cfg.TransportKind == TransportTCP || cfg.TransportKind == TransportTCPInet:
 		tr, err := newTCPTransport(ctx, cfg)
 		if err != nil {
 			return nil, err

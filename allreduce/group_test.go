@@ -26,7 +26,7 @@ type discard struct{}
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // transportKinds: every group test runs over each.
-var transportKinds = []string{"inproc", "grpc", "tcp"}
+var transportKinds = []string{"inproc", "grpc", "tcp", "tcp-inet"}
 
 // networked: a transport over sockets (slower to build; some tests use smaller worlds on it).
 func networked(kind string) bool { return kind != "inproc" }
@@ -40,13 +40,13 @@ func newGroups(t testing.TB, kind string, n int, mod func(*Config)) []*Group {
 	switch kind {
 	case "inproc":
 		nw = NewInprocNetwork(n)
-	case "grpc", "tcp":
+	case "grpc", "tcp", "tcp-inet":
 		master = freeAddr(t)
 	}
 	for r := range cfgs {
 		cfgs[r] = Config{Rank: r, WorldSize: n, MasterAddr: master, Token: "secret", Timeout: 5 * time.Second, Logger: quietLogger()}
-		if kind == "tcp" {
-			cfgs[r].TransportKind = TransportTCP
+		if strings.HasPrefix(kind, "tcp") {
+			cfgs[r].TransportKind = kind
 		}
 		if nw != nil {
 			cfgs[r].Transport = nw.Transport(r)
@@ -219,7 +219,7 @@ func TestAllReduce_inproc(t *testing.T) {
 }
 
 func TestAllReduce_network(t *testing.T) {
-	for _, kind := range []string{"grpc", "tcp"} {
+	for _, kind := range []string{"grpc", "tcp", "tcp-inet"} {
 		for _, n := range []int{2, 3, 4} {
 			gs := newGroups(t, kind, n, func(c *Config) { c.ChunkBytes = 64 << 10 })
 			for _, size := range []int{1, 7, 1000, 1 << 18} {
@@ -381,7 +381,7 @@ func killRank(t *testing.T, kind string, g *Group) {
 		g.tr.Close() // no goodbye: the links just break
 	case "grpc":
 		g.tr.(*grpcTransport).abort()
-	case "tcp":
+	case "tcp", "tcp-inet":
 		g.tr.(*tcpTransport).abort()
 	}
 }
@@ -619,8 +619,14 @@ func TestGroup_noLeaks(t *testing.T) {
 
 // The tcp data plane checks the token (and the rank) of every connection and logs a refusal.
 func TestTCP_wrongTokenRefused(t *testing.T) {
+	for _, kind := range []string{"tcp", "tcp-inet"} {
+		t.Run(kind, func(t *testing.T) { testTCPWrongToken(t, kind) })
+	}
+}
+
+func testTCPWrongToken(t *testing.T, kind string) {
 	rec := &recordingHandler{}
-	gs := newGroups(t, "tcp", 2, func(c *Config) {
+	gs := newGroups(t, kind, 2, func(c *Config) {
 		if c.Rank == 0 {
 			c.Logger = slog.New(rec)
 		}
@@ -632,7 +638,7 @@ func TestTCP_wrongTokenRefused(t *testing.T) {
 	}{{"wrong token", "wrong", 1}, {"own rank", "secret", 0}, {"taken rank", "secret", 1}} {
 		// Rank 1's real link to rank 0 exists once it has sent something.
 		noErrors(t, each(gs, func(g *Group) error { return g.Barrier(context.Background()) }))
-		fake := &tcpTransport{cfg: Config{Rank: tc.rank, WorldSize: 2, Token: tc.token, Timeout: 2 * time.Second}, addrs: tr.addrs}
+		fake := &tcpTransport{cfg: Config{Rank: tc.rank, WorldSize: 2, Token: tc.token, Timeout: 2 * time.Second, TransportKind: kind}, addrs: tr.addrs}
 		_, err := fake.dial(context.Background(), 0)
 		if err == nil || !strings.Contains(err.Error(), "refused") {
 			t.Fatalf("%s: dial got %v, want a refusal", tc.name, err)
