@@ -41,5 +41,10 @@
 //     in-flight collective to unwind; no goroutine or connection survives it. It is idempotent.
 //
 // Transports implement the small Transport interface (transport.go); NewInprocNetwork gives
-// in-memory ones for tests, with Kill to simulate a dead process.
+// in-memory ones for tests, with Kill to simulate a dead process. gRPC is the default data
+// plane. Config.TransportKind "tcp" (DDP_TRANSPORT=tcp) keeps the gRPC rendezvous and token but
+// moves frames over raw sockets (transport_tcp.go): length-prefixed frames, one handshake with
+// the token per connection, Unix-domain sockets to peers on loopback; it needs far less CPU per
+// byte and is what makes the ring fast on one host (docs/perf-allreduce.md). Every group test
+// runs over inproc, grpc, tcp and tcp-inet.
 package allreduce

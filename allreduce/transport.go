@@ -7,8 +7,8 @@ import (
 )
 
 // Transport moves framed messages between the ranks of one group. The Group is written against
-// this interface only; transport_grpc.go (gRPC streams) and transport_inproc.go (channels, for
-// tests) implement it.
+// this interface only; transport_grpc.go (gRPC streams), transport_tcp.go (raw sockets) and
+// transport_inproc.go (channels, for tests) implement it.
 //
 // Contract:
 //   - Messages from one rank to another arrive complete, unmodified and in the order sent.
