@@ -315,11 +315,17 @@ func (t *tcpTransport) link(ctx context.Context, to int) (*tcpOut, error) {
 		return l, l.err
 	}
 	l := &tcpOut{}
-	t.out[to] = l
 	l.conn, l.err = t.dial(ctx, to)
 	if l.err != nil {
+		if ctx.Err() != nil {
+			// Our own collective was cancelled mid-dial: that says nothing about the peer, so
+			// nothing is cached and the next Send (the abort frame that tells the peer why)
+			// dials afresh.
+			return nil, context.Cause(ctx)
+		}
 		l.err = &PeerError{Rank: to, Err: l.err}
 	}
+	t.out[to] = l
 	return l, l.err
 }
 
