@@ -154,7 +154,7 @@ print(f"ring alone (ddpbench f16, 2 procs): 25 MiB-f32 bucket {bucket.get('sec',
 print(f"floor: max(2 x one worker {2*one_ms:.1f} ms, ring {ring_ms:.1f} ms) = {floor_ms:.1f} ms -> {tok(floor_ms,2):.0f} tokens/s; "
       f"measured step / floor = {step_ms/floor_ms:.2f}")
 print()
-print(f"{'run':38s} {'step ms':>9s} {'tokens/s':>10s} {'vs ours':>8s}")
+print(f"{'run':38s} {'step ms':>9s} {'tokens/s':>10s} {'/ ours':>8s}")
 print(f"{'goddp 2 workers, staged f16':38s} {step_ms:9.1f} {tok(step_ms,2):10.0f} {1.0:8.2f}")
 for k, (tps, ms) in sorted(torch.items()):
     print(f"{k:38s} {ms:9.1f} {tps:10.0f} {tps/tok(step_ms,2):8.2f}")
