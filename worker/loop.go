@@ -302,7 +302,11 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 			if err != nil {
 				return nil, err
 			}
-			prog.Log("eval", "step", st.Step, "loss", ev.Loss, "accuracy", ev.Accuracy)
+			if cfg.Model.Kind == "gpt" { // a language model: loss in nats per token, no accuracy
+				prog.Log("eval", "step", st.Step, "loss", fmt.Sprintf("%.4f", ev.Loss))
+			} else {
+				prog.Log("eval", "step", st.Step, "loss", fmt.Sprintf("%.4f", ev.Loss), "accuracy", fmt.Sprintf("%.4f", ev.Accuracy))
+			}
 			em := EvalMetrics{Step: st.Step, Epoch: st.Step / loader.StepsPerEpoch(), EvalLoss: ev.Loss}
 			if cfg.Model.Kind != "gpt" {
 				em.EvalAccuracy = Float(ev.Accuracy)
@@ -355,8 +359,11 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 			return nil, err
 		}
 	}
-	log.Info("done", "steps", st.Step, "eval_loss", fmt.Sprintf("%.4f", ev.Loss), "eval_accuracy", fmt.Sprintf("%.4f", ev.Accuracy),
-		"param_sha256", hash[:16], "wall_s", fmt.Sprintf("%.1f", secs))
+	doneKV := []any{"steps", st.Step, "eval_loss", fmt.Sprintf("%.4f", ev.Loss)}
+	if cfg.Model.Kind != "gpt" {
+		doneKV = append(doneKV, "eval_accuracy", fmt.Sprintf("%.4f", ev.Accuracy))
+	}
+	log.Info("done", append(doneKV, "param_sha256", hash[:16], "wall_s", fmt.Sprintf("%.1f", secs))...)
 	return sum, nil
 }
 
