@@ -166,6 +166,12 @@ type CheckpointConfig struct {
 	Every int `yaml:"every"`
 	// keep: newest checkpoints kept; older ones are pruned. Default 2.
 	Keep int `yaml:"keep"`
+	// per_host: hosts do not share dir (each has its own disk): local rank 0 of every host writes
+	// its own copy, not only global rank 0, so any surviving host can restart the job. At resume
+	// the ranks always agree on the newest complete checkpoint any of them has and send it to
+	// those that lack it (worker/ckpt_sync.go). dir may contain {node}, replaced by NODE_RANK.
+	// Default false.
+	PerHost bool `yaml:"per_host"`
 }
 
 // DDPConfig is the `ddp:` section.
@@ -827,7 +833,7 @@ func (c *Config) Hash() string {
 	cc := *c
 	cc.Model.Widths = append([]int(nil), c.Model.Widths...)
 	cc.Data.Path, cc.Data.Workers, cc.Data.Prefetch = "", 0, 0
-	cc.Checkpoint.Dir = ""
+	cc.Checkpoint.Dir, cc.Checkpoint.PerHost = "", false
 	if cc.Train.GlobalBatch > 0 { // accumulation follows from global_batch and the world size,
 		cc.Train.GradAccumSteps = 0 // which an elastic restart changes (issue 7)
 	}

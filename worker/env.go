@@ -9,11 +9,12 @@ import (
 // Env is what the launcher tells a worker through the environment (torchrun's names).
 type Env struct {
 	Rank, LocalRank, WorldSize, LocalWorldSize int
+	NodeRank                                   int
 	RestartCount                               int
 	ProgressFD                                 int // DDP_PROGRESS_FD, -1 when unset
 }
 
-// EnvFromOS reads RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and DDP_RESTART_COUNT; absent
+// EnvFromOS reads RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK and DDP_RESTART_COUNT; absent
 // variables mean a single process. A malformed value is an error naming the variable.
 func EnvFromOS() (Env, error) {
 	e := Env{WorldSize: 1, LocalWorldSize: 1, ProgressFD: -1}
@@ -21,7 +22,7 @@ func EnvFromOS() (Env, error) {
 		name string
 		dst  *int
 	}{{"RANK", &e.Rank}, {"LOCAL_RANK", &e.LocalRank}, {"WORLD_SIZE", &e.WorldSize},
-		{"LOCAL_WORLD_SIZE", &e.LocalWorldSize}, {"DDP_RESTART_COUNT", &e.RestartCount}, {"DDP_PROGRESS_FD", &e.ProgressFD}} {
+		{"LOCAL_WORLD_SIZE", &e.LocalWorldSize}, {"NODE_RANK", &e.NodeRank}, {"DDP_RESTART_COUNT", &e.RestartCount}, {"DDP_PROGRESS_FD", &e.ProgressFD}} {
 		s, ok := os.LookupEnv(v.name)
 		if !ok || s == "" {
 			continue

@@ -129,6 +129,12 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 	// ---- resume, then make every replica identical ----
 	st := runState{}
 	if cfg.Checkpoint.Dir != "" {
+		cfg.Checkpoint.Dir = expandCheckpointDir(cfg.Checkpoint.Dir, env)
+		// Every rank ends up seeing the newest checkpoint any rank has (hosts without a shared
+		// filesystem; a no-op when they share one).
+		if err := syncCheckpoints(ctx, group, cfg.Checkpoint.Dir, env, log); err != nil {
+			return nil, err
+		}
 		if path, err := LatestCheckpoint(cfg.Checkpoint.Dir); err == nil && path != "" {
 			if err := st.restore(path, cfg, ps, opt2, scaler); err != nil {
 				return nil, err

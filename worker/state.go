@@ -25,9 +25,10 @@ type runState struct {
 
 func (s *runState) firstStep() int { return s.resumedAt }
 
-// save writes a checkpoint of the current state (global rank 0 only; others return at once).
+// save writes a checkpoint of the current state: global rank 0 (and with checkpoint.per_host,
+// local rank 0 of every host); other ranks return at once.
 func (s *runState) save(cfg *Config, env Env, ps *model.Params, opt Optimizer, sc *Scaler, log *slog.Logger) error {
-	if env.Rank != 0 {
+	if !checkpointWriter(cfg, env) {
 		return nil
 	}
 	s.Scaler = sc.State()

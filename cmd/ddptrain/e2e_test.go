@@ -9,6 +9,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -276,4 +277,78 @@ func alive(pid int) bool {
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
 	return len(f) > 0 && f[0] != "Z"
+}
+
+// twoHosts runs a 2-rank job by hand, each rank as if on its own host (NODE_RANK r, LOCAL_RANK 0),
+// with checkpoint.dir = base-{node}: two "disks". It returns each rank's output and error.
+func twoHosts(t *testing.T, base, metrics string, env []string) ([2]string, [2]error) {
+	port := freePort(t)
+	var outs [2]string
+	var errs [2]error
+	var wg sync.WaitGroup
+	for r := 0; r < 2; r++ {
+		args := append(smallRun(t, base+"-{node}"), "--set", "checkpoint.per_host=true", "--metrics", metrics)
+		cmd := exec.Command(filepath.Join(binaries(t), "ddptrain"), args...)
+		cmd.Env = append(os.Environ(), append([]string{"RANK=" + strconv.Itoa(r), "WORLD_SIZE=2", "LOCAL_RANK=0",
+			"LOCAL_WORLD_SIZE=1", "NODE_RANK=" + strconv.Itoa(r), "MASTER_ADDR=127.0.0.1",
+			"MASTER_PORT=" + strconv.Itoa(port), "DDP_TOKEN=e2e"}, env...)...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := cmd.CombinedOutput()
+			outs[r], errs[r] = string(b), err
+		}()
+	}
+	wg.Wait()
+	return outs, errs
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Hosts without a shared filesystem: host 0 loses its disk between the failure and the restart;
+// the restarted job takes the newest checkpoint host 1 has, and ends bit-identical to a run that
+// was never interrupted.
+func TestTrain_restartTakesTheNewestCheckpointAnyHostHas(t *testing.T) {
+	dir := t.TempDir()
+	straight := filepath.Join(dir, "straight.jsonl")
+	if outs, errs := twoHosts(t, filepath.Join(dir, "a"), straight, nil); errs[0] != nil || errs[1] != nil {
+		t.Fatalf("uninterrupted job: %v %v\n%s\n%s", errs[0], errs[1], outs[0], outs[1])
+	}
+	base := filepath.Join(dir, "b")
+	outs, errs := twoHosts(t, base, filepath.Join(dir, "broken.jsonl"), []string{"DDP_FAIL_AT_STEP=25"})
+	// Each rank exits 3 at step 25 unless its peer went first, which breaks its ring: non-zero.
+	for r, err := range errs {
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() == 0 {
+			t.Fatalf("rank %d should fail at step 25, got %v\n%s", r, err, outs[r])
+		}
+	}
+	for r := 0; r < 2; r++ {
+		if m, _ := filepath.Glob(fmt.Sprintf("%s-%d/step-00000020/MANIFEST.json", base, r)); len(m) != 1 {
+			t.Fatalf("host %d did not write its own copy of step 20", r)
+		}
+	}
+	if err := os.RemoveAll(base + "-0"); err != nil { // host 0's disk is gone
+		t.Fatal(err)
+	}
+	resumed := filepath.Join(dir, "resumed.jsonl")
+	outs, errs = twoHosts(t, base, resumed, []string{"DDP_RESTART_COUNT=1"})
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("restarted job: %v %v\n%s\n%s", errs[0], errs[1], outs[0], outs[1])
+	}
+	if !strings.Contains(outs[0], "received and verified") || !strings.Contains(outs[0], "resumed from checkpoint") {
+		t.Fatalf("rank 0 did not receive step 20 from rank 1 and resume:\n%s", outs[0])
+	}
+	for r := 0; r < 2; r++ {
+		a, b := summary(t, worker.RankPath(straight, r)), summary(t, worker.RankPath(resumed, r))
+		if a.ParamSHA256 != b.ParamSHA256 {
+			t.Fatalf("rank %d: restarted job ends with %s, uninterrupted %s", r, b.ParamSHA256, a.ParamSHA256)
+		}
+	}
 }

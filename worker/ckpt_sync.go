@@ -1,0 +1,219 @@
+package worker
+
+// ckpt_sync.go: before a resume, the ranks agree on the newest complete checkpoint any of them can
+// see and copy it to those whose checkpoint.dir lacks it. On one host, or hosts sharing a
+// filesystem, every rank sees the same directory and nothing moves. On hosts with their own disks
+// (checkpoint.per_host), a restarted job resumes from whatever the survivors have, even when the
+// host that wrote the newest one is gone or a new host joins with an empty disk.
+//
+// The exchange is three collectives: an all-gather of each rank's newest step; when some rank
+// lacks the newest, a broadcast of its size and then of its files (MANIFEST.json included) from
+// the lowest rank that has it; each receiving host's local rank 0 writes it atomically and
+// verifies it against its manifest; a barrier, so no rank loads before its host's copy is in place.
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/goddp/goddp/allreduce"
+)
+
+// expandCheckpointDir replaces {node} in checkpoint.dir with this host's NODE_RANK.
+func expandCheckpointDir(dir string, env Env) string {
+	return strings.ReplaceAll(dir, "{node}", strconv.Itoa(env.NodeRank))
+}
+
+// checkpointWriter says whether this rank writes checkpoints: global rank 0 always; with
+// checkpoint.per_host, local rank 0 of every host too.
+func checkpointWriter(cfg *Config, env Env) bool {
+	return env.Rank == 0 || (cfg.Checkpoint.PerHost && env.LocalRank == 0)
+}
+
+// syncCheckpoints runs on every rank of a multi-rank job before the resume.
+func syncCheckpoints(ctx context.Context, g *allreduce.Group, dir string, env Env, log *slog.Logger) error {
+	if g.Size() == 1 {
+		return nil
+	}
+	mine := -1
+	path, err := LatestCheckpoint(dir)
+	if err != nil {
+		return err
+	}
+	if path != "" {
+		if mine, err = stepOfCheckpoint(path); err != nil {
+			return err
+		}
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(int64(mine)))
+	all, err := g.AllGather(ctx, b[:])
+	if err != nil {
+		return fmt.Errorf("checkpoint: agreeing on the newest checkpoint: %w", err)
+	}
+	steps := make([]int, len(all))
+	best, owner, lacking := -1, -1, 0
+	for r, v := range all {
+		if len(v) != 8 {
+			return fmt.Errorf("checkpoint: rank %d sent a malformed checkpoint step (%d bytes)", r, len(v))
+		}
+		steps[r] = int(int64(binary.LittleEndian.Uint64(v)))
+		if steps[r] > best {
+			best, owner = steps[r], r
+		}
+	}
+	for _, s := range steps {
+		if s < best {
+			lacking++
+		}
+	}
+	if best < 0 || lacking == 0 {
+		return nil
+	}
+	log.Info("checkpoint: copying the newest checkpoint to ranks that lack it", "step", best, "from_rank", owner, "ranks_lacking", lacking)
+
+	var bundle []byte
+	if env.Rank == owner {
+		if bundle, err = packCheckpoint(path); err != nil {
+			return err
+		}
+	}
+	var size [8]byte
+	binary.LittleEndian.PutUint64(size[:], uint64(len(bundle)))
+	if err := g.Broadcast(ctx, size[:], owner); err != nil {
+		return fmt.Errorf("checkpoint: receiving step %d from rank %d: %w", best, owner, err)
+	}
+	if env.Rank != owner {
+		bundle = make([]byte, binary.LittleEndian.Uint64(size[:]))
+	}
+	if err := g.Broadcast(ctx, bundle, owner); err != nil {
+		return fmt.Errorf("checkpoint: receiving step %d from rank %d: %w", best, owner, err)
+	}
+	if steps[env.Rank] < best && env.LocalRank == 0 {
+		files, err := unpackCheckpoint(bundle)
+		if err != nil {
+			return fmt.Errorf("checkpoint: step %d from rank %d: %w", best, owner, err)
+		}
+		got, err := writeCheckpointFiles(dir, best, files)
+		if err != nil {
+			return err
+		}
+		log.Info("checkpoint: received and verified", "path", got, "from_rank", owner)
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return fmt.Errorf("checkpoint: waiting for every host's copy of step %d: %w", best, err)
+	}
+	return nil
+}
+
+// stepOfCheckpoint reads the step from a checkpoint directory's manifest.
+func stepOfCheckpoint(path string) (int, error) {
+	m, err := readManifest(path)
+	if err != nil {
+		return 0, err
+	}
+	return m.Step, nil
+}
+
+// packCheckpoint reads a checkpoint's files (manifest included) into one buffer: for each file,
+// its name's length (u32), the name, its size (u64) and its bytes.
+func packCheckpoint(path string) ([]byte, error) {
+	var out []byte
+	for _, name := range append(append([]string(nil), ckptFiles...), ckptManifestFile) {
+		b, err := os.ReadFile(filepath.Join(path, name))
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: %w", err)
+		}
+		out = binary.LittleEndian.AppendUint32(out, uint32(len(name)))
+		out = append(out, name...)
+		out = binary.LittleEndian.AppendUint64(out, uint64(len(b)))
+		out = append(out, b...)
+	}
+	return out, nil
+}
+
+// unpackCheckpoint is packCheckpoint's inverse; it accepts only the checkpoint's own file names.
+func unpackCheckpoint(b []byte) (map[string][]byte, error) {
+	allowed := map[string]bool{ckptManifestFile: true}
+	for _, f := range ckptFiles {
+		allowed[f] = true
+	}
+	files := map[string][]byte{}
+	for len(b) > 0 {
+		if len(b) < 4 {
+			return nil, fmt.Errorf("truncated bundle")
+		}
+		n := int(binary.LittleEndian.Uint32(b))
+		b = b[4:]
+		if n > len(b) || n > 256 {
+			return nil, fmt.Errorf("truncated bundle (file name)")
+		}
+		name := string(b[:n])
+		b = b[n:]
+		if !allowed[name] {
+			return nil, fmt.Errorf("unexpected file %q in the bundle", name)
+		}
+		if len(b) < 8 {
+			return nil, fmt.Errorf("truncated bundle (size of %s)", name)
+		}
+		size := binary.LittleEndian.Uint64(b)
+		b = b[8:]
+		if size > uint64(len(b)) {
+			return nil, fmt.Errorf("truncated bundle (%s: %d bytes announced, %d left)", name, size, len(b))
+		}
+		files[name] = b[:size]
+		b = b[size:]
+	}
+	for name := range allowed {
+		if _, ok := files[name]; !ok {
+			return nil, fmt.Errorf("the bundle has no %s", name)
+		}
+	}
+	return files, nil
+}
+
+// writeCheckpointFiles writes a received checkpoint into dir atomically (temp dir, fsync, rename)
+// and verifies every file against its manifest before returning the final path.
+func writeCheckpointFiles(dir string, step int, files map[string][]byte) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("checkpoint: %w", err)
+	}
+	name := fmt.Sprintf(ckptStepDirPattern, step)
+	tmp, err := os.MkdirTemp(dir, ckptTmpPrefix+name+"-")
+	if err != nil {
+		return "", fmt.Errorf("checkpoint: %w", err)
+	}
+	fail := func(err error) (string, error) {
+		os.RemoveAll(tmp)
+		return "", err
+	}
+	// The manifest last, as SaveCheckpoint does: a directory with a manifest is complete.
+	for _, f := range append(append([]string(nil), ckptFiles...), ckptManifestFile) {
+		if err := writeFileSync(filepath.Join(tmp, f), files[f]); err != nil {
+			return fail(err)
+		}
+	}
+	if err := syncDir(tmp); err != nil {
+		return fail(err)
+	}
+	if err := VerifyCheckpoint(tmp); err != nil {
+		return fail(fmt.Errorf("checkpoint: received step %d does not verify: %w", step, err))
+	}
+	final := filepath.Join(dir, name)
+	if _, err := os.Stat(final); err == nil {
+		// A broken directory of the same step (LatestCheckpoint skipped it): move it aside.
+		if err := os.Rename(final, tmp+"-old"); err != nil {
+			return fail(fmt.Errorf("checkpoint: replacing %s: %w", final, err))
+		}
+		defer os.RemoveAll(tmp + "-old")
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return fail(fmt.Errorf("checkpoint: %w", err))
+	}
+	return final, syncDir(dir)
+}
