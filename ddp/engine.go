@@ -21,6 +21,11 @@ type Options struct {
 	BucketCapMB float64
 	// Wire is the all-reduce wire format (ddp.wire): f16 under fp16 training by default.
 	Wire allreduce.Wire
+	// Channels are extra process groups over the same ranks (ddp.channels − 1 of them). Buckets
+	// are dealt round-robin over the main group and these, each with its own comm goroutine, so
+	// several all-reduces run at once and use more cores (NCCL calls these channels). Results are
+	// bit-identical to one channel: each bucket is reduced by the same ring algorithm.
+	Channels []Comm
 	// Trace, when set, receives forward/backward/all-reduce/optimizer spans.
 	Trace  *Trace
 	Logger *slog.Logger
@@ -48,7 +53,8 @@ type Engine struct {
 
 	gpu *gpuPath // the staged path (engine_gpu.go); nil on the host path
 
-	jobs      chan *bucket
+	comms     []Comm         // the main group, then Options.Channels
+	jobs      []chan *bucket // one per channel: bucket i goes to channel i mod len(comms)
 	results   chan error
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -71,6 +77,7 @@ func New(ps *model.Params, comm Comm, opts Options) *Engine {
 		opts.Logger = slog.Default()
 	}
 	e := &Engine{ps: ps, dev: ps.Device(), comm: comm, opts: opts, log: opts.Logger, epoch: time.Now()}
+	e.comms = append([]Comm{comm}, opts.Channels...)
 	if opts.Trace != nil {
 		e.epoch = opts.Trace.epoch
 	}
@@ -93,10 +100,13 @@ func New(ps *model.Params, comm Comm, opts Options) *Engine {
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	if comm.Size() > 1 {
 		e.initStaging()
-		e.jobs = make(chan *bucket, len(e.buckets))
 		e.results = make(chan error, len(e.buckets))
-		e.wg.Add(1)
-		go e.commLoop(e.jobs)
+		for ch, c := range e.comms {
+			jobs := make(chan *bucket, len(e.buckets))
+			e.jobs = append(e.jobs, jobs)
+			e.wg.Add(1)
+			go e.commLoop(ch, c, jobs)
+		}
 		ps.OnGradReady = e.onReady
 	}
 	return e
@@ -118,8 +128,8 @@ func (e *Engine) now() int64 { return int64(time.Since(e.epoch)) }
 func (e *Engine) Close() {
 	e.closeOnce.Do(func() {
 		e.cancel()
-		if e.jobs != nil {
-			close(e.jobs)
+		for _, jobs := range e.jobs {
+			close(jobs)
 		}
 		e.wg.Wait()
 		if e.gpu != nil {
@@ -129,16 +139,17 @@ func (e *Engine) Close() {
 	e.ps.OnGradReady = nil
 }
 
-// commLoop all-reduces staged buckets in the order they arrive (index order).
-func (e *Engine) commLoop(jobs <-chan *bucket) {
+// commLoop is channel ch's comm goroutine: it all-reduces the channel's buckets over comm in the
+// order they arrive (index order, so every rank issues the same collectives in the same order).
+func (e *Engine) commLoop(ch int, comm Comm, jobs <-chan *bucket) {
 	defer e.wg.Done()
 	for b := range jobs {
 		if e.gpu != nil {
-			e.results <- e.reduceStaged(b)
+			e.results <- e.reduceStaged(ch, b)
 			continue
 		}
 		b.start = e.now()
-		err := e.comm.AllReduce(e.ctx, b.host, allreduce.Avg, e.opts.Wire)
+		err := comm.AllReduce(e.ctx, b.host, allreduce.Avg, e.opts.Wire)
 		b.end = e.now()
 		if err != nil {
 			err = fmt.Errorf("ddp: all-reduce of gradient bucket %d (%s): %w", b.index, b.params[0].Name, err)
@@ -191,7 +202,7 @@ func (e *Engine) stage(b *bucket) {
 	}
 	e.staged[b.index] = true
 	for e.nextSend < len(e.buckets) && e.staged[e.nextSend] {
-		e.jobs <- e.buckets[e.nextSend]
+		e.jobs[e.nextSend%len(e.jobs)] <- e.buckets[e.nextSend]
 		e.nextSend++
 	}
 }

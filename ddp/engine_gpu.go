@@ -30,7 +30,7 @@ var _ f16Reducer = (*allreduce.Group)(nil)
 // gpuPath is the engine's state for the staged path (nil on the host path).
 type gpuPath struct {
 	stg   model.GradStaging
-	red   f16Reducer
+	red   []f16Reducer // one per channel (Engine.comms)
 	scale float32
 	// per bucket, this step: when the comm goroutine began waiting for the bucket's copy to
 	// pinned memory (its all-reduce starts when the copy has landed: bucket.start)
@@ -48,9 +48,13 @@ func (e *Engine) initStaging() {
 	if !ok {
 		return
 	}
-	red, ok := e.comm.(f16Reducer)
-	if !ok {
-		return
+	var red []f16Reducer
+	for _, c := range e.comms {
+		r, ok := c.(f16Reducer)
+		if !ok {
+			return
+		}
+		red = append(red, r)
 	}
 	ranges := make([][2]int, len(e.buckets))
 	var elems int64
@@ -110,13 +114,13 @@ func (e *Engine) BytesPerStep() (pcie, ring int64) {
 	return pcie, ring
 }
 
-// reduceStaged is the comm goroutine's work for one bucket on the staged path.
-func (e *Engine) reduceStaged(b *bucket) error {
+// reduceStaged is channel ch's comm goroutine's work for one bucket on the staged path.
+func (e *Engine) reduceStaged(ch int, b *bucket) error {
 	g := e.gpu
 	g.waitFrom[b.index] = e.now()
 	buf := g.stg.Host(b.index)
 	b.start = e.now()
-	err := g.red.AllReduceF16(e.ctx, buf, allreduce.Sum)
+	err := g.red[ch].AllReduceF16(e.ctx, buf, allreduce.Sum)
 	b.end = e.now()
 	if err != nil {
 		return fmt.Errorf("ddp: all-reduce of gradient bucket %d (%s): %w", b.index, b.params[0].Name, err)

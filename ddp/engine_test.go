@@ -46,6 +46,7 @@ type runCfg struct {
 	bucketMB       float64
 	injectInfRank  int // inject +Inf into this rank's gradients after the all-reduce of step injectStep
 	injectStep     int
+	channels       int // process groups the buckets are dealt over (0 or 1: the main one only)
 }
 
 type rankResult struct {
@@ -57,7 +58,7 @@ type rankResult struct {
 	comm    float64
 }
 
-func trainRank(t *testing.T, rc runCfg, rank int, comm Comm, d dataset) rankResult {
+func trainRank(t *testing.T, rc runCfg, rank int, comm Comm, d dataset, extra ...Comm) rankResult {
 	dev := model.NewCPU()
 	m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{nFeat, nHidden, nHidden, nClass}, Activation: "gelu", Compute: rc.compute}, 3)
 	if err != nil {
@@ -75,7 +76,7 @@ func trainRank(t *testing.T, rc runCfg, rank int, comm Comm, d dataset) rankResu
 		t.Fatal(err)
 	}
 	defer sc.Free()
-	eng := New(ps, comm, Options{BucketCapMB: rc.bucketMB, Wire: rc.wire})
+	eng := New(ps, comm, Options{BucketCapMB: rc.bucketMB, Wire: rc.wire, Channels: extra})
 	defer eng.Close()
 	ctx := context.Background()
 	if err := eng.BroadcastParams(ctx); err != nil {
@@ -154,19 +155,30 @@ func runWorld(t *testing.T, rc runCfg, d dataset) []rankResult {
 		defer g.Close()
 		return []rankResult{trainRank(t, rc, 0, g, d)}
 	}
-	nw := allreduce.NewInprocNetwork(rc.W)
+	nws := make([]*allreduce.InprocNetwork, max(1, rc.channels))
+	for i := range nws {
+		nws[i] = allreduce.NewInprocNetwork(rc.W)
+	}
 	out := make([]rankResult, rc.W)
 	var wg sync.WaitGroup
 	for r := 0; r < rc.W; r++ {
-		g, err := allreduce.NewGroup(context.Background(), allreduce.Config{Rank: r, WorldSize: rc.W, Transport: nw.Transport(r)})
-		if err != nil {
-			t.Fatal(err)
+		var gs []Comm
+		for _, nw := range nws {
+			g, err := allreduce.NewGroup(context.Background(), allreduce.Config{Rank: r, WorldSize: rc.W, Transport: nw.Transport(r)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gs = append(gs, g)
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer g.Close()
-			out[r] = trainRank(t, rc, r, g, d)
+			defer func() {
+				for _, g := range gs {
+					g.(*allreduce.Group).Close()
+				}
+			}()
+			out[r] = trainRank(t, rc, r, gs[0], d, gs[1:]...)
 		}()
 	}
 	wg.Wait()
@@ -291,6 +303,24 @@ func TestEngine_checkReplicasNamesTheRank(t *testing.T) {
 	for r, err := range errs {
 		if err == nil || !errorsIs(err, ErrReplicaMismatch) || !contains(err.Error(), "rank(s) 2 ") {
 			t.Errorf("rank %d: got %v, want a mismatch naming rank 2", r, err)
+		}
+	}
+}
+
+// Dealing buckets over several process groups (ddp.channels) changes nothing in the result: each
+// bucket is reduced by the same ring, so weights are bit-identical to one channel's, on both wires.
+func TestEngine_channelsAreBitIdentical(t *testing.T) {
+	for _, wire := range []allreduce.Wire{allreduce.WireF32, allreduce.WireF16} {
+		W, b, k, steps := 3, 2, 2, 5
+		d := makeData(W * b * k * steps)
+		rc := runCfg{W: W, b: b, k: k, steps: steps, compute: model.F32, wire: wire, bucketMB: 0.0005}
+		one := runWorld(t, rc, d)
+		rc.channels = 3
+		three := runWorld(t, rc, d)
+		for r := range one {
+			if one[r].hash != three[r].hash {
+				t.Fatalf("wire %s rank %d: 3 channels end with %s, 1 channel %s", wire, r, three[r].hash, one[r].hash)
+			}
 		}
 	}
 }

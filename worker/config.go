@@ -183,6 +183,10 @@ type DDPConfig struct {
 	Wire string `yaml:"wire"`
 	// check_every: steps between replica-consistency hash checks. Default 100.
 	CheckEvery int `yaml:"check_every"`
+	// channels: process groups the gradient buckets are dealt over, round-robin, each with its
+	// own connections and comm goroutine, so several all-reduces run at once on more cores.
+	// Results are bit-identical for any value. Default 1.
+	Channels int `yaml:"channels"`
 }
 
 // LossScaleConfig is the `loss_scale:` section: the dynamic loss scaler of
@@ -225,7 +229,7 @@ func DefaultConfig() *Config {
 			Shuffle:      true,
 		},
 		Checkpoint: CheckpointConfig{Keep: 2},
-		DDP:        DDPConfig{BucketCapMB: 25, Wire: "auto", CheckEvery: 100},
+		DDP:        DDPConfig{BucketCapMB: 25, Wire: "auto", CheckEvery: 100, Channels: 1},
 		LossScale: LossScaleConfig{
 			Init: 65536, GrowthInterval: 2000, GrowthFactor: 2, Backoff: 0.5, Min: 1,
 		},
@@ -710,6 +714,9 @@ func (c *Config) Validate() error {
 		bad("ddp.bucket_cap_mb", "%g: want > 0", c.DDP.BucketCapMB)
 	}
 	oneOf("ddp.wire", c.DDP.Wire, "auto", "f32", "f16")
+	if c.DDP.Channels < 1 || c.DDP.Channels > 16 {
+		bad("ddp.channels", "%d: want 1 to 16", c.DDP.Channels)
+	}
 	if c.DDP.CheckEvery < 0 {
 		bad("ddp.check_every", "%d: want >= 0 (0 = only at the end)", c.DDP.CheckEvery)
 	}
@@ -834,6 +841,7 @@ func (c *Config) Hash() string {
 	cc.Model.Widths = append([]int(nil), c.Model.Widths...)
 	cc.Data.Path, cc.Data.Workers, cc.Data.Prefetch = "", 0, 0
 	cc.Checkpoint.Dir, cc.Checkpoint.PerHost = "", false
+	cc.DDP.Channels = 0           // bit-identical results for any number of channels
 	if cc.Train.GlobalBatch > 0 { // accumulation follows from global_batch and the world size,
 		cc.Train.GradAccumSteps = 0 // which an elastic restart changes (issue 7)
 	}

@@ -123,7 +123,16 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 	if opt.TracePath != "" {
 		trace = ddp.NewTrace(env.Rank)
 	}
-	eng := ddp.New(ps, group, ddp.Options{BucketCapMB: cfg.DDP.BucketCapMB, Wire: wire, Trace: trace, Logger: log})
+	channels, err := openChannels(ctx, group, cfg.DDP.Channels, log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, g := range channels {
+			g.Close()
+		}
+	}()
+	eng := ddp.New(ps, group, ddp.Options{BucketCapMB: cfg.DDP.BucketCapMB, Wire: wire, Trace: trace, Logger: log, Channels: asComms(channels)})
 	defer eng.Close()
 
 	// ---- resume, then make every replica identical ----

@@ -352,3 +352,26 @@ func TestTrain_restartTakesTheNewestCheckpointAnyHostHas(t *testing.T) {
 		}
 	}
 }
+
+// ddp.channels deals the buckets over several process groups (several all-reduces at once): the
+// job ends bit-identical to the one-channel job.
+func TestLaunch_channelsAreBitIdentical(t *testing.T) {
+	dir := t.TempDir()
+	var hashes []string
+	for _, ch := range []string{"1", "3"} {
+		m := filepath.Join(dir, "m"+ch+".jsonl")
+		cmd := launch(t, filepath.Join(dir, "ck"+ch), m)
+		cmd.Args = append(cmd.Args, "--set", "ddp.channels="+ch, "--set", "ddp.bucket_cap_mb=0.02")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("channels %s: %v\n%s", ch, err, out)
+		}
+		a, b := summary(t, m), summary(t, worker.RankPath(m, 1))
+		if a.ParamSHA256 != b.ParamSHA256 {
+			t.Fatalf("channels %s: ranks disagree", ch)
+		}
+		hashes = append(hashes, a.ParamSHA256)
+	}
+	if hashes[0] != hashes[1] {
+		t.Fatalf("3 channels end with %s, 1 channel with %s", hashes[1], hashes[0])
+	}
+}
