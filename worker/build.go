@@ -18,10 +18,15 @@ var deviceOpeners = map[string]func(localRank int) (model.Device, error){
 	"cpu": func(int) (model.Device, error) { return model.NewCPU(), nil },
 }
 
-// OpenDevice opens the named device for the worker with this LOCAL_RANK.
+// autoDevice picks the device for --device auto: "cpu" here; the CUDA build (device_cuda.go)
+// answers "cuda" when a GPU is visible.
+var autoDevice = func() string { return "cpu" }
+
+// OpenDevice opens the named device ("cpu", "cuda", or "auto": a GPU when this build has the CUDA
+// device and one is visible, else the CPU) for the worker with this LOCAL_RANK.
 func OpenDevice(name string, localRank int) (model.Device, error) {
-	if name == "" {
-		name = "cpu"
+	if name == "" || name == "auto" {
+		name = autoDevice()
 	}
 	open, ok := deviceOpeners[name]
 	if !ok {

@@ -12,6 +12,12 @@ import (
 // With the cuda build tag, --device cuda opens GPU LOCAL_RANK modulo the visible GPUs (so two
 // workers on a host with one GPU share it, each with its own context).
 func init() {
+	autoDevice = func() string {
+		if n, err := model.CUDADeviceCount(); err == nil && n > 0 {
+			return "cuda"
+		}
+		return "cpu"
+	}
 	deviceOpeners["cuda"] = func(localRank int) (model.Device, error) {
 		n, err := model.CUDADeviceCount()
 		if err != nil {

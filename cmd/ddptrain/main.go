@@ -24,7 +24,7 @@ func main() {
 	configPath := fs.String("config", "", "run configuration (YAML), e.g. configs/mnist-mlp.yaml")
 	sets := fs.StringArray("set", nil, "override a config key: --set train.lr=0.003 (repeatable)")
 	var opt worker.Options
-	fs.StringVar(&opt.Device, "device", "cpu", "device: cpu, or cuda (a build with -tags cuda)")
+	fs.StringVar(&opt.Device, "device", "auto", "device: auto (a GPU when this build has CUDA and one is visible, else cpu), cpu, or cuda (make cuda)")
 	fs.StringVar(&opt.MetricsPath, "metrics", "", "write JSON-lines metrics to this file")
 	fs.StringVar(&opt.TracePath, "trace", "", "write a Chrome trace-event timeline (Perfetto) to this file")
 	fs.BoolVar(&opt.MemoryReport, "memory-report", false, "print a memory breakdown after the first steps")
