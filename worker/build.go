@@ -23,9 +23,13 @@ var deviceOpeners = map[string]func(localRank int) (model.Device, error){
 var autoDevice = func() string { return "cpu" }
 
 // OpenDevice opens the named device ("cpu", "cuda", or "auto": a GPU when this build has the CUDA
-// device and one is visible, else the CPU) for the worker with this LOCAL_RANK.
+// device and one is visible, else the CPU) for the worker with this LOCAL_RANK. "" is the CPU (the
+// library's default; ddptrain's --device defaults to auto).
 func OpenDevice(name string, localRank int) (model.Device, error) {
-	if name == "" || name == "auto" {
+	switch name {
+	case "":
+		name = "cpu"
+	case "auto":
 		name = autoDevice()
 	}
 	open, ok := deviceOpeners[name]
