@@ -108,6 +108,13 @@ func NewBlock(ps *Params, name string, c, heads int, std, projStd, p float32) *B
 // Forward runs the block on x (B,T,C); activations take x's dtype. Dropout (only with train)
 // draws its masks from seed.
 func (b *Block) Forward(x *Tensor, seed uint64, train bool) *BlockActs {
+	return b.forward(x, seed, train, true)
+}
+
+// forward is Forward; without out it stops after the MLP's GELU, which is all a checkpointed
+// block's recompute needs (backward reads the projection's input, never its output), so the
+// recompute skips the MLP projection GEMM, its dropout and the residual add.
+func (b *Block) forward(x *Tensor, seed uint64, train, out bool) *BlockActs {
 	dev, dt := x.Device(), x.DType()
 	B, T, C := x.Dim(0), x.Dim(1), x.Dim(2)
 	a := &BlockActs{X: x, Seed: seed}
@@ -134,6 +141,9 @@ func (b *Block) Forward(x *Tensor, seed uint64, train bool) *BlockActs {
 	b.FC.Forward(a.FC, a.LN2)
 	a.Gelu = dev.Alloc(dt, b.Tag+".mlp.gelu", B, T, 4*C)
 	GELUForward(dev, a.Gelu, a.FC)
+	if !out {
+		return a
+	}
 	mlp := dev.Alloc(dt, b.Tag+".mlp.out", B, T, C)
 	b.Proj.Forward(mlp, a.Gelu)
 	mlp = dropoutNew(mlp, a.P, DeriveSeed(seed, b.siteRes2))
@@ -171,10 +181,10 @@ func dropoutGradNew(dy *Tensor, p float32, seed uint64, tag string) *Tensor {
 func (b *Block) Backward(dres *Tensor, a *BlockActs) {
 	dev, dt := dres.Device(), dres.DType()
 	B, T, C := dres.Dim(0), dres.Dim(1), dres.Dim(2)
-	if b.Ckpt { // recompute everything but the output we already have
+	if b.Ckpt { // recompute everything backward reads; the output is not among it
 		out := a.Out
-		*a = *b.Forward(a.X, a.Seed, true)
-		dev.Free(out)
+		*a = *b.forward(a.X, a.Seed, true, false)
+		a.Out = out // freed with the rest below
 	}
 
 	// out = res1 + dropout(proj(gelu(fc(ln2(res1))))): the skip path leaves dres as it is.
