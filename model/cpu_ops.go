@@ -516,20 +516,23 @@ func (c *CPU) AdamW(p, g, m, v, half *Tensor, a AdamWArgs) {
 		checkLen("AdamW", p, half)
 		hs = f16s(half)
 	}
+	b1, b2, lr, eps, wd := a.Beta1, a.Beta2, a.LR, a.Eps, a.WeightDecay
+	ibc1, ibc2 := 1/a.BiasCorr1, 1/a.BiasCorr2
 	c.parallel(len(ps), 1<<13, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			gi := gs[i]
-			mi := a.Beta1*ms[i] + (1-a.Beta1)*gi
-			vi := a.Beta2*vs[i] + (1-a.Beta2)*gi*gi
-			ms[i], vs[i] = mi, vi
-			mh := mi / a.BiasCorr1
-			vh := vi / a.BiasCorr2
-			w := ps[i]
-			w -= a.LR * (mh/(float32(math.Sqrt(float64(vh)))+a.Eps) + a.WeightDecay*w)
-			ps[i] = w
-			if hs != nil {
-				hs[i] = F32ToF16(w)
-			}
+		// Slices cut to one length so the loop runs without bounds checks; the f16 copy is a
+		// second pass over the chunk while it is still in cache.
+		p := ps[lo:hi]
+		g, m, v := gs[lo:hi][:len(p)], ms[lo:hi][:len(p)], vs[lo:hi][:len(p)]
+		for i, w := range p {
+			gi := g[i]
+			mi := b1*m[i] + (1-b1)*gi
+			vi := b2*v[i] + (1-b2)*gi*gi
+			m[i], v[i] = mi, vi
+			denom := float32(math.Sqrt(float64(vi*ibc2))) + eps
+			p[i] = w - lr*(mi*ibc1/denom+wd*w)
+		}
+		if hs != nil {
+			EncodeF16(hs[lo:hi], p)
 		}
 	})
 }

@@ -7,40 +7,24 @@ import "math"
 // written as branch-light loops over slices because the CPU device and the wire codecs call them on
 // every element of every activation.
 
-// F32ToF16 rounds f to the nearest IEEE half (ties to even) and returns its bits.
+// F32ToF16 rounds f to the nearest IEEE half (ties to even) and returns its bits. Branch-light
+// (after F. Giesen's float_to_half_fast3_rtne), so the compiler inlines it: normals round by adding
+// the rounding bias to the bits, subnormals let the FPU round by adding a magic 0.5.
 func F32ToF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	exp := int32(b>>23) & 0xff
-	man := b & 0x7fffff
+	u := math.Float32bits(f)
+	sign := uint16(u>>16) & 0x8000
+	u &= 0x7fffffff
 	switch {
-	case exp == 0xff: // inf or NaN
-		if man == 0 {
-			return sign | 0x7c00
+	case u >= 0x47800000: // |f| ≥ 2^16, inf or NaN
+		if u > 0x7f800000 { // NaN: keep the top mantissa bits, quiet, never inf
+			return sign | 0x7e00 | uint16(u>>13)&0x3ff
 		}
-		// Keep the top mantissa bits, force a quiet NaN so it never turns into inf.
-		return sign | 0x7c00 | 0x0200 | uint16(man>>13)
-	case exp > 142: // 2^16 and above (exp-127 > 15): overflow to inf
 		return sign | 0x7c00
-	case exp >= 113: // normal half: exponent -14..15
-		h := uint32(exp-112)<<10 | man>>13
-		round := man & 0x1fff
-		if round > 0x1000 || (round == 0x1000 && h&1 == 1) {
-			h++ // may carry into the exponent, up to inf: that is correct rounding
-		}
-		return sign | uint16(h)
-	case exp >= 102: // subnormal half (or rounds up to the smallest normal)
-		m := man | 0x800000
-		shift := uint32(126 - exp) // 14..24
-		h := m >> shift
-		rem := m & (1<<shift - 1)
-		half := uint32(1) << (shift - 1)
-		if rem > half || (rem == half && h&1 == 1) {
-			h++
-		}
-		return sign | uint16(h)
-	default: // too small: rounds to signed zero
-		return sign
+	case u < 0x38800000: // |f| < 2^-14: a half subnormal or zero; the FPU rounds the add to even
+		return sign | uint16(math.Float32bits(math.Float32frombits(u)+0.5)-0x3f000000)
+	default: // a normal half, or a carry into the next binade (up to inf): correct rounding
+		u += 0xc8000fff + (u>>13)&1 // rebias the exponent by −112 and add the round-to-even bias
+		return sign | uint16(u>>13)
 	}
 }
 
