@@ -113,47 +113,35 @@ func rankGrads(n, rank int) []float32 {
 // whether each rank's engine took the staged path.
 func averageOnce(t *testing.T, W int, sizes []int, bucketMB float64, newDev newDevFunc, hostStaging bool) (grads [][]float32, staged []bool) {
 	t.Helper()
-	nw := allreduce.NewInprocNetwork(W)
 	grads = make([][]float32, W)
 	staged = make([]bool, W)
-	var wg sync.WaitGroup
-	for r := 0; r < W; r++ {
-		g, err := allreduce.NewGroup(context.Background(), allreduce.Config{Rank: r, WorldSize: W, Transport: nw.Transport(r)})
-		if err != nil {
-			t.Fatal(err)
+	eachRank(t, W, func(r int, g *allreduce.Group) {
+		dev, done := newDev(t, r)
+		defer done()
+		ps := model.NewParams(dev)
+		for i, n := range sizes {
+			ps.Add(fmt.Sprintf("p%d", i), model.Init{Value: 0}, false, n)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer g.Close()
-			dev, done := newDev(t, r)
-			defer done()
-			ps := model.NewParams(dev)
-			for i, n := range sizes {
-				ps.Add(fmt.Sprintf("p%d", i), model.Init{Value: 0}, false, n)
+		ps.Build(false)
+		defer ps.Free()
+		e := New(ps, g, Options{BucketCapMB: bucketMB, Wire: allreduce.WireF16, HostStaging: hostStaging})
+		defer e.Close()
+		staged[r] = e.Staged()
+		for step := 0; step < 2; step++ { // twice: buffers are reused
+			dev.Upload(ps.Grad, rankGrads(ps.N, r))
+			e.BeginMicro(0, 1)
+			e.BeginBackward()
+			for i := len(ps.List) - 1; i >= 0; i-- {
+				ps.List[i].Ready()
 			}
-			ps.Build(false)
-			defer ps.Free()
-			e := New(ps, g, Options{BucketCapMB: bucketMB, Wire: allreduce.WireF16, HostStaging: hostStaging})
-			defer e.Close()
-			staged[r] = e.Staged()
-			for step := 0; step < 2; step++ { // twice: buffers are reused
-				dev.Upload(ps.Grad, rankGrads(ps.N, r))
-				e.BeginMicro(0, 1)
-				e.BeginBackward()
-				for i := len(ps.List) - 1; i >= 0; i-- {
-					ps.List[i].Ready()
-				}
-				e.EndBackward()
-				if err := e.Wait(context.Background()); err != nil {
-					t.Errorf("rank %d: %v", r, err)
-					return
-				}
+			e.EndBackward()
+			if err := e.Wait(context.Background()); err != nil {
+				t.Errorf("rank %d: %v", r, err)
+				return
 			}
-			grads[r] = model.ToHost(ps.Grad)
-		}()
-	}
-	wg.Wait()
+		}
+		grads[r] = model.ToHost(ps.Grad)
+	})
 	return grads, staged
 }
 
@@ -323,25 +311,13 @@ type trainOut struct {
 
 func trainWorldStaged(t *testing.T, W, steps, b int, newDev newDevFunc, hostStaging bool) []trainOut {
 	d := makeData(W * b * steps)
-	nw := allreduce.NewInprocNetwork(W)
 	out := make([]trainOut, W)
-	var wg sync.WaitGroup
-	for r := 0; r < W; r++ {
-		g, err := allreduce.NewGroup(context.Background(), allreduce.Config{Rank: r, WorldSize: W, Transport: nw.Transport(r)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer g.Close()
-			dev, done := newDev(t, r)
-			defer done()
-			h, l, s := trainStaged(t, dev, r, W, g, d, steps, b, hostStaging)
-			out[r] = trainOut{h, l, s}
-		}()
-	}
-	wg.Wait()
+	eachRank(t, W, func(r int, g *allreduce.Group) {
+		dev, done := newDev(t, r)
+		defer done()
+		h, l, s := trainStaged(t, dev, r, W, g, d, steps, b, hostStaging)
+		out[r] = trainOut{h, l, s}
+	})
 	return out
 }
 

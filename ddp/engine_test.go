@@ -272,34 +272,22 @@ func TestEngine_infOnOneRankSkipsEverywhere(t *testing.T) {
 // A replica that diverges is caught by CheckReplicas on every rank, naming it.
 func TestEngine_checkReplicasNamesTheRank(t *testing.T) {
 	W := 3
-	nw := allreduce.NewInprocNetwork(W)
 	errs := make([]error, W)
-	var wg sync.WaitGroup
-	for r := 0; r < W; r++ {
-		g, err := allreduce.NewGroup(context.Background(), allreduce.Config{Rank: r, WorldSize: W, Transport: nw.Transport(r)})
+	eachRank(t, W, func(r int, g *allreduce.Group) {
+		dev := model.NewCPU()
+		m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{4, 3}, Activation: "relu", Compute: model.F32}, 1)
 		if err != nil {
-			t.Fatal(err)
+			t.Error(err)
+			return
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer g.Close()
-			dev := model.NewCPU()
-			m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{4, 3}, Activation: "relu", Compute: model.F32}, 1)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer m.Free()
-			if r == 2 {
-				dev.Upload(m.Params().Data.View(0, 1), []float32{42})
-			}
-			e := New(m.Params(), g, Options{})
-			defer e.Close()
-			_, errs[r] = e.CheckReplicas(context.Background(), 7)
-		}()
-	}
-	wg.Wait()
+		defer m.Free()
+		if r == 2 {
+			dev.Upload(m.Params().Data.View(0, 1), []float32{42})
+		}
+		e := New(m.Params(), g, Options{})
+		defer e.Close()
+		_, errs[r] = e.CheckReplicas(context.Background(), 7)
+	})
 	for r, err := range errs {
 		if err == nil || !errorsIs(err, ErrReplicaMismatch) || !contains(err.Error(), "rank(s) 2 ") {
 			t.Errorf("rank %d: got %v, want a mismatch naming rank 2", r, err)

@@ -1,9 +1,35 @@
 package ddp
 
 import (
+	"context"
 	"errors"
 	"strings"
+	"sync"
+	"testing"
+
+	"github.com/goddp/goddp/allreduce"
 )
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
 func contains(s, sub string) bool     { return strings.Contains(s, sub) }
+
+// eachRank runs body for W ranks at once, each a goroutine with its own group over one in-process
+// network, and waits for all of them; the groups are closed when body returns.
+func eachRank(t *testing.T, W int, body func(r int, g *allreduce.Group)) {
+	t.Helper()
+	nw := allreduce.NewInprocNetwork(W)
+	var wg sync.WaitGroup
+	for r := 0; r < W; r++ {
+		g, err := allreduce.NewGroup(context.Background(), allreduce.Config{Rank: r, WorldSize: W, Transport: nw.Transport(r)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer g.Close()
+			body(r, g)
+		}()
+	}
+	wg.Wait()
+}
