@@ -42,6 +42,8 @@ type CUDA struct {
 	stream cudadrv.Stream // compute
 	copyS  cudadrv.Stream // copies to and from pinned host memory
 	module cudadrv.Module
+	flashM cudadrv.Module // fused attention (cuda_flash.go); loaded when flash is true
+	flash  bool
 	fns    map[string]cudadrv.Function
 	blas   *cudadrv.Blas
 	mu     sync.Mutex // guards nothing on the hot path; held by Close
@@ -124,6 +126,9 @@ func NewCUDA(ordinal int) (*CUDA, error) {
 	if err := d.loadKernels(); err != nil {
 		return nil, err
 	}
+	if err := d.loadFlash(); err != nil {
+		return nil, err
+	}
 	d.pool = NewPool(d.Name(), d.rawAlloc, d.rawFree)
 	d.pool.SetFreeOnCard(func() int64 { f, _ := d.MemInfo(); return f })
 	return d, nil
@@ -175,6 +180,9 @@ func (d *CUDA) Close() error {
 	defer d.leave()
 	d.blas.Destroy()
 	d.module.Unload()
+	if d.flash {
+		d.flashM.Unload()
+	}
 	d.stream.Destroy()
 	d.copyS.Destroy()
 	return d.dev.ReleasePrimaryCtx()

@@ -766,7 +766,7 @@ __global__ void k_softmax_bwd8_8(void* dxp, int ddx, const void* dyp, int ddy, c
 } // extern "C"
 `
 
-var kernelNameRE = regexp.MustCompile(`__global__ void (k_[a-z0-9_]+)\(`)
+var kernelNameRE = regexp.MustCompile(`__global__ void (?:__launch_bounds__\(\d+\) )?(k_[a-z0-9_]+)\(`)
 
 // loadKernels compiles (or reads from the cache) the module and looks up every kernel.
 func (d *CUDA) loadKernels() error {

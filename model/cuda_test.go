@@ -600,6 +600,15 @@ func TestCUDA_gpt2Bench(t *testing.T) {
 
 func cuBenchGPT2(t *testing.T, g *CUDA, B, T, steps int) string {
 	cfg := GPTConfig{Layers: 12, Width: 768, Heads: 12, Context: 1024, Vocab: 50304, Tied: true, Compute: F16}
+	if s := os.Getenv("GODDP_ATTENTION"); s != "" { // auto (flash on this device), flash or materialized
+		var err error
+		if cfg.Attention, err = ParseAttentionMode(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := os.Getenv("GODDP_CKPT"); s != "" {
+		fmt.Sscan(s, &cfg.Checkpoint)
+	}
 	g.EmptyCache()
 	base := g.Stats().Allocated
 	m, err := NewGPT(g, cfg, 1)

@@ -106,6 +106,18 @@ type Device interface {
 	MergeQKV(dqkv, dq, dk, dv *Tensor)
 	// Permute0213: src (A,B,C,D) → dst (A,C,B,D), dst.Shape() must say so.
 	Permute0213(dst, src *Tensor)
+	// FlashAttention is fused causal self-attention that never stores the T×T scores: qkv
+	// (B,T,3·C) holds q, k, v side by side as the QKV projection writes them (C = heads·hs);
+	// y (B,T,C) gets softmax_causal(scale·q·kᵀ)·v per head, heads side by side; lse (B,heads,T) f32
+	// gets each row's natural-log log-sum-exp of its scaled scores, which the backward needs.
+	FlashAttention(y, lse, qkv *Tensor, heads int, scale float32)
+	// FlashAttentionBackward: dqkv (B,T,3·C), overwritten, from dy (B,T,C) and the forward's qkv,
+	// y and lse.
+	FlashAttentionBackward(dqkv, dy, qkv, y, lse *Tensor, heads int, scale float32)
+	// FlashAttentionFast reports whether FlashAttention runs a fused kernel for this head size and
+	// dtype. When false it is a reference implementation (correct, slower than attention through
+	// BatchedMatMul and Softmax), and layers choosing automatically use the materialised path.
+	FlashAttentionFast(headSize int, dt DType) bool
 	// CrossEntropy: losses (R) f32 = −log softmax(logits (R,V))[targets (R) i32], computed in f32
 	// and stable; a negative target contributes 0.
 	CrossEntropy(losses, logits, targets *Tensor)

@@ -22,6 +22,8 @@ type GPTConfig struct {
 	// LMHeadLossForward); 0 = LMHeadChunkRows, about 128 MiB of logits. The full (B,T,V) logits
 	// are never kept.
 	LossChunk int
+	// Attention chooses the attention path (layer_attention.go); the zero value is AttnAuto.
+	Attention AttentionMode
 }
 
 // GPT is GPT-2's architecture with pre-LN blocks:
@@ -239,6 +241,12 @@ func NewGPT(dev Device, cfg GPTConfig, seed uint64) (*GPT, error) {
 	if err := checkCommon("GPTConfig", cfg.Dropout, cfg.Compute, cfg.Checkpoint); err != nil {
 		return nil, err
 	}
+	if cfg.Attention == AttnFlash && cfg.Dropout > 0 {
+		return nil, fmt.Errorf("model: GPTConfig.Attention = flash has no attention dropout, but Dropout = %v", cfg.Dropout)
+	}
+	if cfg.Attention < AttnAuto || cfg.Attention > AttnMaterialized {
+		return nil, fmt.Errorf("model: GPTConfig.Attention = %d: unknown mode", cfg.Attention)
+	}
 	if cfg.LossChunk < 0 {
 		return nil, fmt.Errorf("model: GPTConfig.LossChunk = %d: want rows > 0, or 0 for the default", cfg.LossChunk)
 	}
@@ -253,6 +261,7 @@ func NewGPT(dev Device, cfg GPTConfig, seed uint64) (*GPT, error) {
 	for l := 0; l < cfg.Layers; l++ {
 		b := NewBlock(m.ps, fmt.Sprintf("h.%d", l), C, cfg.Heads, std, projStd, cfg.Dropout)
 		b.Ckpt = checkpointed(cfg.Checkpoint, l)
+		b.Attn.Mode = cfg.Attention
 		m.Blocks = append(m.Blocks, b)
 	}
 	m.LnF = NewLayerNorm(m.ps, "lnf", C)

@@ -314,13 +314,18 @@ func TestGradCrossEntropy(t *testing.T) {
 
 func TestGradAttention(t *testing.T) {
 	for seed := int64(1); seed <= 3; seed++ {
-		for _, p := range []float32{0, 0.25} {
+		for _, pm := range []struct {
+			p    float32
+			mode AttentionMode
+		}{{0, AttnMaterialized}, {0.25, AttnMaterialized}, {0, AttnFlash}} {
+			p := pm.p
 			rng := rand.New(rand.NewSource(seed))
 			dev := NewCPU()
 			H := 1 + rng.Intn(3)
 			B, T, C := 1+rng.Intn(2), 1+rng.Intn(5), H*(1+rng.Intn(3))
 			ps := NewParams(dev)
 			at := NewAttention(ps, "attn", C, H, 0.4, 0.4, p)
+			at.Mode = pm.mode
 			ps.Build(false)
 			ps.Init(uint64(seed))
 			dev.RandNormal(at.QKV.B.W, 0.2, 5)
@@ -340,7 +345,7 @@ func TestGradAttention(t *testing.T) {
 			a := at.Forward(out, x, p, dseed)
 			dx := dev.Alloc(F32, "dx", B, T, C)
 			at.Backward(dx, FromHost(dev, F32, "dout", f32of(r), B, T, C), x, a)
-			name := fmt.Sprintf("p%v.seed%d.", p, seed)
+			name := fmt.Sprintf("%s.p%v.seed%d.", pm.mode, p, seed)
 			checkGrad(t, name+"x", x, ToHost(dx), loss, rng, nil)
 			for _, q := range ps.List {
 				checkGrad(t, name+q.Name, q.W, ToHost(q.G), loss, rng, nil)

@@ -1,6 +1,9 @@
 package model
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // Attention is causal multi-head self-attention with H heads of size hs = C/H:
 //
@@ -14,6 +17,11 @@ import "math"
 // Backward runs the same steps in reverse. Saved for it: q, k, v, att (after softmax, before
 // dropout: the dropped copy is regenerated from the seed) and y, the projection's input. The
 // pre-softmax scores, qkv and yh are freed in forward as soon as they are used.
+//
+// The fused path (Device.FlashAttention) goes from qkv to y in one step without the T×T scores;
+// it saves qkv, y and one f32 log-sum-exp per row instead of q, k, v and att. It has no attention
+// dropout, so it runs only where p is 0. Mode picks the path; AttnAuto takes the fused one where
+// the device has a fast kernel for it (FlashAttentionFast).
 type Attention struct {
 	QKV   *Linear // (3C,C)
 	Proj  *Linear // (C,C)
@@ -21,6 +29,47 @@ type Attention struct {
 	C     int
 	P     float32 // dropout on the attention probabilities
 	Tag   string  // prefix of activation tags, e.g. "h.3.attn"
+	Mode  AttentionMode
+}
+
+// AttentionMode chooses how attention is computed.
+type AttentionMode int
+
+const (
+	AttnAuto         AttentionMode = iota // fused where the device is fast at it and p is 0
+	AttnFlash                             // fused whenever p is 0 (the CPU's reference kernel included)
+	AttnMaterialized                      // scores through BatchedMatMul and Softmax
+)
+
+// ParseAttentionMode reads "auto" (or ""), "flash" or "materialized".
+func ParseAttentionMode(s string) (AttentionMode, error) {
+	switch s {
+	case "", "auto":
+		return AttnAuto, nil
+	case "flash":
+		return AttnFlash, nil
+	case "materialized", "materialised":
+		return AttnMaterialized, nil
+	}
+	return 0, fmt.Errorf("model: attention %q: want auto, flash or materialized", s)
+}
+
+func (m AttentionMode) String() string {
+	return [...]string{"auto", "flash", "materialized"}[m]
+}
+
+// fused reports whether a forward with dropout p on dev takes the fused path.
+func (a *Attention) fused(dev Device, p float32, dt DType) bool {
+	if p > 0 {
+		return false
+	}
+	switch a.Mode {
+	case AttnFlash:
+		return true
+	case AttnAuto:
+		return dev.FlashAttentionFast(a.C/a.Heads, dt)
+	}
+	return false
 }
 
 // AttentionActs are what Attention.Backward needs from the forward.
@@ -30,6 +79,9 @@ type AttentionActs struct {
 	Y       *Tensor // (B,T,C) merged heads, input of Proj
 	P       float32 // dropout probability used (0 in evaluation)
 	Seed    uint64  // attention dropout seed
+	// fused path: Q, K, V and Att stay nil
+	QKV *Tensor // (B,T,3C)
+	LSE *Tensor // (B,H,T) f32
 }
 
 // NewAttention registers name+".qkv" and name+".proj". projStd is the residual projection's std
@@ -55,6 +107,14 @@ func (a *Attention) Forward(out, x *Tensor, p float32, seed uint64) *AttentionAc
 
 	qkv := dev.Alloc(dt, a.Tag+".qkv", B, T, 3*C)
 	a.QKV.Forward(qkv, x)
+	if a.fused(dev, p, dt) {
+		s.QKV = qkv
+		s.LSE = dev.Alloc(F32, a.Tag+".lse", B, H, T)
+		s.Y = dev.Alloc(dt, a.Tag+".y", B, T, C)
+		dev.FlashAttention(s.Y, s.LSE, qkv, H, a.scale())
+		a.Proj.Forward(out, s.Y)
+		return s
+	}
 	s.Q = dev.Alloc(dt, a.Tag+".q", B, H, T, hs)
 	s.K = dev.Alloc(dt, a.Tag+".k", B, H, T, hs)
 	s.V = dev.Alloc(dt, a.Tag+".v", B, H, T, hs)
@@ -95,6 +155,14 @@ func (a *Attention) Backward(dx, dout, x *Tensor, s *AttentionActs) {
 
 	dy := dev.Alloc(dt, a.Tag+".dy", B, T, C)
 	a.Proj.Backward(dy, dout, s.Y)
+	if s.QKV != nil {
+		dqkv := dev.Alloc(dt, a.Tag+".dqkv", B, T, 3*C)
+		dev.FlashAttentionBackward(dqkv, dy, s.QKV, s.Y, s.LSE, H, a.scale())
+		freeAll(dev, dy, s.Y, s.QKV, s.LSE)
+		a.QKV.Backward(dx, dqkv, x)
+		dev.Free(dqkv)
+		return
+	}
 	dev.Free(s.Y)
 	dyh := dev.Alloc(dt, a.Tag+".dyh", B, H, T, hs)
 	dev.Permute0213(dyh, dy.Reshape(B, T, H, hs))
@@ -146,7 +214,7 @@ func (a *Attention) Backward(dx, dout, x *Tensor, s *AttentionActs) {
 
 // Free releases acts without a backward (evaluation, or a checkpointed block's forward).
 func (s *AttentionActs) Free(dev Device) {
-	for _, t := range []*Tensor{s.Q, s.K, s.V, s.Att, s.Y} {
+	for _, t := range []*Tensor{s.Q, s.K, s.V, s.Att, s.Y, s.QKV, s.LSE} {
 		if t != nil {
 			dev.Free(t)
 		}

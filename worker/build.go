@@ -89,9 +89,13 @@ func buildModel(dev model.Device, cfg *Config) (model.Model, error) {
 		return model.NewMLP(dev, model.MLPConfig{Widths: cfg.Model.Widths, Activation: cfg.Model.Activation,
 			Dropout: float32(cfg.Model.Dropout), Compute: computeDType(cfg), Checkpoint: every}, seed)
 	case "gpt":
+		attn, err := model.ParseAttentionMode(cfg.Model.Attention)
+		if err != nil {
+			return nil, err
+		}
 		return model.NewGPT(dev, model.GPTConfig{Layers: cfg.Model.Layers, Width: cfg.Model.Width, Heads: cfg.Model.Heads,
 			Context: cfg.Model.Context, Vocab: cfg.Model.Vocab, Tied: cfg.Model.Tied, Dropout: float32(cfg.Model.Dropout),
-			Compute: computeDType(cfg), Checkpoint: every}, seed)
+			Compute: computeDType(cfg), Checkpoint: every, Attention: attn}, seed)
 	}
 	return nil, fmt.Errorf("worker: model.kind %q: want mlp or gpt", cfg.Model.Kind)
 }

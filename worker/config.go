@@ -32,6 +32,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/goddp/goddp/model"
 	"gopkg.in/yaml.v3"
 )
 
@@ -82,6 +83,12 @@ type ModelConfig struct {
 	// the rest in backward; every_N does that for every N-th block. Default
 	// none. CheckpointEvery turns it into a number.
 	Checkpoint string `yaml:"checkpoint"`
+	// attention (GPT): auto | flash | materialized. flash is the fused kernel
+	// that never stores the T×T scores (no attention dropout: needs dropout
+	// 0); materialized computes them with batched GEMMs and a softmax. auto
+	// (the default) takes flash where the device has a fast kernel for it (the
+	// CUDA device, head size 64, fp16) and dropout is 0.
+	Attention string `yaml:"attention,omitempty"`
 }
 
 // TrainConfig is the `train:` section.
@@ -608,6 +615,11 @@ func (c *Config) Validate() error {
 	}
 	if _, err := m.CheckpointEvery(); err != nil {
 		errs = append(errs, strings.TrimPrefix(err.Error(), "config: "))
+	}
+	if mode, err := model.ParseAttentionMode(m.Attention); err != nil {
+		bad("model.attention", "%q: want auto, flash or materialized", m.Attention)
+	} else if mode == model.AttnFlash && m.Dropout > 0 {
+		bad("model.attention", "flash has no attention dropout: set model.dropout 0 or model.attention auto")
 	}
 
 	t := c.Train

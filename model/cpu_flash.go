@@ -1,0 +1,128 @@
+package model
+
+import (
+	"fmt"
+	"math"
+)
+
+// The CPU device's FlashAttention is the reference the CUDA kernels are tested against: the same
+// contract (q, k, v read from the packed qkv, y written with heads side by side, the log-sum-exp
+// kept for the backward, probabilities recomputed from it), computed plainly in f32 one (batch,
+// head) at a time. It is not the CPU's fast path: FlashAttentionFast is false, so attention layers
+// on the CPU choose the materialised BatchedMatMul + Softmax path unless told otherwise.
+
+// flashDims checks qkv (B,T,3C), y (B,T,C), lse (B,heads,T) f32 and returns B, T, C, hs.
+func flashDims(op string, y, lse, qkv *Tensor, heads int) (B, T, C, hs int) {
+	if len(qkv.shape) != 3 || qkv.shape[2]%3 != 0 {
+		panic(fmt.Sprintf("model: %s wants qkv (B,T,3C), got %s", op, qkv))
+	}
+	B, T, C = qkv.shape[0], qkv.shape[1], qkv.shape[2]/3
+	if heads <= 0 || C%heads != 0 {
+		panic(fmt.Sprintf("model: %s: %d heads do not divide width %d", op, heads, C))
+	}
+	if len(y.shape) != 3 || y.shape[0] != B || y.shape[1] != T || y.shape[2] != C {
+		panic(fmt.Sprintf("model: %s: y %s does not match qkv %s", op, y, qkv))
+	}
+	if lse.dtype != F32 || lse.n != B*heads*T {
+		panic(fmt.Sprintf("model: %s: lse %s, want (%d,%d,%d) f32", op, lse, B, heads, T))
+	}
+	for _, t := range []*Tensor{y, qkv} {
+		if t.dtype != F32 && t.dtype != F16 {
+			panic(fmt.Sprintf("model: %s: %s is not a float tensor", op, t))
+		}
+	}
+	return B, T, C, C / heads
+}
+
+func (c *CPU) FlashAttentionFast(int, DType) bool { return false }
+
+func (c *CPU) FlashAttention(y, lse, qkv *Tensor, heads int, scale float32) {
+	B, T, C, hs := flashDims("FlashAttention", y, lse, qkv, heads)
+	src := read(qkv)
+	out := outBuf(y, false)
+	L := f32s(lse)
+	c.parallel(B*heads, 1, func(lo, hi int) {
+		p := make([]float32, T)
+		for bh := lo; bh < hi; bh++ {
+			b, h := bh/heads, bh%heads
+			row := func(t, part int) []float32 { return src[(b*T+t)*3*C+part*C+h*hs:][:hs] }
+			for i := 0; i < T; i++ {
+				q := row(i, 0)
+				m := float32(math.Inf(-1))
+				for j := 0; j <= i; j++ {
+					p[j] = scale * dot32(q, row(j, 1))
+					m = max(m, p[j])
+				}
+				var l float32
+				for j := 0; j <= i; j++ {
+					p[j] = float32(math.Exp(float64(p[j] - m)))
+					l += p[j]
+				}
+				o := out[(b*T+i)*C+h*hs:][:hs]
+				clear(o)
+				for j := 0; j <= i; j++ {
+					w := p[j] / l
+					for d, v := range row(j, 2) {
+						o[d] += w * v
+					}
+				}
+				L[bh*T+i] = m + float32(math.Log(float64(l)))
+			}
+		}
+	})
+	commit(y, out)
+}
+
+func (c *CPU) FlashAttentionBackward(dqkv, dy, qkv, y, lse *Tensor, heads int, scale float32) {
+	B, T, C, hs := flashDims("FlashAttentionBackward", y, lse, qkv, heads)
+	if !SameShape(dqkv, qkv) || !SameShape(dy, y) {
+		panic(fmt.Sprintf("model: FlashAttentionBackward: dqkv %s / qkv %s, dy %s / y %s", dqkv, qkv, dy, y))
+	}
+	flashDims("FlashAttentionBackward", dy, lse, dqkv, heads)
+	src, g, o := read(qkv), read(dy), read(y)
+	out := outBuf(dqkv, false)
+	L := f32s(lse)
+	c.parallel(B*heads, 1, func(lo, hi int) {
+		ds := make([]float32, T)
+		for bh := lo; bh < hi; bh++ {
+			b, h := bh/heads, bh%heads
+			at := func(buf []float32, t, part int) []float32 { return buf[(b*T+t)*3*C+part*C+h*hs:][:hs] }
+			for t := 0; t < T; t++ {
+				for part := 0; part < 3; part++ {
+					clear(at(out, t, part))
+				}
+			}
+			for i := 0; i < T; i++ {
+				q, dyi := at(src, i, 0), g[(b*T+i)*C+h*hs:][:hs]
+				delta := dot32(dyi, o[(b*T+i)*C+h*hs:][:hs])
+				dq := at(out, i, 0)
+				for j := 0; j <= i; j++ {
+					k, v := at(src, j, 1), at(src, j, 2)
+					p := float32(math.Exp(float64(scale*dot32(q, k) - L[bh*T+i])))
+					ds[j] = p * (dot32(dyi, v) - delta)
+					dv := at(out, j, 2)
+					for d := range dv {
+						dv[d] += p * dyi[d]
+					}
+				}
+				for j := 0; j <= i; j++ {
+					k, dk := at(src, j, 1), at(out, j, 1)
+					w := scale * ds[j]
+					for d := range dq {
+						dq[d] += w * k[d]
+						dk[d] += w * q[d]
+					}
+				}
+			}
+		}
+	})
+	commit(dqkv, out)
+}
+
+func dot32(a, b []float32) float32 {
+	var s float32
+	for i, v := range a {
+		s += v * b[i]
+	}
+	return s
+}

@@ -1,0 +1,103 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"testing"
+)
+
+// relL2 is ‖got − want‖ / ‖want‖ in float64.
+func relL2(got, want []float32) float64 {
+	var num, den float64
+	for i := range want {
+		d := float64(got[i]) - float64(want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	return math.Sqrt(num / math.Max(den, 1e-30))
+}
+
+// The fused attention path (the CPU's reference FlashAttention) gives the materialised path's
+// output, input gradient and parameter gradients: to f32 rounding in f32, to f16 rounding in f16.
+func TestFlashAttention_matchesMaterialized(t *testing.T) {
+	for _, dt := range []DType{F32, F16} {
+		for _, sh := range [][4]int{{1, 1, 8, 1}, {2, 37, 24, 3}, {3, 70, 32, 2}} {
+			B, T, C, H := sh[0], sh[1], sh[2], sh[3]
+			name := fmt.Sprintf("%s/B%d.T%d.C%d.H%d", dt, B, T, C, H)
+			rng := rand.New(rand.NewSource(int64(T)))
+			dev := NewCPU()
+			ps := NewParams(dev)
+			at := NewAttention(ps, "attn", C, H, 0.3, 0.3, 0)
+			ps.Build(dt == F16)
+			ps.Init(3)
+			dev.RandNormal(at.QKV.B.W, 0.2, 5)
+			ps.SyncHalf()
+			x := randT(dev, rng, "x", 1, B, T, C)
+			dout := randT(dev, rng, "dout", 1, B, T, C)
+			if dt == F16 {
+				x, dout = toF16(dev, x), toF16(dev, dout)
+			}
+			run := func(mode AttentionMode) (out, dx, grads []float32) {
+				at.Mode = mode
+				ps.ZeroGrad()
+				base := dev.Stats().Allocated
+				o := dev.Alloc(dt, "out", B, T, C)
+				a := at.Forward(o, x, 0, 1)
+				if (a.QKV != nil) != (mode == AttnFlash) {
+					t.Fatalf("%s: mode %s took the other path", name, mode)
+				}
+				d := dev.Alloc(dt, "dx", B, T, C)
+				at.Backward(d, dout, x, a)
+				out, dx, grads = ToHost(o), ToHost(d), ToHost(ps.Grad)
+				dev.Free(o)
+				dev.Free(d)
+				if got := dev.Stats().Allocated; got != base {
+					t.Errorf("%s %s: %d bytes still allocated after backward, %d before", name, mode, got, base)
+				}
+				return
+			}
+			o1, dx1, g1 := run(AttnMaterialized)
+			o2, dx2, g2 := run(AttnFlash)
+			tol := 2e-6
+			if dt == F16 {
+				tol = 1e-2
+			}
+			for _, c := range []struct {
+				what      string
+				got, want []float32
+			}{{"out", o2, o1}, {"dx", dx2, dx1}, {"param grads", g2, g1}} {
+				if e := relL2(c.got, c.want); !(e <= tol) {
+					t.Errorf("%s: %s: relative L2 error %g > %g", name, c.what, e, tol)
+				}
+			}
+		}
+	}
+}
+
+func toF16(dev Device, x *Tensor) *Tensor {
+	h := dev.Alloc(F16, x.Tag(), x.Shape()...)
+	dev.Copy(h, x)
+	dev.Free(x)
+	return h
+}
+
+// ParseAttentionMode and the GPT's check of flash against dropout.
+func TestAttentionMode(t *testing.T) {
+	for s, want := range map[string]AttentionMode{"": AttnAuto, "auto": AttnAuto, "flash": AttnFlash, "materialized": AttnMaterialized} {
+		if got, err := ParseAttentionMode(s); err != nil || got != want {
+			t.Errorf("ParseAttentionMode(%q) = %v, %v; want %v", s, got, err, want)
+		}
+	}
+	if _, err := ParseAttentionMode("fused"); err == nil {
+		t.Error("ParseAttentionMode(fused) did not fail")
+	}
+	cfg := GPTConfig{Layers: 1, Width: 8, Heads: 2, Context: 4, Vocab: 5, Compute: F32, Dropout: 0.1, Attention: AttnFlash}
+	if _, err := NewGPT(NewCPU(), cfg, 1); err == nil {
+		t.Error("NewGPT with flash attention and dropout did not fail")
+	}
+	// The CPU has no fast fused kernel: auto takes the materialised path there.
+	if NewCPU().FlashAttentionFast(64, F16) {
+		t.Error("CPU reports a fast fused attention")
+	}
+}
