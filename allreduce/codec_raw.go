@@ -28,7 +28,7 @@ func (rawCodec) Name() string { return rawCodecName }
 func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
 	case *outMsg:
-		pool := mem.DefaultBufferPool()
+		pool := grpcSendPool
 		n := m.p.Size()
 		b := pool.Get(n)
 		*b = (*b)[:n]

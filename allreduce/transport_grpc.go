@@ -84,6 +84,7 @@ type grpcTransport struct {
 	log  *slog.Logger
 	srv  *grpc.Server
 	lis  net.Listener
+	ux   net.Listener // Unix-domain twin of lis for same-host peers (grpc_conn.go); nil if none
 	serv sync.WaitGroup
 
 	ctx    context.Context // cancelled by Close: ends every stream
@@ -168,8 +169,8 @@ func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcT
 		grpc.ForceServerCodecV2(rawCodec{}),
 		grpc.InitialWindowSize(grpcWindow),
 		grpc.InitialConnWindowSize(grpcWindow),
-		grpc.ReadBufferSize(grpcSockBuf),
-		grpc.WriteBufferSize(grpcSockBuf),
+		grpc.ReadBufferSize(grpcEnvInt("DDP_GRPC_RBUF", grpcSockBuf)),
+		grpc.WriteBufferSize(grpcEnvInt("DDP_GRPC_WBUF", grpcSockBuf)),
 		grpc.MaxRecvMsgSize(grpcMaxMsg),
 		grpc.MaxSendMsgSize(grpcMaxMsg),
 		grpc.WaitForHandlers(true),
@@ -195,6 +196,13 @@ func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcT
 		defer t.serv.Done()
 		_ = t.srv.Serve(lis)
 	}()
+	if t.ux = grpcListenUnix(lis); t.ux != nil {
+		t.serv.Add(1)
+		go func() {
+			defer t.serv.Done()
+			_ = t.srv.Serve(t.ux)
+		}()
+	}
 
 	rctx, cancel := context.WithTimeout(ctx, cfg.RendezvousTimeout)
 	defer cancel()
@@ -236,8 +244,8 @@ func (t *grpcTransport) dialOptions() []grpc.DialOption {
 		grpc.WithTransportCredentials(creds),
 		grpc.WithInitialWindowSize(grpcWindow),
 		grpc.WithInitialConnWindowSize(grpcWindow),
-		grpc.WithReadBufferSize(grpcSockBuf),
-		grpc.WithWriteBufferSize(grpcSockBuf),
+		grpc.WithReadBufferSize(grpcEnvInt("DDP_GRPC_RBUF", grpcSockBuf)),
+		grpc.WithWriteBufferSize(grpcEnvInt("DDP_GRPC_WBUF", grpcSockBuf)),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}), grpc.MaxCallRecvMsgSize(grpcMaxMsg), grpc.MaxCallSendMsgSize(grpcMaxMsg)),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: joinRetryBase, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
@@ -540,7 +548,7 @@ func (t *grpcTransport) link(to int) (*outLink, error) {
 	}
 	l := &outLink{}
 	t.out[to] = l
-	conn, err := grpc.NewClient(t.addrs[to], t.dialOptions()...)
+	conn, err := grpc.NewClient("passthrough:///"+t.addrs[to], append(t.dialOptions(), grpc.WithContextDialer(grpcDialData))...)
 	if err != nil {
 		l.err = &PeerError{Rank: to, Err: err}
 		return l, l.err

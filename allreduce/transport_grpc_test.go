@@ -1,0 +1,166 @@
+package allreduce
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"log/slog"
+	"math/big"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// testTLS is a mutual-TLS config with a fresh self-signed certificate that every rank shares
+// (verification as TLSFromEnv does it: the chain against the CA, no host names).
+func testTLS(t *testing.T) *tls.Config {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "goddp test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, IsCA: true, BasicConstraintsValid: true,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS13,
+		Certificates:       []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		ClientAuth:         tls.RequireAnyClientCert,
+		InsecureSkipVerify: true, //nolint:gosec // verified below
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			c, err := x509.ParseCertificate(raw[0])
+			if err != nil {
+				return err
+			}
+			_, err = c.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+			return err
+		},
+	}
+}
+
+// The gRPC data plane with TLS: all-reduce (both wires, a size that spans many HTTP/2 frames
+// and chunks), broadcast and all-gather are correct; with Unix sockets on (the default on
+// Linux) the links run TLS over them.
+func TestGRPC_TLS(t *testing.T) {
+	tc := testTLS(t)
+	gs := newGroups(t, "grpc", 3, func(c *Config) { c.TLS = tc; c.ChunkBytes = 64 << 10 })
+	for _, wire := range []Wire{WireF32, WireF16} {
+		checkAllReduce(t, gs, 300_001, Sum, wire, wire == WireF32)
+	}
+	noErrors(t, each(gs, func(g *Group) error {
+		b := make([]byte, 100_000)
+		if g.Rank() == 1 {
+			for i := range b {
+				b[i] = byte(i)
+			}
+		}
+		if err := g.Broadcast(context.Background(), b, 1); err != nil {
+			return err
+		}
+		for i := range b {
+			if b[i] != byte(i) {
+				t.Errorf("rank %d: broadcast byte %d = %d", g.Rank(), i, b[i])
+				break
+			}
+		}
+		return nil
+	}))
+}
+
+// A rank without TLS cannot join a TLS world.
+func TestGRPC_TLSRequired(t *testing.T) {
+	master := freeAddr(t)
+	tc := testTLS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		g, err := NewGroup(ctx, Config{Rank: 0, WorldSize: 2, MasterAddr: master, Token: "t", TLS: tc, Logger: quietLogger(), RendezvousTimeout: 2 * time.Second})
+		if g != nil {
+			g.Close()
+		}
+		done <- err
+	}()
+	_, err := NewGroup(ctx, Config{Rank: 1, WorldSize: 2, MasterAddr: master, Token: "t", Logger: quietLogger(), RendezvousTimeout: 2 * time.Second})
+	if err == nil {
+		t.Fatal("a plaintext rank joined a TLS world")
+	}
+	if err0 := <-done; err0 == nil {
+		t.Fatal("rank 0 formed a group with a plaintext peer")
+	}
+}
+
+// Loopback peers get a Unix-domain twin of the gRPC listener, and data links dial it.
+func TestGRPC_unixDataLink(t *testing.T) {
+	if !grpcUseUnix {
+		t.Skip("no Unix-domain data links on this platform (or DDP_GRPC_UNIX=0)")
+	}
+	gs := newGroups(t, "grpc", 2, nil)
+	tr := gs[1].tr.(*grpcTransport)
+	if tr.ux == nil {
+		t.Fatal("rank 1 listens on loopback but has no Unix-domain listener")
+	}
+	c, err := grpcDialData(context.Background(), tr.lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok := c.(*net.UnixConn); !ok {
+		t.Fatalf("data link to a loopback peer is %T, want a Unix socket", c)
+	}
+	checkAllReduce(t, gs, 100_003, Avg, WireF16, false)
+}
+
+// The token is checked on Push streams too, whichever socket they come in on.
+func TestGRPC_pushWrongTokenRefused(t *testing.T) {
+	rec := &recordingHandler{}
+	gs := newGroups(t, "grpc", 2, func(c *Config) {
+		if c.Rank == 1 {
+			c.Logger = slog.New(rec)
+		}
+	})
+	tr := gs[1].tr.(*grpcTransport)
+	conn, err := grpc.NewClient("passthrough:///"+tr.lis.Addr().String(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(grpcDialData),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, mdToken, "wrong", mdRank, "0", mdWorld, "2")
+	st, err := conn.NewStream(ctx, &pushStreamDesc, "/"+serviceName+"/Push")
+	if err == nil {
+		err = st.SendMsg(&outMsg{p: bytesPayload(make([]byte, frameHeaderSize))})
+		if err == nil {
+			st.CloseSend()
+			var resp []byte
+			err = st.RecvMsg(&resp)
+		}
+	}
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("push with a wrong token: %v, want Unauthenticated", err)
+	}
+	if !rec.has("refused") {
+		t.Fatalf("refusal not logged: %v", rec.msgs)
+	}
+}
