@@ -16,8 +16,10 @@ package model
 // Tiles: a block of 4 warps owns 64 rows (queries in the forward and dq kernels, keys in the dk/dv
 // kernel); each warp owns 16 of them and holds its operand rows as mma A fragments in registers.
 // The other side streams through shared memory in tiles of 64 rows, rows padded to 72 halves so the
-// fragment loads are free of bank conflicts. Operands the mma needs with the contraction index
-// along the other axis are stored transposed while loading.
+// fragment loads are free of bank conflicts, double-buffered: cp.async fetches tile i+1 while the
+// warps compute on tile i. Fragments come out of shared memory with ldmatrix, and with
+// ldmatrix.trans where the product needs a tile with its contraction index along the other axis
+// (V in P·V, dO in Pᵀ·dO, Q in dSᵀ·Q, K in dS·K), so every tile is stored once, as it is in memory.
 //
 // mma.sync.m16n8k16 fragments (PTX ISA), g = lane/4, t = lane%4:
 //
@@ -42,6 +44,11 @@ typedef unsigned int u32;
 __device__ __forceinline__ float h2f(half_t h) { float f; asm("{cvt.f32.f16 %0, %1;}" : "=f"(f) : "h"(h)); return f; }
 __device__ __forceinline__ half_t f2h(float f) { half_t h; asm("{cvt.rn.f16.f32 %0, %1;}" : "=h"(h) : "f"(f)); return h; }
 __device__ __forceinline__ u32 pack2(float lo, float hi) { return (u32)f2h(lo) | ((u32)f2h(hi) << 16); }
+__device__ __forceinline__ u32 smem(const void* p) {
+	u32 a;
+	asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+	return a;
+}
 
 __device__ __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) {
 	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -49,46 +56,42 @@ __device__ __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) {
 		: "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// load_tile copies 64 rows of 64 halves (row stride ld halves) into s[64][LDS]; rows ≥ nvalid are zero.
-__device__ __forceinline__ void load_tile(half_t* s, const half_t* g, long ld, int nvalid) {
+// load_async starts copying 64 rows of 64 halves (row stride ld halves) into s[64][LDS]; rows
+// ≥ nvalid are zero-filled (cp.async with source size 0). Completes at cp_wait.
+__device__ __forceinline__ void load_async(half_t* s, const half_t* g, long ld, int nvalid) {
 	for (int i = threadIdx.x; i < 512; i += 128) {
 		int r = i >> 3, c = (i & 7) * 8;
-		uint4 v; v.x = 0; v.y = 0; v.z = 0; v.w = 0;
-		if (r < nvalid) v = *(const uint4*)(g + r * ld + c);
-		*(uint4*)(s + r * LDS + c) = v;
+		int n = r < nvalid ? 16 : 0;
+		const half_t* src = r < nvalid ? g + r * ld + c : g;
+		asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem(s + r * LDS + c)), "l"(src), "r"(n) : "memory");
 	}
 }
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_wait0() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
-// load_tile_t is load_tile transposed: s[c][r] = g[r][c]. Each thread moves a 2-row × 8-column
-// block and stores pairs of halves, one 32-bit store per column.
-__device__ __forceinline__ void load_tile_t(half_t* s, const half_t* g, long ld, int nvalid) {
-	for (int i = threadIdx.x; i < 256; i += 128) {
-		int r = (i >> 3) * 2, c = (i & 7) * 8;
-		uint4 v0, v1;
-		v0.x = 0; v0.y = 0; v0.z = 0; v0.w = 0; v1 = v0;
-		if (r < nvalid) v0 = *(const uint4*)(g + r * ld + c);
-		if (r + 1 < nvalid) v1 = *(const uint4*)(g + (r + 1) * ld + c);
-		const half_t* h0 = (const half_t*)&v0;
-		const half_t* h1 = (const half_t*)&v1;
-		#pragma unroll
-		for (int j = 0; j < 8; j++) *(u32*)(s + (c + j) * LDS + r) = (u32)h0[j] | ((u32)h1[j] << 16);
-	}
+__device__ __forceinline__ void ldsm4(u32* r, const half_t* p) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		: "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem(p)) : "memory");
+}
+__device__ __forceinline__ void ldsm4t(u32* r, const half_t* p) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		: "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem(p)) : "memory");
 }
 
-// ldA: the A fragment of rows row0.., columns k0.. of a [rows][LDS] tile.
+// Lane l of ldmatrix.x4 addresses row l%8 of 8×8 matrix l/8.
+// ldA: the A fragment of rows row0..+15, columns k0..+15 of a [rows][LDS] tile.
 __device__ __forceinline__ void ldA(u32* a, const half_t* s, int row0, int k0, int lane) {
-	const half_t* p = s + (row0 + (lane >> 2)) * LDS + k0 + (lane & 3) * 2;
-	a[0] = *(const u32*)p;
-	a[1] = *(const u32*)(p + 8 * LDS);
-	a[2] = *(const u32*)(p + 8);
-	a[3] = *(const u32*)(p + 8 * LDS + 8);
+	ldsm4(a, s + (row0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LDS + k0 + (lane >> 4) * 8);
 }
-
-// ldB: the B fragment (k0..k0+15) × (n0..n0+7) of a tile stored [n][k] (k contiguous).
-__device__ __forceinline__ void ldB(u32& b0, u32& b1, const half_t* s, int n0, int k0, int lane) {
-	const half_t* p = s + (n0 + (lane >> 2)) * LDS + k0 + (lane & 3) * 2;
-	b0 = *(const u32*)p;
-	b1 = *(const u32*)(p + 8);
+// ldB2: B fragments (k0..+15) × (n0..+7) in b[0..1] and × (n0+8..+15) in b[2..3], from a tile
+// stored [n][k].
+__device__ __forceinline__ void ldB2(u32* b, const half_t* s, int n0, int k0, int lane) {
+	ldsm4(b, s + (n0 + (lane >> 4) * 8 + (lane & 7)) * LDS + k0 + ((lane >> 3) & 1) * 8);
+}
+// ldB2t: the same fragments from a tile stored [k][n] (transposed by ldmatrix.trans).
+__device__ __forceinline__ void ldB2t(u32* b, const half_t* s, int k0, int n0, int lane) {
+	ldsm4t(b, s + (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LDS + n0 + (lane >> 4) * 8);
 }
 
 // pa: the A fragment (16 rows × 16 columns kk·16..) from the C fragments of 16×8 tiles 2kk, 2kk+1.
@@ -99,14 +102,48 @@ __device__ __forceinline__ void pa(u32* a, float (*x)[4], int kk) {
 	a[3] = pack2(x[2 * kk + 1][2], x[2 * kk + 1][3]);
 }
 
+// acc16x64 += A (16×64, four A fragments) · tile, where tile is stored [n][k] (64 n × 64 k).
+__device__ __forceinline__ void mm_nk(float (*acc)[4], u32 (*a)[4], const half_t* tile, int lane) {
+	#pragma unroll
+	for (int j = 0; j < 4; j++)
+		#pragma unroll
+		for (int kk = 0; kk < 4; kk++) {
+			u32 b[4];
+			ldB2(b, tile, j * 16, kk * 16, lane);
+			mma(acc[2 * j], a[kk], b[0], b[1]);
+			mma(acc[2 * j + 1], a[kk], b[2], b[3]);
+		}
+}
+
+// acc16x64 += P (16×64, as C fragments x) · tile, where tile is stored [k][n] (64 k × 64 n).
+__device__ __forceinline__ void mm_pkn(float (*acc)[4], float (*x)[4], const half_t* tile, int lane) {
+	#pragma unroll
+	for (int kk = 0; kk < 4; kk++) {
+		u32 a[4];
+		pa(a, x, kk);
+		#pragma unroll
+		for (int n2 = 0; n2 < 4; n2++) {
+			u32 b[4];
+			ldB2t(b, tile, kk * 16, n2 * 16, lane);
+			mma(acc[2 * n2], a, b[0], b[1]);
+			mma(acc[2 * n2 + 1], a, b[2], b[3]);
+		}
+	}
+}
+
+__device__ __forceinline__ void zero8x4(float (*x)[4]) {
+	#pragma unroll
+	for (int n = 0; n < 8; n++) { x[n][0] = 0.f; x[n][1] = 0.f; x[n][2] = 0.f; x[n][3] = 0.f; }
+}
+
 extern "C" {
 
 // k_flash_fwd: grid (⌈T/64⌉, B·H), 128 threads. y (B,T,C) f16, lse (B,H,T) f32 natural log.
 // sl2 = scale·log2(e).
 __global__ void __launch_bounds__(128) k_flash_fwd(half_t* __restrict__ y, float* __restrict__ lse,
 		const half_t* __restrict__ qkv, int T, int H, float sl2) {
-	__shared__ __align__(16) half_t sK[64 * LDS];
-	__shared__ __align__(16) half_t sVt[64 * LDS];
+	__shared__ __align__(16) half_t sK[2][64 * LDS];
+	__shared__ __align__(16) half_t sV[2][64 * LDS];
 	int qt = gridDim.x - 1 - blockIdx.x; // the longest (most key tiles) first
 	int bh = blockIdx.y, b = bh / H, h = bh % H;
 	int C = H * HS;
@@ -116,35 +153,38 @@ __global__ void __launch_bounds__(128) k_flash_fwd(half_t* __restrict__ y, float
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
 	int r0 = q0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
 
-	load_tile(sK, base + (long)q0 * ld, ld, min(64, T - q0));
+	load_async(sK[1], base + (long)q0 * ld, ld, min(64, T - q0)); // q, into the second buffer
+	load_async(sK[0], base + C, ld, min(64, T));
+	load_async(sV[0], base + 2 * C, ld, min(64, T));
+	cp_commit();
+	cp_wait0();
 	__syncthreads();
 	u32 qa[4][4];
 	#pragma unroll
-	for (int kk = 0; kk < 4; kk++) ldA(qa[kk], sK, warp * 16, kk * 16, lane);
+	for (int kk = 0; kk < 4; kk++) ldA(qa[kk], sK[1], warp * 16, kk * 16, lane);
+	__syncthreads();
 
 	float o[8][4];
-	#pragma unroll
-	for (int n = 0; n < 8; n++) { o[n][0] = 0.f; o[n][1] = 0.f; o[n][2] = 0.f; o[n][3] = 0.f; }
+	zero8x4(o);
 	float m0 = -INF, m1 = -INF, l0 = 0.f, l1 = 0.f;
 
 	for (int kt = 0; kt <= qt; kt++) {
-		int k0 = kt * 64;
-		__syncthreads();
-		load_tile(sK, base + C + (long)k0 * ld, ld, min(64, T - k0));
-		load_tile_t(sVt, base + 2 * C + (long)k0 * ld, ld, min(64, T - k0));
+		int cur = kt & 1;
+		if (kt < qt) {
+			int k1 = (kt + 1) * 64;
+			load_async(sK[cur ^ 1], base + C + (long)k1 * ld, ld, min(64, T - k1));
+			load_async(sV[cur ^ 1], base + 2 * C + (long)k1 * ld, ld, min(64, T - k1));
+			cp_commit();
+			cp_wait1();
+		} else {
+			cp_wait0();
+		}
 		__syncthreads();
 
 		float s[8][4];
-		#pragma unroll
-		for (int j = 0; j < 8; j++) {
-			s[j][0] = 0.f; s[j][1] = 0.f; s[j][2] = 0.f; s[j][3] = 0.f;
-			#pragma unroll
-			for (int kk = 0; kk < 4; kk++) {
-				u32 b0, b1;
-				ldB(b0, b1, sK, j * 8, kk * 16, lane);
-				mma(s[j], qa[kk], b0, b1);
-			}
-		}
+		zero8x4(s);
+		mm_nk(s, qa, sK[cur], lane);
+		int k0 = kt * 64;
 		float mx0 = -INF, mx1 = -INF;
 		bool diag = kt == qt;
 		#pragma unroll
@@ -179,17 +219,8 @@ __global__ void __launch_bounds__(128) k_flash_fwd(half_t* __restrict__ y, float
 		l1 = l1 * a1 + ps1;
 		#pragma unroll
 		for (int n = 0; n < 8; n++) { o[n][0] *= a0; o[n][1] *= a0; o[n][2] *= a1; o[n][3] *= a1; }
-		#pragma unroll
-		for (int kk = 0; kk < 4; kk++) {
-			u32 a[4];
-			pa(a, s, kk);
-			#pragma unroll
-			for (int n = 0; n < 8; n++) {
-				u32 b0, b1;
-				ldB(b0, b1, sVt, n * 8, kk * 16, lane);
-				mma(o[n], a, b0, b1);
-			}
-		}
+		mm_pkn(o, s, sV[cur], lane);
+		__syncthreads(); // every warp is done with this buffer before the next prefetch refills it
 	}
 	l0 += __shfl_xor_sync(0xffffffff, l0, 1);
 	l0 += __shfl_xor_sync(0xffffffff, l0, 2);
@@ -237,11 +268,9 @@ __global__ void k_flash_bwd_delta(float* __restrict__ delta, const half_t* __res
 __global__ void __launch_bounds__(128) k_flash_bwd_dkdv(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
 		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
 		int T, int H, float scale) {
-	__shared__ __align__(16) half_t sQ[64 * LDS];
-	__shared__ __align__(16) half_t sQt[64 * LDS];
-	__shared__ __align__(16) half_t sO[64 * LDS];
-	__shared__ __align__(16) half_t sOt[64 * LDS];
-	__shared__ float sL[64], sD[64];
+	__shared__ __align__(16) half_t sQ[2][64 * LDS];
+	__shared__ __align__(16) half_t sO[2][64 * LDS];
+	__shared__ float sL[2][64], sD[2][64];
 	int kt = blockIdx.x, bh = blockIdx.y, b = bh / H, h = bh % H;
 	int C = H * HS, nt = (T + 63) / 64;
 	long ld = 3L * C;
@@ -252,94 +281,75 @@ __global__ void __launch_bounds__(128) k_flash_bwd_dkdv(half_t* __restrict__ dqk
 	int kr0 = k0 + warp * 16 + (lane >> 2), kr1 = kr0 + 8;
 	float sl2 = scale * LOG2E;
 
-	load_tile(sQ, base + C + (long)k0 * ld, ld, min(64, T - k0));
-	load_tile(sO, base + 2 * C + (long)k0 * ld, ld, min(64, T - k0));
+	// k and v into the second buffers; the first query tile (the diagonal one) into the first.
+	load_async(sQ[1], base + C + (long)k0 * ld, ld, min(64, T - k0));
+	load_async(sO[1], base + 2 * C + (long)k0 * ld, ld, min(64, T - k0));
+	load_async(sQ[0], base + (long)k0 * ld, ld, min(64, T - k0));
+	load_async(sO[0], dyb + (long)k0 * C, C, min(64, T - k0));
+	cp_commit();
+	if (threadIdx.x < 64) {
+		int q = k0 + threadIdx.x;
+		sL[0][threadIdx.x] = q < T ? lse[(long)bh * T + q] * LOG2E : INF;
+		sD[0][threadIdx.x] = q < T ? delta[(long)bh * T + q] : 0.f;
+	}
+	cp_wait0();
 	__syncthreads();
 	u32 ka[4][4], va[4][4];
 	#pragma unroll
 	for (int kk = 0; kk < 4; kk++) {
-		ldA(ka[kk], sQ, warp * 16, kk * 16, lane);
-		ldA(va[kk], sO, warp * 16, kk * 16, lane);
+		ldA(ka[kk], sQ[1], warp * 16, kk * 16, lane);
+		ldA(va[kk], sO[1], warp * 16, kk * 16, lane);
 	}
+	__syncthreads();
 	float dk[8][4], dv[8][4];
-	#pragma unroll
-	for (int n = 0; n < 8; n++)
-		#pragma unroll
-		for (int i = 0; i < 4; i++) { dk[n][i] = 0.f; dv[n][i] = 0.f; }
+	zero8x4(dk);
+	zero8x4(dv);
 
 	for (int qt = kt; qt < nt; qt++) {
-		int q0 = qt * 64, nv = min(64, T - q0);
-		__syncthreads();
-		load_tile(sQ, base + (long)q0 * ld, ld, nv);
-		load_tile_t(sQt, base + (long)q0 * ld, ld, nv);
-		load_tile(sO, dyb + (long)q0 * C, C, nv);
-		load_tile_t(sOt, dyb + (long)q0 * C, C, nv);
-		if (threadIdx.x < 64) {
-			int q = q0 + threadIdx.x;
-			sL[threadIdx.x] = q < T ? lse[(long)bh * T + q] * LOG2E : INF;
-			sD[threadIdx.x] = q < T ? delta[(long)bh * T + q] : 0.f;
+		int cur = (qt - kt) & 1, q0 = qt * 64;
+		if (qt + 1 < nt) {
+			int q1 = q0 + 64, nv = min(64, T - q1);
+			load_async(sQ[cur ^ 1], base + (long)q1 * ld, ld, nv);
+			load_async(sO[cur ^ 1], dyb + (long)q1 * C, C, nv);
+			cp_commit();
+			if (threadIdx.x < 64) {
+				int q = q1 + threadIdx.x;
+				sL[cur ^ 1][threadIdx.x] = q < T ? lse[(long)bh * T + q] * LOG2E : INF;
+				sD[cur ^ 1][threadIdx.x] = q < T ? delta[(long)bh * T + q] : 0.f;
+			}
+			cp_wait1();
+		} else {
+			cp_wait0();
 		}
 		__syncthreads();
 
 		// Sᵀ = K·Qᵀ (16 keys × 64 queries per warp), then Pᵀ.
 		float st[8][4];
-		#pragma unroll
-		for (int j = 0; j < 8; j++) {
-			st[j][0] = 0.f; st[j][1] = 0.f; st[j][2] = 0.f; st[j][3] = 0.f;
-			#pragma unroll
-			for (int kk = 0; kk < 4; kk++) {
-				u32 b0, b1;
-				ldB(b0, b1, sQ, j * 8, kk * 16, lane);
-				mma(st[j], ka[kk], b0, b1);
-			}
-		}
+		zero8x4(st);
+		mm_nk(st, ka, sQ[cur], lane);
 		bool diag = qt == kt;
 		#pragma unroll
 		for (int j = 0; j < 8; j++)
 			#pragma unroll
 			for (int i = 0; i < 4; i++) {
 				int c = j * 8 + t4 * 2 + (i & 1);
-				float p = exp2f(st[j][i] * sl2 - sL[c]);
+				float p = exp2f(st[j][i] * sl2 - sL[cur][c]);
 				if (diag && q0 + c < (i < 2 ? kr0 : kr1)) p = 0.f;
 				st[j][i] = p;
 			}
 		// dV += Pᵀ·dO
-		#pragma unroll
-		for (int kk = 0; kk < 4; kk++) {
-			u32 a[4];
-			pa(a, st, kk);
-			#pragma unroll
-			for (int n = 0; n < 8; n++) {
-				u32 b0, b1;
-				ldB(b0, b1, sOt, n * 8, kk * 16, lane);
-				mma(dv[n], a, b0, b1);
-			}
-		}
+		mm_pkn(dv, st, sO[cur], lane);
 		// dPᵀ = V·dOᵀ; dSᵀ = Pᵀ∘(dPᵀ − delta)
+		float dp[8][4];
+		zero8x4(dp);
+		mm_nk(dp, va, sO[cur], lane);
 		#pragma unroll
-		for (int j = 0; j < 8; j++) {
-			float dp[4] = {0.f, 0.f, 0.f, 0.f};
+		for (int j = 0; j < 8; j++)
 			#pragma unroll
-			for (int kk = 0; kk < 4; kk++) {
-				u32 b0, b1;
-				ldB(b0, b1, sO, j * 8, kk * 16, lane);
-				mma(dp, va[kk], b0, b1);
-			}
-			#pragma unroll
-			for (int i = 0; i < 4; i++) st[j][i] *= dp[i] - sD[j * 8 + t4 * 2 + (i & 1)];
-		}
+			for (int i = 0; i < 4; i++) st[j][i] *= dp[j][i] - sD[cur][j * 8 + t4 * 2 + (i & 1)];
 		// dK += dSᵀ·Q
-		#pragma unroll
-		for (int kk = 0; kk < 4; kk++) {
-			u32 a[4];
-			pa(a, st, kk);
-			#pragma unroll
-			for (int n = 0; n < 8; n++) {
-				u32 b0, b1;
-				ldB(b0, b1, sQt, n * 8, kk * 16, lane);
-				mma(dk[n], a, b0, b1);
-			}
-		}
+		mm_pkn(dk, st, sQ[cur], lane);
+		__syncthreads();
 	}
 	half_t* out = dqkv + (long)b * T * ld + h * HS + t4 * 2;
 	if (kr0 < T) {
@@ -363,9 +373,8 @@ __global__ void __launch_bounds__(128) k_flash_bwd_dkdv(half_t* __restrict__ dqk
 __global__ void __launch_bounds__(128) k_flash_bwd_dq(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
 		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
 		int T, int H, float scale) {
-	__shared__ __align__(16) half_t sK[64 * LDS];
-	__shared__ __align__(16) half_t sKt[64 * LDS];
-	__shared__ __align__(16) half_t sV[64 * LDS];
+	__shared__ __align__(16) half_t sK[2][64 * LDS];
+	__shared__ __align__(16) half_t sV[2][64 * LDS];
 	int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / H, h = bh % H;
 	int C = H * HS;
 	long ld = 3L * C;
@@ -376,63 +385,56 @@ __global__ void __launch_bounds__(128) k_flash_bwd_dq(half_t* __restrict__ dqkv,
 	int r0 = q0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
 	float sl2 = scale * LOG2E;
 
-	load_tile(sK, base + (long)q0 * ld, ld, min(64, T - q0));
-	load_tile(sV, dyb + (long)q0 * C, C, min(64, T - q0));
+	load_async(sK[1], base + (long)q0 * ld, ld, min(64, T - q0)); // q
+	load_async(sV[1], dyb + (long)q0 * C, C, min(64, T - q0));    // dO
+	load_async(sK[0], base + C, ld, min(64, T));
+	load_async(sV[0], base + 2 * C, ld, min(64, T));
+	cp_commit();
+	cp_wait0();
 	__syncthreads();
 	u32 qa[4][4], oa[4][4];
 	#pragma unroll
 	for (int kk = 0; kk < 4; kk++) {
-		ldA(qa[kk], sK, warp * 16, kk * 16, lane);
-		ldA(oa[kk], sV, warp * 16, kk * 16, lane);
+		ldA(qa[kk], sK[1], warp * 16, kk * 16, lane);
+		ldA(oa[kk], sV[1], warp * 16, kk * 16, lane);
 	}
+	__syncthreads();
 	float L0 = r0 < T ? lse[(long)bh * T + r0] * LOG2E : 0.f, L1 = r1 < T ? lse[(long)bh * T + r1] * LOG2E : 0.f;
 	float D0 = r0 < T ? delta[(long)bh * T + r0] : 0.f, D1 = r1 < T ? delta[(long)bh * T + r1] : 0.f;
 	float dq[8][4];
-	#pragma unroll
-	for (int n = 0; n < 8; n++) { dq[n][0] = 0.f; dq[n][1] = 0.f; dq[n][2] = 0.f; dq[n][3] = 0.f; }
+	zero8x4(dq);
 
 	for (int kt = 0; kt <= qt; kt++) {
-		int k0 = kt * 64, nv = min(64, T - k0);
-		__syncthreads();
-		load_tile(sK, base + C + (long)k0 * ld, ld, nv);
-		load_tile_t(sKt, base + C + (long)k0 * ld, ld, nv);
-		load_tile(sV, base + 2 * C + (long)k0 * ld, ld, nv);
+		int cur = kt & 1, k0 = kt * 64;
+		if (kt < qt) {
+			int k1 = k0 + 64, nv = min(64, T - k1);
+			load_async(sK[cur ^ 1], base + C + (long)k1 * ld, ld, nv);
+			load_async(sV[cur ^ 1], base + 2 * C + (long)k1 * ld, ld, nv);
+			cp_commit();
+			cp_wait1();
+		} else {
+			cp_wait0();
+		}
 		__syncthreads();
 
-		float s[8][4];
+		float s[8][4], dp[8][4];
+		zero8x4(s);
+		zero8x4(dp);
+		mm_nk(s, qa, sK[cur], lane);
+		mm_nk(dp, oa, sV[cur], lane);
 		bool diag = kt == qt;
 		#pragma unroll
-		for (int j = 0; j < 8; j++) {
-			s[j][0] = 0.f; s[j][1] = 0.f; s[j][2] = 0.f; s[j][3] = 0.f;
-			float dp[4] = {0.f, 0.f, 0.f, 0.f};
-			#pragma unroll
-			for (int kk = 0; kk < 4; kk++) {
-				u32 b0, b1;
-				ldB(b0, b1, sK, j * 8, kk * 16, lane);
-				mma(s[j], qa[kk], b0, b1);
-				ldB(b0, b1, sV, j * 8, kk * 16, lane);
-				mma(dp, oa[kk], b0, b1);
-			}
+		for (int j = 0; j < 8; j++)
 			#pragma unroll
 			for (int i = 0; i < 4; i++) {
 				int key = k0 + j * 8 + t4 * 2 + (i & 1);
 				float p = exp2f(s[j][i] * sl2 - (i < 2 ? L0 : L1));
 				if (diag && key > (i < 2 ? r0 : r1)) p = 0.f;
-				s[j][i] = p * (dp[i] - (i < 2 ? D0 : D1));
+				s[j][i] = p * (dp[j][i] - (i < 2 ? D0 : D1));
 			}
-		}
 		// dQ += dS·K
-		#pragma unroll
-		for (int kk = 0; kk < 4; kk++) {
-			u32 a[4];
-			pa(a, s, kk);
-			#pragma unroll
-			for (int n = 0; n < 8; n++) {
-				u32 b0, b1;
-				ldB(b0, b1, sKt, n * 8, kk * 16, lane);
-				mma(dq[n], a, b0, b1);
-			}
-		}
+		mm_pkn(dq, s, sK[cur], lane);
+		__syncthreads();
 	}
 	half_t* out = dqkv + (long)b * T * ld + h * HS + t4 * 2;
 	if (r0 < T) {
