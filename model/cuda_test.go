@@ -609,6 +609,8 @@ func cuBenchGPT2(t *testing.T, g *CUDA, B, T, steps int) string {
 	if s := os.Getenv("GODDP_CKPT"); s != "" {
 		fmt.Sscan(s, &cfg.Checkpoint)
 	}
+	cfg.CheckpointKeepAttn = os.Getenv("GODDP_CKPT_KEEP") != ""
+	t.Logf("attention %s, checkpoint every %d (keep attention %v)", cfg.Attention, cfg.Checkpoint, cfg.CheckpointKeepAttn)
 	g.EmptyCache()
 	base := g.Stats().Allocated
 	m, err := NewGPT(g, cfg, 1)

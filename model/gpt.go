@@ -24,6 +24,11 @@ type GPTConfig struct {
 	LossChunk int
 	// Attention chooses the attention path (layer_attention.go); the zero value is AttnAuto.
 	Attention AttentionMode
+	// CheckpointKeepAttn makes checkpointed blocks also keep their fused attention's output and
+	// log-sum-exp ((B,T,C) and (B,H,T) f32, a fifth of what qkv and the block's other activations
+	// take), so the recompute runs the QKV and projection GEMMs but not the attention itself.
+	// Blocks on the materialised path recompute everything as before.
+	CheckpointKeepAttn bool
 }
 
 // GPT is GPT-2's architecture with pre-LN blocks:
@@ -73,6 +78,8 @@ type Block struct {
 	P    float32 // residual dropout
 	Tag  string  // "h.l"
 	Ckpt bool    // recompute in backward
+	// KeepAttn (with Ckpt): keep the fused attention's y and lse through the checkpoint.
+	KeepAttn bool
 	// dropout sites
 	siteAtt, siteRes1, siteRes2 string
 }
@@ -110,13 +117,14 @@ func NewBlock(ps *Params, name string, c, heads int, std, projStd, p float32) *B
 // Forward runs the block on x (B,T,C); activations take x's dtype. Dropout (only with train)
 // draws its masks from seed.
 func (b *Block) Forward(x *Tensor, seed uint64, train bool) *BlockActs {
-	return b.forward(x, seed, train, true)
+	return b.forward(x, seed, train, true, nil)
 }
 
 // forward is Forward; without out it stops after the MLP's GELU, which is all a checkpointed
 // block's recompute needs (backward reads the projection's input, never its output), so the
-// recompute skips the MLP projection GEMM, its dropout and the residual add.
-func (b *Block) forward(x *Tensor, seed uint64, train, out bool) *BlockActs {
+// recompute skips the MLP projection GEMM, its dropout and the residual add. kept, when not nil,
+// is the fused attention's output kept through a checkpoint (KeepAttn): the attention is not rerun.
+func (b *Block) forward(x *Tensor, seed uint64, train, out bool, kept *AttentionActs) *BlockActs {
 	dev, dt := x.Device(), x.DType()
 	B, T, C := x.Dim(0), x.Dim(1), x.Dim(2)
 	a := &BlockActs{X: x, Seed: seed}
@@ -129,7 +137,11 @@ func (b *Block) forward(x *Tensor, seed uint64, train, out bool) *BlockActs {
 	a.Rstd1 = dev.Alloc(F32, b.Tag+".ln1.rstd", B, T)
 	b.LN1.Forward(a.LN1, a.Mean1, a.Rstd1, x)
 	att := dev.Alloc(dt, b.Tag+".attn.out", B, T, C)
-	a.Attn = b.Attn.Forward(att, a.LN1, a.P, DeriveSeed(seed, b.siteAtt))
+	if kept != nil {
+		a.Attn = b.Attn.forwardKept(att, a.LN1, kept)
+	} else {
+		a.Attn = b.Attn.Forward(att, a.LN1, a.P, DeriveSeed(seed, b.siteAtt))
+	}
 	att = dropoutNew(att, a.P, DeriveSeed(seed, b.siteRes1))
 	a.Res1 = dev.Alloc(dt, b.Tag+".res1", B, T, C)
 	ResidualForward(dev, a.Res1, x, att)
@@ -185,7 +197,7 @@ func (b *Block) Backward(dres *Tensor, a *BlockActs) {
 	B, T, C := dres.Dim(0), dres.Dim(1), dres.Dim(2)
 	if b.Ckpt { // recompute everything backward reads; the output is not among it
 		out := a.Out
-		*a = *b.forward(a.X, a.Seed, true, false)
+		*a = *b.forward(a.X, a.Seed, true, false, a.Attn)
 		a.Out = out // freed with the rest below
 	}
 
@@ -217,11 +229,18 @@ func (b *Block) Backward(dres *Tensor, a *BlockActs) {
 	*a = BlockActs{}
 }
 
-// keepOnlyOut frees all but the output (a checkpointed block after its forward).
-func (a *BlockActs) keepOnlyOut(dev Device) {
-	a.Attn.Free(dev)
+// keepOnlyOut frees all but the output (a checkpointed block after its forward), and with keepAttn
+// the fused attention's y and lse (Attn then holds only those).
+func (a *BlockActs) keepOnlyOut(dev Device, keepAttn bool) {
+	var kept *AttentionActs
+	if keepAttn && a.Attn.QKV != nil {
+		kept = &AttentionActs{Y: a.Attn.Y, LSE: a.Attn.LSE, P: a.Attn.P, Seed: a.Attn.Seed}
+		dev.Free(a.Attn.QKV)
+	} else {
+		a.Attn.Free(dev)
+	}
 	freeAll(dev, a.LN1, a.Mean1, a.Rstd1, a.Res1, a.LN2, a.Mean2, a.Rstd2, a.FC, a.Gelu)
-	*a = BlockActs{X: a.X, Out: a.Out, P: a.P, Seed: a.Seed}
+	*a = BlockActs{X: a.X, Out: a.Out, P: a.P, Seed: a.Seed, Attn: kept}
 }
 
 // NewGPT builds and initialises a GPT with GPT-2's init: N(0, 0.02²) for matrices and embeddings,
@@ -262,6 +281,7 @@ func NewGPT(dev Device, cfg GPTConfig, seed uint64) (*GPT, error) {
 		b := NewBlock(m.ps, fmt.Sprintf("h.%d", l), C, cfg.Heads, std, projStd, cfg.Dropout)
 		b.Ckpt = checkpointed(cfg.Checkpoint, l)
 		b.Attn.Mode = cfg.Attention
+		b.KeepAttn = cfg.CheckpointKeepAttn
 		m.Blocks = append(m.Blocks, b)
 	}
 	m.LnF = NewLayerNorm(m.ps, "lnf", C)
@@ -310,7 +330,7 @@ func (m *GPT) Forward(in Inputs, train bool) *Tensor {
 		a := b.Forward(x, seed, train)
 		switch {
 		case !train: // evaluation: only the residual stream moves on
-			a.keepOnlyOut(dev)
+			a.keepOnlyOut(dev, false)
 			if l == 0 {
 				dev.Free(m.x0)
 				m.x0 = nil
@@ -318,7 +338,7 @@ func (m *GPT) Forward(in Inputs, train bool) *Tensor {
 				dev.Free(x)
 			}
 		case b.Ckpt:
-			a.keepOnlyOut(dev)
+			a.keepOnlyOut(dev, b.KeepAttn)
 		}
 		if train {
 			m.acts = append(m.acts, a)

@@ -381,7 +381,7 @@ func TestGradBlock(t *testing.T) {
 			loss := func() float64 {
 				a := b.Forward(x, 77, true)
 				v := dotHost(a.Out, r)
-				a.keepOnlyOut(dev)
+				a.keepOnlyOut(dev, false)
 				dev.Free(a.Out)
 				return v
 			}

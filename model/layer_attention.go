@@ -145,6 +145,19 @@ func (a *Attention) Forward(out, x *Tensor, p float32, seed uint64) *AttentionAc
 	return s
 }
 
+// forwardKept redoes a fused forward whose y and lse were kept (a checkpointed block's recompute
+// with KeepAttn): qkv, which the backward reads, and the projection into out. kept's tensors
+// become the returned acts'.
+func (a *Attention) forwardKept(out, x *Tensor, kept *AttentionActs) *AttentionActs {
+	dev := x.Device()
+	B, T, C := x.Dim(0), x.Dim(1), x.Dim(2)
+	s := &AttentionActs{P: kept.P, Seed: kept.Seed, Y: kept.Y, LSE: kept.LSE}
+	s.QKV = dev.Alloc(out.DType(), a.Tag+".qkv", B, T, 3*C)
+	a.QKV.Forward(s.QKV, x)
+	a.Proj.Forward(out, s.Y)
+	return s
+}
+
 // Backward: dx (B,T,C) (overwritten) from dout (B,T,C), the forward input x and acts, which it
 // frees. Proj's and QKV's parameters become ready in that order.
 func (a *Attention) Backward(dx, dout, x *Tensor, s *AttentionActs) {

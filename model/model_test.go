@@ -90,8 +90,13 @@ func TestCheckpoint_sameGradsLessMemory(t *testing.T) {
 		rng := rand.New(rand.NewSource(5))
 		var m Model
 		var in Inputs
-		if kind == "gpt" {
-			gm, err := NewGPT(dev, GPTConfig{Layers: 4, Width: 16, Heads: 2, Context: 16, Vocab: 30, Dropout: 0.1, Checkpoint: every}, 3)
+		if kind != "mlp" {
+			cfg := GPTConfig{Layers: 4, Width: 16, Heads: 2, Context: 16, Vocab: 30, Dropout: 0.1, Checkpoint: every}
+			if kind != "gpt" { // the fused attention (the CPU's reference kernel), no dropout
+				cfg.Dropout, cfg.Attention = 0, AttnFlash
+				cfg.CheckpointKeepAttn = kind == "gpt-flash-keep"
+			}
+			gm, err := NewGPT(dev, cfg, 3)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,7 +114,7 @@ func TestCheckpoint_sameGradsLessMemory(t *testing.T) {
 		r := result{loss, g, dev.Stats().Peak - base}
 		return r
 	}
-	for _, kind := range []string{"gpt", "mlp"} {
+	for _, kind := range []string{"gpt", "gpt-flash", "gpt-flash-keep", "mlp"} {
 		ref := run(kind, 0)
 		for _, every := range []int{1, 2} {
 			got := run(kind, every)
@@ -127,7 +132,7 @@ func TestCheckpoint_sameGradsLessMemory(t *testing.T) {
 // Backward frees every saved activation, Free returns the device to its baseline, and each
 // parameter reports ready exactly once per backward, in reverse registration order.
 func TestModels_memoryAndReadyOrder(t *testing.T) {
-	for _, kind := range []string{"mlp", "gpt-tied", "gpt-untied", "gpt-f16-ckpt"} {
+	for _, kind := range []string{"mlp", "gpt-tied", "gpt-untied", "gpt-f16-ckpt", "gpt-flash-keep-ckpt"} {
 		dev := NewCPU()
 		rng := rand.New(rand.NewSource(1))
 		var m Model
@@ -140,6 +145,9 @@ func TestModels_memoryAndReadyOrder(t *testing.T) {
 			cfg := GPTConfig{Layers: 2, Width: 8, Heads: 2, Context: 8, Vocab: 13, Tied: kind != "gpt-untied", Dropout: 0.1}
 			if kind == "gpt-f16-ckpt" {
 				cfg.Compute, cfg.Checkpoint = F16, 1
+			}
+			if kind == "gpt-flash-keep-ckpt" {
+				cfg.Dropout, cfg.Attention, cfg.Checkpoint, cfg.CheckpointKeepAttn = 0, AttnFlash, 1, true
 			}
 			gm, err := NewGPT(dev, cfg, 1)
 			if err != nil {

@@ -95,7 +95,7 @@ func buildModel(dev model.Device, cfg *Config) (model.Model, error) {
 		}
 		return model.NewGPT(dev, model.GPTConfig{Layers: cfg.Model.Layers, Width: cfg.Model.Width, Heads: cfg.Model.Heads,
 			Context: cfg.Model.Context, Vocab: cfg.Model.Vocab, Tied: cfg.Model.Tied, Dropout: float32(cfg.Model.Dropout),
-			Compute: computeDType(cfg), Checkpoint: every, Attention: attn}, seed)
+			Compute: computeDType(cfg), Checkpoint: every, Attention: attn, CheckpointKeepAttn: cfg.Model.CheckpointKeepAttention}, seed)
 	}
 	return nil, fmt.Errorf("worker: model.kind %q: want mlp or gpt", cfg.Model.Kind)
 }

@@ -89,6 +89,11 @@ type ModelConfig struct {
 	// (the default) takes flash where the device has a fast kernel for it (the
 	// CUDA device, head size 64, fp16) and dropout is 0.
 	Attention string `yaml:"attention,omitempty"`
+	// checkpoint_keep_attention (GPT, with checkpoint): checkpointed blocks also
+	// keep the fused attention's output (B×T×width) and log-sum-exp, so the
+	// recompute skips the attention kernel (selective checkpointing: more
+	// memory than blocks alone, less recompute). Default false.
+	CheckpointKeepAttention bool `yaml:"checkpoint_keep_attention,omitempty"`
 }
 
 // TrainConfig is the `train:` section.
@@ -615,6 +620,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := m.CheckpointEvery(); err != nil {
 		errs = append(errs, strings.TrimPrefix(err.Error(), "config: "))
+	}
+	if every, err := m.CheckpointEvery(); err == nil && every == 0 && m.CheckpointKeepAttention {
+		bad("model.checkpoint_keep_attention", "true without checkpointing: set model.checkpoint to blocks or every_N")
 	}
 	if mode, err := model.ParseAttentionMode(m.Attention); err != nil {
 		bad("model.attention", "%q: want auto, flash or materialized", m.Attention)

@@ -122,6 +122,16 @@ func TestConfig_badValue(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "model.widths") {
 		t.Errorf("mnist with 9 outputs: %v", err)
 	}
+	for _, c := range []struct{ set, want string }{
+		{"model.attention=fused", `model.attention: "fused"`},
+		{"model.dropout=0.1,model.attention=flash", "model.attention: flash has no attention dropout"},
+		{"model.checkpoint_keep_attention=true", "model.checkpoint_keep_attention: true without checkpointing"},
+	} {
+		_, err = LoadConfig(writeYAML(t, minimalMLP), strings.Split(c.set, ","))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--set %s: %v, want an error containing %q", c.set, err, c.want)
+		}
+	}
 }
 
 func TestConfig_set(t *testing.T) {
