@@ -2,9 +2,9 @@ package ddp
 
 import "github.com/goddp/goddp/model"
 
-// bucket is a contiguous range [lo, hi) of the gradient slab holding whole parameters. Buckets
-// are numbered in the order gradients become ready: bucket 0 holds the last-registered
-// parameters.
+// bucket is a contiguous range [lo, hi) of the gradient slab holding whole parameters, or one
+// piece of a parameter larger than the bucket cap (splitRange). Buckets are numbered in the order
+// gradients become ready: bucket 0 holds the last-registered parameters.
 type bucket struct {
 	index    int
 	lo, hi   int            // element range in the slab
@@ -38,6 +38,27 @@ func planBuckets(sizes []int, capBytes int) [][2]int {
 	}
 	if last >= 0 {
 		out = append(out, [2]int{0, last})
+	}
+	return out
+}
+
+// splitRange cuts the element range [lo, hi) of one parameter larger than the cap into pieces of
+// near-equal size, about capElems elements at most (rounded up to a multiple of 64, but the last), so
+// every piece starts 256-byte aligned relative to lo. A large parameter (GPT's tied embedding is
+// 38.6 M values, ready only when backward ends) then goes out as several all-reduces that the
+// channels run at once, instead of one that a single channel carries alone. The pieces depend on
+// the cap only, never on the number of channels, so results stay bit-identical across channels.
+func splitRange(lo, hi, capElems int) [][2]int {
+	n := hi - lo
+	if n <= capElems || capElems < 64 {
+		return [][2]int{{lo, hi}}
+	}
+	parts := (n + capElems - 1) / capElems
+	piece := (n + parts - 1) / parts
+	piece = (piece + 63) / 64 * 64
+	var out [][2]int
+	for a := lo; a < hi; a += piece {
+		out = append(out, [2]int{a, min(a+piece, hi)})
 	}
 	return out
 }

@@ -43,8 +43,8 @@ type Engine struct {
 	opts Options
 	log  *slog.Logger
 
-	buckets     []*bucket
-	paramBucket []int // parameter index → bucket index
+	buckets      []*bucket
+	paramBuckets [][]int // parameter index → its bucket's index (several for a split parameter)
 
 	syncing      bool
 	nextSend     int // buckets are handed to the comm goroutine in index order
@@ -85,16 +85,23 @@ func New(ps *model.Params, comm Comm, opts Options) *Engine {
 	for i, p := range ps.List {
 		sizes[i] = p.W.Len()
 	}
-	e.paramBucket = make([]int, len(ps.List))
-	for bi, r := range planBuckets(sizes, int(opts.BucketCapMB*(1<<20))) {
+	e.paramBuckets = make([][]int, len(ps.List))
+	capBytes := int(opts.BucketCapMB * (1 << 20))
+	for _, r := range planBuckets(sizes, capBytes) {
 		first, last := ps.List[r[0]], ps.List[r[1]]
-		b := &bucket{index: bi, lo: first.Offset, hi: last.Offset + last.W.Len(), params: ps.List[r[0] : r[1]+1]}
-		b.host = make([]float32, b.hi-b.lo)
-		b.view = ps.Grad.View(b.lo, b.hi-b.lo)
-		for i := r[0]; i <= r[1]; i++ {
-			e.paramBucket[i] = bi
+		pieces := [][2]int{{first.Offset, last.Offset + last.W.Len()}}
+		if r[0] == r[1] {
+			pieces = splitRange(pieces[0][0], pieces[0][1], max(1, capBytes/4))
 		}
-		e.buckets = append(e.buckets, b)
+		for _, pc := range pieces {
+			b := &bucket{index: len(e.buckets), lo: pc[0], hi: pc[1], params: ps.List[r[0] : r[1]+1]}
+			b.host = make([]float32, b.hi-b.lo)
+			b.view = ps.Grad.View(b.lo, b.hi-b.lo)
+			for i := r[0]; i <= r[1]; i++ {
+				e.paramBuckets[i] = append(e.paramBuckets[i], b.index)
+			}
+			e.buckets = append(e.buckets, b)
+		}
 	}
 	e.staged = make([]bool, len(e.buckets))
 	e.ctx, e.cancel = context.WithCancel(context.Background())
@@ -118,6 +125,9 @@ func (e *Engine) Buckets() []string {
 	for i, b := range e.buckets {
 		out[i] = fmt.Sprintf("bucket %d: %d params, %s (%s … %s)", i, len(b.params),
 			model.FormatBytes(int64(b.hi-b.lo)*4), b.params[0].Name, b.params[len(b.params)-1].Name)
+		if p := b.params[0]; len(b.params) == 1 && b.hi-b.lo < p.W.Len() {
+			out[i] += fmt.Sprintf(" elements [%d, %d) of %d", b.lo-p.Offset, b.hi-p.Offset, p.W.Len())
+		}
 	}
 	return out
 }
@@ -182,10 +192,12 @@ func (e *Engine) onReady(p *model.Param) {
 	if !e.syncing {
 		return
 	}
-	b := e.buckets[e.paramBucket[p.Index]]
-	b.pending--
-	if b.pending == 0 {
-		e.stage(b)
+	for _, bi := range e.paramBuckets[p.Index] {
+		b := e.buckets[bi]
+		b.pending--
+		if b.pending == 0 {
+			e.stage(b)
+		}
 	}
 }
 
