@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -85,6 +86,7 @@ type grpcTransport struct {
 	srv  *grpc.Server
 	lis  net.Listener
 	ux   net.Listener // Unix-domain twin of lis for same-host peers (grpc_conn.go); nil if none
+	rx   *rxPool      // the server's receive buffers (grpc_conn.go); nil with TLS
 	serv sync.WaitGroup
 
 	ctx    context.Context // cancelled by Close: ends every stream
@@ -167,9 +169,8 @@ func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcT
 	t.lis = lis
 	opts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(rawCodec{}),
-		grpc.InitialWindowSize(grpcWindow),
-		grpc.InitialConnWindowSize(grpcWindow),
-		grpc.ReadBufferSize(grpcEnvInt("DDP_GRPC_RBUF", grpcSockBuf)),
+		grpc.InitialWindowSize(int32(grpcEnvInt("DDP_GRPC_WINDOW", grpcWindow))),
+		grpc.InitialConnWindowSize(int32(grpcEnvInt("DDP_GRPC_WINDOW", grpcWindow))),
 		grpc.WriteBufferSize(grpcEnvInt("DDP_GRPC_WBUF", grpcSockBuf)),
 		grpc.MaxRecvMsgSize(grpcMaxMsg),
 		grpc.MaxSendMsgSize(grpcMaxMsg),
@@ -179,6 +180,13 @@ func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcT
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	if cfg.TLS == nil && grpcEnvInt("DDP_GRPC_RX", 1) != 0 {
+		// The server reads rxConns unbuffered; they buffer, and DATA payloads are read in place.
+		t.rx = &rxPool{}
+		opts = append(opts, experimental.BufferPool(t.rx), grpc.ReadBufferSize(0))
+	} else {
+		opts = append(opts, experimental.BufferPool(&framePool{}), grpc.ReadBufferSize(grpcEnvInt("DDP_GRPC_RBUF", grpcSockBuf)))
 	}
 	t.srv = grpc.NewServer(opts...)
 	t.srv.RegisterService(&ringServiceDesc, t)
@@ -191,16 +199,18 @@ func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcT
 		}
 		t.allIn = make(chan struct{})
 	}
-	t.serv.Add(1)
-	go func() {
-		defer t.serv.Done()
-		_ = t.srv.Serve(lis)
-	}()
-	if t.ux = grpcListenUnix(lis); t.ux != nil {
+	t.ux = grpcListenUnix(lis)
+	for _, l := range []net.Listener{lis, t.ux} {
+		if l == nil {
+			continue
+		}
+		if t.rx != nil {
+			l = rxListener{Listener: l, p: t.rx}
+		}
 		t.serv.Add(1)
 		go func() {
 			defer t.serv.Done()
-			_ = t.srv.Serve(t.ux)
+			_ = t.srv.Serve(l)
 		}()
 	}
 
@@ -242,9 +252,9 @@ func (t *grpcTransport) dialOptions() []grpc.DialOption {
 	}
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
-		grpc.WithInitialWindowSize(grpcWindow),
-		grpc.WithInitialConnWindowSize(grpcWindow),
-		grpc.WithReadBufferSize(grpcEnvInt("DDP_GRPC_RBUF", grpcSockBuf)),
+		grpc.WithInitialWindowSize(int32(grpcEnvInt("DDP_GRPC_WINDOW", grpcWindow))),
+		grpc.WithInitialConnWindowSize(int32(grpcEnvInt("DDP_GRPC_WINDOW", grpcWindow))),
+		grpc.WithReadBufferSize(grpcSockBuf),
 		grpc.WithWriteBufferSize(grpcEnvInt("DDP_GRPC_WBUF", grpcSockBuf)),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}), grpc.MaxCallRecvMsgSize(grpcMaxMsg), grpc.MaxCallSendMsgSize(grpcMaxMsg)),
 		grpc.WithConnectParams(grpc.ConnectParams{

@@ -164,3 +164,24 @@ func TestGRPC_pushWrongTokenRefused(t *testing.T) {
 		t.Fatalf("refusal not logged: %v", rec.msgs)
 	}
 }
+
+// Plaintext links read DATA payloads in place (rxConn): the big frames of a large all-reduce
+// are aliased, not copied, and the results are right (both wires, odd sizes, several chunk
+// sizes including ones that cut frames at odd places), also over TCP.
+func TestGRPC_receiveInPlace(t *testing.T) {
+	for _, chunk := range []int{1 << 20, 16<<10 - 45, 100_003} {
+		gs := newGroups(t, "grpc", 3, func(c *Config) { c.ChunkBytes = chunk })
+		for _, wire := range []Wire{WireF32, WireF16} {
+			checkAllReduce(t, gs, 1_500_007, Sum, wire, wire == WireF32)
+		}
+		p := gs[1].tr.(*grpcTransport).rx
+		a, c := p.aliased.Load(), p.copied.Load()
+		t.Logf("chunk %d: %d payloads read in place, %d copied", chunk, a, c)
+		if a == 0 || c > a/10 {
+			t.Errorf("chunk %d: %d payloads read in place, %d copied", chunk, a, c)
+		}
+		if n := p.slabs.Load(); n > rxSlabsSpare {
+			t.Errorf("chunk %d: %d slabs allocated: they are not reused", chunk, n)
+		}
+	}
+}
