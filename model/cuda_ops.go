@@ -472,6 +472,58 @@ func (d *CUDA) AdamW(p, g, m, v, half *Tensor, a AdamWArgs) {
 	}
 }
 
+// AdamWTable packs runs for k_adamw_multi: one int64 per run, its start offset times 2 plus its
+// decay flag, as an I32 tensor of 2·len(runs) words (little-endian halves).
+func (d *CUDA) AdamWTable(runs []AdamWRun) *Tensor {
+	if len(runs) == 0 {
+		return nil
+	}
+	words := make([]int32, 2*len(runs))
+	for i, r := range runs {
+		e := uint64(r.Off) << 1
+		if r.Decay {
+			e |= 1
+		}
+		words[2*i] = int32(uint32(e))
+		words[2*i+1] = int32(uint32(e >> 32))
+	}
+	t := d.Alloc(I32, "adamw.runs", len(words))
+	d.UploadI32(t, words)
+	return t
+}
+
+// AdamWRuns is AdamW over whole slabs in one launch of k_adamw_multi, which applies the weight
+// decay per run from table (AdamWTable of runs) and otherwise does k_adamw's arithmetic.
+func (d *CUDA) AdamWRuns(p, g, m, v, half *Tensor, runs []AdamWRun, table *Tensor, a AdamWArgs) {
+	checkLen("AdamW", p, g, m, v)
+	f32Only("AdamW", p, g, m, v)
+	hp := nilPtr
+	if half != nil {
+		checkLen("AdamW", p, half)
+		if half.dtype != F16 {
+			panic(fmt.Sprintf("model: AdamW: half copy %s is not f16", half))
+		}
+		hp = ptra(half)
+	}
+	if p.n == 0 {
+		return
+	}
+	end := 0
+	for _, r := range runs {
+		if r.Off != end || r.N < 0 {
+			panic(fmt.Sprintf("model: AdamWRuns: run %+v does not follow offset %d", r, end))
+		}
+		end += r.N
+	}
+	if end != p.n || table == nil || table.dtype != I32 || table.n != 2*len(runs) {
+		panic(fmt.Sprintf("model: AdamWRuns: %d runs over %d elements, table %v, for %s", len(runs), end, table, p))
+	}
+	d.launch1("k_adamw_multi", p.n, ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.n)), ptra(table), i32a(len(runs)),
+		f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2))
+}
+
+var _ MultiAdamW = (*CUDA)(nil)
+
 func (d *CUDA) SGD(p, g, mom, half *Tensor, a SGDArgs) {
 	checkLen("SGD", p, g)
 	f32Only("SGD", p, g, mom)

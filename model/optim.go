@@ -6,7 +6,7 @@ import (
 )
 
 // Optimizers update the f32 master weights from the f32 gradient slab with one device operation
-// per run of parameters, and write the f16 compute copy in the same pass under mixed precision.
+// per run of parameters (AdamW: one for all runs on a MultiAdamW device), and write the f16 compute copy in the same pass under mixed precision.
 // Their state (AdamW's m and v, SGD's momentum) mirrors the parameter slab: one allocation each,
 // so a checkpoint stores it as a few named tensors.
 
@@ -72,6 +72,25 @@ func DefaultAdamW() AdamWConfig {
 	return AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01}
 }
 
+// AdamWRun is a contiguous range [Off, Off+N) of the slabs with one decay flag.
+type AdamWRun struct {
+	Off, N int
+	Decay  bool
+}
+
+// MultiAdamW is implemented by devices that update every run of the slabs in one operation (the
+// CUDA device: one kernel launch per step instead of one per run). It is optional: AdamW falls
+// back to one Device.AdamW call per run. The result must be bit-identical to that fallback.
+type MultiAdamW interface {
+	// AdamWTable packs runs into a tensor on the device for AdamWRuns (nil when the device needs
+	// none). The caller keeps runs unchanged while the table lives and frees it with Device.Free.
+	AdamWTable(runs []AdamWRun) *Tensor
+	// AdamWRuns is Device.AdamW over whole slabs p, g, m, v (and half, which may be nil): runs,
+	// described by table, partition [0, p.Len()) in order, and a.WeightDecay applies only to the
+	// runs with Decay set.
+	AdamWRuns(p, g, m, v, half *Tensor, runs []AdamWRun, table *Tensor, a AdamWArgs)
+}
+
 // AdamW keeps first and second moments m, v (N) f32 beside the parameter slab:
 //
 //	m = β1·m + (1−β1)·g,  v = β2·v + (1−β2)·g²,  m̂ = m/(1−β1ᵗ),  v̂ = v/(1−β2ᵗ)
@@ -82,6 +101,12 @@ type AdamW struct {
 	M, V *Tensor // (N) f32
 	t    int64
 	runs []decayRun
+
+	// With a MultiAdamW device: the runs as one table, and its device copy.
+	multi  MultiAdamW
+	aruns  []AdamWRun
+	table  *Tensor
+	perRun bool // tests: force one Device.AdamW call per run
 }
 
 // NewAdamW allocates zeroed moments for ps.
@@ -98,6 +123,13 @@ func NewAdamW(ps *Params, cfg AdamWConfig) (*AdamW, error) {
 	o.V = dev.Alloc(F32, "adamw.v", ps.N)
 	dev.Fill(o.M, 0)
 	dev.Fill(o.V, 0)
+	if md, ok := dev.(MultiAdamW); ok && ps.N > 0 {
+		o.multi = md
+		for _, r := range o.runs {
+			o.aruns = append(o.aruns, AdamWRun{Off: r.off, N: r.n, Decay: r.decay})
+		}
+		o.table = md.AdamWTable(o.aruns)
+	}
 	return o, nil
 }
 
@@ -108,6 +140,11 @@ func (o *AdamW) Step(lr float32) {
 		LR: lr, Beta1: o.Cfg.Beta1, Beta2: o.Cfg.Beta2, Eps: o.Cfg.Eps,
 		BiasCorr1: float32(1 - math.Pow(float64(o.Cfg.Beta1), float64(o.t))),
 		BiasCorr2: float32(1 - math.Pow(float64(o.Cfg.Beta2), float64(o.t))),
+	}
+	if o.multi != nil && !o.perRun {
+		a.WeightDecay = o.Cfg.WeightDecay
+		o.multi.AdamWRuns(o.ps.Data, o.ps.Grad, o.M, o.V, o.ps.Half, o.aruns, o.table, a)
+		return
 	}
 	for _, r := range o.runs {
 		a.WeightDecay = 0
@@ -125,8 +162,8 @@ func (o *AdamW) State() []NamedState {
 func (o *AdamW) Steps() int64     { return o.t }
 func (o *AdamW) SetSteps(n int64) { o.t = n }
 func (o *AdamW) Free() {
-	freeAll(o.ps.Device(), o.M, o.V)
-	o.M, o.V = nil, nil
+	freeAll(o.ps.Device(), o.M, o.V, o.table)
+	o.M, o.V, o.table = nil, nil, nil
 }
 
 // ---- SGD ----

@@ -192,3 +192,109 @@ func TestSchedules(t *testing.T) {
 		}
 	}
 }
+
+// multiCPU is the CPU device with MultiAdamW implemented by one AdamW call per run, so the
+// optimizer's multi path can be checked on the CPU against its per-run fallback.
+type multiCPU struct {
+	*CPU
+	tables, calls int
+}
+
+func (d *multiCPU) AdamWTable(runs []AdamWRun) *Tensor {
+	d.tables++
+	t := d.Alloc(I32, "adamw.runs", 2*len(runs))
+	d.Fill(t, 0)
+	return t
+}
+
+func (d *multiCPU) AdamWRuns(p, g, m, v, half *Tensor, runs []AdamWRun, table *Tensor, a AdamWArgs) {
+	d.calls++
+	if table == nil || table.Len() != 2*len(runs) {
+		panic("multiCPU: bad table")
+	}
+	wd := a.WeightDecay
+	end := 0
+	for _, r := range runs {
+		if r.Off != end {
+			panic("multiCPU: runs do not partition the slab")
+		}
+		end += r.N
+		a.WeightDecay = 0
+		if r.Decay {
+			a.WeightDecay = wd
+		}
+		var h *Tensor
+		if half != nil {
+			h = half.View(r.Off, r.N)
+		}
+		d.CPU.AdamW(p.View(r.Off, r.N), g.View(r.Off, r.N), m.View(r.Off, r.N), v.View(r.Off, r.N), h, a)
+	}
+	if end != p.Len() {
+		panic("multiCPU: runs do not cover the slab")
+	}
+}
+
+var _ MultiAdamW = (*multiCPU)(nil)
+
+func bitsEqual(t *testing.T, what string, a, b []float32) {
+	t.Helper()
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			t.Fatalf("%s[%d]: %v (multi) vs %v (per run)", what, i, a[i], b[i])
+		}
+	}
+}
+
+// On a MultiAdamW device AdamW takes one AdamWRuns call per step with the decay runs, giving the
+// per-run fallback's results bit for bit, and frees the run table with the moments.
+func TestAdamW_multiMatchesPerRun(t *testing.T) {
+	dev := &multiCPU{CPU: NewCPU()}
+	base := dev.Stats().Allocated
+	var pss [2]*Params
+	var opts [2]*AdamW
+	for k := range pss {
+		ps := NewParams(dev)
+		ps.Add("w", Init{Std: 1}, true, 3, 4)
+		ps.Add("w1", Init{Std: 1}, true, 6)
+		ps.Add("b", Init{Std: 1}, false, 5)
+		ps.Add("g", Init{Value: 1}, false, 2)
+		ps.Add("w2", Init{Std: 1}, true, 7)
+		ps.Add("b2", Init{Std: 1}, false, 1)
+		ps.Build(true)
+		ps.Init(3)
+		opt, err := NewAdamW(ps, AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if opt.multi == nil || len(opt.aruns) != 4 || opt.table == nil {
+			t.Fatalf("multi path not set up: %d runs, table %v", len(opt.aruns), opt.table)
+		}
+		opt.perRun = k == 1
+		pss[k], opts[k] = ps, opt
+	}
+	rng := rand.New(rand.NewSource(5))
+	for step := 1; step <= 3; step++ {
+		g := make([]float32, pss[0].N)
+		for i := range g {
+			g[i] = float32(rng.NormFloat64())
+		}
+		for k := range pss {
+			dev.Upload(pss[k].Grad, g)
+			opts[k].Step(0.05)
+		}
+		bitsEqual(t, "w", pss[0].Host(), pss[1].Host())
+		bitsEqual(t, "half", ToHost(pss[0].Half), ToHost(pss[1].Half))
+		bitsEqual(t, "m", ToHost(opts[0].M), ToHost(opts[1].M))
+		bitsEqual(t, "v", ToHost(opts[0].V), ToHost(opts[1].V))
+	}
+	if dev.tables != 2 || dev.calls != 3 {
+		t.Fatalf("%d tables, %d AdamWRuns calls; want 2 and 3", dev.tables, dev.calls)
+	}
+	for k := range pss {
+		opts[k].Free()
+		pss[k].Free()
+	}
+	if a := dev.Stats().Allocated; a != base {
+		t.Fatalf("allocated %d after Free, %d before", a, base)
+	}
+}
