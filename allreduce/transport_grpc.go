@@ -43,7 +43,8 @@ const (
 	grpcWindow    = 64 << 20 // per-stream and per-connection flow-control window, bytes
 	grpcSockBuf   = 4 << 20  // gRPC's read and write buffers per connection, bytes
 	grpcMaxMsg    = frameHeaderSize + maxFramePayload
-	inboxDepth    = 4 // frames a receiving link buffers before gRPC flow control holds the sender
+	grpcMaxWire   = rawHdr + grpcMaxMsg + grpcPoolMin // a data-plane message with its codec header and padding
+	inboxDepth    = 4                                 // frames a receiving link buffers before gRPC flow control holds the sender
 	joinRetryBase = 50 * time.Millisecond
 	sendGrace     = time.Second // how long a cancelled Send may still finish before its stream is cut
 )
@@ -116,9 +117,9 @@ var _ Transport = (*grpcTransport)(nil)
 
 // inbox holds the frames received from one peer.
 type inbox struct {
-	q      chan []byte
-	free   chan []byte
-	last   []byte
+	q      chan inMsg
+	free   chan []byte // reusable copy buffers (inMsg.own)
+	last   inMsg       // the message Recv returned last, released at the next Recv
 	mu     sync.Mutex
 	err    error         // why the link broke
 	broken chan struct{} // closed when err is set
@@ -156,7 +157,7 @@ func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcT
 		in: make([]*inbox, cfg.WorldSize), out: make([]*outLink, cfg.WorldSize), dataPort: dataPort}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for i := range t.in {
-		t.in[i] = &inbox{q: make(chan []byte, inboxDepth), free: make(chan []byte, inboxDepth+2), broken: make(chan struct{})}
+		t.in[i] = &inbox{q: make(chan inMsg, inboxDepth), free: make(chan []byte, inboxDepth+2), broken: make(chan struct{})}
 	}
 	listen, err := listenAddr(cfg)
 	if err != nil {
@@ -172,8 +173,8 @@ func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcT
 		grpc.InitialWindowSize(int32(grpcEnvInt("DDP_GRPC_WINDOW", grpcWindow))),
 		grpc.InitialConnWindowSize(int32(grpcEnvInt("DDP_GRPC_WINDOW", grpcWindow))),
 		grpc.WriteBufferSize(grpcEnvInt("DDP_GRPC_WBUF", grpcSockBuf)),
-		grpc.MaxRecvMsgSize(grpcMaxMsg),
-		grpc.MaxSendMsgSize(grpcMaxMsg),
+		grpc.MaxRecvMsgSize(grpcMaxWire),
+		grpc.MaxSendMsgSize(grpcMaxWire),
 		grpc.WaitForHandlers(true),
 		grpc.UnaryInterceptor(t.authUnary),
 		grpc.StreamInterceptor(t.authStream),
@@ -181,9 +182,9 @@ func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcT
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
-	if cfg.TLS == nil && grpcEnvInt("DDP_GRPC_RX", 1) != 0 {
+	if cfg.TLS == nil && grpcRxSupported && grpcEnvInt("DDP_GRPC_RX", 1) != 0 {
 		// The server reads rxConns unbuffered; they buffer, and DATA payloads are read in place.
-		t.rx = &rxPool{}
+		t.rx = newRxPool(grpcMsgMax(cfg))
 		opts = append(opts, experimental.BufferPool(t.rx), grpc.ReadBufferSize(0))
 	} else {
 		opts = append(opts, experimental.BufferPool(&framePool{}), grpc.ReadBufferSize(grpcEnvInt("DDP_GRPC_RBUF", grpcSockBuf)))
@@ -256,7 +257,7 @@ func (t *grpcTransport) dialOptions() []grpc.DialOption {
 		grpc.WithInitialConnWindowSize(int32(grpcEnvInt("DDP_GRPC_WINDOW", grpcWindow))),
 		grpc.WithReadBufferSize(grpcSockBuf),
 		grpc.WithWriteBufferSize(grpcEnvInt("DDP_GRPC_WBUF", grpcSockBuf)),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}), grpc.MaxCallRecvMsgSize(grpcMaxMsg), grpc.MaxCallSendMsgSize(grpcMaxMsg)),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}), grpc.MaxCallRecvMsgSize(grpcMaxWire), grpc.MaxCallSendMsgSize(grpcMaxWire)),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: joinRetryBase, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: 2 * time.Second,
@@ -487,9 +488,9 @@ func (t *grpcTransport) push(ss grpc.ServerStream) error {
 	in.mu.Unlock()
 	ctx := ss.Context()
 	for {
-		var m inMsg
+		m := inMsg{rx: t.rx}
 		select {
-		case m.buf = <-in.free:
+		case m.own = <-in.free:
 		default:
 		}
 		if err := ss.RecvMsg(&m); err != nil {
@@ -497,11 +498,13 @@ func (t *grpcTransport) push(ss grpc.ServerStream) error {
 			return nil
 		}
 		select {
-		case in.q <- m.buf:
+		case in.q <- m:
 		case <-ctx.Done():
+			m.release()
 			in.fail(ErrPeerGone)
 			return nil
 		case <-t.closed:
+			m.release()
 			return nil
 		}
 	}
@@ -520,19 +523,20 @@ func (t *grpcTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 		return nil, fmt.Errorf("allreduce: recv from invalid rank %d", from)
 	}
 	in := t.in[from]
-	if in.last != nil {
+	in.last.release()
+	if in.last.own != nil {
 		select {
-		case in.free <- in.last:
+		case in.free <- in.last.own:
 		default:
 		}
-		in.last = nil
+		in.last.own = nil
 	}
-	var b []byte
+	var m inMsg
 	select {
-	case b = <-in.q:
+	case m = <-in.q:
 	case <-in.broken:
 		select {
-		case b = <-in.q:
+		case m = <-in.q:
 		default:
 			return nil, &PeerError{Rank: from, Err: in.err}
 		}
@@ -541,8 +545,8 @@ func (t *grpcTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
-	in.last = b
-	return b, nil
+	in.last = m
+	return m.buf, nil
 }
 
 func (t *grpcTransport) link(to int) (*outLink, error) {
@@ -694,3 +698,13 @@ func (t *grpcTransport) abort() error {
 }
 
 var errEOF = io.EOF
+
+// grpcMsgMax is the largest data-plane message cfg's chunks make (the receive pool starts a
+// new slab when less room than this is left at a message's start).
+func grpcMsgMax(cfg Config) int {
+	c := cfg.ChunkBytes
+	if c <= 0 {
+		c = DefaultChunkBytes
+	}
+	return min(grpcPrefix+rawHdr+frameHeaderSize+c+grpcPoolMin, rxSlabSize/2)
+}
