@@ -43,8 +43,7 @@ const (
 	grpcWindow    = 64 << 20 // per-stream and per-connection flow-control window, bytes
 	grpcSockBuf   = 4 << 20  // gRPC's read and write buffers per connection, bytes
 	grpcMaxMsg    = frameHeaderSize + maxFramePayload
-	grpcMaxWire   = rawHdr + grpcMaxMsg + grpcPoolMin // a data-plane message with its codec header and padding
-	inboxDepth    = 4                                 // frames a receiving link buffers before gRPC flow control holds the sender
+	inboxDepth    = 4 // frames a receiving link buffers before gRPC flow control holds the sender
 	joinRetryBase = 50 * time.Millisecond
 	sendGrace     = time.Second // how long a cancelled Send may still finish before its stream is cut
 )
@@ -117,9 +116,9 @@ var _ Transport = (*grpcTransport)(nil)
 
 // inbox holds the frames received from one peer.
 type inbox struct {
-	q      chan inMsg
-	free   chan []byte // reusable copy buffers (inMsg.own)
-	last   inMsg       // the message Recv returned last, released at the next Recv
+	q      chan []byte
+	free   chan []byte
+	last   []byte
 	mu     sync.Mutex
 	err    error         // why the link broke
 	broken chan struct{} // closed when err is set
@@ -157,7 +156,7 @@ func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcT
 		in: make([]*inbox, cfg.WorldSize), out: make([]*outLink, cfg.WorldSize), dataPort: dataPort}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for i := range t.in {
-		t.in[i] = &inbox{q: make(chan inMsg, inboxDepth), free: make(chan []byte, inboxDepth+2), broken: make(chan struct{})}
+		t.in[i] = &inbox{q: make(chan []byte, inboxDepth), free: make(chan []byte, inboxDepth+2), broken: make(chan struct{})}
 	}
 	listen, err := listenAddr(cfg)
 	if err != nil {
@@ -173,8 +172,8 @@ func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcT
 		grpc.InitialWindowSize(int32(grpcEnvInt("DDP_GRPC_WINDOW", grpcWindow))),
 		grpc.InitialConnWindowSize(int32(grpcEnvInt("DDP_GRPC_WINDOW", grpcWindow))),
 		grpc.WriteBufferSize(grpcEnvInt("DDP_GRPC_WBUF", grpcSockBuf)),
-		grpc.MaxRecvMsgSize(grpcMaxWire),
-		grpc.MaxSendMsgSize(grpcMaxWire),
+		grpc.MaxRecvMsgSize(grpcMaxMsg),
+		grpc.MaxSendMsgSize(grpcMaxMsg),
 		grpc.WaitForHandlers(true),
 		grpc.UnaryInterceptor(t.authUnary),
 		grpc.StreamInterceptor(t.authStream),
@@ -182,9 +181,9 @@ func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcT
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
-	if cfg.TLS == nil && grpcRxSupported && grpcEnvInt("DDP_GRPC_RX", 1) != 0 {
+	if cfg.TLS == nil && grpcEnvInt("DDP_GRPC_RX", 1) != 0 {
 		// The server reads rxConns unbuffered; they buffer, and DATA payloads are read in place.
-		t.rx = newRxPool(grpcMsgMax(cfg))
+		t.rx = &rxPool{}
 		opts = append(opts, experimental.BufferPool(t.rx), grpc.ReadBufferSize(0))
 	} else {
 		opts = append(opts, experimental.BufferPool(&framePool{}), grpc.ReadBufferSize(grpcEnvInt("DDP_GRPC_RBUF", grpcSockBuf)))
@@ -257,7 +256,7 @@ func (t *grpcTransport) dialOptions() []grpc.DialOption {
 		grpc.WithInitialConnWindowSize(int32(grpcEnvInt("DDP_GRPC_WINDOW", grpcWindow))),
 		grpc.WithReadBufferSize(grpcSockBuf),
 		grpc.WithWriteBufferSize(grpcEnvInt("DDP_GRPC_WBUF", grpcSockBuf)),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}), grpc.MaxCallRecvMsgSize(grpcMaxWire), grpc.MaxCallSendMsgSize(grpcMaxWire)),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}), grpc.MaxCallRecvMsgSize(grpcMaxMsg), grpc.MaxCallSendMsgSize(grpcMaxMsg)),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: joinRetryBase, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: 2 * time.Second,
@@ -488,9 +487,9 @@ func (t *grpcTransport) push(ss grpc.ServerStream) error {
 	in.mu.Unlock()
 	ctx := ss.Context()
 	for {
-		m := inMsg{rx: t.rx}
+		var m inMsg
 		select {
-		case m.own = <-in.free:
+		case m.buf = <-in.free:
 		default:
 		}
 		if err := ss.RecvMsg(&m); err != nil {
@@ -498,13 +497,11 @@ func (t *grpcTransport) push(ss grpc.ServerStream) error {
 			return nil
 		}
 		select {
-		case in.q <- m:
+		case in.q <- m.buf:
 		case <-ctx.Done():
-			m.release()
 			in.fail(ErrPeerGone)
 			return nil
 		case <-t.closed:
-			m.release()
 			return nil
 		}
 	}
@@ -523,20 +520,19 @@ func (t *grpcTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 		return nil, fmt.Errorf("allreduce: recv from invalid rank %d", from)
 	}
 	in := t.in[from]
-	in.last.release()
-	if in.last.own != nil {
+	if in.last != nil {
 		select {
-		case in.free <- in.last.own:
+		case in.free <- in.last:
 		default:
 		}
-		in.last.own = nil
+		in.last = nil
 	}
-	var m inMsg
+	var b []byte
 	select {
-	case m = <-in.q:
+	case b = <-in.q:
 	case <-in.broken:
 		select {
-		case m = <-in.q:
+		case b = <-in.q:
 		default:
 			return nil, &PeerError{Rank: from, Err: in.err}
 		}
@@ -545,8 +541,8 @@ func (t *grpcTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
-	in.last = m
-	return m.buf, nil
+	in.last = b
+	return b, nil
 }
 
 func (t *grpcTransport) link(to int) (*outLink, error) {
@@ -698,13 +694,3 @@ func (t *grpcTransport) abort() error {
 }
 
 var errEOF = io.EOF
-
-// grpcMsgMax is the largest data-plane message cfg's chunks make (the receive pool starts a
-// new slab when less room than this is left at a message's start).
-func grpcMsgMax(cfg Config) int {
-	c := cfg.ChunkBytes
-	if c <= 0 {
-		c = DefaultChunkBytes
-	}
-	return min(grpcPrefix+rawHdr+frameHeaderSize+c+grpcPoolMin, rxSlabSize/2)
-}

@@ -176,8 +176,7 @@ func TestGRPC_receiveInPlace(t *testing.T) {
 		}
 		p := gs[1].tr.(*grpcTransport).rx
 		a, c := p.aliased.Load(), p.copied.Load()
-		t.Logf("chunk %d: %d payloads read in place, %d copied; %d messages as views, %d copied; %d reads, %d slabs",
-			chunk, a, c, p.views.Load(), p.copies.Load(), p.reads.Load(), p.slabs.Load())
+		t.Logf("chunk %d: %d payloads read in place, %d copied", chunk, a, c)
 		if a == 0 || c > a/10 {
 			t.Errorf("chunk %d: %d payloads read in place, %d copied", chunk, a, c)
 		}

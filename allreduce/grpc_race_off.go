@@ -1,5 +1,0 @@
-//go:build !race || !linux
-
-package allreduce
-
-func grpcRaceAcquireIO(uintptr) {}
