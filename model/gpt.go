@@ -63,6 +63,7 @@ type GPT struct {
 	in    Inputs
 	count int
 	train bool
+	dlnf  *Tensor // (B,T,C) the head's input gradient when the forward ran the head's backward
 }
 
 // Block is one pre-LN transformer block:
@@ -355,9 +356,23 @@ func (m *GPT) Forward(in Inputs, train bool) *Tensor {
 		m.meanf, m.rstdf = nil, nil
 	}
 	losses := dev.Alloc(F32, "losses", B*T)
-	LMHeadLossForward(dev, m.loss, losses, m.lnf, m.headW(), in.Targets, m.count, m.Cfg.LossChunk)
+	if train && in.GradScale != 0 { // the head's backward now, while each logits chunk is at hand
+		m.dlnf = dev.Alloc(dt, "dlnf", B, T, C)
+		LMHeadLossForwardBackward(dev, m.loss, losses, m.dlnf, m.headGrad(), m.lnf, m.headW(), in.Targets,
+			in.GradScale, m.count, m.Cfg.LossChunk)
+	} else {
+		LMHeadLossForward(dev, m.loss, losses, m.lnf, m.headW(), in.Targets, m.count, m.Cfg.LossChunk)
+	}
 	dev.Free(losses)
 	return m.loss
+}
+
+// headGrad is the output projection's f32 gradient: lm_head's, or wte's when tied.
+func (m *GPT) headGrad() *Tensor {
+	if m.Head != nil {
+		return m.Head.W.G
+	}
+	return m.Emb.WTE.G
 }
 
 // headW is the output projection (V,C) in the compute dtype: lm_head, or wte when tied.
@@ -368,8 +383,9 @@ func (m *GPT) headW() *Tensor {
 	return m.Emb.WTE.Compute()
 }
 
-// Backward: gradients of scale·loss. The head's logits are recomputed chunk by chunk (Predict must
-// come before Backward, which frees lnf); checkpointed blocks are recomputed from their inputs.
+// Backward: gradients of scale·loss. The head's logits are recomputed chunk by chunk, unless the
+// forward already ran the head's backward (Inputs.GradScale); Predict must come before Backward,
+// which frees lnf; checkpointed blocks are recomputed from their inputs.
 func (m *GPT) Backward(scale float32) {
 	if !m.train {
 		panic("model: GPT.Backward without a training Forward")
@@ -377,12 +393,18 @@ func (m *GPT) Backward(scale float32) {
 	dev, dt := m.dev, m.Cfg.Compute
 	B, T, C := m.in.Tokens.Dim(0), m.in.Tokens.Dim(1), m.Cfg.Width
 
-	dlnf := dev.Alloc(dt, "dlnf", B, T, C)
-	if m.Head != nil {
-		LMHeadLossBackward(dev, dlnf, m.Head.W.G, m.lnf, m.headW(), m.in.Targets, scale, m.count, m.Cfg.LossChunk)
+	dlnf := m.dlnf
+	if dlnf != nil { // the forward ran the head's backward with Inputs.GradScale
+		if scale != m.in.GradScale {
+			panic(fmt.Sprintf("model: GPT.Backward(%v) after a Forward that computed the head's gradient with Inputs.GradScale %v", scale, m.in.GradScale))
+		}
+		m.dlnf = nil
+	} else {
+		dlnf = dev.Alloc(dt, "dlnf", B, T, C)
+		LMHeadLossBackward(dev, dlnf, m.headGrad(), m.lnf, m.headW(), m.in.Targets, scale, m.count, m.Cfg.LossChunk)
+	}
+	if m.Head != nil { // tied: wte's gradient completes in the embedding's backward, which fires Ready
 		m.Head.W.Ready()
-	} else { // wte's gradient completes in the embedding's backward, which fires Ready
-		LMHeadLossBackward(dev, dlnf, m.Emb.WTE.G, m.lnf, m.headW(), m.in.Targets, scale, m.count, m.Cfg.LossChunk)
 	}
 	dev.Free(m.lnf)
 
@@ -432,8 +454,8 @@ func (m *GPT) release() {
 		freeAll(dev, a.LN1, a.Mean1, a.Rstd1, a.Res1, a.LN2, a.Mean2, a.Rstd2, a.FC, a.Gelu, a.Out)
 	}
 	m.acts = m.acts[:0]
-	freeAll(dev, m.x0, m.lnf, m.meanf, m.rstdf)
-	m.x0, m.lnf, m.meanf, m.rstdf = nil, nil, nil, nil
+	freeAll(dev, m.x0, m.lnf, m.meanf, m.rstdf, m.dlnf)
+	m.x0, m.lnf, m.meanf, m.rstdf, m.dlnf = nil, nil, nil, nil, nil
 	m.train = false
 }
 

@@ -94,6 +94,30 @@ func LMHeadLossBackward(dev Device, dx, dw, x, w, targets *Tensor, dloss float32
 	}
 }
 
+// LMHeadLossForwardBackward is LMHeadLossForward followed by LMHeadLossBackward with the logits
+// of each chunk computed once: the loss as in the forward, dx (overwritten) and dw (accumulated)
+// as in the backward, to the bit (the same operations in the same order; only the recompute of the
+// logits is gone).
+func LMHeadLossForwardBackward(dev Device, loss, losses, dx, dw, x, w, targets *Tensor, dloss float32, count, chunk int) {
+	R, C, V := x.Rows(), x.Cols(), w.Dim(0)
+	x2, dx2, t1 := x.Reshape(R, C), dx.Reshape(R, C), targets.Reshape(R)
+	for r0 := 0; r0 < R; r0 += chunk {
+		n := min(chunk, R-r0)
+		xc := x2.View(r0*C, n, C)
+		logits := dev.Alloc(x.DType(), "logits.chunk", n, V)
+		LinearForward(dev, logits, xc, w, nil)
+		dev.CrossEntropy(losses.View(r0, n), logits, t1.View(r0, n))
+		CrossEntropyBackward(dev, logits, logits, t1.View(r0, n), dloss, count) // dlogits in place
+		LinearBackward(dev, dx2.View(r0*C, n, C), dw, nil, logits, xc, w)
+		dev.Free(logits)
+	}
+	dev.Fill(loss, 0)
+	dev.Sum(loss, losses)
+	if count > 0 {
+		dev.Scale(loss, 1/float32(count))
+	}
+}
+
 // LMHeadArgMax: out (R) i32 = argmax over V of x·wᵀ, chunk rows at a time.
 func LMHeadArgMax(dev Device, out, x, w *Tensor, chunk int) {
 	R, C, V := x.Rows(), x.Cols(), w.Dim(0)

@@ -13,6 +13,11 @@ type Inputs struct {
 	// per micro-step and rank, e.g. DeriveSeed(runSeed, fmt.Sprint(step, micro, rank)); equal
 	// seeds give equal masks, which is what makes a resumed run repeat an uninterrupted one.
 	Seed uint64
+	// GradScale, when not 0 on a training Forward, is the scale the following Backward will be
+	// given. A model that can (GPT) then runs its loss head's backward inside the forward, while
+	// the head's logits are at hand, instead of recomputing them in Backward (llm.c's fused
+	// classifier). Same gradients to the bit; Backward panics if given a different scale.
+	GradScale float32
 }
 
 // Model is what the trainer drives. Life cycle per optimizer step:

@@ -286,3 +286,59 @@ func TestGPT_trainsF16(t *testing.T) {
 		t.Fatalf("loss %.3f → %.3f: not learning", first, last)
 	}
 }
+
+// With Inputs.GradScale the GPT runs its head's backward inside the forward: the loss and every
+// gradient are bit-identical to the plain Forward/Backward, parameters report ready in the same
+// order, memory returns to the baseline, and a Backward with another scale is refused.
+func TestGPT_fusedHeadBackward(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  GPTConfig
+	}{
+		{"tied-f32", GPTConfig{Layers: 2, Width: 16, Heads: 2, Context: 8, Vocab: 37, Tied: true, Dropout: 0.1, Compute: F32, LossChunk: 5}},
+		{"untied-f16-ckpt", GPTConfig{Layers: 2, Width: 16, Heads: 2, Context: 8, Vocab: 37, Compute: F16, Checkpoint: 1, LossChunk: 7}},
+	} {
+		run := func(fused bool) (float32, []float32, []string) {
+			dev := NewCPU()
+			m, err := NewGPT(dev, c.cfg, 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var order []string
+			m.Params().OnGradReady = func(p *Param) { order = append(order, p.Name) }
+			in := gptInputs(dev, rand.New(rand.NewSource(3)), 3, 8, c.cfg.Vocab)
+			const scale = 256
+			if fused {
+				in.GradScale = scale
+			}
+			base := dev.Stats().Allocated
+			m.Params().ZeroGrad()
+			loss := ToHost(m.Forward(in, true))[0]
+			m.Backward(scale)
+			g := ToHost(m.Params().Grad)
+			if got := dev.Stats().Allocated; got != base {
+				t.Errorf("%s fused=%v: %d bytes allocated after backward, %d before", c.name, fused, got, base)
+			}
+			if fused { // a mismatched scale is refused
+				m.Forward(in, true)
+				func() {
+					defer func() {
+						if recover() == nil {
+							t.Errorf("%s: Backward with another scale did not panic", c.name)
+						}
+					}()
+					m.Backward(scale / 2)
+				}()
+			}
+			return loss, g, order
+		}
+		l1, g1, o1 := run(false)
+		l2, g2, o2 := run(true)
+		if math.Float32bits(l1) != math.Float32bits(l2) || !sameBits(g1, g2) {
+			t.Errorf("%s: fused head loss %v vs %v, gradients differ (rel %.3g)", c.name, l2, l1, relNorm(g2, g1))
+		}
+		if strings.Join(o1, ",") != strings.Join(o2, ",") {
+			t.Errorf("%s: ready order differs:\n%v\n%v", c.name, o1, o2)
+		}
+	}
+}

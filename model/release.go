@@ -32,13 +32,13 @@ func (m *GPT) Release() {
 	for _, a := range m.acts {
 		if a.Attn != nil {
 			s := a.Attn
-			freeLive(dev, s.Q, s.K, s.V, s.Att, s.Y)
+			freeLive(dev, s.Q, s.K, s.V, s.Att, s.Y, s.QKV, s.LSE)
 		}
 		freeLive(dev, a.LN1, a.Mean1, a.Rstd1, a.Res1, a.LN2, a.Mean2, a.Rstd2, a.FC, a.Gelu, a.Out)
 	}
 	m.acts = m.acts[:0]
-	freeLive(dev, m.x0, m.lnf, m.meanf, m.rstdf)
-	m.x0, m.lnf, m.meanf, m.rstdf = nil, nil, nil, nil
+	freeLive(dev, m.x0, m.lnf, m.meanf, m.rstdf, m.dlnf)
+	m.x0, m.lnf, m.meanf, m.rstdf, m.dlnf = nil, nil, nil, nil, nil
 	m.train = false
 }
 

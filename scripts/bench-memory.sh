@@ -6,7 +6,8 @@
 #      ddptrain's train.micro_batch: auto finds it (doubling then bisection with real trial steps):
 #      FP32, FP16, FP16 + checkpointing (model.checkpoint=blocks); each then trains 3 steps at it
 #      with --check-leaks.
-#   3. Peak memory and step time at micro-batch 16 without and with checkpointing (15 steps, the
+#   3. Peak memory and step time at micro-batch 16 without and with checkpointing, and with
+#      checkpointing that keeps the attention output (checkpoint_keep_attention) (15 steps, the
 #      median of steps 6–15), with the data-loading time per step (data_ms: loader.Next + upload,
 #      batches in pinned memory) and a --memory-plot of one step.
 #   4. Data loading for MNIST (an MLP, synthetic MNIST-format files: the GPU host has no data).
@@ -67,11 +68,12 @@ for v in "fp32|precision=fp32" "fp16|precision=fp16" "fp16+ckpt|precision=fp16 m
   gpt "auto-${name/+/-}" "${args[@]}" --set train.micro_batch=auto --set train.memory_budget="$BUDGET" --set train.max_steps=3 --check-leaks
 done
 
-for v in "none|none" "ckpt|blocks"; do
+for v in "none|none" "ckpt|blocks" "ckpt-keep|blocks"; do
   name=${v%%|*}; c=${v#*|}
-  stamp "ours: micro-batch 16, checkpoint $c"
+  stamp "ours: micro-batch 16, checkpoint $c ($name)"
   extra=(); [ "$name" = none ] && extra=(--memory-report --memory-plot "$OUT/memory-b16.png")
   [ "$name" = ckpt ] && extra=(--memory-plot "$OUT/memory-b16-ckpt.png")
+  [ "$name" = ckpt-keep ] && extra=(--set model.checkpoint_keep_attention=true)
   gpt "b16-$name" --set train.micro_batch=16 --set model.checkpoint="$c" --set train.max_steps=15 "${extra[@]}"
 done
 grep -A12 '^memory report' "$OUT/b16-none.log" | head -14
@@ -107,12 +109,15 @@ for l in open(f"{out}/pytorch.log") if os.path.exists(f"{out}/pytorch.log") else
         p = l.split()
         print(f"  {p[1]} {p[2]:10s} {p[3]:>4s}   (trials {' '.join(p[4:])})")
 print("micro-batch 16: median step (steps 6-15), peak, data time per step")
-for name in ("none", "ckpt"):
+base_ms = None
+for name in ("none", "ckpt", "ckpt-keep"):
     steps = [l for l in lines(f"{out}/b16-{name}.jsonl") if l.get("event") == "step"][5:]
     if steps:
         ms = statistics.median(s["step_ms"] for s in steps)
         dm = statistics.median(s["data_ms"] for s in steps)
-        print(f"  ours checkpoint={name:5s} {ms:7.1f} ms  peak {steps[-1]['mem_peak_bytes']/2**30:6.2f} GiB  data {dm:.3f} ms/step ({100*dm/ms:.2f}%)")
+        base_ms = base_ms or ms
+        over = f"{100*(ms/base_ms-1):+.1f}%" if name != "none" else ""
+        print(f"  ours checkpoint={name:9s} {ms:7.1f} ms {over:7s} peak {steps[-1]['mem_peak_bytes']/2**30:6.2f} GiB  data {dm:.3f} ms/step ({100*dm/ms:.2f}%)")
 for l in open(f"{out}/pytorch.log") if os.path.exists(f"{out}/pytorch.log") else []:
     if l.startswith("STEP"):
         p = l.split()

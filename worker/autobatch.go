@@ -105,6 +105,7 @@ func (r *trialRunner) step(b int) (BatchTrial, error) {
 		in = newInputs(dev, r.cfg, b)
 		fillTrialInputs(dev, in, b)
 		ps.ZeroGrad()
+		in.Inputs.GradScale = r.scaler.Scale() // as the training loop does
 		loss := r.m.Forward(in.Inputs, true)
 		dev.Download([]float32{0}, loss)
 		r.m.Backward(r.scaler.Scale())

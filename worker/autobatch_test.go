@@ -59,6 +59,10 @@ func TestAutoBatch_findsLargestUnderBudget(t *testing.T) {
 	for _, sets := range [][]string{
 		{"precision=fp32"},
 		{"precision=fp16", "model.checkpoint=blocks"},
+		// the fused attention (the CPU's reference kernel): its saved qkv and lse, and the head
+		// gradient the forward computes, are released when a trial runs out of memory
+		{"precision=fp16", "model.dropout=0", "model.attention=flash"},
+		{"precision=fp16", "model.dropout=0", "model.attention=flash", "model.checkpoint=blocks", "model.checkpoint_keep_attention=true"},
 		// data.path set: the search builds the model only, and a GPU host has no module cache to
 		// find MNIST's default path in.
 		{"precision=fp32", "model.kind=mlp", "model.widths=[784,256,10]", "data.kind=mnist", "data.path=" + os.TempDir()},

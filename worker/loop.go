@@ -225,6 +225,8 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 			dataWindow += time.Since(td)
 
 			t0 := trace.Now()
+			gscale := float32(scaler.Scale()) / float32(k)
+			in.Inputs.GradScale = gscale // lets the GPT run its loss head's backward in the forward
 			loss := m.Forward(in.Inputs, true)
 			dev.Download(lossHost, loss)
 			loader.Release(batch) // after a Download: the device has passed the (asynchronous) upload
@@ -234,7 +236,7 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 
 			eng.BeginMicro(micro, k)
 			eng.BeginBackward()
-			m.Backward(float32(scaler.Scale()) / float32(k))
+			m.Backward(gscale)
 			dev.Sync()
 			eng.EndBackward()
 			trace.Span("backward", "compute", t1, trace.Now(), map[string]any{"step": step, "micro": micro})
