@@ -629,8 +629,12 @@ func cuBenchGPT2(t *testing.T, g *CUDA, B, T, steps int) string {
 	g.UploadI32(x, tok)
 	g.UploadI32(y, tg)
 	in := Inputs{Tokens: x, Targets: y, Valid: B * T}
+	unfused := os.Getenv("GODDP_UNFUSED_HEAD") != "" // recompute the logits in backward instead
 	step := func() float32 {
 		m.Params().ZeroGrad()
+		if !unfused {
+			in.GradScale = sc.Scale() // the head's backward inside the forward, as the trainer does
+		}
 		loss := m.Forward(in, true)
 		m.Backward(sc.Scale())
 		if _, err := sc.Step(m.Params(), opt, 6e-4); err != nil { // waits on the inf flag
