@@ -2,6 +2,8 @@ package allreduce
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"net"
@@ -19,15 +21,21 @@ import (
 //
 // Same host: a rank whose gRPC server listens on a loopback address also serves the same
 // gRPC service on a Unix-domain stream socket in Linux's abstract namespace (which belongs to
-// the network namespace, as loopback does), named after its TCP address; a rank dialling a
-// loopback peer's data link tries that socket first and falls back to TCP. It is still HTTP/2
+// the network namespace, as loopback does), named after its TCP address and the group's token;
+// a rank dialling a loopback peer's data link tries that socket first and falls back to TCP.
+// The token is in the name so that a local process without it cannot take the name first
+// (abstract names, unlike ports, are free until bound) and collect the token peers present. It is still HTTP/2
 // through grpc-go, with the same credentials (TLS runs over the Unix socket as over TCP) and
 // the same token check; only the kernel path changes: a Unix stream skips the TCP/IP stack
 // (docs/perf-allreduce.md measured 2.25 GB/s for TCP loopback against 5.7–6.7 GB/s for a Unix
 // socket on the 2-core VM). DDP_GRPC_UNIX=0 turns it off.
 
-// grpcUnixName is the abstract Unix socket of the rank whose gRPC server listens at addr.
-func grpcUnixName(addr string) string { return "@goddp-grpc-" + addr }
+// grpcUnixName is the abstract Unix socket of the rank whose gRPC server listens at addr, in a
+// group with this token.
+func grpcUnixName(addr, token string) string {
+	h := sha256.Sum256([]byte("goddp-grpc-unix\x00" + token + "\x00" + addr))
+	return "@goddp-grpc-" + hex.EncodeToString(h[:12])
+}
 
 // grpcUseUnix says whether loopback peers are reached through Unix sockets (DDP_GRPC_UNIX).
 var grpcUseUnix = runtime.GOOS == "linux" && os.Getenv("DDP_GRPC_UNIX") != "0"
@@ -42,7 +50,7 @@ func grpcEnvInt(name string, def int) int {
 
 // grpcListenUnix opens the Unix-domain listener beside a loopback TCP listener; nil if the
 // TCP address is not loopback or the socket cannot be made (then peers use TCP).
-func grpcListenUnix(tcp net.Listener) net.Listener {
+func grpcListenUnix(tcp net.Listener, token string) net.Listener {
 	if !grpcUseUnix {
 		return nil
 	}
@@ -50,20 +58,24 @@ func grpcListenUnix(tcp net.Listener) net.Listener {
 	if err != nil || !isLoopback(host) {
 		return nil
 	}
-	ux, err := net.Listen("unix", grpcUnixName(tcp.Addr().String()))
+	ux, err := net.Listen("unix", grpcUnixName(tcp.Addr().String(), token))
 	if err != nil {
 		return nil
 	}
 	return ux
 }
 
-// grpcDialData dials a peer's data link: its Unix socket when the address is loopback and the
-// socket exists, TCP otherwise.
-func grpcDialData(ctx context.Context, addr string) (net.Conn, error) {
+// grpcDialData returns the dialer of data links: a peer's Unix socket when its address is
+// loopback and the socket exists, TCP otherwise.
+func grpcDialData(token string) func(context.Context, string) (net.Conn, error) {
+	return func(ctx context.Context, addr string) (net.Conn, error) { return grpcDial(ctx, addr, token) }
+}
+
+func grpcDial(ctx context.Context, addr, token string) (net.Conn, error) {
 	var d net.Dialer
 	if grpcUseUnix {
 		if host, _, err := net.SplitHostPort(addr); err == nil && isLoopback(host) {
-			if c, err := d.DialContext(ctx, "unix", grpcUnixName(addr)); err == nil {
+			if c, err := d.DialContext(ctx, "unix", grpcUnixName(addr, token)); err == nil {
 				if uc, ok := c.(*net.UnixConn); ok && grpcUnixSndBuf > 0 {
 					uc.SetWriteBuffer(grpcUnixSndBuf) // fewer wake-ups per message
 				}
@@ -295,7 +307,7 @@ func (c *rxConn) Read(b []byte) (int, error) {
 	}
 	n := copy(b, c.s.mem[c.r:c.w])
 	c.r += n
-	if n == 9 {
+	if n == 9 && len(b) == 9 {
 		length := int(b[0])<<16 | int(b[1])<<8 | int(b[2])
 		c.p.mu.Lock()
 		c.armed = -1 // not a DATA payload to alias; still counts (Get cannot tell callers apart)

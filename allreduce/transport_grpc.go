@@ -199,7 +199,7 @@ func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcT
 		}
 		t.allIn = make(chan struct{})
 	}
-	t.ux = grpcListenUnix(lis)
+	t.ux = grpcListenUnix(lis, cfg.Token)
 	for _, l := range []net.Listener{lis, t.ux} {
 		if l == nil {
 			continue
@@ -558,7 +558,7 @@ func (t *grpcTransport) link(to int) (*outLink, error) {
 	}
 	l := &outLink{}
 	t.out[to] = l
-	conn, err := grpc.NewClient("passthrough:///"+t.addrs[to], append(t.dialOptions(), grpc.WithContextDialer(grpcDialData))...)
+	conn, err := grpc.NewClient("passthrough:///"+t.addrs[to], append(t.dialOptions(), grpc.WithContextDialer(grpcDialData(t.cfg.Token)))...)
 	if err != nil {
 		l.err = &PeerError{Rank: to, Err: err}
 		return l, l.err

@@ -118,13 +118,22 @@ func TestGRPC_unixDataLink(t *testing.T) {
 	if tr.ux == nil {
 		t.Fatal("rank 1 listens on loopback but has no Unix-domain listener")
 	}
-	c, err := grpcDialData(context.Background(), tr.lis.Addr().String())
+	c, err := grpcDial(context.Background(), tr.lis.Addr().String(), "secret")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	if _, ok := c.(*net.UnixConn); !ok {
 		t.Fatalf("data link to a loopback peer is %T, want a Unix socket", c)
+	}
+	// Without the group's token, the socket's name is another: the dial falls back to TCP.
+	c2, err := grpcDial(context.Background(), tr.lis.Addr().String(), "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if _, ok := c2.(*net.TCPConn); !ok {
+		t.Fatalf("a dial with another token reached %T, want TCP", c2)
 	}
 	checkAllReduce(t, gs, 100_003, Avg, WireF16, false)
 }
@@ -139,7 +148,7 @@ func TestGRPC_pushWrongTokenRefused(t *testing.T) {
 	})
 	tr := gs[1].tr.(*grpcTransport)
 	conn, err := grpc.NewClient("passthrough:///"+tr.lis.Addr().String(),
-		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(grpcDialData),
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(grpcDialData("secret")), // the right socket, a wrong token inside
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
 	if err != nil {
 		t.Fatal(err)
