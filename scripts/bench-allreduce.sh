@@ -5,6 +5,7 @@
 #   scripts/bench-allreduce.sh                       # worlds 2 and 4, sizes 1M,16M,64M,256M
 #   NPROCS="2" SIZES=64M ITERS=10 scripts/bench-allreduce.sh
 #   TRANSPORTS="grpc tcp" CHUNK=1M scripts/bench-allreduce.sh   # ours over each data plane
+#   BASELINE=/tmp/ddpbench.old scripts/bench-allreduce.sh        # also an older build, rows "grpc@base"
 #
 # Needs: iperf3, a python3 with torch (Debian: python3-torch), Go (or a built bin/ddpbench).
 # Install on Debian/Ubuntu:  apt-get update && apt-get install -y iperf3 python3-torch libopenblas0-pthread
@@ -19,6 +20,8 @@ ITERS=${ITERS:-10}
 IPERF_SECONDS=${IPERF_SECONDS:-5}
 TRANSPORTS=${TRANSPORTS:-"grpc tcp"}
 CHUNK=${CHUNK:-1M}
+BASELINE=${BASELINE:-}                        # another ddpbench binary (e.g. an older commit's) to run too
+BASELINE_TRANSPORTS=${BASELINE_TRANSPORTS:-grpc}
 PYTHON=${PYTHON:-}
 OUT=${OUT:-$(mktemp -d /tmp/bench-allreduce.XXXXXX)}
 mkdir -p "$OUT"
@@ -118,6 +121,13 @@ for n in $NPROCS; do
 		echo "== ddpbench allreduce, $n processes, transport $tr"
 		./bin/ddpbench allreduce --nproc "$n" --sizes "$SIZES" --wire f32,f16 --iters "$ITERS" --chunk "$CHUNK" --transport "$tr" --json | tee -a "$OUT/ddpbench.jsonl"
 	done
+	if [[ -n "$BASELINE" ]]; then
+		for tr in $BASELINE_TRANSPORTS; do
+			echo "== baseline $BASELINE, $n processes, transport $tr"
+			"$BASELINE" allreduce --nproc "$n" --sizes "$SIZES" --wire f32,f16 --iters "$ITERS" --chunk "$CHUNK" --transport "$tr" --json |
+				sed -E 's/"transport": *"([a-z-]+)"/"transport":"\1@base"/' | tee -a "$OUT/ddpbench.jsonl"
+		done
+	fi
 done
 
 # 3. The comparison.
@@ -146,8 +156,8 @@ print()
 print(f"iperf3 loopback: {one_way:.2f} GB/s one way" + (f", {bidir:.2f} GB/s each way with both directions busy" if bidir else ""))
 for n, agg in sorted(par.items()):
     print(f"iperf3 loopback, {n} parallel streams: {agg:.2f} GB/s in all, {agg/n:.2f} GB/s per stream (a ring of {n} bounds busbw by this)")
-transports = sorted({k[0] for k in ours}, key=lambda t: (t != "grpc", t))
-print(f"{'transport':>9} {'world':>5} {'bytes':>10} {'gloo f32 ms':>12} {'ours f32 ms':>12} {'ours f16 ms':>12} {'f16/gloo':>9} {'f16 wire busbw':>15} {'/iperf3':>8} {'/bidir':>7} {'/P-n':>6}")
+transports = sorted({k[0] for k in ours}, key=lambda t: (t.split("@")[0] != "grpc", t))
+print(f"{'transport':>10} {'world':>5} {'bytes':>10} {'gloo f32 ms':>12} {'ours f32 ms':>12} {'ours f16 ms':>12} {'f16/gloo':>9} {'f16 wire busbw':>15} {'/iperf3':>8} {'/bidir':>7} {'/P-n':>6}")
 for tr in transports:
     for (w, n), g in sorted(gloo.items()):
         f32 = ours.get((tr, w, n, "f32")); f16 = ours.get((tr, w, n, "f16"))
@@ -157,7 +167,7 @@ for tr in transports:
         r1 = f"{f16['wire_busbw_GBs']/one_way:8.0%}" if f16 else f"{'-':>8}"
         r2 = f"{f16['wire_busbw_GBs']/bidir:7.0%}" if f16 and bidir else f"{'-':>7}"
         r3 = f"{f16['wire_busbw_GBs']/(par[w]/w):6.0%}" if f16 and par.get(w) else f"{'-':>6}"
-        print(f"{tr:>9} {w:>5} {n:>10} {g['sec']*1e3:12.2f} {fmt(f32)} {fmt(f16)} {ratio} {wb} {r1} {r2} {r3}")
+        print(f"{tr:>10} {w:>5} {n:>10} {g['sec']*1e3:12.2f} {fmt(f32)} {fmt(f16)} {ratio} {wb} {r1} {r2} {r3}")
 print(f"\ntargets: f16/gloo <= 0.50 at 64 MiB (2 and 4 processes); f16 wire busbw >= 85% of iperf3")
 print(f"raw results: {out}")
 PY
