@@ -55,8 +55,9 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 
 	// ---- the process group ----
 	var group *allreduce.Group
+	var gcfg allreduce.Config // the main group's, which the channels copy
 	if env.WorldSize > 1 {
-		gcfg, err := allreduce.ConfigFromEnv()
+		gcfg, err = allreduce.ConfigFromEnv()
 		if err != nil {
 			return nil, err
 		}
@@ -123,7 +124,7 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 	if opt.TracePath != "" {
 		trace = ddp.NewTrace(env.Rank)
 	}
-	channels, err := openChannels(ctx, group, cfg.DDP.Channels, log)
+	channels, err := allreduce.OpenChannels(ctx, group, gcfg, cfg.DDP.Channels)
 	if err != nil {
 		return nil, err
 	}

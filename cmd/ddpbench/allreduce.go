@@ -52,6 +52,7 @@ type benchRow struct {
 	ChunkBytes   int     `json:"chunk_bytes"`
 	BytesPerRank int64   `json:"wire_bytes_sent_per_rank"`
 	Transport    string  `json:"transport"`
+	Channels     int     `json:"channels"`
 }
 
 type benchFlags struct {
@@ -62,6 +63,7 @@ type benchFlags struct {
 	warmup  int
 	chunk   string
 	trans   string
+	chans   int
 	timeout time.Duration
 	json    bool
 }
@@ -78,6 +80,7 @@ func (f *benchFlags) register(fs *pflag.FlagSet) {
 		defTrans = allreduce.TransportGRPC
 	}
 	fs.StringVar(&f.trans, "transport", defTrans, "data plane: grpc (default) or tcp (raw TCP, gRPC rendezvous); default from "+allreduce.EnvTransport)
+	fs.IntVar(&f.chans, "channels", 1, "process groups over the same ranks; the buffer is cut into this many pieces, all-reduced at once, one per group (as ddp.channels does with buckets)")
 	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "per-collective peer timeout")
 	fs.BoolVar(&f.json, "json", false, "one JSON object per result line instead of a table")
 }
@@ -85,7 +88,7 @@ func (f *benchFlags) register(fs *pflag.FlagSet) {
 func (f *benchFlags) args() []string {
 	return []string{"--sizes", strings.Join(f.sizes, ","), "--wire", strings.Join(f.wires, ","),
 		"--iters", strconv.Itoa(f.iters), "--warmup", strconv.Itoa(f.warmup), "--chunk", f.chunk,
-		"--transport", f.trans, "--timeout", f.timeout.String()}
+		"--transport", f.trans, "--channels", strconv.Itoa(f.chans), "--timeout", f.timeout.String()}
 }
 
 // parseBytes reads 64M, 1G, 4096, 1.5M.
@@ -192,7 +195,7 @@ func runAllReduceBench(args []string) error {
 	var tw *tabwriter.Writer
 	if !f.json {
 		tw = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "transport\tworld\tbytes\twire\ttime(ms)\talgbw(GB/s)\tbusbw(GB/s)\twire busbw(GB/s)\t\n")
+		fmt.Fprintf(tw, "transport\tchannels\tworld\tbytes\twire\ttime(ms)\talgbw(GB/s)\tbusbw(GB/s)\twire busbw(GB/s)\t\n")
 	}
 	for row := range rows {
 		if f.json {
@@ -202,7 +205,7 @@ func runAllReduceBench(args []string) error {
 		}
 		// The table is printed at the end, aligned; progress goes to stderr meanwhile.
 		fmt.Fprintf(os.Stderr, "ddpbench: %d bytes %s: %.3f ms\n", row.Bytes, row.Wire, row.Sec*1e3)
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t\n", row.Transport, row.World, row.Bytes, row.Wire, row.Sec*1e3, row.AlgBW, row.BusBW, row.WireBusBW)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t\n", row.Transport, row.Channels, row.World, row.Bytes, row.Wire, row.Sec*1e3, row.AlgBW, row.BusBW, row.WireBusBW)
 	}
 	if tw != nil {
 		tw.Flush()
@@ -257,6 +260,17 @@ func runAllReduceWorker(args []string) error {
 		return err
 	}
 	defer g.Close()
+	if f.chans < 1 {
+		return fmt.Errorf("ddpbench: --channels %d: want ≥ 1", f.chans)
+	}
+	extra, err := allreduce.OpenChannels(ctx, g, cfg, f.chans)
+	if err != nil {
+		return err
+	}
+	for _, x := range extra {
+		defer x.Close()
+	}
+	groups := append([]*allreduce.Group{g}, extra...)
 	n := g.Size()
 	for _, s := range f.sizes {
 		nbytes, _ := parseBytes(s)
@@ -273,17 +287,17 @@ func runAllReduceWorker(args []string) error {
 					return err
 				}
 				if it == f.warmup {
-					sent0 = g.Stats().BytesSent
+					sent0 = bytesSent(groups)
 				}
 				t0 := time.Now()
-				if err := g.AllReduce(ctx, buf, allreduce.Avg, wire); err != nil {
+				if err := allReduceOver(ctx, groups, buf, wire); err != nil {
 					return err
 				}
 				if it >= f.warmup {
 					times = append(times, time.Since(t0).Seconds())
 				}
 			}
-			sentPerIter := (g.Stats().BytesSent - sent0) / int64(max(f.iters, 1))
+			sentPerIter := (bytesSent(groups) - sent0) / int64(max(f.iters, 1))
 			// The slowest rank's time is the collective's time, iteration by iteration.
 			worst, err := maxAcrossRanks(ctx, g, times)
 			if err != nil {
@@ -305,12 +319,42 @@ func runAllReduceWorker(args []string) error {
 			}
 			row := benchRow{World: n, Bytes: nbytes, Wire: wire.String(), Sec: med, AlgBW: alg, BusBW: bus,
 				WireBusBW: bus * wireBytes / 4, MinSec: worst[0], Iters: f.iters, ChunkBytes: cfg.ChunkBytes, BytesPerRank: sentPerIter,
-				Transport: f.trans}
+				Transport: f.trans, Channels: len(groups)}
 			b, _ := json.Marshal(row)
 			fmt.Println(string(b))
 		}
 	}
 	return g.Barrier(ctx)
+}
+
+// bytesSent is what this rank has sent over all the groups.
+func bytesSent(groups []*allreduce.Group) int64 {
+	var n int64
+	for _, g := range groups {
+		n += g.Stats().BytesSent
+	}
+	return n
+}
+
+// allReduceOver averages buf across the ranks, cut into len(groups) contiguous pieces that are
+// all-reduced at once, one per group (one group: a plain AllReduce).
+func allReduceOver(ctx context.Context, groups []*allreduce.Group, buf []float32, wire allreduce.Wire) error {
+	if len(groups) == 1 {
+		return groups[0].AllReduce(ctx, buf, allreduce.Avg, wire)
+	}
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	piece := (len(buf) + len(groups) - 1) / len(groups)
+	for i, gr := range groups {
+		lo, hi := min(i*piece, len(buf)), min((i+1)*piece, len(buf))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = gr.AllReduce(ctx, buf[lo:hi], allreduce.Avg, wire)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // maxAcrossRanks returns, per iteration, the largest time any rank measured.
