@@ -26,11 +26,7 @@ func flashDims(op string, y, lse, qkv *Tensor, heads int) (B, T, C, hs int) {
 	if lse.dtype != F32 || lse.n != B*heads*T {
 		panic(fmt.Sprintf("model: %s: lse %s, want (%d,%d,%d) f32", op, lse, B, heads, T))
 	}
-	for _, t := range []*Tensor{y, qkv} {
-		if t.dtype != F32 && t.dtype != F16 {
-			panic(fmt.Sprintf("model: %s: %s is not a float tensor", op, t))
-		}
-	}
+	floatT(op, y, qkv)
 	return B, T, C, C / heads
 }
 
@@ -117,6 +113,15 @@ func (c *CPU) FlashAttentionBackward(dqkv, dy, qkv, y, lse *Tensor, heads int, s
 		}
 	})
 	commit(dqkv, out)
+}
+
+// floatT panics unless every non-nil tensor is f32 or f16 (shared with the CUDA device's ops).
+func floatT(op string, ts ...*Tensor) {
+	for _, t := range ts {
+		if t != nil && t.dtype != F32 && t.dtype != F16 {
+			panic(fmt.Sprintf("model: %s: %s is not a float tensor", op, t))
+		}
+	}
 }
 
 func dot32(a, b []float32) float32 {

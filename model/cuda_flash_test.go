@@ -82,10 +82,10 @@ func TestCUDA_gptFlashMatchesCPU(t *testing.T) {
 	for _, p := range cpu.m.Params().List {
 		n := numel(p.Shape)
 		want, got, ck := cpu.grads[p.Offset:p.Offset+n], gf.grads[p.Offset:p.Offset+n], gc.grads[p.Offset:p.Offset+n]
-		if e := relL2(got, want); !(e <= 0.1) {
+		if e := relNorm(got, want); !(e <= 0.1) {
 			t.Errorf("gradient of %s: GPU flash vs CPU relative error %g > 0.1", p.Name, e)
 		}
-		if e := relL2(ck, got); !(e <= 1e-3) {
+		if e := relNorm(ck, got); !(e <= 1e-3) {
 			t.Errorf("gradient of %s: GPU flash with checkpointing vs without: relative error %g > 1e-3", p.Name, e)
 		}
 		for j := range got {

@@ -12,14 +12,6 @@ import (
 // shapes on the host (panicking like the CPU device), then enqueues its kernel(s). The kernels are
 // in cuda_kernels.go.
 
-func floatT(op string, ts ...*Tensor) {
-	for _, t := range ts {
-		if t != nil && t.dtype != F32 && t.dtype != F16 {
-			panic(fmt.Sprintf("model: %s: %s is not a float tensor", op, t))
-		}
-	}
-}
-
 // vec8 reports whether the 8-wide kernels apply to n elements: n a multiple of 8 below 2³¹, and
 // every tensor's first element 16-byte aligned (views can start anywhere).
 func vec8(n int, ts ...*Tensor) bool {

@@ -2,21 +2,9 @@ package model
 
 import (
 	"fmt"
-	"math"
 	"math/rand"
 	"testing"
 )
-
-// relL2 is ‖got − want‖ / ‖want‖ in float64.
-func relL2(got, want []float32) float64 {
-	var num, den float64
-	for i := range want {
-		d := float64(got[i]) - float64(want[i])
-		num += d * d
-		den += float64(want[i]) * float64(want[i])
-	}
-	return math.Sqrt(num / math.Max(den, 1e-30))
-}
 
 // The fused attention path (the CPU's reference FlashAttention) gives the materialised path's
 // output, input gradient and parameter gradients: to f32 rounding in f32, to f16 rounding in f16.
@@ -67,7 +55,7 @@ func TestFlashAttention_matchesMaterialized(t *testing.T) {
 				what      string
 				got, want []float32
 			}{{"out", o2, o1}, {"dx", dx2, dx1}, {"param grads", g2, g1}} {
-				if e := relL2(c.got, c.want); !(e <= tol) {
+				if e := relNorm(c.got, c.want); !(e <= tol) {
 					t.Errorf("%s: %s: relative L2 error %g > %g", name, c.what, e, tol)
 				}
 			}
