@@ -87,6 +87,9 @@ const (
 	DefaultTimeout           = 30 * time.Second
 	DefaultChunkBytes        = 1 << 20 // 1 MiB of wire bytes per frame: big enough to amortise gRPC, small enough to pipeline
 	DefaultRendezvousTimeout = 5 * time.Minute
+	DefaultSharedMemBytes    = 8 << 20 // ring per same-host link of the tcp kind: 16 frames of 0.5 MiB
+	// EnvSharedMem sets Config.SharedMemBytes in ConfigFromEnv (0: no shared memory).
+	EnvSharedMem = "DDP_SHM_BYTES"
 )
 
 // Config describes one rank's place in a group. Zero fields take the defaults above.
@@ -120,6 +123,12 @@ type Config struct {
 	// TCP otherwise; no TLS); TransportTCPInet ("tcp-inet") is "tcp" without Unix sockets.
 	// ConfigFromEnv reads it from DDP_TRANSPORT. Every rank must use grpc, or every rank a tcp kind.
 	TransportKind string
+	// SharedMemBytes is the size of the shared-memory ring on each same-host link of the tcp
+	// kind (transport_shm.go): frames up to half of it are cast straight into memory the peer
+	// reduces from, and only a doorbell crosses the socket. 0 means DefaultSharedMemBytes,
+	// negative none (frames take the Unix socket); rounded up to whole pages, at most 1 GiB.
+	// Either side of a link can decline. ConfigFromEnv reads DDP_SHM_BYTES (0 there: none).
+	SharedMemBytes int
 	// Transport, if set, is used instead of gRPC, and no rendezvous happens (the transport
 	// already knows every rank): NewInprocNetwork(n).Transport(rank) in tests.
 	Transport Transport
@@ -161,6 +170,16 @@ func ConfigFromEnv() (Config, error) {
 	cfg.TransportKind = os.Getenv(EnvTransport)
 	if _, err := transportKind(cfg.TransportKind); err != nil {
 		return cfg, fmt.Errorf("%w (environment variable %s)", err, EnvTransport)
+	}
+	if v, ok := os.LookupEnv(EnvSharedMem); ok && v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return cfg, fmt.Errorf("allreduce: environment variable %s=%q is not a byte count (0 turns shared memory off)", EnvSharedMem, v)
+		}
+		cfg.SharedMemBytes = n
+		if n == 0 {
+			cfg.SharedMemBytes = -1
+		}
 	}
 	if cfg.TLS, err = TLSFromEnv(); err != nil { // config_env_tls.go (multi-host)
 		return cfg, err
@@ -211,6 +230,14 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	switch {
+	case cfg.SharedMemBytes == 0:
+		cfg.SharedMemBytes = DefaultSharedMemBytes
+	case cfg.SharedMemBytes > 1<<30:
+		return cfg, fmt.Errorf("allreduce: shared-memory ring of %d bytes is over 1 GiB", cfg.SharedMemBytes)
+	case cfg.SharedMemBytes > 0:
+		cfg.SharedMemBytes = (cfg.SharedMemBytes + 4095) &^ 4095
 	}
 	kind, err := transportKind(cfg.TransportKind)
 	if err != nil {

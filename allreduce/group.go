@@ -130,6 +130,9 @@ func (g *Group) Close() error {
 		if g.broken == nil {
 			g.broken = ErrClosed
 		}
+		if m, ok := g.tr.(interface{ releaseMemory() }); ok {
+			m.releaseMemory() // shared memory a collective may have been reading: none runs now
+		}
 		g.mu.Unlock()
 	})
 	return g.closeErr

@@ -639,7 +639,7 @@ func testTCPWrongToken(t *testing.T, kind string) {
 		// Rank 1's real link to rank 0 exists once it has sent something.
 		noErrors(t, each(gs, func(g *Group) error { return g.Barrier(context.Background()) }))
 		fake := &tcpTransport{cfg: Config{Rank: tc.rank, WorldSize: 2, Token: tc.token, Timeout: 2 * time.Second, TransportKind: kind}, addrs: tr.addrs}
-		_, err := fake.dial(context.Background(), 0)
+		_, _, err := fake.dial(context.Background(), 0)
 		if err == nil || !strings.Contains(err.Error(), "refused") {
 			t.Fatalf("%s: dial got %v, want a refusal", tc.name, err)
 		}

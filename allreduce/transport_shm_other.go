@@ -1,0 +1,29 @@
+//go:build !linux
+
+package allreduce
+
+import (
+	"errors"
+	"net"
+)
+
+// Shared-memory rings are Linux-only (memfd, SCM_RIGHTS); elsewhere no link has one (Unix-domain
+// links are Linux-only too), so none of these methods is reached.
+
+const shmDoorbell = 1 << 31
+
+type shmRing struct{}
+
+func (r *shmRing) fits(int) bool                     { return false }
+func (r *shmRing) place(uint64, int) uint64          { panic("allreduce: no shared memory") }
+func (r *shmRing) room(uint64) bool                  { panic("allreduce: no shared memory") }
+func (r *shmRing) at(uint64, int) []byte             { panic("allreduce: no shared memory") }
+func (r *shmRing) release(uint64) bool               { panic("allreduce: no shared memory") }
+func (r *shmRing) wait(uint64) (sleep, consume bool) { panic("allreduce: no shared memory") }
+func (r *shmRing) unmap()                            {}
+
+func shmOffer(*net.UnixConn, int) (*shmRing, error) { return nil, nil }
+
+func shmAccept(*net.UnixConn, bool) (*shmRing, error, error) {
+	return nil, errors.New("no shared memory on this system"), nil
+}

@@ -1,0 +1,233 @@
+//go:build linux
+
+package allreduce
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// shmLinks counts the links of a tcp-kind world that carry a shared-memory ring, out and in.
+func shmLinks(gs []*Group) (out, in int) {
+	for _, g := range gs {
+		tr := g.tr.(*tcpTransport)
+		tr.outMu.Lock()
+		for _, l := range tr.out {
+			if l != nil && l.shm != nil {
+				out++
+			}
+		}
+		tr.outMu.Unlock()
+		for _, i := range tr.in {
+			i.mu.Lock()
+			if i.shm != nil {
+				in++
+			}
+			i.mu.Unlock()
+		}
+	}
+	return out, in
+}
+
+// Same-host tcp links set up a ring each way they are used, and the results are the ring
+// all-reduce's to the bit; a side that declines (or has shared memory off) leaves the link
+// on the socket, with the same results.
+func TestShm_linksAndResults(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		shm      func(rank int) int
+		wantRing bool
+	}{
+		{"default", func(int) int { return 0 }, true},
+		{"off", func(int) int { return -1 }, false},
+		{"rank1 declines", func(r int) int { return map[bool]int{true: -1, false: 0}[r == 1] }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gs := newGroups(t, "tcp", 2, func(c *Config) { c.SharedMemBytes = tc.shm(c.Rank) })
+			for _, wire := range []Wire{WireF32, WireF16} {
+				checkAllReduce(t, gs, 3<<18+5, Sum, wire, wire == WireF32)
+				checkAllReduce(t, gs, 1000, Avg, wire, false)
+			}
+			out, in := shmLinks(gs)
+			want := 0
+			if tc.wantRing {
+				want = 2
+			}
+			if out != want || in != want {
+				t.Fatalf("%d outgoing and %d incoming links with a ring, want %d and %d", out, in, want, want)
+			}
+		})
+	}
+}
+
+// A ring far smaller than the data: frames wrap around the ring's end many times, the sender
+// waits for space (wake bytes), and frames over half the ring take the socket in between.
+func TestShm_smallRingWrapsAndWaits(t *testing.T) {
+	for _, n := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+			gs := newGroups(t, "tcp", n, func(c *Config) { c.SharedMemBytes = 3 * 4096; c.ChunkBytes = 2500 })
+			for _, size := range []int{1, 1000, 1 << 16, 200003} {
+				checkAllReduce(t, gs, size, Sum, WireF32, true)
+				checkAllReduce(t, gs, size, Avg, WireF16, false)
+			}
+			// Broadcast and all-gather frames of other sizes share the same rings.
+			ctx := context.Background()
+			src := inputs(n, 50000, 9, true)
+			noErrors(t, each(gs, func(g *Group) error { return g.BroadcastF32(ctx, src[g.Rank()], 1) }))
+			for r := range n {
+				for i := range src[r] {
+					if src[r][i] != src[1][i] {
+						t.Fatalf("broadcast: rank %d [%d] = %g, want %g", r, i, src[r][i], src[1][i])
+					}
+				}
+			}
+			if out, in := shmLinks(gs); out < n || in < n {
+				t.Fatalf("%d/%d links have a ring, want at least %d", out, in, n)
+			}
+		})
+	}
+}
+
+// A sender waiting for ring space learns of a receiver that dies, naming it, within the timeout.
+func TestShm_receiverDiesWhileSenderWaits(t *testing.T) {
+	timeout := 2 * time.Second
+	gs := newGroups(t, "tcp", 2, func(c *Config) { c.Timeout = timeout; c.SharedMemBytes = 4096; c.ChunkBytes = 1024 })
+	noErrors(t, each(gs, func(g *Group) error { return g.Barrier(context.Background()) }))
+	tr := gs[0].tr.(*tcpTransport)
+	l, err := tr.link(context.Background(), 1)
+	if err != nil || l.shm == nil {
+		t.Fatalf("link 0->1: %v, ring %v", err, l != nil && l.shm != nil)
+	}
+	// Rank 1 receives nothing: rank 0's sends fill the ring (2 frames of 2 KiB) and then wait.
+	done := make(chan error, 1)
+	go func() {
+		for {
+			if err := tr.Send(context.Background(), 1, bytesPayload(make([]byte, 2048))); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("send failed before the peer died: %v", err)
+	default:
+	}
+	gs[1].tr.(*tcpTransport).abort()
+	select {
+	case err := <-done:
+		var pe *PeerError
+		if !errors.As(err, &pe) || pe.Rank != 1 || !errors.Is(err, ErrPeerGone) {
+			t.Fatalf("got %v, want a PeerError naming rank 1 (gone)", err)
+		}
+	case <-time.After(timeout):
+		t.Fatal("the waiting sender did not notice the dead receiver")
+	}
+}
+
+// A sender waiting for space gives up when its context ends (after sendGrace).
+func TestShm_waitCancelled(t *testing.T) {
+	gs := newGroups(t, "tcp", 2, func(c *Config) { c.SharedMemBytes = 4096 })
+	noErrors(t, each(gs, func(g *Group) error { return g.Barrier(context.Background()) }))
+	tr := gs[0].tr.(*tcpTransport)
+	// Rank 1 receives nothing. The barrier left the tail a few bytes in; two frames of 1500 B
+	// fit behind it, the third does not fit before the end of the lap, and the next lap's
+	// place needs the receiver to have released the first: it waits.
+	for i := range 2 {
+		if err := tr.Send(context.Background(), 1, bytesPayload(make([]byte, 1500))); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	start := time.Now()
+	err := tr.Send(ctx, 1, bytesPayload(make([]byte, 1500)))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want the context's error", err)
+	}
+	if el := time.Since(start); el < 50*time.Millisecond || el > sendGrace+time.Second {
+		t.Fatalf("gave up after %v (sendGrace %v)", el, sendGrace)
+	}
+}
+
+// A doorbell that does not match the ring (wrong position, too large, or on a link without a
+// ring) is a malformed frame, not a read out of bounds.
+func TestShm_badDoorbell(t *testing.T) {
+	r, f, err := newShmRing(4096)
+	if err != nil {
+		t.Skipf("no shared memory here: %v", err)
+	}
+	f.Close()
+	defer r.unmap()
+	for _, tc := range []struct {
+		name string
+		ring bool
+		n    uint32
+		pos  uint64
+	}{
+		{"no ring", false, 16, 0},
+		{"wrong position", true, 16, 8},
+		{"too large", true, 4000, 0},
+		{"past the end", true, 2048, 4096 - 16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := net.Pipe()
+			defer a.Close()
+			defer b.Close()
+			in := &tcpIn{conn: b}
+			if tc.ring {
+				in.shm = r
+			}
+			var db [12]byte
+			binary.LittleEndian.PutUint32(db[:], tc.n|shmDoorbell)
+			binary.LittleEndian.PutUint64(db[4:], tc.pos)
+			go a.Write(db[:])
+			_, err := in.read()
+			if !errors.Is(err, errShmFrame) {
+				t.Fatalf("got %v, want %v", err, errShmFrame)
+			}
+		})
+	}
+	// A good one is a view of the ring at its place.
+	a, b := net.Pipe()
+	defer a.Close()
+	in := &tcpIn{conn: b, shm: r}
+	copy(r.at(0, 5), "hello")
+	var db [12]byte
+	binary.LittleEndian.PutUint32(db[:], 5|shmDoorbell)
+	go a.Write(db[:])
+	got, err := in.read()
+	if err != nil || string(got) != "hello" || !in.held || in.next != 5 {
+		t.Fatalf("got %q, %v (held %v, next %d)", got, err, in.held, in.next)
+	}
+}
+
+// ConfigFromEnv reads DDP_SHM_BYTES; a bad value names the variable.
+func TestShm_env(t *testing.T) {
+	t.Setenv("RANK", "0")
+	t.Setenv("WORLD_SIZE", "1")
+	for _, tc := range []struct {
+		v    string
+		want int
+		bad  bool
+	}{{"0", -1, false}, {"65536", 65536, false}, {"lots", 0, true}, {"-5", 0, true}} {
+		t.Setenv(EnvSharedMem, tc.v)
+		cfg, err := ConfigFromEnv()
+		if tc.bad {
+			if err == nil || !strings.Contains(err.Error(), EnvSharedMem) {
+				t.Errorf("%s=%s: got %v, want an error naming %s", EnvSharedMem, tc.v, err, EnvSharedMem)
+			}
+			continue
+		}
+		if err != nil || cfg.SharedMemBytes != tc.want {
+			t.Errorf("%s=%s: got %d, %v; want %d", EnvSharedMem, tc.v, cfg.SharedMemBytes, err, tc.want)
+		}
+	}
+}
