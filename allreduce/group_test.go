@@ -25,8 +25,10 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
-// transportKinds: every group test runs over each.
-var transportKinds = []string{"inproc", "grpc", "tcp", "tcp-inet"}
+// transportKinds: every group test runs over each. "grpc" links carry frames through
+// shared-memory rings between ranks of one process as between processes of one host
+// (grpc_shm.go); "grpc-noshm" is the gRPC message path itself, as between hosts.
+var transportKinds = []string{"inproc", "grpc", "grpc-noshm", "tcp", "tcp-inet"}
 
 // networked: a transport over sockets (slower to build; some tests use smaller worlds on it).
 func networked(kind string) bool { return kind != "inproc" }
@@ -40,13 +42,16 @@ func newGroups(t testing.TB, kind string, n int, mod func(*Config)) []*Group {
 	switch kind {
 	case "inproc":
 		nw = NewInprocNetwork(n)
-	case "grpc", "tcp", "tcp-inet":
+	case "grpc", "grpc-noshm", "tcp", "tcp-inet":
 		master = freeAddr(t)
 	}
 	for r := range cfgs {
 		cfgs[r] = Config{Rank: r, WorldSize: n, MasterAddr: master, Token: "secret", Timeout: 5 * time.Second, Logger: quietLogger()}
 		if strings.HasPrefix(kind, "tcp") {
 			cfgs[r].TransportKind = kind
+		}
+		if kind == "grpc-noshm" {
+			cfgs[r].SharedMemBytes = -1
 		}
 		if nw != nil {
 			cfgs[r].Transport = nw.Transport(r)
@@ -219,7 +224,7 @@ func TestAllReduce_inproc(t *testing.T) {
 }
 
 func TestAllReduce_network(t *testing.T) {
-	for _, kind := range []string{"grpc", "tcp", "tcp-inet"} {
+	for _, kind := range []string{"grpc", "grpc-noshm", "tcp", "tcp-inet"} {
 		for _, n := range []int{2, 3, 4} {
 			gs := newGroups(t, kind, n, func(c *Config) { c.ChunkBytes = 64 << 10 })
 			for _, size := range []int{1, 7, 1000, 1 << 18} {
@@ -379,7 +384,7 @@ func killRank(t *testing.T, kind string, g *Group) {
 	switch kind {
 	case "inproc":
 		g.tr.Close() // no goodbye: the links just break
-	case "grpc":
+	case "grpc", "grpc-noshm":
 		g.tr.(*grpcTransport).abort()
 	case "tcp", "tcp-inet":
 		g.tr.(*tcpTransport).abort()

@@ -9,8 +9,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -76,13 +78,14 @@ var ringServiceDesc = grpc.ServiceDesc{
 	Streams: []grpc.StreamDesc{{
 		StreamName:    "Push",
 		ClientStreams: true,
+		ServerStreams: true, // one answer, to a shared-memory offer (grpc_shm.go)
 		Handler: func(srv any, stream grpc.ServerStream) error {
 			return srv.(*grpcTransport).push(stream)
 		},
 	}},
 }
 
-var pushStreamDesc = grpc.StreamDesc{StreamName: "Push", ClientStreams: true}
+var pushStreamDesc = grpc.StreamDesc{StreamName: "Push", ClientStreams: true, ServerStreams: true}
 
 type grpcTransport struct {
 	cfg  Config
@@ -103,6 +106,8 @@ type grpcTransport struct {
 	closed chan struct{}
 	once   sync.Once
 
+	rings *shmRings // shared-memory rings of same-host links (grpc_shm.go), unmapped by releaseMemory
+
 	// rendezvous state (rank 0)
 	joinMu     sync.Mutex
 	joined     map[int]string
@@ -120,13 +125,24 @@ var _ Transport = (*grpcTransport)(nil)
 
 // inbox holds the frames received from one peer.
 type inbox struct {
-	q      chan []byte
+	q      chan inItem
 	free   chan []byte
-	last   []byte
+	last   inItem
 	mu     sync.Mutex
 	err    error         // why the link broke
 	broken chan struct{} // closed when err is set
 	active bool          // a Push stream from this peer is being served
+
+	shm  *shmRing // the peer's ring (grpc_shm.go), or nil; set by push before any doorbell
+	next uint64   // ring position the next frame may start at (push's)
+}
+
+// inItem is a received message: a buffer of the inbox's, or a view of the peer's ring up to
+// position end, which Recv releases when it is done with it.
+type inItem struct {
+	b    []byte
+	end  uint64
+	ring bool
 }
 
 func (in *inbox) fail(err error) {
@@ -145,6 +161,12 @@ type outLink struct {
 	cancel context.CancelFunc
 	err    error
 	msg    outMsg
+
+	unix    atomic.Bool // the connection is a Unix-domain socket (a peer on this host)
+	offered bool        // the first Send made its shared-memory offer (grpc_shm.go)
+	shm     *shmRing    // this rank's ring toward the peer, or nil
+	tail    uint64      // ring position after the last frame placed
+	bell    shmBell
 }
 
 // newGRPCTransport starts this rank's server, joins the rendezvous and returns a transport
@@ -157,10 +179,14 @@ func newGRPCTransport(ctx context.Context, cfg Config) (*grpcTransport, error) {
 // 0: none) in the rendezvous.
 func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcTransport, error) {
 	t := &grpcTransport{cfg: cfg, log: cfg.Logger.With("rank", cfg.Rank), closed: make(chan struct{}),
-		in: make([]*inbox, cfg.WorldSize), out: make([]*outLink, cfg.WorldSize), dataPort: dataPort}
+		in: make([]*inbox, cfg.WorldSize), out: make([]*outLink, cfg.WorldSize), dataPort: dataPort,
+		rings: &shmRings{}}
+	// The rings are unmapped by the Group once no collective can use them (releaseMemory); for
+	// a transport dropped without that, when it is garbage.
+	runtime.AddCleanup(t, func(s *shmRings) { s.release() }, t.rings)
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for i := range t.in {
-		t.in[i] = &inbox{q: make(chan []byte, inboxDepth), free: make(chan []byte, inboxDepth+2), broken: make(chan struct{})}
+		t.in[i] = &inbox{q: make(chan inItem, inboxDepth), free: make(chan []byte, inboxDepth+2), broken: make(chan struct{})}
 	}
 	listen, err := listenAddr(cfg)
 	if err != nil {
@@ -490,18 +516,49 @@ func (t *grpcTransport) push(ss grpc.ServerStream) error {
 	in.active = true
 	in.mu.Unlock()
 	ctx := ss.Context()
-	for {
+	var spare []byte // a buffer a doorbell was read into, for the next message
+	for first := true; ; first = false {
 		var m inMsg
-		select {
-		case m.buf = <-in.free:
-		default:
+		if spare != nil {
+			m.buf, spare = spare, nil
+		} else {
+			select {
+			case m.buf = <-in.free:
+			default:
+			}
 		}
 		if err := ss.RecvMsg(&m); err != nil {
 			in.fail(linkError(err))
 			return nil
 		}
+		item := inItem{b: m.buf}
+		switch {
+		case first && isShmOffer(m.buf):
+			r, why := t.shmOfferFrom(unixPeer(peer.FromContext(ctx)), m.buf)
+			ack := []byte{0}
+			if r != nil {
+				ack[0] = 1
+				in.shm = r
+			} else {
+				t.log.Info("allreduce: declined a shared-memory ring from a peer", "peer", from, "why", why)
+			}
+			if err := ss.SendMsg(&ack); err != nil {
+				in.fail(linkError(err))
+				return nil
+			}
+			spare = m.buf
+			continue
+		case isShmBell(m.buf):
+			view, end, err := in.shmView(m.buf)
+			if err != nil {
+				in.fail(fmt.Errorf("malformed frame: %w", err))
+				return status.Error(codes.InvalidArgument, err.Error())
+			}
+			item = inItem{b: view, end: end, ring: true}
+			spare = m.buf
+		}
 		select {
-		case in.q <- m.buf:
+		case in.q <- item:
 		case <-ctx.Done():
 			in.fail(ErrPeerGone)
 			return nil
@@ -524,19 +581,21 @@ func (t *grpcTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 		return nil, fmt.Errorf("allreduce: recv from invalid rank %d", from)
 	}
 	in := t.in[from]
-	if in.last != nil {
+	if last := in.last; last.ring {
+		in.shm.releaseWake(last.end) // the peer may place frames over it now
+	} else if last.b != nil {
 		select {
-		case in.free <- in.last:
+		case in.free <- last.b:
 		default:
 		}
-		in.last = nil
 	}
-	var b []byte
+	in.last = inItem{}
+	var it inItem
 	select {
-	case b = <-in.q:
+	case it = <-in.q:
 	case <-in.broken:
 		select {
-		case b = <-in.q:
+		case it = <-in.q:
 		default:
 			return nil, &PeerError{Rank: from, Err: in.err}
 		}
@@ -545,8 +604,8 @@ func (t *grpcTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
-	in.last = b
-	return b, nil
+	in.last = it
+	return it.b, nil
 }
 
 func (t *grpcTransport) link(to int) (*outLink, error) {
@@ -562,7 +621,13 @@ func (t *grpcTransport) link(to int) (*outLink, error) {
 	}
 	l := &outLink{}
 	t.out[to] = l
-	conn, err := grpc.NewClient("passthrough:///"+t.addrs[to], append(t.dialOptions(), grpc.WithContextDialer(grpcDialData(t.cfg.Token)))...)
+	dial := grpcDialData(t.cfg.Token)
+	conn, err := grpc.NewClient("passthrough:///"+t.addrs[to], append(t.dialOptions(), grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := dial(ctx, addr)
+		_, isUnix := c.(*net.UnixConn)
+		l.unix.Store(isUnix)
+		return c, err
+	}))...)
 	if err != nil {
 		l.err = &PeerError{Rank: to, Err: err}
 		return l, l.err
@@ -610,9 +675,7 @@ func (t *grpcTransport) Send(ctx context.Context, to int, p Payload) error {
 			})
 		}
 	})
-	l.msg.p = p
-	err = l.stream.SendMsg(&l.msg)
-	l.msg.p = nil
+	err = t.sendOn(l, to, p)
 	stop()
 	mu.Lock()
 	done = true
@@ -698,3 +761,26 @@ func (t *grpcTransport) abort() error {
 }
 
 var errEOF = io.EOF
+
+// sendOn sends p on the link's stream: on the first Send after the shared-memory offer, then
+// through the ring (a doorbell on the stream) when it fits there.
+func (t *grpcTransport) sendOn(l *outLink, to int, p Payload) error {
+	if !l.offered {
+		l.offered = true
+		if err := t.offerShm(l, to); err != nil {
+			return err
+		}
+	}
+	p, err := t.sendShm(l, p)
+	if err != nil {
+		return err
+	}
+	l.msg.p = p
+	err = l.stream.SendMsg(&l.msg)
+	l.msg.p = nil
+	return err
+}
+
+// releaseMemory unmaps the shared-memory rings. The Group calls it from Close once no collective
+// can run (a view of a ring may be in use until then); the transport is closed by then.
+func (t *grpcTransport) releaseMemory() { t.rings.release() }

@@ -179,7 +179,8 @@ func TestGRPC_pushWrongTokenRefused(t *testing.T) {
 // sizes including ones that cut frames at odd places), also over TCP.
 func TestGRPC_receiveInPlace(t *testing.T) {
 	for _, chunk := range []int{1 << 20, 16<<10 - 45, 100_003} {
-		gs := newGroups(t, "grpc", 3, func(c *Config) { c.ChunkBytes = chunk })
+		// The gRPC read path itself: no shared memory.
+		gs := newGroups(t, "grpc-noshm", 3, func(c *Config) { c.ChunkBytes = chunk })
 		for _, wire := range []Wire{WireF32, WireF16} {
 			checkAllReduce(t, gs, 1_500_007, Sum, wire, wire == WireF32)
 		}

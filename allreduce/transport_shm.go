@@ -3,6 +3,8 @@
 package allreduce
 
 import (
+	"crypto/rand"
+	"crypto/subtle"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"net"
 	"os"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -49,6 +52,7 @@ const (
 	shmMaxBytes  = 1 << 30
 	shmOfferSize = len(shmMagic) + 8
 	shmSeals     = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+	shmNonceSize = 16
 )
 
 // shmRing is one direction's ring, mapped in this process.
@@ -60,6 +64,14 @@ type shmRing struct {
 
 func (r *shmRing) head() *atomic.Uint64    { return (*atomic.Uint64)(unsafe.Pointer(&r.mem[0])) }
 func (r *shmRing) waiting() *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&r.mem[64])) }
+
+// wakes counts the wake-ups of a sender waiting for space (gRPC links, whose senders sleep on
+// it with futex; grpc_shm.go). The tcp kind wakes its sender with a byte on the socket instead.
+func (r *shmRing) wakes() *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&r.mem[128])) }
+
+// nonce is where the creator of a ring offered by path (gRPC links) writes a random value the
+// peer checks after opening it, so that it cannot map some other process's file by mistake.
+func (r *shmRing) nonce() []byte { return r.mem[256 : 256+shmNonceSize] }
 
 // fits says whether a frame of n bytes goes through the ring (at most half of it, so a held
 // frame never blocks the next one for good).
@@ -254,4 +266,76 @@ func shmAccept(c *net.UnixConn, accept bool) (r *shmRing, why, err error) {
 		return nil, nil, err
 	}
 	return r, why, nil
+}
+
+// Futex on the ring's wakes word: the receiver of a gRPC link wakes a sender sleeping for space
+// without a socket of its own to write to. Not FUTEX_PRIVATE: the word is in another process.
+const (
+	futexWait = 0
+	futexWake = 1
+)
+
+// releaseWake (receiver, gRPC links) frees the ring up to end and wakes a sender waiting for it.
+func (r *shmRing) releaseWake(end uint64) {
+	if r.release(end) {
+		r.wakes().Add(1)
+		unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(r.wakes())), futexWake, 1, 0, 0, 0)
+	}
+}
+
+// waitRoom (sender, gRPC links) waits until the ring has room up to end. It sleeps on the wakes
+// word a few milliseconds at a time and asks gone between sleeps; it returns false as soon as
+// gone says the link is over.
+func (r *shmRing) waitRoom(end uint64, gone func() bool) bool {
+	ts := unix.NsecToTimespec(int64(2 * time.Millisecond))
+	for !r.room(end) {
+		r.waiting().Store(1)
+		w := r.wakes().Load()
+		if r.room(end) {
+			return true
+		}
+		if gone() {
+			return false
+		}
+		// The receiver stores head before it clears the flag and bumps wakes: if it released
+		// after the check above, wakes has moved and the wait returns at once.
+		unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(r.wakes())), futexWait, uintptr(w), uintptr(unsafe.Pointer(&ts)), 0, 0)
+	}
+	return true
+}
+
+// newOfferedRing is newShmRing for a ring the peer opens by path (gRPC links): it also writes a
+// random nonce into the control page.
+func newOfferedRing(size int) (*shmRing, *os.File, error) {
+	r, f, err := newShmRing(size)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := rand.Read(r.nonce()); err != nil {
+		r.unmap()
+		f.Close()
+		return nil, nil, err
+	}
+	return r, f, nil
+}
+
+// openPeerRing maps the ring a peer on this host offered as its descriptor fd: it opens
+// /proc/pid/fd/fd (the same user, the same PID namespace) and checks the seals, the size and the
+// nonce.
+func openPeerRing(pid, fd int, size uint64, nonce []byte) (*shmRing, error) {
+	path := fmt.Sprintf("/proc/%d/fd/%d", pid, fd)
+	own, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	defer unix.Close(own)
+	r, err := mapShmRing(own, size)
+	if err != nil {
+		return nil, err
+	}
+	if subtle.ConstantTimeCompare(r.nonce(), nonce) != 1 {
+		r.unmap()
+		return nil, fmt.Errorf("%s is not the offered ring (nonce differs)", path)
+	}
+	return r, nil
 }

@@ -13,23 +13,43 @@ import (
 	"time"
 )
 
-// shmLinks counts the links of a tcp-kind world that carry a shared-memory ring, out and in.
+// shmLinks counts the links of a world (tcp or grpc kind) that carry a shared-memory ring, out
+// and in.
 func shmLinks(gs []*Group) (out, in int) {
 	for _, g := range gs {
-		tr := g.tr.(*tcpTransport)
-		tr.outMu.Lock()
-		for _, l := range tr.out {
-			if l != nil && l.shm != nil {
-				out++
+		switch tr := g.tr.(type) {
+		case *tcpTransport:
+			tr.outMu.Lock()
+			for _, l := range tr.out {
+				if l != nil && l.shm != nil {
+					out++
+				}
 			}
-		}
-		tr.outMu.Unlock()
-		for _, i := range tr.in {
-			i.mu.Lock()
-			if i.shm != nil {
-				in++
+			tr.outMu.Unlock()
+			for _, i := range tr.in {
+				i.mu.Lock()
+				if i.shm != nil {
+					in++
+				}
+				i.mu.Unlock()
 			}
-			i.mu.Unlock()
+		case *grpcTransport:
+			tr.outMu.Lock()
+			for _, l := range tr.out {
+				if l != nil && l.shm != nil {
+					out++
+				}
+			}
+			tr.outMu.Unlock()
+			for _, i := range tr.in {
+				// in.shm is set by the push goroutine before the first doorbell; a world that
+				// finished a collective has every ring it will have.
+				i.mu.Lock()
+				if i.shm != nil {
+					in++
+				}
+				i.mu.Unlock()
+			}
 		}
 	}
 	return out, in

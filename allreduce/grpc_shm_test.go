@@ -1,0 +1,242 @@
+//go:build linux
+
+package allreduce
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// gRPC links between ranks of one host carry frames through shared-memory rings, each way
+// they are used; a rank with shared memory off declines the offers made to it and makes none,
+// and the results are the same to the bit.
+func TestGRPCShm_linksAndResults(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		shm  func(rank int) int
+		want int // links with a ring, each of out and in, in a world of 3
+	}{
+		{"default", func(int) int { return 0 }, 3},
+		{"off", func(int) int { return -1 }, 0},
+		{"rank1 off", func(r int) int { return map[bool]int{true: -1, false: 0}[r == 1] }, 1}, // 2->0 only
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gs := newGroups(t, "grpc", 3, func(c *Config) { c.SharedMemBytes = tc.shm(c.Rank) })
+			for _, wire := range []Wire{WireF32, WireF16} {
+				checkAllReduce(t, gs, 3<<18+5, Sum, wire, wire == WireF32)
+				checkAllReduce(t, gs, 1000, Avg, wire, false)
+			}
+			if out, in := shmLinks(gs); out != tc.want || in != tc.want {
+				t.Fatalf("%d outgoing and %d incoming links with a ring, want %d and %d", out, in, tc.want, tc.want)
+			}
+		})
+	}
+}
+
+// A ring far smaller than the data: frames wrap around its end many times, senders sleep for
+// space (the futex), and frames over half the ring go as gRPC messages in between, in order.
+func TestGRPCShm_smallRingWrapsAndWaits(t *testing.T) {
+	for _, n := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+			gs := newGroups(t, "grpc", n, func(c *Config) { c.SharedMemBytes = 3 * 4096; c.ChunkBytes = 2500 })
+			for _, size := range []int{1, 1000, 1 << 16, 200003} {
+				checkAllReduce(t, gs, size, Sum, WireF32, true)
+				checkAllReduce(t, gs, size, Avg, WireF16, false)
+			}
+			ctx := context.Background()
+			src := inputs(n, 50000, 9, true)
+			noErrors(t, each(gs, func(g *Group) error { return g.BroadcastF32(ctx, src[g.Rank()], 1) }))
+			for r := range n {
+				for i := range src[r] {
+					if src[r][i] != src[1][i] {
+						t.Fatalf("broadcast: rank %d [%d] = %g, want %g", r, i, src[r][i], src[1][i])
+					}
+				}
+			}
+			if out, in := shmLinks(gs); out < n || in < n {
+				t.Fatalf("%d/%d links have a ring, want at least %d", out, in, n)
+			}
+		})
+	}
+}
+
+// fillRing makes rank 0's ring toward rank 1 full: rank 1 receives nothing, so after the
+// barrier's frames two of 1500 B fit and the third must wait (see TestShm_waitCancelled).
+func grpcShmPair(t *testing.T, timeout time.Duration) ([]*Group, *grpcTransport) {
+	gs := newGroups(t, "grpc", 2, func(c *Config) { c.Timeout = timeout; c.SharedMemBytes = 4096 })
+	noErrors(t, each(gs, func(g *Group) error { return g.Barrier(context.Background()) }))
+	tr := gs[0].tr.(*grpcTransport)
+	if out, in := shmLinks(gs); out != 2 || in != 2 {
+		t.Fatalf("%d/%d links have a ring, want 2/2", out, in)
+	}
+	for i := range 2 {
+		if err := tr.Send(context.Background(), 1, bytesPayload(make([]byte, 1500))); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	return gs, tr
+}
+
+// A sender sleeping for ring space learns of a receiver that dies, naming it, well within the
+// timeout (it watches its connection between sleeps).
+func TestGRPCShm_receiverDiesWhileSenderWaits(t *testing.T) {
+	timeout := 5 * time.Second
+	gs, tr := grpcShmPair(t, timeout)
+	done := make(chan error, 1)
+	go func() { done <- tr.Send(context.Background(), 1, bytesPayload(make([]byte, 1500))) }()
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("the third send did not wait: %v", err)
+	default:
+	}
+	start := time.Now()
+	gs[1].tr.(*grpcTransport).abort()
+	select {
+	case err := <-done:
+		var pe *PeerError
+		if !errors.As(err, &pe) || pe.Rank != 1 || !errors.Is(err, ErrPeerGone) {
+			t.Fatalf("got %v, want a PeerError naming rank 1 (gone)", err)
+		}
+		t.Logf("noticed after %v", time.Since(start))
+	case <-time.After(timeout / 2):
+		t.Fatal("the waiting sender did not notice the dead receiver")
+	}
+}
+
+// A sender sleeping for space gives up when its context ends (after sendGrace).
+func TestGRPCShm_waitCancelled(t *testing.T) {
+	_, tr := grpcShmPair(t, 5*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	start := time.Now()
+	err := tr.Send(ctx, 1, bytesPayload(make([]byte, 1500)))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want the context's error", err)
+	}
+	if el := time.Since(start); el < 50*time.Millisecond || el > sendGrace+time.Second {
+		t.Fatalf("gave up after %v (sendGrace %v)", el, sendGrace)
+	}
+}
+
+// A doorbell that does not match the ring is a malformed frame naming the peer, not a read out
+// of bounds; so is a doorbell on a link without a ring.
+func TestGRPCShm_badDoorbell(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		shm  int
+		pos  uint64
+		n    int
+	}{
+		{"wrong position", 0, 1 << 20, 64},
+		{"too large", 0, 0, 8 << 20},
+		{"no ring", -1, 0, 64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gs := newGroups(t, "grpc", 2, func(c *Config) { c.SharedMemBytes = tc.shm })
+			noErrors(t, each(gs, func(g *Group) error { return g.Barrier(context.Background()) }))
+			l, err := gs[0].tr.(*grpcTransport).link(0 + 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var bell shmBell
+			bell.set(tc.pos, tc.n)
+			if err := l.stream.SendMsg(&outMsg{p: &bell}); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err = gs[1].tr.Recv(ctx, 0)
+			var pe *PeerError
+			if !errors.As(err, &pe) || pe.Rank != 0 || !errors.Is(err, errShmFrame) || !strings.Contains(err.Error(), "malformed") {
+				t.Fatalf("got %v, want a malformed-frame PeerError naming rank 0", err)
+			}
+		})
+	}
+}
+
+// Between processes: the ring is opened through /proc/PID/fd and the doorbells cross the
+// stream (grpc), or the descriptor crosses the socket (tcp); a child process is rank 1.
+func TestShm_acrossProcesses(t *testing.T) {
+	if os.Getenv("GODDP_SHM_CHILD") != "" {
+		t.Skip("in the child")
+	}
+	for _, kind := range []string{"grpc", "tcp"} {
+		t.Run(kind, func(t *testing.T) {
+			master := freeAddr(t)
+			var out bytes.Buffer
+			cmd := exec.Command(os.Args[0], "-test.run=^TestShmChildProcess$", "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), "GODDP_SHM_CHILD="+kind, "GODDP_SHM_MASTER="+master)
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			err := shmProcessRank(kind, 0, master)
+			werr := cmd.Wait()
+			if err != nil || werr != nil || !strings.Contains(out.String(), "--- PASS: TestShmChildProcess") {
+				t.Fatalf("rank 0: %v; rank 1 (child): %v\n%s", err, werr, out.String())
+			}
+		})
+	}
+}
+
+// TestShmChildProcess is rank 1 of TestShm_acrossProcesses, in a child process.
+func TestShmChildProcess(t *testing.T) {
+	kind := os.Getenv("GODDP_SHM_CHILD")
+	if kind == "" {
+		t.Skip("only as TestShm_acrossProcesses's child")
+	}
+	if err := shmProcessRank(kind, 1, os.Getenv("GODDP_SHM_MASTER")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// shmProcessRank is one rank of a two-process world: an all-reduce of exact values through
+// rings of 64 KiB (many wraps and waits), checked, and both of its links on a ring.
+func shmProcessRank(kind string, rank int, master string) error {
+	cfg := Config{Rank: rank, WorldSize: 2, MasterAddr: master, Token: "secret", Timeout: 20 * time.Second,
+		Logger: quietLogger(), SharedMemBytes: 64 << 10, ChunkBytes: 16 << 10}
+	if kind == "tcp" {
+		cfg.TransportKind = TransportTCP
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	g, err := NewGroup(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	const size = 1<<20 + 3
+	buf := make([]float32, size)
+	for i := range buf {
+		buf[i] = float32(i%1000 + rank*1000) // sums exact in f32
+	}
+	for _, wire := range []Wire{WireF32, WireF16} {
+		b := append([]float32{}, buf...)
+		if err := g.AllReduce(ctx, b, Sum, wire); err != nil {
+			return fmt.Errorf("all-reduce over %s: %v", wire, err)
+		}
+		for i, v := range b {
+			want := float32(2*(i%1000) + 1000)
+			if wire == WireF16 {
+				if math.Abs(float64(v-want)) > 0.002*float64(want) {
+					return fmt.Errorf("%s: [%d] = %g, want about %g", wire, i, v, want)
+				}
+			} else if v != want {
+				return fmt.Errorf("%s: [%d] = %g, want %g", wire, i, v, want)
+			}
+		}
+	}
+	if out, in := shmLinks([]*Group{g}); out != 1 || in != 1 {
+		return fmt.Errorf("rank %d: %d outgoing and %d incoming links with a ring, want 1 and 1", rank, out, in)
+	}
+	return g.Barrier(ctx)
+}
