@@ -194,3 +194,30 @@ func BenchmarkAddF32(b *testing.B) {
 		addF32(f, g)
 	}
 }
+
+// BenchmarkKernelsDRAM runs the kernels over 64 MiB of f32 (32 MiB of f16), far beyond the
+// caches, as they run inside a large all-reduce: there they stream from memory, and memory
+// bandwidth, not the F16C arithmetic, sets their speed. MB/s counts f32 bytes as above; copy is
+// a plain copy of the f32 buffer, for scale.
+func BenchmarkKernelsDRAM(b *testing.B) {
+	const n = 16 << 20
+	f, h := benchData(n)
+	g := make([]float32, n)
+	for _, k := range []struct {
+		name string
+		run  func()
+	}{
+		{"encode", func() { encodeF16(h, f, 1) }},
+		{"decode", func() { decodeF16(g, h) }},
+		{"add", func() { addF16(f, h, 0) }}, // scale 0 keeps the data from growing
+		{"addRound", func() { addF16Round(f, h, 0) }},
+		{"copy", func() { copy(g, f) }},
+	} {
+		b.Run(k.name, func(b *testing.B) {
+			b.SetBytes(4 * n)
+			for b.Loop() {
+				k.run()
+			}
+		})
+	}
+}
