@@ -87,7 +87,7 @@ const (
 	DefaultTimeout           = 30 * time.Second
 	DefaultChunkBytes        = 1 << 20 // 1 MiB of wire bytes per frame: big enough to amortise gRPC, small enough to pipeline
 	DefaultRendezvousTimeout = 5 * time.Minute
-	DefaultSharedMemBytes    = 8 << 20 // ring per same-host link of the tcp kind: 16 frames of 0.5 MiB
+	DefaultSharedMemBytes    = 8 << 20 // ring per same-host link: about 8 frames of the default 1 MiB chunk
 	// EnvSharedMem sets Config.SharedMemBytes in ConfigFromEnv (0: no shared memory).
 	EnvSharedMem = "DDP_SHM_BYTES"
 )
@@ -123,10 +123,11 @@ type Config struct {
 	// TCP otherwise; no TLS); TransportTCPInet ("tcp-inet") is "tcp" without Unix sockets.
 	// ConfigFromEnv reads it from DDP_TRANSPORT. Every rank must use grpc, or every rank a tcp kind.
 	TransportKind string
-	// SharedMemBytes is the size of the shared-memory ring on each same-host link of the tcp
-	// kind (transport_shm.go): frames up to half of it are cast straight into memory the peer
-	// reduces from, and only a doorbell crosses the socket. 0 means DefaultSharedMemBytes,
-	// negative none (frames take the Unix socket); rounded up to whole pages, at most 1 GiB.
+	// SharedMemBytes is the size of the shared-memory ring on each same-host link, of either
+	// kind (transport_shm.go, grpc_shm.go): frames up to half of it are cast straight into
+	// memory the peer reduces from, and only a doorbell crosses the socket or the gRPC stream.
+	// 0 means DefaultSharedMemBytes, negative none (frames are messages on the link); rounded
+	// up to whole pages, at most 1 GiB.
 	// Either side of a link can decline. ConfigFromEnv reads DDP_SHM_BYTES (0 there: none).
 	SharedMemBytes int
 	// Transport, if set, is used instead of gRPC, and no rendezvous happens (the transport

@@ -1,8 +1,9 @@
 // Package allreduce is goddp's communication engine: process groups and the collectives the
 // data-parallel trainer exchanges gradients through — ring all-reduce (sum, average) with an
 // f32 or f16 wire, broadcast, all-gather and barrier — over gRPC streams between ring
-// neighbours, or over an in-process transport in tests. It knows buffers and ranks, never
-// models.
+// neighbours (or raw sockets, TransportKind tcp), or over an in-process transport in tests.
+// Between ranks of one host the bytes go through shared-memory rings and the stream carries
+// doorbells (grpc_shm.go, transport_shm.go). It knows buffers and ranks, never models.
 //
 // # The flow
 //
