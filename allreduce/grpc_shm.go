@@ -165,7 +165,7 @@ func (in *inbox) shmView(bell []byte) ([]byte, uint64, error) {
 	}
 	pos := binary.LittleEndian.Uint64(bell[8:])
 	n64 := binary.LittleEndian.Uint64(bell[16:])
-	if n64 == 0 || n64 > in.shm.size/2 || pos != in.shm.place(in.next, int(n64)) {
+	if n64 == 0 || n64 > in.shm.size/2 || pos != in.shm.place(in.next, int(n64)) || pos%in.shm.size+n64 > in.shm.size {
 		return nil, 0, fmt.Errorf("%w: %d bytes at %d, expected at %d", errShmFrame, n64, pos, in.shm.place(in.next, int(min(n64, in.shm.size/2))))
 	}
 	n := int(n64)

@@ -5,6 +5,7 @@ package allreduce
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // gRPC links between ranks of one host carry frames through shared-memory rings, each way
@@ -239,4 +241,47 @@ func shmProcessRank(kind string, rank int, master string) error {
 		return fmt.Errorf("rank %d: %d outgoing and %d incoming links with a ring, want 1 and 1", rank, out, in)
 	}
 	return g.Barrier(ctx)
+}
+
+// FuzzShmDoorbell feeds arbitrary doorbells, after arbitrary ring positions, to both data
+// planes' checks: a doorbell is accepted only as a view inside the ring at the place the next
+// frame must start, of the size it names, and anything else is an error, never a panic or a
+// view out of bounds. (go test -fuzz FuzzShmDoorbell ./allreduce/)
+func FuzzShmDoorbell(f *testing.F) {
+	r, file, err := newShmRing(3 * 4096) // not a power of two: positions near 2^64 do not wrap evenly
+	if err != nil {
+		f.Skipf("no shared memory here: %v", err)
+	}
+	file.Close()
+	defer r.unmap()
+	for _, c := range []struct{ next, pos, n uint64 }{
+		{0, 0, 64}, {100, 100, 8192}, {16000, 16384, 4000}, {16000, 16000, 384}, {5, 8, 1},
+		{0, 0, 0}, {0, 0, 1 << 40}, {1 << 63, 1 << 63, 100}, {^uint64(0) - 10, ^uint64(0) - 10, 64},
+	} {
+		f.Add(c.next, c.pos, c.n)
+	}
+	f.Fuzz(func(t *testing.T, next, pos, n uint64) {
+		var b shmBell
+		copy(b[:], grpcShmBellMagic)
+		binary.LittleEndian.PutUint64(b[8:], pos)
+		binary.LittleEndian.PutUint64(b[16:], n)
+		in := &inbox{shm: r, next: next}
+		view, end, err := in.shmView(b[:])
+		if err != nil {
+			if !errors.Is(err, errShmFrame) {
+				t.Fatalf("error %v is not errShmFrame", err)
+			}
+			return
+		}
+		if uint64(len(view)) != n || n == 0 || n > r.size/2 || end != pos+n {
+			t.Fatalf("accepted %d bytes at %d (next %d): view %d, end %d", n, pos, next, len(view), end)
+		}
+		if pos != r.place(next, int(n)) {
+			t.Fatalf("accepted a frame at %d, the next belongs at %d", pos, r.place(next, int(n)))
+		}
+		off := uintptr(unsafe.Pointer(&view[0])) - uintptr(unsafe.Pointer(&r.data[0]))
+		if off+uintptr(n) > uintptr(len(r.data)) {
+			t.Fatalf("view [%d,+%d) outside the ring of %d", off, n, len(r.data))
+		}
+	})
 }

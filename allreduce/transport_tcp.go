@@ -583,7 +583,7 @@ func (in *tcpIn) read() ([]byte, error) {
 		switch {
 		case r == nil:
 			return nil, fmt.Errorf("%w: a shared-memory frame on a link without shared memory", errShmFrame)
-		case !r.fits(n) || pos != r.place(in.next, n):
+		case !r.fits(n) || pos != r.place(in.next, n) || pos%r.size+uint64(n) > r.size:
 			return nil, fmt.Errorf("%w: %d bytes at ring position %d, the last frame ended at %d", errShmFrame, n, pos, in.next)
 		}
 		in.next, in.held = pos+uint64(n), true
