@@ -5,6 +5,7 @@
 #   scripts/bench-allreduce.sh                       # worlds 2 and 4, sizes 1M,16M,64M,256M
 #   NPROCS="2" SIZES=64M ITERS=10 scripts/bench-allreduce.sh
 #   TRANSPORTS="grpc tcp" CHUNK=1M scripts/bench-allreduce.sh   # ours over each data plane
+#   TRANSPORTS="grpc grpc-net tcp tcp-inet" ...   # -net/-inet: as between hosts (TCP, no shared memory)
 #   BASELINE=/tmp/ddpbench.old scripts/bench-allreduce.sh        # also an older build, rows "grpc@base"
 #
 # Needs: iperf3, a python3 with torch (Debian: python3-torch), Go (or a built bin/ddpbench).
@@ -119,7 +120,13 @@ for n in $NPROCS; do
 	"$PYTHON" "$OUT/gloo_bench.py" "$n" $((port + 1)) "$SIZES" "$ITERS" | tee -a "$OUT/gloo.jsonl"
 	for tr in $TRANSPORTS; do
 		echo "== ddpbench allreduce, $n processes, transport $tr"
-		./bin/ddpbench allreduce --nproc "$n" --sizes "$SIZES" --wire f32,f16 --iters "$ITERS" --chunk "$CHUNK" --transport "$tr" --json | tee -a "$OUT/ddpbench.jsonl"
+		case $tr in
+		grpc-net) # the default data plane as between hosts: gRPC over TCP, no Unix socket, no shared memory
+			DDP_GRPC_UNIX=0 DDP_SHM_BYTES=0 ./bin/ddpbench allreduce --nproc "$n" --sizes "$SIZES" --wire f32,f16 --iters "$ITERS" --chunk "$CHUNK" --transport grpc --json |
+				sed -E 's/"transport": *"grpc"/"transport":"grpc-net"/' | tee -a "$OUT/ddpbench.jsonl" ;;
+		*)
+			./bin/ddpbench allreduce --nproc "$n" --sizes "$SIZES" --wire f32,f16 --iters "$ITERS" --chunk "$CHUNK" --transport "$tr" --json | tee -a "$OUT/ddpbench.jsonl" ;;
+		esac
 	done
 	if [[ -n "$BASELINE" ]]; then
 		for tr in $BASELINE_TRANSPORTS; do
