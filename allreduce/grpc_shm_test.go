@@ -5,7 +5,6 @@ package allreduce
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -129,37 +128,48 @@ func TestGRPCShm_waitCancelled(t *testing.T) {
 	}
 }
 
-// A doorbell that does not match the ring is a malformed frame naming the peer, not a read out
-// of bounds; so is a doorbell on a link without a ring.
-func TestGRPCShm_badDoorbell(t *testing.T) {
+// A record the ring cannot hold (unknown kind, a frame crossing the lap's end or reaching past
+// what was published, a skip at a lap's start, an empty frame) is a malformed frame naming the
+// peer, not a read out of bounds.
+func TestGRPCShm_badRecord(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		shm  int
-		pos  uint64
-		n    int
+		name   string
+		write  func(r *shmRing, pos uint64) uint64 // writes at pos, returns the tail to publish
+		expect string
 	}{
-		{"wrong position", 0, 1 << 20, 64},
-		{"too large", 0, 0, 8 << 20},
-		{"no ring", -1, 0, 64},
+		{"unknown kind", func(r *shmRing, pos uint64) uint64 { r.putRecord(pos, 9, 16); return pos + 24 }, "kind 9"},
+		{"empty frame", func(r *shmRing, pos uint64) uint64 { r.putRecord(pos, recFrame, 0); return pos + 8 }, "frame of 0"},
+		{"past the tail", func(r *shmRing, pos uint64) uint64 { r.putRecord(pos, recFrame, 64); return pos + 16 }, "published up to"},
+		{"past the lap", func(r *shmRing, pos uint64) uint64 {
+			r.putRecord(pos, recFrame, int(r.size))
+			return pos + recHeader + r.size
+		}, "ring"},
+		{"skip at a lap's start", func(r *shmRing, pos uint64) uint64 {
+			if pos%r.size != 0 {
+				r.putRecord(pos, recSkip, 0)
+				pos += r.size - pos%r.size
+			}
+			r.putRecord(pos, recSkip, 0)
+			return pos + 8
+		}, "start of a lap"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			gs := newGroups(t, "grpc", 2, func(c *Config) { c.SharedMemBytes = tc.shm })
+			gs := newGroups(t, "grpc", 2, func(c *Config) { c.SharedMemBytes = 4096 })
 			noErrors(t, each(gs, func(g *Group) error { return g.Barrier(context.Background()) }))
-			l, err := gs[0].tr.(*grpcTransport).link(0 + 1)
-			if err != nil {
-				t.Fatal(err)
+			l, err := gs[0].tr.(*grpcTransport).link(1)
+			if err != nil || l.shm == nil {
+				t.Fatalf("link 0->1: %v (ring %v)", err, l != nil && l.shm != nil)
 			}
-			var bell shmBell
-			bell.set(tc.pos, tc.n)
-			if err := l.stream.SendMsg(&outMsg{p: &bell}); err != nil {
-				t.Fatal(err)
-			}
+			tail := tc.write(l.shm, l.tail)
+			l.tail = tail
+			l.shm.publish(tail)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			_, err = gs[1].tr.Recv(ctx, 0)
 			var pe *PeerError
-			if !errors.As(err, &pe) || pe.Rank != 0 || !errors.Is(err, errShmFrame) || !strings.Contains(err.Error(), "malformed") {
-				t.Fatalf("got %v, want a malformed-frame PeerError naming rank 0", err)
+			if !errors.As(err, &pe) || pe.Rank != 0 || !errors.Is(err, errShmFrame) ||
+				!strings.Contains(err.Error(), "malformed") || !strings.Contains(err.Error(), tc.expect) {
+				t.Fatalf("got %v, want a malformed-frame PeerError naming rank 0 (%q)", err, tc.expect)
 			}
 		})
 	}
@@ -243,45 +253,52 @@ func shmProcessRank(kind string, rank int, master string) error {
 	return g.Barrier(ctx)
 }
 
-// FuzzShmDoorbell feeds arbitrary doorbells, after arbitrary ring positions, to both data
-// planes' checks: a doorbell is accepted only as a view inside the ring at the place the next
-// frame must start, of the size it names, and anything else is an error, never a panic or a
-// view out of bounds. (go test -fuzz FuzzShmDoorbell ./allreduce/)
-func FuzzShmDoorbell(f *testing.F) {
+// FuzzShmRecord feeds arbitrary record headers at arbitrary positions and published tails to
+// the receiver's check: a record is accepted only if its frame lies inside the ring and below
+// the tail, and anything else is an error, never a panic or a view out of bounds.
+// (go test -fuzz FuzzShmRecord ./allreduce/)
+func FuzzShmRecord(f *testing.F) {
 	r, file, err := newShmRing(3 * 4096) // not a power of two: positions near 2^64 do not wrap evenly
 	if err != nil {
 		f.Skipf("no shared memory here: %v", err)
 	}
 	file.Close()
 	defer r.unmap()
-	for _, c := range []struct{ next, pos, n uint64 }{
-		{0, 0, 64}, {100, 100, 8192}, {16000, 16384, 4000}, {16000, 16000, 384}, {5, 8, 1},
-		{0, 0, 0}, {0, 0, 1 << 40}, {1 << 63, 1 << 63, 100}, {^uint64(0) - 10, ^uint64(0) - 10, 64},
+	for _, c := range []struct {
+		pos, tail uint64
+		n, kind   uint32
+	}{
+		{0, 72, 64, recFrame}, {8, 16, 0, recSkip}, {12280, 12288, 0, recSkip}, {0, 8, 4096, recStream},
+		{16, 24, 0, recFrame}, {0, 1 << 40, 1 << 31, recFrame}, {^uint64(0) - 15, ^uint64(0), 8, recFrame},
+		{4096, 4200, 100, 7}, {12288, 12296, 0, recSkip},
 	} {
-		f.Add(c.next, c.pos, c.n)
+		f.Add(c.pos, c.tail, c.n, c.kind)
 	}
-	f.Fuzz(func(t *testing.T, next, pos, n uint64) {
-		var b shmBell
-		copy(b[:], grpcShmBellMagic)
-		binary.LittleEndian.PutUint64(b[8:], pos)
-		binary.LittleEndian.PutUint64(b[16:], n)
-		in := &inbox{shm: r, next: next}
-		view, end, err := in.shmView(b[:])
+	f.Fuzz(func(t *testing.T, pos, tail uint64, n, kind uint32) {
+		pos &^= 7 // the receiver only ever reads at multiples of 8
+		if tail <= pos {
+			return // nothing published: not read
+		}
+		r.putRecord(pos, kind, int(n))
+		k, got, err := r.record(pos, tail)
 		if err != nil {
 			if !errors.Is(err, errShmFrame) {
 				t.Fatalf("error %v is not errShmFrame", err)
 			}
 			return
 		}
-		if uint64(len(view)) != n || n == 0 || n > r.size/2 || end != pos+n {
-			t.Fatalf("accepted %d bytes at %d (next %d): view %d, end %d", n, pos, next, len(view), end)
+		if k != kind || (k != recSkip && uint32(got) != n) {
+			t.Fatalf("record (%d, %d) read as (%d, %d)", kind, n, k, got)
 		}
-		if pos != r.place(next, int(n)) {
-			t.Fatalf("accepted a frame at %d, the next belongs at %d", pos, r.place(next, int(n)))
-		}
-		off := uintptr(unsafe.Pointer(&view[0])) - uintptr(unsafe.Pointer(&r.data[0]))
-		if off+uintptr(n) > uintptr(len(r.data)) {
-			t.Fatalf("view [%d,+%d) outside the ring of %d", off, n, len(r.data))
+		if k == recFrame {
+			if pos%r.size+recHeader+uint64(got) > r.size || recHeader+align8(got) > tail-pos {
+				t.Fatalf("accepted a frame of %d bytes at %d, tail %d, ring %d", got, pos, tail, r.size)
+			}
+			v := r.at(pos+recHeader, got)
+			off := uintptr(unsafe.Pointer(&v[0])) - uintptr(unsafe.Pointer(&r.data[0]))
+			if off+uintptr(got) > uintptr(len(r.data)) {
+				t.Fatalf("view [%d,+%d) outside the ring of %d", off, got, len(r.data))
+			}
 		}
 	})
 }

@@ -133,16 +133,18 @@ type inbox struct {
 	broken chan struct{} // closed when err is set
 	active bool          // a Push stream from this peer is being served
 
-	shm  *shmRing // the peer's ring (grpc_shm.go), or nil; set by push before any doorbell
-	next uint64   // ring position the next frame may start at (push's)
+	shm   *shmRing // the peer's ring (grpc_shm.go), or nil; set by push before the start item
+	ring  bool     // Recv's: the start item came, the ring orders the link from here
+	rnext uint64   // Recv's: ring position of the next record
 }
 
 // inItem is a received message: a buffer of the inbox's, or a view of the peer's ring up to
 // position end, which Recv releases when it is done with it.
 type inItem struct {
-	b    []byte
-	end  uint64
-	ring bool
+	b     []byte
+	end   uint64
+	ring  bool
+	start bool // not a message: the peer's ring orders the link from here on (grpc_shm.go)
 }
 
 func (in *inbox) fail(err error) {
@@ -166,7 +168,6 @@ type outLink struct {
 	offered bool        // the first Send made its shared-memory offer (grpc_shm.go)
 	shm     *shmRing    // this rank's ring toward the peer, or nil
 	tail    uint64      // ring position after the last frame placed
-	bell    shmBell
 }
 
 // newGRPCTransport starts this rank's server, joins the rendezvous and returns a transport
@@ -516,7 +517,7 @@ func (t *grpcTransport) push(ss grpc.ServerStream) error {
 	in.active = true
 	in.mu.Unlock()
 	ctx := ss.Context()
-	var spare []byte // a buffer a doorbell was read into, for the next message
+	var spare []byte // the buffer the offer was read into, for the next message
 	for first := true; ; first = false {
 		var m inMsg
 		if spare != nil {
@@ -547,15 +548,10 @@ func (t *grpcTransport) push(ss grpc.ServerStream) error {
 				return nil
 			}
 			spare = m.buf
-			continue
-		case isShmBell(m.buf):
-			view, end, err := in.shmView(m.buf)
-			if err != nil {
-				in.fail(fmt.Errorf("malformed frame: %w", err))
-				return status.Error(codes.InvalidArgument, err.Error())
+			if r == nil {
+				continue
 			}
-			item = inItem{b: view, end: end, ring: true}
-			spare = m.buf
+			item = inItem{start: true} // Recv reads the ring from here
 		}
 		select {
 		case in.q <- item:
@@ -582,7 +578,7 @@ func (t *grpcTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 	}
 	in := t.in[from]
 	if last := in.last; last.ring {
-		in.shm.releaseWake(last.end) // the peer may place frames over it now
+		in.shm.releaseWake(last.end) // the peer may place records over it now
 	} else if last.b != nil {
 		select {
 		case in.free <- last.b:
@@ -590,22 +586,38 @@ func (t *grpcTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 		}
 	}
 	in.last = inItem{}
-	var it inItem
+	for !in.ring {
+		it, err := t.recvQueue(ctx, from, in)
+		if err != nil {
+			return nil, err
+		}
+		if it.start {
+			in.ring = true
+			break
+		}
+		in.last = it
+		return it.b, nil
+	}
+	return t.recvRing(ctx, from, in)
+}
+
+// recvQueue takes the next item the push goroutine queued for this peer.
+func (t *grpcTransport) recvQueue(ctx context.Context, from int, in *inbox) (inItem, error) {
 	select {
-	case it = <-in.q:
+	case it := <-in.q:
+		return it, nil
 	case <-in.broken:
 		select {
-		case it = <-in.q:
+		case it := <-in.q:
+			return it, nil
 		default:
-			return nil, &PeerError{Rank: from, Err: in.err}
+			return inItem{}, &PeerError{Rank: from, Err: in.err}
 		}
 	case <-t.closed:
-		return nil, ErrClosed
+		return inItem{}, ErrClosed
 	case <-ctx.Done():
-		return nil, context.Cause(ctx)
+		return inItem{}, context.Cause(ctx)
 	}
-	in.last = it
-	return it.b, nil
 }
 
 func (t *grpcTransport) link(to int) (*outLink, error) {
@@ -762,8 +774,9 @@ func (t *grpcTransport) abort() error {
 
 var errEOF = io.EOF
 
-// sendOn sends p on the link's stream: on the first Send after the shared-memory offer, then
-// through the ring (a doorbell on the stream) when it fits there.
+// sendOn sends p to the link's peer: on the first Send after the shared-memory offer; then
+// through the ring when there is one (grpc_shm.go), as a stream message otherwise or when the
+// ring says the frame follows on the stream.
 func (t *grpcTransport) sendOn(l *outLink, to int, p Payload) error {
 	if !l.offered {
 		l.offered = true
@@ -772,7 +785,7 @@ func (t *grpcTransport) sendOn(l *outLink, to int, p Payload) error {
 		}
 	}
 	p, err := t.sendShm(l, p)
-	if err != nil {
+	if err != nil || p == nil {
 		return err
 	}
 	l.msg.p = p

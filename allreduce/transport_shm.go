@@ -47,7 +47,7 @@ import (
 
 const (
 	shmMagic     = "GDDPSHM1"
-	shmHeader    = 4096    // the ring's control page: head at 0, waiting flag at 64
+	shmHeader    = 4096    // the ring's control page: head at 0, waiting flag at 64, more below
 	shmDoorbell  = 1 << 31 // top bit of a message's length: the frame is in the ring
 	shmMaxBytes  = 1 << 30
 	shmOfferSize = len(shmMagic) + 8
@@ -68,6 +68,12 @@ func (r *shmRing) waiting() *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Poin
 // wakes counts the wake-ups of a sender waiting for space (gRPC links, whose senders sleep on
 // it with futex; grpc_shm.go). The tcp kind wakes its sender with a byte on the socket instead.
 func (r *shmRing) wakes() *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&r.mem[128])) }
+
+// Words of the ring-ordered protocol of gRPC links (grpc_shm.go): the sender's published
+// position (tail), and the receiver's own waiting flag and futex word.
+func (r *shmRing) tail() *atomic.Uint64     { return (*atomic.Uint64)(unsafe.Pointer(&r.mem[192])) }
+func (r *shmRing) rwaiting() *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&r.mem[320])) }
+func (r *shmRing) rwakes() *atomic.Uint32   { return (*atomic.Uint32)(unsafe.Pointer(&r.mem[384])) }
 
 // nonce is where the creator of a ring offered by path (gRPC links) writes a random value the
 // peer checks after opening it, so that it cannot map some other process's file by mistake.
@@ -302,6 +308,29 @@ func (r *shmRing) waitRoom(end uint64, gone func() bool) bool {
 		unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(r.wakes())), futexWait, uintptr(w), uintptr(unsafe.Pointer(&ts)), 0, 0)
 	}
 	return true
+}
+
+// publish (sender, gRPC links) makes the records up to end visible and wakes a receiver
+// sleeping for them.
+func (r *shmRing) publish(end uint64) {
+	shmCausality.Add(1)
+	r.tail().Store(end)
+	if r.rwaiting().Swap(0) == 1 {
+		r.rwakes().Add(1)
+		unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(r.rwakes())), futexWake, 1, 0, 0, 0)
+	}
+}
+
+// waitData (receiver, gRPC links) sleeps at most d until the sender publishes past pos; the
+// caller checks again and looks at its context and link in between.
+func (r *shmRing) waitData(pos uint64, d time.Duration) {
+	r.rwaiting().Store(1)
+	w := r.rwakes().Load()
+	if r.tail().Load() > pos {
+		return
+	}
+	ts := unix.NsecToTimespec(int64(d))
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(r.rwakes())), futexWait, uintptr(w), uintptr(unsafe.Pointer(&ts)), 0, 0)
 }
 
 // newOfferedRing is newShmRing for a ring the peer opens by path (gRPC links): it also writes a

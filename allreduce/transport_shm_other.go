@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"time"
 )
 
 const shmNonceSize = 16
@@ -27,6 +28,9 @@ func (r *shmRing) unmap()                            {}
 func (r *shmRing) releaseWake(uint64)                {}
 func (r *shmRing) waitRoom(uint64, func() bool) bool { panic("allreduce: no shared memory") }
 func (r *shmRing) nonce() []byte                     { panic("allreduce: no shared memory") }
+func (r *shmRing) publish(uint64)                    { panic("allreduce: no shared memory") }
+func (r *shmRing) waitData(uint64, time.Duration)    { panic("allreduce: no shared memory") }
+func (r *shmRing) tail() interface{ Load() uint64 }  { panic("allreduce: no shared memory") }
 
 func newOfferedRing(int) (*shmRing, *os.File, error) {
 	return nil, nil, errors.New("no shared memory on this system")
