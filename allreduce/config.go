@@ -125,7 +125,7 @@ type Config struct {
 	TransportKind string
 	// SharedMemBytes is the size of the shared-memory ring on each same-host link, of either
 	// kind (transport_shm.go, grpc_shm.go): frames up to half of it are cast straight into
-	// memory the peer reduces from, and only a doorbell crosses the socket or the gRPC stream.
+	// memory the peer reduces from; the socket or the gRPC stream no longer carries them.
 	// 0 means DefaultSharedMemBytes, negative none (frames are messages on the link); rounded
 	// up to whole pages, at most 1 GiB.
 	// Either side of a link can decline. ConfigFromEnv reads DDP_SHM_BYTES (0 there: none).

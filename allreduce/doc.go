@@ -2,8 +2,8 @@
 // data-parallel trainer exchanges gradients through — ring all-reduce (sum, average) with an
 // f32 or f16 wire, broadcast, all-gather and barrier — over gRPC streams between ring
 // neighbours (or raw sockets, TransportKind tcp), or over an in-process transport in tests.
-// Between ranks of one host the bytes go through shared-memory rings and the stream carries
-// doorbells (grpc_shm.go, transport_shm.go). It knows buffers and ranks, never models.
+// Between ranks of one host the bytes go through shared-memory rings set up over the link
+// (grpc_shm.go, transport_shm.go). It knows buffers and ranks, never models.
 //
 // # The flow
 //
