@@ -89,8 +89,8 @@ func TestGRPCShm_badRecord(t *testing.T) {
 	}
 }
 
-// Between processes: the ring is opened through /proc/PID/fd and the doorbells cross the
-// stream (grpc), or the descriptor crosses the socket (tcp); a child process is rank 1.
+// Between processes: the ring is opened through /proc/PID/fd and orders the link
+// (grpc), or the descriptor crosses the socket (tcp); a child process is rank 1.
 func TestShm_acrossProcesses(t *testing.T) {
 	if os.Getenv("GODDP_SHM_CHILD") != "" {
 		t.Skip("in the child")
