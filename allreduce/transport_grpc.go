@@ -539,7 +539,9 @@ func (t *grpcTransport) push(ss grpc.ServerStream) error {
 			ack := []byte{0}
 			if r != nil {
 				ack[0] = 1
+				in.mu.Lock()
 				in.shm = r
+				in.mu.Unlock()
 			} else {
 				t.log.Info("allreduce: declined a shared-memory ring from a peer", "peer", from, "why", why)
 			}
