@@ -1,7 +1,6 @@
 package allreduce
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -261,7 +260,7 @@ func (t *grpcTransport) shmOfferFrom(unixLink bool, offer []byte) (*shmRing, err
 	if pid == 0 || pid > 1<<31 || fd > 1<<31 {
 		return nil, fmt.Errorf("offer names pid %d, descriptor %d", pid, fd)
 	}
-	r, err := openPeerRing(int(pid), int(fd), size, bytes.Clone(offer[32:]))
+	r, err := openPeerRing(int(pid), int(fd), size, offer[32:])
 	if err != nil {
 		return nil, err
 	}
