@@ -10,6 +10,7 @@ import (
 
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/half"
 )
 
 // Tests of the staged gradient path (engine_gpu.go) that run anywhere: stagingCPU gives the CPU
@@ -57,7 +58,7 @@ func (s *cpuStaging) Stage(i int, scale float32) {
 	for j := range x {
 		x[j] *= scale
 	}
-	model.EncodeF16(s.half[i], x)
+	half.Encode(s.half[i], x)
 	s.ready[i] <- struct{}{}
 }
 
@@ -78,7 +79,7 @@ func (s *cpuStaging) Finish() {
 		}
 		r := s.ranges[i]
 		x := make([]float32, r[1]-r[0])
-		model.DecodeF16(x, s.half[i])
+		half.Decode(x, s.half[i])
 		s.dev.Upload(s.grad.View(r[0], r[1]-r[0]), x)
 		s.returned[i] = false
 	}

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"sync"
 	"unsafe"
+
+	"github.com/goddp/goddp/model/half"
 )
 
 // CPU is the plain-Go device: every operation runs on the calling goroutine's behalf across
@@ -104,7 +106,7 @@ func read(t *Tensor) []float32 {
 		return f32s(t)
 	case F16:
 		out := make([]float32, t.n)
-		DecodeF16(out, f16s(t))
+		half.Decode(out, f16s(t))
 		return out
 	}
 	panic(fmt.Sprintf("model: %s is not a float tensor", t))
@@ -128,7 +130,7 @@ func outBuf(t *Tensor, keep bool) []float32 {
 
 func commit(t *Tensor, v []float32) {
 	if t.dtype == F16 {
-		EncodeF16(f16s(t), v)
+		half.Encode(f16s(t), v)
 	}
 }
 
@@ -187,7 +189,7 @@ func (c *CPU) Upload(dst *Tensor, src []float32) {
 	case F32:
 		copy(f32s(dst), src)
 	case F16:
-		EncodeF16(f16s(dst), src)
+		half.Encode(f16s(dst), src)
 	default:
 		panic(fmt.Sprintf("model: Upload into %s", dst))
 	}
@@ -208,7 +210,7 @@ func (c *CPU) Download(dst []float32, src *Tensor) {
 	case F32:
 		copy(dst, f32s(src))
 	case F16:
-		DecodeF16(dst, f16s(src))
+		half.Decode(dst, f16s(src))
 	case I32:
 		for i, v := range i32s(src) {
 			dst[i] = float32(v)
@@ -233,7 +235,7 @@ func (c *CPU) Fill(t *Tensor, v float32) {
 			x[i] = v
 		}
 	case F16:
-		h := F32ToF16(v)
+		h := half.FromFloat32(v)
 		x := f16s(t)
 		for i := range x {
 			x[i] = h
@@ -257,10 +259,10 @@ func (c *CPU) Copy(dst, src *Tensor) {
 		copy(i32s(dst), i32s(src))
 	case dst.dtype == F16 && src.dtype == F32:
 		d, s := f16s(dst), f32s(src)
-		c.parallel(len(s), 1<<15, func(lo, hi int) { EncodeF16(d[lo:hi], s[lo:hi]) })
+		c.parallel(len(s), 1<<15, func(lo, hi int) { half.Encode(d[lo:hi], s[lo:hi]) })
 	case dst.dtype == F32 && src.dtype == F16:
 		d, s := f32s(dst), f16s(src)
-		c.parallel(len(s), 1<<15, func(lo, hi int) { DecodeF16(d[lo:hi], s[lo:hi]) })
+		c.parallel(len(s), 1<<15, func(lo, hi int) { half.Decode(d[lo:hi], s[lo:hi]) })
 	default:
 		panic(fmt.Sprintf("model: Copy %s into %s", src, dst))
 	}

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/goddp/goddp/model/half"
 )
 
 // The CPU's SGEMM, organised like BLIS/GotoBLAS:
@@ -176,7 +178,7 @@ func packA(dst []float32, s gemmSrc, i0, mc, p0, kc int) {
 					}
 				} else {
 					src := s.f16[base : base+kc]
-					t := f16table
+					t := half.Table()
 					for p, h := range src {
 						d[p*gemmMR+r] = t[h]
 					}
@@ -196,7 +198,7 @@ func packA(dst []float32, s gemmSrc, i0, mc, p0, kc int) {
 			if s.f32 != nil {
 				copy(dp[:rows], s.f32[base:base+rows])
 			} else {
-				DecodeF16(dp[:rows], s.f16[base:base+rows])
+				half.Decode(dp[:rows], s.f16[base:base+rows])
 			}
 			clear(dp[rows:])
 		}
@@ -224,7 +226,7 @@ func packB(dst []float32, s gemmSrc, p0, kc, j0, nc int) {
 				if s.f32 != nil {
 					copy(dp[:cols], s.f32[base:base+cols])
 				} else {
-					DecodeF16(dp[:cols], s.f16[base:base+cols])
+					half.Decode(dp[:cols], s.f16[base:base+cols])
 				}
 				clear(dp[cols:])
 			}
@@ -249,7 +251,7 @@ func packB(dst []float32, s gemmSrc, p0, kc, j0, nc int) {
 				}
 			} else {
 				src := s.f16[base : base+kc]
-				t := f16table
+				t := half.Table()
 				for p, h := range src {
 					d[p*gemmNR+j] = t[h]
 				}
@@ -287,7 +289,7 @@ func transpose8Go(d, s []float32, cs, ldd, kc int) {
 }
 
 func packBT8h(d []float32, s []uint16, cs, kc int) {
-	t := f16table
+	t := half.Table()
 	for c := 0; c < 8; c++ {
 		src := s[c*cs : c*cs+kc]
 		for p, h := range src {
@@ -410,10 +412,10 @@ func gemmOut(C *Tensor, keep bool) (out []float32, done func()) {
 	*p = grow(*p, C.n)
 	out = *p
 	if keep {
-		DecodeF16(out, f16s(C))
+		half.Decode(out, f16s(C))
 	}
 	return out, func() {
-		EncodeF16(f16s(C), out)
+		half.Encode(f16s(C), out)
 		gemmScratch.Put(p)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/goddp/goddp/model/half"
 )
 
 // withKernel runs f with each micro-kernel this CPU has (AVX-512, AVX2, Go) installed; with the
@@ -28,13 +30,13 @@ func checkGemm(t *testing.T, dev *CPU, r *rand.Rand, m, n, k int, ta, tb bool, a
 	t.Helper()
 	a, b, c := randVec(r, m*k), randVec(r, k*n), randVec(r, m*n)
 	if adt == F16 {
-		RoundF16(a)
+		half.Round(a)
 	}
 	if bdt == F16 {
-		RoundF16(b)
+		half.Round(b)
 	}
 	if cdt == F16 {
-		RoundF16(c)
+		half.Round(c)
 	}
 	if nanC {
 		for i := range c {
@@ -138,8 +140,8 @@ func TestGemm_views(t *testing.T) {
 		const m, n, k = 2 * 13, 37, 45
 		a, b := randVec(r, 7+m*k+3), randVec(r, 5+n*k)
 		if dt == F16 {
-			RoundF16(a)
-			RoundF16(b)
+			half.Round(a)
+			half.Round(b)
 		}
 		Abig, Bbig := FromHost(dev, dt, "a", a, len(a)), FromHost(dev, dt, "b", b, len(b))
 		Cbig := dev.Alloc(F32, "c", 11+m*n)

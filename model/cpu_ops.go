@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"sync"
+
+	"github.com/goddp/goddp/model/half"
 )
 
 // The CPU device's non-matmul operations, in the order of device.go.
@@ -508,13 +510,13 @@ func (c *CPU) UnscaleCheck(x *Tensor, inv float32, found *Tensor) {
 	}
 }
 
-func (c *CPU) AdamW(p, g, m, v, half *Tensor, a AdamWArgs) {
+func (c *CPU) AdamW(p, g, m, v, halfW *Tensor, a AdamWArgs) {
 	checkLen("AdamW", p, g, m, v)
 	ps, gs, ms, vs := f32s(p), f32s(g), f32s(m), f32s(v)
 	var hs []uint16
-	if half != nil {
-		checkLen("AdamW", p, half)
-		hs = f16s(half)
+	if halfW != nil {
+		checkLen("AdamW", p, halfW)
+		hs = f16s(halfW)
 	}
 	b1, b2, lr, eps, wd := a.Beta1, a.Beta2, a.LR, a.Eps, a.WeightDecay
 	ibc1, ibc2 := 1/a.BiasCorr1, 1/a.BiasCorr2
@@ -532,12 +534,12 @@ func (c *CPU) AdamW(p, g, m, v, half *Tensor, a AdamWArgs) {
 			p[i] = w - lr*(mi*ibc1/denom+wd*w)
 		}
 		if hs != nil {
-			EncodeF16(hs[lo:hi], p)
+			half.Encode(hs[lo:hi], p)
 		}
 	})
 }
 
-func (c *CPU) SGD(p, g, mom, half *Tensor, a SGDArgs) {
+func (c *CPU) SGD(p, g, mom, halfW *Tensor, a SGDArgs) {
 	checkLen("SGD", p, g)
 	ps, gs := f32s(p), f32s(g)
 	var ms []float32
@@ -546,8 +548,8 @@ func (c *CPU) SGD(p, g, mom, half *Tensor, a SGDArgs) {
 		ms = f32s(mom)
 	}
 	var hs []uint16
-	if half != nil {
-		hs = f16s(half)
+	if halfW != nil {
+		hs = f16s(halfW)
 	}
 	mu, lr, wd := a.Momentum, a.LR, a.WeightDecay
 	c.parallel(len(ps), 1<<13, func(lo, hi int) {
@@ -575,7 +577,7 @@ func (c *CPU) SGD(p, g, mom, half *Tensor, a SGDArgs) {
 			}
 		}
 		if hs != nil {
-			EncodeF16(hs[lo:hi], p)
+			half.Encode(hs[lo:hi], p)
 		}
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/goddp/goddp/model/half"
 )
 
 func randVec(r *rand.Rand, n int) []float32 {
@@ -60,8 +62,8 @@ func TestCPU_matMulAllTransposes(t *testing.T) {
 				for _, dt := range []DType{F32, F16} {
 					a, b, c := randVec(r, m*k), randVec(r, k*n), randVec(r, m*n)
 					if dt == F16 {
-						RoundF16(a)
-						RoundF16(b)
+						half.Round(a)
+						half.Round(b)
 					}
 					ashape := []int{m, k}
 					if ta {

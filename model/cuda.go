@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/goddp/goddp/model/cudadrv"
+	"github.com/goddp/goddp/model/half"
 	"gorgonia.org/cu"
 )
 
@@ -263,7 +264,7 @@ func (d *CUDA) Upload(dst *Tensor, src []float32) {
 		d.htod(dst, unsafe.Pointer(&src[0]), dst.Bytes())
 	case F16:
 		h := make([]uint16, len(src))
-		EncodeF16(h, src)
+		half.Encode(h, src)
 		d.htod(dst, unsafe.Pointer(&h[0]), dst.Bytes())
 	default:
 		panic(fmt.Sprintf("model: Upload into %s", dst))
@@ -308,7 +309,7 @@ func (d *CUDA) Download(dst []float32, src *Tensor) {
 	case F16:
 		h := make([]uint16, src.n)
 		d.dtoh(unsafe.Pointer(&h[0]), src)
-		DecodeF16(dst, h)
+		half.Decode(dst, h)
 	case I32:
 		v := make([]int32, src.n)
 		d.dtoh(unsafe.Pointer(&v[0]), src)

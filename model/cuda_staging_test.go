@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/goddp/goddp/model/half"
 )
 
 // One plan, driven by hand: Stage must put exactly f16(g·scale) (rounded to nearest even, as the
@@ -45,13 +47,13 @@ func TestCUDA_gradStaging(t *testing.T) {
 				t.Fatalf("bucket %d: %d halves, want %d", i, len(h), rg[1]-rg[0])
 			}
 			for j, v := range h {
-				if e := F32ToF16(host[rg[0]+j] * scale); v != e {
+				if e := half.FromFloat32(host[rg[0]+j] * scale); v != e {
 					t.Fatalf("round %d bucket %d element %d: staged %#04x, want %#04x (f16 of %g·%g)", round, i, j, v, e, host[rg[0]+j], scale)
 				}
 			}
 			for j := range h { // what the ring would leave: something else, so the copy back shows
-				h[j] = F32ToF16(float32(j%1000) - 500)
-				want[rg[0]+j] = F16ToF32(h[j])
+				h[j] = half.FromFloat32(float32(j%1000) - 500)
+				want[rg[0]+j] = half.ToFloat32(h[j])
 			}
 			s.Return(i)
 		}

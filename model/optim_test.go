@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand"
 	"testing"
+
+	"github.com/goddp/goddp/model/half"
 )
 
 // Optimizers against float64 references of their formulas, over several steps with fresh
@@ -35,7 +37,7 @@ func checkHalf(t *testing.T, ps *Params) {
 	w := ps.Host()
 	h := ToHost(ps.Half)
 	for i := range w {
-		if h[i] != F16ToF32(F32ToF16(w[i])) {
+		if h[i] != half.ToFloat32(half.FromFloat32(w[i])) {
 			t.Fatalf("f16 copy [%d] = %v, master %v", i, h[i], w[i])
 		}
 	}
