@@ -17,8 +17,8 @@ import "math"
 const Max = 65504
 
 // FromFloat32 rounds f to the nearest half (ties to even) and returns its bits. Branch-light
-// (after F. Giesen's float_to_half_fast3_rtne), so the compiler inlines it: normals round by adding
-// the rounding bias to the bits, subnormals let the FPU round by adding a magic 0.5.
+// (after F. Giesen's float_to_half_fast3_rtne): normals round by adding the rounding bias to the
+// bits, subnormals let the FPU round by adding a magic 0.5.
 func FromFloat32(f float32) uint16 {
 	u := math.Float32bits(f)
 	sign := uint16(u>>16) & 0x8000
