@@ -106,19 +106,21 @@ func SizeClass(n int64) int64 {
 	return (n + step - 1) / step * step
 }
 
-// Pool is the caching allocator both devices share: freed blocks go to a free list per size class
-// and are handed out again before asking the system. It does the counting; the device supplies
-// the raw allocation. Not safe for concurrent use.
+// Pool is the caching allocator, and the memory half of every Device, written once: a device
+// embeds a *Pool made by NewPool, which gives it Alloc, Free, Stats, ResetPeak, SetLimit,
+// EmptyCache, Live and SetObserver (Observable). Freed blocks go to a free list per size class and
+// are handed out again before asking the system. The pool does the counting; the device supplies
+// the raw allocation. Not safe for concurrent use (nor is the device: one goroutine drives it).
 type Pool struct {
-	device string
-	raw    func(bytes int64) (Buffer, error) // obtain a block from the system
-	drop   func(Buffer)                      // give a block back to the system
-	free   map[int64][]Buffer                // size class → cached blocks
-	live   map[Buffer]LiveBlock
-	stats  MemStats
+	dev   Device                            // the device tensors are made for
+	raw   func(bytes int64) (Buffer, error) // obtain a block from the system
+	drop  func(Buffer)                      // give a block back to the system
+	free  map[int64][]Buffer                // size class → cached blocks
+	live  map[Buffer]LiveBlock
+	stats MemStats
 	// freeOnCard, when set, reports the card's free memory for OOM messages.
 	freeOnCard func() int64
-	// observe, when set, sees every Get and Put (SetObserver).
+	// observe, when set, sees every Alloc and Free (SetObserver).
 	observe func(AllocEvent)
 }
 
@@ -133,7 +135,7 @@ type AllocEvent struct {
 
 // Observable is an optional Device ability: SetObserver(f) makes the device call f after every
 // Alloc and Free, on the goroutine driving the device (nil removes it). f must not allocate on
-// that device.
+// that device. Both devices have it, through their Pool.
 type Observable interface {
 	SetObserver(f func(AllocEvent))
 }
@@ -141,16 +143,35 @@ type Observable interface {
 // SetObserver installs f (nil removes it); see Observable.
 func (p *Pool) SetObserver(f func(AllocEvent)) { p.observe = f }
 
-// NewPool makes a pool over raw/drop for the named device.
-func NewPool(device string, raw func(int64) (Buffer, error), drop func(Buffer)) *Pool {
-	return &Pool{device: device, raw: raw, drop: drop, free: map[int64][]Buffer{}, live: map[Buffer]LiveBlock{}}
+// NewPool makes dev's pool over raw/drop: tensors from Alloc belong to dev, which embeds the pool.
+func NewPool(dev Device, raw func(int64) (Buffer, error), drop func(Buffer)) *Pool {
+	return &Pool{dev: dev, raw: raw, drop: drop, free: map[int64][]Buffer{}, live: map[Buffer]LiveBlock{}}
+}
+
+// Alloc: see Device.
+func (p *Pool) Alloc(dt DType, tag string, shape ...int) *Tensor {
+	n := numel(shape)
+	b := p.get(int64(n)*int64(dt.Size()), tag, dt, shape)
+	return NewTensor(p.dev, b, dt, tag, shape)
+}
+
+// Free: see Device.
+func (p *Pool) Free(t *Tensor) {
+	if t == nil {
+		return
+	}
+	if !t.owner {
+		panic(fmt.Sprintf("model: Free of view %s", t))
+	}
+	p.put(t.buf)
+	t.buf = nil
 }
 
 // SetFreeOnCard installs the query used in OOM messages.
 func (p *Pool) SetFreeOnCard(f func() int64) { p.freeOnCard = f }
 
-// Get returns a block of at least bytes, panicking with *OOMError when none can be had.
-func (p *Pool) Get(bytes int64, tag string, dt DType, shape []int) Buffer {
+// get returns a block of at least bytes, panicking with *OOMError when none can be had.
+func (p *Pool) get(bytes int64, tag string, dt DType, shape []int) Buffer {
 	class := SizeClass(bytes)
 	if p.stats.Limit > 0 && p.stats.Allocated+class > p.stats.Limit {
 		panic(p.oom(bytes, tag))
@@ -190,12 +211,12 @@ func (p *Pool) oom(bytes int64, tag string) *OOMError {
 	if p.freeOnCard != nil {
 		free = p.freeOnCard()
 	}
-	return &OOMError{Device: p.device, Tag: tag, Requested: bytes, Allocated: p.stats.Allocated,
+	return &OOMError{Device: p.dev.Name(), Tag: tag, Requested: bytes, Allocated: p.stats.Allocated,
 		Reserved: p.stats.Reserved, Limit: p.stats.Limit, Free: free}
 }
 
-// Put caches a block obtained from Get.
-func (p *Pool) Put(b Buffer) {
+// put caches a block obtained from get.
+func (p *Pool) put(b Buffer) {
 	blk, ok := p.live[b]
 	if !ok {
 		panic("model: free of a block that is not live (double free?)")
@@ -222,10 +243,9 @@ func (p *Pool) EmptyCache() {
 	}
 }
 
-func (p *Pool) Stats() MemStats           { return p.stats }
-func (p *Pool) ResetPeak()                { p.stats.Peak = p.stats.Allocated }
-func (p *Pool) SetLimit(bytes int64)      { p.stats.Limit = bytes }
-func (p *Pool) BlockBytes(b Buffer) int64 { return p.live[b].Bytes }
+func (p *Pool) Stats() MemStats      { return p.stats }
+func (p *Pool) ResetPeak()           { p.stats.Peak = p.stats.Allocated }
+func (p *Pool) SetLimit(bytes int64) { p.stats.Limit = bytes }
 
 // Live lists live blocks, largest first.
 func (p *Pool) Live() []LiveBlock {

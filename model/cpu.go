@@ -13,11 +13,14 @@ import (
 // runtime.GOMAXPROCS worker goroutines and is finished when it returns (so Sync is a no-op).
 // Memory comes from Go slices through the caching Pool, so its counters mean the same as on the GPU.
 type CPU struct {
-	pool    *Pool
+	*Pool   // memory: Alloc, Free, Stats, ResetPeak, SetLimit, EmptyCache, Live, SetObserver
 	threads int
 }
 
-var _ Device = (*CPU)(nil)
+var (
+	_ Device     = (*CPU)(nil)
+	_ Observable = (*CPU)(nil)
+)
 
 // cpuBuf is one block: float32 words, seen as f16 or i32 through unsafe views.
 type cpuBuf struct {
@@ -29,7 +32,7 @@ func (b *cpuBuf) Bytes() int64 { return int64(len(b.w)) * 4 }
 // NewCPU makes a CPU device using all of GOMAXPROCS.
 func NewCPU() *CPU {
 	c := &CPU{threads: runtime.GOMAXPROCS(0)}
-	c.pool = NewPool("cpu",
+	c.Pool = NewPool(c,
 		func(n int64) (Buffer, error) { return &cpuBuf{w: make([]float32, (n+3)/4)}, nil },
 		func(Buffer) {})
 	return c
@@ -37,31 +40,8 @@ func NewCPU() *CPU {
 
 func (c *CPU) Name() string { return "cpu" }
 
-// ---- memory ----
-
-func (c *CPU) Alloc(dt DType, tag string, shape ...int) *Tensor {
-	n := numel(shape)
-	b := c.pool.Get(int64(n)*int64(dt.Size()), tag, dt, shape)
-	return NewTensor(c, b, dt, tag, shape)
-}
-
-func (c *CPU) Free(t *Tensor) {
-	if t == nil {
-		return
-	}
-	if !t.owner {
-		panic(fmt.Sprintf("model: Free of view %s", t))
-	}
-	c.pool.Put(t.buf)
-	t.buf = nil
-}
-
-func (c *CPU) Stats() MemStats      { return c.pool.Stats() }
-func (c *CPU) ResetPeak()           { c.pool.ResetPeak() }
-func (c *CPU) SetLimit(bytes int64) { c.pool.SetLimit(bytes) }
-func (c *CPU) EmptyCache()          { c.pool.EmptyCache() }
-func (c *CPU) Live() []LiveBlock    { return c.pool.Live() }
-func (c *CPU) Sync()                {}
+// Sync has nothing to wait for: every operation is done when it returns.
+func (c *CPU) Sync() {}
 
 // ---- element access (device-internal) ----
 

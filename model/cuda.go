@@ -39,7 +39,7 @@ type CUDA struct {
 	minor   int
 	sms     int
 
-	pool   *Pool
+	*Pool                 // memory: Alloc, Free, Stats, ResetPeak, SetLimit, EmptyCache, Live, SetObserver
 	stream cudadrv.Stream // compute
 	copyS  cudadrv.Stream // copies to and from pinned host memory
 	module cudadrv.Module
@@ -59,7 +59,10 @@ type profEntry struct {
 	a, b cudadrv.Event
 }
 
-var _ Device = (*CUDA)(nil)
+var (
+	_ Device     = (*CUDA)(nil)
+	_ Observable = (*CUDA)(nil)
+)
 
 // cudaBuf is one cuMemAlloc block.
 type cudaBuf struct {
@@ -130,8 +133,8 @@ func NewCUDA(ordinal int) (*CUDA, error) {
 	if err := d.loadFlash(); err != nil {
 		return nil, err
 	}
-	d.pool = NewPool(d.Name(), d.rawAlloc, d.rawFree)
-	d.pool.SetFreeOnCard(func() int64 { f, _ := d.MemInfo(); return f })
+	d.Pool = NewPool(d, d.rawAlloc, d.rawFree)
+	d.SetFreeOnCard(func() int64 { f, _ := d.MemInfo(); return f })
 	return d, nil
 }
 
@@ -210,29 +213,6 @@ func (d *CUDA) rawFree(b Buffer) {
 	must(d.copyS.Sync())
 	must(cudadrv.MemFree(b.(*cudaBuf).ptr))
 }
-
-func (d *CUDA) Alloc(dt DType, tag string, shape ...int) *Tensor {
-	n := numel(shape)
-	b := d.pool.Get(int64(n)*int64(dt.Size()), tag, dt, shape)
-	return NewTensor(d, b, dt, tag, shape)
-}
-
-func (d *CUDA) Free(t *Tensor) {
-	if t == nil {
-		return
-	}
-	if !t.owner {
-		panic(fmt.Sprintf("model: Free of view %s", t))
-	}
-	d.pool.Put(t.buf)
-	t.buf = nil
-}
-
-func (d *CUDA) Stats() MemStats      { return d.pool.Stats() }
-func (d *CUDA) ResetPeak()           { d.pool.ResetPeak() }
-func (d *CUDA) SetLimit(bytes int64) { d.pool.SetLimit(bytes) }
-func (d *CUDA) EmptyCache()          { d.pool.EmptyCache() }
-func (d *CUDA) Live() []LiveBlock    { return d.pool.Live() }
 
 // scratch is a temporary f32 buffer for multi-pass kernels. Release it right after enqueueing the
 // kernels that use it: stream order keeps it alive for them.
