@@ -7,19 +7,20 @@ import (
 	"unsafe"
 
 	"github.com/goddp/goddp/model/half"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // CPU is the plain-Go device: every operation runs on the calling goroutine's behalf across
 // runtime.GOMAXPROCS worker goroutines and is finished when it returns (so Sync is a no-op).
 // Memory comes from Go slices through the caching Pool, so its counters mean the same as on the GPU.
 type CPU struct {
-	*Pool   // memory: Alloc, Free, Stats, ResetPeak, SetLimit, EmptyCache, Live, SetObserver
-	threads int
+	*tensor.Pool // memory: Alloc, Free, Stats, ResetPeak, SetLimit, EmptyCache, Live, SetObserver
+	threads      int
 }
 
 var (
-	_ Device     = (*CPU)(nil)
-	_ Observable = (*CPU)(nil)
+	_ tensor.Device     = (*CPU)(nil)
+	_ tensor.Observable = (*CPU)(nil)
 )
 
 // cpuBuf is one block: float32 words, seen as f16 or i32 through unsafe views.
@@ -32,9 +33,9 @@ func (b *cpuBuf) Bytes() int64 { return int64(len(b.w)) * 4 }
 // NewCPU makes a CPU device using all of GOMAXPROCS.
 func NewCPU() *CPU {
 	c := &CPU{threads: runtime.GOMAXPROCS(0)}
-	c.Pool = NewPool(c,
-		func(n int64) (Buffer, error) { return &cpuBuf{w: make([]float32, (n+3)/4)}, nil },
-		func(Buffer) {})
+	c.Pool = tensor.NewPool(c,
+		func(n int64) (tensor.Buffer, error) { return &cpuBuf{w: make([]float32, (n+3)/4)}, nil },
+		func(tensor.Buffer) {})
 	return c
 }
 
@@ -45,47 +46,47 @@ func (c *CPU) Sync() {}
 
 // ---- element access (device-internal) ----
 
-func words(t *Tensor) []float32 {
-	if t.buf == nil {
+func words(t *tensor.Tensor) []float32 {
+	if t.Buffer() == nil {
 		panic(fmt.Sprintf("model: use of freed tensor %s", t))
 	}
-	return t.buf.(*cpuBuf).w
+	return t.Buffer().(*cpuBuf).w
 }
 
 // f32s is t's elements when t is f32.
-func f32s(t *Tensor) []float32 {
-	if t.dtype != F32 {
+func f32s(t *tensor.Tensor) []float32 {
+	if t.DType() != tensor.F32 {
 		panic(fmt.Sprintf("model: %s is not f32", t))
 	}
-	return words(t)[t.off : t.off+t.n]
+	return words(t)[t.Offset() : t.Offset()+t.Len()]
 }
 
-func f16s(t *Tensor) []uint16 {
-	if t.dtype != F16 {
+func f16s(t *tensor.Tensor) []uint16 {
+	if t.DType() != tensor.F16 {
 		panic(fmt.Sprintf("model: %s is not f16", t))
 	}
 	w := words(t)
 	all := unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(w))), len(w)*2)
-	return all[t.off : t.off+t.n]
+	return all[t.Offset() : t.Offset()+t.Len()]
 }
 
-func i32s(t *Tensor) []int32 {
-	if t.dtype != I32 {
+func i32s(t *tensor.Tensor) []int32 {
+	if t.DType() != tensor.I32 {
 		panic(fmt.Sprintf("model: %s is not i32", t))
 	}
 	w := words(t)
 	all := unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(w))), len(w))
-	return all[t.off : t.off+t.n]
+	return all[t.Offset() : t.Offset()+t.Len()]
 }
 
 // read returns t's elements as float32: t's own memory when f32 (do not write it unless t is the
 // output), a converted copy when f16.
-func read(t *Tensor) []float32 {
-	switch t.dtype {
-	case F32:
+func read(t *tensor.Tensor) []float32 {
+	switch t.DType() {
+	case tensor.F32:
 		return f32s(t)
-	case F16:
-		out := make([]float32, t.n)
+	case tensor.F16:
+		out := make([]float32, t.Len())
 		half.Decode(out, f16s(t))
 		return out
 	}
@@ -95,30 +96,22 @@ func read(t *Tensor) []float32 {
 // out returns a float32 slice to write t's result into; commit stores it (rounding to f16 when t is
 // f16). When t is f32 the slice is t's memory and commit does nothing. keep loads t's current
 // values (for accumulating outputs).
-func outBuf(t *Tensor, keep bool) []float32 {
-	switch t.dtype {
-	case F32:
+func outBuf(t *tensor.Tensor, keep bool) []float32 {
+	switch t.DType() {
+	case tensor.F32:
 		return f32s(t)
-	case F16:
+	case tensor.F16:
 		if keep {
 			return read(t)
 		}
-		return make([]float32, t.n)
+		return make([]float32, t.Len())
 	}
 	panic(fmt.Sprintf("model: %s is not a float tensor", t))
 }
 
-func commit(t *Tensor, v []float32) {
-	if t.dtype == F16 {
+func commit(t *tensor.Tensor, v []float32) {
+	if t.DType() == tensor.F16 {
 		half.Encode(f16s(t), v)
-	}
-}
-
-func checkLen(op string, ts ...*Tensor) {
-	for _, t := range ts[1:] {
-		if t.n != ts[0].n {
-			panic(fmt.Sprintf("model: %s: %s and %s differ in size", op, ts[0], t))
-		}
 	}
 }
 
@@ -161,45 +154,45 @@ func (c *CPU) parallelParts(n, grain int, body func(part, lo, hi int)) {
 
 // ---- host transfer ----
 
-func (c *CPU) Upload(dst *Tensor, src []float32) {
-	if len(src) != dst.n {
+func (c *CPU) Upload(dst *tensor.Tensor, src []float32) {
+	if len(src) != dst.Len() {
 		panic(fmt.Sprintf("model: Upload of %d values into %s", len(src), dst))
 	}
-	switch dst.dtype {
-	case F32:
+	switch dst.DType() {
+	case tensor.F32:
 		copy(f32s(dst), src)
-	case F16:
+	case tensor.F16:
 		half.Encode(f16s(dst), src)
 	default:
 		panic(fmt.Sprintf("model: Upload into %s", dst))
 	}
 }
 
-func (c *CPU) UploadI32(dst *Tensor, src []int32) {
-	if len(src) != dst.n {
+func (c *CPU) UploadI32(dst *tensor.Tensor, src []int32) {
+	if len(src) != dst.Len() {
 		panic(fmt.Sprintf("model: UploadI32 of %d values into %s", len(src), dst))
 	}
 	copy(i32s(dst), src)
 }
 
-func (c *CPU) Download(dst []float32, src *Tensor) {
-	if len(dst) != src.n {
+func (c *CPU) Download(dst []float32, src *tensor.Tensor) {
+	if len(dst) != src.Len() {
 		panic(fmt.Sprintf("model: Download of %s into %d values", src, len(dst)))
 	}
-	switch src.dtype {
-	case F32:
+	switch src.DType() {
+	case tensor.F32:
 		copy(dst, f32s(src))
-	case F16:
+	case tensor.F16:
 		half.Decode(dst, f16s(src))
-	case I32:
+	case tensor.I32:
 		for i, v := range i32s(src) {
 			dst[i] = float32(v)
 		}
 	}
 }
 
-func (c *CPU) DownloadI32(dst []int32, src *Tensor) {
-	if len(dst) != src.n {
+func (c *CPU) DownloadI32(dst []int32, src *tensor.Tensor) {
+	if len(dst) != src.Len() {
 		panic(fmt.Sprintf("model: DownloadI32 of %s into %d values", src, len(dst)))
 	}
 	copy(dst, i32s(src))
@@ -207,20 +200,20 @@ func (c *CPU) DownloadI32(dst []int32, src *Tensor) {
 
 // ---- fills, copies, elementwise ----
 
-func (c *CPU) Fill(t *Tensor, v float32) {
-	switch t.dtype {
-	case F32:
+func (c *CPU) Fill(t *tensor.Tensor, v float32) {
+	switch t.DType() {
+	case tensor.F32:
 		x := f32s(t)
 		for i := range x {
 			x[i] = v
 		}
-	case F16:
+	case tensor.F16:
 		h := half.FromFloat32(v)
 		x := f16s(t)
 		for i := range x {
 			x[i] = h
 		}
-	case I32:
+	case tensor.I32:
 		x := i32s(t)
 		for i := range x {
 			x[i] = int32(v)
@@ -228,19 +221,19 @@ func (c *CPU) Fill(t *Tensor, v float32) {
 	}
 }
 
-func (c *CPU) Copy(dst, src *Tensor) {
-	checkLen("Copy", dst, src)
+func (c *CPU) Copy(dst, src *tensor.Tensor) {
+	tensor.CheckLen("Copy", dst, src)
 	switch {
-	case dst.dtype == src.dtype && dst.dtype == F32:
+	case dst.DType() == src.DType() && dst.DType() == tensor.F32:
 		copy(f32s(dst), f32s(src))
-	case dst.dtype == src.dtype && dst.dtype == F16:
+	case dst.DType() == src.DType() && dst.DType() == tensor.F16:
 		copy(f16s(dst), f16s(src))
-	case dst.dtype == src.dtype && dst.dtype == I32:
+	case dst.DType() == src.DType() && dst.DType() == tensor.I32:
 		copy(i32s(dst), i32s(src))
-	case dst.dtype == F16 && src.dtype == F32:
+	case dst.DType() == tensor.F16 && src.DType() == tensor.F32:
 		d, s := f16s(dst), f32s(src)
 		c.parallel(len(s), 1<<15, func(lo, hi int) { half.Encode(d[lo:hi], s[lo:hi]) })
-	case dst.dtype == F32 && src.dtype == F16:
+	case dst.DType() == tensor.F32 && src.DType() == tensor.F16:
 		d, s := f32s(dst), f16s(src)
 		c.parallel(len(s), 1<<15, func(lo, hi int) { half.Decode(d[lo:hi], s[lo:hi]) })
 	default:
@@ -248,17 +241,17 @@ func (c *CPU) Copy(dst, src *Tensor) {
 	}
 }
 
-func (c *CPU) RandNormal(t *Tensor, std float32, seed uint64) {
+func (c *CPU) RandNormal(t *tensor.Tensor, std float32, seed uint64) {
 	v := outBuf(t, false)
 	c.parallel(len(v), 4096, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			v[i] = std * Normal(seed, uint64(i))
+			v[i] = std * tensor.Normal(seed, uint64(i))
 		}
 	})
 	commit(t, v)
 }
 
-func (c *CPU) Scale(t *Tensor, s float32) {
+func (c *CPU) Scale(t *tensor.Tensor, s float32) {
 	v := outBuf(t, true)
 	c.parallel(len(v), 1<<14, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
@@ -268,8 +261,8 @@ func (c *CPU) Scale(t *Tensor, s float32) {
 	commit(t, v)
 }
 
-func (c *CPU) Axpy(y *Tensor, alpha float32, x *Tensor) {
-	checkLen("Axpy", y, x)
+func (c *CPU) Axpy(y *tensor.Tensor, alpha float32, x *tensor.Tensor) {
+	tensor.CheckLen("Axpy", y, x)
 	xs := read(x)
 	ys := outBuf(y, true)
 	c.parallel(len(ys), 1<<14, func(lo, hi int) {
@@ -281,8 +274,8 @@ func (c *CPU) Axpy(y *Tensor, alpha float32, x *Tensor) {
 	commit(y, ys)
 }
 
-func (c *CPU) Add(out, a, b *Tensor) {
-	checkLen("Add", out, a, b)
+func (c *CPU) Add(out, a, b *tensor.Tensor) {
+	tensor.CheckLen("Add", out, a, b)
 	as, bs := read(a), read(b)
 	os := outBuf(out, false)
 	c.parallel(len(os), 1<<14, func(lo, hi int) {

@@ -3,6 +3,8 @@ package model
 import (
 	"fmt"
 	"math"
+
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // The CPU device's FlashAttention is the reference the CUDA kernels are tested against: the same
@@ -11,29 +13,10 @@ import (
 // head) at a time. It is not the CPU's fast path: FlashAttentionFast is false, so attention layers
 // on the CPU choose the materialised BatchedMatMul + Softmax path unless told otherwise.
 
-// flashDims checks qkv (B,T,3C), y (B,T,C), lse (B,heads,T) f32 and returns B, T, C, hs.
-func flashDims(op string, y, lse, qkv *Tensor, heads int) (B, T, C, hs int) {
-	if len(qkv.shape) != 3 || qkv.shape[2]%3 != 0 {
-		panic(fmt.Sprintf("model: %s wants qkv (B,T,3C), got %s", op, qkv))
-	}
-	B, T, C = qkv.shape[0], qkv.shape[1], qkv.shape[2]/3
-	if heads <= 0 || C%heads != 0 {
-		panic(fmt.Sprintf("model: %s: %d heads do not divide width %d", op, heads, C))
-	}
-	if len(y.shape) != 3 || y.shape[0] != B || y.shape[1] != T || y.shape[2] != C {
-		panic(fmt.Sprintf("model: %s: y %s does not match qkv %s", op, y, qkv))
-	}
-	if lse.dtype != F32 || lse.n != B*heads*T {
-		panic(fmt.Sprintf("model: %s: lse %s, want (%d,%d,%d) f32", op, lse, B, heads, T))
-	}
-	floatT(op, y, qkv)
-	return B, T, C, C / heads
-}
+func (c *CPU) FlashAttentionFast(int, tensor.DType) bool { return false }
 
-func (c *CPU) FlashAttentionFast(int, DType) bool { return false }
-
-func (c *CPU) FlashAttention(y, lse, qkv *Tensor, heads int, scale float32) {
-	B, T, C, hs := flashDims("FlashAttention", y, lse, qkv, heads)
+func (c *CPU) FlashAttention(y, lse, qkv *tensor.Tensor, heads int, scale float32) {
+	B, T, C, hs := tensor.FlashDims("FlashAttention", y, lse, qkv, heads)
 	src := read(qkv)
 	out := outBuf(y, false)
 	L := f32s(lse)
@@ -69,12 +52,12 @@ func (c *CPU) FlashAttention(y, lse, qkv *Tensor, heads int, scale float32) {
 	commit(y, out)
 }
 
-func (c *CPU) FlashAttentionBackward(dqkv, dy, qkv, y, lse *Tensor, heads int, scale float32) {
-	B, T, C, hs := flashDims("FlashAttentionBackward", y, lse, qkv, heads)
-	if !SameShape(dqkv, qkv) || !SameShape(dy, y) {
+func (c *CPU) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, heads int, scale float32) {
+	B, T, C, hs := tensor.FlashDims("FlashAttentionBackward", y, lse, qkv, heads)
+	if !tensor.SameShape(dqkv, qkv) || !tensor.SameShape(dy, y) {
 		panic(fmt.Sprintf("model: FlashAttentionBackward: dqkv %s / qkv %s, dy %s / y %s", dqkv, qkv, dy, y))
 	}
-	flashDims("FlashAttentionBackward", dy, lse, dqkv, heads)
+	tensor.FlashDims("FlashAttentionBackward", dy, lse, dqkv, heads)
 	src, g, o := read(qkv), read(dy), read(y)
 	out := outBuf(dqkv, false)
 	L := f32s(lse)
@@ -113,15 +96,6 @@ func (c *CPU) FlashAttentionBackward(dqkv, dy, qkv, y, lse *Tensor, heads int, s
 		}
 	})
 	commit(dqkv, out)
-}
-
-// floatT panics unless every non-nil tensor is f32 or f16 (shared with the CUDA device's ops).
-func floatT(op string, ts ...*Tensor) {
-	for _, t := range ts {
-		if t != nil && t.dtype != F32 && t.dtype != F16 {
-			panic(fmt.Sprintf("model: %s: %s is not a float tensor", op, t))
-		}
-	}
 }
 
 func dot32(a, b []float32) float32 {

@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/goddp/goddp/model/half"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // The CPU's SGEMM, organised like BLIS/GotoBLAS:
@@ -41,15 +42,15 @@ type gemmSrc struct {
 }
 
 // gemmOperand describes op(t) for a matrix t of rows×cols elements starting at element off of t.
-func gemmOperand(t *Tensor, off, rows, cols int, trans bool) gemmSrc {
+func gemmOperand(t *tensor.Tensor, off, rows, cols int, trans bool) gemmSrc {
 	s := gemmSrc{off: off, rs: cols, cs: 1}
 	if trans {
 		s.rs, s.cs = 1, cols
 	}
-	switch t.dtype {
-	case F32:
+	switch t.DType() {
+	case tensor.F32:
 		s.f32 = f32s(t)
-	case F16:
+	case tensor.F16:
 		s.f16 = f16s(t)
 	default:
 		panic("model: MatMul of " + t.String())
@@ -401,15 +402,15 @@ func (c *CPU) gemm(m, n, k int, A, B gemmSrc, C []float32, alpha, beta float32) 
 // gemmOut returns the f32 slice a product writes C through and the function that finishes C:
 // C's own memory when f32; for f16 a pooled f32 scratch (holding C's values when keep), rounded
 // into C by done. No allocation per call either way.
-func gemmOut(C *Tensor, keep bool) (out []float32, done func()) {
-	if C.dtype != F16 {
+func gemmOut(C *tensor.Tensor, keep bool) (out []float32, done func()) {
+	if C.DType() != tensor.F16 {
 		return outBuf(C, keep), func() {}
 	}
 	p, _ := gemmScratch.Get().(*[]float32)
 	if p == nil {
 		p = new([]float32)
 	}
-	*p = grow(*p, C.n)
+	*p = grow(*p, C.Len())
 	out = *p
 	if keep {
 		half.Decode(out, f16s(C))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goddp/goddp/model/half"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // withKernel runs f with each micro-kernel this CPU has (AVX-512, AVX2, Go) installed; with the
@@ -26,16 +27,16 @@ func withKernel(t *testing.T, f func(t *testing.T)) {
 }
 
 // checkGemm runs one MatMul of random operands against the float64 reference.
-func checkGemm(t *testing.T, dev *CPU, r *rand.Rand, m, n, k int, ta, tb bool, adt, bdt, cdt DType, alpha, beta float32, nanC bool) {
+func checkGemm(t *testing.T, dev *CPU, r *rand.Rand, m, n, k int, ta, tb bool, adt, bdt, cdt tensor.DType, alpha, beta float32, nanC bool) {
 	t.Helper()
 	a, b, c := randVec(r, m*k), randVec(r, k*n), randVec(r, m*n)
-	if adt == F16 {
+	if adt == tensor.F16 {
 		half.Round(a)
 	}
-	if bdt == F16 {
+	if bdt == tensor.F16 {
 		half.Round(b)
 	}
-	if cdt == F16 {
+	if cdt == tensor.F16 {
 		half.Round(c)
 	}
 	if nanC {
@@ -50,8 +51,8 @@ func checkGemm(t *testing.T, dev *CPU, r *rand.Rand, m, n, k int, ta, tb bool, a
 	if tb {
 		bshape = []int{n, k}
 	}
-	A, B := FromHost(dev, adt, "a", a, ashape...), FromHost(dev, bdt, "b", b, bshape...)
-	C := FromHost(dev, cdt, "c", c, m, n)
+	A, B := tensor.FromHost(dev, adt, "a", a, ashape...), tensor.FromHost(dev, bdt, "b", b, bshape...)
+	C := tensor.FromHost(dev, cdt, "c", c, m, n)
 	defer func() { dev.Free(A); dev.Free(B); dev.Free(C) }()
 	dev.MatMul(C, A, B, ta, tb, alpha, beta)
 	cref := c
@@ -59,9 +60,9 @@ func checkGemm(t *testing.T, dev *CPU, r *rand.Rand, m, n, k int, ta, tb bool, a
 		cref = make([]float32, m*n) // beta is 0: C's old contents must not matter
 	}
 	want := naiveMatMul(a, b, cref, m, n, k, ta, tb, float64(alpha), float64(beta))
-	got := ToHost(C)
+	got := tensor.ToHost(C)
 	tol := 2e-5 * math.Sqrt(float64(k)+1)
-	if cdt == F16 {
+	if cdt == tensor.F16 {
 		tol = 2e-3
 	}
 	for i, g := range got {
@@ -86,10 +87,10 @@ func TestGemm_shapesTransposesAlphaBeta(t *testing.T) {
 		for _, sh := range shapes {
 			for _, ta := range []bool{false, true} {
 				for _, tb := range []bool{false, true} {
-					checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, F32, F32, F32, 1, 0, false)
-					checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, F32, F32, F32, -0.75, 1, false)
-					checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, F32, F32, F32, 1.5, -0.5, false)
-					checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, F32, F32, F32, 2, 0, true)
+					checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, tensor.F32, tensor.F32, tensor.F32, 1, 0, false)
+					checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, tensor.F32, tensor.F32, tensor.F32, -0.75, 1, false)
+					checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, tensor.F32, tensor.F32, tensor.F32, 1.5, -0.5, false)
+					checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, tensor.F32, tensor.F32, tensor.F32, 2, 0, true)
 				}
 			}
 		}
@@ -103,10 +104,10 @@ func TestGemm_f16Operands(t *testing.T) {
 		for _, sh := range [][3]int{{1, 1, 1}, {13, 45, 19}, {40, 70, 300}} {
 			for _, ta := range []bool{false, true} {
 				for _, tb := range []bool{false, true} {
-					checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, F16, F16, F32, 1, 0, true)
-					checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, F16, F32, F32, 0.5, 1, false)
-					checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, F32, F16, F16, 1, 0.5, false)
-					checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, F16, F16, F16, 1, 0, true)
+					checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, tensor.F16, tensor.F16, tensor.F32, 1, 0, true)
+					checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, tensor.F16, tensor.F32, tensor.F32, 0.5, 1, false)
+					checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, tensor.F32, tensor.F16, tensor.F16, 1, 0.5, false)
+					checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, tensor.F16, tensor.F16, tensor.F16, 1, 0, true)
 				}
 			}
 		}
@@ -115,17 +116,17 @@ func TestGemm_f16Operands(t *testing.T) {
 
 func TestGemm_zeroK(t *testing.T) {
 	dev := NewCPU()
-	C := FromHost(dev, F32, "c", []float32{1, 2, 3, 4, 5, 6}, 2, 3)
-	A, B := dev.Alloc(F32, "a", 2, 0), dev.Alloc(F32, "b", 0, 3)
+	C := tensor.FromHost(dev, tensor.F32, "c", []float32{1, 2, 3, 4, 5, 6}, 2, 3)
+	A, B := dev.Alloc(tensor.F32, "a", 2, 0), dev.Alloc(tensor.F32, "b", 0, 3)
 	dev.MatMul(C, A, B, false, false, 1, 2)
-	for i, v := range ToHost(C) {
+	for i, v := range tensor.ToHost(C) {
 		if v != 2*float32(i+1) {
 			t.Fatalf("k=0, beta=2: C[%d] = %g", i, v)
 		}
 	}
 	dev.Fill(C, float32(math.NaN()))
 	dev.MatMul(C, A, B, false, false, 1, 0)
-	for i, v := range ToHost(C) {
+	for i, v := range tensor.ToHost(C) {
 		if v != 0 {
 			t.Fatalf("k=0, beta=0: C[%d] = %g", i, v)
 		}
@@ -136,23 +137,23 @@ func TestGemm_zeroK(t *testing.T) {
 func TestGemm_views(t *testing.T) {
 	dev := NewCPU()
 	r := rand.New(rand.NewPCG(17, 18))
-	for _, dt := range []DType{F32, F16} {
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
 		const m, n, k = 2 * 13, 37, 45
 		a, b := randVec(r, 7+m*k+3), randVec(r, 5+n*k)
-		if dt == F16 {
+		if dt == tensor.F16 {
 			half.Round(a)
 			half.Round(b)
 		}
-		Abig, Bbig := FromHost(dev, dt, "a", a, len(a)), FromHost(dev, dt, "b", b, len(b))
-		Cbig := dev.Alloc(F32, "c", 11+m*n)
+		Abig, Bbig := tensor.FromHost(dev, dt, "a", a, len(a)), tensor.FromHost(dev, dt, "b", b, len(b))
+		Cbig := dev.Alloc(tensor.F32, "c", 11+m*n)
 		dev.Fill(Cbig, float32(math.NaN()))
 		A, B, C := Abig.View(7, 2, 13, k), Bbig.View(5, n, k), Cbig.View(11, 2, 13, n)
 		dev.MatMul(C, A, B, false, true, 1, 0)
 		want := naiveMatMul(a[7:7+m*k], b[5:], make([]float32, m*n), m, n, k, false, true, 1, 0)
-		if e := relErr(ToHost(C), want); e > 1e-5 {
+		if e := relErr(tensor.ToHost(C), want); e > 1e-5 {
 			t.Fatalf("%s views: rel err %g", dt, e)
 		}
-		if got := ToHost(Cbig)[:11]; !math.IsNaN(float64(got[10])) {
+		if got := tensor.ToHost(Cbig)[:11]; !math.IsNaN(float64(got[10])) {
 			t.Fatalf("%s views: wrote before the view: %v", dt, got)
 		}
 	}
@@ -162,9 +163,9 @@ func TestGemm_views(t *testing.T) {
 func TestGemm_mlpShapes(t *testing.T) {
 	dev := NewCPU()
 	r := rand.New(rand.NewPCG(11, 12))
-	checkGemm(t, dev, r, 128, 1024, 784, false, true, F32, F32, F32, 1, 0, true)  // forward
-	checkGemm(t, dev, r, 1024, 784, 128, true, false, F32, F32, F32, 1, 1, false) // weight grad
-	checkGemm(t, dev, r, 128, 784, 1024, false, false, F32, F32, F32, 1, 0, true) // input grad
+	checkGemm(t, dev, r, 128, 1024, 784, false, true, tensor.F32, tensor.F32, tensor.F32, 1, 0, true)  // forward
+	checkGemm(t, dev, r, 1024, 784, 128, true, false, tensor.F32, tensor.F32, tensor.F32, 1, 1, false) // weight grad
+	checkGemm(t, dev, r, 128, 784, 1024, false, false, tensor.F32, tensor.F32, tensor.F32, 1, 0, true) // input grad
 }
 
 func TestGemm_batchedSmall(t *testing.T) {
@@ -184,10 +185,10 @@ func TestGemm_batchedSmall(t *testing.T) {
 					if tb {
 						bshape = []int{nb, n, k}
 					}
-					A, B := FromHost(dev, F32, "a", a, ashape...), FromHost(dev, F32, "b", b, bshape...)
-					C := FromHost(dev, F32, "c", c, nb, m, n)
+					A, B := tensor.FromHost(dev, tensor.F32, "a", a, ashape...), tensor.FromHost(dev, tensor.F32, "b", b, bshape...)
+					C := tensor.FromHost(dev, tensor.F32, "c", c, nb, m, n)
 					dev.BatchedMatMul(C, A, B, ta, tb, 0.5, 1)
-					got := ToHost(C)
+					got := tensor.ToHost(C)
 					for i := 0; i < nb; i++ {
 						want := naiveMatMul(a[i*m*k:(i+1)*m*k], b[i*k*n:(i+1)*k*n], c[i*m*n:(i+1)*m*n], m, n, k, ta, tb, 0.5, 1)
 						if e := relErr(got[i*m*n:(i+1)*m*n], want); e > 1e-5 {
@@ -209,7 +210,7 @@ func TestCPU_biasGrad(t *testing.T) {
 	for _, sh := range [][2]int{{1, 1}, {3, 70}, {128, 1024}, {128, 10}, {7, 1500}} {
 		rows, cols := sh[0], sh[1]
 		dy, db0 := randVec(r, rows*cols), randVec(r, cols)
-		DY, DB := FromHost(dev, F32, "dy", dy, rows, cols), FromHost(dev, F32, "db", db0, cols)
+		DY, DB := tensor.FromHost(dev, tensor.F32, "dy", dy, rows, cols), tensor.FromHost(dev, tensor.F32, "db", db0, cols)
 		dev.BiasGrad(DB, DY)
 		want := make([]float64, cols)
 		for j := range want {
@@ -218,7 +219,7 @@ func TestCPU_biasGrad(t *testing.T) {
 				want[j] += float64(dy[i*cols+j])
 			}
 		}
-		if e := relErr(ToHost(DB), want); e > 1e-6 {
+		if e := relErr(tensor.ToHost(DB), want); e > 1e-6 {
 			t.Fatalf("BiasGrad %v: rel err %g", sh, e)
 		}
 	}
@@ -249,9 +250,9 @@ func BenchmarkGemm(b *testing.B) {
 			if bc.tb {
 				bshape = []int{bc.n, bc.k}
 			}
-			A := FromHost(dev, F32, "a", randVec(r, bc.m*bc.k), ashape...)
-			B := FromHost(dev, F32, "b", randVec(r, bc.k*bc.n), bshape...)
-			C := dev.Alloc(F32, "c", bc.m, bc.n)
+			A := tensor.FromHost(dev, tensor.F32, "a", randVec(r, bc.m*bc.k), ashape...)
+			B := tensor.FromHost(dev, tensor.F32, "b", randVec(r, bc.k*bc.n), bshape...)
+			C := dev.Alloc(tensor.F32, "c", bc.m, bc.n)
 			for b.Loop() {
 				dev.MatMul(C, A, B, bc.ta, bc.tb, 1, 0)
 			}
@@ -264,9 +265,9 @@ func BenchmarkGemmBatchedAttention(b *testing.B) {
 	dev := NewCPU()
 	r := rand.New(rand.NewPCG(1, 2))
 	const nb, t, hs = 64, 64, 32
-	Q := FromHost(dev, F32, "q", randVec(r, nb*t*hs), nb, t, hs)
-	K := FromHost(dev, F32, "k", randVec(r, nb*t*hs), nb, t, hs)
-	S := dev.Alloc(F32, "s", nb, t, t)
+	Q := tensor.FromHost(dev, tensor.F32, "q", randVec(r, nb*t*hs), nb, t, hs)
+	K := tensor.FromHost(dev, tensor.F32, "k", randVec(r, nb*t*hs), nb, t, hs)
+	S := dev.Alloc(tensor.F32, "s", nb, t, t)
 	for b.Loop() {
 		dev.BatchedMatMul(S, Q, K, false, true, 1, 0)
 	}
@@ -280,38 +281,38 @@ type mlpBench struct {
 	dev              *CPU
 	batch            int
 	widths           []int
-	w, b, dw, db     []*Tensor
-	acts, pre        []*Tensor // acts[0] is the input, acts[i+1] layer i's output (after ReLU)
-	dacts            []*Tensor
-	targets, losses  *Tensor
-	lossSum, scratch *Tensor
+	w, b, dw, db     []*tensor.Tensor
+	acts, pre        []*tensor.Tensor // acts[0] is the input, acts[i+1] layer i's output (after ReLU)
+	dacts            []*tensor.Tensor
+	targets, losses  *tensor.Tensor
+	lossSum, scratch *tensor.Tensor
 }
 
 func newMLPBench(dev *CPU, batch int, widths []int) *mlpBench {
 	r := rand.New(rand.NewPCG(5, 6))
 	m := &mlpBench{dev: dev, batch: batch, widths: widths}
 	L := len(widths) - 1
-	m.acts = append(m.acts, FromHost(dev, F32, "x", randVec(r, batch*widths[0]), batch, widths[0]))
+	m.acts = append(m.acts, tensor.FromHost(dev, tensor.F32, "x", randVec(r, batch*widths[0]), batch, widths[0]))
 	for i := 0; i < L; i++ {
 		in, out := widths[i], widths[i+1]
-		m.w = append(m.w, dev.Alloc(F32, fmt.Sprintf("w%d", i), out, in))
+		m.w = append(m.w, dev.Alloc(tensor.F32, fmt.Sprintf("w%d", i), out, in))
 		dev.RandNormal(m.w[i], float32(math.Sqrt(2/float64(in))), uint64(i+1))
-		m.b = append(m.b, dev.Alloc(F32, fmt.Sprintf("b%d", i), out))
+		m.b = append(m.b, dev.Alloc(tensor.F32, fmt.Sprintf("b%d", i), out))
 		dev.Fill(m.b[i], 0)
-		m.dw = append(m.dw, dev.Alloc(F32, fmt.Sprintf("dw%d", i), out, in))
-		m.db = append(m.db, dev.Alloc(F32, fmt.Sprintf("db%d", i), out))
-		m.pre = append(m.pre, dev.Alloc(F32, fmt.Sprintf("h%d", i), batch, out))
+		m.dw = append(m.dw, dev.Alloc(tensor.F32, fmt.Sprintf("dw%d", i), out, in))
+		m.db = append(m.db, dev.Alloc(tensor.F32, fmt.Sprintf("db%d", i), out))
+		m.pre = append(m.pre, dev.Alloc(tensor.F32, fmt.Sprintf("h%d", i), batch, out))
 		m.acts = append(m.acts, m.pre[i]) // ReLU in place: the saved output is all backward needs
-		m.dacts = append(m.dacts, dev.Alloc(F32, fmt.Sprintf("dh%d", i), batch, out))
+		m.dacts = append(m.dacts, dev.Alloc(tensor.F32, fmt.Sprintf("dh%d", i), batch, out))
 	}
 	ts := make([]int32, batch)
 	for i := range ts {
 		ts[i] = int32(r.IntN(widths[L]))
 	}
-	m.targets = dev.Alloc(I32, "targets", batch)
+	m.targets = dev.Alloc(tensor.I32, "targets", batch)
 	dev.UploadI32(m.targets, ts)
-	m.losses = dev.Alloc(F32, "losses", batch)
-	m.lossSum = dev.Alloc(F32, "loss", 1)
+	m.losses = dev.Alloc(tensor.F32, "losses", batch)
+	m.lossSum = dev.Alloc(tensor.F32, "loss", 1)
 	return m
 }
 
@@ -345,8 +346,8 @@ func (m *mlpBench) step(lr float32) float32 {
 		}
 	}
 	for i := 0; i < L; i++ {
-		d.SGD(m.w[i], m.dw[i], nil, nil, SGDArgs{LR: lr})
-		d.SGD(m.b[i], m.db[i], nil, nil, SGDArgs{LR: lr})
+		d.SGD(m.w[i], m.dw[i], nil, nil, tensor.SGDArgs{LR: lr})
+		d.SGD(m.b[i], m.db[i], nil, nil, tensor.SGDArgs{LR: lr})
 	}
 	var loss [1]float32
 	d.Download(loss[:], m.lossSum)

@@ -1,26 +1,17 @@
 package model
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/goddp/goddp/model/tensor"
+)
 
 // Matrix products on the CPU: shapes are checked here, the work is the packed, blocked SGEMM of
 // cpu_gemm.go (f16 operands are widened while packing; an f16 C goes through a pooled f32 scratch).
 
-// matDims returns (rows, cols) of t seen as a matrix: the product of the leading dimensions and
-// the last one (so a 2×0 tensor is 2 rows of nothing, which K = 0 products need).
-func matDims(t *Tensor) (int, int) {
-	if len(t.shape) == 0 {
-		return 1, 1
-	}
-	r := 1
-	for _, d := range t.shape[:len(t.shape)-1] {
-		r *= d
-	}
-	return r, t.shape[len(t.shape)-1]
-}
-
-func (c *CPU) MatMul(C, A, B *Tensor, transA, transB bool, alpha, beta float32) {
-	ar, ac := matDims(A)
-	br, bc := matDims(B)
+func (c *CPU) MatMul(C, A, B *tensor.Tensor, transA, transB bool, alpha, beta float32) {
+	ar, ac := tensor.MatDims(A)
+	br, bc := tensor.MatDims(B)
 	m, k := ar, ac
 	if transA {
 		m, k = ac, ar
@@ -29,7 +20,7 @@ func (c *CPU) MatMul(C, A, B *Tensor, transA, transB bool, alpha, beta float32) 
 	if transB {
 		k2, n = bc, br
 	}
-	cr, cc := matDims(C)
+	cr, cc := tensor.MatDims(C)
 	if k != k2 || cr != m || cc != n {
 		panic(fmt.Sprintf("model: MatMul shapes: C %s = op(A %s, trans=%v) · op(B %s, trans=%v)", C, A, transA, B, transB))
 	}
@@ -38,13 +29,13 @@ func (c *CPU) MatMul(C, A, B *Tensor, transA, transB bool, alpha, beta float32) 
 	done()
 }
 
-func (c *CPU) BatchedMatMul(C, A, B *Tensor, transA, transB bool, alpha, beta float32) {
-	if len(A.shape) != 3 || len(B.shape) != 3 || len(C.shape) != 3 || A.shape[0] != B.shape[0] || A.shape[0] != C.shape[0] {
+func (c *CPU) BatchedMatMul(C, A, B *tensor.Tensor, transA, transB bool, alpha, beta float32) {
+	if len(A.Shape()) != 3 || len(B.Shape()) != 3 || len(C.Shape()) != 3 || A.Shape()[0] != B.Shape()[0] || A.Shape()[0] != C.Shape()[0] {
 		panic(fmt.Sprintf("model: BatchedMatMul wants 3-D tensors with one batch count: C %s, A %s, B %s", C, A, B))
 	}
-	nb := A.shape[0]
-	ar, ac := A.shape[1], A.shape[2]
-	br, bc := B.shape[1], B.shape[2]
+	nb := A.Shape()[0]
+	ar, ac := A.Shape()[1], A.Shape()[2]
+	br, bc := B.Shape()[1], B.Shape()[2]
 	m, k := ar, ac
 	if transA {
 		m, k = ac, ar
@@ -53,7 +44,7 @@ func (c *CPU) BatchedMatMul(C, A, B *Tensor, transA, transB bool, alpha, beta fl
 	if transB {
 		k2, n = bc, br
 	}
-	if k != k2 || C.shape[1] != m || C.shape[2] != n {
+	if k != k2 || C.Shape()[1] != m || C.Shape()[2] != n {
 		panic(fmt.Sprintf("model: BatchedMatMul shapes: C %s = op(A %s, trans=%v) · op(B %s, trans=%v)", C, A, transA, B, transB))
 	}
 	out, done := gemmOut(C, beta != 0)
@@ -76,9 +67,9 @@ func (c *CPU) BatchedMatMul(C, A, B *Tensor, transA, transB bool, alpha, beta fl
 	done()
 }
 
-func (c *CPU) AddBias(y, bias *Tensor) {
-	r, cols := matDims(y)
-	if bias.n != cols {
+func (c *CPU) AddBias(y, bias *tensor.Tensor) {
+	r, cols := tensor.MatDims(y)
+	if bias.Len() != cols {
 		panic(fmt.Sprintf("model: AddBias: %s has %d columns, bias %s", y, cols, bias))
 	}
 	bs := read(bias)[:cols]
@@ -95,9 +86,9 @@ func (c *CPU) AddBias(y, bias *Tensor) {
 	commit(y, ys)
 }
 
-func (c *CPU) BiasGrad(db, dy *Tensor) {
-	r, cols := matDims(dy)
-	if db.n != cols {
+func (c *CPU) BiasGrad(db, dy *tensor.Tensor) {
+	r, cols := tensor.MatDims(dy)
+	if db.Len() != cols {
 		panic(fmt.Sprintf("model: BiasGrad: %s has %d columns, db %s", dy, cols, db))
 	}
 	ds := read(dy)

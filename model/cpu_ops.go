@@ -6,14 +6,15 @@ import (
 	"sync"
 
 	"github.com/goddp/goddp/model/half"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // The CPU device's non-matmul operations, in the order of device.go.
 
 // ---- activations ----
 
-func (c *CPU) ReLU(y, x *Tensor) {
-	checkLen("ReLU", y, x)
+func (c *CPU) ReLU(y, x *tensor.Tensor) {
+	tensor.CheckLen("ReLU", y, x)
 	xs := read(x)
 	ys := outBuf(y, false)
 	c.parallel(len(ys), 1<<14, func(lo, hi int) {
@@ -24,8 +25,8 @@ func (c *CPU) ReLU(y, x *Tensor) {
 	commit(y, ys)
 }
 
-func (c *CPU) ReLUBackward(dx, dy, y *Tensor) {
-	checkLen("ReLUBackward", dx, dy, y)
+func (c *CPU) ReLUBackward(dx, dy, y *tensor.Tensor) {
+	tensor.CheckLen("ReLUBackward", dx, dy, y)
 	ds, ys := read(dy), read(y)
 	out := outBuf(dx, false)
 	c.parallel(len(out), 1<<14, func(lo, hi int) {
@@ -47,8 +48,8 @@ func (c *CPU) ReLUBackward(dx, dy, y *Tensor) {
 
 const geluK = 0.7978845608028654 // √(2/π)
 
-func (c *CPU) GELU(y, x *Tensor) {
-	checkLen("GELU", y, x)
+func (c *CPU) GELU(y, x *tensor.Tensor) {
+	tensor.CheckLen("GELU", y, x)
 	xs := read(x)
 	ys := outBuf(y, false)
 	c.parallel(len(ys), 4096, func(lo, hi int) {
@@ -59,8 +60,8 @@ func (c *CPU) GELU(y, x *Tensor) {
 	commit(y, ys)
 }
 
-func (c *CPU) GELUBackward(dx, dy, x *Tensor) {
-	checkLen("GELUBackward", dx, dy, x)
+func (c *CPU) GELUBackward(dx, dy, x *tensor.Tensor) {
+	tensor.CheckLen("GELUBackward", dx, dy, x)
 	xs, ds := read(x), read(dy)
 	out := outBuf(dx, false)
 	c.parallel(len(out), 4096, func(lo, hi int) {
@@ -71,10 +72,10 @@ func (c *CPU) GELUBackward(dx, dy, x *Tensor) {
 	commit(dx, out)
 }
 
-func dropKeep(seed uint64, i int, p float32) bool { return Uniform01(seed, uint64(i)) >= p }
+func dropKeep(seed uint64, i int, p float32) bool { return tensor.Uniform01(seed, uint64(i)) >= p }
 
-func (c *CPU) Dropout(y, x *Tensor, p float32, seed uint64) {
-	checkLen("Dropout", y, x)
+func (c *CPU) Dropout(y, x *tensor.Tensor, p float32, seed uint64) {
+	tensor.CheckLen("Dropout", y, x)
 	xs := read(x)
 	ys := outBuf(y, false)
 	s := 1 / (1 - p)
@@ -90,14 +91,16 @@ func (c *CPU) Dropout(y, x *Tensor, p float32, seed uint64) {
 	commit(y, ys)
 }
 
-func (c *CPU) DropoutBackward(dx, dy *Tensor, p float32, seed uint64) { c.Dropout(dx, dy, p, seed) }
+func (c *CPU) DropoutBackward(dx, dy *tensor.Tensor, p float32, seed uint64) {
+	c.Dropout(dx, dy, p, seed)
+}
 
 // ---- layer norm ----
 
-func (c *CPU) LayerNorm(y, mean, rstd, x, w, b *Tensor, eps float32) {
-	r, cols := matDims(x)
-	checkLen("LayerNorm", y, x)
-	if mean.n != r || rstd.n != r || w.n != cols || b.n != cols {
+func (c *CPU) LayerNorm(y, mean, rstd, x, w, b *tensor.Tensor, eps float32) {
+	r, cols := tensor.MatDims(x)
+	tensor.CheckLen("LayerNorm", y, x)
+	if mean.Len() != r || rstd.Len() != r || w.Len() != cols || b.Len() != cols {
 		panic(fmt.Sprintf("model: LayerNorm shapes: x %s, w %s, b %s, mean %s, rstd %s", x, w, b, mean, rstd))
 	}
 	xs, ws, bs := read(x), read(w), read(b)
@@ -128,9 +131,9 @@ func (c *CPU) LayerNorm(y, mean, rstd, x, w, b *Tensor, eps float32) {
 	commit(y, ys)
 }
 
-func (c *CPU) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *Tensor) {
-	r, cols := matDims(x)
-	checkLen("LayerNormBackward", dx, dy, x)
+func (c *CPU) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tensor) {
+	r, cols := tensor.MatDims(x)
+	tensor.CheckLen("LayerNormBackward", dx, dy, x)
 	xs, ds, ws := read(x), read(dy), read(w)
 	ms, rs := f32s(mean), f32s(rstd)
 	dxs := outBuf(dx, true)
@@ -181,11 +184,11 @@ func (c *CPU) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *Tensor) {
 
 // ---- embeddings ----
 
-func (c *CPU) Embedding(out, ids, wte, wpe *Tensor) {
-	if len(ids.shape) != 2 || out.n != ids.n*wte.Cols() {
+func (c *CPU) Embedding(out, ids, wte, wpe *tensor.Tensor) {
+	if len(ids.Shape()) != 2 || out.Len() != ids.Len()*wte.Cols() {
 		panic(fmt.Sprintf("model: Embedding shapes: out %s, ids %s, wte %s", out, ids, wte))
 	}
-	bt, tt, cols := ids.n, ids.shape[1], wte.Cols()
+	bt, tt, cols := ids.Len(), ids.Shape()[1], wte.Cols()
 	is := i32s(ids)
 	es := read(wte)
 	var ps []float32
@@ -216,8 +219,8 @@ func (c *CPU) Embedding(out, ids, wte, wpe *Tensor) {
 	commit(out, os)
 }
 
-func (c *CPU) EmbeddingBackward(dwte, dwpe, dout, ids *Tensor) {
-	bt, tt, cols := ids.n, ids.shape[1], dwte.Cols()
+func (c *CPU) EmbeddingBackward(dwte, dwpe, dout, ids *tensor.Tensor) {
+	bt, tt, cols := ids.Len(), ids.Shape()[1], dwte.Cols()
 	is := i32s(ids)
 	ds := read(dout)
 	dw := outBuf(dwte, true)
@@ -244,10 +247,10 @@ func (c *CPU) EmbeddingBackward(dwte, dwpe, dout, ids *Tensor) {
 
 // ---- softmax and attention layout ----
 
-func (c *CPU) Softmax(y, x *Tensor, scale float32, causal bool) {
-	r, cols := matDims(x)
-	checkLen("Softmax", y, x)
-	if causal && (len(x.shape) < 2 || x.Dim(-2) != cols) {
+func (c *CPU) Softmax(y, x *tensor.Tensor, scale float32, causal bool) {
+	r, cols := tensor.MatDims(x)
+	tensor.CheckLen("Softmax", y, x)
+	if causal && (len(x.Shape()) < 2 || x.Dim(-2) != cols) {
 		panic(fmt.Sprintf("model: causal Softmax wants (…,T,T), got %s", x))
 	}
 	xs := read(x)
@@ -280,9 +283,9 @@ func (c *CPU) Softmax(y, x *Tensor, scale float32, causal bool) {
 	commit(y, ys)
 }
 
-func (c *CPU) SoftmaxBackward(dx, dy, y *Tensor, scale float32) {
-	r, cols := matDims(y)
-	checkLen("SoftmaxBackward", dx, dy, y)
+func (c *CPU) SoftmaxBackward(dx, dy, y *tensor.Tensor, scale float32) {
+	r, cols := tensor.MatDims(y)
+	tensor.CheckLen("SoftmaxBackward", dx, dy, y)
 	ds, ys := read(dy), read(y)
 	out := outBuf(dx, false)
 	c.parallel(r, 16, func(lo, hi int) {
@@ -301,20 +304,8 @@ func (c *CPU) SoftmaxBackward(dx, dy, y *Tensor, scale float32) {
 	commit(dx, out)
 }
 
-// qkvDims checks q (B,H,T,hs) against qkv (B,T,3·H·hs).
-func qkvDims(op string, q, k, v, qkv *Tensor) (b, h, t, hs int) {
-	if len(q.shape) != 4 {
-		panic(fmt.Sprintf("model: %s wants q (B,H,T,hs), got %s", op, q))
-	}
-	b, h, t, hs = q.shape[0], q.shape[1], q.shape[2], q.shape[3]
-	if !SameShape(q, k) || !SameShape(q, v) || qkv.n != 3*q.n || qkv.Cols() != 3*h*hs {
-		panic(fmt.Sprintf("model: %s shapes: q %s, k %s, v %s, qkv %s", op, q, k, v, qkv))
-	}
-	return
-}
-
-func (c *CPU) SplitQKV(q, k, v, qkv *Tensor) {
-	b, h, t, hs := qkvDims("SplitQKV", q, k, v, qkv)
+func (c *CPU) SplitQKV(q, k, v, qkv *tensor.Tensor) {
+	b, h, t, hs := tensor.QKVDims("SplitQKV", q, k, v, qkv)
 	src := read(qkv)
 	outs := [3][]float32{outBuf(q, false), outBuf(k, false), outBuf(v, false)}
 	C := h * hs
@@ -335,8 +326,8 @@ func (c *CPU) SplitQKV(q, k, v, qkv *Tensor) {
 	commit(v, outs[2])
 }
 
-func (c *CPU) MergeQKV(dqkv, dq, dk, dv *Tensor) {
-	b, h, t, hs := qkvDims("MergeQKV", dq, dk, dv, dqkv)
+func (c *CPU) MergeQKV(dqkv, dq, dk, dv *tensor.Tensor) {
+	b, h, t, hs := tensor.QKVDims("MergeQKV", dq, dk, dv, dqkv)
 	ins := [3][]float32{read(dq), read(dk), read(dv)}
 	dst := outBuf(dqkv, false)
 	C := h * hs
@@ -354,12 +345,12 @@ func (c *CPU) MergeQKV(dqkv, dq, dk, dv *Tensor) {
 	commit(dqkv, dst)
 }
 
-func (c *CPU) Permute0213(dst, src *Tensor) {
-	if len(src.shape) != 4 || len(dst.shape) != 4 {
+func (c *CPU) Permute0213(dst, src *tensor.Tensor) {
+	if len(src.Shape()) != 4 || len(dst.Shape()) != 4 {
 		panic(fmt.Sprintf("model: Permute0213 wants 4-D tensors: dst %s, src %s", dst, src))
 	}
-	a, b, cc, d := src.shape[0], src.shape[1], src.shape[2], src.shape[3]
-	if dst.shape[0] != a || dst.shape[1] != cc || dst.shape[2] != b || dst.shape[3] != d {
+	a, b, cc, d := src.Shape()[0], src.Shape()[1], src.Shape()[2], src.Shape()[3]
+	if dst.Shape()[0] != a || dst.Shape()[1] != cc || dst.Shape()[2] != b || dst.Shape()[3] != d {
 		panic(fmt.Sprintf("model: Permute0213: dst %s is not src %s with dims 1 and 2 swapped", dst, src))
 	}
 	s := read(src)
@@ -377,9 +368,9 @@ func (c *CPU) Permute0213(dst, src *Tensor) {
 
 // ---- loss ----
 
-func (c *CPU) CrossEntropy(losses, logits, targets *Tensor) {
-	r, v := matDims(logits)
-	if losses.n != r || targets.n != r || losses.dtype != F32 {
+func (c *CPU) CrossEntropy(losses, logits, targets *tensor.Tensor) {
+	r, v := tensor.MatDims(logits)
+	if losses.Len() != r || targets.Len() != r || losses.DType() != tensor.F32 {
 		panic(fmt.Sprintf("model: CrossEntropy shapes: losses %s, logits %s, targets %s", losses, logits, targets))
 	}
 	ls, ts, out := read(logits), i32s(targets), f32s(losses)
@@ -407,9 +398,9 @@ func (c *CPU) CrossEntropy(losses, logits, targets *Tensor) {
 	})
 }
 
-func (c *CPU) CrossEntropyBackward(dlogits, logits, targets *Tensor, scale float32) {
-	r, v := matDims(logits)
-	checkLen("CrossEntropyBackward", dlogits, logits)
+func (c *CPU) CrossEntropyBackward(dlogits, logits, targets *tensor.Tensor, scale float32) {
+	r, v := tensor.MatDims(logits)
+	tensor.CheckLen("CrossEntropyBackward", dlogits, logits)
 	ls, ts := read(logits), i32s(targets)
 	out := outBuf(dlogits, false)
 	c.parallel(r, 8, func(lo, hi int) {
@@ -441,9 +432,9 @@ func (c *CPU) CrossEntropyBackward(dlogits, logits, targets *Tensor, scale float
 	commit(dlogits, out)
 }
 
-func (c *CPU) ArgMax(out, x *Tensor) {
-	r, cols := matDims(x)
-	if out.n != r {
+func (c *CPU) ArgMax(out, x *tensor.Tensor) {
+	r, cols := tensor.MatDims(x)
+	if out.Len() != r {
 		panic(fmt.Sprintf("model: ArgMax: out %s for %s", out, x))
 	}
 	xs, os := read(x), i32s(out)
@@ -478,17 +469,17 @@ func (c *CPU) sumParallel(xs []float32, f func(float32) float64) float64 {
 	return total
 }
 
-func (c *CPU) SumSquares(out, x *Tensor) {
+func (c *CPU) SumSquares(out, x *tensor.Tensor) {
 	s := c.sumParallel(read(x), func(v float32) float64 { return float64(v) * float64(v) })
 	f32s(out)[0] += float32(s)
 }
 
-func (c *CPU) Sum(out, x *Tensor) {
+func (c *CPU) Sum(out, x *tensor.Tensor) {
 	s := c.sumParallel(read(x), func(v float32) float64 { return float64(v) })
 	f32s(out)[0] += float32(s)
 }
 
-func (c *CPU) UnscaleCheck(x *Tensor, inv float32, found *Tensor) {
+func (c *CPU) UnscaleCheck(x *tensor.Tensor, inv float32, found *tensor.Tensor) {
 	xs := f32s(x)
 	var mu sync.Mutex
 	anyBad := false
@@ -510,12 +501,12 @@ func (c *CPU) UnscaleCheck(x *Tensor, inv float32, found *Tensor) {
 	}
 }
 
-func (c *CPU) AdamW(p, g, m, v, halfW *Tensor, a AdamWArgs) {
-	checkLen("AdamW", p, g, m, v)
+func (c *CPU) AdamW(p, g, m, v, halfW *tensor.Tensor, a tensor.AdamWArgs) {
+	tensor.CheckLen("AdamW", p, g, m, v)
 	ps, gs, ms, vs := f32s(p), f32s(g), f32s(m), f32s(v)
 	var hs []uint16
 	if halfW != nil {
-		checkLen("AdamW", p, halfW)
+		tensor.CheckLen("AdamW", p, halfW)
 		hs = f16s(halfW)
 	}
 	b1, b2, lr, eps, wd := a.Beta1, a.Beta2, a.LR, a.Eps, a.WeightDecay
@@ -539,12 +530,12 @@ func (c *CPU) AdamW(p, g, m, v, halfW *Tensor, a AdamWArgs) {
 	})
 }
 
-func (c *CPU) SGD(p, g, mom, halfW *Tensor, a SGDArgs) {
-	checkLen("SGD", p, g)
+func (c *CPU) SGD(p, g, mom, halfW *tensor.Tensor, a tensor.SGDArgs) {
+	tensor.CheckLen("SGD", p, g)
 	ps, gs := f32s(p), f32s(g)
 	var ms []float32
 	if mom != nil {
-		checkLen("SGD", p, mom)
+		tensor.CheckLen("SGD", p, mom)
 		ms = f32s(mom)
 	}
 	var hs []uint16

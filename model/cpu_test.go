@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/goddp/goddp/model/half"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 func randVec(r *rand.Rand, n int) []float32 {
@@ -59,9 +60,9 @@ func TestCPU_matMulAllTransposes(t *testing.T) {
 		m, n, k := sh[0], sh[1], sh[2]
 		for _, ta := range []bool{false, true} {
 			for _, tb := range []bool{false, true} {
-				for _, dt := range []DType{F32, F16} {
+				for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
 					a, b, c := randVec(r, m*k), randVec(r, k*n), randVec(r, m*n)
-					if dt == F16 {
+					if dt == tensor.F16 {
 						half.Round(a)
 						half.Round(b)
 					}
@@ -73,14 +74,14 @@ func TestCPU_matMulAllTransposes(t *testing.T) {
 					if tb {
 						bshape = []int{n, k}
 					}
-					A, B := FromHost(dev, dt, "a", a, ashape...), FromHost(dev, dt, "b", b, bshape...)
-					C := FromHost(dev, F32, "c", c, m, n)
+					A, B := tensor.FromHost(dev, dt, "a", a, ashape...), tensor.FromHost(dev, dt, "b", b, bshape...)
+					C := tensor.FromHost(dev, tensor.F32, "c", c, m, n)
 					dev.MatMul(C, A, B, ta, tb, 0.5, 1)
 					want := naiveMatMul(a, b, c, m, n, k, ta, tb, 0.5, 1)
-					if e := relErr(ToHost(C), want); e > 1e-5 {
+					if e := relErr(tensor.ToHost(C), want); e > 1e-5 {
 						t.Fatalf("MatMul %v ta=%v tb=%v %s: rel err %g", sh, ta, tb, dt, e)
 					}
-					for _, x := range []*Tensor{A, B, C} {
+					for _, x := range []*tensor.Tensor{A, B, C} {
 						dev.Free(x)
 					}
 				}
@@ -94,10 +95,10 @@ func TestCPU_batchedMatMul(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	nb, m, n, k := 3, 6, 5, 4
 	a, b := randVec(r, nb*k*m), randVec(r, nb*n*k)
-	A, B := FromHost(dev, F32, "a", a, nb, k, m), FromHost(dev, F32, "b", b, nb, n, k)
-	C := dev.Alloc(F32, "c", nb, m, n)
+	A, B := tensor.FromHost(dev, tensor.F32, "a", a, nb, k, m), tensor.FromHost(dev, tensor.F32, "b", b, nb, n, k)
+	C := dev.Alloc(tensor.F32, "c", nb, m, n)
 	dev.BatchedMatMul(C, A, B, true, true, 1, 0)
-	got := ToHost(C)
+	got := tensor.ToHost(C)
 	for i := 0; i < nb; i++ {
 		want := naiveMatMul(a[i*k*m:(i+1)*k*m], b[i*n*k:(i+1)*n*k], make([]float32, m*n), m, n, k, true, true, 1, 0)
 		if e := relErr(got[i*m*n:(i+1)*m*n], want); e > 1e-6 {
@@ -111,10 +112,10 @@ func TestCPU_softmaxCausalAndCrossEntropy(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	T := 5
 	x := randVec(r, 2*T*T)
-	X := FromHost(dev, F32, "x", x, 2, T, T)
-	Y := dev.Alloc(F32, "y", 2, T, T)
+	X := tensor.FromHost(dev, tensor.F32, "x", x, 2, T, T)
+	Y := dev.Alloc(tensor.F32, "y", 2, T, T)
 	dev.Softmax(Y, X, 0.5, true)
-	y := ToHost(Y)
+	y := tensor.ToHost(Y)
 	for row := 0; row < 2*T; row++ {
 		i := row % T
 		var s float64
@@ -130,12 +131,12 @@ func TestCPU_softmaxCausalAndCrossEntropy(t *testing.T) {
 		}
 	}
 	// Cross-entropy of huge logits stays finite (stability).
-	L := FromHost(dev, F32, "logits", []float32{1000, 0, -1000, 3, 3, 3}, 2, 3)
-	tg := dev.Alloc(I32, "t", 2)
+	L := tensor.FromHost(dev, tensor.F32, "logits", []float32{1000, 0, -1000, 3, 3, 3}, 2, 3)
+	tg := dev.Alloc(tensor.I32, "t", 2)
 	dev.UploadI32(tg, []int32{1, -1})
-	loss := dev.Alloc(F32, "loss", 2)
+	loss := dev.Alloc(tensor.F32, "loss", 2)
 	dev.CrossEntropy(loss, L, tg)
-	got := ToHost(loss)
+	got := tensor.ToHost(loss)
 	if math.Abs(float64(got[0])-1000) > 1e-3 || got[1] != 0 {
 		t.Fatalf("cross-entropy %v, want [1000 0]", got)
 	}
@@ -146,11 +147,11 @@ func TestCPU_splitMergePermuteInverse(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	B, T, H, hs := 2, 3, 4, 5
 	x := randVec(r, B*T*3*H*hs)
-	QKV := FromHost(dev, F32, "qkv", x, B, T, 3*H*hs)
-	q, k, v := dev.Alloc(F32, "q", B, H, T, hs), dev.Alloc(F32, "k", B, H, T, hs), dev.Alloc(F32, "v", B, H, T, hs)
+	QKV := tensor.FromHost(dev, tensor.F32, "qkv", x, B, T, 3*H*hs)
+	q, k, v := dev.Alloc(tensor.F32, "q", B, H, T, hs), dev.Alloc(tensor.F32, "k", B, H, T, hs), dev.Alloc(tensor.F32, "v", B, H, T, hs)
 	dev.SplitQKV(q, k, v, QKV)
 	// k[b,h,t,:] == qkv[b,t,C + h*hs : …]
-	kh := ToHost(k)
+	kh := tensor.ToHost(k)
 	C := H * hs
 	for b := 0; b < B; b++ {
 		for h := 0; h < H; h++ {
@@ -163,19 +164,19 @@ func TestCPU_splitMergePermuteInverse(t *testing.T) {
 			}
 		}
 	}
-	back := dev.Alloc(F32, "back", B, T, 3*H*hs)
+	back := dev.Alloc(tensor.F32, "back", B, T, 3*H*hs)
 	dev.MergeQKV(back, q, k, v)
-	for i, w := range ToHost(back) {
+	for i, w := range tensor.ToHost(back) {
 		if w != x[i] {
 			t.Fatal("MergeQKV is not SplitQKV's inverse")
 		}
 	}
-	p := dev.Alloc(F32, "p", B, T, H, hs)
+	p := dev.Alloc(tensor.F32, "p", B, T, H, hs)
 	dev.Permute0213(p, q)
-	pp := dev.Alloc(F32, "pp", B, H, T, hs)
+	pp := dev.Alloc(tensor.F32, "pp", B, H, T, hs)
 	dev.Permute0213(pp, p)
-	qh := ToHost(q)
-	for i, w := range ToHost(pp) {
+	qh := tensor.ToHost(q)
+	for i, w := range tensor.ToHost(pp) {
 		if w != qh[i] {
 			t.Fatal("Permute0213 twice is not the identity")
 		}
@@ -187,8 +188,8 @@ func TestCPU_layerNormForward(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	R, C := 7, 33
 	x, w, b := randVec(r, R*C), randVec(r, C), randVec(r, C)
-	X, W, Bb := FromHost(dev, F32, "x", x, R, C), FromHost(dev, F32, "w", w, C), FromHost(dev, F32, "b", b, C)
-	Y, M, S := dev.Alloc(F32, "y", R, C), dev.Alloc(F32, "m", R), dev.Alloc(F32, "s", R)
+	X, W, Bb := tensor.FromHost(dev, tensor.F32, "x", x, R, C), tensor.FromHost(dev, tensor.F32, "w", w, C), tensor.FromHost(dev, tensor.F32, "b", b, C)
+	Y, M, S := dev.Alloc(tensor.F32, "y", R, C), dev.Alloc(tensor.F32, "m", R), dev.Alloc(tensor.F32, "s", R)
 	dev.LayerNorm(Y, M, S, X, W, Bb, 1e-5)
 	want := make([]float64, R*C)
 	for i := 0; i < R; i++ {
@@ -206,7 +207,7 @@ func TestCPU_layerNormForward(t *testing.T) {
 			want[i*C+j] = (float64(x[i*C+j])-m)*rs*float64(w[j]) + float64(b[j])
 		}
 	}
-	if e := relErr(ToHost(Y), want); e > 1e-6 {
+	if e := relErr(tensor.ToHost(Y), want); e > 1e-6 {
 		t.Fatalf("LayerNorm rel err %g", e)
 	}
 }
@@ -216,17 +217,17 @@ func TestCPU_unscaleCheckFindsInfAndNaN(t *testing.T) {
 	for _, bad := range []float32{float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN())} {
 		x := make([]float32, 100000)
 		x[77777] = bad
-		X := FromHost(dev, F32, "g", x, len(x))
-		found := FromHost(dev, F32, "found", []float32{0}, 1)
+		X := tensor.FromHost(dev, tensor.F32, "g", x, len(x))
+		found := tensor.FromHost(dev, tensor.F32, "found", []float32{0}, 1)
 		dev.UnscaleCheck(X, 0.5, found)
-		if ToHost(found)[0] != 1 {
+		if tensor.ToHost(found)[0] != 1 {
 			t.Fatalf("UnscaleCheck missed %g", bad)
 		}
 	}
-	X := FromHost(dev, F32, "g", []float32{2, 4}, 2)
-	found := FromHost(dev, F32, "found", []float32{0}, 1)
+	X := tensor.FromHost(dev, tensor.F32, "g", []float32{2, 4}, 2)
+	found := tensor.FromHost(dev, tensor.F32, "found", []float32{0}, 1)
 	dev.UnscaleCheck(X, 0.5, found)
-	if ToHost(found)[0] != 0 || ToHost(X)[1] != 2 {
+	if tensor.ToHost(found)[0] != 0 || tensor.ToHost(X)[1] != 2 {
 		t.Fatal("UnscaleCheck flagged finite values or did not scale")
 	}
 }
@@ -234,13 +235,13 @@ func TestCPU_unscaleCheckFindsInfAndNaN(t *testing.T) {
 func TestPool_countsAndReuse(t *testing.T) {
 	dev := NewCPU()
 	base := dev.Stats()
-	a := dev.Alloc(F32, "a", 1000)
+	a := dev.Alloc(tensor.F32, "a", 1000)
 	s := dev.Stats()
-	if s.Allocated-base.Allocated != SizeClass(4000) || s.Peak < s.Allocated {
+	if s.Allocated-base.Allocated != tensor.SizeClass(4000) || s.Peak < s.Allocated {
 		t.Fatalf("after alloc: %+v", s)
 	}
 	dev.Free(a)
-	b := dev.Alloc(F16, "b", 2000) // same size class: reused, no new reservation
+	b := dev.Alloc(tensor.F16, "b", 2000) // same size class: reused, no new reservation
 	s2 := dev.Stats()
 	if s2.Reserved != s.Reserved || s2.RawAllocs != s.RawAllocs {
 		t.Fatalf("freed block not reused: %+v then %+v", s, s2)
@@ -254,8 +255,8 @@ func TestPool_countsAndReuse(t *testing.T) {
 		t.Fatalf("EmptyCache left %+v", st)
 	}
 	dev.SetLimit(1 << 20)
-	err := CatchOOM(func() { dev.Alloc(F32, "huge", 1<<20) })
-	if !IsOOM(err) {
+	err := tensor.CatchOOM(func() { dev.Alloc(tensor.F32, "huge", 1<<20) })
+	if !tensor.IsOOM(err) {
 		t.Fatalf("expected OOM under the limit, got %v", err)
 	}
 	if dev.Stats().Allocated != base.Allocated {
@@ -266,9 +267,9 @@ func TestPool_countsAndReuse(t *testing.T) {
 func BenchmarkCPU_MatMul1024(b *testing.B) {
 	dev := NewCPU()
 	r := rand.New(rand.NewPCG(1, 1))
-	A := FromHost(dev, F32, "a", randVec(r, 128*1024), 128, 1024)
-	W := FromHost(dev, F32, "w", randVec(r, 1024*1024), 1024, 1024)
-	C := dev.Alloc(F32, "c", 128, 1024)
+	A := tensor.FromHost(dev, tensor.F32, "a", randVec(r, 128*1024), 128, 1024)
+	W := tensor.FromHost(dev, tensor.F32, "w", randVec(r, 1024*1024), 1024, 1024)
+	C := dev.Alloc(tensor.F32, "c", 128, 1024)
 	b.ReportMetric(0, "ns/op")
 	for b.Loop() {
 		dev.MatMul(C, A, W, false, true, 1, 0)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/goddp/goddp/model/cudadrv"
 	"github.com/goddp/goddp/model/half"
+	"github.com/goddp/goddp/model/tensor"
 	"gorgonia.org/cu"
 )
 
@@ -39,16 +40,16 @@ type CUDA struct {
 	minor   int
 	sms     int
 
-	*Pool                 // memory: Alloc, Free, Stats, ResetPeak, SetLimit, EmptyCache, Live, SetObserver
-	stream cudadrv.Stream // compute
-	copyS  cudadrv.Stream // copies to and from pinned host memory
-	module cudadrv.Module
-	flashM cudadrv.Module // fused attention (cuda_flash.go); loaded when flash is true
-	flash  bool
-	fns    map[string]cudadrv.Function
-	blas   *cudadrv.Blas
-	mu     sync.Mutex // guards nothing on the hot path; held by Close
-	closed bool
+	*tensor.Pool                // memory: Alloc, Free, Stats, ResetPeak, SetLimit, EmptyCache, Live, SetObserver
+	stream       cudadrv.Stream // compute
+	copyS        cudadrv.Stream // copies to and from pinned host memory
+	module       cudadrv.Module
+	flashM       cudadrv.Module // fused attention (cuda_flash.go); loaded when flash is true
+	flash        bool
+	fns          map[string]cudadrv.Function
+	blas         *cudadrv.Blas
+	mu           sync.Mutex // guards nothing on the hot path; held by Close
+	closed       bool
 
 	prof []profEntry // when profiling: one event pair per kernel or GEMM
 	pOn  bool
@@ -60,8 +61,8 @@ type profEntry struct {
 }
 
 var (
-	_ Device     = (*CUDA)(nil)
-	_ Observable = (*CUDA)(nil)
+	_ tensor.Device     = (*CUDA)(nil)
+	_ tensor.Observable = (*CUDA)(nil)
 )
 
 // cudaBuf is one cuMemAlloc block.
@@ -133,7 +134,7 @@ func NewCUDA(ordinal int) (*CUDA, error) {
 	if err := d.loadFlash(); err != nil {
 		return nil, err
 	}
-	d.Pool = NewPool(d, d.rawAlloc, d.rawFree)
+	d.Pool = tensor.NewPool(d, d.rawAlloc, d.rawFree)
 	d.SetFreeOnCard(func() int64 { f, _ := d.MemInfo(); return f })
 	return d, nil
 }
@@ -194,7 +195,7 @@ func (d *CUDA) Close() error {
 
 // ---- memory ----
 
-func (d *CUDA) rawAlloc(n int64) (Buffer, error) {
+func (d *CUDA) rawAlloc(n int64) (tensor.Buffer, error) {
 	d.enter()
 	defer d.leave()
 	p, err := cudadrv.MemAlloc(n)
@@ -204,7 +205,7 @@ func (d *CUDA) rawAlloc(n int64) (Buffer, error) {
 	return &cudaBuf{ptr: p, bytes: n}, nil
 }
 
-func (d *CUDA) rawFree(b Buffer) {
+func (d *CUDA) rawFree(b tensor.Buffer) {
 	d.enter()
 	defer d.leave()
 	// Queued work may still use a cached block only if it was freed after being handed to an
@@ -216,33 +217,33 @@ func (d *CUDA) rawFree(b Buffer) {
 
 // scratch is a temporary f32 buffer for multi-pass kernels. Release it right after enqueueing the
 // kernels that use it: stream order keeps it alive for them.
-func (d *CUDA) scratch(n int) *Tensor { return d.Alloc(F32, "cuda.scratch", n) }
+func (d *CUDA) scratch(n int) *tensor.Tensor { return d.Alloc(tensor.F32, "cuda.scratch", n) }
 
 // dptr is the device address of t's first element.
-func dptr(t *Tensor) uint64 {
-	if t.buf == nil {
+func dptr(t *tensor.Tensor) uint64 {
+	if t.Buffer() == nil {
 		panic(fmt.Sprintf("model: use of freed tensor %s", t))
 	}
-	b, ok := t.buf.(*cudaBuf)
+	b, ok := t.Buffer().(*cudaBuf)
 	if !ok {
 		panic(fmt.Sprintf("model: %s does not live on a CUDA device", t))
 	}
-	return b.ptr + uint64(t.off)*uint64(t.dtype.Size())
+	return b.ptr + uint64(t.Offset())*uint64(t.DType().Size())
 }
 
 // ---- host transfer ----
 
-func (d *CUDA) Upload(dst *Tensor, src []float32) {
-	if len(src) != dst.n {
+func (d *CUDA) Upload(dst *tensor.Tensor, src []float32) {
+	if len(src) != dst.Len() {
 		panic(fmt.Sprintf("model: Upload of %d values into %s", len(src), dst))
 	}
-	if dst.n == 0 {
+	if dst.Len() == 0 {
 		return
 	}
-	switch dst.dtype {
-	case F32:
+	switch dst.DType() {
+	case tensor.F32:
 		d.htod(dst, unsafe.Pointer(&src[0]), dst.Bytes())
-	case F16:
+	case tensor.F16:
 		h := make([]uint16, len(src))
 		half.Encode(h, src)
 		d.htod(dst, unsafe.Pointer(&h[0]), dst.Bytes())
@@ -251,47 +252,47 @@ func (d *CUDA) Upload(dst *Tensor, src []float32) {
 	}
 }
 
-func (d *CUDA) UploadI32(dst *Tensor, src []int32) {
-	if len(src) != dst.n || dst.dtype != I32 {
+func (d *CUDA) UploadI32(dst *tensor.Tensor, src []int32) {
+	if len(src) != dst.Len() || dst.DType() != tensor.I32 {
 		panic(fmt.Sprintf("model: UploadI32 of %d values into %s", len(src), dst))
 	}
-	if dst.n > 0 {
+	if dst.Len() > 0 {
 		d.htod(dst, unsafe.Pointer(&src[0]), dst.Bytes())
 	}
 }
 
 // htod copies from pageable host memory on the compute stream. For pageable memory the driver
 // stages the source before returning, so the Go slice may be reused as soon as this returns.
-func (d *CUDA) htod(dst *Tensor, src unsafe.Pointer, n int64) {
+func (d *CUDA) htod(dst *tensor.Tensor, src unsafe.Pointer, n int64) {
 	d.enter()
 	defer d.leave()
 	must(cudadrv.HtoD(dptr(dst), src, n, d.stream))
 }
 
-func (d *CUDA) dtoh(dst unsafe.Pointer, src *Tensor) {
+func (d *CUDA) dtoh(dst unsafe.Pointer, src *tensor.Tensor) {
 	d.enter()
 	defer d.leave()
 	must(cudadrv.DtoH(dst, dptr(src), src.Bytes(), d.stream))
 	must(d.stream.Sync())
 }
 
-func (d *CUDA) Download(dst []float32, src *Tensor) {
-	if len(dst) != src.n {
+func (d *CUDA) Download(dst []float32, src *tensor.Tensor) {
+	if len(dst) != src.Len() {
 		panic(fmt.Sprintf("model: Download of %s into %d values", src, len(dst)))
 	}
-	if src.n == 0 {
+	if src.Len() == 0 {
 		d.Sync()
 		return
 	}
-	switch src.dtype {
-	case F32:
+	switch src.DType() {
+	case tensor.F32:
 		d.dtoh(unsafe.Pointer(&dst[0]), src)
-	case F16:
-		h := make([]uint16, src.n)
+	case tensor.F16:
+		h := make([]uint16, src.Len())
 		d.dtoh(unsafe.Pointer(&h[0]), src)
 		half.Decode(dst, h)
-	case I32:
-		v := make([]int32, src.n)
+	case tensor.I32:
+		v := make([]int32, src.Len())
 		d.dtoh(unsafe.Pointer(&v[0]), src)
 		for i, x := range v {
 			dst[i] = float32(x)
@@ -299,11 +300,11 @@ func (d *CUDA) Download(dst []float32, src *Tensor) {
 	}
 }
 
-func (d *CUDA) DownloadI32(dst []int32, src *Tensor) {
-	if len(dst) != src.n || src.dtype != I32 {
+func (d *CUDA) DownloadI32(dst []int32, src *tensor.Tensor) {
+	if len(dst) != src.Len() || src.DType() != tensor.I32 {
 		panic(fmt.Sprintf("model: DownloadI32 of %s into %d values", src, len(dst)))
 	}
-	if src.n > 0 {
+	if src.Len() > 0 {
 		d.dtoh(unsafe.Pointer(&dst[0]), src)
 	}
 }
@@ -332,7 +333,7 @@ func (d *CUDA) HostAlloc(bytes int64) (*Pinned, error) {
 	defer d.leave()
 	p, err := cudadrv.HostAlloc(bytes)
 	if err != nil {
-		return nil, fmt.Errorf("model: cuda: pinned memory of %s: %w", FormatBytes(bytes), err)
+		return nil, fmt.Errorf("model: cuda: pinned memory of %s: %w", tensor.FormatBytes(bytes), err)
 	}
 	return &Pinned{d: d, p: p, bytes: bytes}, nil
 }
@@ -358,9 +359,9 @@ func (p *Pinned) Free() {
 // CopyToPinned copies src's bytes into dst at byte offset off on the copy stream, after all work
 // enqueued so far on the compute stream (an event orders them). It returns at once; call wait
 // before reading dst.
-func (d *CUDA) CopyToPinned(dst *Pinned, off int64, src *Tensor) (wait func()) {
+func (d *CUDA) CopyToPinned(dst *Pinned, off int64, src *tensor.Tensor) (wait func()) {
 	if off < 0 || off+src.Bytes() > dst.bytes {
-		panic(fmt.Sprintf("model: CopyToPinned: %s at %d does not fit %s", src, off, FormatBytes(dst.bytes)))
+		panic(fmt.Sprintf("model: CopyToPinned: %s at %d does not fit %s", src, off, tensor.FormatBytes(dst.bytes)))
 	}
 	d.enter()
 	defer d.leave()
@@ -380,9 +381,9 @@ func (d *CUDA) CopyToPinned(dst *Pinned, off int64, src *Tensor) (wait func()) {
 
 // CopyFromPinned copies bytes of src at byte offset off into dst on the compute stream (so later
 // ops see them). The host must not change src until the device has synchronised past this copy.
-func (d *CUDA) CopyFromPinned(dst *Tensor, src *Pinned, off int64) {
+func (d *CUDA) CopyFromPinned(dst *tensor.Tensor, src *Pinned, off int64) {
 	if off < 0 || off+dst.Bytes() > src.bytes {
-		panic(fmt.Sprintf("model: CopyFromPinned: %s at %d does not fit %s", dst, off, FormatBytes(src.bytes)))
+		panic(fmt.Sprintf("model: CopyFromPinned: %s at %d does not fit %s", dst, off, tensor.FormatBytes(src.bytes)))
 	}
 	d.enter()
 	defer d.leave()
@@ -487,11 +488,11 @@ func (d *CUDA) launch1(name string, n int, args ...uint64) {
 	d.launch(name, [3]int{g, 1, 1}, [3]int{bs, 1, 1}, 0, args...)
 }
 
-func f32a(v float32) uint64 { return uint64(math.Float32bits(v)) }
-func i32a(v int) uint64     { return uint64(uint32(int32(v))) }
-func u64a(v uint64) uint64  { return v }
-func dta(t *Tensor) uint64  { return uint64(t.dtype) }
-func ptra(t *Tensor) uint64 { return dptr(t) }
+func f32a(v float32) uint64        { return uint64(math.Float32bits(v)) }
+func i32a(v int) uint64            { return uint64(uint32(int32(v))) }
+func u64a(v uint64) uint64         { return v }
+func dta(t *tensor.Tensor) uint64  { return uint64(t.DType()) }
+func ptra(t *tensor.Tensor) uint64 { return dptr(t) }
 
 // nilPtr is the argument for an absent optional tensor.
 const nilPtr = uint64(0)

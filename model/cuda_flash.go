@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/goddp/goddp/model/cudadrv"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // Fused causal attention on the GPU (kernels in cuda_flash_kernels.go): head size 64, f16, compute
@@ -38,23 +39,25 @@ func (d *CUDA) loadFlash() error {
 	return nil
 }
 
-func (d *CUDA) FlashAttentionFast(hs int, dt DType) bool { return d.flash && hs == 64 && dt == F16 }
+func (d *CUDA) FlashAttentionFast(hs int, dt tensor.DType) bool {
+	return d.flash && hs == 64 && dt == tensor.F16
+}
 
 // flashCheck panics unless the fused kernels apply to these tensors.
-func (d *CUDA) flashCheck(op string, hs int, ts ...*Tensor) {
-	if !d.FlashAttentionFast(hs, F16) {
+func (d *CUDA) flashCheck(op string, hs int, ts ...*tensor.Tensor) {
+	if !d.FlashAttentionFast(hs, tensor.F16) {
 		panic(fmt.Sprintf("model: cuda: %s needs head size 64 on compute capability ≥ 8.0 (have head size %d, sm_%d%d, fused kernels loaded: %v)",
 			op, hs, d.major, d.minor, d.flash))
 	}
 	for _, t := range ts {
-		if t.dtype != F16 || dptr(t)%16 != 0 {
+		if t.DType() != tensor.F16 || dptr(t)%16 != 0 {
 			panic(fmt.Sprintf("model: cuda: %s wants 16-byte aligned f16 tensors, got %s", op, t))
 		}
 	}
 }
 
-func (d *CUDA) FlashAttention(y, lse, qkv *Tensor, heads int, scale float32) {
-	B, T, _, hs := flashDims("FlashAttention", y, lse, qkv, heads)
+func (d *CUDA) FlashAttention(y, lse, qkv *tensor.Tensor, heads int, scale float32) {
+	B, T, _, hs := tensor.FlashDims("FlashAttention", y, lse, qkv, heads)
 	d.flashCheck("FlashAttention", hs, y, qkv)
 	if B*T == 0 {
 		return
@@ -63,16 +66,16 @@ func (d *CUDA) FlashAttention(y, lse, qkv *Tensor, heads int, scale float32) {
 		ptra(y), ptra(lse), ptra(qkv), i32a(T), i32a(heads), f32a(scale*math.Log2E))
 }
 
-func (d *CUDA) FlashAttentionBackward(dqkv, dy, qkv, y, lse *Tensor, heads int, scale float32) {
-	B, T, _, hs := flashDims("FlashAttentionBackward", y, lse, qkv, heads)
-	if !SameShape(dqkv, qkv) || !SameShape(dy, y) {
+func (d *CUDA) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, heads int, scale float32) {
+	B, T, _, hs := tensor.FlashDims("FlashAttentionBackward", y, lse, qkv, heads)
+	if !tensor.SameShape(dqkv, qkv) || !tensor.SameShape(dy, y) {
 		panic(fmt.Sprintf("model: FlashAttentionBackward: dqkv %s / qkv %s, dy %s / y %s", dqkv, qkv, dy, y))
 	}
 	d.flashCheck("FlashAttentionBackward", hs, dqkv, dy, qkv, y)
 	if B*T == 0 {
 		return
 	}
-	delta := d.Alloc(F32, "attn.flash.delta", B, heads, T)
+	delta := d.Alloc(tensor.F32, "attn.flash.delta", B, heads, T)
 	d.launch1("k_flash_bwd_delta", B*T*heads, ptra(delta), ptra(dy), ptra(y), i32a(T), i32a(heads), u64a(uint64(B*T*heads)))
 	grid := [3]int{(T + 63) / 64, B * heads, 1}
 	args := []uint64{ptra(dqkv), ptra(qkv), ptra(dy), ptra(lse), ptra(delta), i32a(T), i32a(heads), f32a(scale)}

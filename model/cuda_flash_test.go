@@ -7,6 +7,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // The fused attention kernels against the CPU's reference FlashAttention (cpu_flash.go), whose
@@ -14,27 +16,27 @@ import (
 // the backward's dq, dk, dv, on sequence lengths that are and are not multiples of the 64-row tile.
 func TestCUDA_flashAttentionMatchesCPU(t *testing.T) {
 	g := gpu(t)
-	if !g.FlashAttentionFast(64, F16) {
+	if !g.FlashAttentionFast(64, tensor.F16) {
 		t.Skipf("no fused attention on %s", g.DeviceName())
 	}
 	base := g.Stats().Allocated
 	for i, sh := range [][3]int{{1, 1, 1}, {2, 64, 3}, {2, 100, 2}, {1, 200, 12}, {1, 1024, 2}} {
 		B, T, H := sh[0], sh[1], sh[2]
 		C := 64 * H
-		c := cuOpCase{fmt.Sprintf("FlashAttention/B%d.T%d.H%d", B, T, H), func(m *cuMaker) []*Tensor {
-			qkv := m.in(F16, B, T, 3*C)
-			y, lse := m.out(F16, B, T, C), m.out(F32, B, H, T)
+		c := cuOpCase{fmt.Sprintf("FlashAttention/B%d.T%d.H%d", B, T, H), func(m *cuMaker) []*tensor.Tensor {
+			qkv := m.in(tensor.F16, B, T, 3*C)
+			y, lse := m.out(tensor.F16, B, T, C), m.out(tensor.F32, B, H, T)
 			m.dev.FlashAttention(y, lse, qkv, H, 0.125)
-			dy := m.in(F16, B, T, C)
-			dqkv := m.out(F16, B, T, 3*C)
+			dy := m.in(tensor.F16, B, T, C)
+			dqkv := m.out(tensor.F16, B, T, 3*C)
 			m.dev.FlashAttentionBackward(dqkv, dy, qkv, y, lse, H, 0.125)
-			return []*Tensor{y, lse, dqkv}
+			return []*tensor.Tensor{y, lse, dqkv}
 		}}
 		cuRunCase(t, g, c, uint64(500+i))
 	}
 	g.Sync()
 	if a := g.Stats().Allocated; a != base {
-		t.Errorf("allocated %d after the flash tests, %d before\n%s", a, base, MemorySummary(g))
+		t.Errorf("allocated %d after the flash tests, %d before\n%s", a, base, tensor.MemorySummary(g))
 	}
 }
 
@@ -43,17 +45,17 @@ func TestCUDA_flashAttentionMatchesCPU(t *testing.T) {
 // the GPU the gradients are unchanged.
 func TestCUDA_gptFlashMatchesCPU(t *testing.T) {
 	g := gpu(t)
-	if !g.FlashAttentionFast(64, F16) {
+	if !g.FlashAttentionFast(64, tensor.F16) {
 		t.Skipf("no fused attention on %s", g.DeviceName())
 	}
 	base := g.Stats().Allocated
-	cfg := GPTConfig{Layers: 2, Width: 128, Heads: 2, Context: 160, Vocab: 97, Tied: true, Compute: F16}
+	cfg := GPTConfig{Layers: 2, Width: 128, Heads: 2, Context: 160, Vocab: 97, Tied: true, Compute: tensor.F16}
 	type result struct {
 		loss  float32
 		grads []float32
 		m     *GPT
 	}
-	run := func(dev Device, mode AttentionMode, ckpt int) result {
+	run := func(dev tensor.Device, mode AttentionMode, ckpt int) result {
 		c := cfg
 		c.Attention, c.Checkpoint = mode, ckpt
 		m, err := NewGPT(dev, c, 7)
@@ -62,12 +64,12 @@ func TestCUDA_gptFlashMatchesCPU(t *testing.T) {
 		}
 		in := cuGPTInputs(dev, rand.New(rand.NewPCG(1, 2)), 3, 150, cfg.Vocab)
 		m.Params().ZeroGrad()
-		loss := ToHost(m.Forward(in, true))[0]
+		loss := tensor.ToHost(m.Forward(in, true))[0]
 		if ckpt == 0 && (m.acts[0].Attn.QKV != nil) != (mode != AttnMaterialized) {
 			t.Fatalf("%s: mode %s took the other path", dev.Name(), mode)
 		}
 		m.Backward(1)
-		r := result{loss, ToHost(m.Params().Grad), m}
+		r := result{loss, tensor.ToHost(m.Params().Grad), m}
 		dev.Free(in.Tokens)
 		dev.Free(in.Targets)
 		return r
@@ -80,7 +82,7 @@ func TestCUDA_gptFlashMatchesCPU(t *testing.T) {
 	}
 	identical := true
 	for _, p := range cpu.m.Params().List {
-		n := numel(p.Shape)
+		n := tensor.Numel(p.Shape)
 		want, got, ck := cpu.grads[p.Offset:p.Offset+n], gf.grads[p.Offset:p.Offset+n], gc.grads[p.Offset:p.Offset+n]
 		if e := relNorm(got, want); !(e <= 0.1) {
 			t.Errorf("gradient of %s: GPU flash vs CPU relative error %g > 0.1", p.Name, e)
@@ -100,6 +102,6 @@ func TestCUDA_gptFlashMatchesCPU(t *testing.T) {
 	gc.m.Free()
 	g.Sync()
 	if a := g.Stats().Allocated; a != base {
-		t.Errorf("allocated %d after freeing the models, %d before\n%s", a, base, MemorySummary(g))
+		t.Errorf("allocated %d after freeing the models, %d before\n%s", a, base, tensor.MemorySummary(g))
 	}
 }

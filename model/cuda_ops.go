@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/goddp/goddp/model/cudadrv"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // The CUDA device's operations other than the matrix products, in device.go's order. Each checks
@@ -14,7 +15,7 @@ import (
 
 // vec8 reports whether the 8-wide kernels apply to n elements: n a multiple of 8 below 2³¹, and
 // every tensor's first element 16-byte aligned (views can start anywhere).
-func vec8(n int, ts ...*Tensor) bool {
+func vec8(n int, ts ...*tensor.Tensor) bool {
 	if n%8 != 0 || n >= 1<<31 {
 		return false
 	}
@@ -28,8 +29,8 @@ func vec8(n int, ts ...*Tensor) bool {
 
 // ---- fills, copies, elementwise ----
 
-func (d *CUDA) Fill(t *Tensor, v float32) {
-	if t.n == 0 {
+func (d *CUDA) Fill(t *tensor.Tensor, v float32) {
+	if t.Len() == 0 {
 		return
 	}
 	if v == 0 {
@@ -38,91 +39,91 @@ func (d *CUDA) Fill(t *Tensor, v float32) {
 		must(cudadrv.MemsetD8Async(dptr(t), 0, t.Bytes(), d.stream))
 		return
 	}
-	d.launch1("k_fill", t.n, ptra(t), dta(t), u64a(uint64(t.n)), f32a(v))
+	d.launch1("k_fill", t.Len(), ptra(t), dta(t), u64a(uint64(t.Len())), f32a(v))
 }
 
-func (d *CUDA) Copy(dst, src *Tensor) {
-	checkLen("Copy", dst, src)
-	if dst.n == 0 {
+func (d *CUDA) Copy(dst, src *tensor.Tensor) {
+	tensor.CheckLen("Copy", dst, src)
+	if dst.Len() == 0 {
 		return
 	}
-	if dst.dtype == src.dtype {
+	if dst.DType() == src.DType() {
 		d.enter()
 		defer d.leave()
 		must(cudadrv.DtoD(dptr(dst), dptr(src), dst.Bytes(), d.stream))
 		return
 	}
-	floatT("Copy", dst, src)
-	if vec8(dst.n, dst, src) {
-		d.launch1("k_cast8", dst.n/8, ptra(dst), dta(dst), ptra(src), dta(src), i32a(dst.n/8))
+	tensor.CheckFloat("Copy", dst, src)
+	if vec8(dst.Len(), dst, src) {
+		d.launch1("k_cast8", dst.Len()/8, ptra(dst), dta(dst), ptra(src), dta(src), i32a(dst.Len()/8))
 		return
 	}
-	d.launch1("k_cast", dst.n, ptra(dst), dta(dst), ptra(src), dta(src), u64a(uint64(dst.n)))
+	d.launch1("k_cast", dst.Len(), ptra(dst), dta(dst), ptra(src), dta(src), u64a(uint64(dst.Len())))
 }
 
-func (d *CUDA) RandNormal(t *Tensor, std float32, seed uint64) {
-	floatT("RandNormal", t)
-	if t.n > 0 {
-		d.launch1("k_randnormal", t.n, ptra(t), dta(t), u64a(uint64(t.n)), f32a(std), seed)
+func (d *CUDA) RandNormal(t *tensor.Tensor, std float32, seed uint64) {
+	tensor.CheckFloat("RandNormal", t)
+	if t.Len() > 0 {
+		d.launch1("k_randnormal", t.Len(), ptra(t), dta(t), u64a(uint64(t.Len())), f32a(std), seed)
 	}
 }
 
-func (d *CUDA) Scale(t *Tensor, s float32) {
-	floatT("Scale", t)
-	if vec8(t.n, t) {
-		d.launch1("k_scale8", t.n/8, ptra(t), dta(t), i32a(t.n/8), f32a(s))
-	} else if t.n > 0 {
-		d.launch1("k_scale", t.n, ptra(t), dta(t), u64a(uint64(t.n)), f32a(s))
+func (d *CUDA) Scale(t *tensor.Tensor, s float32) {
+	tensor.CheckFloat("Scale", t)
+	if vec8(t.Len(), t) {
+		d.launch1("k_scale8", t.Len()/8, ptra(t), dta(t), i32a(t.Len()/8), f32a(s))
+	} else if t.Len() > 0 {
+		d.launch1("k_scale", t.Len(), ptra(t), dta(t), u64a(uint64(t.Len())), f32a(s))
 	}
 }
 
-func (d *CUDA) Axpy(y *Tensor, alpha float32, x *Tensor) {
-	checkLen("Axpy", y, x)
-	floatT("Axpy", y, x)
-	if vec8(y.n, y, x) {
-		d.launch1("k_axpy8", y.n/8, ptra(y), dta(y), ptra(x), dta(x), i32a(y.n/8), f32a(alpha))
-	} else if y.n > 0 {
-		d.launch1("k_axpy", y.n, ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.n)), f32a(alpha))
+func (d *CUDA) Axpy(y *tensor.Tensor, alpha float32, x *tensor.Tensor) {
+	tensor.CheckLen("Axpy", y, x)
+	tensor.CheckFloat("Axpy", y, x)
+	if vec8(y.Len(), y, x) {
+		d.launch1("k_axpy8", y.Len()/8, ptra(y), dta(y), ptra(x), dta(x), i32a(y.Len()/8), f32a(alpha))
+	} else if y.Len() > 0 {
+		d.launch1("k_axpy", y.Len(), ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.Len())), f32a(alpha))
 	}
 }
 
-func (d *CUDA) Add(out, a, b *Tensor) {
-	checkLen("Add", out, a, b)
-	floatT("Add", out, a, b)
-	if vec8(out.n, out, a, b) {
-		d.launch1("k_add8", out.n/8, ptra(out), dta(out), ptra(a), dta(a), ptra(b), dta(b), i32a(out.n/8))
-	} else if out.n > 0 {
-		d.launch1("k_add", out.n, ptra(out), dta(out), ptra(a), dta(a), ptra(b), dta(b), u64a(uint64(out.n)))
+func (d *CUDA) Add(out, a, b *tensor.Tensor) {
+	tensor.CheckLen("Add", out, a, b)
+	tensor.CheckFloat("Add", out, a, b)
+	if vec8(out.Len(), out, a, b) {
+		d.launch1("k_add8", out.Len()/8, ptra(out), dta(out), ptra(a), dta(a), ptra(b), dta(b), i32a(out.Len()/8))
+	} else if out.Len() > 0 {
+		d.launch1("k_add", out.Len(), ptra(out), dta(out), ptra(a), dta(a), ptra(b), dta(b), u64a(uint64(out.Len())))
 	}
 }
 
 // ---- bias ----
 
-func (d *CUDA) AddBias(y, bias *Tensor) {
-	_, cols := matDims(y)
-	if bias.n != cols {
+func (d *CUDA) AddBias(y, bias *tensor.Tensor) {
+	_, cols := tensor.MatDims(y)
+	if bias.Len() != cols {
 		panic(fmt.Sprintf("model: AddBias: %s has %d columns, bias %s", y, cols, bias))
 	}
-	floatT("AddBias", y, bias)
-	if cols%8 == 0 && vec8(y.n, y, bias) {
-		d.launch1("k_addbias8", y.n/8, ptra(y), dta(y), ptra(bias), dta(bias), i32a(y.n/8), i32a(cols))
-	} else if y.n > 0 {
-		d.launch1("k_addbias", y.n, ptra(y), dta(y), ptra(bias), dta(bias), u64a(uint64(y.n)), i32a(cols))
+	tensor.CheckFloat("AddBias", y, bias)
+	if cols%8 == 0 && vec8(y.Len(), y, bias) {
+		d.launch1("k_addbias8", y.Len()/8, ptra(y), dta(y), ptra(bias), dta(bias), i32a(y.Len()/8), i32a(cols))
+	} else if y.Len() > 0 {
+		d.launch1("k_addbias", y.Len(), ptra(y), dta(y), ptra(bias), dta(bias), u64a(uint64(y.Len())), i32a(cols))
 	}
 }
 
-func (d *CUDA) BiasGrad(db, dy *Tensor) {
-	r, cols := matDims(dy)
-	if db.n != cols {
+func (d *CUDA) BiasGrad(db, dy *tensor.Tensor) {
+	r, cols := tensor.MatDims(dy)
+	if db.Len() != cols {
 		panic(fmt.Sprintf("model: BiasGrad: %s has %d columns, db %s", dy, cols, db))
 	}
-	floatT("BiasGrad", db, dy)
+	tensor.CheckFloat("BiasGrad", db, dy)
 	d.colSum(db, dy, r, cols)
 }
 
 // colSum adds the column sums of x (r,cols) into out (cols): partial sums over slices of rows, then
 // one pass that adds them up in a fixed order (no atomics: the result does not depend on timing).
-func (d *CUDA) colSum(out, x *Tensor, r, cols int) {
+func (d *CUDA) colSum(out, x *tensor.Tensor, r, cols int) {
 	if cols == 0 {
 		return
 	}
@@ -140,51 +141,53 @@ func (d *CUDA) colSum(out, x *Tensor, r, cols int) {
 
 // ---- activations ----
 
-func (d *CUDA) ReLU(y, x *Tensor) {
-	checkLen("ReLU", y, x)
-	floatT("ReLU", y, x)
-	if y.n > 0 {
-		d.launch1("k_relu", y.n, ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.n)))
+func (d *CUDA) ReLU(y, x *tensor.Tensor) {
+	tensor.CheckLen("ReLU", y, x)
+	tensor.CheckFloat("ReLU", y, x)
+	if y.Len() > 0 {
+		d.launch1("k_relu", y.Len(), ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.Len())))
 	}
 }
 
-func (d *CUDA) ReLUBackward(dx, dy, y *Tensor) {
-	checkLen("ReLUBackward", dx, dy, y)
-	floatT("ReLUBackward", dx, dy, y)
-	if dx.n > 0 {
-		d.launch1("k_relu_bwd", dx.n, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(y), dta(y), u64a(uint64(dx.n)))
+func (d *CUDA) ReLUBackward(dx, dy, y *tensor.Tensor) {
+	tensor.CheckLen("ReLUBackward", dx, dy, y)
+	tensor.CheckFloat("ReLUBackward", dx, dy, y)
+	if dx.Len() > 0 {
+		d.launch1("k_relu_bwd", dx.Len(), ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(y), dta(y), u64a(uint64(dx.Len())))
 	}
 }
 
-func (d *CUDA) GELU(y, x *Tensor) {
-	checkLen("GELU", y, x)
-	floatT("GELU", y, x)
-	if vec8(y.n, y, x) {
-		d.launch1("k_gelu8", y.n/8, ptra(y), dta(y), ptra(x), dta(x), i32a(y.n/8))
-	} else if y.n > 0 {
-		d.launch1("k_gelu", y.n, ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.n)))
+func (d *CUDA) GELU(y, x *tensor.Tensor) {
+	tensor.CheckLen("GELU", y, x)
+	tensor.CheckFloat("GELU", y, x)
+	if vec8(y.Len(), y, x) {
+		d.launch1("k_gelu8", y.Len()/8, ptra(y), dta(y), ptra(x), dta(x), i32a(y.Len()/8))
+	} else if y.Len() > 0 {
+		d.launch1("k_gelu", y.Len(), ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.Len())))
 	}
 }
 
-func (d *CUDA) GELUBackward(dx, dy, x *Tensor) {
-	checkLen("GELUBackward", dx, dy, x)
-	floatT("GELUBackward", dx, dy, x)
-	if vec8(dx.n, dx, dy, x) {
-		d.launch1("k_gelu_bwd8", dx.n/8, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(x), dta(x), i32a(dx.n/8))
-	} else if dx.n > 0 {
-		d.launch1("k_gelu_bwd", dx.n, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(x), dta(x), u64a(uint64(dx.n)))
+func (d *CUDA) GELUBackward(dx, dy, x *tensor.Tensor) {
+	tensor.CheckLen("GELUBackward", dx, dy, x)
+	tensor.CheckFloat("GELUBackward", dx, dy, x)
+	if vec8(dx.Len(), dx, dy, x) {
+		d.launch1("k_gelu_bwd8", dx.Len()/8, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(x), dta(x), i32a(dx.Len()/8))
+	} else if dx.Len() > 0 {
+		d.launch1("k_gelu_bwd", dx.Len(), ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(x), dta(x), u64a(uint64(dx.Len())))
 	}
 }
 
-func (d *CUDA) Dropout(y, x *Tensor, p float32, seed uint64) {
-	checkLen("Dropout", y, x)
-	floatT("Dropout", y, x)
-	if y.n > 0 {
-		d.launch1("k_dropout", y.n, ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.n)), f32a(p), seed)
+func (d *CUDA) Dropout(y, x *tensor.Tensor, p float32, seed uint64) {
+	tensor.CheckLen("Dropout", y, x)
+	tensor.CheckFloat("Dropout", y, x)
+	if y.Len() > 0 {
+		d.launch1("k_dropout", y.Len(), ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.Len())), f32a(p), seed)
 	}
 }
 
-func (d *CUDA) DropoutBackward(dx, dy *Tensor, p float32, seed uint64) { d.Dropout(dx, dy, p, seed) }
+func (d *CUDA) DropoutBackward(dx, dy *tensor.Tensor, p float32, seed uint64) {
+	d.Dropout(dx, dy, p, seed)
+}
 
 // ---- layer norm ----
 
@@ -193,13 +196,13 @@ func (d *CUDA) warpRows(name string, rows int, args ...uint64) {
 	d.launch(name, [3]int{max(1, (rows+7)/8), 1, 1}, [3]int{256, 1, 1}, 0, args...)
 }
 
-func (d *CUDA) LayerNorm(y, mean, rstd, x, w, b *Tensor, eps float32) {
-	r, cols := matDims(x)
-	checkLen("LayerNorm", y, x)
-	if mean.n != r || rstd.n != r || w.n != cols || b.n != cols || mean.dtype != F32 || rstd.dtype != F32 {
+func (d *CUDA) LayerNorm(y, mean, rstd, x, w, b *tensor.Tensor, eps float32) {
+	r, cols := tensor.MatDims(x)
+	tensor.CheckLen("LayerNorm", y, x)
+	if mean.Len() != r || rstd.Len() != r || w.Len() != cols || b.Len() != cols || mean.DType() != tensor.F32 || rstd.DType() != tensor.F32 {
 		panic(fmt.Sprintf("model: LayerNorm shapes: x %s, w %s, b %s, mean %s, rstd %s", x, w, b, mean, rstd))
 	}
-	floatT("LayerNorm", y, x, w, b)
+	tensor.CheckFloat("LayerNorm", y, x, w, b)
 	if r == 0 {
 		return
 	}
@@ -207,13 +210,13 @@ func (d *CUDA) LayerNorm(y, mean, rstd, x, w, b *Tensor, eps float32) {
 		i32a(r), i32a(cols), f32a(eps))
 }
 
-func (d *CUDA) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *Tensor) {
-	r, cols := matDims(x)
-	checkLen("LayerNormBackward", dx, dy, x)
-	if mean.n != r || rstd.n != r || w.n != cols || dw.n != cols || db.n != cols {
+func (d *CUDA) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tensor) {
+	r, cols := tensor.MatDims(x)
+	tensor.CheckLen("LayerNormBackward", dx, dy, x)
+	if mean.Len() != r || rstd.Len() != r || w.Len() != cols || dw.Len() != cols || db.Len() != cols {
 		panic(fmt.Sprintf("model: LayerNormBackward shapes: x %s, w %s, dw %s, db %s, mean %s", x, w, dw, db, mean))
 	}
-	floatT("LayerNormBackward", dx, dw, db, dy, x, w)
+	tensor.CheckFloat("LayerNormBackward", dx, dw, db, dy, x, w)
 	shmem := 2 * cols * 4
 	if shmem > 48<<10 {
 		panic(fmt.Sprintf("model: cuda: LayerNormBackward supports up to 6144 columns, got %d", cols))
@@ -257,11 +260,11 @@ func (d *CUDA) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *Tensor) {
 
 // ---- embeddings ----
 
-func (d *CUDA) Embedding(out, ids, wte, wpe *Tensor) {
-	if len(ids.shape) != 2 || ids.dtype != I32 || out.n != ids.n*wte.Cols() {
+func (d *CUDA) Embedding(out, ids, wte, wpe *tensor.Tensor) {
+	if len(ids.Shape()) != 2 || ids.DType() != tensor.I32 || out.Len() != ids.Len()*wte.Cols() {
 		panic(fmt.Sprintf("model: Embedding shapes: out %s, ids %s, wte %s", out, ids, wte))
 	}
-	tt, cols := ids.shape[1], wte.Cols()
+	tt, cols := ids.Shape()[1], wte.Cols()
 	wp, wdt := nilPtr, uint64(0)
 	if wpe != nil {
 		if wpe.Rows() < tt || wpe.Cols() != cols {
@@ -269,23 +272,23 @@ func (d *CUDA) Embedding(out, ids, wte, wpe *Tensor) {
 		}
 		wp, wdt = ptra(wpe), dta(wpe)
 	}
-	floatT("Embedding", out, wte)
-	if out.n > 0 {
-		d.launch1("k_embedding", out.n, ptra(out), dta(out), ptra(ids), ptra(wte), dta(wte), wp, wdt,
-			u64a(uint64(out.n)), i32a(tt), i32a(cols), i32a(wte.Rows()))
+	tensor.CheckFloat("Embedding", out, wte)
+	if out.Len() > 0 {
+		d.launch1("k_embedding", out.Len(), ptra(out), dta(out), ptra(ids), ptra(wte), dta(wte), wp, wdt,
+			u64a(uint64(out.Len())), i32a(tt), i32a(cols), i32a(wte.Rows()))
 	}
 }
 
-func (d *CUDA) EmbeddingBackward(dwte, dwpe, dout, ids *Tensor) {
-	if len(ids.shape) != 2 || ids.dtype != I32 || dout.n != ids.n*dwte.Cols() {
+func (d *CUDA) EmbeddingBackward(dwte, dwpe, dout, ids *tensor.Tensor) {
+	if len(ids.Shape()) != 2 || ids.DType() != tensor.I32 || dout.Len() != ids.Len()*dwte.Cols() {
 		panic(fmt.Sprintf("model: EmbeddingBackward shapes: dwte %s, dout %s, ids %s", dwte, dout, ids))
 	}
-	bb, tt, cols := ids.shape[0], ids.shape[1], dwte.Cols()
-	floatT("EmbeddingBackward", dwte, dout)
-	if dout.n == 0 {
+	bb, tt, cols := ids.Shape()[0], ids.Shape()[1], dwte.Cols()
+	tensor.CheckFloat("EmbeddingBackward", dwte, dout)
+	if dout.Len() == 0 {
 		return
 	}
-	d.launch1("k_embedding_bwd_wte", dout.n, ptra(dwte), dta(dwte), ptra(dout), dta(dout), ptra(ids), u64a(uint64(dout.n)), i32a(cols))
+	d.launch1("k_embedding_bwd_wte", dout.Len(), ptra(dwte), dta(dwte), ptra(dout), dta(dout), ptra(ids), u64a(uint64(dout.Len())), i32a(cols))
 	if dwpe != nil {
 		if dwpe.Rows() < tt || dwpe.Cols() != cols {
 			panic(fmt.Sprintf("model: EmbeddingBackward: dwpe %s too small for T=%d", dwpe, tt))
@@ -296,13 +299,13 @@ func (d *CUDA) EmbeddingBackward(dwte, dwpe, dout, ids *Tensor) {
 
 // ---- softmax and attention layout ----
 
-func (d *CUDA) Softmax(y, x *Tensor, scale float32, causal bool) {
-	r, cols := matDims(x)
-	checkLen("Softmax", y, x)
-	if causal && (len(x.shape) < 2 || x.Dim(-2) != cols) {
+func (d *CUDA) Softmax(y, x *tensor.Tensor, scale float32, causal bool) {
+	r, cols := tensor.MatDims(x)
+	tensor.CheckLen("Softmax", y, x)
+	if causal && (len(x.Shape()) < 2 || x.Dim(-2) != cols) {
 		panic(fmt.Sprintf("model: causal Softmax wants (…,T,T), got %s", x))
 	}
-	floatT("Softmax", y, x)
+	tensor.CheckFloat("Softmax", y, x)
 	if r == 0 {
 		return
 	}
@@ -317,10 +320,10 @@ func (d *CUDA) Softmax(y, x *Tensor, scale float32, causal bool) {
 	d.warpRows("k_softmax", r, ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(r)), i32a(cols), f32a(scale), i32a(c))
 }
 
-func (d *CUDA) SoftmaxBackward(dx, dy, y *Tensor, scale float32) {
-	r, cols := matDims(y)
-	checkLen("SoftmaxBackward", dx, dy, y)
-	floatT("SoftmaxBackward", dx, dy, y)
+func (d *CUDA) SoftmaxBackward(dx, dy, y *tensor.Tensor, scale float32) {
+	r, cols := tensor.MatDims(y)
+	tensor.CheckLen("SoftmaxBackward", dx, dy, y)
+	tensor.CheckFloat("SoftmaxBackward", dx, dy, y)
 	if r == 0 {
 		return
 	}
@@ -331,79 +334,79 @@ func (d *CUDA) SoftmaxBackward(dx, dy, y *Tensor, scale float32) {
 	d.warpRows("k_softmax_bwd", r, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(y), dta(y), u64a(uint64(r)), i32a(cols), f32a(scale))
 }
 
-func (d *CUDA) SplitQKV(q, k, v, qkv *Tensor) {
-	_, h, t, hs := qkvDims("SplitQKV", q, k, v, qkv)
-	floatT("SplitQKV", q, k, v, qkv)
-	if hs%8 == 0 && vec8(qkv.n, qkv, q, k, v) {
-		d.launch1("k_qkv8", qkv.n/8, ptra(qkv), dta(qkv), ptra(q), dta(q), ptra(k), dta(k), ptra(v), dta(v),
-			i32a(qkv.n/8), i32a(t), i32a(h), i32a(hs), i32a(0))
-	} else if qkv.n > 0 {
-		d.launch1("k_qkv", qkv.n, ptra(qkv), dta(qkv), ptra(q), dta(q), ptra(k), dta(k), ptra(v), dta(v),
-			u64a(uint64(qkv.n)), i32a(t), i32a(h), i32a(hs), i32a(0))
+func (d *CUDA) SplitQKV(q, k, v, qkv *tensor.Tensor) {
+	_, h, t, hs := tensor.QKVDims("SplitQKV", q, k, v, qkv)
+	tensor.CheckFloat("SplitQKV", q, k, v, qkv)
+	if hs%8 == 0 && vec8(qkv.Len(), qkv, q, k, v) {
+		d.launch1("k_qkv8", qkv.Len()/8, ptra(qkv), dta(qkv), ptra(q), dta(q), ptra(k), dta(k), ptra(v), dta(v),
+			i32a(qkv.Len()/8), i32a(t), i32a(h), i32a(hs), i32a(0))
+	} else if qkv.Len() > 0 {
+		d.launch1("k_qkv", qkv.Len(), ptra(qkv), dta(qkv), ptra(q), dta(q), ptra(k), dta(k), ptra(v), dta(v),
+			u64a(uint64(qkv.Len())), i32a(t), i32a(h), i32a(hs), i32a(0))
 	}
 }
 
-func (d *CUDA) MergeQKV(dqkv, dq, dk, dv *Tensor) {
-	_, h, t, hs := qkvDims("MergeQKV", dq, dk, dv, dqkv)
-	floatT("MergeQKV", dqkv, dq, dk, dv)
-	if hs%8 == 0 && vec8(dqkv.n, dqkv, dq, dk, dv) {
-		d.launch1("k_qkv8", dqkv.n/8, ptra(dqkv), dta(dqkv), ptra(dq), dta(dq), ptra(dk), dta(dk), ptra(dv), dta(dv),
-			i32a(dqkv.n/8), i32a(t), i32a(h), i32a(hs), i32a(1))
-	} else if dqkv.n > 0 {
-		d.launch1("k_qkv", dqkv.n, ptra(dqkv), dta(dqkv), ptra(dq), dta(dq), ptra(dk), dta(dk), ptra(dv), dta(dv),
-			u64a(uint64(dqkv.n)), i32a(t), i32a(h), i32a(hs), i32a(1))
+func (d *CUDA) MergeQKV(dqkv, dq, dk, dv *tensor.Tensor) {
+	_, h, t, hs := tensor.QKVDims("MergeQKV", dq, dk, dv, dqkv)
+	tensor.CheckFloat("MergeQKV", dqkv, dq, dk, dv)
+	if hs%8 == 0 && vec8(dqkv.Len(), dqkv, dq, dk, dv) {
+		d.launch1("k_qkv8", dqkv.Len()/8, ptra(dqkv), dta(dqkv), ptra(dq), dta(dq), ptra(dk), dta(dk), ptra(dv), dta(dv),
+			i32a(dqkv.Len()/8), i32a(t), i32a(h), i32a(hs), i32a(1))
+	} else if dqkv.Len() > 0 {
+		d.launch1("k_qkv", dqkv.Len(), ptra(dqkv), dta(dqkv), ptra(dq), dta(dq), ptra(dk), dta(dk), ptra(dv), dta(dv),
+			u64a(uint64(dqkv.Len())), i32a(t), i32a(h), i32a(hs), i32a(1))
 	}
 }
 
-func (d *CUDA) Permute0213(dst, src *Tensor) {
-	if len(src.shape) != 4 || len(dst.shape) != 4 {
+func (d *CUDA) Permute0213(dst, src *tensor.Tensor) {
+	if len(src.Shape()) != 4 || len(dst.Shape()) != 4 {
 		panic(fmt.Sprintf("model: Permute0213 wants 4-D tensors: dst %s, src %s", dst, src))
 	}
-	a, b, cc, dd := src.shape[0], src.shape[1], src.shape[2], src.shape[3]
-	if dst.shape[0] != a || dst.shape[1] != cc || dst.shape[2] != b || dst.shape[3] != dd {
+	a, b, cc, dd := src.Shape()[0], src.Shape()[1], src.Shape()[2], src.Shape()[3]
+	if dst.Shape()[0] != a || dst.Shape()[1] != cc || dst.Shape()[2] != b || dst.Shape()[3] != dd {
 		panic(fmt.Sprintf("model: Permute0213: dst %s is not src %s with dims 1 and 2 swapped", dst, src))
 	}
-	floatT("Permute0213", dst, src)
-	if dd%8 == 0 && vec8(dst.n, dst, src) {
-		d.launch1("k_permute0213_8", dst.n/8, ptra(dst), dta(dst), ptra(src), dta(src), i32a(dst.n/8), i32a(b), i32a(cc), i32a(dd))
-	} else if dst.n > 0 {
-		d.launch1("k_permute0213", dst.n, ptra(dst), dta(dst), ptra(src), dta(src), u64a(uint64(dst.n)), i32a(b), i32a(cc), i32a(dd))
+	tensor.CheckFloat("Permute0213", dst, src)
+	if dd%8 == 0 && vec8(dst.Len(), dst, src) {
+		d.launch1("k_permute0213_8", dst.Len()/8, ptra(dst), dta(dst), ptra(src), dta(src), i32a(dst.Len()/8), i32a(b), i32a(cc), i32a(dd))
+	} else if dst.Len() > 0 {
+		d.launch1("k_permute0213", dst.Len(), ptra(dst), dta(dst), ptra(src), dta(src), u64a(uint64(dst.Len())), i32a(b), i32a(cc), i32a(dd))
 	}
 }
 
 // ---- loss ----
 
-func (d *CUDA) CrossEntropy(losses, logits, targets *Tensor) {
-	r, v := matDims(logits)
-	if losses.n != r || targets.n != r || losses.dtype != F32 || targets.dtype != I32 {
+func (d *CUDA) CrossEntropy(losses, logits, targets *tensor.Tensor) {
+	r, v := tensor.MatDims(logits)
+	if losses.Len() != r || targets.Len() != r || losses.DType() != tensor.F32 || targets.DType() != tensor.I32 {
 		panic(fmt.Sprintf("model: CrossEntropy shapes: losses %s, logits %s, targets %s", losses, logits, targets))
 	}
-	floatT("CrossEntropy", logits)
+	tensor.CheckFloat("CrossEntropy", logits)
 	if r > 0 {
 		d.launch("k_xent", [3]int{r, 1, 1}, [3]int{512, 1, 1}, 0, ptra(losses), nilPtr, 0, ptra(logits), dta(logits),
 			ptra(targets), i32a(v), f32a(0), i32a(0), vecArg(v%8 == 0 && vec8(8, logits)))
 	}
 }
 
-func (d *CUDA) CrossEntropyBackward(dlogits, logits, targets *Tensor, scale float32) {
-	r, v := matDims(logits)
-	checkLen("CrossEntropyBackward", dlogits, logits)
-	if targets.n != r || targets.dtype != I32 {
+func (d *CUDA) CrossEntropyBackward(dlogits, logits, targets *tensor.Tensor, scale float32) {
+	r, v := tensor.MatDims(logits)
+	tensor.CheckLen("CrossEntropyBackward", dlogits, logits)
+	if targets.Len() != r || targets.DType() != tensor.I32 {
 		panic(fmt.Sprintf("model: CrossEntropyBackward shapes: logits %s, targets %s", logits, targets))
 	}
-	floatT("CrossEntropyBackward", dlogits, logits)
+	tensor.CheckFloat("CrossEntropyBackward", dlogits, logits)
 	if r > 0 {
 		d.launch("k_xent", [3]int{r, 1, 1}, [3]int{512, 1, 1}, 0, nilPtr, ptra(dlogits), dta(dlogits), ptra(logits), dta(logits),
 			ptra(targets), i32a(v), f32a(scale), i32a(1), vecArg(v%8 == 0 && vec8(8, logits, dlogits)))
 	}
 }
 
-func (d *CUDA) ArgMax(out, x *Tensor) {
-	r, cols := matDims(x)
-	if out.n != r || out.dtype != I32 {
+func (d *CUDA) ArgMax(out, x *tensor.Tensor) {
+	r, cols := tensor.MatDims(x)
+	if out.Len() != r || out.DType() != tensor.I32 {
 		panic(fmt.Sprintf("model: ArgMax: out %s for %s", out, x))
 	}
-	floatT("ArgMax", x)
+	tensor.CheckFloat("ArgMax", x)
 	if r > 0 {
 		d.launch("k_argmax", [3]int{r, 1, 1}, [3]int{256, 1, 1}, 0, ptra(out), ptra(x), dta(x), i32a(cols))
 	}
@@ -411,62 +414,62 @@ func (d *CUDA) ArgMax(out, x *Tensor) {
 
 // ---- reductions, scaling, optimizers ----
 
-func (d *CUDA) sum(out, x *Tensor, sq int) {
-	if out.dtype != F32 || out.n < 1 {
+func (d *CUDA) sum(out, x *tensor.Tensor, sq int) {
+	if out.DType() != tensor.F32 || out.Len() < 1 {
 		panic(fmt.Sprintf("model: Sum/SumSquares into %s", out))
 	}
-	floatT("Sum", x)
-	if x.n == 0 {
+	tensor.CheckFloat("Sum", x)
+	if x.Len() == 0 {
 		return
 	}
-	blocks := max(1, min((x.n+1023)/1024, d.sms*4))
+	blocks := max(1, min((x.Len()+1023)/1024, d.sms*4))
 	part := d.scratch(2 * blocks) // doubles
-	d.launch("k_sum_part", [3]int{blocks, 1, 1}, [3]int{256, 1, 1}, 0, ptra(part), ptra(x), dta(x), u64a(uint64(x.n)), i32a(sq))
+	d.launch("k_sum_part", [3]int{blocks, 1, 1}, [3]int{256, 1, 1}, 0, ptra(part), ptra(x), dta(x), u64a(uint64(x.Len())), i32a(sq))
 	d.launch("k_sum_finish", [3]int{1, 1, 1}, [3]int{256, 1, 1}, 0, ptra(out), ptra(part), i32a(blocks))
 	d.Free(part)
 }
 
-func (d *CUDA) SumSquares(out, x *Tensor) { d.sum(out, x, 1) }
-func (d *CUDA) Sum(out, x *Tensor)        { d.sum(out, x, 0) }
+func (d *CUDA) SumSquares(out, x *tensor.Tensor) { d.sum(out, x, 1) }
+func (d *CUDA) Sum(out, x *tensor.Tensor)        { d.sum(out, x, 0) }
 
-func (d *CUDA) UnscaleCheck(x *Tensor, inv float32, found *Tensor) {
-	floatT("UnscaleCheck", x)
-	if found.dtype != F32 || found.n < 1 {
+func (d *CUDA) UnscaleCheck(x *tensor.Tensor, inv float32, found *tensor.Tensor) {
+	tensor.CheckFloat("UnscaleCheck", x)
+	if found.DType() != tensor.F32 || found.Len() < 1 {
 		panic(fmt.Sprintf("model: UnscaleCheck: found %s", found))
 	}
-	if x.n > 0 {
-		d.launch1("k_unscale", x.n, ptra(x), dta(x), u64a(uint64(x.n)), f32a(inv), ptra(found))
+	if x.Len() > 0 {
+		d.launch1("k_unscale", x.Len(), ptra(x), dta(x), u64a(uint64(x.Len())), f32a(inv), ptra(found))
 	}
 }
 
-func f32Only(op string, ts ...*Tensor) {
+func f32Only(op string, ts ...*tensor.Tensor) {
 	for _, t := range ts {
-		if t != nil && t.dtype != F32 {
+		if t != nil && t.DType() != tensor.F32 {
 			panic(fmt.Sprintf("model: %s: %s is not f32", op, t))
 		}
 	}
 }
 
-func (d *CUDA) AdamW(p, g, m, v, half *Tensor, a AdamWArgs) {
-	checkLen("AdamW", p, g, m, v)
+func (d *CUDA) AdamW(p, g, m, v, half *tensor.Tensor, a tensor.AdamWArgs) {
+	tensor.CheckLen("AdamW", p, g, m, v)
 	f32Only("AdamW", p, g, m, v)
 	hp := nilPtr
 	if half != nil {
-		checkLen("AdamW", p, half)
-		if half.dtype != F16 {
+		tensor.CheckLen("AdamW", p, half)
+		if half.DType() != tensor.F16 {
 			panic(fmt.Sprintf("model: AdamW: half copy %s is not f16", half))
 		}
 		hp = ptra(half)
 	}
-	if p.n > 0 {
-		d.launch1("k_adamw", p.n, ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.n)),
+	if p.Len() > 0 {
+		d.launch1("k_adamw", p.Len(), ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.Len())),
 			f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2))
 	}
 }
 
 // AdamWTable packs runs for k_adamw_multi: one int64 per run, its start offset times 2 plus its
 // decay flag, as an I32 tensor of 2·len(runs) words (little-endian halves).
-func (d *CUDA) AdamWTable(runs []AdamWRun) *Tensor {
+func (d *CUDA) AdamWTable(runs []tensor.AdamWRun) *tensor.Tensor {
 	if len(runs) == 0 {
 		return nil
 	}
@@ -479,25 +482,25 @@ func (d *CUDA) AdamWTable(runs []AdamWRun) *Tensor {
 		words[2*i] = int32(uint32(e))
 		words[2*i+1] = int32(uint32(e >> 32))
 	}
-	t := d.Alloc(I32, "adamw.runs", len(words))
+	t := d.Alloc(tensor.I32, "adamw.runs", len(words))
 	d.UploadI32(t, words)
 	return t
 }
 
 // AdamWRuns is AdamW over whole slabs in one launch of k_adamw_multi, which applies the weight
 // decay per run from table (AdamWTable of runs) and otherwise does k_adamw's arithmetic.
-func (d *CUDA) AdamWRuns(p, g, m, v, half *Tensor, runs []AdamWRun, table *Tensor, a AdamWArgs) {
-	checkLen("AdamW", p, g, m, v)
+func (d *CUDA) AdamWRuns(p, g, m, v, half *tensor.Tensor, runs []tensor.AdamWRun, table *tensor.Tensor, a tensor.AdamWArgs) {
+	tensor.CheckLen("AdamW", p, g, m, v)
 	f32Only("AdamW", p, g, m, v)
 	hp := nilPtr
 	if half != nil {
-		checkLen("AdamW", p, half)
-		if half.dtype != F16 {
+		tensor.CheckLen("AdamW", p, half)
+		if half.DType() != tensor.F16 {
 			panic(fmt.Sprintf("model: AdamW: half copy %s is not f16", half))
 		}
 		hp = ptra(half)
 	}
-	if p.n == 0 {
+	if p.Len() == 0 {
 		return
 	}
 	end := 0
@@ -507,33 +510,33 @@ func (d *CUDA) AdamWRuns(p, g, m, v, half *Tensor, runs []AdamWRun, table *Tenso
 		}
 		end += r.N
 	}
-	if end != p.n || table == nil || table.dtype != I32 || table.n != 2*len(runs) {
+	if end != p.Len() || table == nil || table.DType() != tensor.I32 || table.Len() != 2*len(runs) {
 		panic(fmt.Sprintf("model: AdamWRuns: %d runs over %d elements, table %v, for %s", len(runs), end, table, p))
 	}
-	d.launch1("k_adamw_multi", p.n, ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.n)), ptra(table), i32a(len(runs)),
+	d.launch1("k_adamw_multi", p.Len(), ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.Len())), ptra(table), i32a(len(runs)),
 		f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2))
 }
 
-var _ MultiAdamW = (*CUDA)(nil)
+var _ tensor.MultiAdamW = (*CUDA)(nil)
 
-func (d *CUDA) SGD(p, g, mom, half *Tensor, a SGDArgs) {
-	checkLen("SGD", p, g)
+func (d *CUDA) SGD(p, g, mom, half *tensor.Tensor, a tensor.SGDArgs) {
+	tensor.CheckLen("SGD", p, g)
 	f32Only("SGD", p, g, mom)
 	mp, hp := nilPtr, nilPtr
 	if mom != nil {
-		checkLen("SGD", p, mom)
+		tensor.CheckLen("SGD", p, mom)
 		mp = ptra(mom)
 	}
 	if half != nil {
-		checkLen("SGD", p, half)
+		tensor.CheckLen("SGD", p, half)
 		hp = ptra(half)
 	}
 	nest := 0
 	if a.Nesterov {
 		nest = 1
 	}
-	if p.n > 0 {
-		d.launch1("k_sgd", p.n, ptra(p), ptra(g), mp, hp, u64a(uint64(p.n)), f32a(a.LR), f32a(a.Momentum), f32a(a.WeightDecay), i32a(nest))
+	if p.Len() > 0 {
+		d.launch1("k_sgd", p.Len(), ptra(p), ptra(g), mp, hp, u64a(uint64(p.Len())), f32a(a.LR), f32a(a.Momentum), f32a(a.WeightDecay), i32a(nest))
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/goddp/goddp/model/cudadrv"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // The CUDA device's GradStager (staging.go says what each step does). Streams:
@@ -21,7 +22,7 @@ import (
 // Both side streams are the plan's own, so Device.Sync (which the trainer calls at the end of
 // backward) waits neither for the staging copies nor for communication.
 
-var _ GradStager = (*CUDA)(nil)
+var _ tensor.GradStager = (*CUDA)(nil)
 
 // pinnedBytes counts the staging plans' pinned memory per device (the CUDA struct has no field
 // for it; this file owns the ability).
@@ -37,13 +38,13 @@ func (d *CUDA) PinnedBytes() int64 { return d.pinnedCounter().Load() }
 
 type cudaStaging struct {
 	d      *CUDA
-	grad   *Tensor
+	grad   *tensor.Tensor
 	ranges [][2]int
 	off    []int // element offset of each range in the packed f16 buffers
 	total  int
 
-	half   *Tensor // packed f16 device buffer (all ranges)
-	pinned *Pinned // packed f16 host buffer
+	half   *tensor.Tensor // packed f16 device buffer (all ranges)
+	pinned *Pinned        // packed f16 host buffer
 
 	d2h, ret      cudadrv.Stream
 	evCast, evD2H []cudadrv.Event
@@ -56,13 +57,13 @@ type cudaStaging struct {
 
 // NewGradStaging allocates the packed f16 device buffer and the pinned host buffer for ranges,
 // the two streams and the events, and loads the cast and widen kernels.
-func (d *CUDA) NewGradStaging(grad *Tensor, ranges [][2]int) (GradStaging, error) {
-	if grad.dtype != F32 {
+func (d *CUDA) NewGradStaging(grad *tensor.Tensor, ranges [][2]int) (tensor.GradStaging, error) {
+	if grad.DType() != tensor.F32 {
 		return nil, fmt.Errorf("model: cuda: gradient staging of %s: want f32", grad)
 	}
 	s := &cudaStaging{d: d, grad: grad, ranges: append([][2]int(nil), ranges...), off: make([]int, len(ranges))}
 	for i, r := range ranges {
-		if r[0] < 0 || r[1] > grad.n || r[0] >= r[1] {
+		if r[0] < 0 || r[1] > grad.Len() || r[0] >= r[1] {
 			return nil, fmt.Errorf("model: cuda: gradient staging range %d [%d,%d) outside %s", i, r[0], r[1], grad)
 		}
 		s.off[i] = s.total
@@ -79,11 +80,11 @@ func (d *CUDA) NewGradStaging(grad *Tensor, ranges [][2]int) (GradStaging, error
 	}
 	s.pinned = pin
 	d.pinnedCounter().Add(pin.Bytes())
-	s.half = d.Alloc(F16, "ddp.staging.f16", s.total)
+	s.half = d.Alloc(tensor.F16, "ddp.staging.f16", s.total)
 
 	d.enter()
 	defer d.leave()
-	fail := func(e error) (GradStaging, error) {
+	fail := func(e error) (tensor.GradStaging, error) {
 		d.leave()
 		s.Close()
 		d.enter()

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/goddp/goddp/model/half"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // One plan, driven by hand: Stage must put exactly f16(g·scale) (rounded to nearest even, as the
@@ -19,7 +20,7 @@ func TestCUDA_gradStaging(t *testing.T) {
 	const n = 300007
 	ranges := [][2]int{{0, 3}, {3, 100003}, {100003, 100004}, {100010, 300007}}
 	before := d.PinnedBytes()
-	g := d.Alloc(F32, "grads", n)
+	g := d.Alloc(tensor.F32, "grads", n)
 	defer d.Free(g)
 	s, err := d.NewGradStaging(g, ranges)
 	if err != nil {
@@ -58,7 +59,7 @@ func TestCUDA_gradStaging(t *testing.T) {
 			s.Return(i)
 		}
 		s.Finish()
-		got := ToHost(g)
+		got := tensor.ToHost(g)
 		for i := range got {
 			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 				t.Fatalf("round %d element %d: slab holds %g after Finish, want %g", round, i, got[i], want[i])

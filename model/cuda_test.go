@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // GPU tests: every operation on fresh random inputs against the CPU device, which is the
@@ -35,9 +37,9 @@ func gpu(t testing.TB) *CUDA {
 // cuMaker draws the same tensors on whichever device it is given: a case runs once per device
 // with makers of equal seeds.
 type cuMaker struct {
-	dev    Device
+	dev    tensor.Device
 	r      *rand.Rand
-	allocs []*Tensor
+	allocs []*tensor.Tensor
 }
 
 func (m *cuMaker) vec(n int) []float32 {
@@ -49,14 +51,14 @@ func (m *cuMaker) vec(n int) []float32 {
 }
 
 // in is an input with N(0,1) values.
-func (m *cuMaker) in(dt DType, shape ...int) *Tensor {
-	t := FromHost(m.dev, dt, "in", m.vec(numel(shape)), shape...)
+func (m *cuMaker) in(dt tensor.DType, shape ...int) *tensor.Tensor {
+	t := tensor.FromHost(m.dev, dt, "in", m.vec(tensor.Numel(shape)), shape...)
 	m.allocs = append(m.allocs, t)
 	return t
 }
 
 // out is an overwritten output: poisoned with NaN.
-func (m *cuMaker) out(dt DType, shape ...int) *Tensor {
+func (m *cuMaker) out(dt tensor.DType, shape ...int) *tensor.Tensor {
 	t := m.dev.Alloc(dt, "out", shape...)
 	m.dev.Fill(t, float32(math.NaN()))
 	m.allocs = append(m.allocs, t)
@@ -64,16 +66,16 @@ func (m *cuMaker) out(dt DType, shape ...int) *Tensor {
 }
 
 // acc is an accumulating output: random start values, the same on both devices.
-func (m *cuMaker) acc(dt DType, shape ...int) *Tensor { return m.in(dt, shape...) }
+func (m *cuMaker) acc(dt tensor.DType, shape ...int) *tensor.Tensor { return m.in(dt, shape...) }
 
 // ids is an i32 tensor of values in [lo, hi).
-func (m *cuMaker) ids(lo, hi int, shape ...int) *Tensor {
-	n := numel(shape)
+func (m *cuMaker) ids(lo, hi int, shape ...int) *tensor.Tensor {
+	n := tensor.Numel(shape)
 	v := make([]int32, n)
 	for i := range v {
 		v[i] = int32(lo + m.r.IntN(hi-lo))
 	}
-	t := m.dev.Alloc(I32, "ids", shape...)
+	t := m.dev.Alloc(tensor.I32, "ids", shape...)
 	m.dev.UploadI32(t, v)
 	m.allocs = append(m.allocs, t)
 	return t
@@ -87,7 +89,7 @@ func (m *cuMaker) free() {
 
 type cuOpCase struct {
 	name string
-	run  func(m *cuMaker) []*Tensor // the outputs to compare
+	run  func(m *cuMaker) []*tensor.Tensor // the outputs to compare
 }
 
 // cuRunCase runs c on the CPU and the GPU and compares every output.
@@ -99,10 +101,10 @@ func cuRunCase(t *testing.T, g *CUDA, c cuOpCase, seed uint64) {
 	outC := c.run(mc)
 	outG := c.run(mg)
 	for i := range outC {
-		want, got := ToHost(outC[i]), ToHost(outG[i])
+		want, got := tensor.ToHost(outC[i]), tensor.ToHost(outG[i])
 		tol := 1e-5
 		for _, a := range mg.allocs {
-			if a.dtype == F16 {
+			if a.DType() == tensor.F16 {
 				tol = 1e-2
 			}
 		}
@@ -129,39 +131,47 @@ func cuRunCase(t *testing.T, g *CUDA, c cuOpCase, seed uint64) {
 }
 
 // dtype cuMixes: (input, output)
-var cuMixes = [][2]DType{{F32, F32}, {F16, F16}, {F16, F32}, {F32, F16}}
+var cuMixes = [][2]tensor.DType{{tensor.F32, tensor.F32}, {tensor.F16, tensor.F16}, {tensor.F16, tensor.F32}, {tensor.F32, tensor.F16}}
 
-func cuMixName(m [2]DType) string { return fmt.Sprintf("%s→%s", m[0], m[1]) }
+func cuMixName(m [2]tensor.DType) string { return fmt.Sprintf("%s→%s", m[0], m[1]) }
 
 func cuOpCases() []cuOpCase {
 	var cs []cuOpCase
-	add := func(name string, f func(m *cuMaker) []*Tensor) { cs = append(cs, cuOpCase{name, f}) }
+	add := func(name string, f func(m *cuMaker) []*tensor.Tensor) { cs = append(cs, cuOpCase{name, f}) }
 	for _, mx := range cuMixes {
 		di, do := mx[0], mx[1]
 		s := cuMixName(mx)
-		add("Fill/"+s, func(m *cuMaker) []*Tensor { t := m.out(do, 1001); m.dev.Fill(t, 1.5); return []*Tensor{t} })
-		add("Copy/"+s, func(m *cuMaker) []*Tensor {
+		add("Fill/"+s, func(m *cuMaker) []*tensor.Tensor {
+			t := m.out(do, 1001)
+			m.dev.Fill(t, 1.5)
+			return []*tensor.Tensor{t}
+		})
+		add("Copy/"+s, func(m *cuMaker) []*tensor.Tensor {
 			x, y := m.in(di, 3, 1000), m.out(do, 3000)
 			m.dev.Copy(y, x)
-			return []*Tensor{y}
+			return []*tensor.Tensor{y}
 		})
-		add("RandNormal/"+s, func(m *cuMaker) []*Tensor {
+		add("RandNormal/"+s, func(m *cuMaker) []*tensor.Tensor {
 			y := m.out(do, 100003)
 			m.dev.RandNormal(y.View(3, 100000), 0.02, 42)
 			m.dev.Fill(y.View(0, 3), 0)
-			return []*Tensor{y}
+			return []*tensor.Tensor{y}
 		})
-		add("Scale/"+s, func(m *cuMaker) []*Tensor { x := m.acc(do, 5000); m.dev.Scale(x, -0.75); return []*Tensor{x} })
-		add("Axpy/"+s, func(m *cuMaker) []*Tensor {
+		add("Scale/"+s, func(m *cuMaker) []*tensor.Tensor {
+			x := m.acc(do, 5000)
+			m.dev.Scale(x, -0.75)
+			return []*tensor.Tensor{x}
+		})
+		add("Axpy/"+s, func(m *cuMaker) []*tensor.Tensor {
 			y, x := m.acc(do, 5000), m.in(di, 5000)
 			m.dev.Axpy(y, 0.3, x)
-			return []*Tensor{y}
+			return []*tensor.Tensor{y}
 		})
-		add("Add/"+s, func(m *cuMaker) []*Tensor {
+		add("Add/"+s, func(m *cuMaker) []*tensor.Tensor {
 			a, b, o := m.in(di, 4097), m.in(do, 4097), m.out(do, 4097)
 			m.dev.Add(o, a, b)
 			m.dev.Add(a, a, b) // aliasing
-			return []*Tensor{o, a}
+			return []*tensor.Tensor{o, a}
 		})
 		for _, sh := range [][3]int{{1, 1, 1}, {3, 5, 7}, {64, 130, 257}, {128, 768, 64}, {5, 1100, 130}} {
 			for _, ta := range []bool{false, true} {
@@ -174,52 +184,52 @@ func cuOpCases() []cuOpCase {
 					if tb {
 						bshape = []int{nn, kk}
 					}
-					add(fmt.Sprintf("MatMul/%s/%v/ta=%v/tb=%v", s, sh, ta, tb), func(m *cuMaker) []*Tensor {
+					add(fmt.Sprintf("MatMul/%s/%v/ta=%v/tb=%v", s, sh, ta, tb), func(m *cuMaker) []*tensor.Tensor {
 						a, b := m.in(di, ashape...), m.in(di, bshape...)
 						c := m.acc(do, mm, nn)
 						m.dev.MatMul(c, a, b, ta, tb, 0.5, 1)
 						c2 := m.out(do, mm, nn)
 						m.dev.MatMul(c2, a, b, ta, tb, 1, 0)
-						return []*Tensor{c, c2}
+						return []*tensor.Tensor{c, c2}
 					})
-					add(fmt.Sprintf("BatchedMatMul/%s/%v/ta=%v/tb=%v", s, sh, ta, tb), func(m *cuMaker) []*Tensor {
+					add(fmt.Sprintf("BatchedMatMul/%s/%v/ta=%v/tb=%v", s, sh, ta, tb), func(m *cuMaker) []*tensor.Tensor {
 						a := m.in(di, append([]int{3}, ashape...)...)
 						b := m.in(di, append([]int{3}, bshape...)...)
 						c := m.acc(do, 3, mm, nn)
 						m.dev.BatchedMatMul(c, a, b, ta, tb, 0.5, 1)
-						return []*Tensor{c}
+						return []*tensor.Tensor{c}
 					})
 				}
 			}
 		}
-		add("MatMul/mixed-operands/"+s, func(m *cuMaker) []*Tensor {
-			a, b := m.in(di, 33, 65), m.in(F32, 65, 17)
-			if di == F32 {
-				b = m.in(F16, 65, 17)
+		add("MatMul/mixed-operands/"+s, func(m *cuMaker) []*tensor.Tensor {
+			a, b := m.in(di, 33, 65), m.in(tensor.F32, 65, 17)
+			if di == tensor.F32 {
+				b = m.in(tensor.F16, 65, 17)
 			}
 			c := m.out(do, 33, 17)
 			m.dev.MatMul(c, a, b, false, false, 1, 0)
-			return []*Tensor{c}
+			return []*tensor.Tensor{c}
 		})
-		add("Add/unaligned-views/"+s, func(m *cuMaker) []*Tensor {
+		add("Add/unaligned-views/"+s, func(m *cuMaker) []*tensor.Tensor {
 			a, b, o := m.in(di, 4097), m.in(do, 4097), m.out(do, 4097)
 			m.dev.Add(o.View(1, 4096), a.View(1, 4096), b.View(1, 4096))
 			m.dev.Fill(o.View(0, 1), 0)
 			m.dev.Axpy(b.View(1, 4096), 0.5, a.View(1, 4096))
-			return []*Tensor{o, b}
+			return []*tensor.Tensor{o, b}
 		})
-		add("GELU/scalar-path/"+s, func(m *cuMaker) []*Tensor {
+		add("GELU/scalar-path/"+s, func(m *cuMaker) []*tensor.Tensor {
 			x, y, dy, dx := m.in(di, 4097), m.out(do, 4097), m.in(di, 4097), m.out(do, 4097)
 			m.dev.GELU(y, x)
 			m.dev.GELUBackward(dx, dy, x)
-			return []*Tensor{y, dx}
+			return []*tensor.Tensor{y, dx}
 		})
-		add("AddBias/C=768/"+s, func(m *cuMaker) []*Tensor {
+		add("AddBias/C=768/"+s, func(m *cuMaker) []*tensor.Tensor {
 			y, b := m.acc(do, 37, 768), m.in(di, 768)
 			m.dev.AddBias(y, b)
-			return []*Tensor{y}
+			return []*tensor.Tensor{y}
 		})
-		add("QKV/hs=12/"+s, func(m *cuMaker) []*Tensor {
+		add("QKV/hs=12/"+s, func(m *cuMaker) []*tensor.Tensor {
 			qkv := m.in(di, 2, 17, 3*2*12)
 			q, k, v := m.out(do, 2, 2, 17, 12), m.out(do, 2, 2, 17, 12), m.out(do, 2, 2, 17, 12)
 			m.dev.SplitQKV(q, k, v, qkv)
@@ -227,58 +237,58 @@ func cuOpCases() []cuOpCase {
 			m.dev.MergeQKV(back, q, k, v)
 			p := m.out(do, 2, 17, 2, 12)
 			m.dev.Permute0213(p, q)
-			return []*Tensor{q, k, v, back, p}
+			return []*tensor.Tensor{q, k, v, back, p}
 		})
-		add("CrossEntropy/V=5008/"+s, func(m *cuMaker) []*Tensor {
+		add("CrossEntropy/V=5008/"+s, func(m *cuMaker) []*tensor.Tensor {
 			logits := m.in(di, 9, 5008)
 			targets := m.ids(0, 5008, 9)
-			losses, dl := m.out(F32, 9), m.out(do, 9, 5008)
+			losses, dl := m.out(tensor.F32, 9), m.out(do, 9, 5008)
 			m.dev.CrossEntropy(losses, logits, targets)
 			m.dev.CrossEntropyBackward(dl, logits, targets, 0.25)
 			m.dev.CrossEntropyBackward(logits, logits, targets, 0.25) // aliasing
-			return []*Tensor{losses, dl, logits}
+			return []*tensor.Tensor{losses, dl, logits}
 		})
-		add("AddBias/"+s, func(m *cuMaker) []*Tensor {
+		add("AddBias/"+s, func(m *cuMaker) []*tensor.Tensor {
 			y, b := m.acc(do, 37, 300), m.in(di, 300)
 			m.dev.AddBias(y, b)
-			return []*Tensor{y}
+			return []*tensor.Tensor{y}
 		})
-		add("BiasGrad/"+s, func(m *cuMaker) []*Tensor {
+		add("BiasGrad/"+s, func(m *cuMaker) []*tensor.Tensor {
 			db, dy := m.acc(do, 300), m.in(di, 4, 1000, 300)
 			m.dev.BiasGrad(db, dy)
-			return []*Tensor{db}
+			return []*tensor.Tensor{db}
 		})
-		add("ReLU/"+s, func(m *cuMaker) []*Tensor {
+		add("ReLU/"+s, func(m *cuMaker) []*tensor.Tensor {
 			x, y, dy, dx := m.in(di, 5000), m.out(do, 5000), m.in(di, 5000), m.out(do, 5000)
 			m.dev.ReLU(y, x)
 			m.dev.ReLUBackward(dx, dy, y)
-			return []*Tensor{y, dx}
+			return []*tensor.Tensor{y, dx}
 		})
-		add("GELU/"+s, func(m *cuMaker) []*Tensor {
+		add("GELU/"+s, func(m *cuMaker) []*tensor.Tensor {
 			x, y, dy, dx := m.in(di, 5000), m.out(do, 5000), m.in(di, 5000), m.out(do, 5000)
 			m.dev.GELU(y, x)
 			m.dev.GELUBackward(dx, dy, x)
 			m.dev.GELUBackward(dy, dy, x) // aliasing
-			return []*Tensor{y, dx, dy}
+			return []*tensor.Tensor{y, dx, dy}
 		})
-		add("Dropout/"+s, func(m *cuMaker) []*Tensor {
+		add("Dropout/"+s, func(m *cuMaker) []*tensor.Tensor {
 			x, y, dy, dx := m.in(di, 5000), m.out(do, 5000), m.in(di, 5000), m.out(do, 5000)
 			m.dev.Dropout(y, x, 0.1, 99)
 			m.dev.DropoutBackward(dx, dy, 0.1, 99)
-			return []*Tensor{y, dx}
+			return []*tensor.Tensor{y, dx}
 		})
 		for _, cols := range []int{7, 512, 768, 1000, 1500} {
-			add(fmt.Sprintf("LayerNorm/%s/C=%d", s, cols), func(m *cuMaker) []*Tensor {
-				x, w, b := m.in(di, 3, 67, cols), m.in(F32, cols), m.in(F32, cols)
-				y, mean, rstd := m.out(do, 3, 67, cols), m.out(F32, 3, 67), m.out(F32, 3, 67)
+			add(fmt.Sprintf("LayerNorm/%s/C=%d", s, cols), func(m *cuMaker) []*tensor.Tensor {
+				x, w, b := m.in(di, 3, 67, cols), m.in(tensor.F32, cols), m.in(tensor.F32, cols)
+				y, mean, rstd := m.out(do, 3, 67, cols), m.out(tensor.F32, 3, 67), m.out(tensor.F32, 3, 67)
 				m.dev.LayerNorm(y, mean, rstd, x, w, b, 1e-5)
 				dy := m.in(di, 3, 67, cols)
-				dx, dw, db := m.acc(do, 3, 67, cols), m.acc(F32, cols), m.acc(F32, cols)
+				dx, dw, db := m.acc(do, 3, 67, cols), m.acc(tensor.F32, cols), m.acc(tensor.F32, cols)
 				m.dev.LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd)
-				return []*Tensor{y, mean, rstd, dx, dw, db}
+				return []*tensor.Tensor{y, mean, rstd, dx, dw, db}
 			})
 		}
-		add("Embedding/"+s, func(m *cuMaker) []*Tensor {
+		add("Embedding/"+s, func(m *cuMaker) []*tensor.Tensor {
 			ids := m.ids(0, 50, 4, 33)
 			wte, wpe := m.in(di, 50, 96), m.in(di, 40, 96)
 			out, out2 := m.out(do, 4, 33, 96), m.out(do, 4, 33, 96)
@@ -287,27 +297,27 @@ func cuOpCases() []cuOpCase {
 			dwte, dwpe := m.acc(do, 50, 96), m.acc(do, 40, 96)
 			dout := m.in(di, 4, 33, 96)
 			m.dev.EmbeddingBackward(dwte, dwpe, dout, ids)
-			return []*Tensor{out, out2, dwte, dwpe}
+			return []*tensor.Tensor{out, out2, dwte, dwpe}
 		})
 		for _, causal := range []bool{false, true} {
-			add(fmt.Sprintf("Softmax/8-wide/%s/causal=%v", s, causal), func(m *cuMaker) []*Tensor {
+			add(fmt.Sprintf("Softmax/8-wide/%s/causal=%v", s, causal), func(m *cuMaker) []*tensor.Tensor {
 				x, y := m.in(di, 2, 256, 256), m.out(do, 2, 256, 256)
 				m.dev.Softmax(y, x, 0.3, causal)
 				dy, dx := m.in(di, 2, 256, 256), m.out(do, 2, 256, 256)
 				m.dev.SoftmaxBackward(dx, dy, y, 0.3)
 				m.dev.SoftmaxBackward(dy, dy, y, 0.3) // aliasing
-				return []*Tensor{y, dx, dy}
+				return []*tensor.Tensor{y, dx, dy}
 			})
-			add(fmt.Sprintf("Softmax/%s/causal=%v", s, causal), func(m *cuMaker) []*Tensor {
+			add(fmt.Sprintf("Softmax/%s/causal=%v", s, causal), func(m *cuMaker) []*tensor.Tensor {
 				x, y := m.in(di, 2, 3, 100, 100), m.out(do, 2, 3, 100, 100)
 				m.dev.Softmax(y, x, 0.3, causal)
 				dy, dx := m.in(di, 2, 3, 100, 100), m.out(do, 2, 3, 100, 100)
 				m.dev.SoftmaxBackward(dx, dy, y, 0.3)
 				m.dev.SoftmaxBackward(dy, dy, y, 0.3) // aliasing
-				return []*Tensor{y, dx, dy}
+				return []*tensor.Tensor{y, dx, dy}
 			})
 		}
-		add("QKV/"+s, func(m *cuMaker) []*Tensor {
+		add("QKV/"+s, func(m *cuMaker) []*tensor.Tensor {
 			qkv := m.in(di, 2, 17, 3*4*8)
 			q, k, v := m.out(do, 2, 4, 17, 8), m.out(do, 2, 4, 17, 8), m.out(do, 2, 4, 17, 8)
 			m.dev.SplitQKV(q, k, v, qkv)
@@ -315,57 +325,57 @@ func cuOpCases() []cuOpCase {
 			m.dev.MergeQKV(back, q, k, v)
 			p := m.out(do, 2, 17, 4, 8)
 			m.dev.Permute0213(p, q)
-			return []*Tensor{q, k, v, back, p}
+			return []*tensor.Tensor{q, k, v, back, p}
 		})
-		add("CrossEntropy/"+s, func(m *cuMaker) []*Tensor {
+		add("CrossEntropy/"+s, func(m *cuMaker) []*tensor.Tensor {
 			logits := m.in(di, 9, 5003)
 			tg := make([]int32, 9)
 			for i := range tg {
 				tg[i] = int32(m.r.IntN(5003))
 			}
 			tg[4] = -1
-			targets := m.dev.Alloc(I32, "targets", 9)
+			targets := m.dev.Alloc(tensor.I32, "targets", 9)
 			m.dev.UploadI32(targets, tg)
 			m.allocs = append(m.allocs, targets)
-			losses, dl := m.out(F32, 9), m.out(do, 9, 5003)
+			losses, dl := m.out(tensor.F32, 9), m.out(do, 9, 5003)
 			m.dev.CrossEntropy(losses, logits, targets)
 			m.dev.CrossEntropyBackward(dl, logits, targets, 0.25)
 			m.dev.CrossEntropyBackward(logits, logits, targets, 0.25) // aliasing
-			return []*Tensor{losses, dl, logits}
+			return []*tensor.Tensor{losses, dl, logits}
 		})
-		add("ArgMax/"+s, func(m *cuMaker) []*Tensor {
-			x, o := m.in(di, 31, 777), m.out(I32, 31)
+		add("ArgMax/"+s, func(m *cuMaker) []*tensor.Tensor {
+			x, o := m.in(di, 31, 777), m.out(tensor.I32, 31)
 			m.dev.ArgMax(o, x)
-			return []*Tensor{o}
+			return []*tensor.Tensor{o}
 		})
-		add("Sum/"+s, func(m *cuMaker) []*Tensor {
+		add("Sum/"+s, func(m *cuMaker) []*tensor.Tensor {
 			x := m.in(di, 300001)
-			s1, s2 := m.acc(F32, 1), m.acc(F32, 1)
+			s1, s2 := m.acc(tensor.F32, 1), m.acc(tensor.F32, 1)
 			m.dev.Sum(s1, x)
 			m.dev.SumSquares(s2, x)
-			return []*Tensor{s1, s2}
+			return []*tensor.Tensor{s1, s2}
 		})
 	}
-	add("UnscaleCheck", func(m *cuMaker) []*Tensor {
-		x, found, x2, found2 := m.acc(F32, 10000), m.out(F32, 1), m.acc(F32, 10000), m.out(F32, 1)
+	add("UnscaleCheck", func(m *cuMaker) []*tensor.Tensor {
+		x, found, x2, found2 := m.acc(tensor.F32, 10000), m.out(tensor.F32, 1), m.acc(tensor.F32, 10000), m.out(tensor.F32, 1)
 		m.dev.Fill(found, 0)
 		m.dev.Fill(found2, 0)
 		m.dev.UnscaleCheck(x, 1.0/1024, found)
 		m.dev.Fill(x2.View(777, 1), float32(math.Inf(1)))
 		m.dev.UnscaleCheck(x2, 1.0/1024, found2)
-		return []*Tensor{x, found, found2}
+		return []*tensor.Tensor{x, found, found2}
 	})
 	for _, half := range []bool{false, true} {
-		add(fmt.Sprintf("AdamW/half=%v", half), func(m *cuMaker) []*Tensor {
-			p, g, mo, sq := m.acc(F32, 10007), m.in(F32, 10007), m.acc(F32, 10007), m.in(F32, 10007)
+		add(fmt.Sprintf("AdamW/half=%v", half), func(m *cuMaker) []*tensor.Tensor {
+			p, g, mo, sq := m.acc(tensor.F32, 10007), m.in(tensor.F32, 10007), m.acc(tensor.F32, 10007), m.in(tensor.F32, 10007)
 			m.dev.ReLU(sq, sq) // the second moment is ≥ 0
-			var h *Tensor
+			var h *tensor.Tensor
 			if half {
-				h = m.out(F16, 10007)
+				h = m.out(tensor.F16, 10007)
 			}
-			a := AdamWArgs{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, BiasCorr1: 0.1, BiasCorr2: 0.05}
+			a := tensor.AdamWArgs{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, BiasCorr1: 0.1, BiasCorr2: 0.05}
 			m.dev.AdamW(p, g, mo, sq, h, a)
-			outs := []*Tensor{p, mo, sq}
+			outs := []*tensor.Tensor{p, mo, sq}
 			if h != nil {
 				outs = append(outs, h)
 			}
@@ -373,13 +383,13 @@ func cuOpCases() []cuOpCase {
 		})
 	}
 	for _, nest := range []bool{false, true} {
-		add(fmt.Sprintf("SGD/nesterov=%v", nest), func(m *cuMaker) []*Tensor {
-			p, g, mom := m.acc(F32, 10007), m.in(F32, 10007), m.acc(F32, 10007)
-			h := m.out(F16, 10007)
-			m.dev.SGD(p, g, mom, h, SGDArgs{LR: 0.1, Momentum: 0.9, WeightDecay: 1e-4, Nesterov: nest})
-			p2 := m.acc(F32, 100)
-			m.dev.SGD(p2, m.in(F32, 100), nil, nil, SGDArgs{LR: 0.1})
-			return []*Tensor{p, mom, h, p2}
+		add(fmt.Sprintf("SGD/nesterov=%v", nest), func(m *cuMaker) []*tensor.Tensor {
+			p, g, mom := m.acc(tensor.F32, 10007), m.in(tensor.F32, 10007), m.acc(tensor.F32, 10007)
+			h := m.out(tensor.F16, 10007)
+			m.dev.SGD(p, g, mom, h, tensor.SGDArgs{LR: 0.1, Momentum: 0.9, WeightDecay: 1e-4, Nesterov: nest})
+			p2 := m.acc(tensor.F32, 100)
+			m.dev.SGD(p2, m.in(tensor.F32, 100), nil, nil, tensor.SGDArgs{LR: 0.1})
+			return []*tensor.Tensor{p, mom, h, p2}
 		})
 	}
 	return cs
@@ -393,20 +403,20 @@ func TestCUDA_opsMatchCPU(t *testing.T) {
 	}
 	g.Sync()
 	if a := g.Stats().Allocated; a != base {
-		t.Errorf("allocated %d after the op tests, %d before: a leak\n%s", a, base, MemorySummary(g))
+		t.Errorf("allocated %d after the op tests, %d before: a leak\n%s", a, base, tensor.MemorySummary(g))
 	}
 }
 
 // RandNormal on the GPU draws rng.go's numbers: CPU and GPU initialise a model identically.
 func TestCUDA_randNormalMatchesRNG(t *testing.T) {
 	g := gpu(t)
-	x := g.Alloc(F32, "x", 4096)
+	x := g.Alloc(tensor.F32, "x", 4096)
 	defer g.Free(x)
 	g.RandNormal(x, 1, 1234)
-	got := ToHost(x)
+	got := tensor.ToHost(x)
 	diff := 0
 	for i, v := range got {
-		if w := Normal(1234, uint64(i)); v != w {
+		if w := tensor.Normal(1234, uint64(i)); v != w {
 			diff++
 			if math.Abs(float64(v-w)) > 1e-6*math.Max(1, math.Abs(float64(w))) {
 				t.Fatalf("element %d: GPU %v, rng.go %v", i, v, w)
@@ -419,13 +429,13 @@ func TestCUDA_randNormalMatchesRNG(t *testing.T) {
 func TestCUDA_oom(t *testing.T) {
 	g := gpu(t)
 	g.SetLimit(1 << 20)
-	err := CatchOOM(func() { g.Alloc(F32, "too.big.for.limit", 1<<20) })
+	err := tensor.CatchOOM(func() { g.Alloc(tensor.F32, "too.big.for.limit", 1<<20) })
 	g.SetLimit(0)
-	if !IsOOM(err) {
+	if !tensor.IsOOM(err) {
 		t.Fatalf("allocation over the limit: got %v, want an OOMError", err)
 	}
-	err = CatchOOM(func() { g.Alloc(F32, "too.big.for.card", 1<<40) }) // 4 TiB
-	if !IsOOM(err) || !strings.Contains(err.Error(), "free on the card") {
+	err = tensor.CatchOOM(func() { g.Alloc(tensor.F32, "too.big.for.card", 1<<40) }) // 4 TiB
+	if !tensor.IsOOM(err) || !strings.Contains(err.Error(), "free on the card") {
 		t.Fatalf("allocation over the card: got %v, want an OOMError naming the card's free memory", err)
 	}
 	t.Log(err)
@@ -438,14 +448,14 @@ func TestCUDA_pinnedRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Free()
-	x := FromHost(g, F32, "x", make([]float32, 1000), 1000)
+	x := tensor.FromHost(g, tensor.F32, "x", make([]float32, 1000), 1000)
 	defer g.Free(x)
 	g.RandNormal(x, 1, 5)
 	g.CopyToPinned(p, 0, x)()
-	y := g.Alloc(F32, "y", 1000)
+	y := g.Alloc(tensor.F32, "y", 1000)
 	defer g.Free(y)
 	g.CopyFromPinned(y, p, 0)
-	a, b := ToHost(x), ToHost(y)
+	a, b := tensor.ToHost(x), tensor.ToHost(y)
 	for i := range a {
 		if a[i] != b[i] || p.F32()[i] != a[i] {
 			t.Fatalf("element %d: %v, pinned %v, back %v", i, a[i], p.F32()[i], b[i])
@@ -455,17 +465,17 @@ func TestCUDA_pinnedRoundTrip(t *testing.T) {
 
 // ---- models on the GPU ----
 
-func cuTinyGPT(dt DType) GPTConfig {
+func cuTinyGPT(dt tensor.DType) GPTConfig {
 	return GPTConfig{Layers: 2, Width: 64, Heads: 4, Context: 32, Vocab: 97, Tied: true, Compute: dt}
 }
 
-func cuGPTInputs(dev Device, r *rand.Rand, B, T, V int) Inputs {
+func cuGPTInputs(dev tensor.Device, r *rand.Rand, B, T, V int) Inputs {
 	tok, tg := make([]int32, B*T), make([]int32, B*T)
 	for i := range tok {
 		tok[i] = int32(r.IntN(V))
 		tg[i] = int32((int(tok[i])*7 + 3) % V) // a learnable map
 	}
-	x, y := dev.Alloc(I32, "tokens", B, T), dev.Alloc(I32, "targets", B, T)
+	x, y := dev.Alloc(tensor.I32, "tokens", B, T), dev.Alloc(tensor.I32, "targets", B, T)
 	dev.UploadI32(x, tok)
 	dev.UploadI32(y, tg)
 	return Inputs{Tokens: x, Targets: y, Valid: B * T, Seed: 1}
@@ -475,34 +485,34 @@ func cuGPTInputs(dev Device, r *rand.Rand, B, T, V int) Inputs {
 func TestCUDA_gptMatchesCPU(t *testing.T) {
 	g := gpu(t)
 	base := g.Stats().Allocated
-	for _, dt := range []DType{F32, F16} {
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
 		cfg := cuTinyGPT(dt)
 		var loss [2]float32
 		var grads [2][]float32
 		var mods [2]*GPT
-		for i, dev := range []Device{NewCPU(), g} {
+		for i, dev := range []tensor.Device{NewCPU(), g} {
 			m, err := NewGPT(dev, cfg, 7)
 			if err != nil {
 				t.Fatal(err)
 			}
 			in := cuGPTInputs(dev, rand.New(rand.NewPCG(1, 2)), 3, 32, cfg.Vocab)
 			m.Params().ZeroGrad()
-			loss[i] = ToHost(m.Forward(in, true))[0]
+			loss[i] = tensor.ToHost(m.Forward(in, true))[0]
 			m.Backward(1)
-			grads[i] = ToHost(m.Params().Grad)
+			grads[i] = tensor.ToHost(m.Params().Grad)
 			mods[i] = m
 			dev.Free(in.Tokens)
 			dev.Free(in.Targets)
 		}
 		tol := 1e-5
-		if dt == F16 {
+		if dt == tensor.F16 {
 			tol = 1e-2
 		}
 		if e := math.Abs(float64(loss[1]-loss[0])) / math.Abs(float64(loss[0])); !(e <= tol) {
 			t.Errorf("%s: loss GPU %v CPU %v", dt, loss[1], loss[0])
 		}
 		for _, p := range mods[0].Params().List {
-			a, b := grads[1][p.Offset:p.Offset+numel(p.Shape)], grads[0][p.Offset:p.Offset+numel(p.Shape)]
+			a, b := grads[1][p.Offset:p.Offset+tensor.Numel(p.Shape)], grads[0][p.Offset:p.Offset+tensor.Numel(p.Shape)]
 			var num, den float64
 			for j := range a {
 				d := float64(a[j]) - float64(b[j])
@@ -520,7 +530,7 @@ func TestCUDA_gptMatchesCPU(t *testing.T) {
 	}
 	g.Sync()
 	if a := g.Stats().Allocated; a != base {
-		t.Errorf("allocated %d after freeing the models, %d before\n%s", a, base, MemorySummary(g))
+		t.Errorf("allocated %d after freeing the models, %d before\n%s", a, base, tensor.MemorySummary(g))
 	}
 }
 
@@ -529,7 +539,7 @@ func TestCUDA_gptMatchesCPU(t *testing.T) {
 func TestCUDA_gptTrains(t *testing.T) {
 	g := gpu(t)
 	base := g.Stats().Allocated
-	cfg := cuTinyGPT(F16)
+	cfg := cuTinyGPT(tensor.F16)
 	m, err := NewGPT(g, cfg, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -547,7 +557,7 @@ func TestCUDA_gptTrains(t *testing.T) {
 	for step := 0; step < 150; step++ {
 		in := cuGPTInputs(g, r, 8, 32, cfg.Vocab)
 		m.Params().ZeroGrad()
-		loss := ToHost(m.Forward(in, true))[0]
+		loss := tensor.ToHost(m.Forward(in, true))[0]
 		m.Backward(sc.Scale())
 		if _, err := sc.Step(m.Params(), opt, 3e-3); err != nil {
 			t.Fatal(err)
@@ -568,7 +578,7 @@ func TestCUDA_gptTrains(t *testing.T) {
 	m.Free()
 	g.Sync()
 	if a := g.Stats().Allocated; a != base {
-		t.Errorf("allocated %d after training and freeing, %d before\n%s", a, base, MemorySummary(g))
+		t.Errorf("allocated %d after training and freeing, %d before\n%s", a, base, tensor.MemorySummary(g))
 	}
 }
 
@@ -599,7 +609,7 @@ func TestCUDA_gpt2Bench(t *testing.T) {
 }
 
 func cuBenchGPT2(t *testing.T, g *CUDA, B, T, steps int) string {
-	cfg := GPTConfig{Layers: 12, Width: 768, Heads: 12, Context: 1024, Vocab: 50304, Tied: true, Compute: F16}
+	cfg := GPTConfig{Layers: 12, Width: 768, Heads: 12, Context: 1024, Vocab: 50304, Tied: true, Compute: tensor.F16}
 	if s := os.Getenv("GODDP_ATTENTION"); s != "" { // auto (flash on this device), flash or materialized
 		var err error
 		if cfg.Attention, err = ParseAttentionMode(s); err != nil {
@@ -625,7 +635,7 @@ func cuBenchGPT2(t *testing.T, g *CUDA, B, T, steps int) string {
 		tok[i] = int32(r.IntN(50257))
 		tg[i] = int32(r.IntN(50257))
 	}
-	x, y := g.Alloc(I32, "tokens", B, T), g.Alloc(I32, "targets", B, T)
+	x, y := g.Alloc(tensor.I32, "tokens", B, T), g.Alloc(tensor.I32, "targets", B, T)
 	g.UploadI32(x, tok)
 	g.UploadI32(y, tg)
 	in := Inputs{Tokens: x, Targets: y, Valid: B * T}
@@ -640,7 +650,7 @@ func cuBenchGPT2(t *testing.T, g *CUDA, B, T, steps int) string {
 		if _, err := sc.Step(m.Params(), opt, 6e-4); err != nil { // waits on the inf flag
 			t.Fatal(err)
 		}
-		return ToHost(loss)[0]
+		return tensor.ToHost(loss)[0]
 	}
 	for i := 0; i < 3; i++ { // warm-up: kernel load, cuBLAS heuristics, the allocator's cache
 		step()
@@ -664,7 +674,7 @@ func cuBenchGPT2(t *testing.T, g *CUDA, B, T, steps int) string {
 	peak := g.Stats().Peak - base
 	_, total := g.MemInfo()
 	t.Logf("B=%d: median step %.1f ms, loss %.3f, peak allocated %s of %s, reserved %s", B, med, loss,
-		FormatBytes(peak), FormatBytes(total), FormatBytes(g.Stats().Reserved))
+		tensor.FormatBytes(peak), tensor.FormatBytes(total), tensor.FormatBytes(g.Stats().Reserved))
 	g.Free(x)
 	g.Free(y)
 	opt.Free()
@@ -690,7 +700,7 @@ func cuMedian(x []float64) float64 {
 func BenchmarkCUDA_gemm(b *testing.B) {
 	g := gpu(b)
 	M, N, K := 16384, 3072, 768
-	a, w, c := g.Alloc(F16, "a", M, K), g.Alloc(F16, "w", N, K), g.Alloc(F16, "c", M, N)
+	a, w, c := g.Alloc(tensor.F16, "a", M, K), g.Alloc(tensor.F16, "w", N, K), g.Alloc(tensor.F16, "c", M, N)
 	g.RandNormal(a, 1, 1)
 	g.RandNormal(w, 1, 2)
 	g.Sync()

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/goddp/goddp/model/cudadrv"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // UploadAsync copies dst.Bytes() bytes from host memory at src into dst on the copy stream and
@@ -14,7 +15,7 @@ import (
 // overlaps whatever the compute stream is still running. From pinned memory (HostAlloc) the copy
 // is truly asynchronous; from pageable memory the driver stages it first. The host must not change
 // src until the compute stream has passed this point (a later Download or Sync).
-func (d *CUDA) UploadAsync(dst *Tensor, src unsafe.Pointer) {
+func (d *CUDA) UploadAsync(dst *tensor.Tensor, src unsafe.Pointer) {
 	if src == nil {
 		panic(fmt.Sprintf("model: UploadAsync into %s from nil", dst))
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/goddp/goddp/model/half"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // Optimizers against float64 references of their formulas, over several steps with fresh
@@ -35,7 +36,7 @@ func checkVec(t *testing.T, what string, got []float32, want []float64) {
 func checkHalf(t *testing.T, ps *Params) {
 	t.Helper()
 	w := ps.Host()
-	h := ToHost(ps.Half)
+	h := tensor.ToHost(ps.Half)
 	for i := range w {
 		if h[i] != half.ToFloat32(half.FromFloat32(w[i])) {
 			t.Fatalf("f16 copy [%d] = %v, master %v", i, h[i], w[i])
@@ -79,8 +80,8 @@ func TestAdamW_matchesReference(t *testing.T) {
 			}
 		}
 		checkVec(t, "w", ps.Host(), w)
-		checkVec(t, "m", ToHost(opt.M), m)
-		checkVec(t, "v", ToHost(opt.V), v)
+		checkVec(t, "m", tensor.ToHost(opt.M), m)
+		checkVec(t, "v", tensor.ToHost(opt.V), v)
 		checkHalf(t, ps)
 	}
 	if opt.Steps() != 5 {
@@ -202,14 +203,14 @@ type multiCPU struct {
 	tables, calls int
 }
 
-func (d *multiCPU) AdamWTable(runs []AdamWRun) *Tensor {
+func (d *multiCPU) AdamWTable(runs []tensor.AdamWRun) *tensor.Tensor {
 	d.tables++
-	t := d.Alloc(I32, "adamw.runs", 2*len(runs))
+	t := d.Alloc(tensor.I32, "adamw.runs", 2*len(runs))
 	d.Fill(t, 0)
 	return t
 }
 
-func (d *multiCPU) AdamWRuns(p, g, m, v, half *Tensor, runs []AdamWRun, table *Tensor, a AdamWArgs) {
+func (d *multiCPU) AdamWRuns(p, g, m, v, half *tensor.Tensor, runs []tensor.AdamWRun, table *tensor.Tensor, a tensor.AdamWArgs) {
 	d.calls++
 	if table == nil || table.Len() != 2*len(runs) {
 		panic("multiCPU: bad table")
@@ -225,7 +226,7 @@ func (d *multiCPU) AdamWRuns(p, g, m, v, half *Tensor, runs []AdamWRun, table *T
 		if r.Decay {
 			a.WeightDecay = wd
 		}
-		var h *Tensor
+		var h *tensor.Tensor
 		if half != nil {
 			h = half.View(r.Off, r.N)
 		}
@@ -236,7 +237,7 @@ func (d *multiCPU) AdamWRuns(p, g, m, v, half *Tensor, runs []AdamWRun, table *T
 	}
 }
 
-var _ MultiAdamW = (*multiCPU)(nil)
+var _ tensor.MultiAdamW = (*multiCPU)(nil)
 
 func bitsEqual(t *testing.T, what string, a, b []float32) {
 	t.Helper()
@@ -285,9 +286,9 @@ func TestAdamW_multiMatchesPerRun(t *testing.T) {
 			opts[k].Step(0.05)
 		}
 		bitsEqual(t, "w", pss[0].Host(), pss[1].Host())
-		bitsEqual(t, "half", ToHost(pss[0].Half), ToHost(pss[1].Half))
-		bitsEqual(t, "m", ToHost(opts[0].M), ToHost(opts[1].M))
-		bitsEqual(t, "v", ToHost(opts[0].V), ToHost(opts[1].V))
+		bitsEqual(t, "half", tensor.ToHost(pss[0].Half), tensor.ToHost(pss[1].Half))
+		bitsEqual(t, "m", tensor.ToHost(opts[0].M), tensor.ToHost(opts[1].M))
+		bitsEqual(t, "v", tensor.ToHost(opts[0].V), tensor.ToHost(opts[1].V))
 	}
 	if dev.tables != 2 || dev.calls != 3 {
 		t.Fatalf("%d tables, %d AdamWRuns calls; want 2 and 3", dev.tables, dev.calls)

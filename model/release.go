@@ -1,5 +1,7 @@
 package model
 
+import "github.com/goddp/goddp/model/tensor"
+
 // Releaser is an optional Model ability: Release frees what the last Forward and Backward kept,
 // also when an *OOMError interrupted them halfway (tensors those already freed are skipped), so
 // the model is ready for the next Forward. micro_batch: auto (worker/autobatch.go) uses it to
@@ -18,9 +20,9 @@ var (
 
 // freeLive frees the tensors that still hold a block (a nil tensor or an already freed one is
 // skipped).
-func freeLive(dev Device, ts ...*Tensor) {
+func freeLive(dev tensor.Device, ts ...*tensor.Tensor) {
 	for _, t := range ts {
-		if t != nil && t.buf != nil {
+		if t != nil && t.Buffer() != nil {
 			dev.Free(t)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // With the cuda build tag, --device cuda opens GPU LOCAL_RANK modulo the visible GPUs (so two
@@ -18,7 +19,7 @@ func init() {
 		}
 		return "cpu"
 	}
-	deviceOpeners["cuda"] = func(localRank int) (model.Device, error) {
+	deviceOpeners["cuda"] = func(localRank int) (tensor.Device, error) {
 		n, err := model.CUDADeviceCount()
 		if err != nil {
 			return nil, fmt.Errorf("worker: counting GPUs: %w", err)

@@ -12,18 +12,19 @@ import (
 	"unsafe"
 
 	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/tensor"
 	"github.com/goddp/goddp/worker/data"
 )
 
 func init() {
-	hostAllocators = append(hostAllocators, func(dev model.Device) data.Allocator {
+	hostAllocators = append(hostAllocators, func(dev tensor.Device) data.Allocator {
 		c, ok := dev.(*model.CUDA)
 		if !ok {
 			return nil
 		}
 		return &pinnedAllocator{dev: c, bufs: map[unsafe.Pointer]*model.Pinned{}}
 	})
-	asyncUploaders = append(asyncUploaders, func(dev model.Device) func(dst *model.Tensor, src unsafe.Pointer) {
+	asyncUploaders = append(asyncUploaders, func(dev tensor.Device) func(dst *tensor.Tensor, src unsafe.Pointer) {
 		c, ok := dev.(*model.CUDA)
 		if !ok {
 			return nil

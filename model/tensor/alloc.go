@@ -1,4 +1,4 @@
-package model
+package tensor
 
 import (
 	"errors"
@@ -35,7 +35,7 @@ func (e *OOMError) Error() string {
 	if e.Limit > 0 {
 		what = fmt.Sprintf("the memory budget of %s", FormatBytes(e.Limit))
 	}
-	s := fmt.Sprintf("model: out of memory on %s allocating %s for %q: %s exceeded (allocated %s, reserved %s",
+	s := fmt.Sprintf("tensor: out of memory on %s allocating %s for %q: %s exceeded (allocated %s, reserved %s",
 		e.Device, FormatBytes(e.Requested), e.Tag, what, FormatBytes(e.Allocated), FormatBytes(e.Reserved))
 	if e.Free >= 0 {
 		s += ", free on the card " + FormatBytes(e.Free)
@@ -150,7 +150,7 @@ func NewPool(dev Device, raw func(int64) (Buffer, error), drop func(Buffer)) *Po
 
 // Alloc: see Device.
 func (p *Pool) Alloc(dt DType, tag string, shape ...int) *Tensor {
-	n := numel(shape)
+	n := Numel(shape)
 	b := p.get(int64(n)*int64(dt.Size()), tag, dt, shape)
 	return NewTensor(p.dev, b, dt, tag, shape)
 }
@@ -161,7 +161,7 @@ func (p *Pool) Free(t *Tensor) {
 		return
 	}
 	if !t.owner {
-		panic(fmt.Sprintf("model: Free of view %s", t))
+		panic(fmt.Sprintf("tensor: Free of view %s", t))
 	}
 	p.put(t.buf)
 	t.buf = nil
@@ -219,7 +219,7 @@ func (p *Pool) oom(bytes int64, tag string) *OOMError {
 func (p *Pool) put(b Buffer) {
 	blk, ok := p.live[b]
 	if !ok {
-		panic("model: free of a block that is not live (double free?)")
+		panic("tensor: free of a block that is not live (double free?)")
 	}
 	delete(p.live, b)
 	p.free[blk.Bytes] = append(p.free[blk.Bytes], b)

@@ -1,4 +1,4 @@
-package model
+package tensor
 
 import "fmt"
 
@@ -19,7 +19,7 @@ func (d DType) Size() int {
 	case F16:
 		return 2
 	}
-	panic(fmt.Sprintf("model: unknown dtype %d", d))
+	panic(fmt.Sprintf("tensor: unknown dtype %d", d))
 }
 
 func (d DType) String() string {
@@ -44,5 +44,5 @@ func ParseDType(s string) (DType, error) {
 	case "i32", "int32":
 		return I32, nil
 	}
-	return 0, fmt.Errorf("model: unknown dtype %q (want f32, f16 or i32)", s)
+	return 0, fmt.Errorf("tensor: unknown dtype %q (want f32, f16 or i32)", s)
 }

@@ -1,4 +1,4 @@
-package model
+package tensor
 
 import (
 	"fmt"
@@ -26,16 +26,19 @@ type Tensor struct {
 	owner bool
 }
 
-// NewTensor is for device implementations: it wraps a buffer they allocated.
+// NewTensor wraps buf, a block of dev's, as an owning tensor. Pool.Alloc makes every tensor with
+// it; a caller that knows a block only from an AllocEvent frees it through such a tensor.
 func NewTensor(dev Device, buf Buffer, dt DType, tag string, shape []int) *Tensor {
-	return &Tensor{dev: dev, buf: buf, n: numel(shape), shape: append([]int(nil), shape...), dtype: dt, tag: tag, owner: true}
+	return &Tensor{dev: dev, buf: buf, n: Numel(shape), shape: append([]int(nil), shape...), dtype: dt, tag: tag, owner: true}
 }
 
-func numel(shape []int) int {
+// Numel is the number of elements of a tensor of shape (1 for no dimensions); a negative
+// dimension panics.
+func Numel(shape []int) int {
 	n := 1
 	for _, d := range shape {
 		if d < 0 {
-			panic(fmt.Sprintf("model: negative dimension in shape %v", shape))
+			panic(fmt.Sprintf("tensor: negative dimension in shape %v", shape))
 		}
 		n *= d
 	}
@@ -77,17 +80,17 @@ func (t *Tensor) Rows() int {
 
 // View returns the elements [off, off+numel(shape)) of t, in t's dtype, with the given shape.
 func (t *Tensor) View(off int, shape ...int) *Tensor {
-	n := numel(shape)
+	n := Numel(shape)
 	if off < 0 || off+n > t.n {
-		panic(fmt.Sprintf("model: view [%d,%d) out of range of %s", off, off+n, t))
+		panic(fmt.Sprintf("tensor: view [%d,%d) out of range of %s", off, off+n, t))
 	}
 	return &Tensor{dev: t.dev, buf: t.buf, off: t.off + off, n: n, shape: append([]int(nil), shape...), dtype: t.dtype, tag: t.tag}
 }
 
 // Reshape is a view of all of t with another shape of the same size.
 func (t *Tensor) Reshape(shape ...int) *Tensor {
-	if numel(shape) != t.n {
-		panic(fmt.Sprintf("model: reshape %s to %v changes the size", t, shape))
+	if Numel(shape) != t.n {
+		panic(fmt.Sprintf("tensor: reshape %s to %v changes the size", t, shape))
 	}
 	return t.View(0, shape...)
 }

@@ -1,7 +1,7 @@
-package model
+package tensor
 
 // Device is the seam between layers and hardware. Every operation the layers use is here, and the
-// CPU device (cpu.go) and the CUDA device (cuda_*.go, build tag cuda) implement all of it.
+// CPU device (model/cpu) and the CUDA device (model/cuda, build tag cuda) implement all of it.
 //
 // Contract, for every operation:
 //   - Operations may run asynchronously (the CUDA device enqueues them on its compute stream, in
@@ -19,7 +19,7 @@ package model
 type Device interface {
 	Name() string
 
-	// ---- memory (alloc.go has the shared accounting) ----
+	// ---- memory (a device embeds the Pool of alloc.go for all of these) ----
 
 	// Alloc returns an owning tensor. Its contents are undefined. The tag names the allocation in
 	// memory reports and leak checks. When the allocation would pass the device's memory (or the
@@ -153,4 +153,23 @@ type AdamWArgs struct {
 type SGDArgs struct {
 	LR, Momentum, WeightDecay float32
 	Nesterov                  bool
+}
+
+// AdamWRun is a contiguous range [Off, Off+N) of the slabs with one decay flag.
+type AdamWRun struct {
+	Off, N int
+	Decay  bool
+}
+
+// MultiAdamW is implemented by devices that update every run of the slabs in one operation (the
+// CUDA device: one kernel launch per step instead of one per run). It is optional: AdamW falls
+// back to one Device.AdamW call per run. The result must be bit-identical to that fallback.
+type MultiAdamW interface {
+	// AdamWTable packs runs into a tensor on the device for AdamWRuns (nil when the device needs
+	// none). The caller keeps runs unchanged while the table lives and frees it with Device.Free.
+	AdamWTable(runs []AdamWRun) *Tensor
+	// AdamWRuns is Device.AdamW over whole slabs p, g, m, v (and half, which may be nil): runs,
+	// described by table, partition [0, p.Len()) in order, and a.WeightDecay applies only to the
+	// runs with Decay set.
+	AdamWRuns(p, g, m, v, half *Tensor, runs []AdamWRun, table *Tensor, a AdamWArgs)
 }

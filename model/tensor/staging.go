@@ -1,10 +1,10 @@
-package model
+package tensor
 
 // GradStager is an optional Device ability: staging ranges of the f32 gradient slab through
 // device-side f16 buffers and pinned host memory, so that data-parallel gradient averaging needs
 // no whole-device synchronisation per bucket (ddp/engine_gpu.go uses it when the wire is f16).
-// The CUDA device implements it (cuda_staging.go); the CPU device does not, and the DDP engine
-// then takes its host path (Download, all-reduce, Upload).
+// The CUDA device implements it (model/cuda/staging.go); the CPU device does not, and the DDP
+// engine then takes its host path (Download, all-reduce, Upload).
 //
 // One bucket's walk, for range i:
 //
