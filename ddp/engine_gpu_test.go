@@ -10,6 +10,7 @@ import (
 
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/model/half"
 	"github.com/goddp/goddp/model/tensor"
 )
@@ -22,7 +23,7 @@ import (
 
 // stagingCPU is the CPU device with a host-only GradStager.
 type stagingCPU struct {
-	*model.CPU
+	*cpu.Device
 }
 
 var _ tensor.GradStager = stagingCPU{}
@@ -30,7 +31,7 @@ var _ tensor.GradStager = stagingCPU{}
 func (d stagingCPU) PinnedBytes() int64 { return 0 }
 
 func (d stagingCPU) NewGradStaging(grad *tensor.Tensor, ranges [][2]int) (tensor.GradStaging, error) {
-	s := &cpuStaging{dev: d.CPU, grad: grad, ranges: ranges}
+	s := &cpuStaging{dev: d.Device, grad: grad, ranges: ranges}
 	for _, r := range ranges {
 		s.half = append(s.half, make([]uint16, r[1]-r[0]))
 		s.ready = append(s.ready, make(chan struct{}, 1))
@@ -43,7 +44,7 @@ func (d stagingCPU) NewGradStaging(grad *tensor.Tensor, ranges [][2]int) (tensor
 // only marks it, and Finish widens the returned buckets on the training goroutine (the CPU device
 // is driven by one goroutine).
 type cpuStaging struct {
-	dev      *model.CPU
+	dev      *cpu.Device
 	grad     *tensor.Tensor
 	ranges   [][2]int
 	half     [][]uint16
@@ -93,9 +94,9 @@ func (s *cpuStaging) Close()             {}
 // newDevFunc opens rank's device and returns it with its cleanup.
 type newDevFunc func(t *testing.T, rank int) (tensor.Device, func())
 
-func cpuDev(t *testing.T, rank int) (tensor.Device, func()) { return model.NewCPU(), func() {} }
+func cpuDev(t *testing.T, rank int) (tensor.Device, func()) { return cpu.New(), func() {} }
 func stagingDev(t *testing.T, rank int) (tensor.Device, func()) {
-	return stagingCPU{model.NewCPU()}, func() {}
+	return stagingCPU{cpu.New()}, func() {}
 }
 
 // rankGrads is rank r's gradient slab for the averaging tests: N(0,1) values with a spread of
@@ -217,7 +218,7 @@ func TestEngineStaged_onlyWithF16WireAndStager(t *testing.T) {
 		dev  tensor.Device
 		wire allreduce.Wire
 		want bool
-	}{{stagingCPU{model.NewCPU()}, allreduce.WireF16, true}, {stagingCPU{model.NewCPU()}, allreduce.WireF32, false}, {model.NewCPU(), allreduce.WireF16, false}} {
+	}{{stagingCPU{cpu.New()}, allreduce.WireF16, true}, {stagingCPU{cpu.New()}, allreduce.WireF32, false}, {cpu.New(), allreduce.WireF16, false}} {
 		ps := model.NewParams(c.dev)
 		ps.Add("w", model.Init{Value: 1}, false, 10)
 		ps.Build(false)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/model/tensor"
 )
 
@@ -60,7 +61,7 @@ type rankResult struct {
 }
 
 func trainRank(t *testing.T, rc runCfg, rank int, comm Comm, d dataset, extra ...Comm) rankResult {
-	dev := model.NewCPU()
+	dev := cpu.New()
 	m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{nFeat, nHidden, nHidden, nClass}, Activation: "gelu", Compute: rc.compute}, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -275,7 +276,7 @@ func TestEngine_checkReplicasNamesTheRank(t *testing.T) {
 	W := 3
 	errs := make([]error, W)
 	eachRank(t, W, func(r int, g *allreduce.Group) {
-		dev := model.NewCPU()
+		dev := cpu.New()
 		m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{4, 3}, Activation: "relu", Compute: tensor.F32}, 1)
 		if err != nil {
 			t.Error(err)

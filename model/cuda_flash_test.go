@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/model/tensor"
 )
 
@@ -74,7 +75,7 @@ func TestCUDA_gptFlashMatchesCPU(t *testing.T) {
 		dev.Free(in.Targets)
 		return r
 	}
-	cpu := run(NewCPU(), AttnMaterialized, 0)
+	cpu := run(cpu.New(), AttnMaterialized, 0)
 	gf := run(g, AttnAuto, 0)
 	gc := run(g, AttnAuto, 1)
 	if e := math.Abs(float64(gf.loss-cpu.loss)) / math.Abs(float64(cpu.loss)); !(e <= 1e-2) {

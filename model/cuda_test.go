@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/model/tensor"
 )
 
@@ -95,7 +96,7 @@ type cuOpCase struct {
 // cuRunCase runs c on the CPU and the GPU and compares every output.
 func cuRunCase(t *testing.T, g *CUDA, c cuOpCase, seed uint64) {
 	t.Helper()
-	cpu := NewCPU()
+	cpu := cpu.New()
 	mc := &cuMaker{dev: cpu, r: rand.New(rand.NewPCG(seed, 7))}
 	mg := &cuMaker{dev: g, r: rand.New(rand.NewPCG(seed, 7))}
 	outC := c.run(mc)
@@ -490,7 +491,7 @@ func TestCUDA_gptMatchesCPU(t *testing.T) {
 		var loss [2]float32
 		var grads [2][]float32
 		var mods [2]*GPT
-		for i, dev := range []tensor.Device{NewCPU(), g} {
+		for i, dev := range []tensor.Device{cpu.New(), g} {
 			m, err := NewGPT(dev, cfg, 7)
 			if err != nil {
 				t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"math/rand"
 	"testing"
 
+	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/model/tensor"
 )
 
@@ -16,7 +17,7 @@ func TestFlashAttention_matchesMaterialized(t *testing.T) {
 			B, T, C, H := sh[0], sh[1], sh[2], sh[3]
 			name := fmt.Sprintf("%s/B%d.T%d.C%d.H%d", dt, B, T, C, H)
 			rng := rand.New(rand.NewSource(int64(T)))
-			dev := NewCPU()
+			dev := cpu.New()
 			ps := NewParams(dev)
 			at := NewAttention(ps, "attn", C, H, 0.3, 0.3, 0)
 			ps.Build(dt == tensor.F16)
@@ -83,11 +84,11 @@ func TestAttentionMode(t *testing.T) {
 		t.Error("ParseAttentionMode(fused) did not fail")
 	}
 	cfg := GPTConfig{Layers: 1, Width: 8, Heads: 2, Context: 4, Vocab: 5, Compute: tensor.F32, Dropout: 0.1, Attention: AttnFlash}
-	if _, err := NewGPT(NewCPU(), cfg, 1); err == nil {
+	if _, err := NewGPT(cpu.New(), cfg, 1); err == nil {
 		t.Error("NewGPT with flash attention and dropout did not fail")
 	}
 	// The CPU has no fast fused kernel: auto takes the materialised path there.
-	if NewCPU().FlashAttentionFast(64, tensor.F16) {
+	if cpu.New().FlashAttentionFast(64, tensor.F16) {
 		t.Error("CPU reports a fast fused attention")
 	}
 }

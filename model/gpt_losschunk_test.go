@@ -5,6 +5,7 @@ import (
 	"math/rand"
 	"testing"
 
+	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/model/tensor"
 )
 
@@ -20,7 +21,7 @@ func TestGPT_lossChunksMatchWhole(t *testing.T) {
 		peak  int64
 	}
 	run := func(chunk int, tied bool, dt tensor.DType) result {
-		dev := NewCPU()
+		dev := cpu.New()
 		rng := rand.New(rand.NewSource(9))
 		m, err := NewGPT(dev, GPTConfig{Layers: 2, Width: 16, Heads: 2, Context: T, Vocab: V, Tied: tied, Compute: dt, LossChunk: chunk}, 4)
 		if err != nil {

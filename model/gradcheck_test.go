@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"testing"
 
+	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/model/tensor"
 )
 
@@ -113,7 +114,7 @@ func checkGrad(t *testing.T, name string, x *tensor.Tensor, analytic []float32, 
 func TestGradLinear(t *testing.T) {
 	for seed := int64(1); seed <= 3; seed++ {
 		rng := rand.New(rand.NewSource(seed))
-		dev := NewCPU()
+		dev := cpu.New()
 		R, In, Out := 2+rng.Intn(5), 1+rng.Intn(6), 1+rng.Intn(6)
 		ps := NewParams(dev)
 		l := NewLinear(ps, "lin", In, Out, 0.5, true)
@@ -143,7 +144,7 @@ func TestGradActivations(t *testing.T) {
 	for _, act := range []Activation{ReLU, GELU} {
 		for seed := int64(1); seed <= 3; seed++ {
 			rng := rand.New(rand.NewSource(seed))
-			dev := NewCPU()
+			dev := cpu.New()
 			n := 5 + rng.Intn(30)
 			xs := make([]float32, n)
 			for i := range xs { // keep ReLU's kink farther than h from every point
@@ -175,7 +176,7 @@ func TestGradActivations(t *testing.T) {
 
 func TestGradDropoutAndResidual(t *testing.T) {
 	rng := rand.New(rand.NewSource(4))
-	dev := NewCPU()
+	dev := cpu.New()
 	n := 40
 	x := randT(dev, rng, "x", 1, n)
 	fx := randT(dev, rng, "fx", 1, n)
@@ -204,7 +205,7 @@ func TestGradDropoutAndResidual(t *testing.T) {
 func TestGradLayerNorm(t *testing.T) {
 	for seed := int64(1); seed <= 3; seed++ {
 		rng := rand.New(rand.NewSource(seed))
-		dev := NewCPU()
+		dev := cpu.New()
 		R, C := 1+rng.Intn(6), 2+rng.Intn(10)
 		ps := NewParams(dev)
 		ln := NewLayerNorm(ps, "ln", C)
@@ -237,7 +238,7 @@ func TestGradLayerNorm(t *testing.T) {
 func TestGradEmbedding(t *testing.T) {
 	for seed := int64(1); seed <= 3; seed++ {
 		rng := rand.New(rand.NewSource(seed))
-		dev := NewCPU()
+		dev := cpu.New()
 		B, T, V, C := 1+rng.Intn(3), 1+rng.Intn(5), 3+rng.Intn(5), 1+rng.Intn(6)
 		ps := NewParams(dev)
 		e := NewEmbedding(ps, V, T+2, C, 0.5)
@@ -266,7 +267,7 @@ func TestGradEmbedding(t *testing.T) {
 func TestGradCrossEntropy(t *testing.T) {
 	for seed := int64(1); seed <= 3; seed++ {
 		rng := rand.New(rand.NewSource(seed))
-		dev := NewCPU()
+		dev := cpu.New()
 		R, V := 2+rng.Intn(6), 2+rng.Intn(8)
 		logits := randT(dev, rng, "logits", 2, R, V)
 		tg := make([]int32, R)
@@ -322,7 +323,7 @@ func TestGradAttention(t *testing.T) {
 		}{{0, AttnMaterialized}, {0.25, AttnMaterialized}, {0, AttnFlash}} {
 			p := pm.p
 			rng := rand.New(rand.NewSource(seed))
-			dev := NewCPU()
+			dev := cpu.New()
 			H := 1 + rng.Intn(3)
 			B, T, C := 1+rng.Intn(2), 1+rng.Intn(5), H*(1+rng.Intn(3))
 			ps := NewParams(dev)
@@ -364,7 +365,7 @@ func TestGradBlock(t *testing.T) {
 	for seed := int64(1); seed <= 2; seed++ {
 		for _, p := range []float32{0, 0.2} {
 			rng := rand.New(rand.NewSource(seed))
-			dev := NewCPU()
+			dev := cpu.New()
 			B, T, C, H := 2, 1+rng.Intn(4), 4, 2
 			ps := NewParams(dev)
 			b := NewBlock(ps, "h.0", C, H, 0.3, 0.3, p)
@@ -458,7 +459,7 @@ func TestGradMLP(t *testing.T) {
 		{Widths: []int{4, 3}},
 	} {
 		rng := rand.New(rand.NewSource(int64(i + 1)))
-		dev := NewCPU()
+		dev := cpu.New()
 		m, err := NewMLP(dev, cfg, uint64(i+1))
 		if err != nil {
 			t.Fatal(err)
@@ -475,7 +476,7 @@ func TestGradGPT(t *testing.T) {
 		{Layers: 2, Width: 4, Heads: 1, Context: 4, Vocab: 5, Tied: true, Dropout: 0.1, Checkpoint: 2},
 	} {
 		rng := rand.New(rand.NewSource(int64(i + 1)))
-		dev := NewCPU()
+		dev := cpu.New()
 		m, err := NewGPT(dev, cfg, uint64(i+1))
 		if err != nil {
 			t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/model/tensor"
 )
 
@@ -42,7 +43,7 @@ func TestMixedPrecision_closeToF32(t *testing.T) {
 		var grads [2][]float32
 		var ps *Params
 		for k, dt := range []tensor.DType{tensor.F32, tensor.F16} {
-			dev := NewCPU()
+			dev := cpu.New()
 			rng := rand.New(rand.NewSource(3))
 			var m Model
 			var in Inputs
@@ -88,7 +89,7 @@ func TestCheckpoint_sameGradsLessMemory(t *testing.T) {
 		peak  int64
 	}
 	run := func(kind string, every int) result {
-		dev := NewCPU()
+		dev := cpu.New()
 		rng := rand.New(rand.NewSource(5))
 		var m Model
 		var in Inputs
@@ -135,7 +136,7 @@ func TestCheckpoint_sameGradsLessMemory(t *testing.T) {
 // parameter reports ready exactly once per backward, in reverse registration order.
 func TestModels_memoryAndReadyOrder(t *testing.T) {
 	for _, kind := range []string{"mlp", "gpt-tied", "gpt-untied", "gpt-f16-ckpt", "gpt-flash-keep-ckpt"} {
-		dev := NewCPU()
+		dev := cpu.New()
 		rng := rand.New(rand.NewSource(1))
 		var m Model
 		var in Inputs
@@ -200,7 +201,7 @@ func TestModels_memoryAndReadyOrder(t *testing.T) {
 }
 
 func TestGPT_predictAndEval(t *testing.T) {
-	dev := NewCPU()
+	dev := cpu.New()
 	rng := rand.New(rand.NewSource(2))
 	m, err := NewGPT(dev, GPTConfig{Layers: 1, Width: 8, Heads: 2, Context: 6, Vocab: 9, Tied: true, Dropout: 0.3}, 1)
 	if err != nil {
@@ -224,7 +225,7 @@ func TestGPT_predictAndEval(t *testing.T) {
 }
 
 func TestConfigErrorsNameTheField(t *testing.T) {
-	dev := NewCPU()
+	dev := cpu.New()
 	for want, cfg := range map[string]MLPConfig{
 		"Widths":     {Widths: []int{3}},
 		"Widths[1]":  {Widths: []int{3, 0}},
@@ -262,7 +263,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 
 // A tiny GPT under f16 with the scaler and AdamW memorises a fixed batch.
 func TestGPT_trainsF16(t *testing.T) {
-	dev := NewCPU()
+	dev := cpu.New()
 	rng := rand.New(rand.NewSource(9))
 	m, err := NewGPT(dev, GPTConfig{Layers: 2, Width: 16, Heads: 2, Context: 8, Vocab: 12, Tied: true, Compute: tensor.F16, Checkpoint: 1}, 1)
 	if err != nil {
@@ -301,7 +302,7 @@ func TestGPT_fusedHeadBackward(t *testing.T) {
 		{"untied-f16-ckpt", GPTConfig{Layers: 2, Width: 16, Heads: 2, Context: 8, Vocab: 37, Compute: tensor.F16, Checkpoint: 1, LossChunk: 7}},
 	} {
 		run := func(fused bool) (float32, []float32, []string) {
-			dev := NewCPU()
+			dev := cpu.New()
 			m, err := NewGPT(dev, c.cfg, 5)
 			if err != nil {
 				t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"math/rand"
 	"testing"
 
+	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/model/half"
 	"github.com/goddp/goddp/model/tensor"
 )
@@ -13,8 +14,8 @@ import (
 // gradients, a decayed and a non-decayed parameter, and the f16 copy. Tolerance: |w − ref| ≤
 // 1e-5·max(1,|ref|) (f32 arithmetic on values of order 1); the f16 copy equals the rounded master.
 
-func optimParams(t *testing.T, half bool) (*CPU, *Params) {
-	dev := NewCPU()
+func optimParams(t *testing.T, half bool) (*cpu.Device, *Params) {
+	dev := cpu.New()
 	ps := NewParams(dev)
 	ps.Add("w", Init{Std: 1}, true, 3, 4)
 	ps.Add("b", Init{Std: 1}, false, 5)
@@ -199,7 +200,7 @@ func TestSchedules(t *testing.T) {
 // multiCPU is the CPU device with MultiAdamW implemented by one AdamW call per run, so the
 // optimizer's multi path can be checked on the CPU against its per-run fallback.
 type multiCPU struct {
-	*CPU
+	*cpu.Device
 	tables, calls int
 }
 
@@ -230,7 +231,7 @@ func (d *multiCPU) AdamWRuns(p, g, m, v, half *tensor.Tensor, runs []tensor.Adam
 		if half != nil {
 			h = half.View(r.Off, r.N)
 		}
-		d.CPU.AdamW(p.View(r.Off, r.N), g.View(r.Off, r.N), m.View(r.Off, r.N), v.View(r.Off, r.N), h, a)
+		d.Device.AdamW(p.View(r.Off, r.N), g.View(r.Off, r.N), m.View(r.Off, r.N), v.View(r.Off, r.N), h, a)
 	}
 	if end != p.Len() {
 		panic("multiCPU: runs do not cover the slab")
@@ -251,7 +252,7 @@ func bitsEqual(t *testing.T, what string, a, b []float32) {
 // On a MultiAdamW device AdamW takes one AdamWRuns call per step with the decay runs, giving the
 // per-run fallback's results bit for bit, and frees the run table with the moments.
 func TestAdamW_multiMatchesPerRun(t *testing.T) {
-	dev := &multiCPU{CPU: NewCPU()}
+	dev := &multiCPU{Device: cpu.New()}
 	base := dev.Stats().Allocated
 	var pss [2]*Params
 	var opts [2]*AdamW

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/model/tensor"
 )
 
@@ -33,7 +34,7 @@ func sameBits(a, b []float32) bool {
 // AdamW's m, v and step count stay bit-identical, the scale halves, the skip is counted; the next
 // clean step goes through.
 func TestScaler_injectedInfSkipsStep(t *testing.T) {
-	dev := NewCPU()
+	dev := cpu.New()
 	m, err := NewMLP(dev, MLPConfig{Widths: []int{6, 8, 3}, Compute: tensor.F16}, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +84,7 @@ func TestScaler_injectedInfSkipsStep(t *testing.T) {
 }
 
 func TestScaler_growthAndFloor(t *testing.T) {
-	dev := NewCPU()
+	dev := cpu.New()
 	cfg := DefaultScaler()
 	cfg.Interval = 3
 	cfg.MinScale = 16384
@@ -133,7 +134,7 @@ func TestScaler_growthAndFloor(t *testing.T) {
 // scaled by 65536 they survive, and the loss keeps falling.
 func TestScaler_underflowWithoutScaling(t *testing.T) {
 	run := func(scaled bool) (first, last float32, gradNorm float32) {
-		dev := NewCPU()
+		dev := cpu.New()
 		m, err := NewMLP(dev, MLPConfig{Widths: []int{3, 3}, Compute: tensor.F16}, 1)
 		if err != nil {
 			t.Fatal(err)

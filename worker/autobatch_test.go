@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/goddp/goddp/allreduce"
-	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/model/tensor"
 )
 
@@ -69,7 +69,7 @@ func TestAutoBatch_findsLargestUnderBudget(t *testing.T) {
 		{"precision=fp32", "model.kind=mlp", "model.widths=[784,256,10]", "data.kind=mnist", "data.path=" + os.TempDir()},
 	} {
 		cfg := tinyGPT(t, sets...)
-		dev := model.NewCPU()
+		dev := cpu.New()
 		m, err := buildModel(dev, cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/goddp/goddp/ddp"
 	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/model/tensor"
 	"github.com/goddp/goddp/worker/data"
 )
@@ -16,7 +17,7 @@ import (
 // deviceOpeners are the devices this binary can drive; the CUDA build adds "cuda"
 // (device_cuda.go).
 var deviceOpeners = map[string]func(localRank int) (tensor.Device, error){
-	"cpu": func(int) (tensor.Device, error) { return model.NewCPU(), nil },
+	"cpu": func(int) (tensor.Device, error) { return cpu.New(), nil },
 }
 
 // autoDevice picks the device for --device auto: "cpu" here; the CUDA build (device_cuda.go)

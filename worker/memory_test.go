@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/model/tensor"
 )
 
@@ -61,7 +62,7 @@ func TestMemoryPlot_writesPNG(t *testing.T) {
 }
 
 func TestMemTimeline_seriesByLayer(t *testing.T) {
-	dev := model.NewCPU()
+	dev := cpu.New()
 	base := dev.Alloc(tensor.F32, "params", 128)
 	tl := recordMemory(dev)
 	a := dev.Alloc(tensor.F32, "h.0.attn.q", 256)

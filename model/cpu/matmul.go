@@ -1,4 +1,4 @@
-package model
+package cpu
 
 import (
 	"fmt"
@@ -7,9 +7,9 @@ import (
 )
 
 // Matrix products on the CPU: shapes are checked here, the work is the packed, blocked SGEMM of
-// cpu_gemm.go (f16 operands are widened while packing; an f16 C goes through a pooled f32 scratch).
+// gemm.go (f16 operands are widened while packing; an f16 C goes through a pooled f32 scratch).
 
-func (c *CPU) MatMul(C, A, B *tensor.Tensor, transA, transB bool, alpha, beta float32) {
+func (c *Device) MatMul(C, A, B *tensor.Tensor, transA, transB bool, alpha, beta float32) {
 	ar, ac := tensor.MatDims(A)
 	br, bc := tensor.MatDims(B)
 	m, k := ar, ac
@@ -22,16 +22,16 @@ func (c *CPU) MatMul(C, A, B *tensor.Tensor, transA, transB bool, alpha, beta fl
 	}
 	cr, cc := tensor.MatDims(C)
 	if k != k2 || cr != m || cc != n {
-		panic(fmt.Sprintf("model: MatMul shapes: C %s = op(A %s, trans=%v) · op(B %s, trans=%v)", C, A, transA, B, transB))
+		panic(fmt.Sprintf("cpu: MatMul shapes: C %s = op(A %s, trans=%v) · op(B %s, trans=%v)", C, A, transA, B, transB))
 	}
 	out, done := gemmOut(C, beta != 0)
 	c.gemm(m, n, k, gemmOperand(A, 0, ar, ac, transA), gemmOperand(B, 0, br, bc, transB), out, alpha, beta)
 	done()
 }
 
-func (c *CPU) BatchedMatMul(C, A, B *tensor.Tensor, transA, transB bool, alpha, beta float32) {
+func (c *Device) BatchedMatMul(C, A, B *tensor.Tensor, transA, transB bool, alpha, beta float32) {
 	if len(A.Shape()) != 3 || len(B.Shape()) != 3 || len(C.Shape()) != 3 || A.Shape()[0] != B.Shape()[0] || A.Shape()[0] != C.Shape()[0] {
-		panic(fmt.Sprintf("model: BatchedMatMul wants 3-D tensors with one batch count: C %s, A %s, B %s", C, A, B))
+		panic(fmt.Sprintf("cpu: BatchedMatMul wants 3-D tensors with one batch count: C %s, A %s, B %s", C, A, B))
 	}
 	nb := A.Shape()[0]
 	ar, ac := A.Shape()[1], A.Shape()[2]
@@ -45,7 +45,7 @@ func (c *CPU) BatchedMatMul(C, A, B *tensor.Tensor, transA, transB bool, alpha, 
 		k2, n = bc, br
 	}
 	if k != k2 || C.Shape()[1] != m || C.Shape()[2] != n {
-		panic(fmt.Sprintf("model: BatchedMatMul shapes: C %s = op(A %s, trans=%v) · op(B %s, trans=%v)", C, A, transA, B, transB))
+		panic(fmt.Sprintf("cpu: BatchedMatMul shapes: C %s = op(A %s, trans=%v) · op(B %s, trans=%v)", C, A, transA, B, transB))
 	}
 	out, done := gemmOut(C, beta != 0)
 	sa, sb, sc := ar*ac, br*bc, m*n
@@ -67,10 +67,10 @@ func (c *CPU) BatchedMatMul(C, A, B *tensor.Tensor, transA, transB bool, alpha, 
 	done()
 }
 
-func (c *CPU) AddBias(y, bias *tensor.Tensor) {
+func (c *Device) AddBias(y, bias *tensor.Tensor) {
 	r, cols := tensor.MatDims(y)
 	if bias.Len() != cols {
-		panic(fmt.Sprintf("model: AddBias: %s has %d columns, bias %s", y, cols, bias))
+		panic(fmt.Sprintf("cpu: AddBias: %s has %d columns, bias %s", y, cols, bias))
 	}
 	bs := read(bias)[:cols]
 	ys := outBuf(y, true)
@@ -86,10 +86,10 @@ func (c *CPU) AddBias(y, bias *tensor.Tensor) {
 	commit(y, ys)
 }
 
-func (c *CPU) BiasGrad(db, dy *tensor.Tensor) {
+func (c *Device) BiasGrad(db, dy *tensor.Tensor) {
 	r, cols := tensor.MatDims(dy)
 	if db.Len() != cols {
-		panic(fmt.Sprintf("model: BiasGrad: %s has %d columns, db %s", dy, cols, db))
+		panic(fmt.Sprintf("cpu: BiasGrad: %s has %d columns, db %s", dy, cols, db))
 	}
 	ds := read(dy)
 	out := outBuf(db, true)

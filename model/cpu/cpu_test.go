@@ -1,4 +1,4 @@
-package model
+package cpu
 
 import (
 	"math"
@@ -54,7 +54,7 @@ func naiveMatMul(a, b, c []float32, m, n, k int, ta, tb bool, alpha, beta float6
 }
 
 func TestCPU_matMulAllTransposes(t *testing.T) {
-	dev := NewCPU()
+	dev := New()
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, sh := range [][3]int{{1, 1, 1}, {3, 5, 7}, {17, 33, 9}, {64, 130, 257}, {5, 1100, 130}} {
 		m, n, k := sh[0], sh[1], sh[2]
@@ -91,7 +91,7 @@ func TestCPU_matMulAllTransposes(t *testing.T) {
 }
 
 func TestCPU_batchedMatMul(t *testing.T) {
-	dev := NewCPU()
+	dev := New()
 	r := rand.New(rand.NewPCG(5, 6))
 	nb, m, n, k := 3, 6, 5, 4
 	a, b := randVec(r, nb*k*m), randVec(r, nb*n*k)
@@ -108,7 +108,7 @@ func TestCPU_batchedMatMul(t *testing.T) {
 }
 
 func TestCPU_softmaxCausalAndCrossEntropy(t *testing.T) {
-	dev := NewCPU()
+	dev := New()
 	r := rand.New(rand.NewPCG(7, 8))
 	T := 5
 	x := randVec(r, 2*T*T)
@@ -143,7 +143,7 @@ func TestCPU_softmaxCausalAndCrossEntropy(t *testing.T) {
 }
 
 func TestCPU_splitMergePermuteInverse(t *testing.T) {
-	dev := NewCPU()
+	dev := New()
 	r := rand.New(rand.NewPCG(9, 10))
 	B, T, H, hs := 2, 3, 4, 5
 	x := randVec(r, B*T*3*H*hs)
@@ -184,7 +184,7 @@ func TestCPU_splitMergePermuteInverse(t *testing.T) {
 }
 
 func TestCPU_layerNormForward(t *testing.T) {
-	dev := NewCPU()
+	dev := New()
 	r := rand.New(rand.NewPCG(11, 12))
 	R, C := 7, 33
 	x, w, b := randVec(r, R*C), randVec(r, C), randVec(r, C)
@@ -213,7 +213,7 @@ func TestCPU_layerNormForward(t *testing.T) {
 }
 
 func TestCPU_unscaleCheckFindsInfAndNaN(t *testing.T) {
-	dev := NewCPU()
+	dev := New()
 	for _, bad := range []float32{float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN())} {
 		x := make([]float32, 100000)
 		x[77777] = bad
@@ -233,7 +233,7 @@ func TestCPU_unscaleCheckFindsInfAndNaN(t *testing.T) {
 }
 
 func TestPool_countsAndReuse(t *testing.T) {
-	dev := NewCPU()
+	dev := New()
 	base := dev.Stats()
 	a := dev.Alloc(tensor.F32, "a", 1000)
 	s := dev.Stats()
@@ -265,7 +265,7 @@ func TestPool_countsAndReuse(t *testing.T) {
 }
 
 func BenchmarkCPU_MatMul1024(b *testing.B) {
-	dev := NewCPU()
+	dev := New()
 	r := rand.New(rand.NewPCG(1, 1))
 	A := tensor.FromHost(dev, tensor.F32, "a", randVec(r, 128*1024), 128, 1024)
 	W := tensor.FromHost(dev, tensor.F32, "w", randVec(r, 1024*1024), 1024, 1024)

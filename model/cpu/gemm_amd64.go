@@ -1,14 +1,14 @@
-package model
+package cpu
 
 import (
 	"unsafe"
 
-	"golang.org/x/sys/cpu"
+	xcpu "golang.org/x/sys/cpu"
 )
 
-//go:generate go run cpu_gemm_asmgen.go
+//go:generate go run gemm_asmgen.go
 
-// Assembly micro-kernels (cpu_gemm_amd64.s, written by cpu_gemm_asmgen.go).
+// Assembly micro-kernels (gemm_amd64.s, written by gemm_asmgen.go).
 
 // gemmKern12x32AVX512 is the whole MR×NR tile in 24 zmm accumulators.
 //
@@ -36,10 +36,10 @@ func gemmKern12x32AVX2(k int, a, b, c *float32, ldc int, alpha, beta float32) {
 // gemmKernels lists the kernels this CPU can run, best first (tests run every one).
 var gemmKernels = func() []namedKernel {
 	var ks []namedKernel
-	if cpu.X86.HasAVX512F {
+	if xcpu.X86.HasAVX512F {
 		ks = append(ks, namedKernel{"avx512", gemmKern12x32AVX512})
 	}
-	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+	if xcpu.X86.HasAVX2 && xcpu.X86.HasFMA {
 		ks = append(ks, namedKernel{"avx2", gemmKern12x32AVX2})
 	}
 	return append(ks, namedKernel{"go", gemmKernGo})
@@ -62,7 +62,7 @@ func transpose8Asm(d, s []float32, cs, ldd, kc int) {
 
 func init() {
 	gemmKern = gemmKernels[0].fn
-	if cpu.X86.HasAVX2 {
+	if xcpu.X86.HasAVX2 {
 		transpose8 = transpose8Asm
 	}
 }

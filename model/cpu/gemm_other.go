@@ -1,5 +1,5 @@
 //go:build !amd64
 
-package model
+package cpu
 
 var gemmKernels = []namedKernel{{"go", gemmKernGo}}

@@ -1,10 +1,10 @@
-package model
+package cpu
 
 import "math"
 
 // Float32 elementary functions for the CPU device's elementwise kernels. math.Exp and math.Tanh
 // work in float64 and were a third of a GPT step; these are float32 with errors of a few ulp
-// (tested against float64 in cpu_math_test.go), which is what the CUDA device's expf gives too.
+// (tested against float64 in math_test.go), which is what the CUDA device's expf gives too.
 
 // expf returns e^x in float32, for any x (over/underflow to +Inf/0, NaN kept).
 func expf(x float32) float32 {

@@ -1,4 +1,4 @@
-package model
+package cpu
 
 import (
 	"fmt"
@@ -9,11 +9,11 @@ import (
 	"github.com/goddp/goddp/model/tensor"
 )
 
-// The CPU device's non-matmul operations, in the order of device.go.
+// The CPU device's non-matmul operations, in the order of tensor.Device (model/tensor/device.go).
 
 // ---- activations ----
 
-func (c *CPU) ReLU(y, x *tensor.Tensor) {
+func (c *Device) ReLU(y, x *tensor.Tensor) {
 	tensor.CheckLen("ReLU", y, x)
 	xs := read(x)
 	ys := outBuf(y, false)
@@ -25,7 +25,7 @@ func (c *CPU) ReLU(y, x *tensor.Tensor) {
 	commit(y, ys)
 }
 
-func (c *CPU) ReLUBackward(dx, dy, y *tensor.Tensor) {
+func (c *Device) ReLUBackward(dx, dy, y *tensor.Tensor) {
 	tensor.CheckLen("ReLUBackward", dx, dy, y)
 	ds, ys := read(dy), read(y)
 	out := outBuf(dx, false)
@@ -48,7 +48,7 @@ func (c *CPU) ReLUBackward(dx, dy, y *tensor.Tensor) {
 
 const geluK = 0.7978845608028654 // √(2/π)
 
-func (c *CPU) GELU(y, x *tensor.Tensor) {
+func (c *Device) GELU(y, x *tensor.Tensor) {
 	tensor.CheckLen("GELU", y, x)
 	xs := read(x)
 	ys := outBuf(y, false)
@@ -60,7 +60,7 @@ func (c *CPU) GELU(y, x *tensor.Tensor) {
 	commit(y, ys)
 }
 
-func (c *CPU) GELUBackward(dx, dy, x *tensor.Tensor) {
+func (c *Device) GELUBackward(dx, dy, x *tensor.Tensor) {
 	tensor.CheckLen("GELUBackward", dx, dy, x)
 	xs, ds := read(x), read(dy)
 	out := outBuf(dx, false)
@@ -74,7 +74,7 @@ func (c *CPU) GELUBackward(dx, dy, x *tensor.Tensor) {
 
 func dropKeep(seed uint64, i int, p float32) bool { return tensor.Uniform01(seed, uint64(i)) >= p }
 
-func (c *CPU) Dropout(y, x *tensor.Tensor, p float32, seed uint64) {
+func (c *Device) Dropout(y, x *tensor.Tensor, p float32, seed uint64) {
 	tensor.CheckLen("Dropout", y, x)
 	xs := read(x)
 	ys := outBuf(y, false)
@@ -91,17 +91,17 @@ func (c *CPU) Dropout(y, x *tensor.Tensor, p float32, seed uint64) {
 	commit(y, ys)
 }
 
-func (c *CPU) DropoutBackward(dx, dy *tensor.Tensor, p float32, seed uint64) {
+func (c *Device) DropoutBackward(dx, dy *tensor.Tensor, p float32, seed uint64) {
 	c.Dropout(dx, dy, p, seed)
 }
 
 // ---- layer norm ----
 
-func (c *CPU) LayerNorm(y, mean, rstd, x, w, b *tensor.Tensor, eps float32) {
+func (c *Device) LayerNorm(y, mean, rstd, x, w, b *tensor.Tensor, eps float32) {
 	r, cols := tensor.MatDims(x)
 	tensor.CheckLen("LayerNorm", y, x)
 	if mean.Len() != r || rstd.Len() != r || w.Len() != cols || b.Len() != cols {
-		panic(fmt.Sprintf("model: LayerNorm shapes: x %s, w %s, b %s, mean %s, rstd %s", x, w, b, mean, rstd))
+		panic(fmt.Sprintf("cpu: LayerNorm shapes: x %s, w %s, b %s, mean %s, rstd %s", x, w, b, mean, rstd))
 	}
 	xs, ws, bs := read(x), read(w), read(b)
 	ys := outBuf(y, false)
@@ -131,7 +131,7 @@ func (c *CPU) LayerNorm(y, mean, rstd, x, w, b *tensor.Tensor, eps float32) {
 	commit(y, ys)
 }
 
-func (c *CPU) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tensor) {
+func (c *Device) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tensor) {
 	r, cols := tensor.MatDims(x)
 	tensor.CheckLen("LayerNormBackward", dx, dy, x)
 	xs, ds, ws := read(x), read(dy), read(w)
@@ -184,9 +184,9 @@ func (c *CPU) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tensor)
 
 // ---- embeddings ----
 
-func (c *CPU) Embedding(out, ids, wte, wpe *tensor.Tensor) {
+func (c *Device) Embedding(out, ids, wte, wpe *tensor.Tensor) {
 	if len(ids.Shape()) != 2 || out.Len() != ids.Len()*wte.Cols() {
-		panic(fmt.Sprintf("model: Embedding shapes: out %s, ids %s, wte %s", out, ids, wte))
+		panic(fmt.Sprintf("cpu: Embedding shapes: out %s, ids %s, wte %s", out, ids, wte))
 	}
 	bt, tt, cols := ids.Len(), ids.Shape()[1], wte.Cols()
 	is := i32s(ids)
@@ -194,7 +194,7 @@ func (c *CPU) Embedding(out, ids, wte, wpe *tensor.Tensor) {
 	var ps []float32
 	if wpe != nil {
 		if wpe.Rows() < tt || wpe.Cols() != cols {
-			panic(fmt.Sprintf("model: Embedding: wpe %s too small for T=%d", wpe, tt))
+			panic(fmt.Sprintf("cpu: Embedding: wpe %s too small for T=%d", wpe, tt))
 		}
 		ps = read(wpe)
 	}
@@ -204,7 +204,7 @@ func (c *CPU) Embedding(out, ids, wte, wpe *tensor.Tensor) {
 		for r := lo; r < hi; r++ {
 			id := int(is[r])
 			if id < 0 || id >= vocab {
-				panic(fmt.Sprintf("model: Embedding: token id %d at position %d outside the vocabulary of %d", id, r, vocab))
+				panic(fmt.Sprintf("cpu: Embedding: token id %d at position %d outside the vocabulary of %d", id, r, vocab))
 			}
 			dst := os[r*cols : (r+1)*cols]
 			copy(dst, es[id*cols:(id+1)*cols])
@@ -219,7 +219,7 @@ func (c *CPU) Embedding(out, ids, wte, wpe *tensor.Tensor) {
 	commit(out, os)
 }
 
-func (c *CPU) EmbeddingBackward(dwte, dwpe, dout, ids *tensor.Tensor) {
+func (c *Device) EmbeddingBackward(dwte, dwpe, dout, ids *tensor.Tensor) {
 	bt, tt, cols := ids.Len(), ids.Shape()[1], dwte.Cols()
 	is := i32s(ids)
 	ds := read(dout)
@@ -247,11 +247,11 @@ func (c *CPU) EmbeddingBackward(dwte, dwpe, dout, ids *tensor.Tensor) {
 
 // ---- softmax and attention layout ----
 
-func (c *CPU) Softmax(y, x *tensor.Tensor, scale float32, causal bool) {
+func (c *Device) Softmax(y, x *tensor.Tensor, scale float32, causal bool) {
 	r, cols := tensor.MatDims(x)
 	tensor.CheckLen("Softmax", y, x)
 	if causal && (len(x.Shape()) < 2 || x.Dim(-2) != cols) {
-		panic(fmt.Sprintf("model: causal Softmax wants (…,T,T), got %s", x))
+		panic(fmt.Sprintf("cpu: causal Softmax wants (…,T,T), got %s", x))
 	}
 	xs := read(x)
 	ys := outBuf(y, false)
@@ -283,7 +283,7 @@ func (c *CPU) Softmax(y, x *tensor.Tensor, scale float32, causal bool) {
 	commit(y, ys)
 }
 
-func (c *CPU) SoftmaxBackward(dx, dy, y *tensor.Tensor, scale float32) {
+func (c *Device) SoftmaxBackward(dx, dy, y *tensor.Tensor, scale float32) {
 	r, cols := tensor.MatDims(y)
 	tensor.CheckLen("SoftmaxBackward", dx, dy, y)
 	ds, ys := read(dy), read(y)
@@ -304,7 +304,7 @@ func (c *CPU) SoftmaxBackward(dx, dy, y *tensor.Tensor, scale float32) {
 	commit(dx, out)
 }
 
-func (c *CPU) SplitQKV(q, k, v, qkv *tensor.Tensor) {
+func (c *Device) SplitQKV(q, k, v, qkv *tensor.Tensor) {
 	b, h, t, hs := tensor.QKVDims("SplitQKV", q, k, v, qkv)
 	src := read(qkv)
 	outs := [3][]float32{outBuf(q, false), outBuf(k, false), outBuf(v, false)}
@@ -326,7 +326,7 @@ func (c *CPU) SplitQKV(q, k, v, qkv *tensor.Tensor) {
 	commit(v, outs[2])
 }
 
-func (c *CPU) MergeQKV(dqkv, dq, dk, dv *tensor.Tensor) {
+func (c *Device) MergeQKV(dqkv, dq, dk, dv *tensor.Tensor) {
 	b, h, t, hs := tensor.QKVDims("MergeQKV", dq, dk, dv, dqkv)
 	ins := [3][]float32{read(dq), read(dk), read(dv)}
 	dst := outBuf(dqkv, false)
@@ -345,13 +345,13 @@ func (c *CPU) MergeQKV(dqkv, dq, dk, dv *tensor.Tensor) {
 	commit(dqkv, dst)
 }
 
-func (c *CPU) Permute0213(dst, src *tensor.Tensor) {
+func (c *Device) Permute0213(dst, src *tensor.Tensor) {
 	if len(src.Shape()) != 4 || len(dst.Shape()) != 4 {
-		panic(fmt.Sprintf("model: Permute0213 wants 4-D tensors: dst %s, src %s", dst, src))
+		panic(fmt.Sprintf("cpu: Permute0213 wants 4-D tensors: dst %s, src %s", dst, src))
 	}
 	a, b, cc, d := src.Shape()[0], src.Shape()[1], src.Shape()[2], src.Shape()[3]
 	if dst.Shape()[0] != a || dst.Shape()[1] != cc || dst.Shape()[2] != b || dst.Shape()[3] != d {
-		panic(fmt.Sprintf("model: Permute0213: dst %s is not src %s with dims 1 and 2 swapped", dst, src))
+		panic(fmt.Sprintf("cpu: Permute0213: dst %s is not src %s with dims 1 and 2 swapped", dst, src))
 	}
 	s := read(src)
 	o := outBuf(dst, false)
@@ -368,10 +368,10 @@ func (c *CPU) Permute0213(dst, src *tensor.Tensor) {
 
 // ---- loss ----
 
-func (c *CPU) CrossEntropy(losses, logits, targets *tensor.Tensor) {
+func (c *Device) CrossEntropy(losses, logits, targets *tensor.Tensor) {
 	r, v := tensor.MatDims(logits)
 	if losses.Len() != r || targets.Len() != r || losses.DType() != tensor.F32 {
-		panic(fmt.Sprintf("model: CrossEntropy shapes: losses %s, logits %s, targets %s", losses, logits, targets))
+		panic(fmt.Sprintf("cpu: CrossEntropy shapes: losses %s, logits %s, targets %s", losses, logits, targets))
 	}
 	ls, ts, out := read(logits), i32s(targets), f32s(losses)
 	c.parallel(r, 8, func(lo, hi int) {
@@ -382,7 +382,7 @@ func (c *CPU) CrossEntropy(losses, logits, targets *tensor.Tensor) {
 				continue
 			}
 			if t >= v {
-				panic(fmt.Sprintf("model: CrossEntropy: target %d at row %d outside %d classes", t, i, v))
+				panic(fmt.Sprintf("cpu: CrossEntropy: target %d at row %d outside %d classes", t, i, v))
 			}
 			row := ls[i*v : (i+1)*v]
 			mx := float32(math.Inf(-1))
@@ -398,7 +398,7 @@ func (c *CPU) CrossEntropy(losses, logits, targets *tensor.Tensor) {
 	})
 }
 
-func (c *CPU) CrossEntropyBackward(dlogits, logits, targets *tensor.Tensor, scale float32) {
+func (c *Device) CrossEntropyBackward(dlogits, logits, targets *tensor.Tensor, scale float32) {
 	r, v := tensor.MatDims(logits)
 	tensor.CheckLen("CrossEntropyBackward", dlogits, logits)
 	ls, ts := read(logits), i32s(targets)
@@ -432,10 +432,10 @@ func (c *CPU) CrossEntropyBackward(dlogits, logits, targets *tensor.Tensor, scal
 	commit(dlogits, out)
 }
 
-func (c *CPU) ArgMax(out, x *tensor.Tensor) {
+func (c *Device) ArgMax(out, x *tensor.Tensor) {
 	r, cols := tensor.MatDims(x)
 	if out.Len() != r {
-		panic(fmt.Sprintf("model: ArgMax: out %s for %s", out, x))
+		panic(fmt.Sprintf("cpu: ArgMax: out %s for %s", out, x))
 	}
 	xs, os := read(x), i32s(out)
 	for i := 0; i < r; i++ {
@@ -453,7 +453,7 @@ func (c *CPU) ArgMax(out, x *tensor.Tensor) {
 // ---- reductions, scaling, optimizers ----
 
 // sumParallel adds f(x[i]) over x in float64 partial sums.
-func (c *CPU) sumParallel(xs []float32, f func(float32) float64) float64 {
+func (c *Device) sumParallel(xs []float32, f func(float32) float64) float64 {
 	parts := make([]float64, c.partsFor(len(xs), 1<<14))
 	c.parallelParts(len(xs), 1<<14, func(part, lo, hi int) {
 		var s float64
@@ -469,17 +469,17 @@ func (c *CPU) sumParallel(xs []float32, f func(float32) float64) float64 {
 	return total
 }
 
-func (c *CPU) SumSquares(out, x *tensor.Tensor) {
+func (c *Device) SumSquares(out, x *tensor.Tensor) {
 	s := c.sumParallel(read(x), func(v float32) float64 { return float64(v) * float64(v) })
 	f32s(out)[0] += float32(s)
 }
 
-func (c *CPU) Sum(out, x *tensor.Tensor) {
+func (c *Device) Sum(out, x *tensor.Tensor) {
 	s := c.sumParallel(read(x), func(v float32) float64 { return float64(v) })
 	f32s(out)[0] += float32(s)
 }
 
-func (c *CPU) UnscaleCheck(x *tensor.Tensor, inv float32, found *tensor.Tensor) {
+func (c *Device) UnscaleCheck(x *tensor.Tensor, inv float32, found *tensor.Tensor) {
 	xs := f32s(x)
 	var mu sync.Mutex
 	anyBad := false
@@ -501,7 +501,7 @@ func (c *CPU) UnscaleCheck(x *tensor.Tensor, inv float32, found *tensor.Tensor) 
 	}
 }
 
-func (c *CPU) AdamW(p, g, m, v, halfW *tensor.Tensor, a tensor.AdamWArgs) {
+func (c *Device) AdamW(p, g, m, v, halfW *tensor.Tensor, a tensor.AdamWArgs) {
 	tensor.CheckLen("AdamW", p, g, m, v)
 	ps, gs, ms, vs := f32s(p), f32s(g), f32s(m), f32s(v)
 	var hs []uint16
@@ -530,7 +530,7 @@ func (c *CPU) AdamW(p, g, m, v, halfW *tensor.Tensor, a tensor.AdamWArgs) {
 	})
 }
 
-func (c *CPU) SGD(p, g, mom, halfW *tensor.Tensor, a tensor.SGDArgs) {
+func (c *Device) SGD(p, g, mom, halfW *tensor.Tensor, a tensor.SGDArgs) {
 	tensor.CheckLen("SGD", p, g)
 	ps, gs := f32s(p), f32s(g)
 	var ms []float32

@@ -1,4 +1,4 @@
-package model
+package cpu
 
 import (
 	"fmt"
@@ -10,17 +10,17 @@ import (
 	"github.com/goddp/goddp/model/tensor"
 )
 
-// CPU is the plain-Go device: every operation runs on the calling goroutine's behalf across
+// Device is the plain-Go device: every operation runs on the calling goroutine's behalf across
 // runtime.GOMAXPROCS worker goroutines and is finished when it returns (so Sync is a no-op).
 // Memory comes from Go slices through the caching Pool, so its counters mean the same as on the GPU.
-type CPU struct {
+type Device struct {
 	*tensor.Pool // memory: Alloc, Free, Stats, ResetPeak, SetLimit, EmptyCache, Live, SetObserver
 	threads      int
 }
 
 var (
-	_ tensor.Device     = (*CPU)(nil)
-	_ tensor.Observable = (*CPU)(nil)
+	_ tensor.Device     = (*Device)(nil)
+	_ tensor.Observable = (*Device)(nil)
 )
 
 // cpuBuf is one block: float32 words, seen as f16 or i32 through unsafe views.
@@ -30,25 +30,25 @@ type cpuBuf struct {
 
 func (b *cpuBuf) Bytes() int64 { return int64(len(b.w)) * 4 }
 
-// NewCPU makes a CPU device using all of GOMAXPROCS.
-func NewCPU() *CPU {
-	c := &CPU{threads: runtime.GOMAXPROCS(0)}
+// New makes a CPU device using all of GOMAXPROCS.
+func New() *Device {
+	c := &Device{threads: runtime.GOMAXPROCS(0)}
 	c.Pool = tensor.NewPool(c,
 		func(n int64) (tensor.Buffer, error) { return &cpuBuf{w: make([]float32, (n+3)/4)}, nil },
 		func(tensor.Buffer) {})
 	return c
 }
 
-func (c *CPU) Name() string { return "cpu" }
+func (c *Device) Name() string { return "cpu" }
 
 // Sync has nothing to wait for: every operation is done when it returns.
-func (c *CPU) Sync() {}
+func (c *Device) Sync() {}
 
 // ---- element access (device-internal) ----
 
 func words(t *tensor.Tensor) []float32 {
 	if t.Buffer() == nil {
-		panic(fmt.Sprintf("model: use of freed tensor %s", t))
+		panic(fmt.Sprintf("cpu: use of freed tensor %s", t))
 	}
 	return t.Buffer().(*cpuBuf).w
 }
@@ -56,14 +56,14 @@ func words(t *tensor.Tensor) []float32 {
 // f32s is t's elements when t is f32.
 func f32s(t *tensor.Tensor) []float32 {
 	if t.DType() != tensor.F32 {
-		panic(fmt.Sprintf("model: %s is not f32", t))
+		panic(fmt.Sprintf("cpu: %s is not f32", t))
 	}
 	return words(t)[t.Offset() : t.Offset()+t.Len()]
 }
 
 func f16s(t *tensor.Tensor) []uint16 {
 	if t.DType() != tensor.F16 {
-		panic(fmt.Sprintf("model: %s is not f16", t))
+		panic(fmt.Sprintf("cpu: %s is not f16", t))
 	}
 	w := words(t)
 	all := unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(w))), len(w)*2)
@@ -72,7 +72,7 @@ func f16s(t *tensor.Tensor) []uint16 {
 
 func i32s(t *tensor.Tensor) []int32 {
 	if t.DType() != tensor.I32 {
-		panic(fmt.Sprintf("model: %s is not i32", t))
+		panic(fmt.Sprintf("cpu: %s is not i32", t))
 	}
 	w := words(t)
 	all := unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(w))), len(w))
@@ -90,7 +90,7 @@ func read(t *tensor.Tensor) []float32 {
 		half.Decode(out, f16s(t))
 		return out
 	}
-	panic(fmt.Sprintf("model: %s is not a float tensor", t))
+	panic(fmt.Sprintf("cpu: %s is not a float tensor", t))
 }
 
 // out returns a float32 slice to write t's result into; commit stores it (rounding to f16 when t is
@@ -106,7 +106,7 @@ func outBuf(t *tensor.Tensor, keep bool) []float32 {
 		}
 		return make([]float32, t.Len())
 	}
-	panic(fmt.Sprintf("model: %s is not a float tensor", t))
+	panic(fmt.Sprintf("cpu: %s is not a float tensor", t))
 }
 
 func commit(t *tensor.Tensor, v []float32) {
@@ -116,12 +116,12 @@ func commit(t *tensor.Tensor, v []float32) {
 }
 
 // parallel runs body over [0,n) split into chunks of at least grain items across the threads.
-func (c *CPU) parallel(n, grain int, body func(lo, hi int)) {
+func (c *Device) parallel(n, grain int, body func(lo, hi int)) {
 	c.parallelParts(n, grain, func(_, lo, hi int) { body(lo, hi) })
 }
 
 // partsFor is how many chunks parallelParts cuts n items into.
-func (c *CPU) partsFor(n, grain int) int {
+func (c *Device) partsFor(n, grain int) int {
 	if grain < 1 {
 		grain = 1
 	}
@@ -130,7 +130,7 @@ func (c *CPU) partsFor(n, grain int) int {
 
 // parallelParts is parallel with the chunk's index (0 ≤ part < partsFor(n, grain)), so reductions
 // can keep one partial per chunk and combine them in a fixed order: results do not depend on timing.
-func (c *CPU) parallelParts(n, grain int, body func(part, lo, hi int)) {
+func (c *Device) parallelParts(n, grain int, body func(part, lo, hi int)) {
 	parts := c.partsFor(n, grain)
 	if parts <= 1 {
 		body(0, 0, n)
@@ -154,9 +154,9 @@ func (c *CPU) parallelParts(n, grain int, body func(part, lo, hi int)) {
 
 // ---- host transfer ----
 
-func (c *CPU) Upload(dst *tensor.Tensor, src []float32) {
+func (c *Device) Upload(dst *tensor.Tensor, src []float32) {
 	if len(src) != dst.Len() {
-		panic(fmt.Sprintf("model: Upload of %d values into %s", len(src), dst))
+		panic(fmt.Sprintf("cpu: Upload of %d values into %s", len(src), dst))
 	}
 	switch dst.DType() {
 	case tensor.F32:
@@ -164,20 +164,20 @@ func (c *CPU) Upload(dst *tensor.Tensor, src []float32) {
 	case tensor.F16:
 		half.Encode(f16s(dst), src)
 	default:
-		panic(fmt.Sprintf("model: Upload into %s", dst))
+		panic(fmt.Sprintf("cpu: Upload into %s", dst))
 	}
 }
 
-func (c *CPU) UploadI32(dst *tensor.Tensor, src []int32) {
+func (c *Device) UploadI32(dst *tensor.Tensor, src []int32) {
 	if len(src) != dst.Len() {
-		panic(fmt.Sprintf("model: UploadI32 of %d values into %s", len(src), dst))
+		panic(fmt.Sprintf("cpu: UploadI32 of %d values into %s", len(src), dst))
 	}
 	copy(i32s(dst), src)
 }
 
-func (c *CPU) Download(dst []float32, src *tensor.Tensor) {
+func (c *Device) Download(dst []float32, src *tensor.Tensor) {
 	if len(dst) != src.Len() {
-		panic(fmt.Sprintf("model: Download of %s into %d values", src, len(dst)))
+		panic(fmt.Sprintf("cpu: Download of %s into %d values", src, len(dst)))
 	}
 	switch src.DType() {
 	case tensor.F32:
@@ -191,16 +191,16 @@ func (c *CPU) Download(dst []float32, src *tensor.Tensor) {
 	}
 }
 
-func (c *CPU) DownloadI32(dst []int32, src *tensor.Tensor) {
+func (c *Device) DownloadI32(dst []int32, src *tensor.Tensor) {
 	if len(dst) != src.Len() {
-		panic(fmt.Sprintf("model: DownloadI32 of %s into %d values", src, len(dst)))
+		panic(fmt.Sprintf("cpu: DownloadI32 of %s into %d values", src, len(dst)))
 	}
 	copy(dst, i32s(src))
 }
 
 // ---- fills, copies, elementwise ----
 
-func (c *CPU) Fill(t *tensor.Tensor, v float32) {
+func (c *Device) Fill(t *tensor.Tensor, v float32) {
 	switch t.DType() {
 	case tensor.F32:
 		x := f32s(t)
@@ -221,7 +221,7 @@ func (c *CPU) Fill(t *tensor.Tensor, v float32) {
 	}
 }
 
-func (c *CPU) Copy(dst, src *tensor.Tensor) {
+func (c *Device) Copy(dst, src *tensor.Tensor) {
 	tensor.CheckLen("Copy", dst, src)
 	switch {
 	case dst.DType() == src.DType() && dst.DType() == tensor.F32:
@@ -237,11 +237,11 @@ func (c *CPU) Copy(dst, src *tensor.Tensor) {
 		d, s := f32s(dst), f16s(src)
 		c.parallel(len(s), 1<<15, func(lo, hi int) { half.Decode(d[lo:hi], s[lo:hi]) })
 	default:
-		panic(fmt.Sprintf("model: Copy %s into %s", src, dst))
+		panic(fmt.Sprintf("cpu: Copy %s into %s", src, dst))
 	}
 }
 
-func (c *CPU) RandNormal(t *tensor.Tensor, std float32, seed uint64) {
+func (c *Device) RandNormal(t *tensor.Tensor, std float32, seed uint64) {
 	v := outBuf(t, false)
 	c.parallel(len(v), 4096, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
@@ -251,7 +251,7 @@ func (c *CPU) RandNormal(t *tensor.Tensor, std float32, seed uint64) {
 	commit(t, v)
 }
 
-func (c *CPU) Scale(t *tensor.Tensor, s float32) {
+func (c *Device) Scale(t *tensor.Tensor, s float32) {
 	v := outBuf(t, true)
 	c.parallel(len(v), 1<<14, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
@@ -261,7 +261,7 @@ func (c *CPU) Scale(t *tensor.Tensor, s float32) {
 	commit(t, v)
 }
 
-func (c *CPU) Axpy(y *tensor.Tensor, alpha float32, x *tensor.Tensor) {
+func (c *Device) Axpy(y *tensor.Tensor, alpha float32, x *tensor.Tensor) {
 	tensor.CheckLen("Axpy", y, x)
 	xs := read(x)
 	ys := outBuf(y, true)
@@ -274,7 +274,7 @@ func (c *CPU) Axpy(y *tensor.Tensor, alpha float32, x *tensor.Tensor) {
 	commit(y, ys)
 }
 
-func (c *CPU) Add(out, a, b *tensor.Tensor) {
+func (c *Device) Add(out, a, b *tensor.Tensor) {
 	tensor.CheckLen("Add", out, a, b)
 	as, bs := read(a), read(b)
 	os := outBuf(out, false)

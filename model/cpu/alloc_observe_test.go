@@ -1,4 +1,4 @@
-package model
+package cpu
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 )
 
 func TestPool_observerSeesEveryAllocAndFree(t *testing.T) {
-	dev := NewCPU()
+	dev := New()
 	var evs []tensor.AllocEvent
 	dev.SetObserver(func(e tensor.AllocEvent) { evs = append(evs, e) })
 	a := dev.Alloc(tensor.F32, "h.0.fc", 1000)

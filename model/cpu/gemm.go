@@ -1,4 +1,4 @@
-package model
+package cpu
 
 import (
 	"sync"
@@ -18,7 +18,7 @@ import (
 //	        for ir over mc in MR         micro-kernel: C[MR×NR] = alpha·Apanel·Bpanel + beta·C
 //
 // Transposes and f16 widening happen in the packing, so operands are read where they lie. The
-// micro-kernel is AVX-512 or AVX2+FMA assembly where the CPU has it (cpu_gemm_amd64.s) and plain
+// micro-kernel is AVX-512 or AVX2+FMA assembly where the CPU has it (gemm_amd64.s) and plain
 // Go elsewhere; edge tiles go through a zero-padded MR×NR scratch tile. Threads: a C at least as
 // wide as tall packs op(A) once, shared, and the threads take column chunks as they go
 // (gemmSharedA); a taller C is split by rows, each thread running the whole loop nest on its part
@@ -53,7 +53,7 @@ func gemmOperand(t *tensor.Tensor, off, rows, cols int, trans bool) gemmSrc {
 	case tensor.F16:
 		s.f16 = f16s(t)
 	default:
-		panic("model: MatMul of " + t.String())
+		panic("cpu: MatMul of " + t.String())
 	}
 	return s
 }
@@ -78,7 +78,7 @@ func grow(s []float32, n int) []float32 {
 // b (k×NR); c has row stride ldc. beta == 0 never reads C.
 type gemmKernel func(k int, a, b, c *float32, ldc int, alpha, beta float32)
 
-// gemmKern is the micro-kernel in use (set by cpu_gemm_amd64.go when the CPU allows).
+// gemmKern is the micro-kernel in use (set by gemm_amd64.go when the CPU allows).
 var gemmKern gemmKernel = gemmKernGo
 
 // gemm computes C[m0:m1, n0:n1] = alpha·op(A)·op(B) + beta·C on one thread; C is row-major with
@@ -349,7 +349,7 @@ func gemmKernGo(k int, a, b, c *float32, ldc int, alpha, beta float32) {
 }
 
 // gemm computes C (m×n, row stride n) = alpha·op(A)·op(B) + beta·C across the device's threads.
-func (c *CPU) gemm(m, n, k int, A, B gemmSrc, C []float32, alpha, beta float32) {
+func (c *Device) gemm(m, n, k int, A, B gemmSrc, C []float32, alpha, beta float32) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -432,7 +432,7 @@ const gemmSharedMax = 1 << 22
 // over all rows. Taking chunks as they go (instead of halves) keeps both cores busy when one is
 // slowed by something else on the machine. Every element of C still sums over K in the same
 // order, so results do not depend on the schedule.
-func (c *CPU) gemmSharedA(m, n, k int, A, B gemmSrc, C []float32, alpha, beta float32, threads int) {
+func (c *Device) gemmSharedA(m, n, k int, A, B gemmSrc, C []float32, alpha, beta float32, threads int) {
 	mp := (m + gemmMR - 1) / gemmMR * gemmMR
 	kb := (k + gemmKC - 1) / gemmKC
 	ap, _ := gemmScratch.Get().(*[]float32)

@@ -1,4 +1,4 @@
-package model
+package cpu
 
 import (
 	"fmt"
@@ -27,7 +27,7 @@ func withKernel(t *testing.T, f func(t *testing.T)) {
 }
 
 // checkGemm runs one MatMul of random operands against the float64 reference.
-func checkGemm(t *testing.T, dev *CPU, r *rand.Rand, m, n, k int, ta, tb bool, adt, bdt, cdt tensor.DType, alpha, beta float32, nanC bool) {
+func checkGemm(t *testing.T, dev *Device, r *rand.Rand, m, n, k int, ta, tb bool, adt, bdt, cdt tensor.DType, alpha, beta float32, nanC bool) {
 	t.Helper()
 	a, b, c := randVec(r, m*k), randVec(r, k*n), randVec(r, m*n)
 	if adt == tensor.F16 {
@@ -77,7 +77,7 @@ func checkGemm(t *testing.T, dev *CPU, r *rand.Rand, m, n, k int, ta, tb bool, a
 
 func TestGemm_shapesTransposesAlphaBeta(t *testing.T) {
 	withKernel(t, func(t *testing.T) {
-		dev := NewCPU()
+		dev := New()
 		r := rand.New(rand.NewPCG(7, 8))
 		shapes := [][3]int{
 			{1, 1, 1}, {1, 7, 3}, {7, 1, 3}, {2, 3, 1}, {12, 32, 1}, {12, 32, 5}, {13, 33, 4},
@@ -99,7 +99,7 @@ func TestGemm_shapesTransposesAlphaBeta(t *testing.T) {
 
 func TestGemm_f16Operands(t *testing.T) {
 	withKernel(t, func(t *testing.T) {
-		dev := NewCPU()
+		dev := New()
 		r := rand.New(rand.NewPCG(9, 10))
 		for _, sh := range [][3]int{{1, 1, 1}, {13, 45, 19}, {40, 70, 300}} {
 			for _, ta := range []bool{false, true} {
@@ -115,7 +115,7 @@ func TestGemm_f16Operands(t *testing.T) {
 }
 
 func TestGemm_zeroK(t *testing.T) {
-	dev := NewCPU()
+	dev := New()
 	C := tensor.FromHost(dev, tensor.F32, "c", []float32{1, 2, 3, 4, 5, 6}, 2, 3)
 	A, B := dev.Alloc(tensor.F32, "a", 2, 0), dev.Alloc(tensor.F32, "b", 0, 3)
 	dev.MatMul(C, A, B, false, false, 1, 2)
@@ -135,7 +135,7 @@ func TestGemm_zeroK(t *testing.T) {
 
 // Operands and output may be views at an offset inside larger tensors, and 3-D (rows = B·T).
 func TestGemm_views(t *testing.T) {
-	dev := NewCPU()
+	dev := New()
 	r := rand.New(rand.NewPCG(17, 18))
 	for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
 		const m, n, k = 2 * 13, 37, 45
@@ -161,7 +161,7 @@ func TestGemm_views(t *testing.T) {
 
 // The MLP step's shapes at full size, with the threads splitting them.
 func TestGemm_mlpShapes(t *testing.T) {
-	dev := NewCPU()
+	dev := New()
 	r := rand.New(rand.NewPCG(11, 12))
 	checkGemm(t, dev, r, 128, 1024, 784, false, true, tensor.F32, tensor.F32, tensor.F32, 1, 0, true)  // forward
 	checkGemm(t, dev, r, 1024, 784, 128, true, false, tensor.F32, tensor.F32, tensor.F32, 1, 1, false) // weight grad
@@ -170,7 +170,7 @@ func TestGemm_mlpShapes(t *testing.T) {
 
 func TestGemm_batchedSmall(t *testing.T) {
 	withKernel(t, func(t *testing.T) {
-		dev := NewCPU()
+		dev := New()
 		r := rand.New(rand.NewPCG(13, 14))
 		for _, sh := range [][4]int{{64, 64, 64, 32}, {3, 17, 9, 5}, {1, 40, 30, 20}, {5, 1, 1, 1}} {
 			nb, m, n, k := sh[0], sh[1], sh[2], sh[3]
@@ -205,7 +205,7 @@ func TestGemm_batchedSmall(t *testing.T) {
 }
 
 func TestCPU_biasGrad(t *testing.T) {
-	dev := NewCPU()
+	dev := New()
 	r := rand.New(rand.NewPCG(15, 16))
 	for _, sh := range [][2]int{{1, 1}, {3, 70}, {128, 1024}, {128, 10}, {7, 1500}} {
 		rows, cols := sh[0], sh[1]
@@ -241,7 +241,7 @@ func BenchmarkGemm(b *testing.B) {
 		{"sq_1024_NN", 1024, 1024, 1024, false, false},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			dev := NewCPU()
+			dev := New()
 			r := rand.New(rand.NewPCG(1, 2))
 			ashape, bshape := []int{bc.m, bc.k}, []int{bc.k, bc.n}
 			if bc.ta {
@@ -262,7 +262,7 @@ func BenchmarkGemm(b *testing.B) {
 }
 
 func BenchmarkGemmBatchedAttention(b *testing.B) {
-	dev := NewCPU()
+	dev := New()
 	r := rand.New(rand.NewPCG(1, 2))
 	const nb, t, hs = 64, 64, 32
 	Q := tensor.FromHost(dev, tensor.F32, "q", randVec(r, nb*t*hs), nb, t, hs)
@@ -278,7 +278,7 @@ func BenchmarkGemmBatchedAttention(b *testing.B) {
 // forward (MatMul with W stored out×in, AddBias, ReLU), softmax cross-entropy, backward
 // (CrossEntropyBackward, weight/bias/input gradients, ReLUBackward) and a plain SGD update.
 type mlpBench struct {
-	dev              *CPU
+	dev              *Device
 	batch            int
 	widths           []int
 	w, b, dw, db     []*tensor.Tensor
@@ -288,7 +288,7 @@ type mlpBench struct {
 	lossSum, scratch *tensor.Tensor
 }
 
-func newMLPBench(dev *CPU, batch int, widths []int) *mlpBench {
+func newMLPBench(dev *Device, batch int, widths []int) *mlpBench {
 	r := rand.New(rand.NewPCG(5, 6))
 	m := &mlpBench{dev: dev, batch: batch, widths: widths}
 	L := len(widths) - 1
@@ -368,7 +368,7 @@ func mlpStepFLOPs(batch int, widths []int) float64 {
 }
 
 func TestMLPStep_learns(t *testing.T) {
-	m := newMLPBench(NewCPU(), 32, []int{20, 64, 64, 5})
+	m := newMLPBench(New(), 32, []int{20, 64, 64, 5})
 	first := m.step(0.1)
 	var last float32
 	for i := 0; i < 60; i++ {
@@ -383,7 +383,7 @@ func TestMLPStep_learns(t *testing.T) {
 // comparison with PyTorch is scripts/bench-mlp-step.sh). ms/step is the median step.
 func BenchmarkMLPStep(b *testing.B) {
 	widths := []int{784, 1024, 1024, 10}
-	m := newMLPBench(NewCPU(), 128, widths)
+	m := newMLPBench(New(), 128, widths)
 	for range 3 {
 		m.step(1e-3)
 	}

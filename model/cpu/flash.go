@@ -1,4 +1,4 @@
-package model
+package cpu
 
 import (
 	"fmt"
@@ -13,9 +13,9 @@ import (
 // head) at a time. It is not the CPU's fast path: FlashAttentionFast is false, so attention layers
 // on the CPU choose the materialised BatchedMatMul + Softmax path unless told otherwise.
 
-func (c *CPU) FlashAttentionFast(int, tensor.DType) bool { return false }
+func (c *Device) FlashAttentionFast(int, tensor.DType) bool { return false }
 
-func (c *CPU) FlashAttention(y, lse, qkv *tensor.Tensor, heads int, scale float32) {
+func (c *Device) FlashAttention(y, lse, qkv *tensor.Tensor, heads int, scale float32) {
 	B, T, C, hs := tensor.FlashDims("FlashAttention", y, lse, qkv, heads)
 	src := read(qkv)
 	out := outBuf(y, false)
@@ -52,10 +52,10 @@ func (c *CPU) FlashAttention(y, lse, qkv *tensor.Tensor, heads int, scale float3
 	commit(y, out)
 }
 
-func (c *CPU) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, heads int, scale float32) {
+func (c *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, heads int, scale float32) {
 	B, T, C, hs := tensor.FlashDims("FlashAttentionBackward", y, lse, qkv, heads)
 	if !tensor.SameShape(dqkv, qkv) || !tensor.SameShape(dy, y) {
-		panic(fmt.Sprintf("model: FlashAttentionBackward: dqkv %s / qkv %s, dy %s / y %s", dqkv, qkv, dy, y))
+		panic(fmt.Sprintf("cpu: FlashAttentionBackward: dqkv %s / qkv %s, dy %s / y %s", dqkv, qkv, dy, y))
 	}
 	tensor.FlashDims("FlashAttentionBackward", dy, lse, dqkv, heads)
 	src, g, o := read(qkv), read(dy), read(y)
