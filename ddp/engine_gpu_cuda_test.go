@@ -6,7 +6,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/cuda"
 	"github.com/goddp/goddp/model/tensor"
 )
 
@@ -14,7 +14,7 @@ import (
 // pool and staging buffers) on GPU 0, talking over the in-process transport.
 
 func cudaDev(t *testing.T, rank int) (tensor.Device, func()) {
-	d, err := model.NewCUDA(0)
+	d, err := cuda.New(0)
 	if err != nil {
 		t.Fatalf("rank %d: NewCUDA(0): %v", rank, err)
 	}

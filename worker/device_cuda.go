@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/cuda"
 	"github.com/goddp/goddp/model/tensor"
 )
 
@@ -14,13 +14,13 @@ import (
 // workers on a host with one GPU share it, each with its own context).
 func init() {
 	autoDevice = func() string {
-		if n, err := model.CUDADeviceCount(); err == nil && n > 0 {
+		if n, err := cuda.DeviceCount(); err == nil && n > 0 {
 			return "cuda"
 		}
 		return "cpu"
 	}
 	deviceOpeners["cuda"] = func(localRank int) (tensor.Device, error) {
-		n, err := model.CUDADeviceCount()
+		n, err := cuda.DeviceCount()
 		if err != nil {
 			return nil, fmt.Errorf("worker: counting GPUs: %w", err)
 		}
@@ -31,6 +31,6 @@ func init() {
 		if localRank >= n {
 			slog.Info("more workers than GPUs: sharing", "local_rank", localRank, "gpu", ord, "gpus", n)
 		}
-		return model.NewCUDA(ord)
+		return cuda.New(ord)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build cuda
 
-package model
+package cuda
 
 import (
 	"crypto/sha256"
@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 
-	"github.com/goddp/goddp/model/cudadrv"
+	"github.com/goddp/goddp/model/cuda/cudadrv"
 	"gorgonia.org/cu/nvrtc"
 )
 
@@ -284,7 +284,7 @@ __device__ __forceinline__ void softmax_bwd8(void* dxp, int ddx, const void* dyp
 
 #define FOR(i, n) for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < (n); i += (long)gridDim.x * blockDim.x)
 
-// Counter-based RNG, bit for bit rng.go's.
+// Counter-based RNG, bit for bit model/tensor/rng.go's.
 __device__ __forceinline__ u64 mix64(u64 x) {
 	x += 0x9e3779b97f4a7c15ULL;
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -789,7 +789,7 @@ __global__ void k_softmax_bwd8_8(void* dxp, int ddx, const void* dyp, int ddy, c
 var kernelNameRE = regexp.MustCompile(`__global__ void (?:__launch_bounds__\(\d+\) )?(k_[a-z0-9_]+)\(`)
 
 // loadKernels compiles (or reads from the cache) the module and looks up every kernel.
-func (d *CUDA) loadKernels() error {
+func (d *Device) loadKernels() error {
 	arch := fmt.Sprintf("compute_%d%d", d.major, d.minor)
 	opts := []string{"--gpu-architecture=" + arch, "-default-device", "--std=c++17"}
 	ptx, err := compileCached(kernelSource, opts)
@@ -797,12 +797,12 @@ func (d *CUDA) loadKernels() error {
 		return err
 	}
 	if d.module, err = cudadrv.LoadPTX(ptx); err != nil {
-		return fmt.Errorf("model: cuda: loading the kernels' PTX: %w", err)
+		return fmt.Errorf("cuda: loading the kernels' PTX: %w", err)
 	}
 	for _, m := range kernelNameRE.FindAllStringSubmatch(kernelSource, -1) {
 		f, err := d.module.Function(m[1])
 		if err != nil {
-			return fmt.Errorf("model: cuda: %w", err)
+			return fmt.Errorf("cuda: %w", err)
 		}
 		d.fns[m[1]] = f
 	}
@@ -840,16 +840,16 @@ func compileCached(src string, opts []string) (string, error) {
 	}
 	prog, err := nvrtc.CreateProgram(src, "goddp_kernels.cu")
 	if err != nil {
-		return "", fmt.Errorf("model: cuda: nvrtc program: %w", err)
+		return "", fmt.Errorf("cuda: nvrtc program: %w", err)
 	}
 	defer prog.Destroy()
 	if err := prog.Compile(opts...); err != nil {
 		log, _ := prog.GetLog()
-		return "", fmt.Errorf("model: cuda: compiling kernels: %w\n%s", err, log)
+		return "", fmt.Errorf("cuda: compiling kernels: %w\n%s", err, log)
 	}
 	ptx, err := prog.GetPTX()
 	if err != nil {
-		return "", fmt.Errorf("model: cuda: nvrtc PTX: %w", err)
+		return "", fmt.Errorf("cuda: nvrtc PTX: %w", err)
 	}
 	// The cache is an optimisation: failing to write it is not an error.
 	if os.MkdirAll(dir, 0o755) == nil {

@@ -1,6 +1,6 @@
 //go:build cuda
 
-package model
+package cuda
 
 import (
 	"fmt"
@@ -8,11 +8,11 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/goddp/goddp/model/cudadrv"
+	"github.com/goddp/goddp/model/cuda/cudadrv"
 	"github.com/goddp/goddp/model/tensor"
 )
 
-// The CUDA device's GradStager (staging.go says what each step does). Streams:
+// The CUDA device's GradStager (tensor.GradStager says what each step does). Streams:
 //
 //	compute  cast kernel per bucket (grad f32 range · scale → f16 device buffer), event A
 //	d2h      waits A, copies the f16 buffer to pinned host memory, event B (Host waits B)
@@ -22,22 +22,22 @@ import (
 // Both side streams are the plan's own, so Device.Sync (which the trainer calls at the end of
 // backward) waits neither for the staging copies nor for communication.
 
-var _ tensor.GradStager = (*CUDA)(nil)
+var _ tensor.GradStager = (*Device)(nil)
 
-// pinnedBytes counts the staging plans' pinned memory per device (the CUDA struct has no field
+// pinnedBytes counts the staging plans' pinned memory per device (the Device struct has no field
 // for it; this file owns the ability).
-var pinnedBytes sync.Map // *CUDA → *atomic.Int64
+var pinnedBytes sync.Map // *Device → *atomic.Int64
 
-func (d *CUDA) pinnedCounter() *atomic.Int64 {
+func (d *Device) pinnedCounter() *atomic.Int64 {
 	v, _ := pinnedBytes.LoadOrStore(d, new(atomic.Int64))
 	return v.(*atomic.Int64)
 }
 
 // PinnedBytes is the page-locked host memory held by this device's staging plans.
-func (d *CUDA) PinnedBytes() int64 { return d.pinnedCounter().Load() }
+func (d *Device) PinnedBytes() int64 { return d.pinnedCounter().Load() }
 
 type cudaStaging struct {
-	d      *CUDA
+	d      *Device
 	grad   *tensor.Tensor
 	ranges [][2]int
 	off    []int // element offset of each range in the packed f16 buffers
@@ -57,14 +57,14 @@ type cudaStaging struct {
 
 // NewGradStaging allocates the packed f16 device buffer and the pinned host buffer for ranges,
 // the two streams and the events, and loads the cast and widen kernels.
-func (d *CUDA) NewGradStaging(grad *tensor.Tensor, ranges [][2]int) (tensor.GradStaging, error) {
+func (d *Device) NewGradStaging(grad *tensor.Tensor, ranges [][2]int) (tensor.GradStaging, error) {
 	if grad.DType() != tensor.F32 {
-		return nil, fmt.Errorf("model: cuda: gradient staging of %s: want f32", grad)
+		return nil, fmt.Errorf("cuda: gradient staging of %s: want f32", grad)
 	}
 	s := &cudaStaging{d: d, grad: grad, ranges: append([][2]int(nil), ranges...), off: make([]int, len(ranges))}
 	for i, r := range ranges {
 		if r[0] < 0 || r[1] > grad.Len() || r[0] >= r[1] {
-			return nil, fmt.Errorf("model: cuda: gradient staging range %d [%d,%d) outside %s", i, r[0], r[1], grad)
+			return nil, fmt.Errorf("cuda: gradient staging range %d [%d,%d) outside %s", i, r[0], r[1], grad)
 		}
 		s.off[i] = s.total
 		// Keep every bucket's start 16-byte aligned in the packed buffers (vector path).
@@ -88,7 +88,7 @@ func (d *CUDA) NewGradStaging(grad *tensor.Tensor, ranges [][2]int) (tensor.Grad
 		d.leave()
 		s.Close()
 		d.enter()
-		return nil, fmt.Errorf("model: cuda: gradient staging: %w", e)
+		return nil, fmt.Errorf("cuda: gradient staging: %w", e)
 	}
 	if s.mod, err = cudadrv.LoadPTX(ptx); err != nil {
 		return fail(err)

@@ -1,12 +1,12 @@
 //go:build cuda
 
-// Package cudadrv is goddp's small cgo layer under the CUDA device (model/cuda*.go): streams,
+// Package cudadrv is goddp's small cgo layer under the CUDA device (model/cuda): streams,
 // events, memory and copies, module loading and kernel launches through the driver API, and the
-// two cuBLAS entry points the device needs (cublasGemmEx, cublasGemmStridedBatchedEx). It lives
-// in its own package because a Go package that uses cgo may not hold Go assembly, and package
-// model does (the CPU GEMM kernel). Device addresses travel as uint64; nothing here keeps state.
+// two cuBLAS entry points the device needs (cublasGemmEx, cublasGemmStridedBatchedEx). It is a
+// package of its own so that all of the device's cgo sits in this one file (package cuda above it
+// is plain Go). Device addresses travel as uint64; nothing here keeps state.
 //
-// Every call must run on an OS thread whose current context is the device's (package model locks
+// Every call must run on an OS thread whose current context is the device's (package cuda locks
 // the goroutine and sets it).
 package cudadrv
 

@@ -1,22 +1,22 @@
 //go:build cuda
 
-package model
+package cuda
 
 import (
 	"fmt"
 	"runtime"
 
-	"github.com/goddp/goddp/model/cudadrv"
+	"github.com/goddp/goddp/model/cuda/cudadrv"
 	"gorgonia.org/cu"
 )
 
-// CUDADeviceCount is the number of GPUs the driver shows this process (after
+// DeviceCount is the number of GPUs the driver shows this process (after
 // CUDA_VISIBLE_DEVICES).
-func CUDADeviceCount() (int, error) {
+func DeviceCount() (int, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := cudadrv.Init(); err != nil {
-		return 0, fmt.Errorf("model: cuda: %w", err)
+		return 0, fmt.Errorf("cuda: %w", err)
 	}
 	return cu.NumDevices()
 }

@@ -1,17 +1,17 @@
 //go:build cuda
 
-package model
+package cuda
 
 import (
 	"fmt"
 
-	"github.com/goddp/goddp/model/cudadrv"
+	"github.com/goddp/goddp/model/cuda/cudadrv"
 	"github.com/goddp/goddp/model/tensor"
 )
 
-// The CUDA device's operations other than the matrix products, in device.go's order. Each checks
-// shapes on the host (panicking like the CPU device), then enqueues its kernel(s). The kernels are
-// in cuda_kernels.go.
+// The CUDA device's operations other than the matrix products, in tensor.Device's order. Each
+// checks shapes on the host (panicking like the CPU device), then enqueues its kernel(s). The
+// kernels are in kernels.go.
 
 // vec8 reports whether the 8-wide kernels apply to n elements: n a multiple of 8 below 2³¹, and
 // every tensor's first element 16-byte aligned (views can start anywhere).
@@ -29,7 +29,7 @@ func vec8(n int, ts ...*tensor.Tensor) bool {
 
 // ---- fills, copies, elementwise ----
 
-func (d *CUDA) Fill(t *tensor.Tensor, v float32) {
+func (d *Device) Fill(t *tensor.Tensor, v float32) {
 	if t.Len() == 0 {
 		return
 	}
@@ -42,7 +42,7 @@ func (d *CUDA) Fill(t *tensor.Tensor, v float32) {
 	d.launch1("k_fill", t.Len(), ptra(t), dta(t), u64a(uint64(t.Len())), f32a(v))
 }
 
-func (d *CUDA) Copy(dst, src *tensor.Tensor) {
+func (d *Device) Copy(dst, src *tensor.Tensor) {
 	tensor.CheckLen("Copy", dst, src)
 	if dst.Len() == 0 {
 		return
@@ -61,14 +61,14 @@ func (d *CUDA) Copy(dst, src *tensor.Tensor) {
 	d.launch1("k_cast", dst.Len(), ptra(dst), dta(dst), ptra(src), dta(src), u64a(uint64(dst.Len())))
 }
 
-func (d *CUDA) RandNormal(t *tensor.Tensor, std float32, seed uint64) {
+func (d *Device) RandNormal(t *tensor.Tensor, std float32, seed uint64) {
 	tensor.CheckFloat("RandNormal", t)
 	if t.Len() > 0 {
 		d.launch1("k_randnormal", t.Len(), ptra(t), dta(t), u64a(uint64(t.Len())), f32a(std), seed)
 	}
 }
 
-func (d *CUDA) Scale(t *tensor.Tensor, s float32) {
+func (d *Device) Scale(t *tensor.Tensor, s float32) {
 	tensor.CheckFloat("Scale", t)
 	if vec8(t.Len(), t) {
 		d.launch1("k_scale8", t.Len()/8, ptra(t), dta(t), i32a(t.Len()/8), f32a(s))
@@ -77,7 +77,7 @@ func (d *CUDA) Scale(t *tensor.Tensor, s float32) {
 	}
 }
 
-func (d *CUDA) Axpy(y *tensor.Tensor, alpha float32, x *tensor.Tensor) {
+func (d *Device) Axpy(y *tensor.Tensor, alpha float32, x *tensor.Tensor) {
 	tensor.CheckLen("Axpy", y, x)
 	tensor.CheckFloat("Axpy", y, x)
 	if vec8(y.Len(), y, x) {
@@ -87,7 +87,7 @@ func (d *CUDA) Axpy(y *tensor.Tensor, alpha float32, x *tensor.Tensor) {
 	}
 }
 
-func (d *CUDA) Add(out, a, b *tensor.Tensor) {
+func (d *Device) Add(out, a, b *tensor.Tensor) {
 	tensor.CheckLen("Add", out, a, b)
 	tensor.CheckFloat("Add", out, a, b)
 	if vec8(out.Len(), out, a, b) {
@@ -99,10 +99,10 @@ func (d *CUDA) Add(out, a, b *tensor.Tensor) {
 
 // ---- bias ----
 
-func (d *CUDA) AddBias(y, bias *tensor.Tensor) {
+func (d *Device) AddBias(y, bias *tensor.Tensor) {
 	_, cols := tensor.MatDims(y)
 	if bias.Len() != cols {
-		panic(fmt.Sprintf("model: AddBias: %s has %d columns, bias %s", y, cols, bias))
+		panic(fmt.Sprintf("cuda: AddBias: %s has %d columns, bias %s", y, cols, bias))
 	}
 	tensor.CheckFloat("AddBias", y, bias)
 	if cols%8 == 0 && vec8(y.Len(), y, bias) {
@@ -112,10 +112,10 @@ func (d *CUDA) AddBias(y, bias *tensor.Tensor) {
 	}
 }
 
-func (d *CUDA) BiasGrad(db, dy *tensor.Tensor) {
+func (d *Device) BiasGrad(db, dy *tensor.Tensor) {
 	r, cols := tensor.MatDims(dy)
 	if db.Len() != cols {
-		panic(fmt.Sprintf("model: BiasGrad: %s has %d columns, db %s", dy, cols, db))
+		panic(fmt.Sprintf("cuda: BiasGrad: %s has %d columns, db %s", dy, cols, db))
 	}
 	tensor.CheckFloat("BiasGrad", db, dy)
 	d.colSum(db, dy, r, cols)
@@ -123,7 +123,7 @@ func (d *CUDA) BiasGrad(db, dy *tensor.Tensor) {
 
 // colSum adds the column sums of x (r,cols) into out (cols): partial sums over slices of rows, then
 // one pass that adds them up in a fixed order (no atomics: the result does not depend on timing).
-func (d *CUDA) colSum(out, x *tensor.Tensor, r, cols int) {
+func (d *Device) colSum(out, x *tensor.Tensor, r, cols int) {
 	if cols == 0 {
 		return
 	}
@@ -141,7 +141,7 @@ func (d *CUDA) colSum(out, x *tensor.Tensor, r, cols int) {
 
 // ---- activations ----
 
-func (d *CUDA) ReLU(y, x *tensor.Tensor) {
+func (d *Device) ReLU(y, x *tensor.Tensor) {
 	tensor.CheckLen("ReLU", y, x)
 	tensor.CheckFloat("ReLU", y, x)
 	if y.Len() > 0 {
@@ -149,7 +149,7 @@ func (d *CUDA) ReLU(y, x *tensor.Tensor) {
 	}
 }
 
-func (d *CUDA) ReLUBackward(dx, dy, y *tensor.Tensor) {
+func (d *Device) ReLUBackward(dx, dy, y *tensor.Tensor) {
 	tensor.CheckLen("ReLUBackward", dx, dy, y)
 	tensor.CheckFloat("ReLUBackward", dx, dy, y)
 	if dx.Len() > 0 {
@@ -157,7 +157,7 @@ func (d *CUDA) ReLUBackward(dx, dy, y *tensor.Tensor) {
 	}
 }
 
-func (d *CUDA) GELU(y, x *tensor.Tensor) {
+func (d *Device) GELU(y, x *tensor.Tensor) {
 	tensor.CheckLen("GELU", y, x)
 	tensor.CheckFloat("GELU", y, x)
 	if vec8(y.Len(), y, x) {
@@ -167,7 +167,7 @@ func (d *CUDA) GELU(y, x *tensor.Tensor) {
 	}
 }
 
-func (d *CUDA) GELUBackward(dx, dy, x *tensor.Tensor) {
+func (d *Device) GELUBackward(dx, dy, x *tensor.Tensor) {
 	tensor.CheckLen("GELUBackward", dx, dy, x)
 	tensor.CheckFloat("GELUBackward", dx, dy, x)
 	if vec8(dx.Len(), dx, dy, x) {
@@ -177,7 +177,7 @@ func (d *CUDA) GELUBackward(dx, dy, x *tensor.Tensor) {
 	}
 }
 
-func (d *CUDA) Dropout(y, x *tensor.Tensor, p float32, seed uint64) {
+func (d *Device) Dropout(y, x *tensor.Tensor, p float32, seed uint64) {
 	tensor.CheckLen("Dropout", y, x)
 	tensor.CheckFloat("Dropout", y, x)
 	if y.Len() > 0 {
@@ -185,22 +185,22 @@ func (d *CUDA) Dropout(y, x *tensor.Tensor, p float32, seed uint64) {
 	}
 }
 
-func (d *CUDA) DropoutBackward(dx, dy *tensor.Tensor, p float32, seed uint64) {
+func (d *Device) DropoutBackward(dx, dy *tensor.Tensor, p float32, seed uint64) {
 	d.Dropout(dx, dy, p, seed)
 }
 
 // ---- layer norm ----
 
 // warpRows launches a warp-per-row kernel: 8 rows per block of 256 threads.
-func (d *CUDA) warpRows(name string, rows int, args ...uint64) {
+func (d *Device) warpRows(name string, rows int, args ...uint64) {
 	d.launch(name, [3]int{max(1, (rows+7)/8), 1, 1}, [3]int{256, 1, 1}, 0, args...)
 }
 
-func (d *CUDA) LayerNorm(y, mean, rstd, x, w, b *tensor.Tensor, eps float32) {
+func (d *Device) LayerNorm(y, mean, rstd, x, w, b *tensor.Tensor, eps float32) {
 	r, cols := tensor.MatDims(x)
 	tensor.CheckLen("LayerNorm", y, x)
 	if mean.Len() != r || rstd.Len() != r || w.Len() != cols || b.Len() != cols || mean.DType() != tensor.F32 || rstd.DType() != tensor.F32 {
-		panic(fmt.Sprintf("model: LayerNorm shapes: x %s, w %s, b %s, mean %s, rstd %s", x, w, b, mean, rstd))
+		panic(fmt.Sprintf("cuda: LayerNorm shapes: x %s, w %s, b %s, mean %s, rstd %s", x, w, b, mean, rstd))
 	}
 	tensor.CheckFloat("LayerNorm", y, x, w, b)
 	if r == 0 {
@@ -210,16 +210,16 @@ func (d *CUDA) LayerNorm(y, mean, rstd, x, w, b *tensor.Tensor, eps float32) {
 		i32a(r), i32a(cols), f32a(eps))
 }
 
-func (d *CUDA) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tensor) {
+func (d *Device) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tensor) {
 	r, cols := tensor.MatDims(x)
 	tensor.CheckLen("LayerNormBackward", dx, dy, x)
 	if mean.Len() != r || rstd.Len() != r || w.Len() != cols || dw.Len() != cols || db.Len() != cols {
-		panic(fmt.Sprintf("model: LayerNormBackward shapes: x %s, w %s, dw %s, db %s, mean %s", x, w, dw, db, mean))
+		panic(fmt.Sprintf("cuda: LayerNormBackward shapes: x %s, w %s, dw %s, db %s, mean %s", x, w, dw, db, mean))
 	}
 	tensor.CheckFloat("LayerNormBackward", dx, dw, db, dy, x, w)
 	shmem := 2 * cols * 4
 	if shmem > 48<<10 {
-		panic(fmt.Sprintf("model: cuda: LayerNormBackward supports up to 6144 columns, got %d", cols))
+		panic(fmt.Sprintf("cuda: LayerNormBackward supports up to 6144 columns, got %d", cols))
 	}
 	if r == 0 {
 		return
@@ -260,15 +260,15 @@ func (d *CUDA) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tensor
 
 // ---- embeddings ----
 
-func (d *CUDA) Embedding(out, ids, wte, wpe *tensor.Tensor) {
+func (d *Device) Embedding(out, ids, wte, wpe *tensor.Tensor) {
 	if len(ids.Shape()) != 2 || ids.DType() != tensor.I32 || out.Len() != ids.Len()*wte.Cols() {
-		panic(fmt.Sprintf("model: Embedding shapes: out %s, ids %s, wte %s", out, ids, wte))
+		panic(fmt.Sprintf("cuda: Embedding shapes: out %s, ids %s, wte %s", out, ids, wte))
 	}
 	tt, cols := ids.Shape()[1], wte.Cols()
 	wp, wdt := nilPtr, uint64(0)
 	if wpe != nil {
 		if wpe.Rows() < tt || wpe.Cols() != cols {
-			panic(fmt.Sprintf("model: Embedding: wpe %s too small for T=%d", wpe, tt))
+			panic(fmt.Sprintf("cuda: Embedding: wpe %s too small for T=%d", wpe, tt))
 		}
 		wp, wdt = ptra(wpe), dta(wpe)
 	}
@@ -279,9 +279,9 @@ func (d *CUDA) Embedding(out, ids, wte, wpe *tensor.Tensor) {
 	}
 }
 
-func (d *CUDA) EmbeddingBackward(dwte, dwpe, dout, ids *tensor.Tensor) {
+func (d *Device) EmbeddingBackward(dwte, dwpe, dout, ids *tensor.Tensor) {
 	if len(ids.Shape()) != 2 || ids.DType() != tensor.I32 || dout.Len() != ids.Len()*dwte.Cols() {
-		panic(fmt.Sprintf("model: EmbeddingBackward shapes: dwte %s, dout %s, ids %s", dwte, dout, ids))
+		panic(fmt.Sprintf("cuda: EmbeddingBackward shapes: dwte %s, dout %s, ids %s", dwte, dout, ids))
 	}
 	bb, tt, cols := ids.Shape()[0], ids.Shape()[1], dwte.Cols()
 	tensor.CheckFloat("EmbeddingBackward", dwte, dout)
@@ -291,7 +291,7 @@ func (d *CUDA) EmbeddingBackward(dwte, dwpe, dout, ids *tensor.Tensor) {
 	d.launch1("k_embedding_bwd_wte", dout.Len(), ptra(dwte), dta(dwte), ptra(dout), dta(dout), ptra(ids), u64a(uint64(dout.Len())), i32a(cols))
 	if dwpe != nil {
 		if dwpe.Rows() < tt || dwpe.Cols() != cols {
-			panic(fmt.Sprintf("model: EmbeddingBackward: dwpe %s too small for T=%d", dwpe, tt))
+			panic(fmt.Sprintf("cuda: EmbeddingBackward: dwpe %s too small for T=%d", dwpe, tt))
 		}
 		d.launch1("k_embedding_bwd_wpe", tt*cols, ptra(dwpe), dta(dwpe), ptra(dout), dta(dout), i32a(bb), i32a(tt), i32a(cols))
 	}
@@ -299,11 +299,11 @@ func (d *CUDA) EmbeddingBackward(dwte, dwpe, dout, ids *tensor.Tensor) {
 
 // ---- softmax and attention layout ----
 
-func (d *CUDA) Softmax(y, x *tensor.Tensor, scale float32, causal bool) {
+func (d *Device) Softmax(y, x *tensor.Tensor, scale float32, causal bool) {
 	r, cols := tensor.MatDims(x)
 	tensor.CheckLen("Softmax", y, x)
 	if causal && (len(x.Shape()) < 2 || x.Dim(-2) != cols) {
-		panic(fmt.Sprintf("model: causal Softmax wants (…,T,T), got %s", x))
+		panic(fmt.Sprintf("cuda: causal Softmax wants (…,T,T), got %s", x))
 	}
 	tensor.CheckFloat("Softmax", y, x)
 	if r == 0 {
@@ -320,7 +320,7 @@ func (d *CUDA) Softmax(y, x *tensor.Tensor, scale float32, causal bool) {
 	d.warpRows("k_softmax", r, ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(r)), i32a(cols), f32a(scale), i32a(c))
 }
 
-func (d *CUDA) SoftmaxBackward(dx, dy, y *tensor.Tensor, scale float32) {
+func (d *Device) SoftmaxBackward(dx, dy, y *tensor.Tensor, scale float32) {
 	r, cols := tensor.MatDims(y)
 	tensor.CheckLen("SoftmaxBackward", dx, dy, y)
 	tensor.CheckFloat("SoftmaxBackward", dx, dy, y)
@@ -334,7 +334,7 @@ func (d *CUDA) SoftmaxBackward(dx, dy, y *tensor.Tensor, scale float32) {
 	d.warpRows("k_softmax_bwd", r, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(y), dta(y), u64a(uint64(r)), i32a(cols), f32a(scale))
 }
 
-func (d *CUDA) SplitQKV(q, k, v, qkv *tensor.Tensor) {
+func (d *Device) SplitQKV(q, k, v, qkv *tensor.Tensor) {
 	_, h, t, hs := tensor.QKVDims("SplitQKV", q, k, v, qkv)
 	tensor.CheckFloat("SplitQKV", q, k, v, qkv)
 	if hs%8 == 0 && vec8(qkv.Len(), qkv, q, k, v) {
@@ -346,7 +346,7 @@ func (d *CUDA) SplitQKV(q, k, v, qkv *tensor.Tensor) {
 	}
 }
 
-func (d *CUDA) MergeQKV(dqkv, dq, dk, dv *tensor.Tensor) {
+func (d *Device) MergeQKV(dqkv, dq, dk, dv *tensor.Tensor) {
 	_, h, t, hs := tensor.QKVDims("MergeQKV", dq, dk, dv, dqkv)
 	tensor.CheckFloat("MergeQKV", dqkv, dq, dk, dv)
 	if hs%8 == 0 && vec8(dqkv.Len(), dqkv, dq, dk, dv) {
@@ -358,13 +358,13 @@ func (d *CUDA) MergeQKV(dqkv, dq, dk, dv *tensor.Tensor) {
 	}
 }
 
-func (d *CUDA) Permute0213(dst, src *tensor.Tensor) {
+func (d *Device) Permute0213(dst, src *tensor.Tensor) {
 	if len(src.Shape()) != 4 || len(dst.Shape()) != 4 {
-		panic(fmt.Sprintf("model: Permute0213 wants 4-D tensors: dst %s, src %s", dst, src))
+		panic(fmt.Sprintf("cuda: Permute0213 wants 4-D tensors: dst %s, src %s", dst, src))
 	}
 	a, b, cc, dd := src.Shape()[0], src.Shape()[1], src.Shape()[2], src.Shape()[3]
 	if dst.Shape()[0] != a || dst.Shape()[1] != cc || dst.Shape()[2] != b || dst.Shape()[3] != dd {
-		panic(fmt.Sprintf("model: Permute0213: dst %s is not src %s with dims 1 and 2 swapped", dst, src))
+		panic(fmt.Sprintf("cuda: Permute0213: dst %s is not src %s with dims 1 and 2 swapped", dst, src))
 	}
 	tensor.CheckFloat("Permute0213", dst, src)
 	if dd%8 == 0 && vec8(dst.Len(), dst, src) {
@@ -376,10 +376,10 @@ func (d *CUDA) Permute0213(dst, src *tensor.Tensor) {
 
 // ---- loss ----
 
-func (d *CUDA) CrossEntropy(losses, logits, targets *tensor.Tensor) {
+func (d *Device) CrossEntropy(losses, logits, targets *tensor.Tensor) {
 	r, v := tensor.MatDims(logits)
 	if losses.Len() != r || targets.Len() != r || losses.DType() != tensor.F32 || targets.DType() != tensor.I32 {
-		panic(fmt.Sprintf("model: CrossEntropy shapes: losses %s, logits %s, targets %s", losses, logits, targets))
+		panic(fmt.Sprintf("cuda: CrossEntropy shapes: losses %s, logits %s, targets %s", losses, logits, targets))
 	}
 	tensor.CheckFloat("CrossEntropy", logits)
 	if r > 0 {
@@ -388,11 +388,11 @@ func (d *CUDA) CrossEntropy(losses, logits, targets *tensor.Tensor) {
 	}
 }
 
-func (d *CUDA) CrossEntropyBackward(dlogits, logits, targets *tensor.Tensor, scale float32) {
+func (d *Device) CrossEntropyBackward(dlogits, logits, targets *tensor.Tensor, scale float32) {
 	r, v := tensor.MatDims(logits)
 	tensor.CheckLen("CrossEntropyBackward", dlogits, logits)
 	if targets.Len() != r || targets.DType() != tensor.I32 {
-		panic(fmt.Sprintf("model: CrossEntropyBackward shapes: logits %s, targets %s", logits, targets))
+		panic(fmt.Sprintf("cuda: CrossEntropyBackward shapes: logits %s, targets %s", logits, targets))
 	}
 	tensor.CheckFloat("CrossEntropyBackward", dlogits, logits)
 	if r > 0 {
@@ -401,10 +401,10 @@ func (d *CUDA) CrossEntropyBackward(dlogits, logits, targets *tensor.Tensor, sca
 	}
 }
 
-func (d *CUDA) ArgMax(out, x *tensor.Tensor) {
+func (d *Device) ArgMax(out, x *tensor.Tensor) {
 	r, cols := tensor.MatDims(x)
 	if out.Len() != r || out.DType() != tensor.I32 {
-		panic(fmt.Sprintf("model: ArgMax: out %s for %s", out, x))
+		panic(fmt.Sprintf("cuda: ArgMax: out %s for %s", out, x))
 	}
 	tensor.CheckFloat("ArgMax", x)
 	if r > 0 {
@@ -414,9 +414,9 @@ func (d *CUDA) ArgMax(out, x *tensor.Tensor) {
 
 // ---- reductions, scaling, optimizers ----
 
-func (d *CUDA) sum(out, x *tensor.Tensor, sq int) {
+func (d *Device) sum(out, x *tensor.Tensor, sq int) {
 	if out.DType() != tensor.F32 || out.Len() < 1 {
-		panic(fmt.Sprintf("model: Sum/SumSquares into %s", out))
+		panic(fmt.Sprintf("cuda: Sum/SumSquares into %s", out))
 	}
 	tensor.CheckFloat("Sum", x)
 	if x.Len() == 0 {
@@ -429,13 +429,13 @@ func (d *CUDA) sum(out, x *tensor.Tensor, sq int) {
 	d.Free(part)
 }
 
-func (d *CUDA) SumSquares(out, x *tensor.Tensor) { d.sum(out, x, 1) }
-func (d *CUDA) Sum(out, x *tensor.Tensor)        { d.sum(out, x, 0) }
+func (d *Device) SumSquares(out, x *tensor.Tensor) { d.sum(out, x, 1) }
+func (d *Device) Sum(out, x *tensor.Tensor)        { d.sum(out, x, 0) }
 
-func (d *CUDA) UnscaleCheck(x *tensor.Tensor, inv float32, found *tensor.Tensor) {
+func (d *Device) UnscaleCheck(x *tensor.Tensor, inv float32, found *tensor.Tensor) {
 	tensor.CheckFloat("UnscaleCheck", x)
 	if found.DType() != tensor.F32 || found.Len() < 1 {
-		panic(fmt.Sprintf("model: UnscaleCheck: found %s", found))
+		panic(fmt.Sprintf("cuda: UnscaleCheck: found %s", found))
 	}
 	if x.Len() > 0 {
 		d.launch1("k_unscale", x.Len(), ptra(x), dta(x), u64a(uint64(x.Len())), f32a(inv), ptra(found))
@@ -445,19 +445,19 @@ func (d *CUDA) UnscaleCheck(x *tensor.Tensor, inv float32, found *tensor.Tensor)
 func f32Only(op string, ts ...*tensor.Tensor) {
 	for _, t := range ts {
 		if t != nil && t.DType() != tensor.F32 {
-			panic(fmt.Sprintf("model: %s: %s is not f32", op, t))
+			panic(fmt.Sprintf("cuda: %s: %s is not f32", op, t))
 		}
 	}
 }
 
-func (d *CUDA) AdamW(p, g, m, v, half *tensor.Tensor, a tensor.AdamWArgs) {
+func (d *Device) AdamW(p, g, m, v, half *tensor.Tensor, a tensor.AdamWArgs) {
 	tensor.CheckLen("AdamW", p, g, m, v)
 	f32Only("AdamW", p, g, m, v)
 	hp := nilPtr
 	if half != nil {
 		tensor.CheckLen("AdamW", p, half)
 		if half.DType() != tensor.F16 {
-			panic(fmt.Sprintf("model: AdamW: half copy %s is not f16", half))
+			panic(fmt.Sprintf("cuda: AdamW: half copy %s is not f16", half))
 		}
 		hp = ptra(half)
 	}
@@ -469,7 +469,7 @@ func (d *CUDA) AdamW(p, g, m, v, half *tensor.Tensor, a tensor.AdamWArgs) {
 
 // AdamWTable packs runs for k_adamw_multi: one int64 per run, its start offset times 2 plus its
 // decay flag, as an I32 tensor of 2·len(runs) words (little-endian halves).
-func (d *CUDA) AdamWTable(runs []tensor.AdamWRun) *tensor.Tensor {
+func (d *Device) AdamWTable(runs []tensor.AdamWRun) *tensor.Tensor {
 	if len(runs) == 0 {
 		return nil
 	}
@@ -489,14 +489,14 @@ func (d *CUDA) AdamWTable(runs []tensor.AdamWRun) *tensor.Tensor {
 
 // AdamWRuns is AdamW over whole slabs in one launch of k_adamw_multi, which applies the weight
 // decay per run from table (AdamWTable of runs) and otherwise does k_adamw's arithmetic.
-func (d *CUDA) AdamWRuns(p, g, m, v, half *tensor.Tensor, runs []tensor.AdamWRun, table *tensor.Tensor, a tensor.AdamWArgs) {
+func (d *Device) AdamWRuns(p, g, m, v, half *tensor.Tensor, runs []tensor.AdamWRun, table *tensor.Tensor, a tensor.AdamWArgs) {
 	tensor.CheckLen("AdamW", p, g, m, v)
 	f32Only("AdamW", p, g, m, v)
 	hp := nilPtr
 	if half != nil {
 		tensor.CheckLen("AdamW", p, half)
 		if half.DType() != tensor.F16 {
-			panic(fmt.Sprintf("model: AdamW: half copy %s is not f16", half))
+			panic(fmt.Sprintf("cuda: AdamW: half copy %s is not f16", half))
 		}
 		hp = ptra(half)
 	}
@@ -506,20 +506,20 @@ func (d *CUDA) AdamWRuns(p, g, m, v, half *tensor.Tensor, runs []tensor.AdamWRun
 	end := 0
 	for _, r := range runs {
 		if r.Off != end || r.N < 0 {
-			panic(fmt.Sprintf("model: AdamWRuns: run %+v does not follow offset %d", r, end))
+			panic(fmt.Sprintf("cuda: AdamWRuns: run %+v does not follow offset %d", r, end))
 		}
 		end += r.N
 	}
 	if end != p.Len() || table == nil || table.DType() != tensor.I32 || table.Len() != 2*len(runs) {
-		panic(fmt.Sprintf("model: AdamWRuns: %d runs over %d elements, table %v, for %s", len(runs), end, table, p))
+		panic(fmt.Sprintf("cuda: AdamWRuns: %d runs over %d elements, table %v, for %s", len(runs), end, table, p))
 	}
 	d.launch1("k_adamw_multi", p.Len(), ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.Len())), ptra(table), i32a(len(runs)),
 		f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2))
 }
 
-var _ tensor.MultiAdamW = (*CUDA)(nil)
+var _ tensor.MultiAdamW = (*Device)(nil)
 
-func (d *CUDA) SGD(p, g, mom, half *tensor.Tensor, a tensor.SGDArgs) {
+func (d *Device) SGD(p, g, mom, half *tensor.Tensor, a tensor.SGDArgs) {
 	tensor.CheckLen("SGD", p, g)
 	f32Only("SGD", p, g, mom)
 	mp, hp := nilPtr, nilPtr

@@ -1,6 +1,6 @@
 //go:build cuda
 
-package model
+package cuda
 
 import (
 	"math"

@@ -1,6 +1,6 @@
 //go:build cuda
 
-package model
+package cuda
 
 import (
 	"fmt"
@@ -11,27 +11,29 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/goddp/goddp/model/cudadrv"
+	"github.com/goddp/goddp/model/cuda/cudadrv"
 	"github.com/goddp/goddp/model/half"
 	"github.com/goddp/goddp/model/tensor"
 	"gorgonia.org/cu"
 )
 
-// CUDA is the NVIDIA GPU device. gorgonia.org/cu drives the driver API (device, primary context,
-// memory, NVRTC); launches, streams, copies and cuBLAS go through this package's own small cgo
-// layer (cuda.go, cuda_blas.go), because they sit on the hot path and need raw handles.
+// Device is the NVIDIA GPU device. gorgonia.org/cu drives the driver API (device, primary context,
+// memory, NVRTC); launches, streams, copies and cuBLAS go through goddp's own small cgo layer
+// (package cudadrv), because they sit on the hot path and need raw handles.
 //
 // Threading: a CUDA context is current per OS thread. Every method locks the calling goroutine to
 // its OS thread for the duration of the call and makes the device's context current there
 // (cuCtxSetCurrent is a thread-local store), then unlocks. So any single goroutine may drive the
-// device, as device.go's contract says, with no hop to a dedicated goroutine per operation.
+// device, as tensor.Device's contract says, with no hop to a dedicated goroutine per operation.
 // Work is enqueued on one compute stream in call order; only Download, DownloadI32 and Sync wait.
 //
 // Memory: blocks come from cuMemAlloc through the shared caching Pool. A freed block may be handed
 // to the next Alloc at once even if queued kernels still read it: every kernel runs on the compute
 // stream, in order, so the earlier reader finishes first. (Work on the copy stream must order
 // itself with events, as CopyToPinned does.) EmptyCache synchronises before cuMemFree.
-type CUDA struct {
+type Device struct {
+	*tensor.Pool // memory: Alloc, Free, Stats, ResetPeak, SetLimit, EmptyCache, Live, SetObserver
+
 	ordinal int
 	dev     cu.Device
 	ctx     cu.CUContext
@@ -40,16 +42,15 @@ type CUDA struct {
 	minor   int
 	sms     int
 
-	*tensor.Pool                // memory: Alloc, Free, Stats, ResetPeak, SetLimit, EmptyCache, Live, SetObserver
-	stream       cudadrv.Stream // compute
-	copyS        cudadrv.Stream // copies to and from pinned host memory
-	module       cudadrv.Module
-	flashM       cudadrv.Module // fused attention (cuda_flash.go); loaded when flash is true
-	flash        bool
-	fns          map[string]cudadrv.Function
-	blas         *cudadrv.Blas
-	mu           sync.Mutex // guards nothing on the hot path; held by Close
-	closed       bool
+	stream cudadrv.Stream // compute
+	copyS  cudadrv.Stream // copies to and from pinned host memory
+	module cudadrv.Module
+	flashM cudadrv.Module // fused attention (flash.go); loaded when flash is true
+	flash  bool
+	fns    map[string]cudadrv.Function
+	blas   *cudadrv.Blas
+	mu     sync.Mutex // guards nothing on the hot path; held by Close
+	closed bool
 
 	prof []profEntry // when profiling: one event pair per kernel or GEMM
 	pOn  bool
@@ -61,8 +62,8 @@ type profEntry struct {
 }
 
 var (
-	_ tensor.Device     = (*CUDA)(nil)
-	_ tensor.Observable = (*CUDA)(nil)
+	_ tensor.Device     = (*Device)(nil)
+	_ tensor.Observable = (*Device)(nil)
 )
 
 // cudaBuf is one cuMemAlloc block.
@@ -74,35 +75,35 @@ type cudaBuf struct {
 func (b *cudaBuf) Bytes() int64 { return b.bytes }
 
 // must panics on a failed driver call: at that point the context is usually unusable, and ops have
-// no error results (device.go: programming errors panic).
+// no error results (tensor.Device: programming errors panic).
 func must(err error) {
 	if err != nil {
-		panic(fmt.Sprintf("model: cuda: %v", err))
+		panic(fmt.Sprintf("cuda: %v", err))
 	}
 }
 
-// NewCUDA opens GPU ordinal, retains its primary context, creates the compute and copy streams and
+// New opens GPU ordinal, retains its primary context, creates the compute and copy streams and
 // the cuBLAS handle, and compiles (or loads from the disk cache) the kernels.
-func NewCUDA(ordinal int) (*CUDA, error) {
+func New(ordinal int) (*Device, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := cudadrv.Init(); err != nil {
-		return nil, fmt.Errorf("model: cuda: %w", err)
+		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	n, err := cu.NumDevices()
 	if err != nil {
-		return nil, fmt.Errorf("model: cuda: counting devices: %w", err)
+		return nil, fmt.Errorf("cuda: counting devices: %w", err)
 	}
 	if ordinal < 0 || ordinal >= n {
-		return nil, fmt.Errorf("model: cuda: device %d asked for, %d present", ordinal, n)
+		return nil, fmt.Errorf("cuda: device %d asked for, %d present", ordinal, n)
 	}
 	dev, err := cu.GetDevice(ordinal)
 	if err != nil {
-		return nil, fmt.Errorf("model: cuda: device %d: %w", ordinal, err)
+		return nil, fmt.Errorf("cuda: device %d: %w", ordinal, err)
 	}
-	d := &CUDA{ordinal: ordinal, dev: dev, fns: map[string]cudadrv.Function{}}
+	d := &Device{ordinal: ordinal, dev: dev, fns: map[string]cudadrv.Function{}}
 	if d.name, err = dev.Name(); err != nil {
-		return nil, fmt.Errorf("model: cuda: device %d name: %w", ordinal, err)
+		return nil, fmt.Errorf("cuda: device %d name: %w", ordinal, err)
 	}
 	if d.major, err = dev.Attribute(cu.ComputeCapabilityMajor); err != nil {
 		return nil, err
@@ -114,19 +115,19 @@ func NewCUDA(ordinal int) (*CUDA, error) {
 		return nil, err
 	}
 	if d.ctx, err = dev.RetainPrimaryCtx(); err != nil {
-		return nil, fmt.Errorf("model: cuda: primary context of device %d: %w", ordinal, err)
+		return nil, fmt.Errorf("cuda: primary context of device %d: %w", ordinal, err)
 	}
 	if err := cu.SetCurrentContext(d.ctx); err != nil {
-		return nil, fmt.Errorf("model: cuda: making the context current: %w", err)
+		return nil, fmt.Errorf("cuda: making the context current: %w", err)
 	}
 	if d.stream, err = cudadrv.NewStream(); err != nil {
-		return nil, fmt.Errorf("model: cuda: compute stream: %w", err)
+		return nil, fmt.Errorf("cuda: compute stream: %w", err)
 	}
 	if d.copyS, err = cudadrv.NewStream(); err != nil {
-		return nil, fmt.Errorf("model: cuda: copy stream: %w", err)
+		return nil, fmt.Errorf("cuda: copy stream: %w", err)
 	}
 	if d.blas, err = cudadrv.NewBlas(d.stream); err != nil {
-		return nil, fmt.Errorf("model: cuda: %w", err)
+		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	if err := d.loadKernels(); err != nil {
 		return nil, err
@@ -140,27 +141,27 @@ func NewCUDA(ordinal int) (*CUDA, error) {
 }
 
 // enter locks the goroutine to its thread and makes the context current; leave undoes the lock.
-func (d *CUDA) enter() {
+func (d *Device) enter() {
 	runtime.LockOSThread()
 	if err := cu.SetCurrentContext(d.ctx); err != nil {
 		runtime.UnlockOSThread()
-		panic(fmt.Sprintf("model: cuda: making the context current: %v", err))
+		panic(fmt.Sprintf("cuda: making the context current: %v", err))
 	}
 }
 
-func (d *CUDA) leave() { runtime.UnlockOSThread() }
+func (d *Device) leave() { runtime.UnlockOSThread() }
 
 // Name is "cuda:N".
-func (d *CUDA) Name() string { return fmt.Sprintf("cuda:%d", d.ordinal) }
+func (d *Device) Name() string { return fmt.Sprintf("cuda:%d", d.ordinal) }
 
 // DeviceName is the card's marketing name, e.g. "NVIDIA H200".
-func (d *CUDA) DeviceName() string { return d.name }
+func (d *Device) DeviceName() string { return d.name }
 
 // Arch is the compute capability as major·10+minor (90 on Hopper).
-func (d *CUDA) Arch() int { return d.major*10 + d.minor }
+func (d *Device) Arch() int { return d.major*10 + d.minor }
 
 // MemInfo returns the card's free and total memory in bytes (cuMemGetInfo).
-func (d *CUDA) MemInfo() (free, total int64) {
+func (d *Device) MemInfo() (free, total int64) {
 	d.enter()
 	defer d.leave()
 	f, t, err := cudadrv.MemInfo()
@@ -172,7 +173,7 @@ func (d *CUDA) MemInfo() (free, total int64) {
 
 // Close synchronises, drops the cache, and releases streams, cuBLAS and the module. Live tensors
 // become invalid.
-func (d *CUDA) Close() error {
+func (d *Device) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -195,7 +196,7 @@ func (d *CUDA) Close() error {
 
 // ---- memory ----
 
-func (d *CUDA) rawAlloc(n int64) (tensor.Buffer, error) {
+func (d *Device) rawAlloc(n int64) (tensor.Buffer, error) {
 	d.enter()
 	defer d.leave()
 	p, err := cudadrv.MemAlloc(n)
@@ -205,7 +206,7 @@ func (d *CUDA) rawAlloc(n int64) (tensor.Buffer, error) {
 	return &cudaBuf{ptr: p, bytes: n}, nil
 }
 
-func (d *CUDA) rawFree(b tensor.Buffer) {
+func (d *Device) rawFree(b tensor.Buffer) {
 	d.enter()
 	defer d.leave()
 	// Queued work may still use a cached block only if it was freed after being handed to an
@@ -217,25 +218,25 @@ func (d *CUDA) rawFree(b tensor.Buffer) {
 
 // scratch is a temporary f32 buffer for multi-pass kernels. Release it right after enqueueing the
 // kernels that use it: stream order keeps it alive for them.
-func (d *CUDA) scratch(n int) *tensor.Tensor { return d.Alloc(tensor.F32, "cuda.scratch", n) }
+func (d *Device) scratch(n int) *tensor.Tensor { return d.Alloc(tensor.F32, "cuda.scratch", n) }
 
 // dptr is the device address of t's first element.
 func dptr(t *tensor.Tensor) uint64 {
 	if t.Buffer() == nil {
-		panic(fmt.Sprintf("model: use of freed tensor %s", t))
+		panic(fmt.Sprintf("cuda: use of freed tensor %s", t))
 	}
 	b, ok := t.Buffer().(*cudaBuf)
 	if !ok {
-		panic(fmt.Sprintf("model: %s does not live on a CUDA device", t))
+		panic(fmt.Sprintf("cuda: %s does not live on a CUDA device", t))
 	}
 	return b.ptr + uint64(t.Offset())*uint64(t.DType().Size())
 }
 
 // ---- host transfer ----
 
-func (d *CUDA) Upload(dst *tensor.Tensor, src []float32) {
+func (d *Device) Upload(dst *tensor.Tensor, src []float32) {
 	if len(src) != dst.Len() {
-		panic(fmt.Sprintf("model: Upload of %d values into %s", len(src), dst))
+		panic(fmt.Sprintf("cuda: Upload of %d values into %s", len(src), dst))
 	}
 	if dst.Len() == 0 {
 		return
@@ -248,13 +249,13 @@ func (d *CUDA) Upload(dst *tensor.Tensor, src []float32) {
 		half.Encode(h, src)
 		d.htod(dst, unsafe.Pointer(&h[0]), dst.Bytes())
 	default:
-		panic(fmt.Sprintf("model: Upload into %s", dst))
+		panic(fmt.Sprintf("cuda: Upload into %s", dst))
 	}
 }
 
-func (d *CUDA) UploadI32(dst *tensor.Tensor, src []int32) {
+func (d *Device) UploadI32(dst *tensor.Tensor, src []int32) {
 	if len(src) != dst.Len() || dst.DType() != tensor.I32 {
-		panic(fmt.Sprintf("model: UploadI32 of %d values into %s", len(src), dst))
+		panic(fmt.Sprintf("cuda: UploadI32 of %d values into %s", len(src), dst))
 	}
 	if dst.Len() > 0 {
 		d.htod(dst, unsafe.Pointer(&src[0]), dst.Bytes())
@@ -263,22 +264,22 @@ func (d *CUDA) UploadI32(dst *tensor.Tensor, src []int32) {
 
 // htod copies from pageable host memory on the compute stream. For pageable memory the driver
 // stages the source before returning, so the Go slice may be reused as soon as this returns.
-func (d *CUDA) htod(dst *tensor.Tensor, src unsafe.Pointer, n int64) {
+func (d *Device) htod(dst *tensor.Tensor, src unsafe.Pointer, n int64) {
 	d.enter()
 	defer d.leave()
 	must(cudadrv.HtoD(dptr(dst), src, n, d.stream))
 }
 
-func (d *CUDA) dtoh(dst unsafe.Pointer, src *tensor.Tensor) {
+func (d *Device) dtoh(dst unsafe.Pointer, src *tensor.Tensor) {
 	d.enter()
 	defer d.leave()
 	must(cudadrv.DtoH(dst, dptr(src), src.Bytes(), d.stream))
 	must(d.stream.Sync())
 }
 
-func (d *CUDA) Download(dst []float32, src *tensor.Tensor) {
+func (d *Device) Download(dst []float32, src *tensor.Tensor) {
 	if len(dst) != src.Len() {
-		panic(fmt.Sprintf("model: Download of %s into %d values", src, len(dst)))
+		panic(fmt.Sprintf("cuda: Download of %s into %d values", src, len(dst)))
 	}
 	if src.Len() == 0 {
 		d.Sync()
@@ -300,9 +301,9 @@ func (d *CUDA) Download(dst []float32, src *tensor.Tensor) {
 	}
 }
 
-func (d *CUDA) DownloadI32(dst []int32, src *tensor.Tensor) {
+func (d *Device) DownloadI32(dst []int32, src *tensor.Tensor) {
 	if len(dst) != src.Len() || src.DType() != tensor.I32 {
-		panic(fmt.Sprintf("model: DownloadI32 of %s into %d values", src, len(dst)))
+		panic(fmt.Sprintf("cuda: DownloadI32 of %s into %d values", src, len(dst)))
 	}
 	if src.Len() > 0 {
 		d.dtoh(unsafe.Pointer(&dst[0]), src)
@@ -310,7 +311,7 @@ func (d *CUDA) DownloadI32(dst []int32, src *tensor.Tensor) {
 }
 
 // Sync waits for the compute and copy streams.
-func (d *CUDA) Sync() {
+func (d *Device) Sync() {
 	d.enter()
 	defer d.leave()
 	must(d.stream.Sync())
@@ -322,18 +323,18 @@ func (d *CUDA) Sync() {
 // Pinned is page-locked host memory from cuMemHostAlloc: copies between it and the GPU run
 // asynchronously at full PCIe speed. Free it with Free.
 type Pinned struct {
-	d     *CUDA
+	d     *Device
 	p     unsafe.Pointer
 	bytes int64
 }
 
 // HostAlloc returns bytes of pinned host memory.
-func (d *CUDA) HostAlloc(bytes int64) (*Pinned, error) {
+func (d *Device) HostAlloc(bytes int64) (*Pinned, error) {
 	d.enter()
 	defer d.leave()
 	p, err := cudadrv.HostAlloc(bytes)
 	if err != nil {
-		return nil, fmt.Errorf("model: cuda: pinned memory of %s: %w", tensor.FormatBytes(bytes), err)
+		return nil, fmt.Errorf("cuda: pinned memory of %s: %w", tensor.FormatBytes(bytes), err)
 	}
 	return &Pinned{d: d, p: p, bytes: bytes}, nil
 }
@@ -359,9 +360,9 @@ func (p *Pinned) Free() {
 // CopyToPinned copies src's bytes into dst at byte offset off on the copy stream, after all work
 // enqueued so far on the compute stream (an event orders them). It returns at once; call wait
 // before reading dst.
-func (d *CUDA) CopyToPinned(dst *Pinned, off int64, src *tensor.Tensor) (wait func()) {
+func (d *Device) CopyToPinned(dst *Pinned, off int64, src *tensor.Tensor) (wait func()) {
 	if off < 0 || off+src.Bytes() > dst.bytes {
-		panic(fmt.Sprintf("model: CopyToPinned: %s at %d does not fit %s", src, off, tensor.FormatBytes(dst.bytes)))
+		panic(fmt.Sprintf("cuda: CopyToPinned: %s at %d does not fit %s", src, off, tensor.FormatBytes(dst.bytes)))
 	}
 	d.enter()
 	defer d.leave()
@@ -381,9 +382,9 @@ func (d *CUDA) CopyToPinned(dst *Pinned, off int64, src *tensor.Tensor) (wait fu
 
 // CopyFromPinned copies bytes of src at byte offset off into dst on the compute stream (so later
 // ops see them). The host must not change src until the device has synchronised past this copy.
-func (d *CUDA) CopyFromPinned(dst *tensor.Tensor, src *Pinned, off int64) {
+func (d *Device) CopyFromPinned(dst *tensor.Tensor, src *Pinned, off int64) {
 	if off < 0 || off+dst.Bytes() > src.bytes {
-		panic(fmt.Sprintf("model: CopyFromPinned: %s at %d does not fit %s", dst, off, tensor.FormatBytes(src.bytes)))
+		panic(fmt.Sprintf("cuda: CopyFromPinned: %s at %d does not fit %s", dst, off, tensor.FormatBytes(src.bytes)))
 	}
 	d.enter()
 	defer d.leave()
@@ -394,13 +395,13 @@ func (d *CUDA) CopyFromPinned(dst *tensor.Tensor, src *Pinned, off int64) {
 
 // launch enqueues kernel name on the compute stream. Each argument is one 8-byte slot: pointers
 // from dptr, 32-bit values through i32/f32 helpers, 64-bit counts as uint64.
-func (d *CUDA) launch(name string, grid, block [3]int, shmem int, args ...uint64) {
+func (d *Device) launch(name string, grid, block [3]int, shmem int, args ...uint64) {
 	f, ok := d.fns[name]
 	if !ok {
-		panic(fmt.Sprintf("model: cuda: no kernel %q", name))
+		panic(fmt.Sprintf("cuda: no kernel %q", name))
 	}
 	if len(args) > cudadrv.MaxArgs {
-		panic("model: cuda: too many kernel arguments")
+		panic("cuda: too many kernel arguments")
 	}
 	var vals [cudadrv.MaxArgs]uint64
 	copy(vals[:], args)
@@ -408,7 +409,7 @@ func (d *CUDA) launch(name string, grid, block [3]int, shmem int, args ...uint64
 	defer d.leave()
 	end := d.profBegin(name)
 	if err := cudadrv.Launch(f, grid, block, shmem, d.stream, &vals, len(args)); err != nil {
-		panic(fmt.Sprintf("model: cuda: launching %s grid %v block %v: %v", name, grid, block, err))
+		panic(fmt.Sprintf("cuda: launching %s grid %v block %v: %v", name, grid, block, err))
 	}
 	end()
 }
@@ -417,11 +418,11 @@ func (d *CUDA) launch(name string, grid, block [3]int, shmem int, args ...uint64
 
 // ProfileStart starts timing every kernel and GEMM with a pair of events (slow: for finding where
 // a step's time goes, not for timing the step).
-func (d *CUDA) ProfileStart() { d.pOn = true }
+func (d *Device) ProfileStart() { d.pOn = true }
 
 // profBegin records a start event when profiling and returns the function that records the end.
 // The caller holds the thread (enter).
-func (d *CUDA) profBegin(name string) func() {
+func (d *Device) profBegin(name string) func() {
 	if !d.pOn {
 		return func() {}
 	}
@@ -437,7 +438,7 @@ func (d *CUDA) profBegin(name string) func() {
 }
 
 // ProfileStop ends profiling and returns the time per kernel name, largest first, as a table.
-func (d *CUDA) ProfileStop() string {
+func (d *Device) ProfileStop() string {
 	d.pOn = false
 	d.Sync()
 	d.enter()
@@ -481,7 +482,7 @@ func (d *CUDA) ProfileStop() string {
 
 // launch1 launches a 1-D grid of blocks of bs threads over n items, with grid-stride loops inside
 // (at most 32 blocks per multiprocessor).
-func (d *CUDA) launch1(name string, n int, args ...uint64) {
+func (d *Device) launch1(name string, n int, args ...uint64) {
 	const bs = 256
 	g := (n + bs - 1) / bs
 	g = max(1, min(g, d.sms*32))

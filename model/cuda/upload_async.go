@@ -1,12 +1,12 @@
 //go:build cuda
 
-package model
+package cuda
 
 import (
 	"fmt"
 	"unsafe"
 
-	"github.com/goddp/goddp/model/cudadrv"
+	"github.com/goddp/goddp/model/cuda/cudadrv"
 	"github.com/goddp/goddp/model/tensor"
 )
 
@@ -15,9 +15,9 @@ import (
 // overlaps whatever the compute stream is still running. From pinned memory (HostAlloc) the copy
 // is truly asynchronous; from pageable memory the driver stages it first. The host must not change
 // src until the compute stream has passed this point (a later Download or Sync).
-func (d *CUDA) UploadAsync(dst *tensor.Tensor, src unsafe.Pointer) {
+func (d *Device) UploadAsync(dst *tensor.Tensor, src unsafe.Pointer) {
 	if src == nil {
-		panic(fmt.Sprintf("model: UploadAsync into %s from nil", dst))
+		panic(fmt.Sprintf("cuda: UploadAsync into %s from nil", dst))
 	}
 	d.enter()
 	defer d.leave()

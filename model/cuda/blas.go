@@ -1,6 +1,6 @@
 //go:build cuda
 
-package model
+package cuda
 
 import (
 	"fmt"
@@ -19,12 +19,12 @@ func gemmDims(op string, c, a, b [2]int, transA, transB bool) (m, n, k int) {
 		k2, n = b[1], b[0]
 	}
 	if k != k2 || c[0] != m || c[1] != n {
-		panic(fmt.Sprintf("model: %s shapes: C %v = op(A %v, trans=%v) · op(B %v, trans=%v)", op, c, a, transA, b, transB))
+		panic(fmt.Sprintf("cuda: %s shapes: C %v = op(A %v, trans=%v) · op(B %v, trans=%v)", op, c, a, transA, b, transB))
 	}
 	return
 }
 
-func (d *CUDA) MatMul(c, a, b *tensor.Tensor, transA, transB bool, alpha, beta float32) {
+func (d *Device) MatMul(c, a, b *tensor.Tensor, transA, transB bool, alpha, beta float32) {
 	ar, ac := tensor.MatDims(a)
 	br, bc := tensor.MatDims(b)
 	cr, cc := tensor.MatDims(c)
@@ -32,9 +32,9 @@ func (d *CUDA) MatMul(c, a, b *tensor.Tensor, transA, transB bool, alpha, beta f
 	d.gemm(c, a, b, m, n, k, 1, transA, transB, alpha, beta)
 }
 
-func (d *CUDA) BatchedMatMul(c, a, b *tensor.Tensor, transA, transB bool, alpha, beta float32) {
+func (d *Device) BatchedMatMul(c, a, b *tensor.Tensor, transA, transB bool, alpha, beta float32) {
 	if len(a.Shape()) != 3 || len(b.Shape()) != 3 || len(c.Shape()) != 3 || a.Shape()[0] != b.Shape()[0] || a.Shape()[0] != c.Shape()[0] {
-		panic(fmt.Sprintf("model: BatchedMatMul wants 3-D tensors with one batch count: C %s, A %s, B %s", c, a, b))
+		panic(fmt.Sprintf("cuda: BatchedMatMul wants 3-D tensors with one batch count: C %s, A %s, B %s", c, a, b))
 	}
 	m, n, k := gemmDims("BatchedMatMul", [2]int{c.Shape()[1], c.Shape()[2]}, [2]int{a.Shape()[1], a.Shape()[2]},
 		[2]int{b.Shape()[1], b.Shape()[2]}, transA, transB)
@@ -45,9 +45,9 @@ func (d *CUDA) BatchedMatMul(c, a, b *tensor.Tensor, transA, transB bool, alpha,
 // column-major (C,R) one, so C = op(A)·op(B) is computed as Cᵀ = op(B)ᵀ·op(A)ᵀ: the operands swap
 // and each keeps its own transpose flag. Supported operand mixes go straight to cuBLAS (A and B of
 // one dtype; f16·f16 into f16 or f32; f32·f32 into f32); others widen through f32 temporaries.
-func (d *CUDA) gemm(c, a, b *tensor.Tensor, m, n, k, batch int, transA, transB bool, alpha, beta float32) {
+func (d *Device) gemm(c, a, b *tensor.Tensor, m, n, k, batch int, transA, transB bool, alpha, beta float32) {
 	if a.DType() == tensor.I32 || b.DType() == tensor.I32 || c.DType() == tensor.I32 {
-		panic(fmt.Sprintf("model: MatMul of integer tensors: C %s, A %s, B %s", c, a, b))
+		panic(fmt.Sprintf("cuda: MatMul of integer tensors: C %s, A %s, B %s", c, a, b))
 	}
 	if m == 0 || n == 0 {
 		return
@@ -103,7 +103,7 @@ func (d *CUDA) gemm(c, a, b *tensor.Tensor, m, n, k, batch int, transA, transB b
 		end()
 		d.leave()
 		if err != nil {
-			panic(fmt.Sprintf("model: cuda: %v (%s, %s → %s)", err, a.DType(), b.DType(), out.DType()))
+			panic(fmt.Sprintf("cuda: %v (%s, %s → %s)", err, a.DType(), b.DType(), out.DType()))
 		}
 	}
 	if out != c {

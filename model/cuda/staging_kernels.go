@@ -1,8 +1,8 @@
 //go:build cuda
 
-package model
+package cuda
 
-// stagingKernelSource holds the two kernels of the gradient staging path (cuda_staging.go),
+// stagingKernelSource holds the two kernels of the gradient staging path (staging.go),
 // compiled by NVRTC into their own module the first time a plan is made (and cached on disk like
 // the device's kernels). Both are grid-stride loops over n elements that move four at a time
 // (16-byte f32 and 8-byte f16 accesses) when both pointers allow it.

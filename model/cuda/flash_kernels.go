@@ -1,10 +1,10 @@
 //go:build cuda
 
-package model
+package cuda
 
 // flashKernelSource is fused causal attention for head size 64 in f16 with f32 accumulation on
 // the tensor cores (mma.sync m16n8k16, sm_80 and later), compiled by NVRTC into its own module
-// (cuda_flash.go). Nothing of size T×T is ever stored: the forward keeps each row's log-sum-exp,
+// (flash.go). Nothing of size T×T is ever stored: the forward keeps each row's log-sum-exp,
 // the backward recomputes the probabilities from it (FlashAttention-2's scheme, written here from
 // the algorithm, not from its code).
 //
