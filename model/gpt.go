@@ -303,7 +303,7 @@ func (m *GPT) Params() *Params { return m.ps }
 // Forward: Tokens (B,T) i32 and Targets (B,T) i32 → mean loss (1) f32.
 func (m *GPT) Forward(in Inputs, train bool) *tensor.Tensor {
 	dev, dt := m.dev, m.Cfg.Compute
-	m.release()
+	m.Release()
 	if in.Tokens == nil || in.Targets == nil {
 		panic("model: GPT.Forward needs Inputs.Tokens and Inputs.Targets")
 	}
@@ -446,24 +446,26 @@ func (m *GPT) Predict(out *tensor.Tensor) {
 	LMHeadArgMax(m.dev, out, m.lnf, m.headW(), m.Cfg.LossChunk)
 }
 
-// release frees what the previous forward kept.
-func (m *GPT) release() {
+// Release frees what the previous forward (and an interrupted backward) kept: see Releaser.
+// Forward starts with it, Free ends with it.
+func (m *GPT) Release() {
 	dev := m.dev
 	for _, a := range m.acts {
 		if a.Attn != nil {
-			a.Attn.Free(dev)
+			s := a.Attn
+			freeLive(dev, s.Q, s.K, s.V, s.Att, s.Y, s.QKV, s.LSE)
 		}
-		freeAll(dev, a.LN1, a.Mean1, a.Rstd1, a.Res1, a.LN2, a.Mean2, a.Rstd2, a.FC, a.Gelu, a.Out)
+		freeLive(dev, a.LN1, a.Mean1, a.Rstd1, a.Res1, a.LN2, a.Mean2, a.Rstd2, a.FC, a.Gelu, a.Out)
 	}
 	m.acts = m.acts[:0]
-	freeAll(dev, m.x0, m.lnf, m.meanf, m.rstdf, m.dlnf)
+	freeLive(dev, m.x0, m.lnf, m.meanf, m.rstdf, m.dlnf)
 	m.x0, m.lnf, m.meanf, m.rstdf, m.dlnf = nil, nil, nil, nil, nil
 	m.train = false
 }
 
 // Free releases every buffer and the parameters.
 func (m *GPT) Free() {
-	m.release()
+	m.Release()
 	freeAll(m.dev, m.loss)
 	m.loss = nil
 	m.ps.Free()

@@ -139,7 +139,7 @@ func (m *MLP) stageForward(j int, x *tensor.Tensor, seed uint64, train bool) mlp
 // Forward: X (B,In) f32 and Targets (B) i32 → mean loss (1) f32.
 func (m *MLP) Forward(in Inputs, train bool) *tensor.Tensor {
 	dev := m.dev
-	m.release()
+	m.Release()
 	if in.X == nil || in.Targets == nil {
 		panic("model: MLP.Forward needs Inputs.X and Inputs.Targets")
 	}
@@ -246,20 +246,23 @@ func (m *MLP) Predict(out *tensor.Tensor) {
 	m.dev.ArgMax(out, m.logits)
 }
 
-// release frees what the previous forward kept.
-func (m *MLP) release() {
+// Release frees what the previous forward (and an interrupted backward) kept: see Releaser.
+// Forward starts with it, Free ends with it.
+func (m *MLP) Release() {
 	for j := range m.stages {
-		m.stages[j].free(m.dev)
+		s := &m.stages[j]
+		freeLive(m.dev, s.z, s.h, s.d)
+		*s = mlpStage{}
 	}
 	m.stages = m.stages[:0]
-	freeAll(m.dev, m.logits)
+	freeLive(m.dev, m.logits)
 	m.logits = nil
 	m.train = false
 }
 
 // Free releases every buffer and the parameters.
 func (m *MLP) Free() {
-	m.release()
+	m.Release()
 	freeAll(m.dev, m.loss)
 	m.loss = nil
 	m.ps.Free()

@@ -27,32 +27,3 @@ func freeLive(dev tensor.Device, ts ...*tensor.Tensor) {
 		}
 	}
 }
-
-// Release: see Releaser.
-func (m *GPT) Release() {
-	dev := m.dev
-	for _, a := range m.acts {
-		if a.Attn != nil {
-			s := a.Attn
-			freeLive(dev, s.Q, s.K, s.V, s.Att, s.Y, s.QKV, s.LSE)
-		}
-		freeLive(dev, a.LN1, a.Mean1, a.Rstd1, a.Res1, a.LN2, a.Mean2, a.Rstd2, a.FC, a.Gelu, a.Out)
-	}
-	m.acts = m.acts[:0]
-	freeLive(dev, m.x0, m.lnf, m.meanf, m.rstdf, m.dlnf)
-	m.x0, m.lnf, m.meanf, m.rstdf, m.dlnf = nil, nil, nil, nil, nil
-	m.train = false
-}
-
-// Release: see Releaser.
-func (m *MLP) Release() {
-	for j := range m.stages {
-		s := &m.stages[j]
-		freeLive(m.dev, s.z, s.h, s.d)
-		*s = mlpStage{}
-	}
-	m.stages = m.stages[:0]
-	freeLive(m.dev, m.logits)
-	m.logits = nil
-	m.train = false
-}
