@@ -44,6 +44,15 @@ func (c *Device) Name() string { return "cpu" }
 // Sync has nothing to wait for: every operation is done when it returns.
 func (c *Device) Sync() {}
 
+// Fence is done when made, for the same reason.
+func (c *Device) Fence() tensor.Fence { return doneFence{} }
+
+// doneFence is a fence with nothing to wait for.
+type doneFence struct{}
+
+func (doneFence) Wait()      {}
+func (doneFence) Done() bool { return true }
+
 // ---- element access (device-internal) ----
 
 func words(t *tensor.Tensor) []float32 {

@@ -276,3 +276,24 @@ func BenchmarkCPU_MatMul1024(b *testing.B) {
 	}
 	b.ReportMetric(2*128*1024*1024*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
+
+// The CPU device's fences are done when made (its operations finish before they return), and the
+// work before one is visible; a spent fence stays done.
+func TestDevice_fence(t *testing.T) {
+	var dev tensor.Device = New()
+	x := tensor.FromHost(dev, tensor.F32, "x", []float32{1, 2, 3}, 3)
+	defer dev.Free(x)
+	dev.Scale(x, 2)
+	f := dev.Fence()
+	if !f.Done() {
+		t.Fatal("a CPU fence is not done when made")
+	}
+	f.Wait()
+	f.Wait()
+	if !f.Done() {
+		t.Fatal("a spent fence is not done")
+	}
+	if got := tensor.ToHost(x); got[0] != 2 || got[1] != 4 || got[2] != 6 {
+		t.Fatalf("after the fence x = %v, want [2 4 6]", got)
+	}
+}

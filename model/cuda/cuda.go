@@ -25,7 +25,8 @@ import (
 // its OS thread for the duration of the call and makes the device's context current there
 // (cuCtxSetCurrent is a thread-local store), then unlocks. So any single goroutine may drive the
 // device, as tensor.Device's contract says, with no hop to a dedicated goroutine per operation.
-// Work is enqueued on one compute stream in call order; only Download, DownloadI32 and Sync wait.
+// Work is enqueued on one compute stream in call order; only Download, DownloadI32, Sync and a
+// Fence's Wait wait.
 //
 // Memory: blocks come from cuMemAlloc through the shared caching Pool. A freed block may be handed
 // to the next Alloc at once even if queued kernels still read it: every kernel runs on the compute
@@ -51,6 +52,9 @@ type Device struct {
 	blas   *cudadrv.Blas
 	mu     sync.Mutex // guards nothing on the hot path; held by Close
 	closed bool
+
+	evMu   sync.Mutex      // guards evFree: fences are spent on any goroutine (fence.go)
+	evFree []cudadrv.Event // events of spent fences, recorded again by the next Fence
 
 	prof []profEntry // when profiling: one event pair per kernel or GEMM
 	pOn  bool
@@ -189,6 +193,12 @@ func (d *Device) Close() error {
 	if d.flash {
 		d.flashM.Unload()
 	}
+	d.evMu.Lock()
+	for _, e := range d.evFree {
+		e.Destroy()
+	}
+	d.evFree = nil
+	d.evMu.Unlock()
 	d.stream.Destroy()
 	d.copyS.Destroy()
 	return d.dev.ReleasePrimaryCtx()

@@ -1,7 +1,7 @@
 // Package cuda is goddp's NVIDIA GPU device, built with the cuda build tag (make cuda; without the
 // tag this package is only this comment). Every operation of tensor.Device is enqueued on one
-// compute stream in call order, so it returns before the GPU is done; only Download, DownloadI32
-// and Sync wait.
+// compute stream in call order, so it returns before the GPU is done; only Download, DownloadI32,
+// Sync and a Fence's Wait wait.
 //
 //	cuda.go             Device, New, Close; memory (the embedded tensor.Pool over cuMemAlloc),
 //	                    host transfers, pinned host memory (Pinned, CopyToPinned, CopyFromPinned),
@@ -15,6 +15,7 @@
 //	staging.go          tensor.GradStager: gradient buckets through f16 device buffers and pinned
 //	                    memory on streams of their own (staging_kernels.go)
 //	upload_async.go     UploadAsync, a copy-stream upload the compute stream waits for by event
+//	fence.go            Fence: an event recorded on the compute stream (events recycled)
 //	cudadrv/            the small cgo layer: streams, events, memory, launches, two cuBLAS calls
 //	cudacompat/         a cuda.h that lets gorgonia.org/cu v0.9.6 build against CUDA 13
 //	                    (scripts/cuda-env.sh puts it first on the include path)

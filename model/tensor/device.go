@@ -5,8 +5,9 @@ package tensor
 //
 // Contract, for every operation:
 //   - Operations may run asynchronously (the CUDA device enqueues them on its compute stream, in
-//     call order). Only Download, DownloadI32 and Sync wait. A caller may free a tensor right after
-//     handing it to an operation; the device keeps the memory until the work is done.
+//     call order). Only Download, DownloadI32, Sync and a Fence's Wait wait. A caller may free a
+//     tensor right after handing it to an operation; the device keeps the memory until the work
+//     is done.
 //   - Tensors of more than two dimensions are read as matrices where an operation says "(R,C)": the
 //     last dimension is C, the product of the others R.
 //   - Floating inputs may be f32 or f16 in any mix, unless stated; arithmetic is f32 inside and results
@@ -43,6 +44,11 @@ type Device interface {
 	Download(dst []float32, src *Tensor) // waits; src f32 or f16
 	DownloadI32(dst []int32, src *Tensor)
 	Sync() // waits until all enqueued work is done
+
+	// Fence marks the point after all work enqueued so far: its Wait returns once that work is
+	// done, and Done says whether it is without waiting. It waits for the compute work only, not
+	// for what Sync also waits for (the CUDA device's copy stream). See Fence.
+	Fence() Fence
 
 	// ---- fills, copies, elementwise ----
 
@@ -172,4 +178,23 @@ type MultiAdamW interface {
 	// described by table, partition [0, p.Len()) in order, and a.WeightDecay applies only to the
 	// runs with Decay set.
 	AdamWRuns(p, g, m, v, half *Tensor, runs []AdamWRun, table *Tensor, a AdamWArgs)
+}
+
+// Fence is a point in a device's stream of work, from Device.Fence: what was enqueued before it
+// is done once Wait returns or Done reports true, and the host may then read what that work wrote
+// (a pinned buffer, say) and reuse what it read. The CPU device's fences are done when made (its
+// operations finish before they return); the CUDA device's record an event on the compute stream.
+//
+// A training loop uses one to wait once per step for the step's work (instead of a Download used
+// as a fence plus a Sync), or to overlap host work with the device and then wait.
+//
+// A fence is spent once Wait has returned or Done has reported true: its resources go back to the
+// device (the CUDA device recycles its event) and later calls return at once (Done: true); one
+// dropped unspent gives them back when it is garbage collected. Wait and Done may be called from
+// any goroutine, not concurrently on one fence.
+type Fence interface {
+	// Wait blocks until all work enqueued before the fence is done.
+	Wait()
+	// Done reports, without blocking, whether all work enqueued before the fence is done.
+	Done() bool
 }

@@ -1,5 +1,5 @@
 // Package tensor is the device seam of goddp's model: what layers hand to hardware and what
-// hardware gives back. It imports nothing of goddp but the f16 codec (model/half); the devices
+// hardware gives back. It imports nothing of goddp; the devices
 // (model/cpu, model/cuda) implement it and package model's layers, models and optimizers use only
 // it, so a layer cannot reach a device's memory except through Device.
 //
@@ -7,7 +7,8 @@
 //	dtype.go    DType: F32, F16 (stored as its 16 bits), I32
 //	device.go   Device, the interface every layer calls (memory, transfers, elementwise, matmul,
 //	            activations, normalisation, embeddings, softmax and attention, loss, reductions,
-//	            optimizers) and its argument types; MultiAdamW, an optional fused optimizer step
+//	            optimizers) and its argument types; Fence, a point in a device's stream of work
+//	            to wait for; MultiAdamW, an optional fused optimizer step
 //	staging.go  GradStager, an optional ability: gradient buckets staged through f16 device buffers
 //	            and pinned host memory for the DDP engine (the CUDA device has it)
 //	alloc.go    Pool, the caching allocator every device embeds (Alloc, Free and the counters

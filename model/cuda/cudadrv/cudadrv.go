@@ -124,6 +124,16 @@ func (e Event) Record(s Stream) error { return check("cuEventRecord", C.cuEventR
 func (e Event) Sync() error           { return check("cuEventSynchronize", C.cuEventSynchronize(e.e)) }
 func (e Event) Destroy() error        { return check("cuEventDestroy", C.cuEventDestroy(e.e)) }
 
+// Query reports whether the work before e's last Record is done, without waiting (cuEventQuery:
+// CUDA_ERROR_NOT_READY means not yet; an event never recorded is done).
+func (e Event) Query() (bool, error) {
+	r := C.cuEventQuery(e.e)
+	if r == C.CUDA_ERROR_NOT_READY {
+		return false, nil
+	}
+	return r == C.CUDA_SUCCESS, check("cuEventQuery", r)
+}
+
 // Elapsed is the time from e to end in milliseconds.
 func (e Event) Elapsed(end Event) (float32, error) {
 	var ms C.float
