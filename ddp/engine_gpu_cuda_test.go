@@ -16,7 +16,7 @@ import (
 func cudaDev(t *testing.T, rank int) (tensor.Device, func()) {
 	d, err := cuda.New(0)
 	if err != nil {
-		t.Fatalf("rank %d: NewCUDA(0): %v", rank, err)
+		t.Fatalf("rank %d: cuda.New(0): %v", rank, err)
 	}
 	return d, func() { d.Close() }
 }
