@@ -126,7 +126,7 @@ type Pool struct {
 
 // AllocEvent is one allocation or free as the pool saw it, for memory timelines (--memory-plot).
 type AllocEvent struct {
-	Free      bool   // a Put; otherwise a Get
+	Free      bool   // a Free; otherwise an Alloc
 	Tag       string // the block's tag
 	Bytes     int64  // the block's size class
 	Allocated int64  // the pool's allocated bytes after the event
