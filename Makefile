@@ -37,7 +37,7 @@ demo: build mnist
 	./$(BIN)/ddplaunch --nproc-per-node 2 --config configs/mnist-mlp.yaml --set precision=fp16 --set ddp.wire=f16 --set data.path=$(MNIST_DIR)
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 20x ./model/ ./allreduce/
+	$(GO) test -run '^$$' -bench . -benchtime 20x ./model/... ./allreduce/
 
 cuda:
 	bash scripts/cuda-env.sh $(GO) build -tags cuda -o $(BIN)/ ./cmd/...

@@ -5,61 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/x448/float16"
+	"github.com/goddp/goddp/model/half"
 )
-
-func TestF16Codec_allHalves(t *testing.T) {
-	for i := range 1 << 16 {
-		h := uint16(i)
-		want := float16.Frombits(h).Float32()
-		got := f16ToF32(h)
-		if math.Float32bits(got) != math.Float32bits(want) {
-			t.Fatalf("f16ToF32(%#04x) = %#08x, x448 %#08x", h, math.Float32bits(got), math.Float32bits(want))
-		}
-		// Narrowing the widened value gives the same bits as x448 (the half itself, NaNs quieted).
-		if g, w := f32ToF16(got), uint16(float16.Fromfloat32(got)); g != w {
-			t.Fatalf("f32ToF16(f16ToF32(%#04x)) = %#04x, x448 %#04x", h, g, w)
-		}
-	}
-}
-
-func TestF16Codec_float32s(t *testing.T) {
-	check := func(b uint32) {
-		f := math.Float32frombits(b)
-		if g, w := f32ToF16(f), uint16(float16.Fromfloat32(f)); g != w {
-			t.Fatalf("f32ToF16(%#08x = %g) = %#04x, x448 %#04x", b, f, g, w)
-		}
-	}
-	// Around every half: the value, the midpoints to its neighbours (ties), one ulp either side.
-	for i := range 1 << 15 {
-		f := f16ToF32Slow(uint16(i))
-		b := math.Float32bits(f)
-		for _, d := range []uint32{0, 1, 0xfff, 0x1000, 0x1001, 0x1fff} {
-			for _, s := range []uint32{0, 0x80000000} {
-				check((b + d) | s)
-				check((b - d) | s)
-			}
-		}
-	}
-	// Subnormal-half and tiny float32 territory, densely.
-	for b := uint32(0x33000000 - 4096); b < 0x38800000+4096; b += 97 {
-		check(b)
-		check(b | 0x80000000)
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	for range 1 << 20 {
-		check(rng.Uint32())
-	}
-	for _, f := range []float32{0, float32(math.Copysign(0, -1)), 65504, 65519.99, 65520, -65520, 1e10, float32(math.Inf(1)), float32(math.Inf(-1)), 5.96e-8, 2.98e-8, 2.99e-8} {
-		check(math.Float32bits(f))
-	}
-	for _, b := range []uint32{0x7f800001, 0x7fc00000, 0xffc00001, 0x7fbfffff, 0x7f802000, 0xff800001} {
-		check(b) // NaNs: stay NaN
-		if h := f32ToF16(math.Float32frombits(b)); h&0x7c00 != 0x7c00 || h&0x3ff == 0 {
-			t.Fatalf("NaN %#08x became %#04x", b, h)
-		}
-	}
-}
 
 // The slice kernels (possibly assembly) against the scalar definitions, on lengths that
 // exercise vector bodies and tails, with specials mixed in.
@@ -77,14 +24,14 @@ func TestF16Codec_kernels(t *testing.T) {
 			if rng.IntN(10) == 0 {
 				src[i] = specials[rng.IntN(len(specials))]
 			}
-			h[i] = f32ToF16(src[i])
-			hl[i] = f32ToF16(loc[i])
+			h[i] = half.FromFloat32(src[i])
+			hl[i] = half.FromFloat32(loc[i])
 		}
 		for _, scale := range []float32{1, 0.25, 1.0 / 3} {
 			got := make([]uint16, n)
 			encodeF16(got, src, scale)
 			for i := range src {
-				if w := f32ToF16(src[i] * scale); got[i] != w {
+				if w := half.FromFloat32(src[i] * scale); got[i] != w {
 					t.Fatalf("encodeF16 n=%d scale=%g [%d]: %#04x want %#04x", n, scale, i, got[i], w)
 				}
 			}
@@ -95,14 +42,14 @@ func TestF16Codec_kernels(t *testing.T) {
 			ah := append([]uint16{}, hl...)
 			addF16F16(ah, h, scale)
 			for i := range a {
-				w := f16ToF32(h[i]) + loc[i]*scale
+				w := half.ToFloat32(h[i]) + loc[i]*scale
 				if !sameF32(a[i], w) {
 					t.Fatalf("addF16 n=%d [%d]: %g want %g", n, i, a[i], w)
 				}
-				if wr := f16ToF32(f32ToF16(w)); !sameF32(ar[i], wr) {
+				if wr := half.ToFloat32(half.FromFloat32(w)); !sameF32(ar[i], wr) {
 					t.Fatalf("addF16Round n=%d [%d]: %g want %g", n, i, ar[i], wr)
 				}
-				if wh := f32ToF16(f16ToF32(h[i]) + f16ToF32(hl[i])*scale); ah[i] != wh {
+				if wh := half.FromFloat32(half.ToFloat32(h[i]) + half.ToFloat32(hl[i])*scale); ah[i] != wh {
 					t.Fatalf("addF16F16 n=%d [%d]: %#04x want %#04x", n, i, ah[i], wh)
 				}
 			}
@@ -110,7 +57,7 @@ func TestF16Codec_kernels(t *testing.T) {
 		d := make([]float32, n)
 		decodeF16(d, h)
 		for i := range d {
-			if !sameF32(d[i], f16ToF32(h[i])) {
+			if !sameF32(d[i], half.ToFloat32(h[i])) {
 				t.Fatalf("decodeF16 n=%d [%d]", n, i)
 			}
 		}
@@ -131,7 +78,7 @@ func benchData(n int) ([]float32, []uint16) {
 	h := make([]uint16, n)
 	for i := range f {
 		f[i] = float32(rng.NormFloat64())
-		h[i] = f32ToF16(f[i])
+		h[i] = half.FromFloat32(f[i])
 	}
 	return f, h
 }

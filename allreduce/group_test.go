@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/goddp/goddp/model/half"
 )
 
 // quietLogger drops everything below Error (failures in tests are expected and asserted).
@@ -263,9 +265,9 @@ func TestAllReduceF16(t *testing.T) {
 				}
 				var s float64
 				for r := range n {
-					s += float64(f16ToF32(f32ToF16(in[r][i])))
+					s += float64(half.ToFloat32(half.FromFloat32(in[r][i])))
 				}
-				d := float64(f16ToF32(bufs[0][i])) - s/float64(n)
+				d := float64(half.ToFloat32(bufs[0][i])) - s/float64(n)
 				errSq += d * d
 				refSq += s * s / float64(n*n)
 			}

@@ -1,6 +1,9 @@
 package ddp
 
-import "github.com/goddp/goddp/model"
+import (
+	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/tensor"
+)
 
 // bucket is a contiguous range [lo, hi) of the gradient slab holding whole parameters, or one
 // piece of a parameter larger than the bucket cap (splitRange). Buckets are numbered in the order
@@ -11,7 +14,7 @@ type bucket struct {
 	params   []*model.Param // members, in registration order
 	pending  int            // members not yet ready in this backward
 	host     []float32      // staging buffer, len hi-lo, reused every step
-	view     *model.Tensor  // the slab range
+	view     *tensor.Tensor // the slab range
 	launched bool
 	// timing of the last all-reduce (trace and hidden fraction)
 	start, end int64 // ns since engine epoch

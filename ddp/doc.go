@@ -21,7 +21,7 @@
 //
 // On the host path (the CPU device, or the f32 wire) only the training goroutine touches the
 // device; the comm goroutine sees host buffers only. On a device that can stage gradients
-// (model.GradStager: the CUDA device) with the f16 wire, engine_gpu.go takes the staged path: the
+// (tensor.GradStager: the CUDA device) with the f16 wire, engine_gpu.go takes the staged path: the
 // bucket is cast to f16 on the device and copied to pinned memory on a copy stream, the comm
 // goroutine waits for that copy's event, all-reduces the pinned halves and enqueues the copy back
 // and the widen into the slab; Wait only makes the compute stream wait for them by event.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // Options configure an Engine.
@@ -38,7 +39,7 @@ type Options struct {
 // comm goroutine runs are called from the training goroutine only.
 type Engine struct {
 	ps   *model.Params
-	dev  model.Device
+	dev  tensor.Device
 	comm Comm
 	opts Options
 	log  *slog.Logger
@@ -124,7 +125,7 @@ func (e *Engine) Buckets() []string {
 	out := make([]string, len(e.buckets))
 	for i, b := range e.buckets {
 		out[i] = fmt.Sprintf("bucket %d: %d params, %s (%s … %s)", i, len(b.params),
-			model.FormatBytes(int64(b.hi-b.lo)*4), b.params[0].Name, b.params[len(b.params)-1].Name)
+			tensor.FormatBytes(int64(b.hi-b.lo)*4), b.params[0].Name, b.params[len(b.params)-1].Name)
 		if p := b.params[0]; len(b.params) == 1 && b.hi-b.lo < p.W.Len() {
 			out[i] += fmt.Sprintf(" elements [%d, %d) of %d", b.lo-p.Offset, b.hi-p.Offset, p.W.Len())
 		}
@@ -307,12 +308,12 @@ func (e *Engine) AgreeAny(ctx context.Context, flag bool) (bool, error) {
 
 // BroadcastParams makes every replica start from rank 0's weights (and refreshes the f16 copy).
 func (e *Engine) BroadcastParams(ctx context.Context) error {
-	return e.BroadcastTensors(ctx, []*model.Tensor{e.ps.Data})
+	return e.BroadcastTensors(ctx, []*tensor.Tensor{e.ps.Data})
 }
 
 // BroadcastTensors copies rank 0's values of f32 device tensors to every rank (parameters,
 // optimizer state on resume).
-func (e *Engine) BroadcastTensors(ctx context.Context, ts []*model.Tensor) error {
+func (e *Engine) BroadcastTensors(ctx context.Context, ts []*tensor.Tensor) error {
 	if e.comm.Size() == 1 {
 		return nil
 	}

@@ -5,10 +5,10 @@ import (
 	"fmt"
 
 	"github.com/goddp/goddp/allreduce"
-	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/tensor"
 )
 
-// The staged path: on a device that can stage gradients (model.GradStager, the CUDA device) and
+// The staged path: on a device that can stage gradients (tensor.GradStager, the CUDA device) and
 // with the f16 wire, a complete bucket never passes through a host f32 buffer. The training
 // goroutine enqueues a fused cast (f32 · 1/W → f16, on the compute stream) and an event-ordered
 // copy to pinned host memory (on a copy stream), and goes straight back to backward. The comm
@@ -29,7 +29,7 @@ var _ f16Reducer = (*allreduce.Group)(nil)
 
 // gpuPath is the engine's state for the staged path (nil on the host path).
 type gpuPath struct {
-	stg   model.GradStaging
+	stg   tensor.GradStaging
 	red   []f16Reducer // one per channel (Engine.comms)
 	scale float32
 	// per bucket, this step: when the comm goroutine began waiting for the bucket's copy to
@@ -44,7 +44,7 @@ func (e *Engine) initStaging() {
 	if e.comm.Size() < 2 || e.opts.Wire != allreduce.WireF16 || e.opts.HostStaging {
 		return
 	}
-	gs, ok := e.dev.(model.GradStager)
+	gs, ok := e.dev.(tensor.GradStager)
 	if !ok {
 		return
 	}
@@ -73,9 +73,9 @@ func (e *Engine) initStaging() {
 	}
 	n := e.comm.Size()
 	e.log.Info("ddp: gradients leave the device as f16 through pinned memory",
-		"buckets", len(e.buckets), "pinned", model.FormatBytes(stg.PinnedBytes()), "device_f16", model.FormatBytes(stg.DeviceBytes()),
-		"pcie_bytes_per_step", model.FormatBytes(4*elems), // f16 down and up
-		"ring_bytes_sent_per_step", model.FormatBytes(2*elems*int64(2*(n-1))/int64(n)))
+		"buckets", len(e.buckets), "pinned", tensor.FormatBytes(stg.PinnedBytes()), "device_f16", tensor.FormatBytes(stg.DeviceBytes()),
+		"pcie_bytes_per_step", tensor.FormatBytes(4*elems), // f16 down and up
+		"ring_bytes_sent_per_step", tensor.FormatBytes(2*elems*int64(2*(n-1))/int64(n)))
 }
 
 // Staged reports whether the engine uses the staged (device f16 + pinned memory) path.

@@ -6,16 +6,17 @@ import (
 	"math"
 	"testing"
 
-	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/cuda"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // The staged path on the GPU: every rank is a goroutine with its own CUDA device (own streams,
 // pool and staging buffers) on GPU 0, talking over the in-process transport.
 
-func cudaDev(t *testing.T, rank int) (model.Device, func()) {
-	d, err := model.NewCUDA(0)
+func cudaDev(t *testing.T, rank int) (tensor.Device, func()) {
+	d, err := cuda.New(0)
 	if err != nil {
-		t.Fatalf("rank %d: NewCUDA(0): %v", rank, err)
+		t.Fatalf("rank %d: cuda.New(0): %v", rank, err)
 	}
 	return d, func() { d.Close() }
 }

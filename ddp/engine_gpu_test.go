@@ -10,25 +10,28 @@ import (
 
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/cpu"
+	"github.com/goddp/goddp/model/half"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // Tests of the staged gradient path (engine_gpu.go) that run anywhere: stagingCPU gives the CPU
-// device the model.GradStager ability the way the CUDA device has it (the f16 cast with the
+// device the tensor.GradStager ability the way the CUDA device has it (the f16 cast with the
 // 1/W factor, a buffer the comm goroutine waits for per bucket, the widen back at the step's
 // end), so the engine's hooks run under the race detector. engine_gpu_cuda_test.go runs the same
 // harness on the GPU.
 
 // stagingCPU is the CPU device with a host-only GradStager.
 type stagingCPU struct {
-	*model.CPU
+	*cpu.Device
 }
 
-var _ model.GradStager = stagingCPU{}
+var _ tensor.GradStager = stagingCPU{}
 
 func (d stagingCPU) PinnedBytes() int64 { return 0 }
 
-func (d stagingCPU) NewGradStaging(grad *model.Tensor, ranges [][2]int) (model.GradStaging, error) {
-	s := &cpuStaging{dev: d.CPU, grad: grad, ranges: ranges}
+func (d stagingCPU) NewGradStaging(grad *tensor.Tensor, ranges [][2]int) (tensor.GradStaging, error) {
+	s := &cpuStaging{dev: d.Device, grad: grad, ranges: ranges}
 	for _, r := range ranges {
 		s.half = append(s.half, make([]uint16, r[1]-r[0]))
 		s.ready = append(s.ready, make(chan struct{}, 1))
@@ -41,8 +44,8 @@ func (d stagingCPU) NewGradStaging(grad *model.Tensor, ranges [][2]int) (model.G
 // only marks it, and Finish widens the returned buckets on the training goroutine (the CPU device
 // is driven by one goroutine).
 type cpuStaging struct {
-	dev      *model.CPU
-	grad     *model.Tensor
+	dev      *cpu.Device
+	grad     *tensor.Tensor
 	ranges   [][2]int
 	half     [][]uint16
 	ready    []chan struct{}
@@ -57,7 +60,7 @@ func (s *cpuStaging) Stage(i int, scale float32) {
 	for j := range x {
 		x[j] *= scale
 	}
-	model.EncodeF16(s.half[i], x)
+	half.Encode(s.half[i], x)
 	s.ready[i] <- struct{}{}
 }
 
@@ -78,7 +81,7 @@ func (s *cpuStaging) Finish() {
 		}
 		r := s.ranges[i]
 		x := make([]float32, r[1]-r[0])
-		model.DecodeF16(x, s.half[i])
+		half.Decode(x, s.half[i])
 		s.dev.Upload(s.grad.View(r[0], r[1]-r[0]), x)
 		s.returned[i] = false
 	}
@@ -89,11 +92,11 @@ func (s *cpuStaging) DeviceBytes() int64 { return 0 }
 func (s *cpuStaging) Close()             {}
 
 // newDevFunc opens rank's device and returns it with its cleanup.
-type newDevFunc func(t *testing.T, rank int) (model.Device, func())
+type newDevFunc func(t *testing.T, rank int) (tensor.Device, func())
 
-func cpuDev(t *testing.T, rank int) (model.Device, func()) { return model.NewCPU(), func() {} }
-func stagingDev(t *testing.T, rank int) (model.Device, func()) {
-	return stagingCPU{model.NewCPU()}, func() {}
+func cpuDev(t *testing.T, rank int) (tensor.Device, func()) { return cpu.New(), func() {} }
+func stagingDev(t *testing.T, rank int) (tensor.Device, func()) {
+	return stagingCPU{cpu.New()}, func() {}
 }
 
 // rankGrads is rank r's gradient slab for the averaging tests: N(0,1) values with a spread of
@@ -140,7 +143,7 @@ func averageOnce(t *testing.T, W int, sizes []int, bucketMB float64, newDev newD
 				return
 			}
 		}
-		grads[r] = model.ToHost(ps.Grad)
+		grads[r] = tensor.ToHost(ps.Grad)
 	})
 	return grads, staged
 }
@@ -212,10 +215,10 @@ func TestEngineStaged_averagesLikeHostPath(t *testing.T) {
 func TestEngineStaged_onlyWithF16WireAndStager(t *testing.T) {
 	nw := allreduce.NewInprocNetwork(2)
 	for _, c := range []struct {
-		dev  model.Device
+		dev  tensor.Device
 		wire allreduce.Wire
 		want bool
-	}{{stagingCPU{model.NewCPU()}, allreduce.WireF16, true}, {stagingCPU{model.NewCPU()}, allreduce.WireF32, false}, {model.NewCPU(), allreduce.WireF16, false}} {
+	}{{stagingCPU{cpu.New()}, allreduce.WireF16, true}, {stagingCPU{cpu.New()}, allreduce.WireF32, false}, {cpu.New(), allreduce.WireF16, false}} {
 		ps := model.NewParams(c.dev)
 		ps.Add("w", model.Init{Value: 1}, false, 10)
 		ps.Build(false)
@@ -236,8 +239,8 @@ func TestEngineStaged_onlyWithF16WireAndStager(t *testing.T) {
 
 // trainStaged trains an fp16 MLP replica with the f16 wire on rank's device and returns the
 // final parameter hash and the loss of each step.
-func trainStaged(t *testing.T, dev model.Device, rank, W int, comm Comm, d dataset, steps, b int, hostStaging bool) (string, []float64, bool) {
-	m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{nFeat, nHidden, nHidden, nClass}, Activation: "gelu", Compute: model.F16}, 3)
+func trainStaged(t *testing.T, dev tensor.Device, rank, W int, comm Comm, d dataset, steps, b int, hostStaging bool) (string, []float64, bool) {
+	m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{nFeat, nHidden, nHidden, nClass}, Activation: "gelu", Compute: tensor.F16}, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,8 +262,8 @@ func trainStaged(t *testing.T, dev model.Device, rank, W int, comm Comm, d datas
 	if err := eng.BroadcastParams(ctx); err != nil {
 		t.Fatal(err)
 	}
-	x := dev.Alloc(model.F32, "x", b, nFeat)
-	y := dev.Alloc(model.I32, "y", b)
+	x := dev.Alloc(tensor.F32, "x", b, nFeat)
+	y := dev.Alloc(tensor.I32, "y", b)
 	defer dev.Free(x)
 	defer dev.Free(y)
 	lh := []float32{0}

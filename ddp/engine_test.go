@@ -10,6 +10,8 @@ import (
 
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/cpu"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // The equivalence tests: W ranks with micro-batch b and accumulation k must train like one
@@ -41,7 +43,7 @@ func makeData(n int) dataset {
 // loss of each step (the mean over its micro-batches).
 type runCfg struct {
 	W, b, k, steps int
-	compute        model.DType
+	compute        tensor.DType
 	wire           allreduce.Wire
 	bucketMB       float64
 	injectInfRank  int // inject +Inf into this rank's gradients after the all-reduce of step injectStep
@@ -59,7 +61,7 @@ type rankResult struct {
 }
 
 func trainRank(t *testing.T, rc runCfg, rank int, comm Comm, d dataset, extra ...Comm) rankResult {
-	dev := model.NewCPU()
+	dev := cpu.New()
 	m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{nFeat, nHidden, nHidden, nClass}, Activation: "gelu", Compute: rc.compute}, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +73,7 @@ func trainRank(t *testing.T, rc runCfg, rank int, comm Comm, d dataset, extra ..
 		t.Fatal(err)
 	}
 	defer opt.Free()
-	sc, err := model.NewScaler(dev, model.ScalerConfig{Enabled: rc.compute == model.F16, Init: 1024, Growth: 2, Backoff: 0.5, Interval: 1000, MinScale: 1})
+	sc, err := model.NewScaler(dev, model.ScalerConfig{Enabled: rc.compute == tensor.F16, Init: 1024, Growth: 2, Backoff: 0.5, Interval: 1000, MinScale: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,8 +84,8 @@ func trainRank(t *testing.T, rc runCfg, rank int, comm Comm, d dataset, extra ..
 	if err := eng.BroadcastParams(ctx); err != nil {
 		t.Fatal(err)
 	}
-	x := dev.Alloc(model.F32, "x", rc.b, nFeat)
-	y := dev.Alloc(model.I32, "y", rc.b)
+	x := dev.Alloc(tensor.F32, "x", rc.b, nFeat)
+	y := dev.Alloc(tensor.I32, "y", rc.b)
 	defer dev.Free(x)
 	defer dev.Free(y)
 	G := rc.W * rc.b * rc.k
@@ -201,8 +203,8 @@ func TestEngine_equivalenceF32Wire(t *testing.T) {
 			G := c.W * c.b * c.k
 			d := makeData(G * steps)
 			// Tiny buckets, so several all-reduces overlap backward.
-			ddpRes := runWorld(t, runCfg{W: c.W, b: c.b, k: c.k, steps: steps, compute: model.F32, wire: allreduce.WireF32, bucketMB: 0.0005}, d)
-			single := runWorld(t, runCfg{W: 1, b: G, k: 1, steps: steps, compute: model.F32, wire: allreduce.WireF32}, d)[0]
+			ddpRes := runWorld(t, runCfg{W: c.W, b: c.b, k: c.k, steps: steps, compute: tensor.F32, wire: allreduce.WireF32, bucketMB: 0.0005}, d)
+			single := runWorld(t, runCfg{W: 1, b: G, k: 1, steps: steps, compute: tensor.F32, wire: allreduce.WireF32}, d)[0]
 			for r, res := range ddpRes {
 				if res.hash != ddpRes[0].hash {
 					t.Fatalf("rank %d param_sha256 %s differs from rank 0's %s", r, res.hash, ddpRes[0].hash)
@@ -228,8 +230,8 @@ func TestEngine_equivalenceF16Wire(t *testing.T) {
 			b, k, steps := 3, 2, 8
 			G := W * b * k
 			d := makeData(G * steps)
-			ddpRes := runWorld(t, runCfg{W: W, b: b, k: k, steps: steps, compute: model.F16, wire: allreduce.WireF16, bucketMB: 0.0005}, d)
-			single := runWorld(t, runCfg{W: 1, b: G, k: 1, steps: steps, compute: model.F16, wire: allreduce.WireF32}, d)[0]
+			ddpRes := runWorld(t, runCfg{W: W, b: b, k: k, steps: steps, compute: tensor.F16, wire: allreduce.WireF16, bucketMB: 0.0005}, d)
+			single := runWorld(t, runCfg{W: 1, b: G, k: 1, steps: steps, compute: tensor.F16, wire: allreduce.WireF32}, d)[0]
 			for r, res := range ddpRes {
 				if res.hash != ddpRes[0].hash {
 					t.Fatalf("rank %d param_sha256 differs from rank 0's", r)
@@ -254,7 +256,7 @@ func TestEngine_equivalenceF16Wire(t *testing.T) {
 func TestEngine_infOnOneRankSkipsEverywhere(t *testing.T) {
 	W, b, k, steps := 3, 2, 1, 4
 	d := makeData(W * b * k * steps)
-	res := runWorld(t, runCfg{W: W, b: b, k: k, steps: steps, compute: model.F16, wire: allreduce.WireF16,
+	res := runWorld(t, runCfg{W: W, b: b, k: k, steps: steps, compute: tensor.F16, wire: allreduce.WireF16,
 		bucketMB: 25, injectInfRank: 2, injectStep: 1}, d)
 	for r, x := range res {
 		if x.skipped != 1 {
@@ -274,8 +276,8 @@ func TestEngine_checkReplicasNamesTheRank(t *testing.T) {
 	W := 3
 	errs := make([]error, W)
 	eachRank(t, W, func(r int, g *allreduce.Group) {
-		dev := model.NewCPU()
-		m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{4, 3}, Activation: "relu", Compute: model.F32}, 1)
+		dev := cpu.New()
+		m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{4, 3}, Activation: "relu", Compute: tensor.F32}, 1)
 		if err != nil {
 			t.Error(err)
 			return
@@ -301,7 +303,7 @@ func TestEngine_channelsAreBitIdentical(t *testing.T) {
 	for _, wire := range []allreduce.Wire{allreduce.WireF32, allreduce.WireF16} {
 		W, b, k, steps := 3, 2, 2, 5
 		d := makeData(W * b * k * steps)
-		rc := runCfg{W: W, b: b, k: k, steps: steps, compute: model.F32, wire: wire, bucketMB: 0.0005}
+		rc := runCfg{W: W, b: b, k: k, steps: steps, compute: tensor.F32, wire: wire, bucketMB: 0.0005}
 		one := runWorld(t, rc, d)
 		rc.channels = 3
 		three := runWorld(t, rc, d)

@@ -5,6 +5,8 @@ package model
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // The fused k_adamw_multi (one launch per step) gives k_adamw's per-run results bit for bit:
@@ -44,7 +46,7 @@ func TestCUDA_adamwMultiMatchesPerRun(t *testing.T) {
 			}
 			for _, c := range []struct {
 				what string
-				a, b *Tensor
+				a, b *tensor.Tensor
 			}{
 				{"w", pss[0].Data, pss[1].Data},
 				{"half", pss[0].Half, pss[1].Half},
@@ -54,7 +56,7 @@ func TestCUDA_adamwMultiMatchesPerRun(t *testing.T) {
 				if c.a == nil {
 					continue
 				}
-				bitsEqual(t, name+" step "+string(rune('0'+step))+" "+c.what, ToHost(c.a), ToHost(c.b))
+				bitsEqual(t, name+" step "+string(rune('0'+step))+" "+c.what, tensor.ToHost(c.a), tensor.ToHost(c.b))
 			}
 		}
 		for k := range pss {
@@ -64,7 +66,7 @@ func TestCUDA_adamwMultiMatchesPerRun(t *testing.T) {
 	}
 
 	check("gpt", func() (*Params, func()) {
-		m, err := NewGPT(g, cuTinyGPT(F16), 3)
+		m, err := NewGPT(g, cuTinyGPT(tensor.F16), 3)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,6 +85,6 @@ func TestCUDA_adamwMultiMatchesPerRun(t *testing.T) {
 	})
 	g.Sync()
 	if a := g.Stats().Allocated; a != base {
-		t.Errorf("allocated %d after freeing, %d before\n%s", a, base, MemorySummary(g))
+		t.Errorf("allocated %d after freeing, %d before\n%s", a, base, tensor.MemorySummary(g))
 	}
 }

@@ -1,6 +1,23 @@
-// Package model is goddp's tensor engine and everything that trains on it: devices, tensors and
-// memory accounting, layers with explicit forward and backward, the MLP and GPT models, the loss,
-// optimizers, learning-rate schedules and the dynamic loss scaler.
+// Package model is what trains on goddp's devices: layers with explicit forward and backward, the
+// MLP and GPT models, the loss, optimizers, learning-rate schedules, the dynamic loss scaler and
+// safetensors checkpoints. The devices and what they share live in packages below it:
+//
+//	model/tensor  Tensor, DType, the Device interface (the seam layers call), the caching
+//	              allocator and memory stats, the counter RNG; imports nothing of goddp
+//	model/half    the f16 codec (float32 ↔ IEEE half), shared with allreduce's wire codec
+//	model/cpu     the CPU device (plain Go, assembly GEMM): cpu.New()
+//	model/cuda    the CUDA device, build tag cuda: cuda.New(ordinal); its cgo layer cuda/cudadrv
+//
+// This package imports only model/tensor: a layer reaches memory through Device and nothing else.
+//
+// # Files
+//
+//	params.go        Params: one slab each for weights, gradients and the f16 copy
+//	layer_*.go       the layers (below); loss.go the losses and the chunked LM head
+//	mlp.go, gpt.go   the models; model.go the Model interface and Inputs; release.go Releaser
+//	optim.go         AdamW and SGD, ClipGradNorm; schedule.go learning-rate schedules
+//	scaler.go        the dynamic loss scaler
+//	safetensors.go   checkpoint tensors in the safetensors format
 //
 // # Shapes
 //
@@ -17,20 +34,20 @@
 // files: layer_linear.go, layer_activation.go (ReLU, GELU), layer_layernorm.go,
 // layer_embedding.go (tokens + learned positions), layer_attention.go (causal multi-head
 // self-attention), layer_residual.go, layer_dropout.go, and loss.go (fused cross-entropy).
-// Layers only call Device operations; they never index host memory, so the CUDA device runs them
-// asynchronously. Parameter gradients always accumulate (gradient accumulation is free); every
+// Layers only call tensor.Device operations; they never index host memory, so the CUDA device
+// runs them asynchronously. Parameter gradients always accumulate (gradient accumulation is free); every
 // Linear, LayerNorm and Embedding calls Param.Ready once its gradients are final, which is where
 // the DDP engine starts all-reducing.
 //
 // Activations are allocated through the device with a tag ("h.3.attn.att") as the forward makes
 // them and freed by the backward as soon as it is done with them, so the device's counters show
-// the real activation peak and MemorySummary names what is alive.
+// the real activation peak and tensor.MemorySummary names what is alive.
 //
 // # The training flow
 //
-//	dev := NewCPU()
+//	dev := cpu.New()                                           // or cuda.New(0)
 //	m, err := NewGPT(dev, GPTConfig{Layers: 4, Width: 128, Heads: 4, Context: 128, Vocab: 256,
-//		Tied: true, Compute: F16, Checkpoint: 1}, seed)           // 1. build: params + grads (+ f16 copy)
+//		Tied: true, Compute: tensor.F16, Checkpoint: 1}, seed)    // 1. build: params + grads (+ f16 copy)
 //	opt, _ := NewAdamW(m.Params(), DefaultAdamW())             //    m, v slabs beside the params
 //	sc, _ := NewScaler(dev, DefaultScaler())                   //    loss scale 65536
 //	lr := WarmupCosine(6e-4, 6e-5, 100, 5000)

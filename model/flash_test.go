@@ -4,26 +4,29 @@ import (
 	"fmt"
 	"math/rand"
 	"testing"
+
+	"github.com/goddp/goddp/model/cpu"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // The fused attention path (the CPU's reference FlashAttention) gives the materialised path's
 // output, input gradient and parameter gradients: to f32 rounding in f32, to f16 rounding in f16.
 func TestFlashAttention_matchesMaterialized(t *testing.T) {
-	for _, dt := range []DType{F32, F16} {
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
 		for _, sh := range [][4]int{{1, 1, 8, 1}, {2, 37, 24, 3}, {3, 70, 32, 2}} {
 			B, T, C, H := sh[0], sh[1], sh[2], sh[3]
 			name := fmt.Sprintf("%s/B%d.T%d.C%d.H%d", dt, B, T, C, H)
 			rng := rand.New(rand.NewSource(int64(T)))
-			dev := NewCPU()
+			dev := cpu.New()
 			ps := NewParams(dev)
 			at := NewAttention(ps, "attn", C, H, 0.3, 0.3, 0)
-			ps.Build(dt == F16)
+			ps.Build(dt == tensor.F16)
 			ps.Init(3)
 			dev.RandNormal(at.QKV.B.W, 0.2, 5)
 			ps.SyncHalf()
 			x := randT(dev, rng, "x", 1, B, T, C)
 			dout := randT(dev, rng, "dout", 1, B, T, C)
-			if dt == F16 {
+			if dt == tensor.F16 {
 				x, dout = toF16(dev, x), toF16(dev, dout)
 			}
 			run := func(mode AttentionMode) (out, dx, grads []float32) {
@@ -37,7 +40,7 @@ func TestFlashAttention_matchesMaterialized(t *testing.T) {
 				}
 				d := dev.Alloc(dt, "dx", B, T, C)
 				at.Backward(d, dout, x, a)
-				out, dx, grads = ToHost(o), ToHost(d), ToHost(ps.Grad)
+				out, dx, grads = tensor.ToHost(o), tensor.ToHost(d), tensor.ToHost(ps.Grad)
 				dev.Free(o)
 				dev.Free(d)
 				if got := dev.Stats().Allocated; got != base {
@@ -48,7 +51,7 @@ func TestFlashAttention_matchesMaterialized(t *testing.T) {
 			o1, dx1, g1 := run(AttnMaterialized)
 			o2, dx2, g2 := run(AttnFlash)
 			tol := 2e-6
-			if dt == F16 {
+			if dt == tensor.F16 {
 				tol = 1e-2
 			}
 			for _, c := range []struct {
@@ -63,8 +66,8 @@ func TestFlashAttention_matchesMaterialized(t *testing.T) {
 	}
 }
 
-func toF16(dev Device, x *Tensor) *Tensor {
-	h := dev.Alloc(F16, x.Tag(), x.Shape()...)
+func toF16(dev tensor.Device, x *tensor.Tensor) *tensor.Tensor {
+	h := dev.Alloc(tensor.F16, x.Tag(), x.Shape()...)
 	dev.Copy(h, x)
 	dev.Free(x)
 	return h
@@ -80,12 +83,12 @@ func TestAttentionMode(t *testing.T) {
 	if _, err := ParseAttentionMode("fused"); err == nil {
 		t.Error("ParseAttentionMode(fused) did not fail")
 	}
-	cfg := GPTConfig{Layers: 1, Width: 8, Heads: 2, Context: 4, Vocab: 5, Compute: F32, Dropout: 0.1, Attention: AttnFlash}
-	if _, err := NewGPT(NewCPU(), cfg, 1); err == nil {
+	cfg := GPTConfig{Layers: 1, Width: 8, Heads: 2, Context: 4, Vocab: 5, Compute: tensor.F32, Dropout: 0.1, Attention: AttnFlash}
+	if _, err := NewGPT(cpu.New(), cfg, 1); err == nil {
 		t.Error("NewGPT with flash attention and dropout did not fail")
 	}
 	// The CPU has no fast fused kernel: auto takes the materialised path there.
-	if NewCPU().FlashAttentionFast(64, F16) {
+	if cpu.New().FlashAttentionFast(64, tensor.F16) {
 		t.Error("CPU reports a fast fused attention")
 	}
 }

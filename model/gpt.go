@@ -3,18 +3,20 @@ package model
 import (
 	"fmt"
 	"math"
+
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // GPTConfig describes a decoder-only transformer over a token vocabulary.
 type GPTConfig struct {
-	Layers  int     // transformer blocks L
-	Width   int     // channels C
-	Heads   int     // attention heads H; C % H == 0, head size hs = C/H
-	Context int     // longest sequence maxT (learned positions)
-	Vocab   int     // V
-	Tied    bool    // logits = x·wteᵀ (no separate lm_head)
-	Dropout float32 // on embeddings, attention probabilities and both residual branches
-	Compute DType   // F32, or F16 for mixed precision
+	Layers  int          // transformer blocks L
+	Width   int          // channels C
+	Heads   int          // attention heads H; C % H == 0, head size hs = C/H
+	Context int          // longest sequence maxT (learned positions)
+	Vocab   int          // V
+	Tied    bool         // logits = x·wteᵀ (no separate lm_head)
+	Dropout float32      // on embeddings, attention probabilities and both residual branches
+	Compute tensor.DType // F32, or F16 for mixed precision
 	// Checkpoint recomputes blocks in backward: 0 none, 1 every block, N every Nth (0, N, 2N, …).
 	// A checkpointed block keeps only its output (the next block's input).
 	Checkpoint int
@@ -49,21 +51,21 @@ type GPT struct {
 	Blocks []*Block
 	LnF    *LayerNorm
 	Head   *Linear // (V,C) lm_head, nil when tied
-	dev    Device
+	dev    tensor.Device
 	ps     *Params
 	seed   uint64
 
 	// state of the last forward
-	loss  *Tensor      // (1) f32
-	x0    *Tensor      // (B,T,C) embedding output (block 0's input)
-	acts  []*BlockActs // per block (training forward)
-	lnf   *Tensor      // (B,T,C) final LayerNorm output, lm_head input; kept for Predict
-	meanf *Tensor      // (B,T) f32
-	rstdf *Tensor      // (B,T) f32
+	loss  *tensor.Tensor // (1) f32
+	x0    *tensor.Tensor // (B,T,C) embedding output (block 0's input)
+	acts  []*BlockActs   // per block (training forward)
+	lnf   *tensor.Tensor // (B,T,C) final LayerNorm output, lm_head input; kept for Predict
+	meanf *tensor.Tensor // (B,T) f32
+	rstdf *tensor.Tensor // (B,T) f32
 	in    Inputs
 	count int
 	train bool
-	dlnf  *Tensor // (B,T,C) the head's input gradient when the forward ran the head's backward
+	dlnf  *tensor.Tensor // (B,T,C) the head's input gradient when the forward ran the head's backward
 }
 
 // Block is one pre-LN transformer block:
@@ -89,18 +91,18 @@ type Block struct {
 // block's Out or the embedding); everything else, Out included, is the block's own and freed by
 // Backward. A checkpointed block keeps only Out and recomputes the rest.
 type BlockActs struct {
-	X            *Tensor // (B,T,C) input, not owned
-	LN1          *Tensor // (B,T,C)
-	Mean1, Rstd1 *Tensor // (B,T) f32
+	X            *tensor.Tensor // (B,T,C) input, not owned
+	LN1          *tensor.Tensor // (B,T,C)
+	Mean1, Rstd1 *tensor.Tensor // (B,T) f32
 	Attn         *AttentionActs
-	Res1         *Tensor // (B,T,C) x + attention branch
-	LN2          *Tensor // (B,T,C)
-	Mean2, Rstd2 *Tensor // (B,T) f32
-	FC           *Tensor // (B,T,4C) before GELU
-	Gelu         *Tensor // (B,T,4C)
-	Out          *Tensor // (B,T,C) block output
-	P            float32 // dropout used (the block's P in training, 0 in evaluation)
-	Seed         uint64  // this forward's dropout seed
+	Res1         *tensor.Tensor // (B,T,C) x + attention branch
+	LN2          *tensor.Tensor // (B,T,C)
+	Mean2, Rstd2 *tensor.Tensor // (B,T) f32
+	FC           *tensor.Tensor // (B,T,4C) before GELU
+	Gelu         *tensor.Tensor // (B,T,4C)
+	Out          *tensor.Tensor // (B,T,C) block output
+	P            float32        // dropout used (the block's P in training, 0 in evaluation)
+	Seed         uint64         // this forward's dropout seed
 }
 
 // NewBlock registers block name's parameters in forward order.
@@ -117,7 +119,7 @@ func NewBlock(ps *Params, name string, c, heads int, std, projStd, p float32) *B
 
 // Forward runs the block on x (B,T,C); activations take x's dtype. Dropout (only with train)
 // draws its masks from seed.
-func (b *Block) Forward(x *Tensor, seed uint64, train bool) *BlockActs {
+func (b *Block) Forward(x *tensor.Tensor, seed uint64, train bool) *BlockActs {
 	return b.forward(x, seed, train, true, nil)
 }
 
@@ -125,7 +127,7 @@ func (b *Block) Forward(x *Tensor, seed uint64, train bool) *BlockActs {
 // block's recompute needs (backward reads the projection's input, never its output), so the
 // recompute skips the MLP projection GEMM, its dropout and the residual add. kept, when not nil,
 // is the fused attention's output kept through a checkpoint (KeepAttn): the attention is not rerun.
-func (b *Block) forward(x *Tensor, seed uint64, train, out bool, kept *AttentionActs) *BlockActs {
+func (b *Block) forward(x *tensor.Tensor, seed uint64, train, out bool, kept *AttentionActs) *BlockActs {
 	dev, dt := x.Device(), x.DType()
 	B, T, C := x.Dim(0), x.Dim(1), x.Dim(2)
 	a := &BlockActs{X: x, Seed: seed}
@@ -134,23 +136,23 @@ func (b *Block) forward(x *Tensor, seed uint64, train, out bool, kept *Attention
 	}
 
 	a.LN1 = dev.Alloc(dt, b.Tag+".ln1", B, T, C)
-	a.Mean1 = dev.Alloc(F32, b.Tag+".ln1.mean", B, T)
-	a.Rstd1 = dev.Alloc(F32, b.Tag+".ln1.rstd", B, T)
+	a.Mean1 = dev.Alloc(tensor.F32, b.Tag+".ln1.mean", B, T)
+	a.Rstd1 = dev.Alloc(tensor.F32, b.Tag+".ln1.rstd", B, T)
 	b.LN1.Forward(a.LN1, a.Mean1, a.Rstd1, x)
 	att := dev.Alloc(dt, b.Tag+".attn.out", B, T, C)
 	if kept != nil {
 		a.Attn = b.Attn.forwardKept(att, a.LN1, kept)
 	} else {
-		a.Attn = b.Attn.Forward(att, a.LN1, a.P, DeriveSeed(seed, b.siteAtt))
+		a.Attn = b.Attn.Forward(att, a.LN1, a.P, tensor.DeriveSeed(seed, b.siteAtt))
 	}
-	att = dropoutNew(att, a.P, DeriveSeed(seed, b.siteRes1))
+	att = dropoutNew(att, a.P, tensor.DeriveSeed(seed, b.siteRes1))
 	a.Res1 = dev.Alloc(dt, b.Tag+".res1", B, T, C)
 	ResidualForward(dev, a.Res1, x, att)
 	dev.Free(att)
 
 	a.LN2 = dev.Alloc(dt, b.Tag+".ln2", B, T, C)
-	a.Mean2 = dev.Alloc(F32, b.Tag+".ln2.mean", B, T)
-	a.Rstd2 = dev.Alloc(F32, b.Tag+".ln2.rstd", B, T)
+	a.Mean2 = dev.Alloc(tensor.F32, b.Tag+".ln2.mean", B, T)
+	a.Rstd2 = dev.Alloc(tensor.F32, b.Tag+".ln2.rstd", B, T)
 	b.LN2.Forward(a.LN2, a.Mean2, a.Rstd2, a.Res1)
 	a.FC = dev.Alloc(dt, b.Tag+".mlp.fc", B, T, 4*C)
 	b.FC.Forward(a.FC, a.LN2)
@@ -161,7 +163,7 @@ func (b *Block) forward(x *Tensor, seed uint64, train, out bool, kept *Attention
 	}
 	mlp := dev.Alloc(dt, b.Tag+".mlp.out", B, T, C)
 	b.Proj.Forward(mlp, a.Gelu)
-	mlp = dropoutNew(mlp, a.P, DeriveSeed(seed, b.siteRes2))
+	mlp = dropoutNew(mlp, a.P, tensor.DeriveSeed(seed, b.siteRes2))
 	a.Out = dev.Alloc(dt, b.Tag+".out", B, T, C)
 	ResidualForward(dev, a.Out, a.Res1, mlp)
 	dev.Free(mlp)
@@ -169,7 +171,7 @@ func (b *Block) forward(x *Tensor, seed uint64, train, out bool, kept *Attention
 }
 
 // dropoutNew returns dropout(t) in a new tensor, freeing t (t itself when p is 0).
-func dropoutNew(t *Tensor, p float32, seed uint64) *Tensor {
+func dropoutNew(t *tensor.Tensor, p float32, seed uint64) *tensor.Tensor {
 	if p == 0 {
 		return t
 	}
@@ -181,7 +183,7 @@ func dropoutNew(t *Tensor, p float32, seed uint64) *Tensor {
 }
 
 // dropoutGradNew returns the gradient before dropout: dy itself when p is 0, else a new tensor.
-func dropoutGradNew(dy *Tensor, p float32, seed uint64, tag string) *Tensor {
+func dropoutGradNew(dy *tensor.Tensor, p float32, seed uint64, tag string) *tensor.Tensor {
 	if p == 0 {
 		return dy
 	}
@@ -193,7 +195,7 @@ func dropoutGradNew(dy *Tensor, p float32, seed uint64, tag string) *Tensor {
 
 // Backward turns dres (B,T,C) from the gradient of the block's output into that of its input,
 // in place, accumulating parameter gradients (each Ready as it completes) and freeing a.
-func (b *Block) Backward(dres *Tensor, a *BlockActs) {
+func (b *Block) Backward(dres *tensor.Tensor, a *BlockActs) {
 	dev, dt := dres.Device(), dres.DType()
 	B, T, C := dres.Dim(0), dres.Dim(1), dres.Dim(2)
 	if b.Ckpt { // recompute everything backward reads; the output is not among it
@@ -203,7 +205,7 @@ func (b *Block) Backward(dres *Tensor, a *BlockActs) {
 	}
 
 	// out = res1 + dropout(proj(gelu(fc(ln2(res1))))): the skip path leaves dres as it is.
-	dm := dropoutGradNew(dres, a.P, DeriveSeed(a.Seed, b.siteRes2), b.Tag+".mlp.ddrop")
+	dm := dropoutGradNew(dres, a.P, tensor.DeriveSeed(a.Seed, b.siteRes2), b.Tag+".mlp.ddrop")
 	dg := dev.Alloc(dt, b.Tag+".mlp.dgelu", B, T, 4*C)
 	b.Proj.Backward(dg, dm, a.Gelu)
 	if dm != dres {
@@ -218,7 +220,7 @@ func (b *Block) Backward(dres *Tensor, a *BlockActs) {
 	freeAll(dev, a.Gelu, a.FC, a.LN2, a.Mean2, a.Rstd2, a.Res1, a.Out)
 
 	// res1 = x + dropout(attn(ln1(x)))
-	da := dropoutGradNew(dres, a.P, DeriveSeed(a.Seed, b.siteRes1), b.Tag+".attn.ddrop")
+	da := dropoutGradNew(dres, a.P, tensor.DeriveSeed(a.Seed, b.siteRes1), b.Tag+".attn.ddrop")
 	dln1 := dev.Alloc(dt, b.Tag+".dln1", B, T, C)
 	b.Attn.Backward(dln1, da, a.LN1, a.Attn)
 	if da != dres {
@@ -232,7 +234,7 @@ func (b *Block) Backward(dres *Tensor, a *BlockActs) {
 
 // keepOnlyOut frees all but the output (a checkpointed block after its forward), and with keepAttn
 // the fused attention's y and lse (Attn then holds only those).
-func (a *BlockActs) keepOnlyOut(dev Device, keepAttn bool) {
+func (a *BlockActs) keepOnlyOut(dev tensor.Device, keepAttn bool) {
 	var kept *AttentionActs
 	if keepAttn && a.Attn.QKV != nil {
 		kept = &AttentionActs{Y: a.Attn.Y, LSE: a.Attn.LSE, P: a.Attn.P, Seed: a.Attn.Seed}
@@ -246,7 +248,7 @@ func (a *BlockActs) keepOnlyOut(dev Device, keepAttn bool) {
 
 // NewGPT builds and initialises a GPT with GPT-2's init: N(0, 0.02²) for matrices and embeddings,
 // N(0, (0.02/√(2L))²) for the two residual projections, LayerNorm gains 1, biases 0.
-func NewGPT(dev Device, cfg GPTConfig, seed uint64) (*GPT, error) {
+func NewGPT(dev tensor.Device, cfg GPTConfig, seed uint64) (*GPT, error) {
 	for _, f := range []struct {
 		name string
 		v    int
@@ -289,9 +291,9 @@ func NewGPT(dev Device, cfg GPTConfig, seed uint64) (*GPT, error) {
 	if !cfg.Tied {
 		m.Head = NewLinear(m.ps, "lm_head", C, cfg.Vocab, std, false)
 	}
-	m.ps.Build(cfg.Compute == F16)
+	m.ps.Build(cfg.Compute == tensor.F16)
 	m.ps.Init(seed)
-	m.loss = dev.Alloc(F32, "loss", 1)
+	m.loss = dev.Alloc(tensor.F32, "loss", 1)
 	dev.Fill(m.loss, 0)
 	return m, nil
 }
@@ -299,9 +301,9 @@ func NewGPT(dev Device, cfg GPTConfig, seed uint64) (*GPT, error) {
 func (m *GPT) Params() *Params { return m.ps }
 
 // Forward: Tokens (B,T) i32 and Targets (B,T) i32 → mean loss (1) f32.
-func (m *GPT) Forward(in Inputs, train bool) *Tensor {
+func (m *GPT) Forward(in Inputs, train bool) *tensor.Tensor {
 	dev, dt := m.dev, m.Cfg.Compute
-	m.release()
+	m.Release()
 	if in.Tokens == nil || in.Targets == nil {
 		panic("model: GPT.Forward needs Inputs.Tokens and Inputs.Targets")
 	}
@@ -314,13 +316,13 @@ func (m *GPT) Forward(in Inputs, train bool) *Tensor {
 	if m.count <= 0 {
 		m.count = CountTargets(in.Targets)
 	}
-	seed := Mix64(m.seed ^ Mix64(in.Seed))
+	seed := tensor.Mix64(m.seed ^ tensor.Mix64(in.Seed))
 
 	emb := dev.Alloc(dt, "emb", B, T, C)
 	m.Emb.Forward(emb, in.Tokens)
 	if p := m.Cfg.Dropout; p > 0 && train {
 		m.x0 = dev.Alloc(dt, "emb.drop", B, T, C)
-		DropoutForward(dev, m.x0, emb, p, DeriveSeed(seed, "emb"))
+		DropoutForward(dev, m.x0, emb, p, tensor.DeriveSeed(seed, "emb"))
 		dev.Free(emb)
 	} else {
 		m.x0 = emb
@@ -348,14 +350,14 @@ func (m *GPT) Forward(in Inputs, train bool) *Tensor {
 	}
 
 	m.lnf = dev.Alloc(dt, "lnf", B, T, C)
-	m.meanf = dev.Alloc(F32, "lnf.mean", B, T)
-	m.rstdf = dev.Alloc(F32, "lnf.rstd", B, T)
+	m.meanf = dev.Alloc(tensor.F32, "lnf.mean", B, T)
+	m.rstdf = dev.Alloc(tensor.F32, "lnf.rstd", B, T)
 	m.LnF.Forward(m.lnf, m.meanf, m.rstdf, x)
 	if !train { // lnf stays for Predict
 		freeAll(dev, x, m.meanf, m.rstdf)
 		m.meanf, m.rstdf = nil, nil
 	}
-	losses := dev.Alloc(F32, "losses", B*T)
+	losses := dev.Alloc(tensor.F32, "losses", B*T)
 	if train && in.GradScale != 0 { // the head's backward now, while each logits chunk is at hand
 		m.dlnf = dev.Alloc(dt, "dlnf", B, T, C)
 		LMHeadLossForwardBackward(dev, m.loss, losses, m.dlnf, m.headGrad(), m.lnf, m.headW(), in.Targets,
@@ -368,7 +370,7 @@ func (m *GPT) Forward(in Inputs, train bool) *Tensor {
 }
 
 // headGrad is the output projection's f32 gradient: lm_head's, or wte's when tied.
-func (m *GPT) headGrad() *Tensor {
+func (m *GPT) headGrad() *tensor.Tensor {
 	if m.Head != nil {
 		return m.Head.W.G
 	}
@@ -376,7 +378,7 @@ func (m *GPT) headGrad() *Tensor {
 }
 
 // headW is the output projection (V,C) in the compute dtype: lm_head, or wte when tied.
-func (m *GPT) headW() *Tensor {
+func (m *GPT) headW() *tensor.Tensor {
 	if m.Head != nil {
 		return m.Head.W.Compute()
 	}
@@ -426,7 +428,7 @@ func (m *GPT) Backward(scale float32) {
 	demb := dres
 	if p := m.Cfg.Dropout; p > 0 {
 		demb = dev.Alloc(dt, "demb", B, T, C)
-		DropoutBackward(dev, demb, dres, p, DeriveSeed(Mix64(m.seed^Mix64(m.in.Seed)), "emb"))
+		DropoutBackward(dev, demb, dres, p, tensor.DeriveSeed(tensor.Mix64(m.seed^tensor.Mix64(m.in.Seed)), "emb"))
 		dev.Free(dres)
 	}
 	m.Emb.Backward(demb, m.in.Tokens)
@@ -437,31 +439,33 @@ func (m *GPT) Backward(scale float32) {
 
 // Predict: out (B·T) i32 = argmax of the last Forward's logits, recomputed chunk by chunk from
 // lnf. Backward frees lnf, so call it between Forward and Backward (or after an evaluation Forward).
-func (m *GPT) Predict(out *Tensor) {
+func (m *GPT) Predict(out *tensor.Tensor) {
 	if m.lnf == nil {
 		panic("model: GPT.Predict needs a Forward not yet followed by Backward")
 	}
 	LMHeadArgMax(m.dev, out, m.lnf, m.headW(), m.Cfg.LossChunk)
 }
 
-// release frees what the previous forward kept.
-func (m *GPT) release() {
+// Release frees what the previous forward (and an interrupted backward) kept: see Releaser.
+// Forward starts with it, Free ends with it.
+func (m *GPT) Release() {
 	dev := m.dev
 	for _, a := range m.acts {
 		if a.Attn != nil {
-			a.Attn.Free(dev)
+			s := a.Attn
+			freeLive(dev, s.Q, s.K, s.V, s.Att, s.Y, s.QKV, s.LSE)
 		}
-		freeAll(dev, a.LN1, a.Mean1, a.Rstd1, a.Res1, a.LN2, a.Mean2, a.Rstd2, a.FC, a.Gelu, a.Out)
+		freeLive(dev, a.LN1, a.Mean1, a.Rstd1, a.Res1, a.LN2, a.Mean2, a.Rstd2, a.FC, a.Gelu, a.Out)
 	}
 	m.acts = m.acts[:0]
-	freeAll(dev, m.x0, m.lnf, m.meanf, m.rstdf, m.dlnf)
+	freeLive(dev, m.x0, m.lnf, m.meanf, m.rstdf, m.dlnf)
 	m.x0, m.lnf, m.meanf, m.rstdf, m.dlnf = nil, nil, nil, nil, nil
 	m.train = false
 }
 
 // Free releases every buffer and the parameters.
 func (m *GPT) Free() {
-	m.release()
+	m.Release()
 	freeAll(m.dev, m.loss)
 	m.loss = nil
 	m.ps.Free()

@@ -4,6 +4,9 @@ import (
 	"math"
 	"math/rand"
 	"testing"
+
+	"github.com/goddp/goddp/model/cpu"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // The head and loss in chunks of rows give the unchunked loss to the bit (the per-row losses are
@@ -17,8 +20,8 @@ func TestGPT_lossChunksMatchWhole(t *testing.T) {
 		pred  []int32
 		peak  int64
 	}
-	run := func(chunk int, tied bool, dt DType) result {
-		dev := NewCPU()
+	run := func(chunk int, tied bool, dt tensor.DType) result {
+		dev := cpu.New()
 		rng := rand.New(rand.NewSource(9))
 		m, err := NewGPT(dev, GPTConfig{Layers: 2, Width: 16, Heads: 2, Context: T, Vocab: V, Tied: tied, Compute: dt, LossChunk: chunk}, 4)
 		if err != nil {
@@ -28,25 +31,25 @@ func TestGPT_lossChunksMatchWhole(t *testing.T) {
 		base := dev.Stats().Allocated
 		dev.ResetPeak()
 		m.Params().ZeroGrad()
-		loss := ToHost(m.Forward(in, true))[0]
-		out := dev.Alloc(I32, "pred", B*T)
+		loss := tensor.ToHost(m.Forward(in, true))[0]
+		out := dev.Alloc(tensor.I32, "pred", B*T)
 		m.Predict(out)
 		pred := make([]int32, B*T)
 		dev.DownloadI32(pred, out)
 		dev.Free(out)
 		m.Backward(1)
-		r := result{loss, ToHost(m.Params().Grad), pred, dev.Stats().Peak - base}
+		r := result{loss, tensor.ToHost(m.Params().Grad), pred, dev.Stats().Peak - base}
 		if kept := dev.Stats().Allocated - base; kept != 0 {
-			t.Fatalf("chunk %d: %s kept after backward", chunk, FormatBytes(kept))
+			t.Fatalf("chunk %d: %s kept after backward", chunk, tensor.FormatBytes(kept))
 		}
 		m.Free()
 		return r
 	}
 	for _, tc := range []struct {
 		tied bool
-		dt   DType
+		dt   tensor.DType
 		tol  float64
-	}{{true, F32, 1e-6}, {false, F32, 1e-6}, {true, F16, 1e-3}} {
+	}{{true, tensor.F32, 1e-6}, {false, tensor.F32, 1e-6}, {true, tensor.F16, 1e-3}} {
 		whole := run(B*T, tc.tied, tc.dt)
 		for _, chunk := range []int{1, 5, 7} { // 5 and 7 leave a partial last chunk
 			got := run(chunk, tc.tied, tc.dt)
@@ -62,7 +65,7 @@ func TestGPT_lossChunksMatchWhole(t *testing.T) {
 				}
 			}
 			if got.peak >= whole.peak {
-				t.Errorf("tied %v %s chunk %d: peak %s not below the unchunked %s", tc.tied, tc.dt, chunk, FormatBytes(got.peak), FormatBytes(whole.peak))
+				t.Errorf("tied %v %s chunk %d: peak %s not below the unchunked %s", tc.tied, tc.dt, chunk, tensor.FormatBytes(got.peak), tensor.FormatBytes(whole.peak))
 			}
 		}
 	}

@@ -5,6 +5,9 @@ import (
 	"math"
 	"math/rand"
 	"testing"
+
+	"github.com/goddp/goddp/model/cpu"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // Gradient checks: every layer's backward and both models against central finite differences.
@@ -24,8 +27,8 @@ const (
 )
 
 // dotHost is Σ t⊙r in float64.
-func dotHost(t *Tensor, r []float64) float64 {
-	x := ToHost(t)
+func dotHost(t *tensor.Tensor, r []float64) float64 {
+	x := tensor.ToHost(t)
 	var s float64
 	for i, v := range x {
 		s += float64(v) * r[i]
@@ -49,23 +52,23 @@ func f32of(x []float64) []float32 {
 	return out
 }
 
-func randT(dev Device, rng *rand.Rand, tag string, std float64, shape ...int) *Tensor {
-	x := make([]float32, numel(shape))
+func randT(dev tensor.Device, rng *rand.Rand, tag string, std float64, shape ...int) *tensor.Tensor {
+	x := make([]float32, tensor.Numel(shape))
 	for i := range x {
 		x[i] = float32(rng.NormFloat64() * std)
 	}
-	return FromHost(dev, F32, tag, x, shape...)
+	return tensor.FromHost(dev, tensor.F32, tag, x, shape...)
 }
 
 // checkGrad compares the analytic gradient of the f32 device tensor x (its values perturbed in
 // place) with central differences of loss, on up to gradMaxN elements.
-func checkGrad(t *testing.T, name string, x *Tensor, analytic []float32, loss func() float64, rng *rand.Rand, after func()) {
+func checkGrad(t *testing.T, name string, x *tensor.Tensor, analytic []float32, loss func() float64, rng *rand.Rand, after func()) {
 	t.Helper()
 	if len(analytic) != x.Len() {
 		t.Fatalf("%s: %d analytic values for %d elements", name, len(analytic), x.Len())
 	}
 	dev := x.Device()
-	vals := ToHost(x)
+	vals := tensor.ToHost(x)
 	idx := rng.Perm(len(vals))
 	if len(idx) > gradMaxN {
 		idx = idx[:gradMaxN]
@@ -111,7 +114,7 @@ func checkGrad(t *testing.T, name string, x *Tensor, analytic []float32, loss fu
 func TestGradLinear(t *testing.T) {
 	for seed := int64(1); seed <= 3; seed++ {
 		rng := rand.New(rand.NewSource(seed))
-		dev := NewCPU()
+		dev := cpu.New()
 		R, In, Out := 2+rng.Intn(5), 1+rng.Intn(6), 1+rng.Intn(6)
 		ps := NewParams(dev)
 		l := NewLinear(ps, "lin", In, Out, 0.5, true)
@@ -121,19 +124,19 @@ func TestGradLinear(t *testing.T) {
 		x := randT(dev, rng, "x", 1, R, In)
 		r := randF64(rng, R*Out)
 		loss := func() float64 {
-			y := dev.Alloc(F32, "y", R, Out)
+			y := dev.Alloc(tensor.F32, "y", R, Out)
 			defer dev.Free(y)
 			l.Forward(y, x)
 			return dotHost(y, r)
 		}
-		dy := FromHost(dev, F32, "dy", f32of(r), R, Out)
-		dx := dev.Alloc(F32, "dx", R, In)
+		dy := tensor.FromHost(dev, tensor.F32, "dy", f32of(r), R, Out)
+		dx := dev.Alloc(tensor.F32, "dx", R, In)
 		ps.ZeroGrad()
 		l.Backward(dx, dy, x)
 		name := fmt.Sprintf("seed%d.", seed)
-		checkGrad(t, name+"x", x, ToHost(dx), loss, rng, nil)
-		checkGrad(t, name+"w", l.W.W, ToHost(l.W.G), loss, rng, nil)
-		checkGrad(t, name+"b", l.B.W, ToHost(l.B.G), loss, rng, nil)
+		checkGrad(t, name+"x", x, tensor.ToHost(dx), loss, rng, nil)
+		checkGrad(t, name+"w", l.W.W, tensor.ToHost(l.W.G), loss, rng, nil)
+		checkGrad(t, name+"b", l.B.W, tensor.ToHost(l.B.G), loss, rng, nil)
 	}
 }
 
@@ -141,7 +144,7 @@ func TestGradActivations(t *testing.T) {
 	for _, act := range []Activation{ReLU, GELU} {
 		for seed := int64(1); seed <= 3; seed++ {
 			rng := rand.New(rand.NewSource(seed))
-			dev := NewCPU()
+			dev := cpu.New()
 			n := 5 + rng.Intn(30)
 			xs := make([]float32, n)
 			for i := range xs { // keep ReLU's kink farther than h from every point
@@ -150,30 +153,30 @@ func TestGradActivations(t *testing.T) {
 					xs[i] = float32(rng.NormFloat64())
 				}
 			}
-			x := FromHost(dev, F32, "x", xs, n)
+			x := tensor.FromHost(dev, tensor.F32, "x", xs, n)
 			r := randF64(rng, n)
 			loss := func() float64 {
-				y := dev.Alloc(F32, "y", n)
+				y := dev.Alloc(tensor.F32, "y", n)
 				defer dev.Free(y)
 				ActivationForward(dev, act, y, x)
 				return dotHost(y, r)
 			}
-			y := dev.Alloc(F32, "y", n)
+			y := dev.Alloc(tensor.F32, "y", n)
 			ActivationForward(dev, act, y, x)
 			saved := y
 			if act.NeedsInput() {
 				saved = x
 			}
-			dx := FromHost(dev, F32, "dx", f32of(r), n) // in place: dx aliases dy
+			dx := tensor.FromHost(dev, tensor.F32, "dx", f32of(r), n) // in place: dx aliases dy
 			ActivationBackward(dev, act, dx, dx, saved)
-			checkGrad(t, fmt.Sprintf("%s.seed%d.x", act, seed), x, ToHost(dx), loss, rng, nil)
+			checkGrad(t, fmt.Sprintf("%s.seed%d.x", act, seed), x, tensor.ToHost(dx), loss, rng, nil)
 		}
 	}
 }
 
 func TestGradDropoutAndResidual(t *testing.T) {
 	rng := rand.New(rand.NewSource(4))
-	dev := NewCPU()
+	dev := cpu.New()
 	n := 40
 	x := randT(dev, rng, "x", 1, n)
 	fx := randT(dev, rng, "fx", 1, n)
@@ -181,28 +184,28 @@ func TestGradDropoutAndResidual(t *testing.T) {
 	const p, seed = 0.3, 99
 	// out = x + dropout(fx)
 	loss := func() float64 {
-		d := dev.Alloc(F32, "d", n)
-		out := dev.Alloc(F32, "out", n)
+		d := dev.Alloc(tensor.F32, "d", n)
+		out := dev.Alloc(tensor.F32, "out", n)
 		defer dev.Free(d)
 		defer dev.Free(out)
 		DropoutForward(dev, d, fx, p, seed)
 		ResidualForward(dev, out, x, d)
 		return dotHost(out, r)
 	}
-	dout := FromHost(dev, F32, "dout", f32of(r), n)
-	dx := dev.Alloc(F32, "dx", n)
+	dout := tensor.FromHost(dev, tensor.F32, "dout", f32of(r), n)
+	dx := dev.Alloc(tensor.F32, "dx", n)
 	dev.Fill(dx, 0)
 	ResidualBackward(dev, dx, dout)
-	dfx := dev.Alloc(F32, "dfx", n)
+	dfx := dev.Alloc(tensor.F32, "dfx", n)
 	DropoutBackward(dev, dfx, dout, p, seed)
-	checkGrad(t, "x", x, ToHost(dx), loss, rng, nil)
-	checkGrad(t, "fx", fx, ToHost(dfx), loss, rng, nil)
+	checkGrad(t, "x", x, tensor.ToHost(dx), loss, rng, nil)
+	checkGrad(t, "fx", fx, tensor.ToHost(dfx), loss, rng, nil)
 }
 
 func TestGradLayerNorm(t *testing.T) {
 	for seed := int64(1); seed <= 3; seed++ {
 		rng := rand.New(rand.NewSource(seed))
-		dev := NewCPU()
+		dev := cpu.New()
 		R, C := 1+rng.Intn(6), 2+rng.Intn(10)
 		ps := NewParams(dev)
 		ln := NewLayerNorm(ps, "ln", C)
@@ -212,30 +215,30 @@ func TestGradLayerNorm(t *testing.T) {
 		dev.RandNormal(ln.B.W, 0.5, 4)
 		x := randT(dev, rng, "x", 2, R, C)
 		r := randF64(rng, R*C)
-		mean, rstd := dev.Alloc(F32, "mean", R), dev.Alloc(F32, "rstd", R)
+		mean, rstd := dev.Alloc(tensor.F32, "mean", R), dev.Alloc(tensor.F32, "rstd", R)
 		loss := func() float64 {
-			y := dev.Alloc(F32, "y", R, C)
+			y := dev.Alloc(tensor.F32, "y", R, C)
 			defer dev.Free(y)
 			ln.Forward(y, mean, rstd, x)
 			return dotHost(y, r)
 		}
-		y := dev.Alloc(F32, "y", R, C)
+		y := dev.Alloc(tensor.F32, "y", R, C)
 		ln.Forward(y, mean, rstd, x)
-		dy := FromHost(dev, F32, "dy", f32of(r), R, C)
-		dx := dev.Alloc(F32, "dx", R, C)
+		dy := tensor.FromHost(dev, tensor.F32, "dy", f32of(r), R, C)
+		dx := dev.Alloc(tensor.F32, "dx", R, C)
 		dev.Fill(dx, 0)
 		ln.Backward(dx, dy, x, mean, rstd)
 		name := fmt.Sprintf("seed%d.", seed)
-		checkGrad(t, name+"x", x, ToHost(dx), loss, rng, nil)
-		checkGrad(t, name+"w", ln.W.W, ToHost(ln.W.G), loss, rng, nil)
-		checkGrad(t, name+"b", ln.B.W, ToHost(ln.B.G), loss, rng, nil)
+		checkGrad(t, name+"x", x, tensor.ToHost(dx), loss, rng, nil)
+		checkGrad(t, name+"w", ln.W.W, tensor.ToHost(ln.W.G), loss, rng, nil)
+		checkGrad(t, name+"b", ln.B.W, tensor.ToHost(ln.B.G), loss, rng, nil)
 	}
 }
 
 func TestGradEmbedding(t *testing.T) {
 	for seed := int64(1); seed <= 3; seed++ {
 		rng := rand.New(rand.NewSource(seed))
-		dev := NewCPU()
+		dev := cpu.New()
 		B, T, V, C := 1+rng.Intn(3), 1+rng.Intn(5), 3+rng.Intn(5), 1+rng.Intn(6)
 		ps := NewParams(dev)
 		e := NewEmbedding(ps, V, T+2, C, 0.5)
@@ -245,26 +248,26 @@ func TestGradEmbedding(t *testing.T) {
 		for i := range ids {
 			ids[i] = int32(rng.Intn(V))
 		}
-		tok := dev.Alloc(I32, "ids", B, T)
+		tok := dev.Alloc(tensor.I32, "ids", B, T)
 		dev.UploadI32(tok, ids)
 		r := randF64(rng, B*T*C)
 		loss := func() float64 {
-			out := dev.Alloc(F32, "out", B, T, C)
+			out := dev.Alloc(tensor.F32, "out", B, T, C)
 			defer dev.Free(out)
 			e.Forward(out, tok)
 			return dotHost(out, r)
 		}
-		e.Backward(FromHost(dev, F32, "dout", f32of(r), B, T, C), tok)
+		e.Backward(tensor.FromHost(dev, tensor.F32, "dout", f32of(r), B, T, C), tok)
 		name := fmt.Sprintf("seed%d.", seed)
-		checkGrad(t, name+"wte", e.WTE.W, ToHost(e.WTE.G), loss, rng, nil)
-		checkGrad(t, name+"wpe", e.WPE.W, ToHost(e.WPE.G), loss, rng, nil)
+		checkGrad(t, name+"wte", e.WTE.W, tensor.ToHost(e.WTE.G), loss, rng, nil)
+		checkGrad(t, name+"wpe", e.WPE.W, tensor.ToHost(e.WPE.G), loss, rng, nil)
 	}
 }
 
 func TestGradCrossEntropy(t *testing.T) {
 	for seed := int64(1); seed <= 3; seed++ {
 		rng := rand.New(rand.NewSource(seed))
-		dev := NewCPU()
+		dev := cpu.New()
 		R, V := 2+rng.Intn(6), 2+rng.Intn(8)
 		logits := randT(dev, rng, "logits", 2, R, V)
 		tg := make([]int32, R)
@@ -277,19 +280,19 @@ func TestGradCrossEntropy(t *testing.T) {
 				count++
 			}
 		}
-		targets := dev.Alloc(I32, "targets", R)
+		targets := dev.Alloc(tensor.I32, "targets", R)
 		dev.UploadI32(targets, tg)
 		if got := CountTargets(targets); got != count {
 			t.Fatalf("CountTargets = %d, want %d", got, count)
 		}
 		const dloss = 1.7
-		lossT, losses := dev.Alloc(F32, "loss", 1), dev.Alloc(F32, "losses", R)
+		lossT, losses := dev.Alloc(tensor.F32, "loss", 1), dev.Alloc(tensor.F32, "losses", R)
 		loss := func() float64 {
 			CrossEntropyForward(dev, lossT, losses, logits, targets, count)
-			return dloss * float64(ToHost(lossT)[0])
+			return dloss * float64(tensor.ToHost(lossT)[0])
 		}
 		// reference mean loss in float64
-		lv, want := ToHost(logits), 0.0
+		lv, want := tensor.ToHost(logits), 0.0
 		for i := 0; i < R; i++ {
 			if tg[i] < 0 {
 				continue
@@ -306,9 +309,9 @@ func TestGradCrossEntropy(t *testing.T) {
 		if got := loss() / dloss; math.Abs(got-want) > 1e-5*math.Max(1, want) {
 			t.Errorf("seed %d: loss %.7g, want %.7g", seed, got, want)
 		}
-		dl := dev.Alloc(F32, "dlogits", R, V)
+		dl := dev.Alloc(tensor.F32, "dlogits", R, V)
 		CrossEntropyBackward(dev, dl, logits, targets, dloss, count)
-		checkGrad(t, fmt.Sprintf("seed%d.logits", seed), logits, ToHost(dl), loss, rng, nil)
+		checkGrad(t, fmt.Sprintf("seed%d.logits", seed), logits, tensor.ToHost(dl), loss, rng, nil)
 	}
 }
 
@@ -320,7 +323,7 @@ func TestGradAttention(t *testing.T) {
 		}{{0, AttnMaterialized}, {0.25, AttnMaterialized}, {0, AttnFlash}} {
 			p := pm.p
 			rng := rand.New(rand.NewSource(seed))
-			dev := NewCPU()
+			dev := cpu.New()
 			H := 1 + rng.Intn(3)
 			B, T, C := 1+rng.Intn(2), 1+rng.Intn(5), H*(1+rng.Intn(3))
 			ps := NewParams(dev)
@@ -334,24 +337,24 @@ func TestGradAttention(t *testing.T) {
 			r := randF64(rng, B*T*C)
 			const dseed = 1234
 			loss := func() float64 {
-				out := dev.Alloc(F32, "out", B, T, C)
+				out := dev.Alloc(tensor.F32, "out", B, T, C)
 				defer dev.Free(out)
 				a := at.Forward(out, x, p, dseed)
 				a.Free(dev)
 				return dotHost(out, r)
 			}
 			base := dev.Stats().Allocated
-			out := dev.Alloc(F32, "out", B, T, C)
+			out := dev.Alloc(tensor.F32, "out", B, T, C)
 			a := at.Forward(out, x, p, dseed)
-			dx := dev.Alloc(F32, "dx", B, T, C)
-			at.Backward(dx, FromHost(dev, F32, "dout", f32of(r), B, T, C), x, a)
+			dx := dev.Alloc(tensor.F32, "dx", B, T, C)
+			at.Backward(dx, tensor.FromHost(dev, tensor.F32, "dout", f32of(r), B, T, C), x, a)
 			name := fmt.Sprintf("%s.p%v.seed%d.", pm.mode, p, seed)
-			checkGrad(t, name+"x", x, ToHost(dx), loss, rng, nil)
+			checkGrad(t, name+"x", x, tensor.ToHost(dx), loss, rng, nil)
 			for _, q := range ps.List {
-				checkGrad(t, name+q.Name, q.W, ToHost(q.G), loss, rng, nil)
+				checkGrad(t, name+q.Name, q.W, tensor.ToHost(q.G), loss, rng, nil)
 			}
 			// everything but out, dx and dout is freed
-			if got, want := dev.Stats().Allocated-base, 3*SizeClass(int64(4*B*T*C)); got != want {
+			if got, want := dev.Stats().Allocated-base, 3*tensor.SizeClass(int64(4*B*T*C)); got != want {
 				t.Errorf("%s after backward %d bytes still allocated, want %d", name, got, want)
 			}
 		}
@@ -362,7 +365,7 @@ func TestGradBlock(t *testing.T) {
 	for seed := int64(1); seed <= 2; seed++ {
 		for _, p := range []float32{0, 0.2} {
 			rng := rand.New(rand.NewSource(seed))
-			dev := NewCPU()
+			dev := cpu.New()
 			B, T, C, H := 2, 1+rng.Intn(4), 4, 2
 			ps := NewParams(dev)
 			b := NewBlock(ps, "h.0", C, H, 0.3, 0.3, p)
@@ -370,9 +373,9 @@ func TestGradBlock(t *testing.T) {
 			ps.Init(uint64(seed))
 			for _, q := range ps.List { // non-trivial LayerNorm gains and biases
 				if q.Init.Std == 0 {
-					dev.RandNormal(q.W, 0.2, DeriveSeed(9, q.Name))
+					dev.RandNormal(q.W, 0.2, tensor.DeriveSeed(9, q.Name))
 					if q.Init.Value == 1 {
-						dev.Axpy(q.W, 1, FromHost(dev, F32, "one", onesF32(q.W.Len()), q.W.Len()))
+						dev.Axpy(q.W, 1, tensor.FromHost(dev, tensor.F32, "one", onesF32(q.W.Len()), q.W.Len()))
 					}
 				}
 			}
@@ -386,12 +389,12 @@ func TestGradBlock(t *testing.T) {
 				return v
 			}
 			a := b.Forward(x, 77, true)
-			dres := FromHost(dev, F32, "dres", f32of(r), B, T, C)
+			dres := tensor.FromHost(dev, tensor.F32, "dres", f32of(r), B, T, C)
 			b.Backward(dres, a)
 			name := fmt.Sprintf("p%v.seed%d.", p, seed)
-			checkGrad(t, name+"x", x, ToHost(dres), loss, rng, nil)
+			checkGrad(t, name+"x", x, tensor.ToHost(dres), loss, rng, nil)
 			for _, q := range ps.List {
-				checkGrad(t, name+q.Name, q.W, ToHost(q.G), loss, rng, nil)
+				checkGrad(t, name+q.Name, q.W, tensor.ToHost(q.G), loss, rng, nil)
 			}
 		}
 	}
@@ -409,28 +412,28 @@ func onesF32(n int) []float32 {
 func checkModelGrads(t *testing.T, name string, m Model, in Inputs, rng *rand.Rand) {
 	t.Helper()
 	ps := m.Params()
-	loss := func() float64 { return float64(ToHost(m.Forward(in, true))[0]) }
+	loss := func() float64 { return float64(tensor.ToHost(m.Forward(in, true))[0]) }
 	ps.ZeroGrad()
 	loss()
 	m.Backward(1)
-	grad := ToHost(ps.Grad)
+	grad := tensor.ToHost(ps.Grad)
 	for _, q := range ps.List {
 		checkGrad(t, name+"."+q.Name, q.W, grad[q.Offset:q.Offset+q.W.Len()], loss, rng, ps.SyncHalf)
 	}
 }
 
-func mlpInputs(dev Device, rng *rand.Rand, B, in, classes int) Inputs {
+func mlpInputs(dev tensor.Device, rng *rand.Rand, B, in, classes int) Inputs {
 	x := randT(dev, rng, "x", 1, B, in)
 	tg := make([]int32, B)
 	for i := range tg {
 		tg[i] = int32(rng.Intn(classes))
 	}
-	targets := dev.Alloc(I32, "targets", B)
+	targets := dev.Alloc(tensor.I32, "targets", B)
 	dev.UploadI32(targets, tg)
 	return Inputs{X: x, Targets: targets, Seed: 5}
 }
 
-func gptInputs(dev Device, rng *rand.Rand, B, T, V int) Inputs {
+func gptInputs(dev tensor.Device, rng *rand.Rand, B, T, V int) Inputs {
 	tok, tg := make([]int32, B*T), make([]int32, B*T)
 	valid := 0
 	for i := range tok {
@@ -442,7 +445,7 @@ func gptInputs(dev Device, rng *rand.Rand, B, T, V int) Inputs {
 			valid++
 		}
 	}
-	tokens, targets := dev.Alloc(I32, "tokens", B, T), dev.Alloc(I32, "targets", B, T)
+	tokens, targets := dev.Alloc(tensor.I32, "tokens", B, T), dev.Alloc(tensor.I32, "targets", B, T)
 	dev.UploadI32(tokens, tok)
 	dev.UploadI32(targets, tg)
 	return Inputs{Tokens: tokens, Targets: targets, Valid: valid, Seed: 11}
@@ -456,7 +459,7 @@ func TestGradMLP(t *testing.T) {
 		{Widths: []int{4, 3}},
 	} {
 		rng := rand.New(rand.NewSource(int64(i + 1)))
-		dev := NewCPU()
+		dev := cpu.New()
 		m, err := NewMLP(dev, cfg, uint64(i+1))
 		if err != nil {
 			t.Fatal(err)
@@ -473,7 +476,7 @@ func TestGradGPT(t *testing.T) {
 		{Layers: 2, Width: 4, Heads: 1, Context: 4, Vocab: 5, Tied: true, Dropout: 0.1, Checkpoint: 2},
 	} {
 		rng := rand.New(rand.NewSource(int64(i + 1)))
-		dev := NewCPU()
+		dev := cpu.New()
 		m, err := NewGPT(dev, cfg, uint64(i+1))
 		if err != nil {
 			t.Fatal(err)
@@ -481,9 +484,9 @@ func TestGradGPT(t *testing.T) {
 		// GPT-2's 0.02 init makes most gradients tiny; widen the weights so every path matters
 		for _, q := range m.ps.List {
 			if q.Init.Std > 0 {
-				dev.RandNormal(q.W, 0.3, DeriveSeed(3, q.Name))
+				dev.RandNormal(q.W, 0.3, tensor.DeriveSeed(3, q.Name))
 			} else if q.Init.Value == 0 {
-				dev.RandNormal(q.W, 0.1, DeriveSeed(4, q.Name))
+				dev.RandNormal(q.W, 0.1, tensor.DeriveSeed(4, q.Name))
 			}
 		}
 		in := gptInputs(dev, rng, 2, cfg.Context-1, cfg.Vocab)

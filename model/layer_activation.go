@@ -1,6 +1,10 @@
 package model
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/goddp/goddp/model/tensor"
+)
 
 // Activation is an elementwise nonlinearity: ReLU or GELU (tanh form).
 //
@@ -35,7 +39,7 @@ func (a Activation) String() string {
 func (a Activation) NeedsInput() bool { return a == GELU }
 
 // ActivationForward: y = act(x); x and y any shape, same length.
-func ActivationForward(dev Device, a Activation, y, x *Tensor) {
+func ActivationForward(dev tensor.Device, a Activation, y, x *tensor.Tensor) {
 	if a == GELU {
 		dev.GELU(y, x)
 	} else {
@@ -45,7 +49,7 @@ func ActivationForward(dev Device, a Activation, y, x *Tensor) {
 
 // ActivationBackward: dx = act'(·)⊙dy. saved is x for GELU, y for ReLU (see NeedsInput).
 // dx may alias dy.
-func ActivationBackward(dev Device, a Activation, dx, dy, saved *Tensor) {
+func ActivationBackward(dev tensor.Device, a Activation, dx, dy, saved *tensor.Tensor) {
 	if a == GELU {
 		dev.GELUBackward(dx, dy, saved)
 	} else {
@@ -54,13 +58,13 @@ func ActivationBackward(dev Device, a Activation, dx, dy, saved *Tensor) {
 }
 
 // ReLUForward: y = max(x, 0).
-func ReLUForward(dev Device, y, x *Tensor) { dev.ReLU(y, x) }
+func ReLUForward(dev tensor.Device, y, x *tensor.Tensor) { dev.ReLU(y, x) }
 
 // ReLUBackward: dx = dy·[y > 0]; y is the forward output; dx may alias dy.
-func ReLUBackward(dev Device, dx, dy, y *Tensor) { dev.ReLUBackward(dx, dy, y) }
+func ReLUBackward(dev tensor.Device, dx, dy, y *tensor.Tensor) { dev.ReLUBackward(dx, dy, y) }
 
 // GELUForward: y = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
-func GELUForward(dev Device, y, x *Tensor) { dev.GELU(y, x) }
+func GELUForward(dev tensor.Device, y, x *tensor.Tensor) { dev.GELU(y, x) }
 
 // GELUBackward: dx = gelu'(x)·dy; x is the forward input; dx may alias dy.
-func GELUBackward(dev Device, dx, dy, x *Tensor) { dev.GELUBackward(dx, dy, x) }
+func GELUBackward(dev tensor.Device, dx, dy, x *tensor.Tensor) { dev.GELUBackward(dx, dy, x) }

@@ -3,6 +3,8 @@ package model
 import (
 	"fmt"
 	"math"
+
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // Attention is causal multi-head self-attention with H heads of size hs = C/H:
@@ -59,7 +61,7 @@ func (m AttentionMode) String() string {
 }
 
 // fused reports whether a forward with dropout p on dev takes the fused path.
-func (a *Attention) fused(dev Device, p float32, dt DType) bool {
+func (a *Attention) fused(dev tensor.Device, p float32, dt tensor.DType) bool {
 	if p > 0 {
 		return false
 	}
@@ -74,14 +76,14 @@ func (a *Attention) fused(dev Device, p float32, dt DType) bool {
 
 // AttentionActs are what Attention.Backward needs from the forward.
 type AttentionActs struct {
-	Q, K, V *Tensor // (B,H,T,hs)
-	Att     *Tensor // (B,H,T,T) softmax output
-	Y       *Tensor // (B,T,C) merged heads, input of Proj
-	P       float32 // dropout probability used (0 in evaluation)
-	Seed    uint64  // attention dropout seed
+	Q, K, V *tensor.Tensor // (B,H,T,hs)
+	Att     *tensor.Tensor // (B,H,T,T) softmax output
+	Y       *tensor.Tensor // (B,T,C) merged heads, input of Proj
+	P       float32        // dropout probability used (0 in evaluation)
+	Seed    uint64         // attention dropout seed
 	// fused path: Q, K, V and Att stay nil
-	QKV *Tensor // (B,T,3C)
-	LSE *Tensor // (B,H,T) f32
+	QKV *tensor.Tensor // (B,T,3C)
+	LSE *tensor.Tensor // (B,H,T) f32
 }
 
 // NewAttention registers name+".qkv" and name+".proj". projStd is the residual projection's std
@@ -98,7 +100,7 @@ func (a *Attention) scale() float32 { return float32(1 / math.Sqrt(float64(a.C/a
 
 // Forward: out (B,T,C) from x (B,T,C). The returned acts hold device memory until Backward or Free.
 // p (a.P in training, 0 in evaluation) and seed drive attention dropout.
-func (a *Attention) Forward(out, x *Tensor, p float32, seed uint64) *AttentionActs {
+func (a *Attention) Forward(out, x *tensor.Tensor, p float32, seed uint64) *AttentionActs {
 	dev := x.Device()
 	B, T, C := x.Dim(0), x.Dim(1), x.Dim(2)
 	H, hs := a.Heads, C/a.Heads
@@ -109,7 +111,7 @@ func (a *Attention) Forward(out, x *Tensor, p float32, seed uint64) *AttentionAc
 	a.QKV.Forward(qkv, x)
 	if a.fused(dev, p, dt) {
 		s.QKV = qkv
-		s.LSE = dev.Alloc(F32, a.Tag+".lse", B, H, T)
+		s.LSE = dev.Alloc(tensor.F32, a.Tag+".lse", B, H, T)
 		s.Y = dev.Alloc(dt, a.Tag+".y", B, T, C)
 		dev.FlashAttention(s.Y, s.LSE, qkv, H, a.scale())
 		a.Proj.Forward(out, s.Y)
@@ -148,7 +150,7 @@ func (a *Attention) Forward(out, x *Tensor, p float32, seed uint64) *AttentionAc
 // forwardKept redoes a fused forward whose y and lse were kept (a checkpointed block's recompute
 // with KeepAttn): qkv, which the backward reads, and the projection into out. kept's tensors
 // become the returned acts'.
-func (a *Attention) forwardKept(out, x *Tensor, kept *AttentionActs) *AttentionActs {
+func (a *Attention) forwardKept(out, x *tensor.Tensor, kept *AttentionActs) *AttentionActs {
 	dev := x.Device()
 	B, T, C := x.Dim(0), x.Dim(1), x.Dim(2)
 	s := &AttentionActs{P: kept.P, Seed: kept.Seed, Y: kept.Y, LSE: kept.LSE}
@@ -160,7 +162,7 @@ func (a *Attention) forwardKept(out, x *Tensor, kept *AttentionActs) *AttentionA
 
 // Backward: dx (B,T,C) (overwritten) from dout (B,T,C), the forward input x and acts, which it
 // frees. Proj's and QKV's parameters become ready in that order.
-func (a *Attention) Backward(dx, dout, x *Tensor, s *AttentionActs) {
+func (a *Attention) Backward(dx, dout, x *tensor.Tensor, s *AttentionActs) {
 	dev := x.Device()
 	B, T, C := x.Dim(0), x.Dim(1), x.Dim(2)
 	H, hs := a.Heads, C/a.Heads
@@ -226,8 +228,8 @@ func (a *Attention) Backward(dx, dout, x *Tensor, s *AttentionActs) {
 }
 
 // Free releases acts without a backward (evaluation, or a checkpointed block's forward).
-func (s *AttentionActs) Free(dev Device) {
-	for _, t := range []*Tensor{s.Q, s.K, s.V, s.Att, s.Y, s.QKV, s.LSE} {
+func (s *AttentionActs) Free(dev tensor.Device) {
+	for _, t := range []*tensor.Tensor{s.Q, s.K, s.V, s.Att, s.Y, s.QKV, s.LSE} {
 		if t != nil {
 			dev.Free(t)
 		}

@@ -1,5 +1,7 @@
 package model
 
+import "github.com/goddp/goddp/model/tensor"
+
 // LayerNormEps is the ε in y = (x − mean)·rstd·w + b, rstd = 1/√(var + ε).
 const LayerNormEps = 1e-5
 
@@ -21,24 +23,24 @@ func NewLayerNorm(ps *Params, name string, c int) *LayerNorm {
 
 // LayerNormForward: y = (x − mean)·rstd·w + b over rows.
 // x and y are (R,C); w, b (C) f32; mean, rstd (R) f32 are written for backward.
-func LayerNormForward(dev Device, y, mean, rstd, x, w, b *Tensor) {
+func LayerNormForward(dev tensor.Device, y, mean, rstd, x, w, b *tensor.Tensor) {
 	dev.LayerNorm(y, mean, rstd, x, w, b, LayerNormEps)
 }
 
 // LayerNormBackward accumulates dx (R,C), dw (C) and db (C) from dy (R,C) and the forward's
 // x (R,C), w (C), mean (R), rstd (R). dx accumulates too: callers pass a zeroed dx or the
 // gradient of a residual stream that x also feeds.
-func LayerNormBackward(dev Device, dx, dw, db, dy, x, w, mean, rstd *Tensor) {
+func LayerNormBackward(dev tensor.Device, dx, dw, db, dy, x, w, mean, rstd *tensor.Tensor) {
 	dev.LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd)
 }
 
 // Forward: y (R,C), mean and rstd (R) f32 from x (R,C).
-func (l *LayerNorm) Forward(y, mean, rstd, x *Tensor) {
+func (l *LayerNorm) Forward(y, mean, rstd, x *tensor.Tensor) {
 	LayerNormForward(x.Device(), y, mean, rstd, x, l.W.W, l.B.W)
 }
 
 // Backward accumulates dx (R,C) and the gain/bias gradients, then both parameters are ready.
-func (l *LayerNorm) Backward(dx, dy, x, mean, rstd *Tensor) {
+func (l *LayerNorm) Backward(dx, dy, x, mean, rstd *tensor.Tensor) {
 	LayerNormBackward(x.Device(), dx, l.W.G, l.B.G, dy, x, l.W.W, mean, rstd)
 	l.B.Ready()
 	l.W.Ready()

@@ -1,5 +1,7 @@
 package model
 
+import "github.com/goddp/goddp/model/tensor"
+
 // Linear: y = x·Wᵀ + b, with W (Out,In) as in PyTorch and b (Out) optional.
 //
 // Forward reads W and b through Param.Compute (the f16 copy under mixed precision); the
@@ -24,7 +26,7 @@ func NewLinear(ps *Params, name string, in, out int, std float32, bias bool) *Li
 
 // LinearForward: y = x·wᵀ + b.
 // x is (R,In) (any leading dims), w is (Out,In), b is (Out) or nil, y is (R,Out).
-func LinearForward(dev Device, y, x, w, b *Tensor) {
+func LinearForward(dev tensor.Device, y, x, w, b *tensor.Tensor) {
 	dev.MatMul(y, x, w, false, true, 1, 0)
 	if b != nil {
 		dev.AddBias(y, b)
@@ -33,7 +35,7 @@ func LinearForward(dev Device, y, x, w, b *Tensor) {
 
 // LinearBackward: dx = dy·w (overwritten; nil skips it), dw += dyᵀ·x, db += colsum(dy) (nil skips).
 // dx is (R,In), dw (Out,In) f32, db (Out) f32, dy (R,Out); x and w as in the forward.
-func LinearBackward(dev Device, dx, dw, db, dy, x, w *Tensor) {
+func LinearBackward(dev tensor.Device, dx, dw, db, dy, x, w *tensor.Tensor) {
 	if dx != nil {
 		dev.MatMul(dx, dy, w, false, false, 1, 0)
 	}
@@ -44,14 +46,14 @@ func LinearBackward(dev Device, dx, dw, db, dy, x, w *Tensor) {
 }
 
 // Forward: y (R,Out) = x (R,In)·Wᵀ + b.
-func (l *Linear) Forward(y, x *Tensor) {
+func (l *Linear) Forward(y, x *tensor.Tensor) {
 	LinearForward(x.Device(), y, x, l.W.Compute(), l.bias())
 }
 
 // Backward writes dx (R,In) (nil skips it) and accumulates the parameter gradients from dy (R,Out)
 // and the forward's input x (R,In); then both parameters are ready.
-func (l *Linear) Backward(dx, dy, x *Tensor) {
-	var db *Tensor
+func (l *Linear) Backward(dx, dy, x *tensor.Tensor) {
+	var db *tensor.Tensor
 	if l.B != nil {
 		db = l.B.G
 	}
@@ -62,7 +64,7 @@ func (l *Linear) Backward(dx, dy, x *Tensor) {
 	l.W.Ready()
 }
 
-func (l *Linear) bias() *Tensor {
+func (l *Linear) bias() *tensor.Tensor {
 	if l.B == nil {
 		return nil
 	}

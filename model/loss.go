@@ -1,5 +1,7 @@
 package model
 
+import "github.com/goddp/goddp/model/tensor"
+
 // Softmax cross-entropy, fused and stable: the device computes log-softmax in f32 (f16 logits are
 // widened), so mixed precision never takes the softmax or the loss out of f32.
 //
@@ -10,7 +12,7 @@ package model
 // CrossEntropyForward: loss (1) f32 = Σ_rows −log softmax(logits)[target] / count.
 // logits (R,V) f32 or f16, targets (R) i32 (negative = ignore), losses (R) f32 scratch,
 // count = number of targets ≥ 0 (0 gives a loss of 0).
-func CrossEntropyForward(dev Device, loss, losses, logits, targets *Tensor, count int) {
+func CrossEntropyForward(dev tensor.Device, loss, losses, logits, targets *tensor.Tensor, count int) {
 	dev.CrossEntropy(losses, logits, targets)
 	dev.Fill(loss, 0)
 	dev.Sum(loss, losses)
@@ -21,7 +23,7 @@ func CrossEntropyForward(dev Device, loss, losses, logits, targets *Tensor, coun
 
 // CrossEntropyBackward: dlogits (R,V) = (softmax(logits) − onehot(targets))·dloss/count, zero on
 // ignored rows. dlogits may be logits itself (the logits are then gone).
-func CrossEntropyBackward(dev Device, dlogits, logits, targets *Tensor, dloss float32, count int) {
+func CrossEntropyBackward(dev tensor.Device, dlogits, logits, targets *tensor.Tensor, dloss float32, count int) {
 	s := float32(0)
 	if count > 0 {
 		s = dloss / float32(count)
@@ -31,7 +33,7 @@ func CrossEntropyBackward(dev Device, dlogits, logits, targets *Tensor, dloss fl
 
 // CountTargets returns how many targets (any shape, i32) are not negative. It reads the tensor back
 // to the host, so it waits for the device; callers that know the count pass it in Inputs.Valid.
-func CountTargets(targets *Tensor) int {
+func CountTargets(targets *tensor.Tensor) int {
 	ids := make([]int32, targets.Len())
 	targets.Device().DownloadI32(ids, targets)
 	n := 0
@@ -54,14 +56,14 @@ func CountTargets(targets *Tensor) int {
 // recomputed GEMM.
 
 // LMHeadChunkRows is the default chunk: rows whose logits take about 128 MiB in dt.
-func LMHeadChunkRows(vocab int, dt DType) int {
+func LMHeadChunkRows(vocab int, dt tensor.DType) int {
 	return max(1, (128<<20)/(vocab*dt.Size()))
 }
 
 // LMHeadLossForward: loss (1) f32 = Σ_rows −log softmax(x·wᵀ)[target] / count.
 // x (R,C) f32 or f16 (the logits take its dtype), w (V,C), targets (R) i32 (negative = ignore),
 // losses (R) f32 scratch, count as in CrossEntropyForward, chunk rows at a time.
-func LMHeadLossForward(dev Device, loss, losses, x, w, targets *Tensor, count, chunk int) {
+func LMHeadLossForward(dev tensor.Device, loss, losses, x, w, targets *tensor.Tensor, count, chunk int) {
 	R, C, V := x.Rows(), x.Cols(), w.Dim(0)
 	x2, t1 := x.Reshape(R, C), targets.Reshape(R)
 	for r0 := 0; r0 < R; r0 += chunk {
@@ -80,7 +82,7 @@ func LMHeadLossForward(dev Device, loss, losses, x, w, targets *Tensor, count, c
 
 // LMHeadLossBackward: dx (R,C) (overwritten) and dw (V,C) f32 (accumulates) of dloss·loss, with
 // x, w, targets, count and chunk as in the forward, whose logits it recomputes chunk by chunk.
-func LMHeadLossBackward(dev Device, dx, dw, x, w, targets *Tensor, dloss float32, count, chunk int) {
+func LMHeadLossBackward(dev tensor.Device, dx, dw, x, w, targets *tensor.Tensor, dloss float32, count, chunk int) {
 	R, C, V := x.Rows(), x.Cols(), w.Dim(0)
 	x2, dx2, t1 := x.Reshape(R, C), dx.Reshape(R, C), targets.Reshape(R)
 	for r0 := 0; r0 < R; r0 += chunk {
@@ -98,7 +100,7 @@ func LMHeadLossBackward(dev Device, dx, dw, x, w, targets *Tensor, dloss float32
 // of each chunk computed once: the loss as in the forward, dx (overwritten) and dw (accumulated)
 // as in the backward, to the bit (the same operations in the same order; only the recompute of the
 // logits is gone).
-func LMHeadLossForwardBackward(dev Device, loss, losses, dx, dw, x, w, targets *Tensor, dloss float32, count, chunk int) {
+func LMHeadLossForwardBackward(dev tensor.Device, loss, losses, dx, dw, x, w, targets *tensor.Tensor, dloss float32, count, chunk int) {
 	R, C, V := x.Rows(), x.Cols(), w.Dim(0)
 	x2, dx2, t1 := x.Reshape(R, C), dx.Reshape(R, C), targets.Reshape(R)
 	for r0 := 0; r0 < R; r0 += chunk {
@@ -119,7 +121,7 @@ func LMHeadLossForwardBackward(dev Device, loss, losses, dx, dw, x, w, targets *
 }
 
 // LMHeadArgMax: out (R) i32 = argmax over V of x·wᵀ, chunk rows at a time.
-func LMHeadArgMax(dev Device, out, x, w *Tensor, chunk int) {
+func LMHeadArgMax(dev tensor.Device, out, x, w *tensor.Tensor, chunk int) {
 	R, C, V := x.Rows(), x.Cols(), w.Dim(0)
 	x2, o1 := x.Reshape(R, C), out.Reshape(R)
 	for r0 := 0; r0 < R; r0 += chunk {

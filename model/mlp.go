@@ -3,6 +3,8 @@ package model
 import (
 	"fmt"
 	"math"
+
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // MLPConfig describes a multi-layer perceptron classifier.
@@ -10,9 +12,9 @@ type MLPConfig struct {
 	// Widths are the layer sizes from input to classes, e.g. {784, 1024, 1024, 10}: len−1 Linear
 	// layers, an activation (and dropout) after every one but the last.
 	Widths     []int
-	Activation string  // "relu" (default) or "gelu"
-	Dropout    float32 // probability after each hidden activation, in [0,1)
-	Compute    DType   // F32, or F16 for mixed precision (f16 weights copy and activations)
+	Activation string       // "relu" (default) or "gelu"
+	Dropout    float32      // probability after each hidden activation, in [0,1)
+	Compute    tensor.DType // F32, or F16 for mixed precision (f16 weights copy and activations)
 	// Checkpoint recomputes hidden stages in backward instead of keeping their activations:
 	// 0 none, 1 every stage, N every Nth stage (0, N, 2N, …). A checkpointed stage keeps only its
 	// output (the next stage's input).
@@ -26,45 +28,45 @@ type MLP struct {
 	Cfg    MLPConfig
 	Layers []*Linear // Linear j: (Widths[j+1], Widths[j])
 	act    Activation
-	dev    Device
+	dev    tensor.Device
 	ps     *Params
 	seed   uint64
 	names  []string // "fc.j": activation tags
 	sites  []string // "fc.j.drop": dropout site per hidden stage
 
-	loss   *Tensor    // (1) f32
-	logits *Tensor    // (B,K) of the last forward
-	stages []mlpStage // saved hidden-stage activations of the last training forward
-	in     Inputs     // last forward's inputs
-	count  int        // valid targets of the last forward
-	train  bool       // the last forward saved activations for Backward
+	loss   *tensor.Tensor // (1) f32
+	logits *tensor.Tensor // (B,K) of the last forward
+	stages []mlpStage     // saved hidden-stage activations of the last training forward
+	in     Inputs         // last forward's inputs
+	count  int            // valid targets of the last forward
+	train  bool           // the last forward saved activations for Backward
 }
 
 // mlpStage holds one hidden stage's activations: z = x·Wᵀ + b, h = act(z), d = dropout(h).
 type mlpStage struct {
-	z    *Tensor // (B,W) pre-activation; kept for GELU's backward only
-	h    *Tensor // (B,W) activation output (ReLU's backward reads it)
-	d    *Tensor // (B,W) after dropout; nil without dropout
-	seed uint64  // dropout seed
-	ckpt bool    // only out() is kept; z/h are recomputed in backward
+	z    *tensor.Tensor // (B,W) pre-activation; kept for GELU's backward only
+	h    *tensor.Tensor // (B,W) activation output (ReLU's backward reads it)
+	d    *tensor.Tensor // (B,W) after dropout; nil without dropout
+	seed uint64         // dropout seed
+	ckpt bool           // only out() is kept; z/h are recomputed in backward
 }
 
 // out is the stage's output, the next Linear's input.
-func (s *mlpStage) out() *Tensor {
+func (s *mlpStage) out() *tensor.Tensor {
 	if s.d != nil {
 		return s.d
 	}
 	return s.h
 }
 
-func (s *mlpStage) free(dev Device) {
+func (s *mlpStage) free(dev tensor.Device) {
 	freeAll(dev, s.z, s.h, s.d)
 	*s = mlpStage{}
 }
 
 // NewMLP builds and initialises an MLP (He init N(0, 2/in) for hidden layers, N(0, 1/in) for the
 // head, zero biases). Errors name the bad field.
-func NewMLP(dev Device, cfg MLPConfig, seed uint64) (*MLP, error) {
+func NewMLP(dev tensor.Device, cfg MLPConfig, seed uint64) (*MLP, error) {
 	if len(cfg.Widths) < 2 {
 		return nil, fmt.Errorf("model: MLPConfig.Widths %v: need at least input and output widths", cfg.Widths)
 	}
@@ -92,18 +94,18 @@ func NewMLP(dev Device, cfg MLPConfig, seed uint64) (*MLP, error) {
 		m.names = append(m.names, fmt.Sprintf("fc.%d", j))
 		m.sites = append(m.sites, fmt.Sprintf("fc.%d.drop", j))
 	}
-	m.ps.Build(cfg.Compute == F16)
+	m.ps.Build(cfg.Compute == tensor.F16)
 	m.ps.Init(seed)
-	m.loss = dev.Alloc(F32, "loss", 1)
+	m.loss = dev.Alloc(tensor.F32, "loss", 1)
 	dev.Fill(m.loss, 0)
 	return m, nil
 }
 
-func checkCommon(cfg string, dropout float32, compute DType, checkpoint int) error {
+func checkCommon(cfg string, dropout float32, compute tensor.DType, checkpoint int) error {
 	if !(dropout >= 0 && dropout < 1) {
 		return fmt.Errorf("model: %s.Dropout = %v: want a probability in [0,1)", cfg, dropout)
 	}
-	if compute != F32 && compute != F16 {
+	if compute != tensor.F32 && compute != tensor.F16 {
 		return fmt.Errorf("model: %s.Compute = %s: want f32 or f16", cfg, compute)
 	}
 	if checkpoint < 0 {
@@ -115,7 +117,7 @@ func checkCommon(cfg string, dropout float32, compute DType, checkpoint int) err
 func (m *MLP) Params() *Params { return m.ps }
 
 // stageForward runs hidden stage j on x (B,Widths[j]); dropout only with train.
-func (m *MLP) stageForward(j int, x *Tensor, seed uint64, train bool) mlpStage {
+func (m *MLP) stageForward(j int, x *tensor.Tensor, seed uint64, train bool) mlpStage {
 	dev, dt := m.dev, m.Cfg.Compute
 	B, W := x.Dim(0), m.Cfg.Widths[j+1]
 	s := mlpStage{seed: seed}
@@ -135,9 +137,9 @@ func (m *MLP) stageForward(j int, x *Tensor, seed uint64, train bool) mlpStage {
 }
 
 // Forward: X (B,In) f32 and Targets (B) i32 → mean loss (1) f32.
-func (m *MLP) Forward(in Inputs, train bool) *Tensor {
+func (m *MLP) Forward(in Inputs, train bool) *tensor.Tensor {
 	dev := m.dev
-	m.release()
+	m.Release()
 	if in.X == nil || in.Targets == nil {
 		panic("model: MLP.Forward needs Inputs.X and Inputs.Targets")
 	}
@@ -176,7 +178,7 @@ func (m *MLP) Forward(in Inputs, train bool) *Tensor {
 		}
 		m.stages = m.stages[:0]
 	}
-	losses := dev.Alloc(F32, "losses", B)
+	losses := dev.Alloc(tensor.F32, "losses", B)
 	CrossEntropyForward(dev, m.loss, losses, m.logits, in.Targets, m.count)
 	dev.Free(losses)
 	return m.loss
@@ -193,7 +195,7 @@ func (m *MLP) Backward(scale float32) {
 	dcur := dev.Alloc(dt, "dlogits", B, m.Cfg.Widths[n])
 	CrossEntropyBackward(dev, dcur, m.logits, m.in.Targets, scale, m.count)
 	for j := n - 1; j >= 0; j-- {
-		var kept *Tensor
+		var kept *tensor.Tensor
 		if j < n-1 { // hidden stage j: dropout and activation backward
 			s := &m.stages[j]
 			if s.ckpt {
@@ -220,7 +222,7 @@ func (m *MLP) Backward(scale float32) {
 		if j > 0 {
 			x = m.stages[j-1].out()
 		}
-		var dx *Tensor
+		var dx *tensor.Tensor
 		if j > 0 {
 			dx = dev.Alloc(dt, m.names[j-1]+".dout", B, m.Cfg.Widths[j])
 		}
@@ -237,27 +239,30 @@ func (m *MLP) Backward(scale float32) {
 }
 
 // Predict: out (B) i32 = argmax of the last Forward's logits (valid before and after Backward).
-func (m *MLP) Predict(out *Tensor) {
+func (m *MLP) Predict(out *tensor.Tensor) {
 	if m.logits == nil {
 		panic("model: MLP.Predict before Forward")
 	}
 	m.dev.ArgMax(out, m.logits)
 }
 
-// release frees what the previous forward kept.
-func (m *MLP) release() {
+// Release frees what the previous forward (and an interrupted backward) kept: see Releaser.
+// Forward starts with it, Free ends with it.
+func (m *MLP) Release() {
 	for j := range m.stages {
-		m.stages[j].free(m.dev)
+		s := &m.stages[j]
+		freeLive(m.dev, s.z, s.h, s.d)
+		*s = mlpStage{}
 	}
 	m.stages = m.stages[:0]
-	freeAll(m.dev, m.logits)
+	freeLive(m.dev, m.logits)
 	m.logits = nil
 	m.train = false
 }
 
 // Free releases every buffer and the parameters.
 func (m *MLP) Free() {
-	m.release()
+	m.Release()
 	freeAll(m.dev, m.loss)
 	m.loss = nil
 	m.ps.Free()

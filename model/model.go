@@ -1,10 +1,12 @@
 package model
 
+import "github.com/goddp/goddp/model/tensor"
+
 // Inputs is one micro-batch on the device.
 type Inputs struct {
-	X       *Tensor // MLP: (B,In) f32
-	Tokens  *Tensor // GPT: (B,T) i32
-	Targets *Tensor // MLP: (B) i32; GPT: (B,T) i32; negative = ignore
+	X       *tensor.Tensor // MLP: (B,In) f32
+	Tokens  *tensor.Tensor // GPT: (B,T) i32
+	Targets *tensor.Tensor // MLP: (B) i32; GPT: (B,T) i32; negative = ignore
 
 	// Valid is the number of targets ≥ 0 when the caller knows it (it has them on the host);
 	// 0 makes Forward count them, which waits for the device.
@@ -33,13 +35,13 @@ type Model interface {
 	Params() *Params
 	// Forward returns the mean loss (1) f32 on the device, valid until the next Forward. With train
 	// it saves what Backward needs. It keeps the logits until the next Forward for Predict.
-	Forward(in Inputs, train bool) *Tensor
+	Forward(in Inputs, train bool) *tensor.Tensor
 	// Backward adds d(scale·mean loss)/dθ into the gradient slab, frees the saved activations and
 	// calls Param.Ready as each parameter's gradient completes. scale = loss scale / accumulation.
 	Backward(scale float32)
 	// Predict writes the ArgMax of the last Forward's logits into out: (B) i32 for the MLP,
 	// (B·T) i32 for the GPT (which must be called before Backward: see GPT.Predict).
-	Predict(out *Tensor)
+	Predict(out *tensor.Tensor)
 	// Free releases parameters and every buffer: the device's Allocated returns to what it was
 	// before the model was built.
 	Free()
@@ -52,14 +54,14 @@ var (
 
 // dropSeed is the dropout seed of one site (a tag like "h.3.attn.att") for one forward.
 func dropSeed(modelSeed, forwardSeed uint64, site string) uint64 {
-	return DeriveSeed(Mix64(modelSeed^Mix64(forwardSeed)), site)
+	return tensor.DeriveSeed(tensor.Mix64(modelSeed^tensor.Mix64(forwardSeed)), site)
 }
 
 // checkpointed reports whether stage i is recomputed in backward under policy every (0 none,
 // 1 all, N every Nth starting with the first).
 func checkpointed(every, i int) bool { return every > 0 && i%every == 0 }
 
-func freeAll(dev Device, ts ...*Tensor) {
+func freeAll(dev tensor.Device, ts ...*tensor.Tensor) {
 	for _, t := range ts {
 		if t != nil {
 			dev.Free(t)

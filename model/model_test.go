@@ -6,6 +6,9 @@ import (
 	"math/rand"
 	"strings"
 	"testing"
+
+	"github.com/goddp/goddp/model/cpu"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 func relNorm(a, b []float32) float64 {
@@ -22,9 +25,9 @@ func relNorm(a, b []float32) float64 {
 func lossAndGrads(m Model, in Inputs, scale float32) (float32, []float32) {
 	ps := m.Params()
 	ps.ZeroGrad()
-	loss := ToHost(m.Forward(in, true))[0]
+	loss := tensor.ToHost(m.Forward(in, true))[0]
 	m.Backward(scale)
-	g := ToHost(ps.Grad)
+	g := tensor.ToHost(ps.Grad)
 	for i := range g {
 		g[i] /= scale
 	}
@@ -39,8 +42,8 @@ func TestMixedPrecision_closeToF32(t *testing.T) {
 		var loss [2]float32
 		var grads [2][]float32
 		var ps *Params
-		for k, dt := range []DType{F32, F16} {
-			dev := NewCPU()
+		for k, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+			dev := cpu.New()
 			rng := rand.New(rand.NewSource(3))
 			var m Model
 			var in Inputs
@@ -86,7 +89,7 @@ func TestCheckpoint_sameGradsLessMemory(t *testing.T) {
 		peak  int64
 	}
 	run := func(kind string, every int) result {
-		dev := NewCPU()
+		dev := cpu.New()
 		rng := rand.New(rand.NewSource(5))
 		var m Model
 		var in Inputs
@@ -122,9 +125,9 @@ func TestCheckpoint_sameGradsLessMemory(t *testing.T) {
 				t.Errorf("%s checkpoint every %d: loss %v vs %v, gradients differ (rel %.3g)", kind, every, got.loss, ref.loss, relNorm(got.grads, ref.grads))
 			}
 			if got.peak >= ref.peak {
-				t.Errorf("%s checkpoint every %d: activation peak %s, not below %s", kind, every, FormatBytes(got.peak), FormatBytes(ref.peak))
+				t.Errorf("%s checkpoint every %d: activation peak %s, not below %s", kind, every, tensor.FormatBytes(got.peak), tensor.FormatBytes(ref.peak))
 			}
-			t.Logf("%s checkpoint every %d: activation peak %s vs %s without", kind, every, FormatBytes(got.peak), FormatBytes(ref.peak))
+			t.Logf("%s checkpoint every %d: activation peak %s vs %s without", kind, every, tensor.FormatBytes(got.peak), tensor.FormatBytes(ref.peak))
 		}
 	}
 }
@@ -133,7 +136,7 @@ func TestCheckpoint_sameGradsLessMemory(t *testing.T) {
 // parameter reports ready exactly once per backward, in reverse registration order.
 func TestModels_memoryAndReadyOrder(t *testing.T) {
 	for _, kind := range []string{"mlp", "gpt-tied", "gpt-untied", "gpt-f16-ckpt", "gpt-flash-keep-ckpt"} {
-		dev := NewCPU()
+		dev := cpu.New()
 		rng := rand.New(rand.NewSource(1))
 		var m Model
 		var in Inputs
@@ -144,7 +147,7 @@ func TestModels_memoryAndReadyOrder(t *testing.T) {
 		default:
 			cfg := GPTConfig{Layers: 2, Width: 8, Heads: 2, Context: 8, Vocab: 13, Tied: kind != "gpt-untied", Dropout: 0.1}
 			if kind == "gpt-f16-ckpt" {
-				cfg.Compute, cfg.Checkpoint = F16, 1
+				cfg.Compute, cfg.Checkpoint = tensor.F16, 1
 			}
 			if kind == "gpt-flash-keep-ckpt" {
 				cfg.Dropout, cfg.Attention, cfg.Checkpoint, cfg.CheckpointKeepAttn = 0, AttnFlash, 1, true
@@ -163,7 +166,7 @@ func TestModels_memoryAndReadyOrder(t *testing.T) {
 			order = order[:0]
 			m.Forward(in, true)
 			if kind == "mlp" {
-				out := dev.Alloc(I32, "pred", 5)
+				out := dev.Alloc(tensor.I32, "pred", 5)
 				m.Predict(out)
 				dev.Free(out)
 			}
@@ -178,39 +181,39 @@ func TestModels_memoryAndReadyOrder(t *testing.T) {
 			}
 			kept := dev.Stats().Allocated - base
 			if kind == "mlp" {
-				kept -= SizeClass(4 * 5 * 3) // logits stay for Predict
+				kept -= tensor.SizeClass(4 * 5 * 3) // logits stay for Predict
 			}
 			if kept != 0 {
-				t.Fatalf("%s: %d bytes still allocated after backward:\n%s", kind, kept, MemorySummary(dev))
+				t.Fatalf("%s: %d bytes still allocated after backward:\n%s", kind, kept, tensor.MemorySummary(dev))
 			}
 		}
 		m.Forward(in, false) // evaluation keeps only the logits
 		m.Free()
-		for _, tt := range []*Tensor{in.X, in.Tokens, in.Targets} {
+		for _, tt := range []*tensor.Tensor{in.X, in.Tokens, in.Targets} {
 			if tt != nil {
 				dev.Free(tt)
 			}
 		}
 		if a := dev.Stats().Allocated; a != 0 {
-			t.Fatalf("%s: %d bytes allocated after Free:\n%s", kind, a, MemorySummary(dev))
+			t.Fatalf("%s: %d bytes allocated after Free:\n%s", kind, a, tensor.MemorySummary(dev))
 		}
 	}
 }
 
 func TestGPT_predictAndEval(t *testing.T) {
-	dev := NewCPU()
+	dev := cpu.New()
 	rng := rand.New(rand.NewSource(2))
 	m, err := NewGPT(dev, GPTConfig{Layers: 1, Width: 8, Heads: 2, Context: 6, Vocab: 9, Tied: true, Dropout: 0.3}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	in := gptInputs(dev, rng, 2, 6, 9)
-	l1 := ToHost(m.Forward(in, false))[0]
-	l2 := ToHost(m.Forward(in, false))[0]
+	l1 := tensor.ToHost(m.Forward(in, false))[0]
+	l2 := tensor.ToHost(m.Forward(in, false))[0]
 	if l1 != l2 || !(l1 > 0) {
 		t.Fatalf("evaluation must be deterministic (no dropout): %v %v", l1, l2)
 	}
-	pred := dev.Alloc(I32, "pred", 12)
+	pred := dev.Alloc(tensor.I32, "pred", 12)
 	m.Predict(pred)
 	ids := make([]int32, 12)
 	dev.DownloadI32(ids, pred)
@@ -222,13 +225,13 @@ func TestGPT_predictAndEval(t *testing.T) {
 }
 
 func TestConfigErrorsNameTheField(t *testing.T) {
-	dev := NewCPU()
+	dev := cpu.New()
 	for want, cfg := range map[string]MLPConfig{
 		"Widths":     {Widths: []int{3}},
 		"Widths[1]":  {Widths: []int{3, 0}},
 		"Activation": {Widths: []int{3, 2}, Activation: "tanh"},
 		"Dropout":    {Widths: []int{3, 2}, Dropout: 1},
-		"Compute":    {Widths: []int{3, 2}, Compute: I32},
+		"Compute":    {Widths: []int{3, 2}, Compute: tensor.I32},
 		"Checkpoint": {Widths: []int{3, 2}, Checkpoint: -1},
 	} {
 		if _, err := NewMLP(dev, cfg, 1); err == nil || !strings.Contains(err.Error(), "MLPConfig."+want) {
@@ -260,9 +263,9 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 
 // A tiny GPT under f16 with the scaler and AdamW memorises a fixed batch.
 func TestGPT_trainsF16(t *testing.T) {
-	dev := NewCPU()
+	dev := cpu.New()
 	rng := rand.New(rand.NewSource(9))
-	m, err := NewGPT(dev, GPTConfig{Layers: 2, Width: 16, Heads: 2, Context: 8, Vocab: 12, Tied: true, Compute: F16, Checkpoint: 1}, 1)
+	m, err := NewGPT(dev, GPTConfig{Layers: 2, Width: 16, Heads: 2, Context: 8, Vocab: 12, Tied: true, Compute: tensor.F16, Checkpoint: 1}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +275,7 @@ func TestGPT_trainsF16(t *testing.T) {
 	var first, last float32
 	for step := 0; step < 60; step++ {
 		m.Params().ZeroGrad()
-		last = ToHost(m.Forward(in, true))[0]
+		last = tensor.ToHost(m.Forward(in, true))[0]
 		if step == 0 {
 			first = last
 		}
@@ -295,11 +298,11 @@ func TestGPT_fusedHeadBackward(t *testing.T) {
 		name string
 		cfg  GPTConfig
 	}{
-		{"tied-f32", GPTConfig{Layers: 2, Width: 16, Heads: 2, Context: 8, Vocab: 37, Tied: true, Dropout: 0.1, Compute: F32, LossChunk: 5}},
-		{"untied-f16-ckpt", GPTConfig{Layers: 2, Width: 16, Heads: 2, Context: 8, Vocab: 37, Compute: F16, Checkpoint: 1, LossChunk: 7}},
+		{"tied-f32", GPTConfig{Layers: 2, Width: 16, Heads: 2, Context: 8, Vocab: 37, Tied: true, Dropout: 0.1, Compute: tensor.F32, LossChunk: 5}},
+		{"untied-f16-ckpt", GPTConfig{Layers: 2, Width: 16, Heads: 2, Context: 8, Vocab: 37, Compute: tensor.F16, Checkpoint: 1, LossChunk: 7}},
 	} {
 		run := func(fused bool) (float32, []float32, []string) {
-			dev := NewCPU()
+			dev := cpu.New()
 			m, err := NewGPT(dev, c.cfg, 5)
 			if err != nil {
 				t.Fatal(err)
@@ -313,9 +316,9 @@ func TestGPT_fusedHeadBackward(t *testing.T) {
 			}
 			base := dev.Stats().Allocated
 			m.Params().ZeroGrad()
-			loss := ToHost(m.Forward(in, true))[0]
+			loss := tensor.ToHost(m.Forward(in, true))[0]
 			m.Backward(scale)
-			g := ToHost(m.Params().Grad)
+			g := tensor.ToHost(m.Params().Grad)
 			if got := dev.Stats().Allocated; got != base {
 				t.Errorf("%s fused=%v: %d bytes allocated after backward, %d before", c.name, fused, got, base)
 			}

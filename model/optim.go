@@ -3,6 +3,8 @@ package model
 import (
 	"fmt"
 	"math"
+
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // Optimizers update the f32 master weights from the f32 gradient slab with one device operation
@@ -27,7 +29,7 @@ type Optimizer interface {
 // NamedState is one optimizer state tensor, e.g. {"adamw.m", (N) f32}.
 type NamedState struct {
 	Name string
-	T    *Tensor
+	T    *tensor.Tensor
 }
 
 // decayRun is a contiguous range of parameters that share a decay flag: one device call each.
@@ -50,7 +52,7 @@ func decayRuns(ps *Params) []decayRun {
 	return runs
 }
 
-func halfView(ps *Params, off, n int) *Tensor {
+func halfView(ps *Params, off, n int) *tensor.Tensor {
 	if ps.Half == nil {
 		return nil
 	}
@@ -72,25 +74,6 @@ func DefaultAdamW() AdamWConfig {
 	return AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01}
 }
 
-// AdamWRun is a contiguous range [Off, Off+N) of the slabs with one decay flag.
-type AdamWRun struct {
-	Off, N int
-	Decay  bool
-}
-
-// MultiAdamW is implemented by devices that update every run of the slabs in one operation (the
-// CUDA device: one kernel launch per step instead of one per run). It is optional: AdamW falls
-// back to one Device.AdamW call per run. The result must be bit-identical to that fallback.
-type MultiAdamW interface {
-	// AdamWTable packs runs into a tensor on the device for AdamWRuns (nil when the device needs
-	// none). The caller keeps runs unchanged while the table lives and frees it with Device.Free.
-	AdamWTable(runs []AdamWRun) *Tensor
-	// AdamWRuns is Device.AdamW over whole slabs p, g, m, v (and half, which may be nil): runs,
-	// described by table, partition [0, p.Len()) in order, and a.WeightDecay applies only to the
-	// runs with Decay set.
-	AdamWRuns(p, g, m, v, half *Tensor, runs []AdamWRun, table *Tensor, a AdamWArgs)
-}
-
 // AdamW keeps first and second moments m, v (N) f32 beside the parameter slab:
 //
 //	m = β1·m + (1−β1)·g,  v = β2·v + (1−β2)·g²,  m̂ = m/(1−β1ᵗ),  v̂ = v/(1−β2ᵗ)
@@ -98,14 +81,14 @@ type MultiAdamW interface {
 type AdamW struct {
 	Cfg  AdamWConfig
 	ps   *Params
-	M, V *Tensor // (N) f32
+	M, V *tensor.Tensor // (N) f32
 	t    int64
 	runs []decayRun
 
 	// With a MultiAdamW device: the runs as one table, and its device copy.
-	multi  MultiAdamW
-	aruns  []AdamWRun
-	table  *Tensor
+	multi  tensor.MultiAdamW
+	aruns  []tensor.AdamWRun
+	table  *tensor.Tensor
 	perRun bool // tests: force one Device.AdamW call per run
 }
 
@@ -119,14 +102,14 @@ func NewAdamW(ps *Params, cfg AdamWConfig) (*AdamW, error) {
 	}
 	dev := ps.Device()
 	o := &AdamW{Cfg: cfg, ps: ps, runs: decayRuns(ps)}
-	o.M = dev.Alloc(F32, "adamw.m", ps.N)
-	o.V = dev.Alloc(F32, "adamw.v", ps.N)
+	o.M = dev.Alloc(tensor.F32, "adamw.m", ps.N)
+	o.V = dev.Alloc(tensor.F32, "adamw.v", ps.N)
 	dev.Fill(o.M, 0)
 	dev.Fill(o.V, 0)
-	if md, ok := dev.(MultiAdamW); ok && ps.N > 0 {
+	if md, ok := dev.(tensor.MultiAdamW); ok && ps.N > 0 {
 		o.multi = md
 		for _, r := range o.runs {
-			o.aruns = append(o.aruns, AdamWRun{Off: r.off, N: r.n, Decay: r.decay})
+			o.aruns = append(o.aruns, tensor.AdamWRun{Off: r.off, N: r.n, Decay: r.decay})
 		}
 		o.table = md.AdamWTable(o.aruns)
 	}
@@ -136,7 +119,7 @@ func NewAdamW(ps *Params, cfg AdamWConfig) (*AdamW, error) {
 func (o *AdamW) Step(lr float32) {
 	o.t++
 	dev := o.ps.Device()
-	a := AdamWArgs{
+	a := tensor.AdamWArgs{
 		LR: lr, Beta1: o.Cfg.Beta1, Beta2: o.Cfg.Beta2, Eps: o.Cfg.Eps,
 		BiasCorr1: float32(1 - math.Pow(float64(o.Cfg.Beta1), float64(o.t))),
 		BiasCorr2: float32(1 - math.Pow(float64(o.Cfg.Beta2), float64(o.t))),
@@ -180,7 +163,7 @@ type SGDConfig struct {
 type SGD struct {
 	Cfg  SGDConfig
 	ps   *Params
-	Mom  *Tensor // (N) f32, nil without momentum
+	Mom  *tensor.Tensor // (N) f32, nil without momentum
 	t    int64
 	runs []decayRun
 }
@@ -196,7 +179,7 @@ func NewSGD(ps *Params, cfg SGDConfig) (*SGD, error) {
 	o := &SGD{Cfg: cfg, ps: ps, runs: decayRuns(ps)}
 	if cfg.Momentum > 0 {
 		dev := ps.Device()
-		o.Mom = dev.Alloc(F32, "sgd.momentum", ps.N)
+		o.Mom = dev.Alloc(tensor.F32, "sgd.momentum", ps.N)
 		dev.Fill(o.Mom, 0)
 	}
 	return o, nil
@@ -205,13 +188,13 @@ func NewSGD(ps *Params, cfg SGDConfig) (*SGD, error) {
 func (o *SGD) Step(lr float32) {
 	o.t++
 	dev := o.ps.Device()
-	a := SGDArgs{LR: lr, Momentum: o.Cfg.Momentum, Nesterov: o.Cfg.Nesterov}
+	a := tensor.SGDArgs{LR: lr, Momentum: o.Cfg.Momentum, Nesterov: o.Cfg.Nesterov}
 	for _, r := range o.runs {
 		a.WeightDecay = 0
 		if r.decay {
 			a.WeightDecay = o.Cfg.WeightDecay
 		}
-		var mom *Tensor
+		var mom *tensor.Tensor
 		if o.Mom != nil {
 			mom = o.Mom.View(r.off, r.n)
 		}
@@ -242,7 +225,7 @@ var (
 // device. A non-finite norm leaves the gradients alone (the scaler skips such steps).
 func ClipGradNorm(ps *Params, max float32) float32 {
 	dev := ps.Device()
-	sq := dev.Alloc(F32, "clip.norm", 1)
+	sq := dev.Alloc(tensor.F32, "clip.norm", 1)
 	dev.Fill(sq, 0)
 	dev.SumSquares(sq, ps.Grad)
 	var h [1]float32

@@ -4,14 +4,18 @@ import (
 	"math"
 	"math/rand"
 	"testing"
+
+	"github.com/goddp/goddp/model/cpu"
+	"github.com/goddp/goddp/model/half"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // Optimizers against float64 references of their formulas, over several steps with fresh
 // gradients, a decayed and a non-decayed parameter, and the f16 copy. Tolerance: |w − ref| ≤
 // 1e-5·max(1,|ref|) (f32 arithmetic on values of order 1); the f16 copy equals the rounded master.
 
-func optimParams(t *testing.T, half bool) (*CPU, *Params) {
-	dev := NewCPU()
+func optimParams(t *testing.T, half bool) (*cpu.Device, *Params) {
+	dev := cpu.New()
 	ps := NewParams(dev)
 	ps.Add("w", Init{Std: 1}, true, 3, 4)
 	ps.Add("b", Init{Std: 1}, false, 5)
@@ -33,9 +37,9 @@ func checkVec(t *testing.T, what string, got []float32, want []float64) {
 func checkHalf(t *testing.T, ps *Params) {
 	t.Helper()
 	w := ps.Host()
-	h := ToHost(ps.Half)
+	h := tensor.ToHost(ps.Half)
 	for i := range w {
-		if h[i] != F16ToF32(F32ToF16(w[i])) {
+		if h[i] != half.ToFloat32(half.FromFloat32(w[i])) {
 			t.Fatalf("f16 copy [%d] = %v, master %v", i, h[i], w[i])
 		}
 	}
@@ -77,8 +81,8 @@ func TestAdamW_matchesReference(t *testing.T) {
 			}
 		}
 		checkVec(t, "w", ps.Host(), w)
-		checkVec(t, "m", ToHost(opt.M), m)
-		checkVec(t, "v", ToHost(opt.V), v)
+		checkVec(t, "m", tensor.ToHost(opt.M), m)
+		checkVec(t, "v", tensor.ToHost(opt.V), v)
 		checkHalf(t, ps)
 	}
 	if opt.Steps() != 5 {
@@ -196,18 +200,18 @@ func TestSchedules(t *testing.T) {
 // multiCPU is the CPU device with MultiAdamW implemented by one AdamW call per run, so the
 // optimizer's multi path can be checked on the CPU against its per-run fallback.
 type multiCPU struct {
-	*CPU
+	*cpu.Device
 	tables, calls int
 }
 
-func (d *multiCPU) AdamWTable(runs []AdamWRun) *Tensor {
+func (d *multiCPU) AdamWTable(runs []tensor.AdamWRun) *tensor.Tensor {
 	d.tables++
-	t := d.Alloc(I32, "adamw.runs", 2*len(runs))
+	t := d.Alloc(tensor.I32, "adamw.runs", 2*len(runs))
 	d.Fill(t, 0)
 	return t
 }
 
-func (d *multiCPU) AdamWRuns(p, g, m, v, half *Tensor, runs []AdamWRun, table *Tensor, a AdamWArgs) {
+func (d *multiCPU) AdamWRuns(p, g, m, v, half *tensor.Tensor, runs []tensor.AdamWRun, table *tensor.Tensor, a tensor.AdamWArgs) {
 	d.calls++
 	if table == nil || table.Len() != 2*len(runs) {
 		panic("multiCPU: bad table")
@@ -223,18 +227,18 @@ func (d *multiCPU) AdamWRuns(p, g, m, v, half *Tensor, runs []AdamWRun, table *T
 		if r.Decay {
 			a.WeightDecay = wd
 		}
-		var h *Tensor
+		var h *tensor.Tensor
 		if half != nil {
 			h = half.View(r.Off, r.N)
 		}
-		d.CPU.AdamW(p.View(r.Off, r.N), g.View(r.Off, r.N), m.View(r.Off, r.N), v.View(r.Off, r.N), h, a)
+		d.Device.AdamW(p.View(r.Off, r.N), g.View(r.Off, r.N), m.View(r.Off, r.N), v.View(r.Off, r.N), h, a)
 	}
 	if end != p.Len() {
 		panic("multiCPU: runs do not cover the slab")
 	}
 }
 
-var _ MultiAdamW = (*multiCPU)(nil)
+var _ tensor.MultiAdamW = (*multiCPU)(nil)
 
 func bitsEqual(t *testing.T, what string, a, b []float32) {
 	t.Helper()
@@ -248,7 +252,7 @@ func bitsEqual(t *testing.T, what string, a, b []float32) {
 // On a MultiAdamW device AdamW takes one AdamWRuns call per step with the decay runs, giving the
 // per-run fallback's results bit for bit, and frees the run table with the moments.
 func TestAdamW_multiMatchesPerRun(t *testing.T) {
-	dev := &multiCPU{CPU: NewCPU()}
+	dev := &multiCPU{Device: cpu.New()}
 	base := dev.Stats().Allocated
 	var pss [2]*Params
 	var opts [2]*AdamW
@@ -283,9 +287,9 @@ func TestAdamW_multiMatchesPerRun(t *testing.T) {
 			opts[k].Step(0.05)
 		}
 		bitsEqual(t, "w", pss[0].Host(), pss[1].Host())
-		bitsEqual(t, "half", ToHost(pss[0].Half), ToHost(pss[1].Half))
-		bitsEqual(t, "m", ToHost(opts[0].M), ToHost(opts[1].M))
-		bitsEqual(t, "v", ToHost(opts[0].V), ToHost(opts[1].V))
+		bitsEqual(t, "half", tensor.ToHost(pss[0].Half), tensor.ToHost(pss[1].Half))
+		bitsEqual(t, "m", tensor.ToHost(opts[0].M), tensor.ToHost(opts[1].M))
+		bitsEqual(t, "v", tensor.ToHost(opts[0].V), tensor.ToHost(opts[1].V))
 	}
 	if dev.tables != 2 || dev.calls != 3 {
 		t.Fatalf("%d tables, %d AdamWRuns calls; want 2 and 3", dev.tables, dev.calls)

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // Params holds a model's parameters in llm.c's layout: one f32 slab each for the master weights,
@@ -16,13 +18,13 @@ import (
 // Life cycle: Add every parameter → Build (one allocation per slab) → Init → train. The optimizer
 // steps the slabs; DDP all-reduces contiguous ranges of the gradient slab.
 type Params struct {
-	dev    Device
+	dev    tensor.Device
 	List   []*Param
 	byName map[string]*Param
-	Data   *Tensor // (N) f32 master weights
-	Grad   *Tensor // (N) f32 gradients
-	Half   *Tensor // (N) f16 copy used by forward/backward under fp16; nil under fp32
-	N      int     // total elements
+	Data   *tensor.Tensor // (N) f32 master weights
+	Grad   *tensor.Tensor // (N) f32 gradients
+	Half   *tensor.Tensor // (N) f16 copy used by forward/backward under fp16; nil under fp32
+	N      int            // total elements
 
 	// OnGradReady, when set, is called by layers as soon as a parameter's gradient for this
 	// backward is complete (DDP starts communication from it). Called on the training goroutine.
@@ -33,12 +35,12 @@ type Params struct {
 type Param struct {
 	Name   string
 	Shape  []int
-	Index  int     // registration order
-	Offset int     // element offset in the slabs
-	W      *Tensor // f32 master view
-	G      *Tensor // f32 gradient view
-	H      *Tensor // f16 view (nil under fp32)
-	Decay  bool    // weight decay applies (matrices and embeddings; not biases or norm gains)
+	Index  int            // registration order
+	Offset int            // element offset in the slabs
+	W      *tensor.Tensor // f32 master view
+	G      *tensor.Tensor // f32 gradient view
+	H      *tensor.Tensor // f16 view (nil under fp32)
+	Decay  bool           // weight decay applies (matrices and embeddings; not biases or norm gains)
 	Init   Init
 	ps     *Params
 }
@@ -50,10 +52,10 @@ type Init struct {
 }
 
 // NewParams starts an empty parameter set on dev.
-func NewParams(dev Device) *Params { return &Params{dev: dev, byName: map[string]*Param{}} }
+func NewParams(dev tensor.Device) *Params { return &Params{dev: dev, byName: map[string]*Param{}} }
 
 // Device is where the slabs live.
-func (ps *Params) Device() Device { return ps.dev }
+func (ps *Params) Device() tensor.Device { return ps.dev }
 
 // Add registers a parameter; Build must not have run yet.
 func (ps *Params) Add(name string, init Init, decay bool, shape ...int) *Param {
@@ -66,7 +68,7 @@ func (ps *Params) Add(name string, init Init, decay bool, shape ...int) *Param {
 	p := &Param{Name: name, Shape: append([]int(nil), shape...), Index: len(ps.List), Offset: ps.N, Decay: decay, Init: init, ps: ps}
 	ps.List = append(ps.List, p)
 	ps.byName[name] = p
-	ps.N += numel(shape)
+	ps.N += tensor.Numel(shape)
 	return p
 }
 
@@ -75,10 +77,10 @@ func (ps *Params) Get(name string) *Param { return ps.byName[name] }
 
 // Build allocates the slabs and points every parameter into them. half asks for the f16 copy.
 func (ps *Params) Build(half bool) {
-	ps.Data = ps.dev.Alloc(F32, "params", ps.N)
-	ps.Grad = ps.dev.Alloc(F32, "grads", ps.N)
+	ps.Data = ps.dev.Alloc(tensor.F32, "params", ps.N)
+	ps.Grad = ps.dev.Alloc(tensor.F32, "grads", ps.N)
 	if half {
-		ps.Half = ps.dev.Alloc(F16, "params.f16", ps.N)
+		ps.Half = ps.dev.Alloc(tensor.F16, "params.f16", ps.N)
 	}
 	for _, p := range ps.List {
 		p.W = ps.Data.View(p.Offset, p.Shape...)
@@ -95,7 +97,7 @@ func (ps *Params) Build(half bool) {
 func (ps *Params) Init(seed uint64) {
 	for _, p := range ps.List {
 		if p.Init.Std > 0 {
-			ps.dev.RandNormal(p.W, p.Init.Std, DeriveSeed(seed, p.Name))
+			ps.dev.RandNormal(p.W, p.Init.Std, tensor.DeriveSeed(seed, p.Name))
 		} else {
 			ps.dev.Fill(p.W, p.Init.Value)
 		}
@@ -114,7 +116,7 @@ func (ps *Params) SyncHalf() {
 func (ps *Params) ZeroGrad() { ps.dev.Fill(ps.Grad, 0) }
 
 // Compute is the tensor forward and backward read: the f16 copy under mixed precision.
-func (p *Param) Compute() *Tensor {
+func (p *Param) Compute() *tensor.Tensor {
 	if p.H != nil {
 		return p.H
 	}
@@ -130,7 +132,7 @@ func (p *Param) Ready() {
 
 // Free releases the slabs.
 func (ps *Params) Free() {
-	for _, t := range []*Tensor{ps.Data, ps.Grad, ps.Half} {
+	for _, t := range []*tensor.Tensor{ps.Data, ps.Grad, ps.Half} {
 		if t != nil {
 			ps.dev.Free(t)
 		}
@@ -139,7 +141,7 @@ func (ps *Params) Free() {
 }
 
 // Host returns the master weights as float32 on the host.
-func (ps *Params) Host() []float32 { return ToHost(ps.Data) }
+func (ps *Params) Host() []float32 { return tensor.ToHost(ps.Data) }
 
 // SHA256 hashes the master weights' little-endian bytes: equal hashes mean bit-identical replicas.
 func (ps *Params) SHA256() string { return HashF32(ps.Host()) }

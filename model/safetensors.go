@@ -22,13 +22,15 @@ import (
 	"io"
 	"math"
 	"sort"
+
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // NamedTensor is one tensor of a safetensors file: host bytes in the file's
 // little-endian layout, with its name, dtype and shape.
 type NamedTensor struct {
 	Name  string
-	DType DType
+	DType tensor.DType
 	Shape []int
 	Data  []byte // len = prod(Shape) × DType.Size()
 }
@@ -37,26 +39,26 @@ type NamedTensor struct {
 // (100 MB), so a corrupt length cannot make us allocate gigabytes.
 const maxSafetensorsHeader = 100 << 20
 
-func stDType(d DType) (string, error) {
+func stDType(d tensor.DType) (string, error) {
 	switch d {
-	case F32:
+	case tensor.F32:
 		return "F32", nil
-	case F16:
+	case tensor.F16:
 		return "F16", nil
-	case I32:
+	case tensor.I32:
 		return "I32", nil
 	}
 	return "", fmt.Errorf("model: safetensors: no name for dtype %v", d)
 }
 
-func parseSTDType(s string) (DType, bool) {
+func parseSTDType(s string) (tensor.DType, bool) {
 	switch s {
 	case "F32":
-		return F32, true
+		return tensor.F32, true
 	case "F16":
-		return F16, true
+		return tensor.F16, true
 	case "I32":
-		return I32, true
+		return tensor.I32, true
 	}
 	return 0, false
 }

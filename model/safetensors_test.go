@@ -8,15 +8,17 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/goddp/goddp/model/tensor"
 )
 
 func sampleTensors() []NamedTensor {
 	return []NamedTensor{
-		{Name: "w", DType: F32, Shape: []int{2, 3}, Data: F32Bytes([]float32{1, 2, 3, 4, 5, -6.5})},
-		{Name: "b", DType: F32, Shape: []int{3}, Data: F32Bytes([]float32{0.5, 0, -1})},
-		{Name: "h", DType: F16, Shape: []int{2}, Data: []byte{0x00, 0x3c, 0x00, 0xc0}}, // 1, -2
-		{Name: "ids", DType: I32, Shape: []int{1, 2}, Data: I32Bytes([]int32{7, -8})},
-		{Name: "scalar", DType: F32, Shape: []int{}, Data: F32Bytes([]float32{3})},
+		{Name: "w", DType: tensor.F32, Shape: []int{2, 3}, Data: F32Bytes([]float32{1, 2, 3, 4, 5, -6.5})},
+		{Name: "b", DType: tensor.F32, Shape: []int{3}, Data: F32Bytes([]float32{0.5, 0, -1})},
+		{Name: "h", DType: tensor.F16, Shape: []int{2}, Data: []byte{0x00, 0x3c, 0x00, 0xc0}}, // 1, -2
+		{Name: "ids", DType: tensor.I32, Shape: []int{1, 2}, Data: I32Bytes([]int32{7, -8})},
+		{Name: "scalar", DType: tensor.F32, Shape: []int{}, Data: F32Bytes([]float32{3})},
 	}
 }
 

@@ -3,6 +3,8 @@ package model
 import (
 	"fmt"
 	"math"
+
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // Dynamic loss scaling for mixed precision, like torch.amp.GradScaler.
@@ -19,8 +21,8 @@ import (
 // run has diverged.
 type Scaler struct {
 	Cfg   ScalerConfig
-	dev   Device
-	flag  *Tensor // (1) f32
+	dev   tensor.Device
+	flag  *tensor.Tensor // (1) f32
 	state ScalerState
 }
 
@@ -47,7 +49,7 @@ type ScalerState struct {
 }
 
 // NewScaler makes a scaler on dev; a disabled one keeps scale 1.
-func NewScaler(dev Device, cfg ScalerConfig) (*Scaler, error) {
+func NewScaler(dev tensor.Device, cfg ScalerConfig) (*Scaler, error) {
 	if cfg.Enabled {
 		switch {
 		case !(cfg.Init > 0) || math.IsInf(float64(cfg.Init), 0):
@@ -62,7 +64,7 @@ func NewScaler(dev Device, cfg ScalerConfig) (*Scaler, error) {
 			return nil, fmt.Errorf("model: scaler MinScale = %v: must lie in [0, Init = %v]", cfg.MinScale, cfg.Init)
 		}
 	}
-	s := &Scaler{Cfg: cfg, dev: dev, flag: dev.Alloc(F32, "scaler.found_inf", 1)}
+	s := &Scaler{Cfg: cfg, dev: dev, flag: dev.Alloc(tensor.F32, "scaler.found_inf", 1)}
 	s.state.Scale = 1
 	if cfg.Enabled {
 		s.state.Scale = cfg.Init
@@ -80,7 +82,7 @@ func (s *Scaler) Skipped() int64 { return s.state.Skipped }
 // UnscaleCheck divides the gradient slab by the scale and returns a device flag (1) f32 that is 1
 // when any gradient is inf or NaN, 0 otherwise. The flag is the scaler's own buffer, valid until
 // the next call. Disabled: nothing is unscaled or checked and the flag is 0.
-func (s *Scaler) UnscaleCheck(ps *Params) *Tensor {
+func (s *Scaler) UnscaleCheck(ps *Params) *tensor.Tensor {
 	s.dev.Fill(s.flag, 0)
 	if s.Cfg.Enabled {
 		s.dev.UnscaleCheck(ps.Grad, 1/s.state.Scale, s.flag)
@@ -89,7 +91,7 @@ func (s *Scaler) UnscaleCheck(ps *Params) *Tensor {
 }
 
 // FoundInf reads a flag from UnscaleCheck (after DDP has combined it across ranks); it waits.
-func (s *Scaler) FoundInf(flag *Tensor) bool {
+func (s *Scaler) FoundInf(flag *tensor.Tensor) bool {
 	var h [1]float32
 	s.dev.Download(h[:], flag)
 	return h[0] != 0

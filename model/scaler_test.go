@@ -5,12 +5,15 @@ import (
 	"math/rand"
 	"strings"
 	"testing"
+
+	"github.com/goddp/goddp/model/cpu"
+	"github.com/goddp/goddp/model/tensor"
 )
 
-func snapshot(ts ...*Tensor) [][]float32 {
+func snapshot(ts ...*tensor.Tensor) [][]float32 {
 	out := make([][]float32, len(ts))
 	for i, t := range ts {
-		out[i] = ToHost(t)
+		out[i] = tensor.ToHost(t)
 	}
 	return out
 }
@@ -31,8 +34,8 @@ func sameBits(a, b []float32) bool {
 // AdamW's m, v and step count stay bit-identical, the scale halves, the skip is counted; the next
 // clean step goes through.
 func TestScaler_injectedInfSkipsStep(t *testing.T) {
-	dev := NewCPU()
-	m, err := NewMLP(dev, MLPConfig{Widths: []int{6, 8, 3}, Compute: F16}, 1)
+	dev := cpu.New()
+	m, err := NewMLP(dev, MLPConfig{Widths: []int{6, 8, 3}, Compute: tensor.F16}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +49,7 @@ func TestScaler_injectedInfSkipsStep(t *testing.T) {
 		m.Forward(in, true)
 		m.Backward(sc.Scale())
 		if inject {
-			g := ToHost(ps.Grad)
+			g := tensor.ToHost(ps.Grad)
 			g[len(g)/2] = float32(math.Inf(1))
 			dev.Upload(ps.Grad, g)
 		}
@@ -81,7 +84,7 @@ func TestScaler_injectedInfSkipsStep(t *testing.T) {
 }
 
 func TestScaler_growthAndFloor(t *testing.T) {
-	dev := NewCPU()
+	dev := cpu.New()
 	cfg := DefaultScaler()
 	cfg.Interval = 3
 	cfg.MinScale = 16384
@@ -131,8 +134,8 @@ func TestScaler_growthAndFloor(t *testing.T) {
 // scaled by 65536 they survive, and the loss keeps falling.
 func TestScaler_underflowWithoutScaling(t *testing.T) {
 	run := func(scaled bool) (first, last float32, gradNorm float32) {
-		dev := NewCPU()
-		m, err := NewMLP(dev, MLPConfig{Widths: []int{3, 3}, Compute: F16}, 1)
+		dev := cpu.New()
+		m, err := NewMLP(dev, MLPConfig{Widths: []int{3, 3}, Compute: tensor.F16}, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +152,7 @@ func TestScaler_underflowWithoutScaling(t *testing.T) {
 			tg[i] = int32(i % 3)
 			x[i*3+i%3] = 1
 		}
-		in := Inputs{X: FromHost(dev, F32, "x", x, B, 3), Targets: dev.Alloc(I32, "t", B), Valid: B}
+		in := Inputs{X: tensor.FromHost(dev, tensor.F32, "x", x, B, 3), Targets: dev.Alloc(tensor.I32, "t", B), Valid: B}
 		dev.UploadI32(in.Targets, tg)
 		opt, _ := NewAdamW(ps, AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
 		cfg := DefaultScaler()
@@ -159,7 +162,7 @@ func TestScaler_underflowWithoutScaling(t *testing.T) {
 		sc, _ := NewScaler(dev, cfg)
 		for i := 0; i < 10; i++ {
 			ps.ZeroGrad()
-			loss := ToHost(m.Forward(in, true))[0]
+			loss := tensor.ToHost(m.Forward(in, true))[0]
 			if i == 0 {
 				first = loss
 			}

@@ -4,7 +4,7 @@
 #   bash .gpu/run bash scripts/bench-gpu-ddp.sh
 #
 # In order:
-#   1. make cuda; the GPU tests of the staged path (go test -tags cuda ./ddp/ ./model/)
+#   1. make cuda; the GPU tests of the staged path (go test -tags cuda ./ddp/ ./model/ ./model/cuda/)
 #   2. the ring alone: ddpbench all-reduce, 2 processes, f16 wire, one bucket (25 MiB of f32) and
 #      the whole gradient (124.5M values: 249 MB of f16 in the ring)
 #   3. one process of ours alone (ddplaunch --nproc-per-node gpu: one GPU → one worker)
@@ -31,9 +31,9 @@ stamp "build"
 make cuda 2>&1 | tail -5 || { echo "BUILD FAILED"; exit 1; }
 
 if [ -z "${SKIP_TESTS:-}" ]; then
-  stamp "tests: go test -tags cuda ./ddp/ ./model/"
+  stamp "tests: go test -tags cuda ./ddp/ ./model/ ./model/cuda/"
   timeout 150 bash scripts/cuda-env.sh go test -count=1 -tags cuda ./ddp/ 2>&1 | tail -15 | tee "$OUT/test-ddp.log"
-  timeout 150 bash scripts/cuda-env.sh go test -count=1 -tags cuda -run 'CUDA' -v ./model/ 2>&1 | grep -E '^(--- |FAIL|ok|PASS|panic)|staging' | tail -40 | tee "$OUT/test-model.log"
+  timeout 150 bash scripts/cuda-env.sh go test -count=1 -tags cuda -run 'CUDA' -v ./model/ ./model/cuda/ 2>&1 | grep -E '^(--- |FAIL|ok|PASS|panic)|staging' | tail -40 | tee "$OUT/test-model.log"
 fi
 
 CHANNELS=${CHANNELS:-$(awk '/^ *channels:/ {print $2; exit}' configs/gpt2-124m.yaml)}

@@ -34,7 +34,7 @@ bash scripts/cuda-env.sh go build -o "$WORK/ddpbench" ./cmd/ddpbench || true
 
 if [ -z "${SKIP_TESTS:-}" ]; then
   stamp "GPU tests"
-  bash scripts/cuda-env.sh go test -count=1 -tags cuda ./model/ -run 'CUDA_gptMatchesCPU|CUDA_gptTrains|CUDA_oom|lossChunks|observer' 2>&1 | tail -5
+  bash scripts/cuda-env.sh go test -count=1 -tags cuda ./model/ ./model/cuda/ ./model/cpu/ -run 'CUDA_gptMatchesCPU|CUDA_gptTrains|CUDA_oom|lossChunks|observer' 2>&1 | tail -5
   bash scripts/cuda-env.sh go test -count=1 -tags cuda ./worker/ -run 'AutoBatch|CheckLeaks|MemoryPlot|MemTimeline' 2>&1 | tail -5
 fi
 

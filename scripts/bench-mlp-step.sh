@@ -1,6 +1,6 @@
 #!/bin/sh
 # One FP32 training step of an MLP 784-1024-1024-10 at batch 128: goddp's CPU device
-# (BenchmarkMLPStep in model/cpu_gemm_test.go) against PyTorch on the same machine, in one run.
+# (BenchmarkMLPStep in model/cpu/gemm_test.go) against PyTorch on the same machine, in one run.
 #
 #   scripts/bench-mlp-step.sh            # 5 rounds
 #   ROUNDS=9 STEPS=200 scripts/bench-mlp-step.sh
@@ -25,7 +25,7 @@ fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$GO" test -c -o "$tmp/model.test" ./model/
+"$GO" test -c -o "$tmp/model.test" ./model/cpu/
 
 for r in $(seq "$ROUNDS"); do
 	"$tmp/model.test" -test.run '^$' -test.bench '^BenchmarkMLPStep$' -test.benchtime "${STEPS}x" |

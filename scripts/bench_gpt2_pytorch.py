@@ -2,7 +2,7 @@
 """GPT-2 small (124M) training-step benchmark in PyTorch eager: the reference goddp's CUDA device is
 held against (scripts/bench-gpu-vs-pytorch.sh runs both in one call on the GPU host).
 
-Same model and step as model/cuda_test.go's TestCUDA_gpt2Bench: 12 layers, width 768, 12 heads,
+Same model and step as model/cuda_gpt_test.go's TestCUDA_gpt2Bench: 12 layers, width 768, 12 heads,
 context 1024, vocabulary 50304, tied embeddings, pre-LN blocks with tanh-GELU, no dropout;
 autocast fp16 with GradScaler, fused AdamW (betas 0.9/0.95, weight decay 0.1), attention through
 scaled_dot_product_attention (causal). Random tokens. Prints one line per batch size:

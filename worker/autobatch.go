@@ -5,9 +5,9 @@ package worker
 // model, precision and checkpointing, on the run's device, under train.memory_budget (set with
 // Device.SetLimit, kept for the run) or the device's own memory. Batch sizes double from 1 until a
 // trial runs out of memory, then bisection between the last fit and the first miss. A trial that
-// runs out is caught (model.CatchOOM) and everything it took is freed: the model's saved state
+// runs out is caught (tensor.CatchOOM) and everything it took is freed: the model's saved state
 // through model.Releaser, the temporaries of the interrupted function through the device's
-// allocation events (model.Observable); allocated memory must be back at its baseline, or the
+// allocation events (tensor.Observable); allocated memory must be back at its baseline, or the
 // search stops with an error naming what is left.
 //
 // The trials leave the training state as they found it: the optimizer steps at lr 0 on zeroed
@@ -24,6 +24,7 @@ import (
 
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // BatchTrial is one trial step of the search.
@@ -73,7 +74,7 @@ func searchMaxFit(limit int, fits func(b int) (bool, error)) (int, error) {
 
 // trialRunner runs trial steps of one model on its device.
 type trialRunner struct {
-	dev    model.Device
+	dev    tensor.Device
 	cfg    *Config
 	m      model.Model
 	opt    Optimizer
@@ -87,10 +88,10 @@ func (r *trialRunner) step(b int) (BatchTrial, error) {
 	dev, ps := r.dev, r.m.Params()
 	tr := BatchTrial{MicroBatch: b}
 	base := dev.Stats().Allocated
-	taken := map[model.Buffer]model.AllocEvent{} // blocks of this trial still live
-	obs, _ := dev.(model.Observable)
+	taken := map[tensor.Buffer]tensor.AllocEvent{} // blocks of this trial still live
+	obs, _ := dev.(tensor.Observable)
 	if obs != nil {
-		obs.SetObserver(func(e model.AllocEvent) {
+		obs.SetObserver(func(e tensor.AllocEvent) {
 			if e.Free {
 				delete(taken, e.Buffer)
 			} else {
@@ -101,7 +102,7 @@ func (r *trialRunner) step(b int) (BatchTrial, error) {
 	dev.ResetPeak()
 	defer r.opt.SetSteps(r.opt.Steps()) // the trial's step at lr 0 does not count
 	var in *inputs
-	err := model.CatchOOM(func() {
+	err := tensor.CatchOOM(func() {
 		in = newInputs(dev, r.cfg, b)
 		fillTrialInputs(dev, in, b)
 		ps.ZeroGrad()
@@ -118,7 +119,7 @@ func (r *trialRunner) step(b int) (BatchTrial, error) {
 		dev.Sync()
 	})
 	tr.Peak = dev.Stats().Peak - base
-	if err != nil && !model.IsOOM(err) {
+	if err != nil && !tensor.IsOOM(err) {
 		return tr, err
 	}
 	tr.Fits = err == nil
@@ -131,7 +132,7 @@ func (r *trialRunner) step(b int) (BatchTrial, error) {
 		in.free(dev)
 	}
 	for buf, e := range taken {
-		dev.Free(model.NewTensor(dev, buf, model.F32, e.Tag, []int{0}))
+		dev.Free(tensor.NewTensor(dev, buf, tensor.F32, e.Tag, []int{0}))
 	}
 	if obs != nil {
 		obs.SetObserver(nil)
@@ -139,14 +140,14 @@ func (r *trialRunner) step(b int) (BatchTrial, error) {
 	dev.Sync()
 	if now := dev.Stats().Allocated; now != base {
 		return tr, fmt.Errorf("worker: micro_batch auto: the trial at micro-batch %d left %s allocated above its baseline (live: %s)",
-			b, model.FormatBytes(now-base), liveTags(dev))
+			b, tensor.FormatBytes(now-base), liveTags(dev))
 	}
 	return tr, nil
 }
 
 // fillTrialInputs gives a trial step valid inputs: token and class 0 everywhere, all targets
 // counted (the work and memory of a step do not depend on the values).
-func fillTrialInputs(dev model.Device, in *inputs, b int) {
+func fillTrialInputs(dev tensor.Device, in *inputs, b int) {
 	in.Inputs = model.Inputs{Seed: 1}
 	if in.tokens != nil {
 		dev.UploadI32(in.tokens, make([]int32, b*in.T))
@@ -160,7 +161,7 @@ func fillTrialInputs(dev model.Device, in *inputs, b int) {
 }
 
 // liveTags lists the device's live blocks by tag with their bytes, largest first.
-func liveTags(dev model.Device) string {
+func liveTags(dev tensor.Device) string {
 	by := map[string]int64{}
 	for _, l := range dev.Live() {
 		by[l.Tag] += l.Bytes
@@ -172,14 +173,14 @@ func liveTags(dev model.Device) string {
 	sort.Slice(tags, func(i, j int) bool { return by[tags[i]] > by[tags[j]] })
 	parts := make([]string, len(tags))
 	for i, t := range tags {
-		parts[i] = fmt.Sprintf("%s (%s)", t, model.FormatBytes(by[t]))
+		parts[i] = fmt.Sprintf("%s (%s)", t, tensor.FormatBytes(by[t]))
 	}
 	return strings.Join(parts, ", ")
 }
 
 // findMicroBatch searches for the largest micro-batch ≤ limit whose training step fits, and returns
 // it with the trials in the order they ran. The device's limit (the memory budget) must be set.
-func findMicroBatch(dev model.Device, cfg *Config, m model.Model, opt Optimizer, scaler *Scaler, limit int) (int, []BatchTrial, error) {
+func findMicroBatch(dev tensor.Device, cfg *Config, m model.Model, opt Optimizer, scaler *Scaler, limit int) (int, []BatchTrial, error) {
 	r := &trialRunner{dev: dev, cfg: cfg, m: m, opt: opt, scaler: scaler}
 	var trials []BatchTrial
 	best, err := searchMaxFit(limit, func(b int) (bool, error) {
@@ -194,14 +195,14 @@ func findMicroBatch(dev model.Device, cfg *Config, m model.Model, opt Optimizer,
 	}
 	if best == 0 {
 		return 0, trials, fmt.Errorf("worker: micro_batch auto: not even micro-batch 1 fits in %s (a step at 1 peaks at %s above the model's %s)",
-			budgetName(dev), model.FormatBytes(trials[0].Peak), model.FormatBytes(dev.Stats().Allocated))
+			budgetName(dev), tensor.FormatBytes(trials[0].Peak), tensor.FormatBytes(dev.Stats().Allocated))
 	}
 	return best, trials, nil
 }
 
-func budgetName(dev model.Device) string {
+func budgetName(dev tensor.Device) string {
 	if l := dev.Stats().Limit; l > 0 {
-		return "the memory budget of " + model.FormatBytes(l)
+		return "the memory budget of " + tensor.FormatBytes(l)
 	}
 	return dev.Name() + "'s memory"
 }
@@ -238,7 +239,7 @@ func divisorAtMost(n, b int) int {
 // with train.global_batch set, the micro-batch is the largest divisor of global_batch/world that
 // fits, and grad_accum_steps makes up the rest. samples caps the search (the training set's size
 // per rank).
-func autoMicroBatch(ctx context.Context, dev model.Device, cfg *Config, m model.Model, opt Optimizer, scaler *Scaler,
+func autoMicroBatch(ctx context.Context, dev tensor.Device, cfg *Config, m model.Model, opt Optimizer, scaler *Scaler,
 	g *allreduce.Group, samples int, log *slog.Logger) error {
 	t := &cfg.Train
 	world := 1
@@ -280,7 +281,7 @@ func autoMicroBatch(ctx context.Context, dev model.Device, cfg *Config, m model.
 		if !tr.Fits {
 			s = "OOM"
 		}
-		tried = append(tried, fmt.Sprintf("%d:%s(%s)", tr.MicroBatch, s, model.FormatBytes(tr.Peak)))
+		tried = append(tried, fmt.Sprintf("%d:%s(%s)", tr.MicroBatch, s, tensor.FormatBytes(tr.Peak)))
 	}
 	log.Info("micro_batch auto", "micro_batch", b, "grad_accum_steps", t.GradAccumSteps, "global_batch", t.GlobalBatch,
 		"largest_fit_here", found, "largest_fit_all_ranks", agreed, "budget", budgetName(dev), "trials", strings.Join(tried, " "))

@@ -10,7 +10,8 @@ import (
 	"testing"
 
 	"github.com/goddp/goddp/allreduce"
-	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/cpu"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 func TestSearchMaxFit_doublingThenBisection(t *testing.T) {
@@ -68,7 +69,7 @@ func TestAutoBatch_findsLargestUnderBudget(t *testing.T) {
 		{"precision=fp32", "model.kind=mlp", "model.widths=[784,256,10]", "data.kind=mnist", "data.path=" + os.TempDir()},
 	} {
 		cfg := tinyGPT(t, sets...)
-		dev := model.NewCPU()
+		dev := cpu.New()
 		m, err := buildModel(dev, cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -89,7 +90,7 @@ func TestAutoBatch_findsLargestUnderBudget(t *testing.T) {
 			t.Fatalf("%v: %v", sets, err)
 		}
 		if dev.Stats().Allocated != base {
-			t.Fatalf("%v: %s left after the search:\n%s", sets, model.FormatBytes(dev.Stats().Allocated-base), model.MemorySummary(dev))
+			t.Fatalf("%v: %s left after the search:\n%s", sets, tensor.FormatBytes(dev.Stats().Allocated-base), tensor.MemorySummary(dev))
 		}
 		sawOOM := false
 		for _, tr := range trials {
@@ -139,7 +140,7 @@ func TestAutoBatch_runResolvesAccumulation(t *testing.T) {
 	if ref.ParamSHA256 != sum.ParamSHA256 {
 		t.Errorf("auto run's weights %s differ from the fixed run's %s", sum.ParamSHA256[:12], ref.ParamSHA256[:12])
 	}
-	t.Logf("auto: micro_batch %d × accum %d, peak %s", sum.MicroBatch, sum.GradAccumSteps, model.FormatBytes(sum.PeakMemoryBytes))
+	t.Logf("auto: micro_batch %d × accum %d, peak %s", sum.MicroBatch, sum.GradAccumSteps, tensor.FormatBytes(sum.PeakMemoryBytes))
 }
 
 // Every rank uses the smallest micro-batch any rank found.

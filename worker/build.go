@@ -9,13 +9,15 @@ import (
 
 	"github.com/goddp/goddp/ddp"
 	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/cpu"
+	"github.com/goddp/goddp/model/tensor"
 	"github.com/goddp/goddp/worker/data"
 )
 
 // deviceOpeners are the devices this binary can drive; the CUDA build adds "cuda"
 // (device_cuda.go).
-var deviceOpeners = map[string]func(localRank int) (model.Device, error){
-	"cpu": func(int) (model.Device, error) { return model.NewCPU(), nil },
+var deviceOpeners = map[string]func(localRank int) (tensor.Device, error){
+	"cpu": func(int) (tensor.Device, error) { return cpu.New(), nil },
 }
 
 // autoDevice picks the device for --device auto: "cpu" here; the CUDA build (device_cuda.go)
@@ -25,7 +27,7 @@ var autoDevice = func() string { return "cpu" }
 // OpenDevice opens the named device ("cpu", "cuda", or "auto": a GPU when this build has the CUDA
 // device and one is visible, else the CPU) for the worker with this LOCAL_RANK. "" is the CPU (the
 // library's default; ddptrain's --device defaults to auto).
-func OpenDevice(name string, localRank int) (model.Device, error) {
+func OpenDevice(name string, localRank int) (tensor.Device, error) {
 	switch name {
 	case "":
 		name = "cpu"
@@ -71,14 +73,14 @@ func loadData(cfg *Config) (train, eval data.Dataset, err error) {
 }
 
 // computeDType is the dtype of activations and the weight copy matmuls read.
-func computeDType(cfg *Config) model.DType {
+func computeDType(cfg *Config) tensor.DType {
 	if cfg.Precision == "fp16" {
-		return model.F16
+		return tensor.F16
 	}
-	return model.F32
+	return tensor.F32
 }
 
-func buildModel(dev model.Device, cfg *Config) (model.Model, error) {
+func buildModel(dev tensor.Device, cfg *Config) (model.Model, error) {
 	every, err := cfg.Model.CheckpointEvery()
 	if err != nil {
 		return nil, err
@@ -101,10 +103,10 @@ func buildModel(dev model.Device, cfg *Config) (model.Model, error) {
 }
 
 // printSettings logs the run's settings once, as an aligned table.
-func printSettings(cfg *Config, env Env, dev model.Device, ps *model.Params, total, perEpoch int, eng *ddp.Engine) {
+func printSettings(cfg *Config, env Env, dev tensor.Device, ps *model.Params, total, perEpoch int, eng *ddp.Engine) {
 	rows := [][2]string{
 		{"model", modelLine(cfg)},
-		{"parameters", fmt.Sprintf("%d (%s f32)", ps.N, model.FormatBytes(int64(ps.N)*4))},
+		{"parameters", fmt.Sprintf("%d (%s f32)", ps.N, tensor.FormatBytes(int64(ps.N)*4))},
 		{"precision", cfg.Precision},
 		{"device", dev.Name()},
 		{"world size", fmt.Sprint(env.WorldSize)},
@@ -137,7 +139,7 @@ func modelLine(cfg *Config) string {
 
 // checkLeaks fails when allocated memory is not back at the step's baseline, naming the tags of
 // the blocks still alive beyond it.
-func checkLeaks(dev model.Device, baseline int64, step int) error {
+func checkLeaks(dev tensor.Device, baseline int64, step int) error {
 	now := dev.Stats().Allocated
 	if now <= baseline {
 		return nil
@@ -148,11 +150,11 @@ func checkLeaks(dev model.Device, baseline int64, step int) error {
 	}
 	var names []string
 	for t, n := range tags {
-		names = append(names, fmt.Sprintf("%s (%s)", t, model.FormatBytes(n)))
+		names = append(names, fmt.Sprintf("%s (%s)", t, tensor.FormatBytes(n)))
 	}
 	sort.Strings(names)
 	return fmt.Errorf("worker: memory leak at step %d: %s allocated above the step's baseline; live blocks: %s",
-		step, model.FormatBytes(now-baseline), strings.Join(names, ", "))
+		step, tensor.FormatBytes(now-baseline), strings.Join(names, ", "))
 }
 
 // FormatSummary is the human line ddptrain prints at the end.
@@ -168,7 +170,7 @@ func FormatSummary(s *SummaryMetrics) string {
 		fmt.Fprintf(&b, "  %.0f samples/s", s.SamplesPerSec)
 	}
 	fmt.Fprintf(&b, "  peak mem %s  skipped %d  %s  world %d  %.1fs  param_sha256 %s",
-		model.FormatBytes(s.PeakMemoryBytes), s.SkippedSteps, s.Precision, s.WorldSize, s.WallSeconds, s.ParamSHA256)
+		tensor.FormatBytes(s.PeakMemoryBytes), s.SkippedSteps, s.Precision, s.WorldSize, s.WallSeconds, s.ParamSHA256)
 	if s.WorldSize > 1 {
 		fmt.Fprintf(&b, "  comm %.2fs (%.0f%% hidden)", s.CommSeconds, 100*s.CommHiddenFraction)
 	}
@@ -194,8 +196,8 @@ func buildOptimizer(cfg *Config, ps *model.Params) (Optimizer, error) {
 }
 
 // optimizerTensors are the optimizer's state tensors (broadcast from rank 0 after a resume).
-func optimizerTensors(o Optimizer) []*model.Tensor {
-	var ts []*model.Tensor
+func optimizerTensors(o Optimizer) []*tensor.Tensor {
+	var ts []*tensor.Tensor
 	for _, s := range o.State() {
 		ts = append(ts, s.T)
 	}
@@ -203,7 +205,7 @@ func optimizerTensors(o Optimizer) []*model.Tensor {
 }
 
 // buildScaler: dynamic loss scaling under fp16; a disabled scaler (scale 1) under fp32.
-func buildScaler(dev model.Device, cfg *Config) (*Scaler, error) {
+func buildScaler(dev tensor.Device, cfg *Config) (*Scaler, error) {
 	ls := cfg.LossScale
 	return model.NewScaler(dev, model.ScalerConfig{Enabled: cfg.Precision == "fp16", Init: float32(ls.Init),
 		Growth: float32(ls.GrowthFactor), Backoff: float32(ls.Backoff), Interval: ls.GrowthInterval, MinScale: float32(ls.Min)})

@@ -8,15 +8,16 @@ import (
 	"testing"
 
 	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 func ckptTensors(seed float32) (w, o []model.NamedTensor) {
 	w = []model.NamedTensor{
-		{Name: "fc1.weight", DType: model.F32, Shape: []int{2, 2}, Data: model.F32Bytes([]float32{seed, 2, 3, 4})},
-		{Name: "fc1.bias", DType: model.F32, Shape: []int{2}, Data: model.F32Bytes([]float32{-1, seed})},
+		{Name: "fc1.weight", DType: tensor.F32, Shape: []int{2, 2}, Data: model.F32Bytes([]float32{seed, 2, 3, 4})},
+		{Name: "fc1.bias", DType: tensor.F32, Shape: []int{2}, Data: model.F32Bytes([]float32{-1, seed})},
 	}
 	o = []model.NamedTensor{
-		{Name: "fc1.weight.m", DType: model.F32, Shape: []int{2, 2}, Data: model.F32Bytes([]float32{0.1, 0.2, 0.3, seed})},
+		{Name: "fc1.weight.m", DType: tensor.F32, Shape: []int{2, 2}, Data: model.F32Bytes([]float32{0.1, 0.2, 0.3, seed})},
 	}
 	return w, o
 }

@@ -6,20 +6,21 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/cuda"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // With the cuda build tag, --device cuda opens GPU LOCAL_RANK modulo the visible GPUs (so two
 // workers on a host with one GPU share it, each with its own context).
 func init() {
 	autoDevice = func() string {
-		if n, err := model.CUDADeviceCount(); err == nil && n > 0 {
+		if n, err := cuda.DeviceCount(); err == nil && n > 0 {
 			return "cuda"
 		}
 		return "cpu"
 	}
-	deviceOpeners["cuda"] = func(localRank int) (model.Device, error) {
-		n, err := model.CUDADeviceCount()
+	deviceOpeners["cuda"] = func(localRank int) (tensor.Device, error) {
+		n, err := cuda.DeviceCount()
 		if err != nil {
 			return nil, fmt.Errorf("worker: counting GPUs: %w", err)
 		}
@@ -30,6 +31,6 @@ func init() {
 		if localRank >= n {
 			slog.Info("more workers than GPUs: sharing", "local_rank", localRank, "gpu", ord, "gpus", n)
 		}
-		return model.NewCUDA(ord)
+		return cuda.New(ord)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"unsafe"
 
 	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/tensor"
 	"github.com/goddp/goddp/worker/data"
 )
 
@@ -11,32 +12,32 @@ import (
 // each upload points Inputs at views of the batch's real size (an eval tail can be smaller).
 type inputs struct {
 	model.Inputs
-	x, tokens, targets, pred *model.Tensor
+	x, tokens, targets, pred *tensor.Tensor
 	features, T              int
 	cap                      int
 	// async, when the device has one, uploads from the batch's (pinned) buffers without blocking
 	// (pinned.go); the batch must then stay unreleased until the device has passed the copy.
-	async func(dst *model.Tensor, src unsafe.Pointer)
+	async func(dst *tensor.Tensor, src unsafe.Pointer)
 }
 
-func newInputs(dev model.Device, cfg *Config, b int) *inputs {
+func newInputs(dev tensor.Device, cfg *Config, b int) *inputs {
 	in := &inputs{cap: b, async: asyncUploader(dev)}
 	if cfg.Model.Kind == "gpt" {
 		in.T = cfg.Model.Context
-		in.tokens = dev.Alloc(model.I32, "batch.tokens", b, in.T)
-		in.targets = dev.Alloc(model.I32, "batch.targets", b, in.T)
-		in.pred = dev.Alloc(model.I32, "batch.pred", b*in.T)
+		in.tokens = dev.Alloc(tensor.I32, "batch.tokens", b, in.T)
+		in.targets = dev.Alloc(tensor.I32, "batch.targets", b, in.T)
+		in.pred = dev.Alloc(tensor.I32, "batch.pred", b*in.T)
 	} else {
 		in.features = cfg.Model.Widths[0]
-		in.x = dev.Alloc(model.F32, "batch.x", b, in.features)
-		in.targets = dev.Alloc(model.I32, "batch.y", b)
-		in.pred = dev.Alloc(model.I32, "batch.pred", b)
+		in.x = dev.Alloc(tensor.F32, "batch.x", b, in.features)
+		in.targets = dev.Alloc(tensor.I32, "batch.y", b)
+		in.pred = dev.Alloc(tensor.I32, "batch.pred", b)
 	}
 	return in
 }
 
 // upload copies batch to the device and returns the number of targets (samples or tokens).
-func (in *inputs) upload(dev model.Device, b *data.Batch, seed uint64) int {
+func (in *inputs) upload(dev tensor.Device, b *data.Batch, seed uint64) int {
 	n := b.Size
 	in.Inputs = model.Inputs{Seed: seed}
 	if in.tokens != nil {
@@ -67,8 +68,8 @@ func (in *inputs) upload(dev model.Device, b *data.Batch, seed uint64) int {
 	return n
 }
 
-func (in *inputs) free(dev model.Device) {
-	for _, t := range []*model.Tensor{in.x, in.tokens, in.targets, in.pred} {
+func (in *inputs) free(dev tensor.Device) {
+	for _, t := range []*tensor.Tensor{in.x, in.tokens, in.targets, in.pred} {
 		if t != nil {
 			dev.Free(t)
 		}

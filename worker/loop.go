@@ -16,6 +16,7 @@ import (
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/ddp"
 	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/tensor"
 	"github.com/goddp/goddp/worker/data"
 )
 
@@ -154,7 +155,7 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 			return nil, err
 		}
 	}
-	if err := eng.BroadcastTensors(ctx, append([]*model.Tensor{ps.Data}, optimizerTensors(opt2)...)); err != nil {
+	if err := eng.BroadcastTensors(ctx, append([]*tensor.Tensor{ps.Data}, optimizerTensors(opt2)...)); err != nil {
 		return nil, err
 	}
 
@@ -222,7 +223,7 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 			if err != nil {
 				return nil, fmt.Errorf("worker: reading batch for step %d: %w", step, err)
 			}
-			in.upload(dev, batch, model.DeriveSeed(uint64(cfg.Seed), fmt.Sprint("drop", step, micro, env.Rank)))
+			in.upload(dev, batch, tensor.DeriveSeed(uint64(cfg.Seed), fmt.Sprint("drop", step, micro, env.Rank)))
 			dataWindow += time.Since(td)
 
 			t0 := trace.Now()
@@ -398,14 +399,14 @@ func totalSteps(cfg *Config, perEpoch int) int {
 	return byEpochs
 }
 
-func readFlag(dev model.Device, t *model.Tensor) bool {
+func readFlag(dev tensor.Device, t *tensor.Tensor) bool {
 	v := []float32{0}
 	dev.Download(v, t)
 	return v[0] != 0
 }
 
 // injectInf puts +Inf into the first gradient element (tests of the loss-scaler agreement).
-func injectInf(dev model.Device, ps *model.Params) {
+func injectInf(dev tensor.Device, ps *model.Params) {
 	g := ps.Grad.View(0, 1)
 	dev.Upload(g, []float32{float32(math.Inf(1))})
 }
@@ -417,7 +418,7 @@ type evalResult struct {
 }
 
 // evaluate runs the held-out set (sharded by rank) and averages over all ranks.
-func evaluate(ctx context.Context, m model.Model, dev model.Device, ds data.Dataset, cfg *Config, env Env, g *allreduce.Group) (evalResult, error) {
+func evaluate(ctx context.Context, m model.Model, dev tensor.Device, ds data.Dataset, cfg *Config, env Env, g *allreduce.Group) (evalResult, error) {
 	b := cfg.Train.MicroBatch
 	l, err := data.NewEvalLoader(ds, data.LoaderConfig{MicroBatch: b, Rank: env.Rank, World: env.WorldSize,
 		Workers: cfg.Data.Workers, Prefetch: cfg.Data.Prefetch, MaxBatches: cfg.Train.EvalBatches})

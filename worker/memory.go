@@ -5,19 +5,20 @@ import (
 	"strings"
 
 	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // memoryReport is --memory-report's breakdown of device memory after the first steps: where the
 // peak went, by kind, and the device's own summary.
-func memoryReport(dev model.Device, ps *model.Params, opt Optimizer) string {
+func memoryReport(dev tensor.Device, ps *model.Params, opt Optimizer) string {
 	st := dev.Stats()
 	var master, weights, grads, optState int64
-	grads = model.SizeClass(ps.Grad.Bytes())
+	grads = tensor.SizeClass(ps.Grad.Bytes())
 	if ps.Half != nil {
-		master = model.SizeClass(ps.Data.Bytes())
-		weights = model.SizeClass(ps.Half.Bytes())
+		master = tensor.SizeClass(ps.Data.Bytes())
+		weights = tensor.SizeClass(ps.Half.Bytes())
 	} else {
-		weights = model.SizeClass(ps.Data.Bytes())
+		weights = tensor.SizeClass(ps.Data.Bytes())
 	}
 	for _, s := range opt.State() {
 		optState += s.T.Bytes()
@@ -37,7 +38,7 @@ func memoryReport(dev model.Device, ps *model.Params, opt Optimizer) string {
 		if st.Peak > 0 {
 			pct = 100 * float64(v) / float64(st.Peak)
 		}
-		fmt.Fprintf(&b, "  %-34s %12s  %5.1f%% of peak\n", k, model.FormatBytes(v), pct)
+		fmt.Fprintf(&b, "  %-34s %12s  %5.1f%% of peak\n", k, tensor.FormatBytes(v), pct)
 	}
 	row("parameters (compute copy)", weights)
 	if master > 0 {
@@ -47,11 +48,11 @@ func memoryReport(dev model.Device, ps *model.Params, opt Optimizer) string {
 	row("optimizer state", optState)
 	row("input batch", batch)
 	row("activations + workspace at peak", activations)
-	fmt.Fprintf(&b, "  %-34s %12s\n", "peak allocated", model.FormatBytes(st.Peak))
-	fmt.Fprintf(&b, "  %-34s %12s\n", "fragmentation (reserved-allocated)", model.FormatBytes(st.Reserved-st.Allocated))
-	if gs, ok := dev.(model.GradStager); ok && gs.PinnedBytes() > 0 {
-		fmt.Fprintf(&b, "  %-34s %12s  (host, not device memory)\n", "pinned staging (ddp f16 gradients)", model.FormatBytes(gs.PinnedBytes()))
+	fmt.Fprintf(&b, "  %-34s %12s\n", "peak allocated", tensor.FormatBytes(st.Peak))
+	fmt.Fprintf(&b, "  %-34s %12s\n", "fragmentation (reserved-allocated)", tensor.FormatBytes(st.Reserved-st.Allocated))
+	if gs, ok := dev.(tensor.GradStager); ok && gs.PinnedBytes() > 0 {
+		fmt.Fprintf(&b, "  %-34s %12s  (host, not device memory)\n", "pinned staging (ddp f16 gradients)", tensor.FormatBytes(gs.PinnedBytes()))
 	}
-	b.WriteString(model.MemorySummary(dev))
+	b.WriteString(tensor.MemorySummary(dev))
 	return b.String()
 }

@@ -11,18 +11,20 @@ import (
 	"testing"
 
 	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/cpu"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // leakyModel allocates a block in every Backward and never frees it.
 type leakyModel struct {
 	model.Model
-	dev    model.Device
-	leaked []*model.Tensor
+	dev    tensor.Device
+	leaked []*tensor.Tensor
 }
 
 func (l *leakyModel) Backward(scale float32) {
 	l.Model.Backward(scale)
-	l.leaked = append(l.leaked, l.dev.Alloc(model.F32, "planted.leak", 1000))
+	l.leaked = append(l.leaked, l.dev.Alloc(tensor.F32, "planted.leak", 1000))
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -60,12 +62,12 @@ func TestMemoryPlot_writesPNG(t *testing.T) {
 }
 
 func TestMemTimeline_seriesByLayer(t *testing.T) {
-	dev := model.NewCPU()
-	base := dev.Alloc(model.F32, "params", 128)
+	dev := cpu.New()
+	base := dev.Alloc(tensor.F32, "params", 128)
 	tl := recordMemory(dev)
-	a := dev.Alloc(model.F32, "h.0.attn.q", 256)
-	c := dev.Alloc(model.F32, "h.0.mlp.fc", 128)
-	d := dev.Alloc(model.F16, "logits.chunk", 256)
+	a := dev.Alloc(tensor.F32, "h.0.attn.q", 256)
+	c := dev.Alloc(tensor.F32, "h.0.mlp.fc", 128)
+	d := dev.Alloc(tensor.F16, "logits.chunk", 256)
 	dev.Free(a)
 	dev.Free(d)
 	tl.stop()

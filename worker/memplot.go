@@ -1,7 +1,7 @@
 package worker
 
 // memplot.go: --memory-plot FILE.png, device memory over one training step. While the step runs,
-// the device reports every allocation and free (model.Observable); the plot has the allocated
+// the device reports every allocation and free (tensor.Observable); the plot has the allocated
 // total against the event number and, under it, the live bytes of each layer (tags grouped by
 // layer: "h.3.attn.q" → "h.3", "logits.chunk" → "logits"), so one sees the activations pile up
 // block by block in forward and drain in backward.
@@ -17,24 +17,24 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
-	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // memTimeline records a device's allocation events.
 type memTimeline struct {
-	dev    model.Device
+	dev    tensor.Device
 	start  int64 // allocated bytes before the first event
-	events []model.AllocEvent
+	events []tensor.AllocEvent
 }
 
 // recordMemory starts recording dev's allocation events (nil when the device cannot report them).
-func recordMemory(dev model.Device) *memTimeline {
-	obs, ok := dev.(model.Observable)
+func recordMemory(dev tensor.Device) *memTimeline {
+	obs, ok := dev.(tensor.Observable)
 	if !ok {
 		return nil
 	}
 	tl := &memTimeline{dev: dev, start: dev.Stats().Allocated}
-	obs.SetObserver(func(e model.AllocEvent) {
+	obs.SetObserver(func(e tensor.AllocEvent) {
 		e.Buffer = nil // the timeline keeps no blocks alive in the caller's mind
 		tl.events = append(tl.events, e)
 	})
@@ -44,7 +44,7 @@ func recordMemory(dev model.Device) *memTimeline {
 // stop ends the recording.
 func (tl *memTimeline) stop() {
 	if tl != nil {
-		tl.dev.(model.Observable).SetObserver(nil)
+		tl.dev.(tensor.Observable).SetObserver(nil)
 	}
 }
 

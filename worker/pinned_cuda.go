@@ -11,20 +11,21 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/cuda"
+	"github.com/goddp/goddp/model/tensor"
 	"github.com/goddp/goddp/worker/data"
 )
 
 func init() {
-	hostAllocators = append(hostAllocators, func(dev model.Device) data.Allocator {
-		c, ok := dev.(*model.CUDA)
+	hostAllocators = append(hostAllocators, func(dev tensor.Device) data.Allocator {
+		c, ok := dev.(*cuda.Device)
 		if !ok {
 			return nil
 		}
-		return &pinnedAllocator{dev: c, bufs: map[unsafe.Pointer]*model.Pinned{}}
+		return &pinnedAllocator{dev: c, bufs: map[unsafe.Pointer]*cuda.Pinned{}}
 	})
-	asyncUploaders = append(asyncUploaders, func(dev model.Device) func(dst *model.Tensor, src unsafe.Pointer) {
-		c, ok := dev.(*model.CUDA)
+	asyncUploaders = append(asyncUploaders, func(dev tensor.Device) func(dst *tensor.Tensor, src unsafe.Pointer) {
+		c, ok := dev.(*cuda.Device)
 		if !ok {
 			return nil
 		}
@@ -35,9 +36,9 @@ func init() {
 // pinnedAllocator hands out batch buffers from cuMemHostAlloc. Safe for concurrent use (the
 // loader's workers allocate).
 type pinnedAllocator struct {
-	dev  *model.CUDA
+	dev  *cuda.Device
 	mu   sync.Mutex
-	bufs map[unsafe.Pointer]*model.Pinned
+	bufs map[unsafe.Pointer]*cuda.Pinned
 }
 
 func (a *pinnedAllocator) alloc(bytes int) unsafe.Pointer {

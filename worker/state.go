@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/tensor"
 	"github.com/goddp/goddp/worker/data"
 )
 
@@ -76,7 +77,7 @@ func (s *runState) restore(path string, cfg *Config, ps *model.Params, opt Optim
 		byName[t.Name] = t
 	}
 	type load struct {
-		t    *model.Tensor
+		t    *tensor.Tensor
 		vals []float32
 	}
 	var loads []load
@@ -118,12 +119,12 @@ func (s *runState) restore(path string, cfg *Config, ps *model.Params, opt Optim
 	return nil
 }
 
-func tensorToNamed(name string, t *model.Tensor) model.NamedTensor {
-	return model.NamedTensor{Name: name, DType: model.F32, Shape: append([]int(nil), t.Shape()...), Data: model.F32Bytes(model.ToHost(t))}
+func tensorToNamed(name string, t *tensor.Tensor) model.NamedTensor {
+	return model.NamedTensor{Name: name, DType: tensor.F32, Shape: append([]int(nil), t.Shape()...), Data: model.F32Bytes(tensor.ToHost(t))}
 }
 
-func namedToF32(nt model.NamedTensor, want *model.Tensor) ([]float32, error) {
-	if nt.DType != model.F32 {
+func namedToF32(nt model.NamedTensor, want *tensor.Tensor) ([]float32, error) {
+	if nt.DType != tensor.F32 {
 		return nil, fmt.Errorf("tensor %q is %s, want f32", nt.Name, nt.DType)
 	}
 	n := 1

@@ -1,5 +1,0 @@
-//go:build !amd64
-
-package model
-
-var gemmKernels = []namedKernel{{"go", gemmKernGo}}

@@ -1,0 +1,26 @@
+// Package cuda is goddp's NVIDIA GPU device, built with the cuda build tag (make cuda; without the
+// tag this package is only this comment). Every operation of tensor.Device is enqueued on one
+// compute stream in call order, so it returns before the GPU is done; only Download, DownloadI32,
+// Sync and a Fence's Wait wait.
+//
+//	cuda.go             Device, New, Close; memory (the embedded tensor.Pool over cuMemAlloc),
+//	                    host transfers, pinned host memory (Pinned, CopyToPinned, CopyFromPinned),
+//	                    kernel launches, profiling by events (ProfileStart, ProfileStop)
+//	count.go            DeviceCount
+//	ops.go              the operations other than matrix products, and AdamWRuns (tensor.MultiAdamW)
+//	blas.go             MatMul and BatchedMatMul through cuBLAS (cublasGemmEx, f32 compute)
+//	kernels.go          the kernels as CUDA C, compiled by NVRTC at first use and cached on disk
+//	                    (KernelCacheDir)
+//	flash.go            fused causal attention (flash_kernels.go: mma.sync, head size 64, f16)
+//	staging.go          tensor.GradStager: gradient buckets through f16 device buffers and pinned
+//	                    memory on streams of their own (staging_kernels.go)
+//	upload_async.go     UploadAsync, a copy-stream upload the compute stream waits for by event
+//	fence.go            Fence: an event recorded on the compute stream (events recycled)
+//	cudadrv/            the small cgo layer: streams, events, memory, launches, two cuBLAS calls
+//	cudacompat/         a cuda.h that lets gorgonia.org/cu v0.9.6 build against CUDA 13
+//	                    (scripts/cuda-env.sh puts it first on the include path)
+//
+// It imports only model/tensor, model/half and cudadrv (and gorgonia.org/cu for the device, the
+// context and NVRTC). The tests compare every operation with the CPU device (model/cpu) as the
+// reference; the models' GPU tests are package model's cuda-tagged tests.
+package cuda

@@ -1,0 +1,85 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"os"
+
+	"github.com/goddp/goddp/model/cuda/cudadrv"
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// Fused causal attention on the GPU (kernels in flash_kernels.go): head size 64, f16, compute
+// capability 8.0 or later (mma.sync). GODDP_FLASH=0 in the environment turns the fused path off
+// (FlashAttentionFast is then false, so layers choosing automatically materialise the scores).
+
+// loadFlash compiles and loads the fused attention module when the device can run it.
+func (d *Device) loadFlash() error {
+	if d.major < 8 || os.Getenv("GODDP_FLASH") == "0" {
+		return nil
+	}
+	arch := fmt.Sprintf("compute_%d%d", d.major, d.minor)
+	ptx, err := compileCached(flashKernelSource, []string{"--gpu-architecture=" + arch, "-default-device", "--std=c++17"})
+	if err != nil {
+		return err
+	}
+	if d.flashM, err = cudadrv.LoadPTX(ptx); err != nil {
+		return fmt.Errorf("cuda: loading the attention kernels' PTX: %w", err)
+	}
+	for _, m := range kernelNameRE.FindAllStringSubmatch(flashKernelSource, -1) {
+		f, err := d.flashM.Function(m[1])
+		if err != nil {
+			return fmt.Errorf("cuda: %w", err)
+		}
+		d.fns[m[1]] = f
+	}
+	d.flash = true
+	return nil
+}
+
+func (d *Device) FlashAttentionFast(hs int, dt tensor.DType) bool {
+	return d.flash && hs == 64 && dt == tensor.F16
+}
+
+// flashCheck panics unless the fused kernels apply to these tensors.
+func (d *Device) flashCheck(op string, hs int, ts ...*tensor.Tensor) {
+	if !d.FlashAttentionFast(hs, tensor.F16) {
+		panic(fmt.Sprintf("cuda: %s needs head size 64 on compute capability ≥ 8.0 (have head size %d, sm_%d%d, fused kernels loaded: %v)",
+			op, hs, d.major, d.minor, d.flash))
+	}
+	for _, t := range ts {
+		if t.DType() != tensor.F16 || dptr(t)%16 != 0 {
+			panic(fmt.Sprintf("cuda: %s wants 16-byte aligned f16 tensors, got %s", op, t))
+		}
+	}
+}
+
+func (d *Device) FlashAttention(y, lse, qkv *tensor.Tensor, heads int, scale float32) {
+	B, T, _, hs := tensor.FlashDims("FlashAttention", y, lse, qkv, heads)
+	d.flashCheck("FlashAttention", hs, y, qkv)
+	if B*T == 0 {
+		return
+	}
+	d.launch("k_flash_fwd", [3]int{(T + 63) / 64, B * heads, 1}, [3]int{128, 1, 1}, 0,
+		ptra(y), ptra(lse), ptra(qkv), i32a(T), i32a(heads), f32a(scale*math.Log2E))
+}
+
+func (d *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, heads int, scale float32) {
+	B, T, _, hs := tensor.FlashDims("FlashAttentionBackward", y, lse, qkv, heads)
+	if !tensor.SameShape(dqkv, qkv) || !tensor.SameShape(dy, y) {
+		panic(fmt.Sprintf("cuda: FlashAttentionBackward: dqkv %s / qkv %s, dy %s / y %s", dqkv, qkv, dy, y))
+	}
+	d.flashCheck("FlashAttentionBackward", hs, dqkv, dy, qkv, y)
+	if B*T == 0 {
+		return
+	}
+	delta := d.Alloc(tensor.F32, "attn.flash.delta", B, heads, T)
+	d.launch1("k_flash_bwd_delta", B*T*heads, ptra(delta), ptra(dy), ptra(y), i32a(T), i32a(heads), u64a(uint64(B*T*heads)))
+	grid := [3]int{(T + 63) / 64, B * heads, 1}
+	args := []uint64{ptra(dqkv), ptra(qkv), ptra(dy), ptra(lse), ptra(delta), i32a(T), i32a(heads), f32a(scale)}
+	d.launch("k_flash_bwd_dkdv", grid, [3]int{128, 1, 1}, 0, args...)
+	d.launch("k_flash_bwd_dq", grid, [3]int{128, 1, 1}, 0, args...)
+	d.Free(delta)
+}

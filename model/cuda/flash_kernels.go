@@ -1,0 +1,451 @@
+//go:build cuda
+
+package cuda
+
+// flashKernelSource is fused causal attention for head size 64 in f16 with f32 accumulation on
+// the tensor cores (mma.sync m16n8k16, sm_80 and later), compiled by NVRTC into its own module
+// (flash.go). Nothing of size T×T is ever stored: the forward keeps each row's log-sum-exp,
+// the backward recomputes the probabilities from it (FlashAttention-2's scheme, written here from
+// the algorithm, not from its code).
+//
+// Layout: q, k, v are read straight from the QKV projection's output (B,T,3C) — head h's q at
+// column h·64, k at C + h·64, v at 2C + h·64 — and y is written straight to (B,T,C) with heads
+// side by side, so no split, merge or permute kernels run. The backward writes dq, dk, dv into
+// dqkv (B,T,3C) the same way.
+//
+// Tiles: a block of 4 warps owns 64 rows (queries in the forward and dq kernels, keys in the dk/dv
+// kernel); each warp owns 16 of them and holds its operand rows as mma A fragments in registers.
+// The other side streams through shared memory in tiles of 64 rows, rows padded to 72 halves so the
+// fragment loads are free of bank conflicts, double-buffered: cp.async fetches tile i+1 while the
+// warps compute on tile i. Fragments come out of shared memory with ldmatrix, and with
+// ldmatrix.trans where the product needs a tile with its contraction index along the other axis
+// (V in P·V, dO in Pᵀ·dO, Q in dSᵀ·Q, K in dS·K), so every tile is stored once, as it is in memory.
+//
+// mma.sync.m16n8k16 fragments (PTX ISA), g = lane/4, t = lane%4:
+//
+//	A (16×16, row major): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
+//	B (16×8, k × n):      b0 = (k 2t..2t+1, n g), b1 = (k 2t+8.., n g)
+//	C (16×8 f32):         c0,c1 = (g, 2t..2t+1), c2,c3 = (g+8, 2t..2t+1)
+//
+// so the C fragments of two adjacent 16×8 score tiles are, packed to f16 pairs, exactly the A
+// fragment of the 16×16 probability block the next product needs: P never leaves the registers.
+//
+// Softmax runs in base 2: scores are multiplied by scale·log2(e) and exponentiated with exp2f; the
+// stored log-sum-exp is converted back to natural log (the CPU reference's convention).
+const flashKernelSource = `
+typedef unsigned short half_t;
+typedef unsigned int u32;
+#define INF __int_as_float(0x7f800000)
+#define HS 64
+#define LDS 72
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
+__device__ __forceinline__ float h2f(half_t h) { float f; asm("{cvt.f32.f16 %0, %1;}" : "=f"(f) : "h"(h)); return f; }
+__device__ __forceinline__ half_t f2h(float f) { half_t h; asm("{cvt.rn.f16.f32 %0, %1;}" : "=h"(h) : "f"(f)); return h; }
+__device__ __forceinline__ u32 pack2(float lo, float hi) { return (u32)f2h(lo) | ((u32)f2h(hi) << 16); }
+__device__ __forceinline__ u32 smem(const void* p) {
+	u32 a;
+	asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+	return a;
+}
+
+__device__ __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) {
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+		: "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		: "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// load_async starts copying 64 rows of 64 halves (row stride ld halves) into s[64][LDS]; rows
+// ≥ nvalid are zero-filled (cp.async with source size 0). Completes at cp_wait.
+__device__ __forceinline__ void load_async(half_t* s, const half_t* g, long ld, int nvalid) {
+	for (int i = threadIdx.x; i < 512; i += 128) {
+		int r = i >> 3, c = (i & 7) * 8;
+		int n = r < nvalid ? 16 : 0;
+		const half_t* src = r < nvalid ? g + r * ld + c : g;
+		asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem(s + r * LDS + c)), "l"(src), "r"(n) : "memory");
+	}
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_wait0() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+__device__ __forceinline__ void ldsm4(u32* r, const half_t* p) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		: "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem(p)) : "memory");
+}
+__device__ __forceinline__ void ldsm4t(u32* r, const half_t* p) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		: "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem(p)) : "memory");
+}
+
+// Lane l of ldmatrix.x4 addresses row l%8 of 8×8 matrix l/8.
+// ldA: the A fragment of rows row0..+15, columns k0..+15 of a [rows][LDS] tile.
+__device__ __forceinline__ void ldA(u32* a, const half_t* s, int row0, int k0, int lane) {
+	ldsm4(a, s + (row0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LDS + k0 + (lane >> 4) * 8);
+}
+// ldB2: B fragments (k0..+15) × (n0..+7) in b[0..1] and × (n0+8..+15) in b[2..3], from a tile
+// stored [n][k].
+__device__ __forceinline__ void ldB2(u32* b, const half_t* s, int n0, int k0, int lane) {
+	ldsm4(b, s + (n0 + (lane >> 4) * 8 + (lane & 7)) * LDS + k0 + ((lane >> 3) & 1) * 8);
+}
+// ldB2t: the same fragments from a tile stored [k][n] (transposed by ldmatrix.trans).
+__device__ __forceinline__ void ldB2t(u32* b, const half_t* s, int k0, int n0, int lane) {
+	ldsm4t(b, s + (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LDS + n0 + (lane >> 4) * 8);
+}
+
+// pa: the A fragment (16 rows × 16 columns kk·16..) from the C fragments of 16×8 tiles 2kk, 2kk+1.
+__device__ __forceinline__ void pa(u32* a, float (*x)[4], int kk) {
+	a[0] = pack2(x[2 * kk][0], x[2 * kk][1]);
+	a[1] = pack2(x[2 * kk][2], x[2 * kk][3]);
+	a[2] = pack2(x[2 * kk + 1][0], x[2 * kk + 1][1]);
+	a[3] = pack2(x[2 * kk + 1][2], x[2 * kk + 1][3]);
+}
+
+// acc16x64 += A (16×64, four A fragments) · tile, where tile is stored [n][k] (64 n × 64 k).
+__device__ __forceinline__ void mm_nk(float (*acc)[4], u32 (*a)[4], const half_t* tile, int lane) {
+	#pragma unroll
+	for (int j = 0; j < 4; j++)
+		#pragma unroll
+		for (int kk = 0; kk < 4; kk++) {
+			u32 b[4];
+			ldB2(b, tile, j * 16, kk * 16, lane);
+			mma(acc[2 * j], a[kk], b[0], b[1]);
+			mma(acc[2 * j + 1], a[kk], b[2], b[3]);
+		}
+}
+
+// acc16x64 += P (16×64, as C fragments x) · tile, where tile is stored [k][n] (64 k × 64 n).
+__device__ __forceinline__ void mm_pkn(float (*acc)[4], float (*x)[4], const half_t* tile, int lane) {
+	#pragma unroll
+	for (int kk = 0; kk < 4; kk++) {
+		u32 a[4];
+		pa(a, x, kk);
+		#pragma unroll
+		for (int n2 = 0; n2 < 4; n2++) {
+			u32 b[4];
+			ldB2t(b, tile, kk * 16, n2 * 16, lane);
+			mma(acc[2 * n2], a, b[0], b[1]);
+			mma(acc[2 * n2 + 1], a, b[2], b[3]);
+		}
+	}
+}
+
+__device__ __forceinline__ void zero8x4(float (*x)[4]) {
+	#pragma unroll
+	for (int n = 0; n < 8; n++) { x[n][0] = 0.f; x[n][1] = 0.f; x[n][2] = 0.f; x[n][3] = 0.f; }
+}
+
+extern "C" {
+
+// k_flash_fwd: grid (⌈T/64⌉, B·H), 128 threads. y (B,T,C) f16, lse (B,H,T) f32 natural log.
+// sl2 = scale·log2(e).
+__global__ void __launch_bounds__(128) k_flash_fwd(half_t* __restrict__ y, float* __restrict__ lse,
+		const half_t* __restrict__ qkv, int T, int H, float sl2) {
+	__shared__ __align__(16) half_t sK[2][64 * LDS];
+	__shared__ __align__(16) half_t sV[2][64 * LDS];
+	int qt = gridDim.x - 1 - blockIdx.x; // the longest (most key tiles) first
+	int bh = blockIdx.y, b = bh / H, h = bh % H;
+	int C = H * HS;
+	long ld = 3L * C;
+	const half_t* base = qkv + (long)b * T * ld + h * HS;
+	int q0 = qt * 64;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
+	int r0 = q0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
+
+	load_async(sK[1], base + (long)q0 * ld, ld, min(64, T - q0)); // q, into the second buffer
+	load_async(sK[0], base + C, ld, min(64, T));
+	load_async(sV[0], base + 2 * C, ld, min(64, T));
+	cp_commit();
+	cp_wait0();
+	__syncthreads();
+	u32 qa[4][4];
+	#pragma unroll
+	for (int kk = 0; kk < 4; kk++) ldA(qa[kk], sK[1], warp * 16, kk * 16, lane);
+	__syncthreads();
+
+	float o[8][4];
+	zero8x4(o);
+	float m0 = -INF, m1 = -INF, l0 = 0.f, l1 = 0.f;
+
+	for (int kt = 0; kt <= qt; kt++) {
+		int cur = kt & 1;
+		if (kt < qt) {
+			int k1 = (kt + 1) * 64;
+			load_async(sK[cur ^ 1], base + C + (long)k1 * ld, ld, min(64, T - k1));
+			load_async(sV[cur ^ 1], base + 2 * C + (long)k1 * ld, ld, min(64, T - k1));
+			cp_commit();
+			cp_wait1();
+		} else {
+			cp_wait0();
+		}
+		__syncthreads();
+
+		float s[8][4];
+		zero8x4(s);
+		mm_nk(s, qa, sK[cur], lane);
+		int k0 = kt * 64;
+		float mx0 = -INF, mx1 = -INF;
+		bool diag = kt == qt;
+		#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				int key = k0 + j * 8 + t4 * 2 + (i & 1);
+				float v = s[j][i] * sl2;
+				if (diag && key > (i < 2 ? r0 : r1)) v = -INF;
+				s[j][i] = v;
+			}
+			mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
+			mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+		}
+		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
+		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
+		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
+		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
+		// Key 0 is in tile 0 and never masked, so the running max is finite from the first tile on.
+		float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+		float a0 = exp2f(m0 - mn0), a1 = exp2f(m1 - mn1);
+		m0 = mn0; m1 = mn1;
+		float ps0 = 0.f, ps1 = 0.f;
+		#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			s[j][0] = exp2f(s[j][0] - m0); s[j][1] = exp2f(s[j][1] - m0);
+			s[j][2] = exp2f(s[j][2] - m1); s[j][3] = exp2f(s[j][3] - m1);
+			ps0 += s[j][0] + s[j][1];
+			ps1 += s[j][2] + s[j][3];
+		}
+		l0 = l0 * a0 + ps0;
+		l1 = l1 * a1 + ps1;
+		#pragma unroll
+		for (int n = 0; n < 8; n++) { o[n][0] *= a0; o[n][1] *= a0; o[n][2] *= a1; o[n][3] *= a1; }
+		mm_pkn(o, s, sV[cur], lane);
+		__syncthreads(); // every warp is done with this buffer before the next prefetch refills it
+	}
+	l0 += __shfl_xor_sync(0xffffffff, l0, 1);
+	l0 += __shfl_xor_sync(0xffffffff, l0, 2);
+	l1 += __shfl_xor_sync(0xffffffff, l1, 1);
+	l1 += __shfl_xor_sync(0xffffffff, l1, 2);
+	float i0 = 1.f / l0, i1 = 1.f / l1;
+	half_t* yb = y + (long)b * T * C + h * HS + t4 * 2;
+	if (r0 < T) {
+		#pragma unroll
+		for (int n = 0; n < 8; n++) *(u32*)(yb + (long)r0 * C + n * 8) = pack2(o[n][0] * i0, o[n][1] * i0);
+		if (t4 == 0) lse[(long)bh * T + r0] = (m0 + log2f(l0)) * LN2;
+	}
+	if (r1 < T) {
+		#pragma unroll
+		for (int n = 0; n < 8; n++) *(u32*)(yb + (long)r1 * C + n * 8) = pack2(o[n][2] * i1, o[n][3] * i1);
+		if (t4 == 0) lse[(long)bh * T + r1] = (m1 + log2f(l1)) * LN2;
+	}
+}
+
+// k_flash_bwd_delta: delta (B,H,T) f32 = Σ_d dy·y per row and head (dy, y (B,T,C) f16). n = B·T·H.
+__global__ void k_flash_bwd_delta(float* __restrict__ delta, const half_t* __restrict__ dy,
+		const half_t* __restrict__ y, int T, int H, long n) {
+	long stride = (long)gridDim.x * blockDim.x;
+	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += stride) {
+		int h = (int)(i % H);
+		long bt = i / H;
+		const uint4* a = (const uint4*)(dy + bt * H * HS + h * HS);
+		const uint4* c = (const uint4*)(y + bt * H * HS + h * HS);
+		float s = 0.f;
+		#pragma unroll
+		for (int k = 0; k < 8; k++) {
+			uint4 u = a[k], v = c[k];
+			const half_t* hu = (const half_t*)&u;
+			const half_t* hv = (const half_t*)&v;
+			#pragma unroll
+			for (int j = 0; j < 8; j++) s += h2f(hu[j]) * h2f(hv[j]);
+		}
+		long b = bt / T, t = bt % T;
+		delta[(b * H + h) * T + t] = s;
+	}
+}
+
+// k_flash_bwd_dkdv: grid (⌈T/64⌉ key tiles, B·H), 128 threads; warp w owns keys k0+16w…+15 and
+// accumulates their dk, dv over the query tiles at and below the diagonal. Writes dk, dv into dqkv.
+__global__ void __launch_bounds__(128) k_flash_bwd_dkdv(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
+		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
+		int T, int H, float scale) {
+	__shared__ __align__(16) half_t sQ[2][64 * LDS];
+	__shared__ __align__(16) half_t sO[2][64 * LDS];
+	__shared__ float sL[2][64], sD[2][64];
+	int kt = blockIdx.x, bh = blockIdx.y, b = bh / H, h = bh % H;
+	int C = H * HS, nt = (T + 63) / 64;
+	long ld = 3L * C;
+	const half_t* base = qkv + (long)b * T * ld + h * HS;
+	const half_t* dyb = dy + (long)b * T * C + h * HS;
+	int k0 = kt * 64;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
+	int kr0 = k0 + warp * 16 + (lane >> 2), kr1 = kr0 + 8;
+	float sl2 = scale * LOG2E;
+
+	// k and v into the second buffers; the first query tile (the diagonal one) into the first.
+	load_async(sQ[1], base + C + (long)k0 * ld, ld, min(64, T - k0));
+	load_async(sO[1], base + 2 * C + (long)k0 * ld, ld, min(64, T - k0));
+	load_async(sQ[0], base + (long)k0 * ld, ld, min(64, T - k0));
+	load_async(sO[0], dyb + (long)k0 * C, C, min(64, T - k0));
+	cp_commit();
+	if (threadIdx.x < 64) {
+		int q = k0 + threadIdx.x;
+		sL[0][threadIdx.x] = q < T ? lse[(long)bh * T + q] * LOG2E : INF;
+		sD[0][threadIdx.x] = q < T ? delta[(long)bh * T + q] : 0.f;
+	}
+	cp_wait0();
+	__syncthreads();
+	u32 ka[4][4], va[4][4];
+	#pragma unroll
+	for (int kk = 0; kk < 4; kk++) {
+		ldA(ka[kk], sQ[1], warp * 16, kk * 16, lane);
+		ldA(va[kk], sO[1], warp * 16, kk * 16, lane);
+	}
+	__syncthreads();
+	float dk[8][4], dv[8][4];
+	zero8x4(dk);
+	zero8x4(dv);
+
+	for (int qt = kt; qt < nt; qt++) {
+		int cur = (qt - kt) & 1, q0 = qt * 64;
+		if (qt + 1 < nt) {
+			int q1 = q0 + 64, nv = min(64, T - q1);
+			load_async(sQ[cur ^ 1], base + (long)q1 * ld, ld, nv);
+			load_async(sO[cur ^ 1], dyb + (long)q1 * C, C, nv);
+			cp_commit();
+			if (threadIdx.x < 64) {
+				int q = q1 + threadIdx.x;
+				sL[cur ^ 1][threadIdx.x] = q < T ? lse[(long)bh * T + q] * LOG2E : INF;
+				sD[cur ^ 1][threadIdx.x] = q < T ? delta[(long)bh * T + q] : 0.f;
+			}
+			cp_wait1();
+		} else {
+			cp_wait0();
+		}
+		__syncthreads();
+
+		// Sᵀ = K·Qᵀ (16 keys × 64 queries per warp), then Pᵀ.
+		float st[8][4];
+		zero8x4(st);
+		mm_nk(st, ka, sQ[cur], lane);
+		bool diag = qt == kt;
+		#pragma unroll
+		for (int j = 0; j < 8; j++)
+			#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				int c = j * 8 + t4 * 2 + (i & 1);
+				float p = exp2f(st[j][i] * sl2 - sL[cur][c]);
+				if (diag && q0 + c < (i < 2 ? kr0 : kr1)) p = 0.f;
+				st[j][i] = p;
+			}
+		// dV += Pᵀ·dO
+		mm_pkn(dv, st, sO[cur], lane);
+		// dPᵀ = V·dOᵀ; dSᵀ = Pᵀ∘(dPᵀ − delta)
+		float dp[8][4];
+		zero8x4(dp);
+		mm_nk(dp, va, sO[cur], lane);
+		#pragma unroll
+		for (int j = 0; j < 8; j++)
+			#pragma unroll
+			for (int i = 0; i < 4; i++) st[j][i] *= dp[j][i] - sD[cur][j * 8 + t4 * 2 + (i & 1)];
+		// dK += dSᵀ·Q
+		mm_pkn(dk, st, sQ[cur], lane);
+		__syncthreads();
+	}
+	half_t* out = dqkv + (long)b * T * ld + h * HS + t4 * 2;
+	if (kr0 < T) {
+		#pragma unroll
+		for (int n = 0; n < 8; n++) {
+			*(u32*)(out + (long)kr0 * ld + C + n * 8) = pack2(dk[n][0] * scale, dk[n][1] * scale);
+			*(u32*)(out + (long)kr0 * ld + 2 * C + n * 8) = pack2(dv[n][0], dv[n][1]);
+		}
+	}
+	if (kr1 < T) {
+		#pragma unroll
+		for (int n = 0; n < 8; n++) {
+			*(u32*)(out + (long)kr1 * ld + C + n * 8) = pack2(dk[n][2] * scale, dk[n][3] * scale);
+			*(u32*)(out + (long)kr1 * ld + 2 * C + n * 8) = pack2(dv[n][2], dv[n][3]);
+		}
+	}
+}
+
+// k_flash_bwd_dq: grid (⌈T/64⌉ query tiles, B·H), 128 threads; warp w owns queries q0+16w…+15
+// and accumulates their dq over the key tiles at and below the diagonal. Writes dq into dqkv.
+__global__ void __launch_bounds__(128) k_flash_bwd_dq(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
+		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
+		int T, int H, float scale) {
+	__shared__ __align__(16) half_t sK[2][64 * LDS];
+	__shared__ __align__(16) half_t sV[2][64 * LDS];
+	int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / H, h = bh % H;
+	int C = H * HS;
+	long ld = 3L * C;
+	const half_t* base = qkv + (long)b * T * ld + h * HS;
+	const half_t* dyb = dy + (long)b * T * C + h * HS;
+	int q0 = qt * 64;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
+	int r0 = q0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
+	float sl2 = scale * LOG2E;
+
+	load_async(sK[1], base + (long)q0 * ld, ld, min(64, T - q0)); // q
+	load_async(sV[1], dyb + (long)q0 * C, C, min(64, T - q0));    // dO
+	load_async(sK[0], base + C, ld, min(64, T));
+	load_async(sV[0], base + 2 * C, ld, min(64, T));
+	cp_commit();
+	cp_wait0();
+	__syncthreads();
+	u32 qa[4][4], oa[4][4];
+	#pragma unroll
+	for (int kk = 0; kk < 4; kk++) {
+		ldA(qa[kk], sK[1], warp * 16, kk * 16, lane);
+		ldA(oa[kk], sV[1], warp * 16, kk * 16, lane);
+	}
+	__syncthreads();
+	float L0 = r0 < T ? lse[(long)bh * T + r0] * LOG2E : 0.f, L1 = r1 < T ? lse[(long)bh * T + r1] * LOG2E : 0.f;
+	float D0 = r0 < T ? delta[(long)bh * T + r0] : 0.f, D1 = r1 < T ? delta[(long)bh * T + r1] : 0.f;
+	float dq[8][4];
+	zero8x4(dq);
+
+	for (int kt = 0; kt <= qt; kt++) {
+		int cur = kt & 1, k0 = kt * 64;
+		if (kt < qt) {
+			int k1 = k0 + 64, nv = min(64, T - k1);
+			load_async(sK[cur ^ 1], base + C + (long)k1 * ld, ld, nv);
+			load_async(sV[cur ^ 1], base + 2 * C + (long)k1 * ld, ld, nv);
+			cp_commit();
+			cp_wait1();
+		} else {
+			cp_wait0();
+		}
+		__syncthreads();
+
+		float s[8][4], dp[8][4];
+		zero8x4(s);
+		zero8x4(dp);
+		mm_nk(s, qa, sK[cur], lane);
+		mm_nk(dp, oa, sV[cur], lane);
+		bool diag = kt == qt;
+		#pragma unroll
+		for (int j = 0; j < 8; j++)
+			#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				int key = k0 + j * 8 + t4 * 2 + (i & 1);
+				float p = exp2f(s[j][i] * sl2 - (i < 2 ? L0 : L1));
+				if (diag && key > (i < 2 ? r0 : r1)) p = 0.f;
+				s[j][i] = p * (dp[j][i] - (i < 2 ? D0 : D1));
+			}
+		// dQ += dS·K
+		mm_pkn(dq, s, sK[cur], lane);
+		__syncthreads();
+	}
+	half_t* out = dqkv + (long)b * T * ld + h * HS + t4 * 2;
+	if (r0 < T) {
+		#pragma unroll
+		for (int n = 0; n < 8; n++) *(u32*)(out + (long)r0 * ld + n * 8) = pack2(dq[n][0] * scale, dq[n][1] * scale);
+	}
+	if (r1 < T) {
+		#pragma unroll
+		for (int n = 0; n < 8; n++) *(u32*)(out + (long)r1 * ld + n * 8) = pack2(dq[n][2] * scale, dq[n][3] * scale);
+	}
+}
+
+} // extern "C"
+`

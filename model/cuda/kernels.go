@@ -1,0 +1,862 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/goddp/goddp/model/cuda/cudadrv"
+	"gorgonia.org/cu/nvrtc"
+)
+
+// The kernels are CUDA C in kernelSource, compiled by NVRTC for the device's architecture the
+// first time a process needs them and cached on disk as PTX under
+// $XDG_CACHE_HOME/goddp/kernels (default ~/.cache/goddp/kernels), named by the sha256 of the
+// source, the options and the architecture. Half values are handled as their 16 bits with PTX cvt
+// instructions, so no header is needed. Most kernels take a dtype code per floating tensor
+// (0 f32, 1 f16: DType's values) and branch on it; the branch is uniform across a launch.
+
+const kernelSource = `
+typedef unsigned short half_t;
+typedef unsigned long long u64;
+#define INF __int_as_float(0x7f800000)
+
+__device__ __forceinline__ float h2f(half_t h) { float f; asm("{cvt.f32.f16 %0, %1;}" : "=f"(f) : "h"(h)); return f; }
+__device__ __forceinline__ half_t f2h(float f) { half_t h; asm("{cvt.rn.f16.f32 %0, %1;}" : "=h"(h) : "f"(f)); return h; }
+__device__ __forceinline__ float ld(const void* p, int dt, long i) {
+	return dt == 0 ? ((const float*)p)[i] : h2f(((const half_t*)p)[i]);
+}
+__device__ __forceinline__ void st(void* p, int dt, long i, float v) {
+	if (dt == 0) ((float*)p)[i] = v; else ((half_t*)p)[i] = f2h(v);
+}
+__device__ __forceinline__ float warpSum(float v) {
+	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+	return v;
+}
+__device__ __forceinline__ double warpSumD(double v) {
+	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+	return v;
+}
+__device__ __forceinline__ float warpMax(float v) {
+	for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
+	return v;
+}
+// blockSum: sum over the block (blockDim.x a multiple of 32, at most 1024). All threads get it.
+__device__ float blockSum(float v) {
+	__shared__ float sh[32];
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	v = warpSum(v);
+	__syncthreads();
+	if (lane == 0) sh[w] = v;
+	__syncthreads();
+	v = lane < nw ? sh[lane] : 0.f;
+	return warpSum(v);
+}
+__device__ double blockSumD(double v) {
+	__shared__ double shd[32];
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	v = warpSumD(v);
+	__syncthreads();
+	if (lane == 0) shd[w] = v;
+	__syncthreads();
+	v = lane < nw ? shd[lane] : 0.0;
+	return warpSumD(v);
+}
+// Online softmax statistics: running max m and sum s of exp(x - m).
+__device__ __forceinline__ void omerge(float& m, float& s, float m2, float s2) {
+	float M = fmaxf(m, m2);
+	float a = m == -INF ? 0.f : s * expf(m - M);
+	float b = m2 == -INF ? 0.f : s2 * expf(m2 - M);
+	m = M; s = a + b;
+}
+__device__ void blockMaxSum(float& m, float& s) {
+	__shared__ float shm[32], shs[32];
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	for (int o = 16; o > 0; o >>= 1) {
+		float m2 = __shfl_xor_sync(0xffffffff, m, o), s2 = __shfl_xor_sync(0xffffffff, s, o);
+		omerge(m, s, m2, s2);
+	}
+	__syncthreads();
+	if (lane == 0) { shm[w] = m; shs[w] = s; }
+	__syncthreads();
+	m = lane < nw ? shm[lane] : -INF;
+	s = lane < nw ? shs[lane] : 0.f;
+	for (int o = 16; o > 0; o >>= 1) {
+		float m2 = __shfl_xor_sync(0xffffffff, m, o), s2 = __shfl_xor_sync(0xffffffff, s, o);
+		omerge(m, s, m2, s2);
+	}
+}
+
+
+// 8-wide loads and stores: 16 bytes of f16 or 32 of f32 per thread. i is a multiple of 8 and the
+// base is 16-byte aligned (the Go side checks before choosing a *8 kernel).
+__device__ __forceinline__ void ld8(const void* p, int dt, long i, float* v) {
+	if (dt == 0) {
+		float4 a = ((const float4*)p)[i / 4], b = ((const float4*)p)[i / 4 + 1];
+		v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+	} else {
+		uint4 u = ((const uint4*)p)[i / 8];
+		v[0] = h2f(u.x & 0xffff); v[1] = h2f(u.x >> 16); v[2] = h2f(u.y & 0xffff); v[3] = h2f(u.y >> 16);
+		v[4] = h2f(u.z & 0xffff); v[5] = h2f(u.z >> 16); v[6] = h2f(u.w & 0xffff); v[7] = h2f(u.w >> 16);
+	}
+}
+__device__ __forceinline__ void st8(void* p, int dt, long i, const float* v) {
+	if (dt == 0) {
+		((float4*)p)[i / 4] = make_float4(v[0], v[1], v[2], v[3]);
+		((float4*)p)[i / 4 + 1] = make_float4(v[4], v[5], v[6], v[7]);
+	} else {
+		uint4 u;
+		u.x = f2h(v[0]) | ((unsigned int)f2h(v[1]) << 16); u.y = f2h(v[2]) | ((unsigned int)f2h(v[3]) << 16);
+		u.z = f2h(v[4]) | ((unsigned int)f2h(v[5]) << 16); u.w = f2h(v[6]) | ((unsigned int)f2h(v[7]) << 16);
+		((uint4*)p)[i / 8] = u;
+	}
+}
+__device__ __forceinline__ float gelu_f(float v) { return 0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))); }
+__device__ __forceinline__ float gelu_g(float v) {
+	float t = tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v));
+	return 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * 0.7978845608028654f * (1.f + 3.f * 0.044715f * v * v);
+}
+// FOR8: grid-stride over n8 vectors with 32-bit indices; i is the first element of the vector.
+#define FOR8(i, n8) for (int _v = blockIdx.x * blockDim.x + threadIdx.x; _v < (n8); _v += gridDim.x * blockDim.x) \
+	for (int i = _v * 8, _once = 1; _once; _once = 0)
+// LayerNorm backward for C <= 32·K: a warp keeps its row (x̂ and dy) and its dw, db partial sums in
+// registers (column lane + 32·k), and adds them to the block's shared sums once at the end.
+template <int K>
+__device__ __forceinline__ void ln_bwd_regs(void* dxp, int ddx, float* part, const void* dyp, int ddy, const void* x, int dxt,
+		const void* w, int dw, const float* mean, const float* rstd, int R, int C) {
+	extern __shared__ float sh[];
+	for (int j = threadIdx.x; j < 2 * C; j += blockDim.x) sh[j] = 0.f;
+	__syncthreads();
+	int nw = blockDim.x >> 5, lane = threadIdx.x & 31;
+	float aw[K], ab[K], xr[K], gr[K];
+	#pragma unroll
+	for (int k = 0; k < K; k++) { aw[k] = 0.f; ab[k] = 0.f; }
+	for (int row = blockIdx.x * nw + (threadIdx.x >> 5); row < R; row += gridDim.x * nw) {
+		long base = (long)row * C;
+		float m = mean[row], r = rstd[row];
+		float sd = 0.f, sdx = 0.f;
+		#pragma unroll
+		for (int k = 0; k < K; k++) {
+			int j = lane + 32 * k;
+			if (j < C) {
+				float xh = (ld(x, dxt, base + j) - m) * r;
+				float g = ld(dyp, ddy, base + j);
+				float dn = g * ld(w, dw, j);
+				xr[k] = xh; gr[k] = g;
+				sd += dn; sdx += dn * xh;
+				aw[k] += g * xh; ab[k] += g;
+			}
+		}
+		float md = warpSum(sd) / C, mdx = warpSum(sdx) / C;
+		#pragma unroll
+		for (int k = 0; k < K; k++) {
+			int j = lane + 32 * k;
+			if (j < C) {
+				float dn = gr[k] * ld(w, dw, j);
+				st(dxp, ddx, base + j, ld(dxp, ddx, base + j) + (dn - md - xr[k] * mdx) * r);
+			}
+		}
+	}
+	#pragma unroll
+	for (int k = 0; k < K; k++) {
+		int j = lane + 32 * k;
+		if (j < C) { atomicAdd(&sh[j], aw[k]); atomicAdd(&sh[C + j], ab[k]); }
+	}
+	__syncthreads();
+	for (int j = threadIdx.x; j < 2 * C; j += blockDim.x) part[(long)blockIdx.x * 2 * C + j] = sh[j];
+}
+
+#define LNB_ARGS void* dxp, int ddx, float* part, const void* dyp, int ddy, const void* x, int dxt, \
+	const void* w, int dw, const float* mean, const float* rstd, int R, int C
+#define LNB_PASS dxp, ddx, part, dyp, ddy, x, dxt, w, dw, mean, rstd, R, C
+
+// LayerNorm backward, 8-wide, for C = 256·K (16-byte aligned rows): dx by a warp per row holding
+// its row in registers; dw and db by a column kernel (k_ln_dwdb8), so no kernel does atomics.
+template <int K>
+__device__ __forceinline__ void ln_bwd_dx8(void* dxp, int ddx, const void* dyp, int ddy, const void* x, int dxt,
+		const void* w, int dw, const float* mean, const float* rstd, int R, int C) {
+	int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (row >= R) return;
+	long base = (long)row * C;
+	float m = mean[row], r = rstd[row];
+	float xr[K][8], dn[K][8];
+	float sd = 0.f, sdx = 0.f;
+	#pragma unroll
+	for (int k = 0; k < K; k++) {
+		int j = (lane + 32 * k) * 8;
+		float wv[8];
+		ld8(x, dxt, base + j, xr[k]);
+		ld8(dyp, ddy, base + j, dn[k]);
+		ld8(w, dw, j, wv);
+		#pragma unroll
+		for (int e = 0; e < 8; e++) {
+			xr[k][e] = (xr[k][e] - m) * r;
+			dn[k][e] *= wv[e];
+			sd += dn[k][e]; sdx += dn[k][e] * xr[k][e];
+		}
+	}
+	float md = warpSum(sd) / C, mdx = warpSum(sdx) / C;
+	#pragma unroll
+	for (int k = 0; k < K; k++) {
+		int j = (lane + 32 * k) * 8;
+		float o[8];
+		ld8(dxp, ddx, base + j, o);
+		#pragma unroll
+		for (int e = 0; e < 8; e++) o[e] += (dn[k][e] - md - xr[k][e] * mdx) * r;
+		st8(dxp, ddx, base + j, o);
+	}
+}
+#define LNDX_ARGS void* dxp, int ddx, const void* dyp, int ddy, const void* x, int dxt, \
+	const void* w, int dw, const float* mean, const float* rstd, int R, int C
+#define LNDX_PASS dxp, ddx, dyp, ddy, x, dxt, w, dw, mean, rstd, R, C
+
+// Softmax over rows of C = 256·K, 8-wide, a warp per row holding the row in registers (read once,
+// written once; causal rows skip loading the masked tail).
+template <int K>
+__device__ __forceinline__ void softmax8(void* y, int dy, const void* x, int dx, long R, int C, float scale, int causal) {
+	long row = blockIdx.x * (long)(blockDim.x >> 5) + (threadIdx.x >> 5);
+	int lane = threadIdx.x & 31;
+	if (row >= R) return;
+	long base = row * C;
+	int n = causal ? (int)(row % C) + 1 : C;
+	float v[K][8];
+	float m = -INF;
+	#pragma unroll
+	for (int k = 0; k < K; k++) {
+		int j = (lane + 32 * k) * 8;
+		if (j < n) ld8(x, dx, base + j, v[k]);
+		#pragma unroll
+		for (int e = 0; e < 8; e++) {
+			float t = j + e < n ? v[k][e] * scale : -INF;
+			v[k][e] = t;
+			m = fmaxf(m, t);
+		}
+	}
+	m = warpMax(m);
+	float s = 0.f;
+	#pragma unroll
+	for (int k = 0; k < K; k++) {
+		int j = (lane + 32 * k) * 8;
+		#pragma unroll
+		for (int e = 0; e < 8; e++) {
+			float ex = j + e < n ? expf(v[k][e] - m) : 0.f;
+			v[k][e] = ex;
+			s += ex;
+		}
+	}
+	float inv = 1.f / warpSum(s);
+	#pragma unroll
+	for (int k = 0; k < K; k++) {
+		#pragma unroll
+		for (int e = 0; e < 8; e++) v[k][e] *= inv;
+		st8(y, dy, base + (lane + 32 * k) * 8, v[k]);
+	}
+}
+template <int K>
+__device__ __forceinline__ void softmax_bwd8(void* dxp, int ddx, const void* dyp, int ddy, const void* y, int dyt, long R, int C, float scale) {
+	long row = blockIdx.x * (long)(blockDim.x >> 5) + (threadIdx.x >> 5);
+	int lane = threadIdx.x & 31;
+	if (row >= R) return;
+	long base = row * C;
+	float yv[K][8], g[K][8];
+	float dot = 0.f;
+	#pragma unroll
+	for (int k = 0; k < K; k++) {
+		int j = (lane + 32 * k) * 8;
+		ld8(y, dyt, base + j, yv[k]);
+		ld8(dyp, ddy, base + j, g[k]);
+		#pragma unroll
+		for (int e = 0; e < 8; e++) dot += yv[k][e] * g[k][e];
+	}
+	dot = warpSum(dot);
+	#pragma unroll
+	for (int k = 0; k < K; k++) {
+		#pragma unroll
+		for (int e = 0; e < 8; e++) g[k][e] = scale * yv[k][e] * (g[k][e] - dot);
+		st8(dxp, ddx, base + (lane + 32 * k) * 8, g[k]);
+	}
+}
+
+#define FOR(i, n) for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < (n); i += (long)gridDim.x * blockDim.x)
+
+// Counter-based RNG, bit for bit model/tensor/rng.go's.
+__device__ __forceinline__ u64 mix64(u64 x) {
+	x += 0x9e3779b97f4a7c15ULL;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
+__device__ __forceinline__ float uniform01(u64 seed, u64 i) {
+	u64 r = mix64(seed ^ mix64(i));
+	return __fmul_rn(__fadd_rn((float)(r >> 40), 0.5f), 1.0f / 16777216.0f);
+}
+
+extern "C" {
+
+__global__ void k_fill(void* p, int dt, long n, float v) {
+	FOR(i, n) { if (dt == 2) ((int*)p)[i] = (int)v; else st(p, dt, i, v); }
+}
+__global__ void k_cast(void* y, int dy, const void* x, int dx, long n) {
+	FOR(i, n) st(y, dy, i, ld(x, dx, i));
+}
+__global__ void k_randnormal(void* y, int dy, long n, float std, u64 seed) {
+	FOR(i, n) {
+		double u1 = (double)uniform01(seed, 2 * (u64)i);
+		double u2 = (double)uniform01(seed, 2 * (u64)i + 1);
+		double a = sqrt(-2.0 * log(u1));
+		double b = cos(6.283185307179586 * u2);
+		float z = (float)(a * b);
+		st(y, dy, i, __fmul_rn(std, z));
+	}
+}
+__global__ void k_scale(void* x, int dx, long n, float s) {
+	FOR(i, n) st(x, dx, i, ld(x, dx, i) * s);
+}
+__global__ void k_axpy(void* y, int dy, const void* x, int dx, long n, float a) {
+	FOR(i, n) st(y, dy, i, ld(y, dy, i) + a * ld(x, dx, i));
+}
+__global__ void k_add(void* o, int dout, const void* a, int da, const void* b, int db, long n) {
+	FOR(i, n) st(o, dout, i, ld(a, da, i) + ld(b, db, i));
+}
+__global__ void k_addbias(void* y, int dy, const void* b, int db, long n, int C) {
+	FOR(i, n) st(y, dy, i, ld(y, dy, i) + ld(b, db, i % C));
+}
+// Column sums of x (R,C): block (32,8) sums 32 columns over its slice of rows into part[blockIdx.y][C].
+__global__ void k_colsum_part(float* part, const void* x, int dx, int R, int C, int rowsPer) {
+	__shared__ float sh[8][33];
+	int col = blockIdx.x * 32 + threadIdx.x;
+	int r0 = blockIdx.y * rowsPer, r1 = min(R, r0 + rowsPer);
+	float s = 0.f;
+	if (col < C) for (int r = r0 + threadIdx.y; r < r1; r += 8) s += ld(x, dx, (long)r * C + col);
+	sh[threadIdx.y][threadIdx.x] = s;
+	__syncthreads();
+	if (threadIdx.y == 0 && col < C) {
+		float t = 0.f;
+		for (int k = 0; k < 8; k++) t += sh[k][threadIdx.x];
+		part[(long)blockIdx.y * C + col] = t;
+	}
+}
+// out[c] += sum over p of part[p*stride + c], for c < C.
+__global__ void k_colsum_finish(void* out, int dout, const float* part, int nparts, int C, long stride) {
+	FOR(c, C) {
+		float s = 0.f;
+		for (int p = 0; p < nparts; p++) s += part[p * stride + c];
+		st(out, dout, c, ld(out, dout, c) + s);
+	}
+}
+
+__global__ void k_relu(void* y, int dy, const void* x, int dx, long n) {
+	FOR(i, n) st(y, dy, i, fmaxf(ld(x, dx, i), 0.f));
+}
+__global__ void k_relu_bwd(void* dxp, int ddx, const void* dyp, int ddy, const void* y, int dyt, long n) {
+	FOR(i, n) st(dxp, ddx, i, ld(y, dyt, i) > 0.f ? ld(dyp, ddy, i) : 0.f);
+}
+#define GELU_K 0.7978845608028654f
+__global__ void k_gelu(void* y, int dy, const void* x, int dx, long n) {
+	FOR(i, n) {
+		float v = ld(x, dx, i);
+		st(y, dy, i, 0.5f * v * (1.f + tanhf(GELU_K * (v + 0.044715f * v * v * v))));
+	}
+}
+__global__ void k_gelu_bwd(void* dxp, int ddx, const void* dyp, int ddy, const void* x, int dxt, long n) {
+	FOR(i, n) {
+		float v = ld(x, dxt, i);
+		float t = tanhf(GELU_K * (v + 0.044715f * v * v * v));
+		float g = 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * GELU_K * (1.f + 3.f * 0.044715f * v * v);
+		st(dxp, ddx, i, g * ld(dyp, ddy, i));
+	}
+}
+__global__ void k_dropout(void* y, int dy, const void* x, int dx, long n, float p, u64 seed) {
+	float s = 1.f / (1.f - p);
+	FOR(i, n) st(y, dy, i, uniform01(seed, (u64)i) >= p ? ld(x, dx, i) * s : 0.f);
+}
+
+// LayerNorm: one warp per row.
+__global__ void k_layernorm(void* y, int dy, float* mean, float* rstd, const void* x, int dx,
+		const void* w, int dw, const void* b, int db, int R, int C, float eps) {
+	int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (row >= R) return;
+	long base = (long)row * C;
+	float s = 0.f;
+	for (int j = lane; j < C; j += 32) s += ld(x, dx, base + j);
+	float m = warpSum(s) / C;
+	float q = 0.f;
+	for (int j = lane; j < C; j += 32) { float d = ld(x, dx, base + j) - m; q += d * d; }
+	float r = 1.f / sqrtf(warpSum(q) / C + eps);
+	for (int j = lane; j < C; j += 32)
+		st(y, dy, base + j, (ld(x, dx, base + j) - m) * r * ld(w, dw, j) + ld(b, db, j));
+	if (lane == 0) { mean[row] = m; rstd[row] = r; }
+}
+// LayerNorm backward: one warp per row, rows strided over the grid; dw, db partial sums per block
+// in shared memory (2C floats), written to part[blockIdx.x][2C] for k_colsum_finish.
+__global__ void k_layernorm_bwd(void* dxp, int ddx, float* part, const void* dyp, int ddy, const void* x, int dxt,
+		const void* w, int dw, const float* mean, const float* rstd, int R, int C) {
+	extern __shared__ float sh[];
+	for (int j = threadIdx.x; j < 2 * C; j += blockDim.x) sh[j] = 0.f;
+	__syncthreads();
+	int nw = blockDim.x >> 5, lane = threadIdx.x & 31;
+	for (int row = blockIdx.x * nw + (threadIdx.x >> 5); row < R; row += gridDim.x * nw) {
+		long base = (long)row * C;
+		float m = mean[row], r = rstd[row];
+		float sd = 0.f, sdx = 0.f;
+		for (int j = lane; j < C; j += 32) {
+			float xh = (ld(x, dxt, base + j) - m) * r;
+			float g = ld(dyp, ddy, base + j);
+			float dn = g * ld(w, dw, j);
+			sd += dn; sdx += dn * xh;
+			atomicAdd(&sh[j], g * xh);
+			atomicAdd(&sh[C + j], g);
+		}
+		float md = warpSum(sd) / C, mdx = warpSum(sdx) / C;
+		for (int j = lane; j < C; j += 32) {
+			float xh = (ld(x, dxt, base + j) - m) * r;
+			float dn = ld(dyp, ddy, base + j) * ld(w, dw, j);
+			st(dxp, ddx, base + j, ld(dxp, ddx, base + j) + (dn - md - xh * mdx) * r);
+		}
+	}
+	__syncthreads();
+	for (int j = threadIdx.x; j < 2 * C; j += blockDim.x) part[(long)blockIdx.x * 2 * C + j] = sh[j];
+}
+
+__global__ void k_embedding(void* out, int dout, const int* ids, const void* wte, int dwte, const void* wpe, int dwpe,
+		long n, int T, int C, int V) {
+	FOR(i, n) {
+		long r = i / C; int j = i % C;
+		int id = ids[r];
+		float v;
+		if (id < 0 || id >= V) v = __int_as_float(0x7fc00000);
+		else v = ld(wte, dwte, (long)id * C + j);
+		if (wpe) v += ld(wpe, dwpe, (long)(r % T) * C + j);
+		st(out, dout, i, v);
+	}
+}
+__device__ void atomicAddF16(half_t* addr, float v) {
+	unsigned int* base = (unsigned int*)((size_t)addr & ~(size_t)3);
+	unsigned int shift = ((size_t)addr & 2) ? 16 : 0;
+	unsigned int old = *base, assumed;
+	do {
+		assumed = old;
+		half_t h = (half_t)((assumed >> shift) & 0xffff);
+		unsigned int nw = (assumed & ~(0xffffu << shift)) | ((unsigned int)f2h(h2f(h) + v) << shift);
+		old = atomicCAS(base, assumed, nw);
+	} while (assumed != old);
+}
+__global__ void k_embedding_bwd_wte(void* dwte, int ddw, const void* dout, int ddo, const int* ids, long n, int C) {
+	FOR(i, n) {
+		long r = i / C; int j = i % C;
+		long k = (long)ids[r] * C + j;
+		float g = ld(dout, ddo, i);
+		if (ddw == 0) atomicAdd(&((float*)dwte)[k], g); else atomicAddF16(&((half_t*)dwte)[k], g);
+	}
+}
+__global__ void k_embedding_bwd_wpe(void* dwpe, int ddw, const void* dout, int ddo, int B, int T, int C) {
+	FOR(i, (long)T * C) {
+		float s = 0.f;
+		for (int b = 0; b < B; b++) s += ld(dout, ddo, (long)b * T * C + i);
+		st(dwpe, ddw, i, ld(dwpe, ddw, i) + s);
+	}
+}
+
+// Softmax over rows of C, warp per row; causal: row r sees columns j <= r % C.
+__global__ void k_softmax(void* y, int dy, const void* x, int dx, long R, int C, float scale, int causal) {
+	long row = blockIdx.x * (long)(blockDim.x >> 5) + (threadIdx.x >> 5);
+	int lane = threadIdx.x & 31;
+	if (row >= R) return;
+	long base = row * C;
+	int n = causal ? (int)(row % C) + 1 : C;
+	float m = -INF;
+	for (int j = lane; j < n; j += 32) m = fmaxf(m, ld(x, dx, base + j) * scale);
+	m = warpMax(m);
+	float s = 0.f;
+	for (int j = lane; j < n; j += 32) s += expf(ld(x, dx, base + j) * scale - m);
+	float inv = 1.f / warpSum(s);
+	for (int j = lane; j < C; j += 32)
+		st(y, dy, base + j, j < n ? expf(ld(x, dx, base + j) * scale - m) * inv : 0.f);
+}
+__global__ void k_softmax_bwd(void* dxp, int ddx, const void* dyp, int ddy, const void* y, int dyt, long R, int C, float scale) {
+	long row = blockIdx.x * (long)(blockDim.x >> 5) + (threadIdx.x >> 5);
+	int lane = threadIdx.x & 31;
+	if (row >= R) return;
+	long base = row * C;
+	float dot = 0.f;
+	for (int j = lane; j < C; j += 32) dot += ld(y, dyt, base + j) * ld(dyp, ddy, base + j);
+	dot = warpSum(dot);
+	for (int j = lane; j < C; j += 32)
+		st(dxp, ddx, base + j, scale * ld(y, dyt, base + j) * (ld(dyp, ddy, base + j) - dot));
+}
+
+// qkv (B,T,3,H,hs) <-> q,k,v (B,H,T,hs). dir 0: split, 1: merge.
+__global__ void k_qkv(void* qkv, int dqkv, void* q, int dq, void* k, int dk, void* v, int dv,
+		long n, int T, int H, int hs, int dir) {
+	int C = H * hs;
+	FOR(i, n) {
+		long bt = i / (3 * C); int rem = i % (3 * C);
+		int part = rem / C, c = rem % C, h = c / hs, d = c % hs;
+		long b = bt / T, t = bt % T;
+		long o = ((b * H + h) * T + t) * hs + d;
+		void* p = part == 0 ? q : (part == 1 ? k : v);
+		int dp = part == 0 ? dq : (part == 1 ? dk : dv);
+		if (dir == 0) st(p, dp, o, ld(qkv, dqkv, i));
+		else st(qkv, dqkv, i, ld(p, dp, o));
+	}
+}
+// src (A,B,C,D) -> dst (A,C,B,D)
+__global__ void k_permute0213(void* dst, int dd, const void* src, int ds, long n, int B, int C, int D) {
+	FOR(i, n) {
+		int d = i % D; long r = i / D;
+		int b = r % B; r /= B;
+		int c = r % C; long a = r / C;
+		st(dst, dd, i, ld(src, ds, ((a * B + b) * C + c) * D + d));
+	}
+}
+
+// Cross-entropy: one block per row; online max/sum, then loss or gradient. Gradient may alias logits:
+// every read of the row finishes (block reduction) before the first write.
+__global__ void k_xent(float* losses, void* dl, int ddl, const void* logits, int dlg, const int* targets, int V, float scale, int bwd, int vecok) {
+	long row = blockIdx.x;
+	long base = row * V;
+	int t = targets[row];
+	float m = -INF, s = 0.f;
+	bool vec = vecok != 0; // V % 8 == 0 and 16-byte aligned rows
+	if (vec) {
+		for (int j = threadIdx.x * 8; j < V; j += blockDim.x * 8) {
+			float v[8];
+			ld8(logits, dlg, base + j, v);
+			float mx = v[0];
+			#pragma unroll
+			for (int k = 1; k < 8; k++) mx = fmaxf(mx, v[k]);
+			if (mx > m) { s = m == -INF ? 0.f : s * expf(m - mx); m = mx; }
+			#pragma unroll
+			for (int k = 0; k < 8; k++) s += expf(v[k] - m);
+		}
+	} else {
+		for (int j = threadIdx.x; j < V; j += blockDim.x) {
+			float x = ld(logits, dlg, base + j);
+			if (x > m) { s = (m == -INF ? 0.f : s * expf(m - x)) + 1.f; m = x; }
+			else s += expf(x - m);
+		}
+	}
+	blockMaxSum(m, s);
+	if (!bwd) {
+		if (threadIdx.x == 0) losses[row] = t < 0 ? 0.f : logf(s) - (ld(logits, dlg, base + t) - m);
+		return;
+	}
+	__syncthreads();
+	float inv = 1.f / s;
+	if (vec && ddl == dlg) {
+		for (int j = threadIdx.x * 8; j < V; j += blockDim.x * 8) {
+			float v[8];
+			ld8(logits, dlg, base + j, v);
+			#pragma unroll
+			for (int k = 0; k < 8; k++) {
+				float g = 0.f;
+				if (t >= 0) { g = scale * expf(v[k] - m) * inv; if (j + k == t) g -= scale; }
+				v[k] = g;
+			}
+			st8(dl, ddl, base + j, v);
+		}
+		return;
+	}
+	for (int j = threadIdx.x; j < V; j += blockDim.x) {
+		float g = 0.f;
+		if (t >= 0) {
+			g = scale * expf(ld(logits, dlg, base + j) - m) * inv;
+			if (j == t) g -= scale;
+		}
+		st(dl, ddl, base + j, g);
+	}
+}
+__global__ void k_argmax(int* out, const void* x, int dx, int C) {
+	__shared__ float sv[32];
+	__shared__ int si[32];
+	long base = (long)blockIdx.x * C;
+	float bv = -INF; int bi = 0x7fffffff;
+	for (int j = threadIdx.x; j < C; j += blockDim.x) {
+		float v = ld(x, dx, base + j);
+		if (v > bv || bi == 0x7fffffff) { bv = v; bi = j; }
+	}
+	for (int o = 16; o > 0; o >>= 1) {
+		float v2 = __shfl_xor_sync(0xffffffff, bv, o); int i2 = __shfl_xor_sync(0xffffffff, bi, o);
+		if (v2 > bv || (v2 == bv && i2 < bi)) { bv = v2; bi = i2; }
+	}
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	if (lane == 0) { sv[w] = bv; si[w] = bi; }
+	__syncthreads();
+	if (w == 0) {
+		bv = lane < nw ? sv[lane] : -INF; bi = lane < nw ? si[lane] : 0x7fffffff;
+		for (int o = 16; o > 0; o >>= 1) {
+			float v2 = __shfl_xor_sync(0xffffffff, bv, o); int i2 = __shfl_xor_sync(0xffffffff, bi, o);
+			if (v2 > bv || (v2 == bv && i2 < bi)) { bv = v2; bi = i2; }
+		}
+		if (lane == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+	}
+}
+
+// Sum (sq 0) or sum of squares (sq 1) of x: per-block partials in double, then k_sum_finish.
+__global__ void k_sum_part(double* part, const void* x, int dx, long n, int sq) {
+	double s = 0.0;
+	FOR(i, n) { double v = ld(x, dx, i); s += sq ? v * v : v; }
+	s = blockSumD(s);
+	if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+__global__ void k_sum_finish(float* out, const double* part, int nparts) {
+	double s = 0.0;
+	for (int i = threadIdx.x; i < nparts; i += blockDim.x) s += part[i];
+	s = blockSumD(s);
+	if (threadIdx.x == 0) out[0] += (float)s;
+}
+__global__ void k_unscale(void* x, int dx, long n, float inv, float* found) {
+	bool bad = false;
+	FOR(i, n) {
+		float v = ld(x, dx, i) * inv;
+		if (!isfinite(v)) bad = true;
+		st(x, dx, i, v);
+	}
+	if (bad) found[0] = 1.f;
+}
+__global__ void k_adamw(float* p, const float* g, float* m, float* v, half_t* h, long n,
+		float lr, float b1, float b2, float eps, float wd, float bc1, float bc2) {
+	FOR(i, n) {
+		float gi = g[i];
+		float mi = b1 * m[i] + (1.f - b1) * gi;
+		float vi = b2 * v[i] + (1.f - b2) * gi * gi;
+		m[i] = mi; v[i] = vi;
+		float mh = mi / bc1, vh = vi / bc2;
+		float w = p[i];
+		w -= lr * (mh / (sqrtf(vh) + eps) + wd * w);
+		p[i] = w;
+		if (h) h[i] = f2h(w);
+	}
+}
+// k_adamw over whole slabs in one launch: runs[r] = start·2 + decay flag for nruns runs in order,
+// runs[0] >> 1 == 0. Each thread's indices only grow, so it walks its run index forward.
+__global__ void k_adamw_multi(float* p, const float* g, float* m, float* v, half_t* h, long n,
+		const long long* runs, int nruns,
+		float lr, float b1, float b2, float eps, float wdecay, float bc1, float bc2) {
+	int r = 0;
+	FOR(i, n) {
+		while (r + 1 < nruns && (runs[r + 1] >> 1) <= (long long)i) r++;
+		float wd = (runs[r] & 1) ? wdecay : 0.f;
+		float gi = g[i];
+		float mi = b1 * m[i] + (1.f - b1) * gi;
+		float vi = b2 * v[i] + (1.f - b2) * gi * gi;
+		m[i] = mi; v[i] = vi;
+		float mh = mi / bc1, vh = vi / bc2;
+		float w = p[i];
+		w -= lr * (mh / (sqrtf(vh) + eps) + wd * w);
+		p[i] = w;
+		if (h) h[i] = f2h(w);
+	}
+}
+__global__ void k_sgd(float* p, const float* g, float* mom, half_t* h, long n, float lr, float mu, float wd, int nesterov) {
+	FOR(i, n) {
+		float d = g[i] + wd * p[i];
+		if (mom && mu != 0.f) {
+			float mi = mu * mom[i] + d;
+			mom[i] = mi;
+			d = nesterov ? d + mu * mi : mi;
+		}
+		float w = p[i] - lr * d;
+		p[i] = w;
+		if (h) h[i] = f2h(w);
+	}
+}
+
+// ---- 8-wide variants of the hot elementwise kernels (n8 = n/8 vectors) ----
+__global__ void k_cast8(void* y, int dy, const void* x, int dx, int n8) {
+	FOR8(i, n8) { float v[8]; ld8(x, dx, i, v); st8(y, dy, i, v); }
+}
+__global__ void k_scale8(void* x, int dx, int n8, float s) {
+	FOR8(i, n8) { float v[8]; ld8(x, dx, i, v);
+		#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] *= s;
+		st8(x, dx, i, v); }
+}
+__global__ void k_axpy8(void* y, int dy, const void* x, int dx, int n8, float a) {
+	FOR8(i, n8) { float v[8], u[8]; ld8(y, dy, i, v); ld8(x, dx, i, u);
+		#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] += a * u[k];
+		st8(y, dy, i, v); }
+}
+__global__ void k_add8(void* o, int dout, const void* a, int da, const void* b, int db, int n8) {
+	FOR8(i, n8) { float v[8], u[8]; ld8(a, da, i, v); ld8(b, db, i, u);
+		#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] += u[k];
+		st8(o, dout, i, v); }
+}
+__global__ void k_addbias8(void* y, int dy, const void* b, int db, int n8, int C) {
+	FOR8(i, n8) { float v[8], u[8]; ld8(y, dy, i, v); ld8(b, db, i % C, u);
+		#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] += u[k];
+		st8(y, dy, i, v); }
+}
+__global__ void k_gelu8(void* y, int dy, const void* x, int dx, int n8) {
+	FOR8(i, n8) { float v[8]; ld8(x, dx, i, v);
+		#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] = gelu_f(v[k]);
+		st8(y, dy, i, v); }
+}
+__global__ void k_gelu_bwd8(void* dxp, int ddx, const void* dyp, int ddy, const void* x, int dxt, int n8) {
+	FOR8(i, n8) { float v[8], g[8]; ld8(x, dxt, i, v); ld8(dyp, ddy, i, g);
+		#pragma unroll
+		for (int k = 0; k < 8; k++) g[k] *= gelu_g(v[k]);
+		st8(dxp, ddx, i, g); }
+}
+__global__ void k_qkv8(void* qkv, int dqkv, void* q, int dq, void* k, int dk, void* v, int dv,
+		int n8, int T, int H, int hs, int dir) {
+	int C = H * hs;
+	FOR8(i, n8) {
+		int bt = i / (3 * C), rem = i - bt * (3 * C);
+		int part = rem / C, c = rem - part * C, h = c / hs, d = c - h * hs;
+		int b = bt / T, t = bt - b * T;
+		long o = ((long)(b * H + h) * T + t) * hs + d;
+		void* p = part == 0 ? q : (part == 1 ? k : v);
+		int dp = part == 0 ? dq : (part == 1 ? dk : dv);
+		float w[8];
+		if (dir == 0) { ld8(qkv, dqkv, i, w); st8(p, dp, o, w); }
+		else { ld8(p, dp, o, w); st8(qkv, dqkv, i, w); }
+	}
+}
+__global__ void k_permute0213_8(void* dst, int dd, const void* src, int ds, int n8, int B, int C, int D) {
+	FOR8(i, n8) {
+		int d = i % D, r = i / D;
+		int b = r % B; r /= B;
+		int c = r % C, a = r / C;
+		float w[8];
+		ld8(src, ds, ((long)(a * B + b) * C + c) * D + d, w);
+		st8(dst, dd, i, w);
+	}
+}
+__global__ void k_layernorm_bwd_r8(LNB_ARGS) { ln_bwd_regs<8>(LNB_PASS); }
+__global__ void k_layernorm_bwd_r24(LNB_ARGS) { ln_bwd_regs<24>(LNB_PASS); }
+__global__ void k_layernorm_bwd_r32(LNB_ARGS) { ln_bwd_regs<32>(LNB_PASS); }
+
+__global__ void k_ln_bwd_dx8_1(LNDX_ARGS) { ln_bwd_dx8<1>(LNDX_PASS); }
+__global__ void k_ln_bwd_dx8_2(LNDX_ARGS) { ln_bwd_dx8<2>(LNDX_PASS); }
+__global__ void k_ln_bwd_dx8_3(LNDX_ARGS) { ln_bwd_dx8<3>(LNDX_PASS); }
+__global__ void k_ln_bwd_dx8_4(LNDX_ARGS) { ln_bwd_dx8<4>(LNDX_PASS); }
+// dw, db partial sums: block (32, 8); thread (tx, ty) owns columns 8·(blockIdx.x·32+tx) .. +8 over
+// rows ty, ty+8, … of its slice; part[slice][0..C) gets dw, part[slice][C..2C) db.
+__global__ void k_ln_dwdb8(float* part, const void* dyp, int ddy, const void* x, int dxt, const float* mean,
+		const float* rstd, int R, int C, int rowsPer) {
+	__shared__ float sh[8][32][17];
+	int c8 = blockIdx.x * 32 + threadIdx.x, col = c8 * 8;
+	int r0 = blockIdx.y * rowsPer, r1 = min(R, r0 + rowsPer);
+	float aw[8], ab[8];
+	#pragma unroll
+	for (int e = 0; e < 8; e++) { aw[e] = 0.f; ab[e] = 0.f; }
+	if (col < C) {
+		for (int row = r0 + threadIdx.y; row < r1; row += 8) {
+			float xv[8], g[8];
+			long base = (long)row * C + col;
+			ld8(x, dxt, base, xv);
+			ld8(dyp, ddy, base, g);
+			float m = mean[row], r = rstd[row];
+			#pragma unroll
+			for (int e = 0; e < 8; e++) { aw[e] += g[e] * (xv[e] - m) * r; ab[e] += g[e]; }
+		}
+	}
+	#pragma unroll
+	for (int e = 0; e < 8; e++) { sh[threadIdx.y][threadIdx.x][e] = aw[e]; sh[threadIdx.y][threadIdx.x][8 + e] = ab[e]; }
+	__syncthreads();
+	if (threadIdx.y == 0 && col < C) {
+		#pragma unroll
+		for (int e = 0; e < 16; e++) {
+			float t = 0.f;
+			for (int k = 0; k < 8; k++) t += sh[k][threadIdx.x][e];
+			part[(long)blockIdx.y * 2 * C + (e < 8 ? 0 : C) + col + (e & 7)] = t;
+		}
+	}
+}
+
+__global__ void k_softmax8_1(void* y, int dy, const void* x, int dx, long R, int C, float scale, int causal) { softmax8<1>(y, dy, x, dx, R, C, scale, causal); }
+__global__ void k_softmax_bwd8_1(void* dxp, int ddx, const void* dyp, int ddy, const void* y, int dyt, long R, int C, float scale) { softmax_bwd8<1>(dxp, ddx, dyp, ddy, y, dyt, R, C, scale); }
+__global__ void k_softmax8_2(void* y, int dy, const void* x, int dx, long R, int C, float scale, int causal) { softmax8<2>(y, dy, x, dx, R, C, scale, causal); }
+__global__ void k_softmax_bwd8_2(void* dxp, int ddx, const void* dyp, int ddy, const void* y, int dyt, long R, int C, float scale) { softmax_bwd8<2>(dxp, ddx, dyp, ddy, y, dyt, R, C, scale); }
+__global__ void k_softmax8_4(void* y, int dy, const void* x, int dx, long R, int C, float scale, int causal) { softmax8<4>(y, dy, x, dx, R, C, scale, causal); }
+__global__ void k_softmax_bwd8_4(void* dxp, int ddx, const void* dyp, int ddy, const void* y, int dyt, long R, int C, float scale) { softmax_bwd8<4>(dxp, ddx, dyp, ddy, y, dyt, R, C, scale); }
+__global__ void k_softmax8_8(void* y, int dy, const void* x, int dx, long R, int C, float scale, int causal) { softmax8<8>(y, dy, x, dx, R, C, scale, causal); }
+__global__ void k_softmax_bwd8_8(void* dxp, int ddx, const void* dyp, int ddy, const void* y, int dyt, long R, int C, float scale) { softmax_bwd8<8>(dxp, ddx, dyp, ddy, y, dyt, R, C, scale); }
+
+} // extern "C"
+`
+
+var kernelNameRE = regexp.MustCompile(`__global__ void (?:__launch_bounds__\(\d+\) )?(k_[a-z0-9_]+)\(`)
+
+// loadKernels compiles (or reads from the cache) the module and looks up every kernel.
+func (d *Device) loadKernels() error {
+	arch := fmt.Sprintf("compute_%d%d", d.major, d.minor)
+	opts := []string{"--gpu-architecture=" + arch, "-default-device", "--std=c++17"}
+	ptx, err := compileCached(kernelSource, opts)
+	if err != nil {
+		return err
+	}
+	if d.module, err = cudadrv.LoadPTX(ptx); err != nil {
+		return fmt.Errorf("cuda: loading the kernels' PTX: %w", err)
+	}
+	for _, m := range kernelNameRE.FindAllStringSubmatch(kernelSource, -1) {
+		f, err := d.module.Function(m[1])
+		if err != nil {
+			return fmt.Errorf("cuda: %w", err)
+		}
+		d.fns[m[1]] = f
+	}
+	return nil
+}
+
+// KernelCacheDir is where compiled kernels are kept.
+func KernelCacheDir() string {
+	base := os.Getenv("XDG_CACHE_HOME")
+	if base == "" {
+		if h, err := os.UserHomeDir(); err == nil {
+			base = filepath.Join(h, ".cache")
+		} else {
+			base = os.TempDir()
+		}
+	}
+	return filepath.Join(base, "goddp", "kernels")
+}
+
+// compileCached returns the PTX of src under opts, from the disk cache when present.
+func compileCached(src string, opts []string) (string, error) {
+	h := sha256.New()
+	h.Write([]byte(src))
+	for _, o := range opts {
+		h.Write([]byte{0})
+		h.Write([]byte(o))
+	}
+	if maj, mnr, err := nvrtc.Version(); err == nil {
+		fmt.Fprintf(h, "\x00nvrtc %d.%d", maj, mnr)
+	}
+	dir := KernelCacheDir()
+	path := filepath.Join(dir, hex.EncodeToString(h.Sum(nil))+".ptx")
+	if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+		return string(b), nil
+	}
+	prog, err := nvrtc.CreateProgram(src, "goddp_kernels.cu")
+	if err != nil {
+		return "", fmt.Errorf("cuda: nvrtc program: %w", err)
+	}
+	defer prog.Destroy()
+	if err := prog.Compile(opts...); err != nil {
+		log, _ := prog.GetLog()
+		return "", fmt.Errorf("cuda: compiling kernels: %w\n%s", err, log)
+	}
+	ptx, err := prog.GetPTX()
+	if err != nil {
+		return "", fmt.Errorf("cuda: nvrtc PTX: %w", err)
+	}
+	// The cache is an optimisation: failing to write it is not an error.
+	if os.MkdirAll(dir, 0o755) == nil {
+		tmp := path + fmt.Sprintf(".%d.tmp", os.Getpid())
+		if os.WriteFile(tmp, []byte(ptx), 0o644) == nil {
+			os.Rename(tmp, path)
+		}
+	}
+	return ptx, nil
+}

@@ -1,0 +1,548 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/goddp/goddp/model/cuda/cudadrv"
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// The CUDA device's operations other than the matrix products, in tensor.Device's order. Each
+// checks shapes on the host (panicking like the CPU device), then enqueues its kernel(s). The
+// kernels are in kernels.go.
+
+// vec8 reports whether the 8-wide kernels apply to n elements: n a multiple of 8 below 2³¹, and
+// every tensor's first element 16-byte aligned (views can start anywhere).
+func vec8(n int, ts ...*tensor.Tensor) bool {
+	if n%8 != 0 || n >= 1<<31 {
+		return false
+	}
+	for _, t := range ts {
+		if t != nil && dptr(t)%16 != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// ---- fills, copies, elementwise ----
+
+func (d *Device) Fill(t *tensor.Tensor, v float32) {
+	if t.Len() == 0 {
+		return
+	}
+	if v == 0 {
+		d.enter()
+		defer d.leave()
+		must(cudadrv.MemsetD8Async(dptr(t), 0, t.Bytes(), d.stream))
+		return
+	}
+	d.launch1("k_fill", t.Len(), ptra(t), dta(t), u64a(uint64(t.Len())), f32a(v))
+}
+
+func (d *Device) Copy(dst, src *tensor.Tensor) {
+	tensor.CheckLen("Copy", dst, src)
+	if dst.Len() == 0 {
+		return
+	}
+	if dst.DType() == src.DType() {
+		d.enter()
+		defer d.leave()
+		must(cudadrv.DtoD(dptr(dst), dptr(src), dst.Bytes(), d.stream))
+		return
+	}
+	tensor.CheckFloat("Copy", dst, src)
+	if vec8(dst.Len(), dst, src) {
+		d.launch1("k_cast8", dst.Len()/8, ptra(dst), dta(dst), ptra(src), dta(src), i32a(dst.Len()/8))
+		return
+	}
+	d.launch1("k_cast", dst.Len(), ptra(dst), dta(dst), ptra(src), dta(src), u64a(uint64(dst.Len())))
+}
+
+func (d *Device) RandNormal(t *tensor.Tensor, std float32, seed uint64) {
+	tensor.CheckFloat("RandNormal", t)
+	if t.Len() > 0 {
+		d.launch1("k_randnormal", t.Len(), ptra(t), dta(t), u64a(uint64(t.Len())), f32a(std), seed)
+	}
+}
+
+func (d *Device) Scale(t *tensor.Tensor, s float32) {
+	tensor.CheckFloat("Scale", t)
+	if vec8(t.Len(), t) {
+		d.launch1("k_scale8", t.Len()/8, ptra(t), dta(t), i32a(t.Len()/8), f32a(s))
+	} else if t.Len() > 0 {
+		d.launch1("k_scale", t.Len(), ptra(t), dta(t), u64a(uint64(t.Len())), f32a(s))
+	}
+}
+
+func (d *Device) Axpy(y *tensor.Tensor, alpha float32, x *tensor.Tensor) {
+	tensor.CheckLen("Axpy", y, x)
+	tensor.CheckFloat("Axpy", y, x)
+	if vec8(y.Len(), y, x) {
+		d.launch1("k_axpy8", y.Len()/8, ptra(y), dta(y), ptra(x), dta(x), i32a(y.Len()/8), f32a(alpha))
+	} else if y.Len() > 0 {
+		d.launch1("k_axpy", y.Len(), ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.Len())), f32a(alpha))
+	}
+}
+
+func (d *Device) Add(out, a, b *tensor.Tensor) {
+	tensor.CheckLen("Add", out, a, b)
+	tensor.CheckFloat("Add", out, a, b)
+	if vec8(out.Len(), out, a, b) {
+		d.launch1("k_add8", out.Len()/8, ptra(out), dta(out), ptra(a), dta(a), ptra(b), dta(b), i32a(out.Len()/8))
+	} else if out.Len() > 0 {
+		d.launch1("k_add", out.Len(), ptra(out), dta(out), ptra(a), dta(a), ptra(b), dta(b), u64a(uint64(out.Len())))
+	}
+}
+
+// ---- bias ----
+
+func (d *Device) AddBias(y, bias *tensor.Tensor) {
+	_, cols := tensor.MatDims(y)
+	if bias.Len() != cols {
+		panic(fmt.Sprintf("cuda: AddBias: %s has %d columns, bias %s", y, cols, bias))
+	}
+	tensor.CheckFloat("AddBias", y, bias)
+	if cols%8 == 0 && vec8(y.Len(), y, bias) {
+		d.launch1("k_addbias8", y.Len()/8, ptra(y), dta(y), ptra(bias), dta(bias), i32a(y.Len()/8), i32a(cols))
+	} else if y.Len() > 0 {
+		d.launch1("k_addbias", y.Len(), ptra(y), dta(y), ptra(bias), dta(bias), u64a(uint64(y.Len())), i32a(cols))
+	}
+}
+
+func (d *Device) BiasGrad(db, dy *tensor.Tensor) {
+	r, cols := tensor.MatDims(dy)
+	if db.Len() != cols {
+		panic(fmt.Sprintf("cuda: BiasGrad: %s has %d columns, db %s", dy, cols, db))
+	}
+	tensor.CheckFloat("BiasGrad", db, dy)
+	d.colSum(db, dy, r, cols)
+}
+
+// colSum adds the column sums of x (r,cols) into out (cols): partial sums over slices of rows, then
+// one pass that adds them up in a fixed order (no atomics: the result does not depend on timing).
+func (d *Device) colSum(out, x *tensor.Tensor, r, cols int) {
+	if cols == 0 {
+		return
+	}
+	cb := (cols + 31) / 32
+	parts := max(1, min((r+63)/64, (d.sms*8+cb-1)/cb))
+	rowsPer := (r + parts - 1) / max(parts, 1)
+	if rowsPer == 0 {
+		rowsPer = 1
+	}
+	part := d.scratch(parts * cols)
+	d.launch("k_colsum_part", [3]int{cb, parts, 1}, [3]int{32, 8, 1}, 0, ptra(part), ptra(x), dta(x), i32a(r), i32a(cols), i32a(rowsPer))
+	d.launch1("k_colsum_finish", cols, ptra(out), dta(out), ptra(part), i32a(parts), i32a(cols), u64a(uint64(cols)))
+	d.Free(part)
+}
+
+// ---- activations ----
+
+func (d *Device) ReLU(y, x *tensor.Tensor) {
+	tensor.CheckLen("ReLU", y, x)
+	tensor.CheckFloat("ReLU", y, x)
+	if y.Len() > 0 {
+		d.launch1("k_relu", y.Len(), ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.Len())))
+	}
+}
+
+func (d *Device) ReLUBackward(dx, dy, y *tensor.Tensor) {
+	tensor.CheckLen("ReLUBackward", dx, dy, y)
+	tensor.CheckFloat("ReLUBackward", dx, dy, y)
+	if dx.Len() > 0 {
+		d.launch1("k_relu_bwd", dx.Len(), ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(y), dta(y), u64a(uint64(dx.Len())))
+	}
+}
+
+func (d *Device) GELU(y, x *tensor.Tensor) {
+	tensor.CheckLen("GELU", y, x)
+	tensor.CheckFloat("GELU", y, x)
+	if vec8(y.Len(), y, x) {
+		d.launch1("k_gelu8", y.Len()/8, ptra(y), dta(y), ptra(x), dta(x), i32a(y.Len()/8))
+	} else if y.Len() > 0 {
+		d.launch1("k_gelu", y.Len(), ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.Len())))
+	}
+}
+
+func (d *Device) GELUBackward(dx, dy, x *tensor.Tensor) {
+	tensor.CheckLen("GELUBackward", dx, dy, x)
+	tensor.CheckFloat("GELUBackward", dx, dy, x)
+	if vec8(dx.Len(), dx, dy, x) {
+		d.launch1("k_gelu_bwd8", dx.Len()/8, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(x), dta(x), i32a(dx.Len()/8))
+	} else if dx.Len() > 0 {
+		d.launch1("k_gelu_bwd", dx.Len(), ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(x), dta(x), u64a(uint64(dx.Len())))
+	}
+}
+
+func (d *Device) Dropout(y, x *tensor.Tensor, p float32, seed uint64) {
+	tensor.CheckLen("Dropout", y, x)
+	tensor.CheckFloat("Dropout", y, x)
+	if y.Len() > 0 {
+		d.launch1("k_dropout", y.Len(), ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.Len())), f32a(p), seed)
+	}
+}
+
+func (d *Device) DropoutBackward(dx, dy *tensor.Tensor, p float32, seed uint64) {
+	d.Dropout(dx, dy, p, seed)
+}
+
+// ---- layer norm ----
+
+// warpRows launches a warp-per-row kernel: 8 rows per block of 256 threads.
+func (d *Device) warpRows(name string, rows int, args ...uint64) {
+	d.launch(name, [3]int{max(1, (rows+7)/8), 1, 1}, [3]int{256, 1, 1}, 0, args...)
+}
+
+func (d *Device) LayerNorm(y, mean, rstd, x, w, b *tensor.Tensor, eps float32) {
+	r, cols := tensor.MatDims(x)
+	tensor.CheckLen("LayerNorm", y, x)
+	if mean.Len() != r || rstd.Len() != r || w.Len() != cols || b.Len() != cols || mean.DType() != tensor.F32 || rstd.DType() != tensor.F32 {
+		panic(fmt.Sprintf("cuda: LayerNorm shapes: x %s, w %s, b %s, mean %s, rstd %s", x, w, b, mean, rstd))
+	}
+	tensor.CheckFloat("LayerNorm", y, x, w, b)
+	if r == 0 {
+		return
+	}
+	d.warpRows("k_layernorm", r, ptra(y), dta(y), ptra(mean), ptra(rstd), ptra(x), dta(x), ptra(w), dta(w), ptra(b), dta(b),
+		i32a(r), i32a(cols), f32a(eps))
+}
+
+func (d *Device) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tensor) {
+	r, cols := tensor.MatDims(x)
+	tensor.CheckLen("LayerNormBackward", dx, dy, x)
+	if mean.Len() != r || rstd.Len() != r || w.Len() != cols || dw.Len() != cols || db.Len() != cols {
+		panic(fmt.Sprintf("cuda: LayerNormBackward shapes: x %s, w %s, dw %s, db %s, mean %s", x, w, dw, db, mean))
+	}
+	tensor.CheckFloat("LayerNormBackward", dx, dw, db, dy, x, w)
+	shmem := 2 * cols * 4
+	if shmem > 48<<10 {
+		panic(fmt.Sprintf("cuda: LayerNormBackward supports up to 6144 columns, got %d", cols))
+	}
+	if r == 0 {
+		return
+	}
+	if k := cols / 256; cols%256 == 0 && k <= 4 && vec8(8, dx, dy, x, w) {
+		// 8-wide: dx by a warp per row, dw and db by columns; no atomics.
+		d.warpRows(fmt.Sprintf("k_ln_bwd_dx8_%d", k), r, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(x), dta(x), ptra(w), dta(w),
+			ptra(mean), ptra(rstd), i32a(r), i32a(cols))
+		cb := (cols/8 + 31) / 32
+		parts := max(1, min((r+63)/64, (d.sms*8+cb-1)/cb))
+		rowsPer := (r + parts - 1) / parts
+		part := d.scratch(parts * 2 * cols)
+		d.launch("k_ln_dwdb8", [3]int{cb, parts, 1}, [3]int{32, 8, 1}, 0, ptra(part), ptra(dy), dta(dy), ptra(x), dta(x),
+			ptra(mean), ptra(rstd), i32a(r), i32a(cols), i32a(rowsPer))
+		d.launch1("k_colsum_finish", cols, ptra(dw), dta(dw), ptra(part), i32a(parts), i32a(cols), u64a(uint64(2*cols)))
+		d.launch1("k_colsum_finish", cols, ptra(db), dta(db), ptra(part)+uint64(4*cols), i32a(parts), i32a(cols), u64a(uint64(2*cols)))
+		d.Free(part)
+		return
+	}
+	blocks := max(1, min((r+7)/8, d.sms*2))
+	part := d.scratch(blocks * 2 * cols)
+	kern := "k_layernorm_bwd" // shared-memory atomics per element
+	switch {                  // a warp's row and its dw, db sums in registers
+	case cols <= 256:
+		kern = "k_layernorm_bwd_r8"
+	case cols <= 768:
+		kern = "k_layernorm_bwd_r24"
+	case cols <= 1024:
+		kern = "k_layernorm_bwd_r32"
+	}
+	d.launch(kern, [3]int{blocks, 1, 1}, [3]int{256, 1, 1}, shmem, ptra(dx), dta(dx), ptra(part),
+		ptra(dy), dta(dy), ptra(x), dta(x), ptra(w), dta(w), ptra(mean), ptra(rstd), i32a(r), i32a(cols))
+	// dw from the first half of each block's partials, db from the second.
+	d.launch1("k_colsum_finish", cols, ptra(dw), dta(dw), ptra(part), i32a(blocks), i32a(cols), u64a(uint64(2*cols)))
+	d.launch1("k_colsum_finish", cols, ptra(db), dta(db), ptra(part)+uint64(4*cols), i32a(blocks), i32a(cols), u64a(uint64(2*cols)))
+	d.Free(part)
+}
+
+// ---- embeddings ----
+
+func (d *Device) Embedding(out, ids, wte, wpe *tensor.Tensor) {
+	if len(ids.Shape()) != 2 || ids.DType() != tensor.I32 || out.Len() != ids.Len()*wte.Cols() {
+		panic(fmt.Sprintf("cuda: Embedding shapes: out %s, ids %s, wte %s", out, ids, wte))
+	}
+	tt, cols := ids.Shape()[1], wte.Cols()
+	wp, wdt := nilPtr, uint64(0)
+	if wpe != nil {
+		if wpe.Rows() < tt || wpe.Cols() != cols {
+			panic(fmt.Sprintf("cuda: Embedding: wpe %s too small for T=%d", wpe, tt))
+		}
+		wp, wdt = ptra(wpe), dta(wpe)
+	}
+	tensor.CheckFloat("Embedding", out, wte)
+	if out.Len() > 0 {
+		d.launch1("k_embedding", out.Len(), ptra(out), dta(out), ptra(ids), ptra(wte), dta(wte), wp, wdt,
+			u64a(uint64(out.Len())), i32a(tt), i32a(cols), i32a(wte.Rows()))
+	}
+}
+
+func (d *Device) EmbeddingBackward(dwte, dwpe, dout, ids *tensor.Tensor) {
+	if len(ids.Shape()) != 2 || ids.DType() != tensor.I32 || dout.Len() != ids.Len()*dwte.Cols() {
+		panic(fmt.Sprintf("cuda: EmbeddingBackward shapes: dwte %s, dout %s, ids %s", dwte, dout, ids))
+	}
+	bb, tt, cols := ids.Shape()[0], ids.Shape()[1], dwte.Cols()
+	tensor.CheckFloat("EmbeddingBackward", dwte, dout)
+	if dout.Len() == 0 {
+		return
+	}
+	d.launch1("k_embedding_bwd_wte", dout.Len(), ptra(dwte), dta(dwte), ptra(dout), dta(dout), ptra(ids), u64a(uint64(dout.Len())), i32a(cols))
+	if dwpe != nil {
+		if dwpe.Rows() < tt || dwpe.Cols() != cols {
+			panic(fmt.Sprintf("cuda: EmbeddingBackward: dwpe %s too small for T=%d", dwpe, tt))
+		}
+		d.launch1("k_embedding_bwd_wpe", tt*cols, ptra(dwpe), dta(dwpe), ptra(dout), dta(dout), i32a(bb), i32a(tt), i32a(cols))
+	}
+}
+
+// ---- softmax and attention layout ----
+
+func (d *Device) Softmax(y, x *tensor.Tensor, scale float32, causal bool) {
+	r, cols := tensor.MatDims(x)
+	tensor.CheckLen("Softmax", y, x)
+	if causal && (len(x.Shape()) < 2 || x.Dim(-2) != cols) {
+		panic(fmt.Sprintf("cuda: causal Softmax wants (…,T,T), got %s", x))
+	}
+	tensor.CheckFloat("Softmax", y, x)
+	if r == 0 {
+		return
+	}
+	c := 0
+	if causal {
+		c = 1
+	}
+	if k := cols / 256; cols%256 == 0 && (k == 1 || k == 2 || k == 4 || k == 8) && vec8(8, y, x) {
+		d.warpRows(fmt.Sprintf("k_softmax8_%d", k), r, ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(r)), i32a(cols), f32a(scale), i32a(c))
+		return
+	}
+	d.warpRows("k_softmax", r, ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(r)), i32a(cols), f32a(scale), i32a(c))
+}
+
+func (d *Device) SoftmaxBackward(dx, dy, y *tensor.Tensor, scale float32) {
+	r, cols := tensor.MatDims(y)
+	tensor.CheckLen("SoftmaxBackward", dx, dy, y)
+	tensor.CheckFloat("SoftmaxBackward", dx, dy, y)
+	if r == 0 {
+		return
+	}
+	if k := cols / 256; cols%256 == 0 && (k == 1 || k == 2 || k == 4 || k == 8) && vec8(8, dx, dy, y) {
+		d.warpRows(fmt.Sprintf("k_softmax_bwd8_%d", k), r, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(y), dta(y), u64a(uint64(r)), i32a(cols), f32a(scale))
+		return
+	}
+	d.warpRows("k_softmax_bwd", r, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(y), dta(y), u64a(uint64(r)), i32a(cols), f32a(scale))
+}
+
+func (d *Device) SplitQKV(q, k, v, qkv *tensor.Tensor) {
+	_, h, t, hs := tensor.QKVDims("SplitQKV", q, k, v, qkv)
+	tensor.CheckFloat("SplitQKV", q, k, v, qkv)
+	if hs%8 == 0 && vec8(qkv.Len(), qkv, q, k, v) {
+		d.launch1("k_qkv8", qkv.Len()/8, ptra(qkv), dta(qkv), ptra(q), dta(q), ptra(k), dta(k), ptra(v), dta(v),
+			i32a(qkv.Len()/8), i32a(t), i32a(h), i32a(hs), i32a(0))
+	} else if qkv.Len() > 0 {
+		d.launch1("k_qkv", qkv.Len(), ptra(qkv), dta(qkv), ptra(q), dta(q), ptra(k), dta(k), ptra(v), dta(v),
+			u64a(uint64(qkv.Len())), i32a(t), i32a(h), i32a(hs), i32a(0))
+	}
+}
+
+func (d *Device) MergeQKV(dqkv, dq, dk, dv *tensor.Tensor) {
+	_, h, t, hs := tensor.QKVDims("MergeQKV", dq, dk, dv, dqkv)
+	tensor.CheckFloat("MergeQKV", dqkv, dq, dk, dv)
+	if hs%8 == 0 && vec8(dqkv.Len(), dqkv, dq, dk, dv) {
+		d.launch1("k_qkv8", dqkv.Len()/8, ptra(dqkv), dta(dqkv), ptra(dq), dta(dq), ptra(dk), dta(dk), ptra(dv), dta(dv),
+			i32a(dqkv.Len()/8), i32a(t), i32a(h), i32a(hs), i32a(1))
+	} else if dqkv.Len() > 0 {
+		d.launch1("k_qkv", dqkv.Len(), ptra(dqkv), dta(dqkv), ptra(dq), dta(dq), ptra(dk), dta(dk), ptra(dv), dta(dv),
+			u64a(uint64(dqkv.Len())), i32a(t), i32a(h), i32a(hs), i32a(1))
+	}
+}
+
+func (d *Device) Permute0213(dst, src *tensor.Tensor) {
+	if len(src.Shape()) != 4 || len(dst.Shape()) != 4 {
+		panic(fmt.Sprintf("cuda: Permute0213 wants 4-D tensors: dst %s, src %s", dst, src))
+	}
+	a, b, cc, dd := src.Shape()[0], src.Shape()[1], src.Shape()[2], src.Shape()[3]
+	if dst.Shape()[0] != a || dst.Shape()[1] != cc || dst.Shape()[2] != b || dst.Shape()[3] != dd {
+		panic(fmt.Sprintf("cuda: Permute0213: dst %s is not src %s with dims 1 and 2 swapped", dst, src))
+	}
+	tensor.CheckFloat("Permute0213", dst, src)
+	if dd%8 == 0 && vec8(dst.Len(), dst, src) {
+		d.launch1("k_permute0213_8", dst.Len()/8, ptra(dst), dta(dst), ptra(src), dta(src), i32a(dst.Len()/8), i32a(b), i32a(cc), i32a(dd))
+	} else if dst.Len() > 0 {
+		d.launch1("k_permute0213", dst.Len(), ptra(dst), dta(dst), ptra(src), dta(src), u64a(uint64(dst.Len())), i32a(b), i32a(cc), i32a(dd))
+	}
+}
+
+// ---- loss ----
+
+func (d *Device) CrossEntropy(losses, logits, targets *tensor.Tensor) {
+	r, v := tensor.MatDims(logits)
+	if losses.Len() != r || targets.Len() != r || losses.DType() != tensor.F32 || targets.DType() != tensor.I32 {
+		panic(fmt.Sprintf("cuda: CrossEntropy shapes: losses %s, logits %s, targets %s", losses, logits, targets))
+	}
+	tensor.CheckFloat("CrossEntropy", logits)
+	if r > 0 {
+		d.launch("k_xent", [3]int{r, 1, 1}, [3]int{512, 1, 1}, 0, ptra(losses), nilPtr, 0, ptra(logits), dta(logits),
+			ptra(targets), i32a(v), f32a(0), i32a(0), vecArg(v%8 == 0 && vec8(8, logits)))
+	}
+}
+
+func (d *Device) CrossEntropyBackward(dlogits, logits, targets *tensor.Tensor, scale float32) {
+	r, v := tensor.MatDims(logits)
+	tensor.CheckLen("CrossEntropyBackward", dlogits, logits)
+	if targets.Len() != r || targets.DType() != tensor.I32 {
+		panic(fmt.Sprintf("cuda: CrossEntropyBackward shapes: logits %s, targets %s", logits, targets))
+	}
+	tensor.CheckFloat("CrossEntropyBackward", dlogits, logits)
+	if r > 0 {
+		d.launch("k_xent", [3]int{r, 1, 1}, [3]int{512, 1, 1}, 0, nilPtr, ptra(dlogits), dta(dlogits), ptra(logits), dta(logits),
+			ptra(targets), i32a(v), f32a(scale), i32a(1), vecArg(v%8 == 0 && vec8(8, logits, dlogits)))
+	}
+}
+
+func (d *Device) ArgMax(out, x *tensor.Tensor) {
+	r, cols := tensor.MatDims(x)
+	if out.Len() != r || out.DType() != tensor.I32 {
+		panic(fmt.Sprintf("cuda: ArgMax: out %s for %s", out, x))
+	}
+	tensor.CheckFloat("ArgMax", x)
+	if r > 0 {
+		d.launch("k_argmax", [3]int{r, 1, 1}, [3]int{256, 1, 1}, 0, ptra(out), ptra(x), dta(x), i32a(cols))
+	}
+}
+
+// ---- reductions, scaling, optimizers ----
+
+func (d *Device) sum(out, x *tensor.Tensor, sq int) {
+	if out.DType() != tensor.F32 || out.Len() < 1 {
+		panic(fmt.Sprintf("cuda: Sum/SumSquares into %s", out))
+	}
+	tensor.CheckFloat("Sum", x)
+	if x.Len() == 0 {
+		return
+	}
+	blocks := max(1, min((x.Len()+1023)/1024, d.sms*4))
+	part := d.scratch(2 * blocks) // doubles
+	d.launch("k_sum_part", [3]int{blocks, 1, 1}, [3]int{256, 1, 1}, 0, ptra(part), ptra(x), dta(x), u64a(uint64(x.Len())), i32a(sq))
+	d.launch("k_sum_finish", [3]int{1, 1, 1}, [3]int{256, 1, 1}, 0, ptra(out), ptra(part), i32a(blocks))
+	d.Free(part)
+}
+
+func (d *Device) SumSquares(out, x *tensor.Tensor) { d.sum(out, x, 1) }
+func (d *Device) Sum(out, x *tensor.Tensor)        { d.sum(out, x, 0) }
+
+func (d *Device) UnscaleCheck(x *tensor.Tensor, inv float32, found *tensor.Tensor) {
+	tensor.CheckFloat("UnscaleCheck", x)
+	if found.DType() != tensor.F32 || found.Len() < 1 {
+		panic(fmt.Sprintf("cuda: UnscaleCheck: found %s", found))
+	}
+	if x.Len() > 0 {
+		d.launch1("k_unscale", x.Len(), ptra(x), dta(x), u64a(uint64(x.Len())), f32a(inv), ptra(found))
+	}
+}
+
+func f32Only(op string, ts ...*tensor.Tensor) {
+	for _, t := range ts {
+		if t != nil && t.DType() != tensor.F32 {
+			panic(fmt.Sprintf("cuda: %s: %s is not f32", op, t))
+		}
+	}
+}
+
+func (d *Device) AdamW(p, g, m, v, half *tensor.Tensor, a tensor.AdamWArgs) {
+	tensor.CheckLen("AdamW", p, g, m, v)
+	f32Only("AdamW", p, g, m, v)
+	hp := nilPtr
+	if half != nil {
+		tensor.CheckLen("AdamW", p, half)
+		if half.DType() != tensor.F16 {
+			panic(fmt.Sprintf("cuda: AdamW: half copy %s is not f16", half))
+		}
+		hp = ptra(half)
+	}
+	if p.Len() > 0 {
+		d.launch1("k_adamw", p.Len(), ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.Len())),
+			f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2))
+	}
+}
+
+// AdamWTable packs runs for k_adamw_multi: one int64 per run, its start offset times 2 plus its
+// decay flag, as an I32 tensor of 2·len(runs) words (little-endian halves).
+func (d *Device) AdamWTable(runs []tensor.AdamWRun) *tensor.Tensor {
+	if len(runs) == 0 {
+		return nil
+	}
+	words := make([]int32, 2*len(runs))
+	for i, r := range runs {
+		e := uint64(r.Off) << 1
+		if r.Decay {
+			e |= 1
+		}
+		words[2*i] = int32(uint32(e))
+		words[2*i+1] = int32(uint32(e >> 32))
+	}
+	t := d.Alloc(tensor.I32, "adamw.runs", len(words))
+	d.UploadI32(t, words)
+	return t
+}
+
+// AdamWRuns is AdamW over whole slabs in one launch of k_adamw_multi, which applies the weight
+// decay per run from table (AdamWTable of runs) and otherwise does k_adamw's arithmetic.
+func (d *Device) AdamWRuns(p, g, m, v, half *tensor.Tensor, runs []tensor.AdamWRun, table *tensor.Tensor, a tensor.AdamWArgs) {
+	tensor.CheckLen("AdamW", p, g, m, v)
+	f32Only("AdamW", p, g, m, v)
+	hp := nilPtr
+	if half != nil {
+		tensor.CheckLen("AdamW", p, half)
+		if half.DType() != tensor.F16 {
+			panic(fmt.Sprintf("cuda: AdamW: half copy %s is not f16", half))
+		}
+		hp = ptra(half)
+	}
+	if p.Len() == 0 {
+		return
+	}
+	end := 0
+	for _, r := range runs {
+		if r.Off != end || r.N < 0 {
+			panic(fmt.Sprintf("cuda: AdamWRuns: run %+v does not follow offset %d", r, end))
+		}
+		end += r.N
+	}
+	if end != p.Len() || table == nil || table.DType() != tensor.I32 || table.Len() != 2*len(runs) {
+		panic(fmt.Sprintf("cuda: AdamWRuns: %d runs over %d elements, table %v, for %s", len(runs), end, table, p))
+	}
+	d.launch1("k_adamw_multi", p.Len(), ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.Len())), ptra(table), i32a(len(runs)),
+		f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2))
+}
+
+var _ tensor.MultiAdamW = (*Device)(nil)
+
+func (d *Device) SGD(p, g, mom, half *tensor.Tensor, a tensor.SGDArgs) {
+	tensor.CheckLen("SGD", p, g)
+	f32Only("SGD", p, g, mom)
+	mp, hp := nilPtr, nilPtr
+	if mom != nil {
+		tensor.CheckLen("SGD", p, mom)
+		mp = ptra(mom)
+	}
+	if half != nil {
+		tensor.CheckLen("SGD", p, half)
+		hp = ptra(half)
+	}
+	nest := 0
+	if a.Nesterov {
+		nest = 1
+	}
+	if p.Len() > 0 {
+		d.launch1("k_sgd", p.Len(), ptra(p), ptra(g), mp, hp, u64a(uint64(p.Len())), f32a(a.LR), f32a(a.Momentum), f32a(a.WeightDecay), i32a(nest))
+	}
+}
+
+func vecArg(ok bool) uint64 {
+	if ok {
+		return 1
+	}
+	return 0
+}

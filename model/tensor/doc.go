@@ -1,0 +1,23 @@
+// Package tensor is the device seam of goddp's model: what layers hand to hardware and what
+// hardware gives back. It imports nothing of goddp; the devices
+// (model/cpu, model/cuda) implement it and package model's layers, models and optimizers use only
+// it, so a layer cannot reach a device's memory except through Device.
+//
+//	tensor.go   Tensor: a typed, shaped window onto a device Buffer; View, Reshape, ToHost, FromHost
+//	dtype.go    DType: F32, F16 (stored as its 16 bits), I32
+//	device.go   Device, the interface every layer calls (memory, transfers, elementwise, matmul,
+//	            activations, normalisation, embeddings, softmax and attention, loss, reductions,
+//	            optimizers) and its argument types; Fence, a point in a device's stream of work
+//	            to wait for; MultiAdamW, an optional fused optimizer step
+//	staging.go  GradStager, an optional ability: gradient buckets staged through f16 device buffers
+//	            and pinned host memory for the DDP engine (the CUDA device has it)
+//	alloc.go    Pool, the caching allocator every device embeds (Alloc, Free and the counters
+//	            MemStats, like torch.cuda.memory_stats), OOMError and CatchOOM, Observable
+//	            (allocation events for memory timelines), MemorySummary, SizeClass
+//	rng.go      the counter-based generator (Normal, Uniform01, DeriveSeed): element i under seed s
+//	            is the same on every device
+//	check.go    the shape checks both devices run before an operation
+//
+// Dimensions are named as in package model: B batch, T sequence, C width, H heads, hs head size,
+// V vocabulary, R rows (all leading dimensions of a tensor read as a matrix).
+package tensor
