@@ -9,6 +9,7 @@ import (
 
 	"github.com/goddp/goddp/ddp"
 	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/worker/config"
 	"github.com/goddp/goddp/worker/data"
 )
 
@@ -51,7 +52,7 @@ func OpenDevice(name string, localRank int) (model.Device, error) {
 // loadData returns the training and evaluation sets of cfg's data section.
 func loadData(cfg *Config) (train, eval data.Dataset, err error) {
 	switch cfg.Data.Kind {
-	case "mnist":
+	case config.DataMNIST:
 		tr, te, err := data.LoadMNIST(cfg.Data.Path)
 		if err != nil {
 			return nil, nil, err
@@ -60,7 +61,7 @@ func loadData(cfg *Config) (train, eval data.Dataset, err error) {
 			return nil, nil, fmt.Errorf("worker: model.widths[0] is %d but MNIST images have %d pixels", cfg.Model.Widths[0], tr.Features)
 		}
 		return tr, te, nil
-	case "text":
+	case config.DataText:
 		tr, te, err := data.LoadText(cfg.Data.Path, cfg.Data.EvalFraction)
 		if err != nil {
 			return nil, nil, err
@@ -72,27 +73,21 @@ func loadData(cfg *Config) (train, eval data.Dataset, err error) {
 
 // computeDType is the dtype of activations and the weight copy matmuls read.
 func computeDType(cfg *Config) model.DType {
-	if cfg.Precision == "fp16" {
+	if cfg.Precision == config.FP16 {
 		return model.F16
 	}
 	return model.F32
 }
 
 func buildModel(dev model.Device, cfg *Config) (model.Model, error) {
-	every, err := cfg.Model.CheckpointEvery()
-	if err != nil {
-		return nil, err
-	}
+	every := cfg.Model.Checkpoint.Every
 	seed := uint64(cfg.Seed)
 	switch cfg.Model.Kind {
-	case "mlp":
-		return model.NewMLP(dev, model.MLPConfig{Widths: cfg.Model.Widths, Activation: cfg.Model.Activation,
+	case config.ModelMLP:
+		return model.NewMLP(dev, model.MLPConfig{Widths: cfg.Model.Widths, Activation: string(cfg.Model.Activation),
 			Dropout: float32(cfg.Model.Dropout), Compute: computeDType(cfg), Checkpoint: every}, seed)
-	case "gpt":
-		attn, err := model.ParseAttentionMode(cfg.Model.Attention)
-		if err != nil {
-			return nil, err
-		}
+	case config.ModelGPT:
+		attn := attentionMode(cfg.Model.Attention)
 		return model.NewGPT(dev, model.GPTConfig{Layers: cfg.Model.Layers, Width: cfg.Model.Width, Heads: cfg.Model.Heads,
 			Context: cfg.Model.Context, Vocab: cfg.Model.Vocab, Tied: cfg.Model.Tied, Dropout: float32(cfg.Model.Dropout),
 			Compute: computeDType(cfg), Checkpoint: every, Attention: attn, CheckpointKeepAttn: cfg.Model.CheckpointKeepAttention}, seed)
@@ -100,12 +95,23 @@ func buildModel(dev model.Device, cfg *Config) (model.Model, error) {
 	return nil, fmt.Errorf("worker: model.kind %q: want mlp or gpt", cfg.Model.Kind)
 }
 
+// attentionMode is model.attention as the model package's mode ("" is auto).
+func attentionMode(a config.Attention) model.AttentionMode {
+	switch a {
+	case config.AttnFlash:
+		return model.AttnFlash
+	case config.AttnMaterialized:
+		return model.AttnMaterialized
+	}
+	return model.AttnAuto
+}
+
 // printSettings logs the run's settings once, as an aligned table.
 func printSettings(cfg *Config, env Env, dev model.Device, ps *model.Params, total, perEpoch int, eng *ddp.Engine) {
 	rows := [][2]string{
 		{"model", modelLine(cfg)},
 		{"parameters", fmt.Sprintf("%d (%s f32)", ps.N, model.FormatBytes(int64(ps.N)*4))},
-		{"precision", cfg.Precision},
+		{"precision", string(cfg.Precision)},
 		{"device", dev.Name()},
 		{"world size", fmt.Sprint(env.WorldSize)},
 		{"batch", fmt.Sprintf("global %d = micro %d × accum %d × world %d", cfg.Train.GlobalBatch, cfg.Train.MicroBatch, cfg.Train.GradAccumSteps, env.WorldSize)},
@@ -125,14 +131,14 @@ func printSettings(cfg *Config, env Env, dev model.Device, ps *model.Params, tot
 }
 
 func modelLine(cfg *Config) string {
-	if cfg.Model.Kind == "gpt" {
+	if cfg.Model.Kind == config.ModelGPT {
 		return fmt.Sprintf("gpt layers %d width %d heads %d context %d vocab %d", cfg.Model.Layers, cfg.Model.Width, cfg.Model.Heads, cfg.Model.Context, cfg.Model.Vocab)
 	}
 	w := make([]string, len(cfg.Model.Widths))
 	for i, x := range cfg.Model.Widths {
 		w[i] = fmt.Sprint(x)
 	}
-	return "mlp " + strings.Join(w, "-") + " " + cfg.Model.Activation
+	return "mlp " + strings.Join(w, "-") + " " + string(cfg.Model.Activation)
 }
 
 // checkLeaks fails when allocated memory is not back at the step's baseline, naming the tags of
@@ -185,9 +191,9 @@ type (
 func buildOptimizer(cfg *Config, ps *model.Params) (Optimizer, error) {
 	t := cfg.Train
 	switch t.Optimizer {
-	case "adamw":
+	case config.OptAdamW:
 		return model.NewAdamW(ps, model.AdamWConfig{Beta1: float32(t.Beta1), Beta2: float32(t.Beta2), Eps: float32(t.Eps), WeightDecay: float32(t.WeightDecay)})
-	case "sgd":
+	case config.OptSGD:
 		return model.NewSGD(ps, model.SGDConfig{Momentum: float32(t.Momentum), Nesterov: t.Nesterov, WeightDecay: float32(t.WeightDecay)})
 	}
 	return nil, fmt.Errorf("worker: train.optimizer %q: want adamw or sgd", t.Optimizer)
@@ -205,13 +211,13 @@ func optimizerTensors(o Optimizer) []*model.Tensor {
 // buildScaler: dynamic loss scaling under fp16; a disabled scaler (scale 1) under fp32.
 func buildScaler(dev model.Device, cfg *Config) (*Scaler, error) {
 	ls := cfg.LossScale
-	return model.NewScaler(dev, model.ScalerConfig{Enabled: cfg.Precision == "fp16", Init: float32(ls.Init),
+	return model.NewScaler(dev, model.ScalerConfig{Enabled: cfg.Precision == config.FP16, Init: float32(ls.Init),
 		Growth: float32(ls.GrowthFactor), Backoff: float32(ls.Backoff), Interval: ls.GrowthInterval, MinScale: float32(ls.Min)})
 }
 
 func buildSchedule(cfg *Config, total int) (model.Schedule, error) {
 	t := cfg.Train
-	return model.NewSchedule(model.ScheduleConfig{Kind: t.Schedule, LR: float32(t.LR), MinLR: float32(t.MinLR),
+	return model.NewSchedule(model.ScheduleConfig{Kind: string(t.Schedule), LR: float32(t.LR), MinLR: float32(t.MinLR),
 		Warmup: int64(t.WarmupSteps), Total: int64(max(total, t.WarmupSteps+1))})
 }
 

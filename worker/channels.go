@@ -3,6 +3,7 @@ package worker
 import (
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/ddp"
+	"github.com/goddp/goddp/worker/config"
 )
 
 // The extra process groups (ddp.channels) are opened by allreduce.OpenChannels.
@@ -14,4 +15,12 @@ func asComms(gs []*allreduce.Group) []ddp.Comm {
 		out[i] = g
 	}
 	return out
+}
+
+// wireOf is ddp.wire, resolved (Config.WireFormat), as the all-reduce's wire format.
+func wireOf(cfg *Config) allreduce.Wire {
+	if cfg.WireFormat() == config.WireF16 {
+		return allreduce.WireF16
+	}
+	return allreduce.WireF32
 }

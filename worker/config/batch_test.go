@@ -40,7 +40,8 @@ func TestResolveAutoBatch(t *testing.T) {
 
 func TestDivisorAtMost(t *testing.T) {
 	for _, tc := range []struct{ n, b, want int }{
-		{64, 12, 8}, {64, 64, 64}, {64, 100, 64}, {96, 7, 6}, {7, 6, 1}, {1, 5, 1}, {12, 1, 1},
+		{512, 97, 64}, {512, 600, 512}, {96, 40, 32}, {7, 6, 1}, {12, 12, 12}, {1, 5, 1}, // from worker's autobatch_test.go
+		{64, 12, 8}, {64, 100, 64}, {96, 7, 6}, {12, 1, 1},
 	} {
 		if got := DivisorAtMost(tc.n, tc.b); got != tc.want {
 			t.Errorf("DivisorAtMost(%d, %d) = %d, want %d", tc.n, tc.b, got, tc.want)
