@@ -41,7 +41,7 @@ func searchMaxFit(limit int, fits func(b int) (bool, error)) (int, error) {
 	if limit < 1 {
 		return 0, fmt.Errorf("worker: micro_batch auto: no batch size to try (limit %d)", limit)
 	}
-	good, bad := 0, limit+1 // fits(good), !fits(bad) (bad = limit+1 stands for "not tried")
+	var good, bad int // fits(good) (0: nothing fits yet), !fits(bad) (the doubling's first miss)
 	for b := 1; ; b *= 2 {
 		b = min(b, limit)
 		ok, err := fits(b)
