@@ -56,22 +56,22 @@ type Trainer struct {
 	log  *slog.Logger
 	wall time.Time // when New started: the summary's wall_seconds
 
-	group             *allreduce.Group
-	dev               model.Device
-	trainSet, evalSet data.Dataset
-	m                 model.Model
-	ps                *model.Params
-	optim             Optimizer
-	scaler            *Scaler
-	trace             *ddp.Trace
-	eng               *ddp.Engine
-	st                runState
-	loader            *data.Loader
-	total             int // optimizer steps of the whole run
-	sched             model.Schedule
-	metrics           *MetricsWriter
-	prog              *Progress
-	in                *inputs
+	group   *allreduce.Group
+	dev     model.Device
+	evalSet data.Dataset // the training set is the loader's
+	m       model.Model
+	ps      *model.Params
+	optim   Optimizer
+	scaler  *Scaler
+	trace   *ddp.Trace
+	eng     *ddp.Engine
+	st      runState
+	loader  *data.Loader
+	total   int // optimizer steps of the whole run
+	sched   model.Schedule
+	metrics *MetricsWriter
+	prog    *Progress
+	in      *inputs
 
 	closers []func() error // what New opened, in order
 	closed  bool
@@ -144,7 +144,7 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 	if err != nil {
 		return nil, err
 	}
-	t.trainSet, t.evalSet = trainSet, evalSet
+	t.evalSet = evalSet
 	m, err := buildModel(dev, cfg)
 	if err != nil {
 		return nil, err
