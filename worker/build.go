@@ -9,7 +9,6 @@ import (
 
 	"github.com/goddp/goddp/ddp"
 	"github.com/goddp/goddp/model"
-	"github.com/goddp/goddp/worker/config"
 	"github.com/goddp/goddp/worker/data"
 )
 
@@ -52,7 +51,7 @@ func OpenDevice(name string, localRank int) (model.Device, error) {
 // loadData returns the training and evaluation sets of cfg's data section.
 func loadData(cfg *Config) (train, eval data.Dataset, err error) {
 	switch cfg.Data.Kind {
-	case config.DataMNIST:
+	case "mnist":
 		tr, te, err := data.LoadMNIST(cfg.Data.Path)
 		if err != nil {
 			return nil, nil, err
@@ -61,7 +60,7 @@ func loadData(cfg *Config) (train, eval data.Dataset, err error) {
 			return nil, nil, fmt.Errorf("worker: model.widths[0] is %d but MNIST images have %d pixels", cfg.Model.Widths[0], tr.Features)
 		}
 		return tr, te, nil
-	case config.DataText:
+	case "text":
 		tr, te, err := data.LoadText(cfg.Data.Path, cfg.Data.EvalFraction)
 		if err != nil {
 			return nil, nil, err
@@ -73,7 +72,7 @@ func loadData(cfg *Config) (train, eval data.Dataset, err error) {
 
 // computeDType is the dtype of activations and the weight copy matmuls read.
 func computeDType(cfg *Config) model.DType {
-	if cfg.Precision == config.FP16 {
+	if cfg.Precision == "fp16" {
 		return model.F16
 	}
 	return model.F32
@@ -83,27 +82,16 @@ func buildModel(dev model.Device, cfg *Config) (model.Model, error) {
 	every := cfg.Model.Checkpoint.Every
 	seed := uint64(cfg.Seed)
 	switch cfg.Model.Kind {
-	case config.ModelMLP:
+	case "mlp":
 		return model.NewMLP(dev, model.MLPConfig{Widths: cfg.Model.Widths, Activation: string(cfg.Model.Activation),
 			Dropout: float32(cfg.Model.Dropout), Compute: computeDType(cfg), Checkpoint: every}, seed)
-	case config.ModelGPT:
+	case "gpt":
 		attn := attentionMode(cfg.Model.Attention)
 		return model.NewGPT(dev, model.GPTConfig{Layers: cfg.Model.Layers, Width: cfg.Model.Width, Heads: cfg.Model.Heads,
 			Context: cfg.Model.Context, Vocab: cfg.Model.Vocab, Tied: cfg.Model.Tied, Dropout: float32(cfg.Model.Dropout),
 			Compute: computeDType(cfg), Checkpoint: every, Attention: attn, CheckpointKeepAttn: cfg.Model.CheckpointKeepAttention}, seed)
 	}
 	return nil, fmt.Errorf("worker: model.kind %q: want mlp or gpt", cfg.Model.Kind)
-}
-
-// attentionMode is model.attention as the model package's mode ("" is auto).
-func attentionMode(a config.Attention) model.AttentionMode {
-	switch a {
-	case config.AttnFlash:
-		return model.AttnFlash
-	case config.AttnMaterialized:
-		return model.AttnMaterialized
-	}
-	return model.AttnAuto
 }
 
 // printSettings logs the run's settings once, as an aligned table.
@@ -131,7 +119,7 @@ func printSettings(cfg *Config, env Env, dev model.Device, ps *model.Params, tot
 }
 
 func modelLine(cfg *Config) string {
-	if cfg.Model.Kind == config.ModelGPT {
+	if cfg.Model.Kind == "gpt" {
 		return fmt.Sprintf("gpt layers %d width %d heads %d context %d vocab %d", cfg.Model.Layers, cfg.Model.Width, cfg.Model.Heads, cfg.Model.Context, cfg.Model.Vocab)
 	}
 	w := make([]string, len(cfg.Model.Widths))
@@ -191,9 +179,9 @@ type (
 func buildOptimizer(cfg *Config, ps *model.Params) (Optimizer, error) {
 	t := cfg.Train
 	switch t.Optimizer {
-	case config.OptAdamW:
+	case "adamw":
 		return model.NewAdamW(ps, model.AdamWConfig{Beta1: float32(t.Beta1), Beta2: float32(t.Beta2), Eps: float32(t.Eps), WeightDecay: float32(t.WeightDecay)})
-	case config.OptSGD:
+	case "sgd":
 		return model.NewSGD(ps, model.SGDConfig{Momentum: float32(t.Momentum), Nesterov: t.Nesterov, WeightDecay: float32(t.WeightDecay)})
 	}
 	return nil, fmt.Errorf("worker: train.optimizer %q: want adamw or sgd", t.Optimizer)
@@ -211,7 +199,7 @@ func optimizerTensors(o Optimizer) []*model.Tensor {
 // buildScaler: dynamic loss scaling under fp16; a disabled scaler (scale 1) under fp32.
 func buildScaler(dev model.Device, cfg *Config) (*Scaler, error) {
 	ls := cfg.LossScale
-	return model.NewScaler(dev, model.ScalerConfig{Enabled: cfg.Precision == config.FP16, Init: float32(ls.Init),
+	return model.NewScaler(dev, model.ScalerConfig{Enabled: cfg.Precision == "fp16", Init: float32(ls.Init),
 		Growth: float32(ls.GrowthFactor), Backoff: float32(ls.Backoff), Interval: ls.GrowthInterval, MinScale: float32(ls.Min)})
 }
 

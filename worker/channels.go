@@ -3,7 +3,6 @@ package worker
 import (
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/ddp"
-	"github.com/goddp/goddp/worker/config"
 )
 
 // The extra process groups (ddp.channels) are opened by allreduce.OpenChannels.
@@ -15,12 +14,4 @@ func asComms(gs []*allreduce.Group) []ddp.Comm {
 		out[i] = g
 	}
 	return out
-}
-
-// wireOf is ddp.wire, resolved (Config.WireFormat), as the all-reduce's wire format.
-func wireOf(cfg *Config) allreduce.Wire {
-	if cfg.WireFormat() == config.WireF16 {
-		return allreduce.WireF16
-	}
-	return allreduce.WireF32
 }

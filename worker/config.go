@@ -1,9 +1,13 @@
 package worker
 
 // config.go: the run configuration is package worker/config's. What the trainer adds is the
-// host's default for data.path (package worker/data finds it).
+// host's default for data.path (package worker/data finds it), and the mapping of config's typed
+// choices to the values of the packages that use them (attentionMode, wireOf). Elsewhere worker
+// compares a choice with its spelling (cfg.Model.Kind == "gpt"): config.ModelGPT is "gpt".
 
 import (
+	"github.com/goddp/goddp/allreduce"
+	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/worker/config"
 	"github.com/goddp/goddp/worker/data"
 )
@@ -37,4 +41,23 @@ func fillDataPath(c *Config) error {
 	}
 	c.Data.Path = p
 	return nil
+}
+
+// attentionMode is model.attention as the model package's mode ("" is auto).
+func attentionMode(a config.Attention) model.AttentionMode {
+	switch a {
+	case config.AttnFlash:
+		return model.AttnFlash
+	case config.AttnMaterialized:
+		return model.AttnMaterialized
+	}
+	return model.AttnAuto
+}
+
+// wireOf is ddp.wire, resolved (Config.WireFormat), as the all-reduce's wire format.
+func wireOf(cfg *Config) allreduce.Wire {
+	if cfg.WireFormat() == config.WireF16 {
+		return allreduce.WireF16
+	}
+	return allreduce.WireF32
 }

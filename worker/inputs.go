@@ -4,7 +4,6 @@ import (
 	"unsafe"
 
 	"github.com/goddp/goddp/model"
-	"github.com/goddp/goddp/worker/config"
 	"github.com/goddp/goddp/worker/data"
 )
 
@@ -22,7 +21,7 @@ type inputs struct {
 
 func newInputs(dev model.Device, cfg *Config, b int) *inputs {
 	in := &inputs{cap: b, async: asyncUploader(dev)}
-	if cfg.Model.Kind == config.ModelGPT {
+	if cfg.Model.Kind == "gpt" {
 		in.T = cfg.Model.Context
 		in.tokens = dev.Alloc(model.I32, "batch.tokens", b, in.T)
 		in.targets = dev.Alloc(model.I32, "batch.targets", b, in.T)

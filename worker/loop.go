@@ -15,7 +15,6 @@ import (
 
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/model"
-	"github.com/goddp/goddp/worker/config"
 	"github.com/goddp/goddp/worker/data"
 )
 
@@ -39,7 +38,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	lossHost := []float32{0}
 	samplesPerStep := b * k * W
 	tokensPerSample := 0
-	if cfg.Model.Kind == config.ModelGPT {
+	if cfg.Model.Kind == "gpt" {
 		tokensPerSample = cfg.Model.Context
 	}
 	var lastLoss float64
@@ -170,13 +169,13 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 			if err != nil {
 				return nil, err
 			}
-			if cfg.Model.Kind == config.ModelGPT { // a language model: loss in nats per token, no accuracy
+			if cfg.Model.Kind == "gpt" { // a language model: loss in nats per token, no accuracy
 				prog.Log("eval", "step", st.Step, "loss", fmt.Sprintf("%.4f", ev.Loss))
 			} else {
 				prog.Log("eval", "step", st.Step, "loss", fmt.Sprintf("%.4f", ev.Loss), "accuracy", fmt.Sprintf("%.4f", ev.Accuracy))
 			}
 			em := EvalMetrics{Step: st.Step, Epoch: st.Step / loader.StepsPerEpoch(), EvalLoss: ev.Loss}
-			if cfg.Model.Kind != config.ModelGPT {
+			if cfg.Model.Kind != "gpt" {
 				em.EvalAccuracy = Float(ev.Accuracy)
 			}
 			metrics.Eval(em)
@@ -215,7 +214,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		CommSeconds: commSec, CommHiddenFraction: hidden,
 	}
 	rate := float64(trained*samplesPerStep) / secs
-	if cfg.Model.Kind == config.ModelGPT {
+	if cfg.Model.Kind == "gpt" {
 		sum.TokensPerSec = rate * float64(tokensPerSample)
 	} else {
 		sum.EvalAccuracy = Float(ev.Accuracy)
@@ -228,7 +227,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		}
 	}
 	doneKV := []any{"steps", st.Step, "eval_loss", fmt.Sprintf("%.4f", ev.Loss)}
-	if cfg.Model.Kind != config.ModelGPT {
+	if cfg.Model.Kind != "gpt" {
 		doneKV = append(doneKV, "eval_accuracy", fmt.Sprintf("%.4f", ev.Accuracy))
 	}
 	log.Info("done", append(doneKV, "param_sha256", hash[:16], "wall_s", fmt.Sprintf("%.1f", secs))...)
@@ -292,7 +291,7 @@ func evaluate(ctx context.Context, m model.Model, dev model.Device, ds data.Data
 		dev.Download(lossHost, loss)
 		lossSum += float64(lossHost[0]) * float64(n)
 		count += float64(n)
-		if cfg.Model.Kind != config.ModelGPT {
+		if cfg.Model.Kind != "gpt" {
 			pred := in.pred.View(0, batch.Size)
 			m.Predict(pred)
 			got := make([]int32, batch.Size)
