@@ -112,7 +112,9 @@ type Config struct {
 	// sending one overlaps receiving and reducing the next. Default 1 MiB.
 	ChunkBytes int
 	// ListenAddr is where this rank's data plane listens. Rank 0 always uses MasterAddr. Default
-	// for others: port 0 on MasterAddr's host when that host is a loopback address, ":0" otherwise.
+	// for others: port 0 on MasterAddr's host when that host is a loopback address; otherwise
+	// port 0 on AdvertiseAddr's host, or on the local address of the route to MasterAddr — never
+	// every interface.
 	ListenAddr string
 	// AdvertiseAddr is the address other ranks dial for this rank's data plane. Default: the
 	// listener's address, with an unspecified host replaced by the address rank 0 saw us from.

@@ -11,9 +11,10 @@
 //     MASTER_ADDR, MASTER_PORT, DDP_TOKEN, as torchrun and ddplaunch set them). Every rank
 //     starts a gRPC server; rank 0's listens at MASTER_ADDR:MASTER_PORT and runs the
 //     rendezvous: each other rank calls Join with its own address, and when all have joined
-//     everyone gets the full table (transport_grpc.go). Every call carries the shared token;
-//     a peer without it is refused (Unauthenticated) and the refusal is logged. A one-rank
-//     world opens nothing and every collective returns at once.
+//     everyone gets the full table (transport_grpc.go). Every connection, of either data
+//     plane, starts with a handshake in which both ends prove the shared token without sending
+//     it (auth.go); a peer that cannot is refused before anything else of it is read, and the
+//     refusal is logged. A one-rank world opens nothing and every collective returns at once.
 //
 //  2. Run collectives, the same ones in the same order on every rank. Each is numbered (the
 //     "step" in errors) and cut into frames (frame.go): a 40-byte header — kind, wire, op,
@@ -44,8 +45,8 @@
 // Transports implement the small Transport interface (transport.go); NewInprocNetwork gives
 // in-memory ones for tests, with Kill to simulate a dead process. gRPC is the default data
 // plane. Config.TransportKind "tcp" (DDP_TRANSPORT=tcp) keeps the gRPC rendezvous and token but
-// moves frames over raw sockets (transport_tcp.go): length-prefixed frames, one handshake with
-// the token per connection, Unix-domain sockets to peers on loopback; it needs far less CPU per
+// moves frames over raw sockets (transport_tcp.go): length-prefixed frames, the same handshake
+// per connection, Unix-domain sockets to peers on loopback; it needs far less CPU per
 // byte and is what makes the ring fast on one host (docs/perf-allreduce.md). Every group test
 // runs over inproc, grpc, tcp and tcp-inet.
 package allreduce

@@ -65,12 +65,8 @@ func grpcListenUnix(tcp net.Listener, token string) net.Listener {
 	return ux
 }
 
-// grpcDialData returns the dialer of data links: a peer's Unix socket when its address is
+// grpcDial connects to the gRPC server at addr: a peer's Unix socket when its address is
 // loopback and the socket exists, TCP otherwise.
-func grpcDialData(token string) func(context.Context, string) (net.Conn, error) {
-	return func(ctx context.Context, addr string) (net.Conn, error) { return grpcDial(ctx, addr, token) }
-}
-
 func grpcDial(ctx context.Context, addr, token string) (net.Conn, error) {
 	var d net.Dialer
 	if grpcUseUnix {

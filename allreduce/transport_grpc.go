@@ -2,7 +2,6 @@ package allreduce
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,7 +20,6 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
@@ -34,8 +32,10 @@ import (
 //	/goddp.allreduce.Ring/Push  client stream: the frames one rank sends another, in order.
 //
 // A rank sending to a peer opens one Push stream to it, lazily, and keeps it for the group's
-// life. Every call carries the token (metadata "ddp-token") and the caller's rank; a call
-// without the right token is refused with Unauthenticated and logged.
+// life. Every connection, either way, starts with the handshake of auth.go, which proves the
+// token without sending it and tells the server the caller's rank; the server's listener hands
+// gRPC only connections that completed it, so nothing unauthenticated is ever decoded, and a
+// call on any other connection is refused with Unauthenticated and logged.
 //
 // Same-host peers are reached over a Unix-domain twin of the server's listener, and the server
 // reads plaintext connections through rxConn, which lets gRPC's framer read DATA payloads in
@@ -43,9 +43,6 @@ import (
 
 const (
 	serviceName   = "goddp.allreduce.Ring"
-	mdToken       = "ddp-token"
-	mdRank        = "ddp-rank"
-	mdWorld       = "ddp-world"
 	grpcWindow    = 64 << 20 // per-stream and per-connection flow-control window, bytes
 	grpcSockBuf   = 4 << 20  // gRPC's read and write buffers per connection, bytes
 	grpcMaxMsg    = frameHeaderSize + maxFramePayload
@@ -235,6 +232,7 @@ func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcT
 		if l == nil {
 			continue
 		}
+		l = newAuthListener(l, cfg, t.log) // auth.go: nothing unauthenticated reaches gRPC
 		if t.rx != nil {
 			l = rxListener{Listener: l, p: t.rx}
 		}
@@ -273,7 +271,20 @@ func listenAddr(cfg Config) (string, error) {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		return net.JoinHostPort(host, "0"), nil
 	}
-	return ":0", nil
+	// Another host: bind the address other ranks will dial, not every interface. That is the
+	// host of AdvertiseAddr when set, else the local address the route to rank 0 leaves from
+	// (the one rank 0 sees us from, and advertises: join). A UDP "connection" sends nothing.
+	if cfg.AdvertiseAddr != "" {
+		if h, _, err := net.SplitHostPort(cfg.AdvertiseAddr); err == nil && h != "" {
+			return net.JoinHostPort(h, "0"), nil
+		}
+	}
+	c, err := net.Dial("udp", cfg.MasterAddr)
+	if err != nil {
+		return "", fmt.Errorf("allreduce: rank %d: no route to rank 0 at %s to pick a listen address (set ListenAddr): %w", cfg.Rank, cfg.MasterAddr, err)
+	}
+	defer c.Close()
+	return net.JoinHostPort(c.LocalAddr().(*net.UDPAddr).IP.String(), "0"), nil
 }
 
 func (t *grpcTransport) dialOptions() []grpc.DialOption {
@@ -283,6 +294,7 @@ func (t *grpcTransport) dialOptions() []grpc.DialOption {
 	}
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return t.dial(ctx, addr, nil) }),
 		grpc.WithInitialWindowSize(int32(grpcEnvInt("DDP_GRPC_WINDOW", grpcWindow))),
 		grpc.WithInitialConnWindowSize(int32(grpcEnvInt("DDP_GRPC_WINDOW", grpcWindow))),
 		grpc.WithReadBufferSize(grpcSockBuf),
@@ -295,37 +307,45 @@ func (t *grpcTransport) dialOptions() []grpc.DialOption {
 	}
 }
 
-// outgoing adds the token and this rank to a call's metadata.
-func (t *grpcTransport) outgoing(ctx context.Context) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, mdToken, t.cfg.Token,
-		mdRank, strconv.Itoa(t.cfg.Rank), mdWorld, strconv.Itoa(t.cfg.WorldSize))
+// dial opens a connection to the gRPC server at addr (a same-host peer's Unix socket where
+// there is one) and runs the handshake (auth.go) on it; onConn, if set, sees the raw
+// connection first.
+func (t *grpcTransport) dial(ctx context.Context, addr string, onConn func(net.Conn)) (net.Conn, error) {
+	c, err := grpcDial(ctx, addr, t.cfg.Token)
+	if err != nil {
+		return nil, err
+	}
+	if onConn != nil {
+		onConn(c)
+	}
+	deadline := time.Now().Add(min(authDeadline, t.cfg.Timeout))
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	c.SetDeadline(deadline)
+	if err := authDial(c, t.cfg.Token, planeGRPC, t.cfg.Rank, t.cfg.WorldSize); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("handshake with %s: %w", addr, err)
+	}
+	c.SetDeadline(time.Time{})
+	return c, nil
 }
 
-// auth checks the token and the caller's rank and world; it logs refusals.
+// auth finds the caller's rank, which the connection's handshake proved (auth.go); a call on a
+// connection that did not make one is refused. Refusals are logged.
 func (t *grpcTransport) auth(ctx context.Context, method string) (int, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	get := func(k string) string {
-		if v := md.Get(k); len(v) > 0 {
-			return v[0]
+	p, ok := peer.FromContext(ctx)
+	if ok {
+		if a, ok := p.Addr.(authAddr); ok {
+			return a.rank, nil
 		}
-		return ""
 	}
 	from := "unknown"
-	if p, ok := peer.FromContext(ctx); ok {
+	if ok && p.Addr != nil {
 		from = p.Addr.String()
 	}
-	if subtle.ConstantTimeCompare([]byte(get(mdToken)), []byte(t.cfg.Token)) != 1 {
-		t.log.Warn("allreduce: refused connection with a wrong or missing token", "remote", from, "method", method, "claimed_rank", get(mdRank))
-		return -1, status.Error(codes.Unauthenticated, "allreduce: wrong or missing token (DDP_TOKEN)")
-	}
-	rank, err := strconv.Atoi(get(mdRank))
-	world, err2 := strconv.Atoi(get(mdWorld))
-	if err != nil || err2 != nil || rank < 0 || rank >= t.cfg.WorldSize || rank == t.cfg.Rank || world != t.cfg.WorldSize {
-		t.log.Warn("allreduce: refused connection from a peer of another world", "remote", from, "method", method,
-			"claimed_rank", get(mdRank), "claimed_world", get(mdWorld))
-		return -1, status.Errorf(codes.FailedPrecondition, "allreduce: rank %q of world %q does not fit this world of %d", get(mdRank), get(mdWorld), t.cfg.WorldSize)
-	}
-	return rank, nil
+	t.log.Warn("allreduce: refused a call on an unauthenticated connection", "remote", from, "method", method)
+	return -1, status.Error(codes.Unauthenticated, "allreduce: unauthenticated connection")
 }
 
 type rankKey struct{}
@@ -404,7 +424,7 @@ func (t *grpcTransport) rendezvous(ctx context.Context) error {
 	}
 	defer conn.Close()
 	var resp []byte
-	err = conn.Invoke(t.outgoing(ctx), "/"+serviceName+"/Join", &req, &resp, grpc.WaitForReady(true))
+	err = conn.Invoke(ctx, "/"+serviceName+"/Join", &req, &resp, grpc.WaitForReady(true))
 	if err != nil {
 		return fmt.Errorf("allreduce: rank %d: rendezvous at %s (MASTER_ADDR:MASTER_PORT): %w", t.cfg.Rank, t.cfg.MasterAddr, err)
 	}
@@ -634,12 +654,11 @@ func (t *grpcTransport) link(to int) (*outLink, error) {
 	}
 	l := &outLink{}
 	t.out[to] = l
-	dial := grpcDialData(t.cfg.Token)
 	conn, err := grpc.NewClient("passthrough:///"+t.addrs[to], append(t.dialOptions(), grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-		c, err := dial(ctx, addr)
-		_, isUnix := c.(*net.UnixConn)
-		l.unix.Store(isUnix)
-		return c, err
+		return t.dial(ctx, addr, func(c net.Conn) {
+			_, isUnix := c.(*net.UnixConn)
+			l.unix.Store(isUnix)
+		})
 	}))...)
 	if err != nil {
 		l.err = &PeerError{Rank: to, Err: err}
@@ -650,7 +669,7 @@ func (t *grpcTransport) link(to int) (*outLink, error) {
 	l.cancel = cancel
 	// WaitForReady: the peer's server is up (it listened before joining) but the connection may
 	// still be starting; the collective's watchdog bounds the wait.
-	l.stream, err = conn.NewStream(t.outgoing(sctx), &pushStreamDesc, "/"+serviceName+"/Push", grpc.WaitForReady(true))
+	l.stream, err = conn.NewStream(sctx, &pushStreamDesc, "/"+serviceName+"/Push", grpc.WaitForReady(true))
 	if err != nil {
 		l.err = &PeerError{Rank: to, Err: err}
 	}

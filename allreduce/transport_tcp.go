@@ -2,8 +2,9 @@ package allreduce
 
 import (
 	"context"
-	"crypto/subtle"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -29,9 +30,9 @@ import (
 // caller's goroutine straight into a buffer the reduction then reads: the kernel's socket
 // buffers are the only queue and the flow control.
 //
-// Every connection starts with a handshake: "GDDPTCP1", the dialling rank, the world size and
-// the token. The accepting rank checks all three (the token in constant time), answers one
-// status byte and a reason, and logs a refusal, as the gRPC transport does. Failure semantics
+// Every connection starts with the handshake of auth.go (both sides prove the token without
+// sending it; the dialler names its rank and world), and the accepting rank checks the rank and
+// world, answers a status and a reason, and logs a refusal, as the gRPC transport does. Failure semantics
 // are the gRPC transport's: a broken or closed connection is a *PeerError (ErrPeerGone) after
 // what was already received; a Send whose context ends keeps writing for sendGrace, then the
 // link is cut; Close releases every connection and goroutine. TLS is not supported here (use
@@ -53,14 +54,6 @@ const (
 	EnvTransport = "DDP_TRANSPORT"
 )
 
-const (
-	tcpMagic        = "GDDPTCP1"
-	tcpMaxToken     = 4096
-	tcpHandshakeMax = 10 * time.Second // bound on a connecting peer's handshake
-	tcpStatusOK     = 0
-	tcpStatusRefuse = 1
-)
-
 type tcpTransport struct {
 	cfg Config
 	log *slog.Logger
@@ -76,6 +69,7 @@ type tcpTransport struct {
 
 	connsMu sync.Mutex
 	conns   map[net.Conn]struct{} // accepted connections (handshaking or serving)
+	pending chan struct{}         // a slot per handshake in progress (at most authMaxPending)
 
 	rings *shmRings // every shared-memory ring mapped here, unmapped by releaseMemory
 
@@ -155,7 +149,7 @@ func newTCPTransport(ctx context.Context, cfg Config) (*tcpTransport, error) {
 	}
 	t := &tcpTransport{cfg: cfg, log: cfg.Logger.With("rank", cfg.Rank), lis: lis,
 		in: make([]*tcpIn, cfg.WorldSize), out: make([]*tcpOut, cfg.WorldSize),
-		conns: map[net.Conn]struct{}{}, closed: make(chan struct{}), rings: &shmRings{}}
+		conns: map[net.Conn]struct{}{}, pending: make(chan struct{}, authMaxPending), closed: make(chan struct{}), rings: &shmRings{}}
 	// The rings are unmapped by the Group once no collective can use them (releaseMemory); for
 	// a transport dropped without that, when it is garbage.
 	runtime.AddCleanup(t, func(s *shmRings) { s.release() }, t.rings)
@@ -163,7 +157,7 @@ func newTCPTransport(ctx context.Context, cfg Config) (*tcpTransport, error) {
 		t.in[i] = &tcpIn{ready: make(chan struct{})}
 	}
 	if cfg.TransportKind == TransportTCP && runtime.GOOS == "linux" && isLoopback(host) {
-		if ux, err := net.Listen("unix", unixName(lis.Addr().String())); err == nil {
+		if ux, err := net.Listen("unix", unixName(lis.Addr().String(), t.cfg.Token)); err == nil {
 			t.ux = ux
 			t.wg.Add(1)
 			go t.accept(ux)
@@ -187,8 +181,14 @@ func newTCPTransport(ctx context.Context, cfg Config) (*tcpTransport, error) {
 	return t, nil
 }
 
-// unixName is the abstract Unix socket of the rank whose TCP data plane is at addr.
-func unixName(addr string) string { return "@goddp-allreduce-" + addr }
+// unixName is the abstract Unix socket of the rank whose TCP data plane is at addr, in a group
+// with this token. The token is in the name, as for the gRPC plane's (grpcUnixName), so a local
+// process without it cannot know the name to take it first; and the handshake (auth.go) never
+// sends the token, so even one that does learns nothing from the peers that dial it.
+func unixName(addr, token string) string {
+	h := sha256.Sum256([]byte("goddp-tcp-unix\x00" + token + "\x00" + addr))
+	return "@goddp-allreduce-" + hex.EncodeToString(h[:12])
+}
 
 func isLoopback(host string) bool {
 	if host == "localhost" {
@@ -213,12 +213,22 @@ func (t *tcpTransport) accept(lis net.Listener) {
 			return
 		default:
 		}
+		select {
+		case t.pending <- struct{}{}:
+		default:
+			t.connsMu.Unlock()
+			t.log.Warn("allreduce: too many connections authenticating at once; closed one", "remote", c.RemoteAddr().String(), "transport", "tcp")
+			c.Close()
+			continue
+		}
 		t.conns[c] = struct{}{}
 		t.connsMu.Unlock()
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
-			if !t.handshake(c) {
+			ok := t.handshake(c)
+			<-t.pending
+			if !ok {
 				t.connsMu.Lock()
 				delete(t.conns, c)
 				t.connsMu.Unlock()
@@ -228,49 +238,40 @@ func (t *tcpTransport) accept(lis net.Listener) {
 	}
 }
 
-// handshake checks a connecting peer; on success the connection becomes that peer's inbox.
+// handshake authenticates a connecting peer (auth.go); on success the connection becomes that
+// peer's inbox.
 func (t *tcpTransport) handshake(c net.Conn) bool {
-	c.SetDeadline(time.Now().Add(min(tcpHandshakeMax, t.cfg.Timeout)))
-	var hdr [len(tcpMagic) + 6]byte
-	if _, err := io.ReadFull(c, hdr[:]); err != nil {
-		return false
-	}
+	c.SetDeadline(time.Now().Add(min(authDeadline, t.cfg.Timeout)))
 	remote := c.RemoteAddr().String()
-	if string(hdr[:len(tcpMagic)]) != tcpMagic {
+	rank, world, err := authAccept(c, t.cfg.Token, planeTCP)
+	switch {
+	case err == nil:
+	case errors.Is(err, errAuthDialer):
+		t.log.Warn("allreduce: refused connection with a wrong or missing token", "remote", remote, "transport", "tcp")
+		return false
+	case errors.Is(err, errAuthMagic):
 		t.log.Warn("allreduce: refused a data-plane connection that is not goddp's", "remote", remote)
 		return false
-	}
-	rank := int(binary.LittleEndian.Uint16(hdr[len(tcpMagic):]))
-	world := int(binary.LittleEndian.Uint16(hdr[len(tcpMagic)+2:]))
-	tokLen := int(binary.LittleEndian.Uint16(hdr[len(tcpMagic)+4:]))
-	if tokLen > tcpMaxToken {
-		t.log.Warn("allreduce: refused a data-plane connection with an oversized token", "remote", remote)
+	default:
+		t.log.Debug("allreduce: data-plane handshake failed", "remote", remote, "err", err)
 		return false
 	}
-	tok := make([]byte, tokLen)
-	if _, err := io.ReadFull(c, tok); err != nil {
+	refuse := func(err error) bool {
+		authReply(c, err)
 		return false
 	}
-	refuse := func(msg string) bool {
-		writeTCPStatus(c, tcpStatusRefuse, msg)
-		return false
-	}
-	if subtle.ConstantTimeCompare(tok, []byte(t.cfg.Token)) != 1 {
-		t.log.Warn("allreduce: refused connection with a wrong or missing token", "remote", remote, "transport", "tcp", "claimed_rank", rank)
-		return refuse("allreduce: wrong or missing token (DDP_TOKEN)")
-	}
-	if rank >= t.cfg.WorldSize || rank == t.cfg.Rank || world != t.cfg.WorldSize {
+	if err := checkPeer(t.cfg, rank, world); err != nil {
 		t.log.Warn("allreduce: refused connection from a peer of another world", "remote", remote, "transport", "tcp", "claimed_rank", rank, "claimed_world", world)
-		return refuse(fmt.Sprintf("allreduce: rank %d of world %d does not fit this world of %d", rank, world, t.cfg.WorldSize))
+		return refuse(err)
 	}
 	in := t.in[rank]
 	in.mu.Lock()
 	if in.conn != nil {
 		in.mu.Unlock()
 		t.log.Warn("allreduce: refused a second stream from a peer", "peer", rank, "transport", "tcp")
-		return refuse(fmt.Sprintf("allreduce: rank %d already has a stream to rank %d", rank, t.cfg.Rank))
+		return refuse(fmt.Errorf("rank %d already has a stream to rank %d", rank, t.cfg.Rank))
 	}
-	if writeTCPStatus(c, tcpStatusOK, "") != nil {
+	if authReply(c, nil) != nil {
 		in.mu.Unlock()
 		return false
 	}
@@ -295,18 +296,6 @@ func (t *tcpTransport) handshake(c net.Conn) bool {
 	return true
 }
 
-func writeTCPStatus(c net.Conn, st byte, msg string) error {
-	if len(msg) > 1024 {
-		msg = msg[:1024]
-	}
-	b := make([]byte, 3+len(msg))
-	b[0] = st
-	binary.LittleEndian.PutUint16(b[1:], uint16(len(msg)))
-	copy(b[3:], msg)
-	_, err := c.Write(b)
-	return err
-}
-
 // dial opens the link to a peer and runs the handshake; on a Unix-domain link it then offers a
 // shared-memory ring (the returned ring is nil when there is none).
 func (t *tcpTransport) dial(ctx context.Context, to int) (net.Conn, *shmRing, error) {
@@ -314,33 +303,17 @@ func (t *tcpTransport) dial(ctx context.Context, to int) (net.Conn, *shmRing, er
 	var c net.Conn
 	err := errors.New("no Unix-domain socket")
 	if host, _, _ := net.SplitHostPort(t.addrs[to]); t.cfg.TransportKind == TransportTCP && runtime.GOOS == "linux" && isLoopback(host) {
-		c, err = d.DialContext(ctx, "unix", unixName(t.addrs[to]))
+		c, err = d.DialContext(ctx, "unix", unixName(t.addrs[to], t.cfg.Token))
 	}
 	if err != nil {
 		if c, err = d.DialContext(ctx, "tcp", t.addrs[to]); err != nil {
 			return nil, nil, err
 		}
 	}
-	c.SetDeadline(time.Now().Add(t.cfg.Timeout))
-	b := make([]byte, 0, len(tcpMagic)+6+len(t.cfg.Token))
-	b = append(b, tcpMagic...)
-	b = binary.LittleEndian.AppendUint16(b, uint16(t.cfg.Rank))
-	b = binary.LittleEndian.AppendUint16(b, uint16(t.cfg.WorldSize))
-	b = binary.LittleEndian.AppendUint16(b, uint16(len(t.cfg.Token)))
-	b = append(b, t.cfg.Token...)
-	var st [3]byte
-	if _, err = c.Write(b); err == nil {
-		_, err = io.ReadFull(c, st[:])
-	}
-	if err != nil {
+	c.SetDeadline(time.Now().Add(min(authDeadline, t.cfg.Timeout)))
+	if err := authDial(c, t.cfg.Token, planeTCP, t.cfg.Rank, t.cfg.WorldSize); err != nil {
 		c.Close()
 		return nil, nil, fmt.Errorf("data-plane handshake: %w", err)
-	}
-	if st[0] != tcpStatusOK {
-		msg := make([]byte, binary.LittleEndian.Uint16(st[1:]))
-		io.ReadFull(c, msg)
-		c.Close()
-		return nil, nil, fmt.Errorf("refused: %s", msg)
 	}
 	var ring *shmRing
 	if uc, ok := c.(*net.UnixConn); ok {

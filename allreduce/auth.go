@@ -1,0 +1,296 @@
+package allreduce
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+)
+
+// The connection handshake. Every connection into a rank — gRPC or raw socket, TCP or Unix
+// domain, rendezvous or data link — starts with it, before gRPC or the data plane reads a single
+// byte of its own, so a peer that cannot prove the group's token costs the listener a few
+// hundred bytes and learns nothing:
+//
+//	dialer   → listener: "GDDPAUT1" | plane u8 | rank u16 | world u16 | nonce_d [32]    (hello)
+//	listener → dialer:   nonce_l [32] | HMAC(key, "listener" | hello | nonce_l)
+//	dialer   → listener: HMAC(key, "dialer" | hello | nonce_l)
+//	listener → dialer:   status u8 | reason length u16 | reason
+//
+// key is SHA-256 of the token. Neither side ever sends the token, and the dialer checks the
+// listener's proof before it sends its own (when the listener's is wrong it sends zeros instead,
+// so that a real listener of another job logs the refusal): a local process that took a rank's
+// Unix-socket name (or port) first gets a hello with a random nonce and zeros, nothing it could
+// replay, since a real listener draws its own nonce. After a good proof the listener checks the claimed rank and world (the
+// MAC covers them) and answers a status; a refusal carries its reason to the dialer, which
+// returns it as an error naming the peer.
+//
+// authListener runs the listener's side for the gRPC server: Accept returns only connections
+// that completed it, at most authMaxPending handshakes run at once (more are closed at once),
+// each bounded by authDeadline. The tcp transport runs authAccept in its own accept loop.
+
+const (
+	authMagic      = "GDDPAUT1"
+	authHelloSize  = len(authMagic) + 1 + 2 + 2 + authNonceSize
+	authNonceSize  = 32
+	authMACSize    = sha256.Size
+	authMaxReason  = 1024
+	authMaxPending = 64               // concurrent unauthenticated connections a listener serves
+	authDeadline   = 10 * time.Second // bound on one handshake
+	authStatusOK   = 0
+	authStatusNo   = 1
+
+	planeGRPC byte = 'g' // connections of the gRPC server (rendezvous and Push streams)
+	planeTCP  byte = 't' // raw-socket data links (transport_tcp.go)
+)
+
+var (
+	// errAuthListener: the listening side did not prove the token (another job, or a squatter).
+	errAuthListener = errors.New("the listener did not prove the group token (DDP_TOKEN): another job, or a local process holding the peer's address")
+	// errAuthDialer: the dialling side did not prove the token.
+	errAuthDialer = errors.New("wrong or missing token (DDP_TOKEN)")
+	errAuthMagic  = errors.New("not a goddp connection")
+	errAuthPlane  = errors.New("a connection for another data plane (DDP_TRANSPORT differs between ranks?)")
+)
+
+func authKey(token string) []byte {
+	k := sha256.Sum256([]byte("goddp-auth\x00" + token))
+	return k[:]
+}
+
+func authMAC(key []byte, role string, hello, nonce []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(role))
+	m.Write(hello)
+	m.Write(nonce)
+	return m.Sum(nil)
+}
+
+// authDial runs the dialer's side on a fresh connection: this rank of world, on plane. The
+// caller sets the connection's deadline. An error is a refusal or a failed proof; the caller
+// closes the connection.
+func authDial(c net.Conn, token string, plane byte, rank, world int) error {
+	hello := make([]byte, 0, authHelloSize)
+	hello = append(hello, authMagic...)
+	hello = append(hello, plane)
+	hello = binary.LittleEndian.AppendUint16(hello, uint16(rank))
+	hello = binary.LittleEndian.AppendUint16(hello, uint16(world))
+	hello = hello[:authHelloSize]
+	rand.Read(hello[authHelloSize-authNonceSize:])
+	if _, err := c.Write(hello); err != nil {
+		return err
+	}
+	var resp [authNonceSize + authMACSize]byte
+	if _, err := io.ReadFull(c, resp[:]); err != nil {
+		return err
+	}
+	key := authKey(token)
+	nonce := resp[:authNonceSize]
+	proven := hmac.Equal(resp[authNonceSize:], authMAC(key, "listener", hello, nonce))
+	proof := make([]byte, authMACSize) // zeros: "you did not prove the token", and nothing else
+	if proven {
+		proof = authMAC(key, "dialer", hello, nonce)
+	}
+	if _, err := c.Write(proof); err != nil {
+		return err
+	}
+	var st [3]byte
+	_, err := io.ReadFull(c, st[:])
+	switch {
+	case !proven:
+		return errAuthListener // whatever it answers
+	case err != nil:
+		return err
+	case st[0] == authStatusOK:
+		return nil
+	}
+	msg := make([]byte, min(int(binary.LittleEndian.Uint16(st[1:])), authMaxReason))
+	io.ReadFull(c, msg)
+	return fmt.Errorf("refused: %s", msg)
+}
+
+// authAccept runs the listener's side up to the dialer's proof and returns the rank and world
+// it claimed (authenticated by the MAC). The caller then checks them and answers with
+// authReply. The caller sets the connection's deadline.
+func authAccept(c net.Conn, token string, plane byte) (rank, world int, err error) {
+	var hello [authHelloSize]byte
+	if _, err := io.ReadFull(c, hello[:len(authMagic)]); err != nil {
+		return 0, 0, err
+	}
+	if string(hello[:len(authMagic)]) != authMagic {
+		return 0, 0, errAuthMagic
+	}
+	if _, err := io.ReadFull(c, hello[len(authMagic):]); err != nil {
+		return 0, 0, err
+	}
+	key := authKey(token)
+	var out [authNonceSize + authMACSize]byte
+	rand.Read(out[:authNonceSize])
+	copy(out[authNonceSize:], authMAC(key, "listener", hello[:], out[:authNonceSize]))
+	if _, err := c.Write(out[:]); err != nil {
+		return 0, 0, err
+	}
+	var mac [authMACSize]byte
+	if _, err := io.ReadFull(c, mac[:]); err != nil {
+		return 0, 0, err
+	}
+	if !hmac.Equal(mac[:], authMAC(key, "dialer", hello[:], out[:authNonceSize])) {
+		authReply(c, errAuthDialer)
+		return 0, 0, errAuthDialer
+	}
+	if hello[len(authMagic)] != plane {
+		authReply(c, errAuthPlane)
+		return 0, 0, errAuthPlane
+	}
+	rank = int(binary.LittleEndian.Uint16(hello[len(authMagic)+1:]))
+	world = int(binary.LittleEndian.Uint16(hello[len(authMagic)+3:]))
+	return rank, world, nil
+}
+
+// authReply answers an authenticated hello: nil accepts, an error refuses with its text.
+func authReply(c net.Conn, refuse error) error {
+	if refuse == nil {
+		_, err := c.Write([]byte{authStatusOK, 0, 0})
+		return err
+	}
+	msg := "allreduce: " + refuse.Error()
+	if len(msg) > authMaxReason {
+		msg = msg[:authMaxReason]
+	}
+	b := make([]byte, 3, 3+len(msg))
+	b[0] = authStatusNo
+	binary.LittleEndian.PutUint16(b[1:], uint16(len(msg)))
+	_, err := c.Write(append(b, msg...))
+	return err
+}
+
+// checkPeer is the rank and world check both planes make of an authenticated hello.
+func checkPeer(cfg Config, rank, world int) error {
+	if world != cfg.WorldSize || rank < 0 || rank >= cfg.WorldSize || rank == cfg.Rank {
+		return fmt.Errorf("rank %d of world %d does not fit this world of %d", rank, world, cfg.WorldSize)
+	}
+	return nil
+}
+
+// authAddr is the remote address of an authenticated connection: the peer's own address, and
+// the rank the handshake proved. The gRPC server sees it as the peer's address (peer.Addr), so
+// the interceptors learn the caller's rank from the connection, not from what a call claims.
+type authAddr struct {
+	net.Addr
+	rank int
+}
+
+type authConn struct {
+	net.Conn
+	addr authAddr
+}
+
+func (c *authConn) RemoteAddr() net.Addr { return c.addr }
+
+// authListener is a listener whose Accept returns only connections that completed the
+// handshake on plane (see above).
+type authListener struct {
+	net.Listener
+	cfg  Config
+	log  *slog.Logger
+	sem  chan struct{}
+	out  chan net.Conn
+	done chan struct{}
+	once sync.Once
+	err  error // the inner listener's Accept error, once out is closed
+	wg   sync.WaitGroup
+}
+
+func newAuthListener(l net.Listener, cfg Config, log *slog.Logger) *authListener {
+	a := &authListener{Listener: l, cfg: cfg, log: log, sem: make(chan struct{}, authMaxPending),
+		out: make(chan net.Conn), done: make(chan struct{})}
+	a.wg.Add(1)
+	go a.loop()
+	return a
+}
+
+func (a *authListener) loop() {
+	defer a.wg.Done()
+	defer close(a.out)
+	for {
+		c, err := a.Listener.Accept()
+		if err != nil {
+			a.err = err
+			return
+		}
+		select {
+		case a.sem <- struct{}{}:
+		default:
+			a.log.Warn("allreduce: too many connections authenticating at once; closed one", "remote", c.RemoteAddr().String())
+			c.Close()
+			continue
+		}
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			ac := a.handshake(c)
+			<-a.sem
+			if ac == nil {
+				c.Close()
+				return
+			}
+			select {
+			case a.out <- ac:
+			case <-a.done:
+				c.Close()
+			}
+		}()
+	}
+}
+
+// handshake authenticates raw; nil when it did not complete.
+func (a *authListener) handshake(raw net.Conn) *authConn {
+	raw.SetDeadline(time.Now().Add(min(authDeadline, a.cfg.Timeout)))
+	rank, world, err := authAccept(raw, a.cfg.Token, planeGRPC)
+	if err == nil {
+		err = checkPeer(a.cfg, rank, world)
+		if rerr := authReply(raw, err); err == nil {
+			err = rerr
+		}
+	}
+	remote := raw.RemoteAddr().String()
+	if err != nil {
+		switch {
+		case errors.Is(err, errAuthDialer):
+			a.log.Warn("allreduce: refused connection with a wrong or missing token", "remote", remote)
+		case errors.Is(err, errAuthMagic):
+			a.log.Warn("allreduce: refused a connection that is not goddp's", "remote", remote)
+		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+			a.log.Debug("allreduce: connection closed during the handshake", "remote", remote)
+		default:
+			a.log.Warn("allreduce: refused connection", "remote", remote, "err", err)
+		}
+		return nil
+	}
+	raw.SetDeadline(time.Time{})
+	return &authConn{Conn: raw, addr: authAddr{Addr: raw.RemoteAddr(), rank: rank}}
+}
+
+// Accept returns the next authenticated connection.
+func (a *authListener) Accept() (net.Conn, error) {
+	c, ok := <-a.out
+	if !ok {
+		return nil, a.err
+	}
+	return c, nil
+}
+
+// Close stops accepting and waits for the handshakes in progress.
+func (a *authListener) Close() error {
+	err := a.Listener.Close()
+	a.once.Do(func() { close(a.done) })
+	a.wg.Wait()
+	return err
+}
