@@ -1,13 +1,13 @@
 package worker
 
+// env.go: the package's one reader of environment variables. (The process group's own, MASTER_ADDR,
+// MASTER_PORT, DDP_TOKEN, DDP_TRANSPORT, ..., are allreduce.ConfigFromEnv's.)
+
 import (
 	"fmt"
 	"os"
 	"strconv"
 )
-
-// env.go: the package's one reader of environment variables. (The process group's own, MASTER_ADDR,
-// MASTER_PORT, DDP_TOKEN, DDP_TRANSPORT, ..., are allreduce.ConfigFromEnv's.)
 
 // Env is what the launcher tells a worker through the environment (torchrun's names).
 type Env struct {

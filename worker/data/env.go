@@ -1,11 +1,11 @@
 package data
 
+// env.go: the package's one reader of environment variables.
+
 import (
 	"os"
 	"path/filepath"
 )
-
-// env.go: the package's one reader of environment variables.
 
 // moduleCaches are the directories the Go module cache may be in: $GOMODCACHE, each
 // $GOPATH/pkg/mod, and ~/go/pkg/mod, in that order.
