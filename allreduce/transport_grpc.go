@@ -608,17 +608,16 @@ func (t *grpcTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 		}
 	}
 	in.last = inItem{}
-	for !in.ring {
+	if !in.ring {
 		it, err := t.recvQueue(ctx, from, in)
 		if err != nil {
 			return nil, err
 		}
-		if it.start {
-			in.ring = true
-			break
+		if !it.start {
+			in.last = it
+			return it.b, nil
 		}
-		in.last = it
-		return it.b, nil
+		in.ring = true // the start item: the peer's ring orders the link from here on
 	}
 	return t.recvRing(ctx, from, in)
 }

@@ -9,13 +9,12 @@ import (
 // piece of a parameter larger than the bucket cap (splitRange). Buckets are numbered in the order
 // gradients become ready: bucket 0 holds the last-registered parameters.
 type bucket struct {
-	index    int
-	lo, hi   int            // element range in the slab
-	params   []*model.Param // members, in registration order
-	pending  int            // members not yet ready in this backward
-	host     []float32      // staging buffer, len hi-lo, reused every step
-	view     *tensor.Tensor // the slab range
-	launched bool
+	index   int
+	lo, hi  int            // element range in the slab
+	params  []*model.Param // members, in registration order
+	pending int            // members not yet ready in this backward
+	host    []float32      // staging buffer, len hi-lo, reused every step
+	view    *tensor.Tensor // the slab range
 	// timing of the last all-reduce (trace and hidden fraction)
 	start, end int64 // ns since engine epoch
 }

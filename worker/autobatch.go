@@ -25,6 +25,7 @@ import (
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/tensor"
+	"github.com/goddp/goddp/worker/config"
 )
 
 // BatchTrial is one trial step of the search.
@@ -41,7 +42,7 @@ func searchMaxFit(limit int, fits func(b int) (bool, error)) (int, error) {
 	if limit < 1 {
 		return 0, fmt.Errorf("worker: micro_batch auto: no batch size to try (limit %d)", limit)
 	}
-	good, bad := 0, limit+1 // fits(good), !fits(bad) (bad = limit+1 stands for "not tried")
+	var good, bad int // fits(good) (0: nothing fits yet), !fits(bad) (the doubling's first miss)
 	for b := 1; ; b *= 2 {
 		b = min(b, limit)
 		ok, err := fits(b)
@@ -224,32 +225,23 @@ func agreeMin(ctx context.Context, g *allreduce.Group, v int) (int, error) {
 	return out, nil
 }
 
-// divisorAtMost is the largest divisor of n that is ≤ b (n, b ≥ 1).
-func divisorAtMost(n, b int) int {
-	for d := min(n, b); d > 1; d-- {
-		if n%d == 0 {
-			return d
-		}
-	}
-	return 1
-}
-
 // autoMicroBatch resolves train.micro_batch: auto for this rank: the search on dev under
-// train.memory_budget, the agreement across ranks, then the batch arithmetic (ResolveBatch):
-// with train.global_batch set, the micro-batch is the largest divisor of global_batch/world that
-// fits, and grad_accum_steps makes up the rest. samples caps the search (the training set's size
-// per rank).
+// train.memory_budget, the agreement across ranks, then the batch arithmetic
+// (config.TrainConfig.ResolveAutoBatch): with train.global_batch set, the micro-batch is the
+// largest divisor of global_batch/world that fits, and grad_accum_steps makes up the rest.
+// samples caps the search (the training set's size per rank). It sets the device's memory limit
+// (the budget, kept for the run) and changes nothing in cfg.
 func autoMicroBatch(ctx context.Context, dev tensor.Device, cfg *Config, m model.Model, opt Optimizer, scaler *Scaler,
-	g *allreduce.Group, samples int, log *slog.Logger) error {
-	t := &cfg.Train
+	g *allreduce.Group, samples int, log *slog.Logger) (config.Batch, error) {
+	t := cfg.Train
 	world := 1
 	if g != nil {
 		world = g.Size()
 	}
-	if t.MemoryBudgetBytes > 0 {
-		dev.SetLimit(t.MemoryBudgetBytes)
+	if t.MemoryBudget.Bytes > 0 {
+		dev.SetLimit(t.MemoryBudget.Bytes)
 	} else if dev.Name() == "cpu" {
-		return fmt.Errorf("worker: train.micro_batch auto on the cpu device needs train.memory_budget (host memory has no limit to find)")
+		return config.Batch{}, fmt.Errorf("worker: train.micro_batch auto on the cpu device needs train.memory_budget (host memory has no limit to find)")
 	}
 	limit := samples
 	if t.GlobalBatch > 0 {
@@ -257,23 +249,15 @@ func autoMicroBatch(ctx context.Context, dev tensor.Device, cfg *Config, m model
 	}
 	found, trials, err := findMicroBatch(dev, cfg, m, opt, scaler, limit)
 	if err != nil {
-		return err
+		return config.Batch{}, err
 	}
 	agreed, err := agreeMin(ctx, g, found)
 	if err != nil {
-		return err
+		return config.Batch{}, err
 	}
-	b := agreed
-	if t.GlobalBatch > 0 {
-		if t.GlobalBatch%world != 0 {
-			return fmt.Errorf("config: train.global_batch %d is not divisible by the world size %d", t.GlobalBatch, world)
-		}
-		b = divisorAtMost(t.GlobalBatch/world, agreed)
-		t.GradAccumSteps = 0
-	}
-	t.MicroBatch = b
-	if err := cfg.ResolveBatch(world); err != nil {
-		return err
+	b, err := t.ResolveAutoBatch(agreed, world)
+	if err != nil {
+		return config.Batch{}, err
 	}
 	var tried []string
 	for _, tr := range trials {
@@ -283,7 +267,7 @@ func autoMicroBatch(ctx context.Context, dev tensor.Device, cfg *Config, m model
 		}
 		tried = append(tried, fmt.Sprintf("%d:%s(%s)", tr.MicroBatch, s, tensor.FormatBytes(tr.Peak)))
 	}
-	log.Info("micro_batch auto", "micro_batch", b, "grad_accum_steps", t.GradAccumSteps, "global_batch", t.GlobalBatch,
+	log.Info("micro_batch auto", "micro_batch", b.Micro, "grad_accum_steps", b.Accum, "global_batch", b.Global,
 		"largest_fit_here", found, "largest_fit_all_ranks", agreed, "budget", budgetName(dev), "trials", strings.Join(tried, " "))
-	return nil
+	return b, nil
 }

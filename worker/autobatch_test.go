@@ -35,14 +35,6 @@ func TestSearchMaxFit_doublingThenBisection(t *testing.T) {
 	}
 }
 
-func TestDivisorAtMost(t *testing.T) {
-	for _, tc := range []struct{ n, b, want int }{{512, 97, 64}, {512, 600, 512}, {96, 40, 32}, {7, 6, 1}, {12, 12, 12}, {1, 5, 1}} {
-		if got := divisorAtMost(tc.n, tc.b); got != tc.want {
-			t.Errorf("divisorAtMost(%d, %d) = %d, want %d", tc.n, tc.b, got, tc.want)
-		}
-	}
-}
-
 // tinyGPT is configs/opticks-gpt-tiny.yaml made smaller, with sets on top.
 func tinyGPT(t *testing.T, sets ...string) *Config {
 	t.Helper()

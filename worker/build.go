@@ -81,20 +81,14 @@ func computeDType(cfg *Config) tensor.DType {
 }
 
 func buildModel(dev tensor.Device, cfg *Config) (model.Model, error) {
-	every, err := cfg.Model.CheckpointEvery()
-	if err != nil {
-		return nil, err
-	}
+	every := cfg.Model.Checkpoint.Every
 	seed := uint64(cfg.Seed)
 	switch cfg.Model.Kind {
 	case "mlp":
-		return model.NewMLP(dev, model.MLPConfig{Widths: cfg.Model.Widths, Activation: cfg.Model.Activation,
+		return model.NewMLP(dev, model.MLPConfig{Widths: cfg.Model.Widths, Activation: string(cfg.Model.Activation),
 			Dropout: float32(cfg.Model.Dropout), Compute: computeDType(cfg), Checkpoint: every}, seed)
 	case "gpt":
-		attn, err := model.ParseAttentionMode(cfg.Model.Attention)
-		if err != nil {
-			return nil, err
-		}
+		attn := attentionMode(cfg.Model.Attention)
 		return model.NewGPT(dev, model.GPTConfig{Layers: cfg.Model.Layers, Width: cfg.Model.Width, Heads: cfg.Model.Heads,
 			Context: cfg.Model.Context, Vocab: cfg.Model.Vocab, Tied: cfg.Model.Tied, Dropout: float32(cfg.Model.Dropout),
 			Compute: computeDType(cfg), Checkpoint: every, Attention: attn, CheckpointKeepAttn: cfg.Model.CheckpointKeepAttention}, seed)
@@ -107,7 +101,7 @@ func printSettings(cfg *Config, env Env, dev tensor.Device, ps *model.Params, to
 	rows := [][2]string{
 		{"model", modelLine(cfg)},
 		{"parameters", fmt.Sprintf("%d (%s f32)", ps.N, tensor.FormatBytes(int64(ps.N)*4))},
-		{"precision", cfg.Precision},
+		{"precision", string(cfg.Precision)},
 		{"device", dev.Name()},
 		{"world size", fmt.Sprint(env.WorldSize)},
 		{"batch", fmt.Sprintf("global %d = micro %d × accum %d × world %d", cfg.Train.GlobalBatch, cfg.Train.MicroBatch, cfg.Train.GradAccumSteps, env.WorldSize)},
@@ -134,7 +128,7 @@ func modelLine(cfg *Config) string {
 	for i, x := range cfg.Model.Widths {
 		w[i] = fmt.Sprint(x)
 	}
-	return "mlp " + strings.Join(w, "-") + " " + cfg.Model.Activation
+	return "mlp " + strings.Join(w, "-") + " " + string(cfg.Model.Activation)
 }
 
 // checkLeaks fails when allocated memory is not back at the step's baseline, naming the tags of
@@ -213,7 +207,7 @@ func buildScaler(dev tensor.Device, cfg *Config) (*Scaler, error) {
 
 func buildSchedule(cfg *Config, total int) (model.Schedule, error) {
 	t := cfg.Train
-	return model.NewSchedule(model.ScheduleConfig{Kind: t.Schedule, LR: float32(t.LR), MinLR: float32(t.MinLR),
+	return model.NewSchedule(model.ScheduleConfig{Kind: string(t.Schedule), LR: float32(t.LR), MinLR: float32(t.MinLR),
 		Warmup: int64(t.WarmupSteps), Total: int64(max(total, t.WarmupSteps+1))})
 }
 

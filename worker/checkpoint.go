@@ -15,7 +15,9 @@ package worker
 // each file is fsynced, the manifest is written last and fsynced, the
 // directory is renamed to its final name and the parent directory fsynced. A
 // crash leaves either no step-… directory or a complete one; .tmp-… leftovers
-// are ignored by readers and cleared by PruneCheckpoints.
+// are ignored by readers and cleared by PruneCheckpoints. commitCheckpoint is
+// that write, for a save and for a checkpoint received from another host
+// (ckpt_sync.go) alike.
 //
 // Loading verifies the manifest first (every file present, of the recorded
 // size and sha256) and only then decodes; a checkpoint is loaded whole or not
@@ -84,6 +86,42 @@ func SaveCheckpoint(dir string, step int, weights, optim []model.NamedTensor, st
 	if step < 0 {
 		return "", fmt.Errorf("checkpoint: step %d < 0", step)
 	}
+	stateJSON, err := json.MarshalIndent(state, "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("checkpoint: encoding state.json: %w", err)
+	}
+	meta := map[string]string{"format": "pt", "step": strconv.Itoa(step)}
+	contents := map[string]func() ([]byte, error){
+		ckptWeightsFile: func() ([]byte, error) { return encodeSafetensors(weights, meta) },
+		ckptOptimFile:   func() ([]byte, error) { return encodeSafetensors(optim, meta) },
+		ckptStateFile:   func() ([]byte, error) { return append(stateJSON, '\n'), nil },
+	}
+	files := map[string][]byte{}
+	man := Manifest{Format: CheckpointFormat, Step: step, Files: map[string]ManifestFile{}}
+	for _, f := range ckptFiles {
+		b, err := contents[f]()
+		if err != nil {
+			return "", fmt.Errorf("checkpoint: %s: %w", f, err)
+		}
+		files[f] = b
+		sum := sha256.Sum256(b)
+		man.Files[f] = ManifestFile{Size: int64(len(b)), SHA256: hex.EncodeToString(sum[:])}
+	}
+	mb, _ := json.MarshalIndent(man, "", "  ")
+	files[ckptManifestFile] = append(mb, '\n')
+	return commitCheckpoint(dir, step, files, false)
+}
+
+// commitCheckpoint is the one atomic write of a checkpoint directory, for SaveCheckpoint and for
+// one received from another rank (ckpt_sync.go). files holds the data files (ckptFiles) and
+// MANIFEST.json. They go into a fresh <dir>/.tmp-step-N-… directory, each fsynced, the manifest
+// last (a directory with a manifest is complete); the directory is fsynced; with verify, it is
+// read back and checked against its manifest; then it is renamed to <dir>/step-N — an existing
+// directory of that step (an older save, or a broken copy LatestCheckpoint skipped) is moved
+// aside first, since a rename cannot replace a non-empty directory, and removed once the new one
+// is in place — and dir is fsynced. On any error the temporary directory is removed and an
+// existing step-N is left as it was.
+func commitCheckpoint(dir string, step int, files map[string][]byte, verify bool) (path string, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
@@ -97,46 +135,37 @@ func SaveCheckpoint(dir string, step int, weights, optim []model.NamedTensor, st
 			os.RemoveAll(tmp)
 		}
 	}()
-
-	stateJSON, err := json.MarshalIndent(state, "", "  ")
-	if err != nil {
-		return "", fmt.Errorf("checkpoint: encoding state.json: %w", err)
-	}
-	meta := map[string]string{"format": "pt", "step": strconv.Itoa(step)}
-	contents := map[string]func() ([]byte, error){
-		ckptWeightsFile: func() ([]byte, error) { return encodeSafetensors(weights, meta) },
-		ckptOptimFile:   func() ([]byte, error) { return encodeSafetensors(optim, meta) },
-		ckptStateFile:   func() ([]byte, error) { return append(stateJSON, '\n'), nil },
-	}
-	man := Manifest{Format: CheckpointFormat, Step: step, Files: map[string]ManifestFile{}}
-	for _, f := range ckptFiles {
-		b, err := contents[f]()
-		if err != nil {
-			return "", fmt.Errorf("checkpoint: %s: %w", f, err)
+	for _, f := range append(append([]string(nil), ckptFiles...), ckptManifestFile) {
+		b, ok := files[f]
+		if !ok {
+			return "", fmt.Errorf("checkpoint: step %d: no %s to write", step, f)
 		}
 		if err := writeFileSync(filepath.Join(tmp, f), b); err != nil {
 			return "", err
 		}
-		sum := sha256.Sum256(b)
-		man.Files[f] = ManifestFile{Size: int64(len(b)), SHA256: hex.EncodeToString(sum[:])}
-	}
-	mb, _ := json.MarshalIndent(man, "", "  ")
-	if err := writeFileSync(filepath.Join(tmp, ckptManifestFile), append(mb, '\n')); err != nil {
-		return "", err
 	}
 	if err := syncDir(tmp); err != nil {
 		return "", err
 	}
+	if verify {
+		if err := VerifyCheckpoint(tmp); err != nil {
+			return "", err
+		}
+	}
 
 	final := filepath.Join(dir, name)
 	if _, err := os.Stat(final); err == nil {
-		// Replace: move the old one aside first (rename cannot replace a
-		// non-empty directory), then drop it once the new one is in place.
 		old := tmp + "-old"
 		if err := os.Rename(final, old); err != nil {
 			return "", fmt.Errorf("checkpoint: replacing %s: %w", final, err)
 		}
-		defer os.RemoveAll(old)
+		defer func() {
+			if err != nil {
+				os.Rename(old, final) // the new one is not in place: keep the old
+			} else {
+				os.RemoveAll(old)
+			}
+		}()
 	}
 	if err := os.Rename(tmp, final); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)

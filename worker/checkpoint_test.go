@@ -161,3 +161,52 @@ func TestCheckpoint_prune(t *testing.T) {
 		t.Errorf("latest after prune %q", p)
 	}
 }
+
+// A checkpoint sent to another host (ckpt_sync.go) is written by the same atomic commit as a save:
+// it loads back equal, replaces a broken directory of its step, and a damaged one is refused
+// without leaving anything behind.
+func TestCheckpoint_receivedCopy(t *testing.T) {
+	src := saveTest(t, t.TempDir(), 20)
+	bundle, err := packCheckpoint(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := unpackCheckpoint(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "step-00000020"), 0o755) // a broken copy of the same step
+	got, err := writeCheckpointFiles(dir, 20, files)
+	if err != nil || filepath.Base(got) != "step-00000020" {
+		t.Fatalf("writeCheckpointFiles = %q, %v", got, err)
+	}
+	a, errA := LoadCheckpoint(src)
+	b, errB := LoadCheckpoint(got)
+	if errA != nil || errB != nil || string(a.State) != string(b.State) || len(a.Weights) != len(b.Weights) {
+		t.Fatalf("the copy differs: %v %v", errA, errB)
+	}
+
+	damaged := map[string][]byte{}
+	for k, v := range files {
+		damaged[k] = append([]byte(nil), v...)
+	}
+	damaged["model.safetensors"][len(damaged["model.safetensors"])-1] ^= 1
+	dir2 := t.TempDir()
+	if _, err := writeCheckpointFiles(dir2, 20, damaged); err == nil || !strings.Contains(err.Error(), "model.safetensors") {
+		t.Fatalf("a damaged copy was written: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir2); len(ents) != 0 {
+		t.Errorf("a refused copy left %v", ents)
+	}
+	// The refused copy does not touch a good checkpoint of the same step.
+	if _, err := writeCheckpointFiles(dir, 20, damaged); err == nil {
+		t.Fatal("a damaged copy replaced a good one")
+	}
+	if err := VerifyCheckpoint(got); err != nil {
+		t.Errorf("the good copy after a refused one: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("dir after a refused copy: %v", ents)
+	}
+}

@@ -177,43 +177,13 @@ func unpackCheckpoint(b []byte) (map[string][]byte, error) {
 	return files, nil
 }
 
-// writeCheckpointFiles writes a received checkpoint into dir atomically (temp dir, fsync, rename)
-// and verifies every file against its manifest before returning the final path.
+// writeCheckpointFiles writes a received checkpoint into dir atomically (commitCheckpoint: temp
+// dir, fsync, rename) and verifies every file against its manifest before the rename; it returns
+// the final path.
 func writeCheckpointFiles(dir string, step int, files map[string][]byte) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("checkpoint: %w", err)
-	}
-	name := fmt.Sprintf(ckptStepDirPattern, step)
-	tmp, err := os.MkdirTemp(dir, ckptTmpPrefix+name+"-")
+	path, err := commitCheckpoint(dir, step, files, true)
 	if err != nil {
-		return "", fmt.Errorf("checkpoint: %w", err)
+		return "", fmt.Errorf("checkpoint: received step %d: %w", step, err)
 	}
-	fail := func(err error) (string, error) {
-		os.RemoveAll(tmp)
-		return "", err
-	}
-	// The manifest last, as SaveCheckpoint does: a directory with a manifest is complete.
-	for _, f := range append(append([]string(nil), ckptFiles...), ckptManifestFile) {
-		if err := writeFileSync(filepath.Join(tmp, f), files[f]); err != nil {
-			return fail(err)
-		}
-	}
-	if err := syncDir(tmp); err != nil {
-		return fail(err)
-	}
-	if err := VerifyCheckpoint(tmp); err != nil {
-		return fail(fmt.Errorf("checkpoint: received step %d does not verify: %w", step, err))
-	}
-	final := filepath.Join(dir, name)
-	if _, err := os.Stat(final); err == nil {
-		// A broken directory of the same step (LatestCheckpoint skipped it): move it aside.
-		if err := os.Rename(final, tmp+"-old"); err != nil {
-			return fail(fmt.Errorf("checkpoint: replacing %s: %w", final, err))
-		}
-		defer os.RemoveAll(tmp + "-old")
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		return fail(fmt.Errorf("checkpoint: %w", err))
-	}
-	return final, syncDir(dir)
+	return path, nil
 }

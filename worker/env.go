@@ -1,5 +1,8 @@
 package worker
 
+// env.go: the package's one reader of environment variables. (The process group's own, MASTER_ADDR,
+// MASTER_PORT, DDP_TOKEN, DDP_TRANSPORT, ..., are allreduce.ConfigFromEnv's.)
+
 import (
 	"fmt"
 	"os"
@@ -14,8 +17,9 @@ type Env struct {
 	ProgressFD                                 int // DDP_PROGRESS_FD, -1 when unset
 }
 
-// EnvFromOS reads RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK and DDP_RESTART_COUNT; absent
-// variables mean a single process. A malformed value is an error naming the variable.
+// EnvFromOS reads RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, DDP_RESTART_COUNT and
+// DDP_PROGRESS_FD (the terminal the launcher hands rank 0 for the progress bar); absent variables
+// mean a single process. A malformed value is an error naming the variable.
 func EnvFromOS() (Env, error) {
 	e := Env{WorldSize: 1, LocalWorldSize: 1, ProgressFD: -1}
 	for _, v := range []struct {

@@ -1,193 +1,41 @@
 package worker
 
-// loop.go: one training process, top to bottom. Settings are printed once; the step lives between
-// the TRAINING STEP BEGIN/END markers; evaluation, checkpoints and metrics come after.
+// loop.go: the training loop, (*Trainer).Run, top to bottom. Settings are printed once; the step
+// lives between the TRAINING STEP BEGIN/END markers; evaluation, checkpoints and metrics come
+// after. What it runs on was set up by New (trainer.go).
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"os"
 	"time"
 
 	"github.com/goddp/goddp/allreduce"
-	"github.com/goddp/goddp/ddp"
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/tensor"
 	"github.com/goddp/goddp/worker/data"
 )
 
-// Options are ddptrain's command-line switches beyond the config.
-type Options struct {
-	Device       string // "cpu" (default) or "cuda"
-	MetricsPath  string // --metrics: JSON lines
-	TracePath    string // --trace: Chrome trace events
-	MemoryReport bool   // --memory-report
-	CheckLeaks   bool   // --check-leaks
-	MemoryPlot   string // --memory-plot: PNG of device memory over one step (memplot.go)
-	Logger       *slog.Logger
-	// FailAtStep, when > 0, makes the process exit with status 3 just before that step (tests of
-	// restarts; env DDP_FAIL_AT_STEP).
-	FailAtStep int
-	// InjectInfStep/InjectInfRank put +Inf into one gradient of that rank at that step (tests).
-	InjectInfStep, InjectInfRank int
-	// wrapModel, when set, wraps the model the run builds (tests: a planted leak).
-	wrapModel func(model.Model) model.Model
-}
-
-// Result is what a run ends with (also the metrics summary).
-type Result = SummaryMetrics
-
-// Run trains cfg to the end and returns the summary. ctx cancels it.
-func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
-	log := opt.Logger
-	if log == nil {
-		log = slog.Default()
+// Run trains to the end and returns the summary; ctx cancels it. A Trainer runs once; Close it
+// after, whatever Run returned.
+func (t *Trainer) Run(ctx context.Context) (*Result, error) {
+	if t.ran || t.closed {
+		return nil, errors.New("worker: Trainer.Run called twice, or after Close")
 	}
-	wall := time.Now()
-	env, err := EnvFromOS()
-	if err != nil {
-		return nil, err
-	}
-	log = log.With("rank", env.Rank)
-
-	// ---- the process group ----
-	var group *allreduce.Group
-	var gcfg allreduce.Config // the main group's, which the channels copy
-	if env.WorldSize > 1 {
-		gcfg, err = allreduce.ConfigFromEnv()
-		if err != nil {
-			return nil, err
-		}
-		gcfg.Logger = log
-		group, err = allreduce.NewGroup(ctx, gcfg)
-		if err != nil {
-			return nil, fmt.Errorf("worker: joining the process group: %w", err)
-		}
-		defer group.Close()
-	} else {
-		group, err = allreduce.NewGroup(ctx, allreduce.Config{Rank: 0, WorldSize: 1})
-		if err != nil {
-			return nil, err
-		}
-		defer group.Close()
-	}
-	if !cfg.Train.MicroBatchAuto { // auto: resolved by the search below (autobatch.go)
-		if err := cfg.ResolveBatch(env.WorldSize); err != nil {
-			return nil, err
-		}
-	}
-
-	// ---- device, data, model, optimizer ----
-	dev, err := OpenDevice(opt.Device, env.LocalRank)
-	if err != nil {
-		return nil, err
-	}
-	trainSet, evalSet, err := loadData(cfg)
-	if err != nil {
-		return nil, err
-	}
-	m, err := buildModel(dev, cfg)
-	if err != nil {
-		return nil, err
-	}
-	if opt.wrapModel != nil {
-		m = opt.wrapModel(m)
-	}
-	defer m.Free()
-	ps := m.Params()
-	opt2, err := buildOptimizer(cfg, ps)
-	if err != nil {
-		return nil, err
-	}
-	scaler, err := buildScaler(dev, cfg)
-	if err != nil {
-		return nil, err
-	}
-	defer scaler.Free()
-	defer opt2.Free()
-	// ---- memory: the budget, and micro_batch: auto (autobatch.go) before any state is loaded ----
-	if cfg.Train.MicroBatchAuto {
-		if err := autoMicroBatch(ctx, dev, cfg, m, opt2, scaler, group, trainSet.Len()/env.WorldSize, log); err != nil {
-			return nil, err
-		}
-	} else if cfg.Train.MemoryBudgetBytes > 0 {
-		dev.SetLimit(cfg.Train.MemoryBudgetBytes)
-	}
-	wire, err := allreduce.ParseWire(cfg.WireFormat())
-	if err != nil {
-		return nil, fmt.Errorf("worker: ddp.wire: %w", err)
-	}
-	var trace *ddp.Trace
-	if opt.TracePath != "" {
-		trace = ddp.NewTrace(env.Rank)
-	}
-	channels, err := allreduce.OpenChannels(ctx, group, gcfg, cfg.DDP.Channels)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		for _, g := range channels {
-			g.Close()
-		}
-	}()
-	eng := ddp.New(ps, group, ddp.Options{BucketCapMB: cfg.DDP.BucketCapMB, Wire: wire, Trace: trace, Logger: log, Channels: asComms(channels)})
-	defer eng.Close()
-
-	// ---- resume, then make every replica identical ----
-	st := runState{}
-	if cfg.Checkpoint.Dir != "" {
-		cfg.Checkpoint.Dir = expandCheckpointDir(cfg.Checkpoint.Dir, env)
-		// Every rank ends up seeing the newest checkpoint any rank has (hosts without a shared
-		// filesystem; a no-op when they share one).
-		if err := syncCheckpoints(ctx, group, cfg.Checkpoint.Dir, env, log); err != nil {
-			return nil, err
-		}
-		if path, err := LatestCheckpoint(cfg.Checkpoint.Dir); err == nil && path != "" {
-			if err := st.restore(path, cfg, ps, opt2, scaler); err != nil {
-				return nil, err
-			}
-			log.Info("resumed from checkpoint", "path", path, "step", st.Step)
-		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, err
-		}
-	}
-	if err := eng.BroadcastTensors(ctx, append([]*tensor.Tensor{ps.Data}, optimizerTensors(opt2)...)); err != nil {
-		return nil, err
-	}
-
-	b, k, W := cfg.Train.MicroBatch, cfg.Train.GradAccumSteps, env.WorldSize
-	loader, err := data.NewLoader(trainSet, data.LoaderConfig{
-		MicroBatch: b, Accum: k, Rank: env.Rank, World: W, Seed: uint64(cfg.Seed),
-		Shuffle: cfg.Data.Shuffle, Workers: cfg.Data.Workers, Prefetch: cfg.Data.Prefetch, Start: st.Loader,
-		Alloc: batchAllocator(dev), // pinned host memory on a GPU (pinned.go)
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer loader.Close()
-	total := totalSteps(cfg, loader.StepsPerEpoch())
-	sched, err := buildSchedule(cfg, total)
-	if err != nil {
-		return nil, err
-	}
+	t.ran = true
+	cfg, opt, env, log := t.cfg, t.opt, t.env, t.log
+	group, dev, evalSet, m, ps, opt2, scaler := t.group, t.dev, t.evalSet, t.m, t.ps, t.optim, t.scaler
+	trace, eng, st, loader, total, sched := t.trace, t.eng, &t.st, t.loader, t.total, t.sched
+	metrics, prog, in := t.metrics, t.prog, t.in
+	wall := t.wall
 
 	if env.Rank == 0 {
 		printSettings(cfg, env, dev, ps, total, loader.StepsPerEpoch(), eng)
 	}
-	metrics, err := OpenMetrics(opt.MetricsPath, env.Rank)
-	if err != nil {
-		return nil, err
-	}
-	defer metrics.Close()
-	prog := NewProgress(total, env.Rank)
-	defer prog.Finish()
-
-	in := newInputs(dev, cfg, b)
-	defer in.free(dev)
+	b, k, W := cfg.Train.MicroBatch, cfg.Train.GradAccumSteps, env.WorldSize
 	lossHost := []float32{0}
 	samplesPerStep := b * k * W
 	tokensPerSample := 0
@@ -200,9 +48,10 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 	dev.ResetPeak()
 
 	for step := st.Step; step < total; step++ {
-		if opt.FailAtStep > 0 && step == opt.FailAtStep && env.RestartCount == 0 {
-			log.Error("failing on purpose (DDP_FAIL_AT_STEP)", "step", step)
-			os.Exit(3)
+		if opt.FaultHook != nil {
+			if err := opt.FaultHook(step); err != nil {
+				return nil, fmt.Errorf("worker: before step %d: %w", step, err)
+			}
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -243,7 +92,7 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 			eng.EndBackward()
 			trace.Span("backward", "compute", t1, trace.Now(), map[string]any{"step": step, "micro": micro})
 		}
-		if opt.InjectInfStep > 0 && step == opt.InjectInfStep && env.Rank == opt.InjectInfRank {
+		if opt.InjectInf != nil && opt.InjectInf(step) {
 			injectInf(dev, ps)
 		}
 		tw := trace.Now()
@@ -361,7 +210,7 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 	trained := st.Step - st.firstStep()
 	sum := &SummaryMetrics{
 		Steps: st.Step, FinalLoss: lastLoss, EvalLoss: ev.Loss, PeakMemoryBytes: dev.Stats().Peak,
-		SkippedSteps: st.Skipped, Precision: cfg.Precision, WorldSize: env.WorldSize, Rank: env.Rank,
+		SkippedSteps: st.Skipped, Precision: string(cfg.Precision), WorldSize: env.WorldSize, Rank: env.Rank,
 		WallSeconds: secs, ParamSHA256: hash, MicroBatch: b, GradAccumSteps: k,
 		CommSeconds: commSec, CommHiddenFraction: hidden,
 	}

@@ -7,25 +7,21 @@ package worker
 //
 // Where the bar goes: under ddplaunch the workers' stderr is a pipe (the
 // launcher prefixes each line with [rank N]), so the launcher passes its
-// terminal to rank 0 as an open file descriptor, named in DDP_PROGRESS_FD.
-// Run alone, ddptrain draws on stderr when stderr is a terminal.
+// terminal to rank 0 as an open file descriptor, named in DDP_PROGRESS_FD
+// (read with the rest of the environment: Env.ProgressFD). Run alone, ddptrain
+// draws on stderr when stderr is a terminal.
 
 import (
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 )
-
-// ProgressFDEnv names the environment variable through which the launcher
-// hands rank 0 a terminal file descriptor to draw on.
-const ProgressFDEnv = "DDP_PROGRESS_FD"
 
 // progressThrottle is the least time between bar redraws (tests set 0).
 var progressThrottle = 100 * time.Millisecond
@@ -43,16 +39,15 @@ type Progress struct {
 	log *slog.Logger
 }
 
-// NewProgress chooses the output: a bar on DDP_PROGRESS_FD's terminal or on
-// a terminal stderr (rank 0 only), plain log lines on stderr otherwise.
-// total is the number of optimizer steps (0 if unknown).
-func NewProgress(total int, rank int) *Progress {
+// NewProgress chooses the output: a bar on the terminal at file descriptor
+// progressFD (DDP_PROGRESS_FD, Env.ProgressFD; -1 for none) or on a terminal
+// stderr (rank 0 only), plain log lines on stderr otherwise. total is the
+// number of optimizer steps (0 if unknown).
+func NewProgress(total, rank, progressFD int) *Progress {
 	var w io.Writer = os.Stderr
 	tty := term.IsTerminal(int(os.Stderr.Fd()))
-	if s := os.Getenv(ProgressFDEnv); s != "" {
-		if fd, err := strconv.Atoi(s); err == nil && fd > 2 && term.IsTerminal(fd) {
-			w, tty = os.NewFile(uintptr(fd), "progress-tty"), true
-		}
+	if progressFD > 2 && term.IsTerminal(progressFD) {
+		w, tty = os.NewFile(uintptr(progressFD), "progress-tty"), true
 	}
 	return newProgress(total, rank, w, tty)
 }

@@ -3,6 +3,13 @@
 //
 //	ddplaunch --nproc-per-node N|gpu|cpu|auto [flags] PROGRAM [ARGS...]
 //	ddplaunch --nproc-per-node N --config configs/X.yaml [--set k=v ...] [-- DDPTRAIN-FLAGS...]
+//
+// With --config, the config is loaded and validated here (package worker/config, which links
+// none of the trainer) before any worker starts: a bad key or value is printed once, by the
+// launcher, and it exits 2, the status of a usage error, rather than every worker printing it
+// and the launcher passing on a worker's status. Exit statuses (docs/launcher.md): 0 when every
+// worker exited 0; the failed worker's status; 128+signal; 2 for a usage or config error; 1 for
+// any other launcher error.
 package main
 
 import (
@@ -19,6 +26,7 @@ import (
 	"time"
 
 	"github.com/goddp/goddp/launcher"
+	"github.com/goddp/goddp/worker/config"
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 )
@@ -49,6 +57,7 @@ type cli struct {
 	multi     multiFlags
 	config    string
 	sets      []string
+	loaded    *config.Config // --config, loaded and validated by run
 	help      bool
 	usageText string
 }
@@ -167,6 +176,13 @@ func run(args []string) int {
 	if c.help {
 		fmt.Fprint(os.Stdout, c.usageText)
 		return 0
+	}
+	if c.config != "" {
+		// Once here rather than in every worker; exit 2 as for a usage error (package doc).
+		if c.loaded, err = config.Load(c.config, c.sets); err != nil {
+			fmt.Fprintf(os.Stderr, "ddplaunch: %v\n", err)
+			return 2
+		}
 	}
 	gpus := launcher.DefaultGPUProbe().Count()
 	nproc, err := launcher.ResolveNProc(c.nproc, gpus)

@@ -126,20 +126,51 @@ func TestDdplaunch_endToEnd(t *testing.T) {
 		}
 	})
 
+	// A config that loads (ddplaunch validates it before starting workers), in the directory the
+	// launcher runs in, and a stand-in ddptrain next to ddplaunch that records its arguments.
+	cdir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(cdir, "c.yaml"), []byte(testConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fake := filepath.Join(filepath.Dir(bin), "ddptrain")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho \"args: $*\"\ntouch ran\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(fake)
+
 	t.Run("config runs ddptrain", func(t *testing.T) {
-		// A stand-in ddptrain next to ddplaunch.
-		fake := filepath.Join(filepath.Dir(bin), "ddptrain")
-		if err := os.WriteFile(fake, []byte("#!/bin/sh\necho \"args: $*\"\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		defer os.Remove(fake)
-		out, err := exec.Command(bin, "--nproc-per-node", "1", "--config", "c.yaml", "--set", "a=1,2",
-			"--", "--trace", "t.json").Output()
+		cmd := exec.Command(bin, "--nproc-per-node", "1", "--config", "c.yaml", "--set", "model.widths=[784,64,10]",
+			"--", "--trace", "t.json")
+		cmd.Dir = cdir
+		out, err := cmd.Output()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := "[rank 0] args: --config c.yaml --set a=1,2 --trace t.json\n"; !strings.Contains(string(out), want) {
+		if want := "[rank 0] args: --config c.yaml --set model.widths=[784,64,10] --trace t.json\n"; !strings.Contains(string(out), want) {
 			t.Errorf("stdout %q, want %q", out, want)
+		}
+	})
+
+	// A bad config is reported once, by the launcher, with exit status 2, and no worker starts.
+	t.Run("config error before any worker", func(t *testing.T) {
+		os.Remove(filepath.Join(cdir, "ran"))
+		for _, args := range [][]string{
+			{"--config", "c.yaml", "--set", "train.optimizer=adam"},
+			{"--config", "c.yaml", "--set", "train.lr_rate=1"},
+			{"--config", "missing.yaml"},
+		} {
+			var out, errb bytes.Buffer
+			cmd := exec.Command(bin, append([]string{"--nproc-per-node", "2"}, args...)...)
+			cmd.Dir, cmd.Stdout, cmd.Stderr = cdir, &out, &errb
+			if code := exitCode(t, cmd.Run()); code != 2 {
+				t.Errorf("%q: exit code %d, want 2\n%s", args, code, errb.String())
+			}
+			if n := strings.Count(errb.String(), "config:"); n != 1 || !strings.HasPrefix(errb.String(), "ddplaunch: config: ") {
+				t.Errorf("%q: want the config error once, from ddplaunch:\n%s", args, errb.String())
+			}
+			if _, err := os.Stat(filepath.Join(cdir, "ran")); err == nil || out.Len() > 0 {
+				t.Errorf("%q: a worker ran: %q", args, out.String())
+			}
 		}
 	})
 
@@ -192,6 +223,13 @@ func TestDdplaunch_endToEnd(t *testing.T) {
 		}
 	})
 }
+
+// testConfig is a valid run config (ddplaunch loads it; the stand-in ddptrain does not train it).
+const testConfig = `
+model: {kind: mlp, widths: [784, 32, 10]}
+train: {epochs: 1, micro_batch: 64, lr: 0.01}
+data: {kind: mnist, path: /nonexistent/mnist}
+`
 
 func waitPids(t *testing.T, dir string, n int) []int {
 	t.Helper()

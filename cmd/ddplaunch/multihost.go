@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/goddp/goddp/launcher"
-	"github.com/goddp/goddp/worker"
 	"github.com/spf13/pflag"
 )
 
@@ -130,10 +129,7 @@ func (m *multiFlags) rendezvous(c *cli, nproc, gpus int) (launcher.Rendezvous, [
 		return nil, nil, err
 	}
 	cc, _ := launcher.ClusterConfigByName(m.gossip)
-	hash, err := configHash(c)
-	if err != nil {
-		return nil, nil, err
-	}
+	hash := configHash(c)
 	var env []string
 	for _, f := range []struct{ name, path string }{
 		{"DDP_TLS_CERT", m.tlsCert}, {"DDP_TLS_KEY", m.tlsKey}, {"DDP_TLS_CA", m.tlsCA},
@@ -162,15 +158,12 @@ func (m *multiFlags) rendezvous(c *cli, nproc, gpus int) (launcher.Rendezvous, [
 	return r, env, nil
 }
 
-// configHash is the hash hosts must agree on: worker.Config.Hash of the --config run (config and
-// model shape, without host-local paths), or of the program's base name and arguments.
-func configHash(c *cli) (string, error) {
-	if c.config != "" {
-		cfg, err := worker.LoadConfig(c.config, c.sets)
-		if err != nil {
-			return "", err
-		}
-		return cfg.Hash(), nil
+// configHash is the hash hosts must agree on: config.Config.Hash of the --config run (config and
+// model shape, without host-local paths; loaded by run), or of the program's base name and
+// arguments.
+func configHash(c *cli) string {
+	if c.loaded != nil {
+		return c.loaded.Hash()
 	}
 	h := sha256.New()
 	h.Write([]byte(filepath.Base(c.opts.Program)))
@@ -178,5 +171,5 @@ func configHash(c *cli) (string, error) {
 		h.Write([]byte{0})
 		h.Write([]byte(a))
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return hex.EncodeToString(h.Sum(nil))
 }

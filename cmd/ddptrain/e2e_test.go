@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/goddp/goddp/worker"
+	"github.com/goddp/goddp/worker/data"
 )
 
 var (
@@ -51,7 +52,7 @@ func binaries(t *testing.T) string {
 
 func mnistDir(t *testing.T) string {
 	t.Helper()
-	dir, err := worker.DefaultDataPath("mnist")
+	dir, err := data.DefaultPath("mnist")
 	if err != nil {
 		t.Skipf("MNIST is not in the module cache (run `go mod download`): %v", err)
 	}

@@ -2,10 +2,15 @@
 // started by ddplaunch (which sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, DDP_TOKEN).
 //
 //	ddptrain --config configs/mnist-mlp.yaml [--set train.lr=0.003 ...] [--metrics FILE] [--trace FILE]
+//
+// Exit status: 0 when the run finished; 1 when it failed; 2 for a usage or config error (nothing
+// was trained); 3 for the failure DDP_FAIL_AT_STEP plants (tests of restarts: see main.go's
+// testHooks), so a test can tell it from a real one.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -16,9 +21,21 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/goddp/goddp/worker"
+	"github.com/goddp/goddp/worker/config"
+)
+
+// Exit statuses.
+const (
+	exitFailed        = 1
+	exitUsage         = 2 // also a config that does not load
+	exitInjectedFault = 3 // DDP_FAIL_AT_STEP
 )
 
 func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
 	fs := pflag.NewFlagSet("ddptrain", pflag.ContinueOnError)
 	fs.SortFlags = false
 	configPath := fs.String("config", "", "run configuration (YAML), e.g. configs/mnist-mlp.yaml")
@@ -34,45 +51,74 @@ func main() {
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: ddptrain --config FILE [--set key=value ...] [flags]\n\n%s", fs.FlagUsages())
 	}
-	if err := fs.Parse(os.Args[1:]); err != nil {
+	if err := fs.Parse(args); err != nil {
 		if err == pflag.ErrHelp {
-			os.Exit(0)
+			return 0
 		}
 		fmt.Fprintln(os.Stderr, "ddptrain:", err)
-		os.Exit(2)
+		return exitUsage
 	}
 	if *keys {
-		for _, k := range worker.Keys() {
+		for _, k := range config.Keys() {
 			fmt.Println(k)
 		}
-		return
+		return 0
 	}
 	if *configPath == "" {
 		fs.Usage()
-		os.Exit(2)
+		return exitUsage
 	}
-	opt.FailAtStep = envInt("DDP_FAIL_AT_STEP")
-	opt.InjectInfStep = envInt("DDP_INJECT_INF_STEP")
-	opt.InjectInfRank = envInt("DDP_INJECT_INF_RANK")
+	testHooks(&opt)
 	opt.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
 	cfg, err := worker.LoadConfig(*configPath, *sets)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ddptrain:", err)
-		os.Exit(2)
+		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := worker.Run(ctx, cfg, opt)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ddptrain:", err)
-		os.Exit(1)
+		if errors.Is(err, errInjectedFault) {
+			return exitInjectedFault
+		}
+		return exitFailed
 	}
 	if res.Rank == 0 {
 		fmt.Println(worker.FormatSummary(res))
 	}
+	return 0
 }
 
+// errInjectedFault is the failure DDP_FAIL_AT_STEP plants.
+var errInjectedFault = errors.New("failing on purpose (DDP_FAIL_AT_STEP)")
+
+// testHooks turns the fault-injection variables of the tests into the trainer's hooks:
+//
+//	DDP_FAIL_AT_STEP=N        the first attempt (DDP_RESTART_COUNT 0) fails just before step N:
+//	                          the run stops, closes what it opened, and ddptrain exits 3
+//	DDP_INJECT_INF_STEP=N     rank DDP_INJECT_INF_RANK (default 0) puts +Inf into a gradient at
+//	                          step N (the loss scaler must skip the step on every rank)
+//
+// Unset, they leave the hooks nil.
+func testHooks(opt *worker.Options) {
+	if n := envInt("DDP_FAIL_AT_STEP"); n > 0 && envInt("DDP_RESTART_COUNT") == 0 {
+		opt.FaultHook = func(step int) error {
+			if step == n {
+				return errInjectedFault
+			}
+			return nil
+		}
+	}
+	if n := envInt("DDP_INJECT_INF_STEP"); n > 0 {
+		rank, at := envInt("RANK"), envInt("DDP_INJECT_INF_RANK")
+		opt.InjectInf = func(step int) bool { return step == n && rank == at }
+	}
+}
+
+// envInt reads an integer environment variable; unset or malformed is 0.
 func envInt(name string) int {
 	n, _ := strconv.Atoi(os.Getenv(name))
 	return n

@@ -278,14 +278,14 @@ func BenchmarkGemmBatchedAttention(b *testing.B) {
 // forward (MatMul with W stored out×in, AddBias, ReLU), softmax cross-entropy, backward
 // (CrossEntropyBackward, weight/bias/input gradients, ReLUBackward) and a plain SGD update.
 type mlpBench struct {
-	dev              *Device
-	batch            int
-	widths           []int
-	w, b, dw, db     []*tensor.Tensor
-	acts, pre        []*tensor.Tensor // acts[0] is the input, acts[i+1] layer i's output (after ReLU)
-	dacts            []*tensor.Tensor
-	targets, losses  *tensor.Tensor
-	lossSum, scratch *tensor.Tensor
+	dev             *Device
+	batch           int
+	widths          []int
+	w, b, dw, db    []*tensor.Tensor
+	acts, pre       []*tensor.Tensor // acts[0] is the input, acts[i+1] layer i's output (after ReLU)
+	dacts           []*tensor.Tensor
+	targets, losses *tensor.Tensor
+	lossSum         *tensor.Tensor
 }
 
 func newMLPBench(dev *Device, batch int, widths []int) *mlpBench {

@@ -36,7 +36,7 @@ func TestF16_matchesX448(t *testing.T) {
 			check(math.Float32frombits(uint32(int64(b) + int64(d))))
 		}
 	}
-	for _, f := range []float32{0, -0.0, 65504, 65519.99, 65520, -65520, 1e-8, 5.96e-8, 2.98e-8, 2.9802326e-08, float32(math.Inf(1)), float32(math.Inf(-1))} {
+	for _, f := range []float32{0, float32(math.Copysign(0, -1)), 65504, 65519.99, 65520, -65520, 1e-8, 5.96e-8, 2.98e-8, 2.9802326e-08, float32(math.Inf(1)), float32(math.Inf(-1))} {
 		check(f)
 	}
 }

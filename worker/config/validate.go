@@ -1,0 +1,218 @@
+package config
+
+// validate.go: derived defaults (Resolved) and the checks (Validate), kept apart: Resolved returns
+// a new Config, Validate changes nothing.
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// minLRFromLR is train.min_lr before Resolved: "lr/10".
+const minLRFromLR = -1
+
+// Resolved returns a copy of c with the defaults that depend on other keys filled in; c is not
+// changed. There is one: train.min_lr, when negative (Default's minLRFromLR), becomes lr/10.
+func (c *Config) Resolved() *Config {
+	r := c.Clone()
+	if r.Train.MinLR < 0 {
+		r.Train.MinLR = r.Train.LR / 10
+	}
+	return r
+}
+
+// recheck is v's parse error, or nil.
+func recheck[T ~string](v T, parse func(string) (T, error)) error {
+	_, err := parse(string(v))
+	return err
+}
+
+// Validate checks every value and the combinations that matter, without
+// changing c (call it on a Resolved config). Errors name the key and what it
+// should be; all problems are reported at once.
+func (c *Config) Validate() error {
+	var errs []string
+	bad := func(key string, format string, args ...any) {
+		errs = append(errs, key+": "+fmt.Sprintf(format, args...))
+	}
+	// A choice is parsed when it is decoded; checked again here for a Config built in Go.
+	choice := func(err error) {
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	choice(recheck(c.Precision, ParsePrecision))
+
+	m := c.Model
+	choice(recheck(m.Kind, ParseModelKind))
+	switch m.Kind {
+	case ModelMLP:
+		if len(m.Widths) < 2 {
+			bad("model.widths", "%v: an MLP needs at least input and output widths", m.Widths)
+		}
+		for i, w := range m.Widths {
+			if w <= 0 {
+				bad("model.widths", "width %d is %d: want > 0", i, w)
+			}
+		}
+		choice(recheck(m.Activation, ParseActivation))
+	case ModelGPT:
+		for _, kv := range []struct {
+			k string
+			v int
+		}{{"model.layers", m.Layers}, {"model.width", m.Width}, {"model.heads", m.Heads}, {"model.context", m.Context}, {"model.vocab", m.Vocab}} {
+			if kv.v <= 0 {
+				bad(kv.k, "%d: want > 0 for a gpt model", kv.v)
+			}
+		}
+		if m.Heads > 0 && m.Width%m.Heads != 0 {
+			bad("model.width", "%d is not divisible by model.heads %d", m.Width, m.Heads)
+		}
+	}
+	if m.Dropout < 0 || m.Dropout >= 1 {
+		bad("model.dropout", "%g: want 0 <= p < 1", m.Dropout)
+	}
+	if m.Checkpoint.Every < 0 {
+		bad("model.checkpoint", "period %d: want none, blocks or every_N (N >= 1)", m.Checkpoint.Every)
+	}
+	if m.Checkpoint.Every == 0 && m.CheckpointKeepAttention {
+		bad("model.checkpoint_keep_attention", "true without checkpointing: set model.checkpoint to blocks or every_N")
+	}
+	if attn, err := ParseAttention(string(m.Attention)); err != nil {
+		choice(err)
+	} else if attn == AttnFlash && m.Dropout > 0 {
+		bad("model.attention", "flash has no attention dropout: set model.dropout 0 or model.attention auto")
+	}
+
+	t := c.Train
+	if t.Epochs < 0 {
+		bad("train.epochs", "%d: want >= 0", t.Epochs)
+	}
+	if t.MaxSteps < 0 {
+		bad("train.max_steps", "%d: want >= 0", t.MaxSteps)
+	}
+	if t.Epochs == 0 && t.MaxSteps == 0 {
+		bad("train.epochs", "train.epochs and train.max_steps are both 0: set one")
+	}
+	if !t.MicroBatchAuto && t.MicroBatch < 0 {
+		bad("train.micro_batch", "%d: want > 0 or \"auto\"", t.MicroBatch)
+	}
+	if !t.MicroBatchAuto && t.MicroBatch == 0 && t.GlobalBatch == 0 {
+		bad("train.micro_batch", "not set: give train.micro_batch (a number or \"auto\") or train.global_batch")
+	}
+	if t.GlobalBatch < 0 {
+		bad("train.global_batch", "%d: want >= 0", t.GlobalBatch)
+	}
+	if t.GradAccumSteps < 0 {
+		bad("train.grad_accum_steps", "%d: want >= 0", t.GradAccumSteps)
+	}
+	if t.LR <= 0 {
+		bad("train.lr", "%g: want > 0", t.LR)
+	}
+	if t.MinLR < 0 || t.MinLR > t.LR {
+		bad("train.min_lr", "%g: want 0 <= min_lr <= train.lr (%g)", t.MinLR, t.LR)
+	}
+	choice(recheck(t.Schedule, ParseSchedule))
+	if t.WarmupSteps < 0 {
+		bad("train.warmup_steps", "%d: want >= 0", t.WarmupSteps)
+	}
+	choice(recheck(t.Optimizer, ParseOptimizer))
+	if t.WeightDecay < 0 {
+		bad("train.weight_decay", "%g: want >= 0", t.WeightDecay)
+	}
+	if t.Momentum < 0 || t.Momentum >= 1 {
+		bad("train.momentum", "%g: want 0 <= momentum < 1", t.Momentum)
+	}
+	if t.Nesterov && t.Momentum == 0 && t.Optimizer == OptSGD {
+		bad("train.nesterov", "true needs train.momentum > 0")
+	}
+	if t.Beta1 < 0 || t.Beta1 >= 1 {
+		bad("train.beta1", "%g: want 0 <= beta1 < 1", t.Beta1)
+	}
+	if t.Beta2 < 0 || t.Beta2 >= 1 {
+		bad("train.beta2", "%g: want 0 <= beta2 < 1", t.Beta2)
+	}
+	if t.Eps <= 0 {
+		bad("train.eps", "%g: want > 0", t.Eps)
+	}
+	if t.GradClip < 0 {
+		bad("train.grad_clip", "%g: want >= 0 (0 = off)", t.GradClip)
+	}
+	if t.LogEvery <= 0 {
+		bad("train.log_every", "%d: want > 0", t.LogEvery)
+	}
+	if t.EvalEvery < 0 {
+		bad("train.eval_every", "%d: want >= 0", t.EvalEvery)
+	}
+	if t.EvalBatches < 0 {
+		bad("train.eval_batches", "%d: want >= 0", t.EvalBatches)
+	}
+	if t.MemoryBudget.Bytes < 0 {
+		bad("train.memory_budget", "%d bytes: want >= 0", t.MemoryBudget.Bytes)
+	}
+
+	d := c.Data
+	choice(recheck(d.Kind, ParseDataKind))
+	switch {
+	case m.Kind == ModelGPT && d.Kind == DataMNIST:
+		bad("data.kind", "mnist with model.kind gpt: a gpt model trains on text")
+	case m.Kind == ModelMLP && d.Kind == DataText:
+		bad("data.kind", "text with model.kind mlp: an mlp trains on mnist")
+	case m.Kind == ModelMLP && d.Kind == DataMNIST && len(m.Widths) >= 2:
+		if m.Widths[0] != 784 || m.Widths[len(m.Widths)-1] != 10 {
+			bad("model.widths", "%v: MNIST needs 784 inputs and 10 outputs", m.Widths)
+		}
+	case m.Kind == ModelGPT && d.Kind == DataText && m.Vocab > 0 && m.Vocab < 256:
+		bad("model.vocab", "%d: byte-level text needs 256", m.Vocab)
+	}
+	if d.Workers < 1 {
+		bad("data.workers", "%d: want >= 1", d.Workers)
+	}
+	if d.Prefetch < 1 {
+		bad("data.prefetch", "%d: want >= 1", d.Prefetch)
+	}
+	if d.EvalFraction <= 0 || d.EvalFraction >= 1 {
+		bad("data.eval_fraction", "%g: want 0 < f < 1", d.EvalFraction)
+	}
+
+	if c.Checkpoint.Every < 0 {
+		bad("checkpoint.every", "%d: want >= 0", c.Checkpoint.Every)
+	}
+	if c.Checkpoint.Keep < 1 {
+		bad("checkpoint.keep", "%d: want >= 1", c.Checkpoint.Keep)
+	}
+
+	if c.DDP.BucketCapMB <= 0 {
+		bad("ddp.bucket_cap_mb", "%g: want > 0", c.DDP.BucketCapMB)
+	}
+	choice(recheck(c.DDP.Wire, ParseWire))
+	if c.DDP.Channels < 1 || c.DDP.Channels > 16 {
+		bad("ddp.channels", "%d: want 1 to 16", c.DDP.Channels)
+	}
+	if c.DDP.CheckEvery < 0 {
+		bad("ddp.check_every", "%d: want >= 0 (0 = only at the end)", c.DDP.CheckEvery)
+	}
+
+	ls := c.LossScale
+	if ls.Init <= 0 {
+		bad("loss_scale.init", "%g: want > 0", ls.Init)
+	}
+	if ls.GrowthInterval < 1 {
+		bad("loss_scale.growth_interval", "%d: want >= 1", ls.GrowthInterval)
+	}
+	if ls.GrowthFactor < 1 {
+		bad("loss_scale.growth_factor", "%g: want >= 1", ls.GrowthFactor)
+	}
+	if ls.Backoff <= 0 || ls.Backoff >= 1 {
+		bad("loss_scale.backoff", "%g: want 0 < backoff < 1", ls.Backoff)
+	}
+	if ls.Min <= 0 || ls.Min > ls.Init {
+		bad("loss_scale.min", "%g: want 0 < min <= loss_scale.init (%g)", ls.Min, ls.Init)
+	}
+
+	if len(errs) > 0 {
+		return errors.New("config: " + strings.Join(errs, "; "))
+	}
+	return nil
+}
