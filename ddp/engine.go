@@ -64,8 +64,10 @@ type Engine struct {
 
 	epoch            time.Time
 	bwdStart, bwdEnd int64 // ns since epoch, this step's (last micro-step's) backward
-	commNanos        int64 // total all-reduce time, all steps
-	hiddenNanos      int64 // part of it overlapped with backward
+	bwdMu            sync.Mutex
+	bwdFence         tensor.Fence // backward's end on the device, until seen passed (bwdMu)
+	commNanos        int64        // total all-reduce time, all steps
+	hiddenNanos      int64        // part of it overlapped with backward
 	steps            int
 }
 
@@ -157,11 +159,13 @@ func (e *Engine) commLoop(ch int, comm Comm, jobs <-chan *bucket) {
 	for b := range jobs {
 		if e.gpu != nil {
 			e.results <- e.reduceStaged(ch, b)
+			e.pollBackward(false)
 			continue
 		}
 		b.start = e.now()
 		err := comm.AllReduce(e.ctx, b.host, allreduce.Avg, e.opts.Wire)
 		b.end = e.now()
+		e.pollBackward(false)
 		if err != nil {
 			err = fmt.Errorf("ddp: all-reduce of gradient bucket %d (%s): %w", b.index, b.params[0].Name, err)
 		}
@@ -184,9 +188,37 @@ func (e *Engine) BeginMicro(micro, accum int) {
 	}
 }
 
-// BeginBackward and EndBackward bracket the model's backward, for overlap accounting.
+// BeginBackward and EndBackward bracket the model's backward, for overlap accounting: the
+// backward has ended when EndBackward is called (a synchronous device, or after a Sync).
 func (e *Engine) BeginBackward() { e.bwdStart = e.now() }
-func (e *Engine) EndBackward()   { e.bwdEnd = e.now() }
+func (e *Engine) EndBackward()   { e.EndBackwardAt(nil) }
+
+// EndBackwardAt is EndBackward on an asynchronous device whose backward is only enqueued: f is
+// a fence after it (nil: ended now). The trainer need not wait: the comm goroutines poll f after
+// each bucket and Wait waits for it, so backward's end is known to about a bucket's time.
+func (e *Engine) EndBackwardAt(f tensor.Fence) {
+	e.bwdMu.Lock()
+	defer e.bwdMu.Unlock()
+	e.bwdEnd, e.bwdFence = e.now(), nil
+	if f != nil && !f.Done() {
+		e.bwdFence = f
+	}
+}
+
+// pollBackward notes backward's end once its fence has passed; wait: block for it.
+func (e *Engine) pollBackward(wait bool) {
+	e.bwdMu.Lock()
+	defer e.bwdMu.Unlock()
+	if e.bwdFence == nil {
+		return
+	}
+	if wait {
+		e.bwdFence.Wait()
+	} else if !e.bwdFence.Done() {
+		return
+	}
+	e.bwdEnd, e.bwdFence = e.now(), nil
+}
 
 // onReady is the parameters' grad-ready hook.
 func (e *Engine) onReady(p *model.Param) {
@@ -255,6 +287,7 @@ func (e *Engine) Wait(ctx context.Context) error {
 	if e.gpu != nil {
 		e.gpu.stg.Finish()
 	}
+	e.pollBackward(true)
 	for _, b := range e.buckets {
 		if e.gpu == nil {
 			e.dev.Upload(b.view, b.host)

@@ -36,7 +36,21 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		printSettings(cfg, env, dev, ps, total, loader.StepsPerEpoch(), eng)
 	}
 	b, k, W := cfg.Train.MicroBatch, cfg.Train.GradAccumSteps, env.WorldSize
-	lossHost := []float32{0}
+	// The micro-batches' losses stay on the device until the step's end (one read per step); a
+	// micro-batch's host buffers go back to the loader once a fence after its upload has passed.
+	lossDev := dev.Alloc(tensor.F32, "step losses", k)
+	defer dev.Free(lossDev)
+	lossHost := make([]float32, k)
+	var held *data.Batch       // the last micro-batch's host buffers, until fenced
+	var heldFence tensor.Fence // recorded after its upload
+	release := func() {
+		if held != nil {
+			heldFence.Wait() // a point already behind the device's queue: not a drain
+			loader.Release(held)
+			held = nil
+		}
+	}
+	defer release()
 	samplesPerStep := b * k * W
 	tokensPerSample := 0
 	if cfg.Model.Kind == "gpt" {
@@ -65,31 +79,34 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 
 		// ==== TRAINING STEP BEGIN ====
 		ps.ZeroGrad()
-		var stepLoss float64
 		for micro := 0; micro < k; micro++ {
 			td := time.Now()
+			release()
 			batch, err := loader.Next(ctx)
 			if err != nil {
 				return nil, fmt.Errorf("worker: reading batch for step %d: %w", step, err)
 			}
 			in.upload(dev, batch, tensor.DeriveSeed(uint64(cfg.Seed), fmt.Sprint("drop", step, micro, env.Rank)))
+			held, heldFence = batch, dev.Fence() // the (asynchronous) upload reads batch until then
 			dataWindow += time.Since(td)
 
 			t0 := trace.Now()
 			gscale := float32(scaler.Scale()) / float32(k)
 			in.Inputs.GradScale = gscale // lets the GPT run its loss head's backward in the forward
 			loss := m.Forward(in.Inputs, true)
-			dev.Download(lossHost, loss)
-			loader.Release(batch) // after a Download: the device has passed the (asynchronous) upload
-			stepLoss += float64(lossHost[0]) / float64(k)
+			dev.Copy(lossDev.View(micro, 1), loss)
 			t1 := trace.Now()
 			trace.Span("forward", "compute", t0, t1, map[string]any{"step": step, "micro": micro})
 
 			eng.BeginMicro(micro, k)
 			eng.BeginBackward()
 			m.Backward(gscale)
-			dev.Sync()
-			eng.EndBackward()
+			if trace != nil {
+				dev.Sync() // the trace's spans are host times: let them cover the device's work
+				eng.EndBackward()
+			} else {
+				eng.EndBackwardAt(dev.Fence()) // no wait: the engine learns when backward ended
+			}
 			trace.Span("backward", "compute", t1, trace.Now(), map[string]any{"step": step, "micro": micro})
 		}
 		if opt.InjectInf != nil && opt.InjectInf(step) {
@@ -118,7 +135,12 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		if err := scaler.Update(anyInf); err != nil {
 			return nil, fmt.Errorf("worker: step %d: %w", step, err)
 		}
-		dev.Sync()
+		dev.Sync()                      // the step's one wait (micro-steps make none)
+		dev.Download(lossHost, lossDev) // done by now
+		var stepLoss float64
+		for _, l := range lossHost {
+			stepLoss += float64(l) / float64(k)
+		}
 		trace.Span("optimizer", "compute", to, trace.Now(), map[string]any{"skipped": skipped})
 		// ==== TRAINING STEP END ====
 		if memRec != nil {
