@@ -43,8 +43,7 @@ import (
 
 const (
 	serviceName   = "goddp.allreduce.Ring"
-	grpcWindow    = 64 << 20 // per-stream and per-connection flow-control window, bytes
-	grpcSockBuf   = 4 << 20  // gRPC's read and write buffers per connection, bytes
+	grpcSockBuf   = 4 << 20 // gRPC's client read buffer per connection, bytes
 	grpcMaxMsg    = frameHeaderSize + maxFramePayload
 	inboxDepth    = 4 // frames a receiving link buffers before gRPC flow control holds the sender
 	joinRetryBase = 50 * time.Millisecond
@@ -197,9 +196,9 @@ func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcT
 	t.lis = lis
 	opts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(rawCodec{}),
-		grpc.InitialWindowSize(int32(grpcEnvInt("DDP_GRPC_WINDOW", grpcWindow))),
-		grpc.InitialConnWindowSize(int32(grpcEnvInt("DDP_GRPC_WINDOW", grpcWindow))),
-		grpc.WriteBufferSize(grpcEnvInt("DDP_GRPC_WBUF", grpcSockBuf)),
+		grpc.InitialWindowSize(int32(cfg.GRPCWindow)),
+		grpc.InitialConnWindowSize(int32(cfg.GRPCWindow)),
+		grpc.WriteBufferSize(max(cfg.GRPCWriteBuf, 0)),
 		grpc.MaxRecvMsgSize(grpcMaxMsg),
 		grpc.MaxSendMsgSize(grpcMaxMsg),
 		grpc.WaitForHandlers(true),
@@ -209,12 +208,12 @@ func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcT
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
-	if cfg.TLS == nil && grpcEnvInt("DDP_GRPC_RX", 1) != 0 {
+	if cfg.TLS == nil && !cfg.GRPCNoRxInPlace {
 		// The server reads rxConns unbuffered; they buffer, and DATA payloads are read in place.
-		t.rx = &rxPool{}
+		t.rx = &rxPool{slab: cfg.GRPCSlabBytes}
 		opts = append(opts, experimental.BufferPool(t.rx), grpc.ReadBufferSize(0))
 	} else {
-		opts = append(opts, experimental.BufferPool(&framePool{}), grpc.ReadBufferSize(grpcEnvInt("DDP_GRPC_RBUF", grpcSockBuf)))
+		opts = append(opts, experimental.BufferPool(&framePool{}), grpc.ReadBufferSize(max(cfg.GRPCReadBuf, 0)))
 	}
 	t.srv = grpc.NewServer(opts...)
 	t.srv.RegisterService(&ringServiceDesc, t)
@@ -227,7 +226,7 @@ func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcT
 		}
 		t.allIn = make(chan struct{})
 	}
-	t.ux = grpcListenUnix(lis, cfg.Token)
+	t.ux = grpcListenUnix(lis, cfg)
 	for _, l := range []net.Listener{lis, t.ux} {
 		if l == nil {
 			continue
@@ -295,10 +294,10 @@ func (t *grpcTransport) dialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return t.dial(ctx, addr, nil) }),
-		grpc.WithInitialWindowSize(int32(grpcEnvInt("DDP_GRPC_WINDOW", grpcWindow))),
-		grpc.WithInitialConnWindowSize(int32(grpcEnvInt("DDP_GRPC_WINDOW", grpcWindow))),
+		grpc.WithInitialWindowSize(int32(t.cfg.GRPCWindow)),
+		grpc.WithInitialConnWindowSize(int32(t.cfg.GRPCWindow)),
 		grpc.WithReadBufferSize(grpcSockBuf),
-		grpc.WithWriteBufferSize(grpcEnvInt("DDP_GRPC_WBUF", grpcSockBuf)),
+		grpc.WithWriteBufferSize(max(t.cfg.GRPCWriteBuf, 0)),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}), grpc.MaxCallRecvMsgSize(grpcMaxMsg), grpc.MaxCallSendMsgSize(grpcMaxMsg)),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: joinRetryBase, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
@@ -311,7 +310,7 @@ func (t *grpcTransport) dialOptions() []grpc.DialOption {
 // there is one) and runs the handshake (auth.go) on it; onConn, if set, sees the raw
 // connection first.
 func (t *grpcTransport) dial(ctx context.Context, addr string, onConn func(net.Conn)) (net.Conn, error) {
-	c, err := grpcDial(ctx, addr, t.cfg.Token)
+	c, err := grpcDial(ctx, addr, t.cfg)
 	if err != nil {
 		return nil, err
 	}

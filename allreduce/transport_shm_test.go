@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"testing"
 	"time"
 )
@@ -228,28 +227,5 @@ func TestShm_badDoorbell(t *testing.T) {
 	got, err := in.read()
 	if err != nil || string(got) != "hello" || !in.held || in.next != 5 {
 		t.Fatalf("got %q, %v (held %v, next %d)", got, err, in.held, in.next)
-	}
-}
-
-// ConfigFromEnv reads DDP_SHM_BYTES; a bad value names the variable.
-func TestShm_env(t *testing.T) {
-	t.Setenv("RANK", "0")
-	t.Setenv("WORLD_SIZE", "1")
-	for _, tc := range []struct {
-		v    string
-		want int
-		bad  bool
-	}{{"0", -1, false}, {"65536", 65536, false}, {"lots", 0, true}, {"-5", 0, true}} {
-		t.Setenv(EnvSharedMem, tc.v)
-		cfg, err := ConfigFromEnv()
-		if tc.bad {
-			if err == nil || !strings.Contains(err.Error(), EnvSharedMem) {
-				t.Errorf("%s=%s: got %v, want an error naming %s", EnvSharedMem, tc.v, err, EnvSharedMem)
-			}
-			continue
-		}
-		if err != nil || cfg.SharedMemBytes != tc.want {
-			t.Errorf("%s=%s: got %d, %v; want %d", EnvSharedMem, tc.v, cfg.SharedMemBytes, err, tc.want)
-		}
 	}
 }

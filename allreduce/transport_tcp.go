@@ -12,7 +12,6 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -50,8 +49,6 @@ const (
 	TransportGRPC    = "grpc"     // default: gRPC streams
 	TransportTCP     = "tcp"      // raw sockets (Unix-domain to loopback peers), gRPC rendezvous
 	TransportTCPInet = "tcp-inet" // raw TCP only
-	// EnvTransport selects the kind in ConfigFromEnv.
-	EnvTransport = "DDP_TRANSPORT"
 )
 
 type tcpTransport struct {
@@ -324,23 +321,13 @@ func (t *tcpTransport) dial(ctx context.Context, to int) (net.Conn, *shmRing, er
 		if ring != nil && !t.rings.add(ring) {
 			ring = nil // closed meanwhile
 		}
-		if unixSockBuf > 0 {
-			uc.SetWriteBuffer(unixSockBuf) // fewer wake-ups per chunk than the default ~208 KiB
+		if t.cfg.TCPUnixSendBuf > 0 {
+			uc.SetWriteBuffer(t.cfg.TCPUnixSendBuf) // fewer wake-ups per chunk than the default ~208 KiB
 		}
 	}
 	c.SetDeadline(time.Time{})
 	return c, ring, nil
 }
-
-// unixSockBuf is the send buffer of a Unix-domain link (capped by net.core.wmem_max); env
-// DDP_UNIX_SNDBUF overrides it (0: the kernel default). 4 MiB took the 64 MiB f16 ring from
-// ~90 to ~70 ms at 4 ranks on the 2-core VM (docs/perf-allreduce.md).
-var unixSockBuf = func() int {
-	if v, err := strconv.Atoi(os.Getenv("DDP_UNIX_SNDBUF")); err == nil {
-		return v
-	}
-	return 4 << 20
-}()
 
 func (t *tcpTransport) link(ctx context.Context, to int) (*tcpOut, error) {
 	t.outMu.Lock()
