@@ -2,14 +2,12 @@ package allreduce
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,8 +25,7 @@ import (
 // The gRPC transport. Every rank runs one gRPC server (rank 0's at MasterAddr) with a
 // hand-written service (no protobuf generation; raw-bytes codec, codec_raw.go):
 //
-//	/goddp.allreduce.Ring/Join  unary, rank 0 only: "I am rank r of n, dial me at addr";
-//	                            answers, once all n have joined, with every rank's address.
+//	/goddp.allreduce.Ring/Join  unary, rank 0 only: the rendezvous (rendezvous.go).
 //	/goddp.allreduce.Ring/Push  client stream: the frames one rank sends another, in order.
 //
 // A rank sending to a peer opens one Push stream to it, lazily, and keeps it for the group's
@@ -53,24 +50,7 @@ const (
 var ringServiceDesc = grpc.ServiceDesc{
 	ServiceName: serviceName,
 	HandlerType: (*any)(nil),
-	Methods: []grpc.MethodDesc{{
-		MethodName: "Join",
-		Handler: func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
-			var req []byte
-			if err := dec(&req); err != nil {
-				return nil, err
-			}
-			h := func(ctx context.Context, req any) (any, error) {
-				resp, err := srv.(*grpcTransport).join(ctx, *req.(*[]byte))
-				if err != nil {
-					return nil, err
-				}
-				return &resp, nil
-			}
-			info := &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + serviceName + "/Join"}
-			return icpt(ctx, &req, info, h) // the server always has the auth interceptor
-		},
-	}},
+	Methods:     []grpc.MethodDesc{joinMethod}, // rendezvous.go
 	Streams: []grpc.StreamDesc{{
 		StreamName:    "Push",
 		ClientStreams: true,
@@ -104,17 +84,7 @@ type grpcTransport struct {
 
 	rings *shmRings // shared-memory rings of same-host links (grpc_shm.go), unmapped by releaseMemory
 
-	// rendezvous state (rank 0)
-	joinMu     sync.Mutex
-	joined     map[int]string
-	joinedData map[int]string // data-plane addresses (tcp transport), by rank
-	allIn      chan struct{}
-	joinErr    error
-
-	// With the tcp transport, gRPC carries only the rendezvous: dataPort is this rank's raw TCP
-	// data-plane port, announced in Join, and dataAddrs every rank's, after rendezvous.
-	dataPort  int
-	dataAddrs []string
+	rdv *rendezvous // rendezvous.go; this server hosts rank 0's Join
 }
 
 var _ Transport = (*grpcTransport)(nil)
@@ -169,14 +139,8 @@ type outLink struct {
 // newGRPCTransport starts this rank's server, joins the rendezvous and returns a transport
 // that knows every rank's address.
 func newGRPCTransport(ctx context.Context, cfg Config) (*grpcTransport, error) {
-	return newGRPCTransportData(ctx, cfg, 0)
-}
-
-// newGRPCTransportData is newGRPCTransport that also announces a data-plane port (tcp transport;
-// 0: none) in the rendezvous.
-func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcTransport, error) {
 	t := &grpcTransport{cfg: cfg, log: cfg.Logger.With("rank", cfg.Rank), closed: make(chan struct{}),
-		in: make([]*inbox, cfg.WorldSize), out: make([]*outLink, cfg.WorldSize), dataPort: dataPort,
+		in: make([]*inbox, cfg.WorldSize), out: make([]*outLink, cfg.WorldSize),
 		rings: &shmRings{}}
 	// The rings are unmapped by the Group once no collective can use them (releaseMemory); for
 	// a transport dropped without that, when it is garbage.
@@ -202,9 +166,9 @@ func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcT
 		grpc.MaxRecvMsgSize(grpcMaxMsg),
 		grpc.MaxSendMsgSize(grpcMaxMsg),
 		grpc.WaitForHandlers(true),
-		grpc.UnaryInterceptor(t.authUnary),
-		grpc.StreamInterceptor(t.authStream),
 	}
+	unary, stream := grpcAuth(t.log)
+	opts = append(opts, grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
@@ -217,15 +181,13 @@ func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcT
 	}
 	t.srv = grpc.NewServer(opts...)
 	t.srv.RegisterService(&ringServiceDesc, t)
+	adv := cfg.AdvertiseAddr
 	if cfg.Rank == 0 {
-		t.joined = map[int]string{0: cfg.MasterAddr}
-		t.joinedData = map[int]string{}
-		if dataPort > 0 {
-			host, _, _ := net.SplitHostPort(cfg.MasterAddr)
-			t.joinedData[0] = net.JoinHostPort(host, strconv.Itoa(dataPort))
-		}
-		t.allIn = make(chan struct{})
+		adv = cfg.MasterAddr
+	} else if adv == "" {
+		adv = lis.Addr().String()
 	}
+	t.rdv = newRendezvous(cfg, t.log, adv, 0)
 	t.ux = grpcListenUnix(lis, cfg)
 	for _, l := range []net.Listener{lis, t.ux} {
 		if l == nil {
@@ -242,14 +204,19 @@ func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcT
 		}()
 	}
 
-	rctx, cancel := context.WithTimeout(ctx, cfg.RendezvousTimeout)
-	defer cancel()
-	if err := t.rendezvous(rctx); err != nil {
+	res, err := t.rdv.run(ctx)
+	if err != nil {
 		t.Close()
 		return nil, err
 	}
+	t.addrs = res.addrs
 	t.log.Debug("allreduce: group formed", "addrs", t.addrs)
 	return t, nil
+}
+
+// serveJoin hosts rank 0's rendezvous on this server (joinHost).
+func (t *grpcTransport) serveJoin(ctx context.Context, body []byte) ([]byte, error) {
+	return t.rdv.serveJoin(ctx, body)
 }
 
 // listenAddr picks the data-plane bind address (Config.ListenAddr's rule).
@@ -293,7 +260,7 @@ func (t *grpcTransport) dialOptions() []grpc.DialOption {
 	}
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return t.dial(ctx, addr, nil) }),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return grpcAuthDial(ctx, addr, t.cfg, nil) }),
 		grpc.WithInitialWindowSize(int32(t.cfg.GRPCWindow)),
 		grpc.WithInitialConnWindowSize(int32(t.cfg.GRPCWindow)),
 		grpc.WithReadBufferSize(grpcSockBuf),
@@ -306,23 +273,23 @@ func (t *grpcTransport) dialOptions() []grpc.DialOption {
 	}
 }
 
-// dial opens a connection to the gRPC server at addr (a same-host peer's Unix socket where
-// there is one) and runs the handshake (auth.go) on it; onConn, if set, sees the raw
+// grpcAuthDial opens a connection to the gRPC server at addr (a same-host peer's Unix socket
+// where there is one) and runs the handshake (auth.go) on it; onConn, if set, sees the raw
 // connection first.
-func (t *grpcTransport) dial(ctx context.Context, addr string, onConn func(net.Conn)) (net.Conn, error) {
-	c, err := grpcDial(ctx, addr, t.cfg)
+func grpcAuthDial(ctx context.Context, addr string, cfg Config, onConn func(net.Conn)) (net.Conn, error) {
+	c, err := grpcDial(ctx, addr, cfg)
 	if err != nil {
 		return nil, err
 	}
 	if onConn != nil {
 		onConn(c)
 	}
-	deadline := time.Now().Add(min(authDeadline, t.cfg.Timeout))
+	deadline := time.Now().Add(min(authDeadline, cfg.Timeout))
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
 	c.SetDeadline(deadline)
-	if err := authDial(c, t.cfg.Token, planeGRPC, t.cfg.Rank, t.cfg.WorldSize); err != nil {
+	if err := authDial(c, cfg.Token, planeGRPC, cfg.Rank, cfg.WorldSize); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("handshake with %s: %w", addr, err)
 	}
@@ -330,193 +297,47 @@ func (t *grpcTransport) dial(ctx context.Context, addr string, onConn func(net.C
 	return c, nil
 }
 
-// auth finds the caller's rank, which the connection's handshake proved (auth.go); a call on a
-// connection that did not make one is refused. Refusals are logged.
-func (t *grpcTransport) auth(ctx context.Context, method string) (int, error) {
-	p, ok := peer.FromContext(ctx)
-	if ok {
-		if a, ok := p.Addr.(authAddr); ok {
-			return a.rank, nil
+// grpcAuth is a gRPC server's pair of interceptors: a call is served only on a connection
+// whose handshake (auth.go) proved the caller's rank, which the handler then finds in its
+// context (rankKey) or stream (rankStream); any other call is refused with Unauthenticated, and
+// the refusal logged.
+func grpcAuth(log *slog.Logger) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	auth := func(ctx context.Context, method string) (int, error) {
+		p, ok := peer.FromContext(ctx)
+		if ok {
+			if a, ok := p.Addr.(authAddr); ok {
+				return a.rank, nil
+			}
 		}
+		from := "unknown"
+		if ok && p.Addr != nil {
+			from = p.Addr.String()
+		}
+		log.Warn("allreduce: refused a call on an unauthenticated connection", "remote", from, "method", method)
+		return -1, status.Error(codes.Unauthenticated, "allreduce: unauthenticated connection")
 	}
-	from := "unknown"
-	if ok && p.Addr != nil {
-		from = p.Addr.String()
+	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		rank, err := auth(ctx, info.FullMethod)
+		if err != nil {
+			return nil, err
+		}
+		return h(context.WithValue(ctx, rankKey{}, rank), req)
 	}
-	t.log.Warn("allreduce: refused a call on an unauthenticated connection", "remote", from, "method", method)
-	return -1, status.Error(codes.Unauthenticated, "allreduce: unauthenticated connection")
+	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		rank, err := auth(ss.Context(), info.FullMethod)
+		if err != nil {
+			return err
+		}
+		return h(srv, &rankStream{ServerStream: ss, rank: rank})
+	}
+	return unary, stream
 }
 
 type rankKey struct{}
 
-func (t *grpcTransport) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	rank, err := t.auth(ctx, info.FullMethod)
-	if err != nil {
-		return nil, err
-	}
-	return h(context.WithValue(ctx, rankKey{}, rank), req)
-}
-
 type rankStream struct {
 	grpc.ServerStream
 	rank int
-}
-
-func (t *grpcTransport) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	rank, err := t.auth(ss.Context(), info.FullMethod)
-	if err != nil {
-		return err
-	}
-	return h(srv, &rankStream{ServerStream: ss, rank: rank})
-}
-
-// joinRequest and joinResponse are the rendezvous messages (JSON).
-type joinRequest struct {
-	Rank     int    `json:"rank"`
-	World    int    `json:"world"`
-	Addr     string `json:"addr"`
-	DataPort int    `json:"data_port,omitempty"` // tcp transport: data plane on Addr's host
-}
-
-type joinResponse struct {
-	Addrs []string `json:"addrs"`
-	Data  []string `json:"data,omitempty"` // tcp transport: every rank's data-plane address
-}
-
-// rendezvous: rank 0 waits for everyone; the others join rank 0.
-func (t *grpcTransport) rendezvous(ctx context.Context) error {
-	n := t.cfg.WorldSize
-	if t.cfg.Rank == 0 {
-		select {
-		case <-t.allIn:
-		case <-ctx.Done():
-			t.joinMu.Lock()
-			missing := []int{}
-			for r := range n {
-				if _, ok := t.joined[r]; !ok {
-					missing = append(missing, r)
-				}
-			}
-			t.joinMu.Unlock()
-			return fmt.Errorf("allreduce: rendezvous at %s: ranks %v did not join: %w", t.cfg.MasterAddr, missing, ctx.Err())
-		}
-		t.joinMu.Lock()
-		defer t.joinMu.Unlock()
-		if t.joinErr != nil {
-			return t.joinErr
-		}
-		t.addrs = make([]string, n)
-		for r, a := range t.joined {
-			t.addrs[r] = a
-		}
-		t.dataAddrs = dataTable(t.joinedData, n)
-		return nil
-	}
-	adv := t.cfg.AdvertiseAddr
-	if adv == "" {
-		adv = t.lis.Addr().String()
-	}
-	req, _ := json.Marshal(joinRequest{Rank: t.cfg.Rank, World: n, Addr: adv, DataPort: t.dataPort})
-	conn, err := grpc.NewClient(t.cfg.MasterAddr, t.dialOptions()...)
-	if err != nil {
-		return fmt.Errorf("allreduce: rendezvous at %s: %w", t.cfg.MasterAddr, err)
-	}
-	defer conn.Close()
-	var resp []byte
-	err = conn.Invoke(ctx, "/"+serviceName+"/Join", &req, &resp, grpc.WaitForReady(true))
-	if err != nil {
-		return fmt.Errorf("allreduce: rank %d: rendezvous at %s (MASTER_ADDR:MASTER_PORT): %w", t.cfg.Rank, t.cfg.MasterAddr, err)
-	}
-	var jr joinResponse
-	if err := json.Unmarshal(resp, &jr); err != nil || len(jr.Addrs) != n {
-		return fmt.Errorf("allreduce: rank %d: bad rendezvous answer from %s", t.cfg.Rank, t.cfg.MasterAddr)
-	}
-	t.addrs = jr.Addrs
-	if t.dataPort > 0 {
-		if len(jr.Data) != n {
-			return fmt.Errorf("allreduce: rank %d: rendezvous answer from %s has no data-plane addresses (DDP_TRANSPORT differs between ranks?)", t.cfg.Rank, t.cfg.MasterAddr)
-		}
-		t.dataAddrs = jr.Data
-	}
-	return nil
-}
-
-// dataTable lists the data-plane addresses by rank; nil unless every rank announced one.
-func dataTable(m map[int]string, n int) []string {
-	if len(m) != n {
-		return nil
-	}
-	out := make([]string, n)
-	for r, a := range m {
-		out[r] = a
-	}
-	return out
-}
-
-// join is rank 0's Join handler.
-func (t *grpcTransport) join(ctx context.Context, body []byte) ([]byte, error) {
-	if t.cfg.Rank != 0 {
-		return nil, status.Error(codes.FailedPrecondition, "allreduce: join sent to a rank other than 0")
-	}
-	var req joinRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "allreduce: bad join request: %v", err)
-	}
-	if req.World != t.cfg.WorldSize || req.Rank <= 0 || req.Rank >= t.cfg.WorldSize {
-		return nil, status.Errorf(codes.InvalidArgument, "allreduce: rank %d of world %d cannot join a world of %d", req.Rank, req.World, t.cfg.WorldSize)
-	}
-	addr := req.Addr
-	if host, port, err := net.SplitHostPort(addr); err == nil {
-		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-			if p, ok := peer.FromContext(ctx); ok {
-				if h, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
-					addr = net.JoinHostPort(h, port)
-				}
-			}
-		}
-	}
-	t.joinMu.Lock()
-	if old, dup := t.joined[req.Rank]; dup && old != addr {
-		t.joinMu.Unlock()
-		t.log.Warn("allreduce: rank joined twice", "joining", req.Rank, "addr", addr, "first", old)
-		return nil, status.Errorf(codes.AlreadyExists, "allreduce: rank %d already joined from %s", req.Rank, old)
-	}
-	if (req.DataPort > 0) != (t.dataPort > 0) {
-		t.joinMu.Unlock()
-		t.log.Warn("allreduce: refused a rank using another transport kind", "joining", req.Rank, "data_port", req.DataPort)
-		return nil, status.Errorf(codes.FailedPrecondition, "allreduce: rank %d uses another transport kind than rank 0 (DDP_TRANSPORT must match)", req.Rank)
-	}
-	t.joined[req.Rank] = addr
-	if req.DataPort > 0 {
-		host, _, _ := net.SplitHostPort(addr)
-		t.joinedData[req.Rank] = net.JoinHostPort(host, strconv.Itoa(req.DataPort))
-	}
-	if len(t.joined) == t.cfg.WorldSize {
-		select {
-		case <-t.allIn:
-		default:
-			close(t.allIn)
-		}
-	}
-	t.joinMu.Unlock()
-	select {
-	case <-t.allIn:
-	case <-ctx.Done():
-		return nil, status.FromContextError(ctx.Err()).Err()
-	case <-t.closed:
-		return nil, status.Error(codes.Unavailable, "allreduce: rank 0 closed")
-	}
-	t.joinMu.Lock()
-	addrs := make([]string, t.cfg.WorldSize)
-	for r, a := range t.joined {
-		addrs[r] = a
-	}
-	t.joinMu.Unlock()
-	t.joinMu.Lock()
-	data := dataTable(t.joinedData, t.cfg.WorldSize)
-	t.joinMu.Unlock()
-	b, _ := json.Marshal(joinResponse{Addrs: addrs, Data: data})
-	return b, nil
 }
 
 // push serves one peer's Push stream: frames go into that peer's inbox.
@@ -655,7 +476,7 @@ func (t *grpcTransport) link(to int) (*outLink, error) {
 	l := &outLink{}
 	t.out[to] = l
 	conn, err := grpc.NewClient("passthrough:///"+t.addrs[to], append(t.dialOptions(), grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-		return t.dial(ctx, addr, func(c net.Conn) {
+		return grpcAuthDial(ctx, addr, t.cfg, func(c net.Conn) {
 			_, isUnix := c.(*net.UnixConn)
 			l.unix.Store(isUnix)
 		})
@@ -778,6 +599,7 @@ func (t *grpcTransport) Close() error {
 func (t *grpcTransport) abort() error {
 	t.once.Do(func() {
 		close(t.closed)
+		t.rdv.close()
 		t.cancel()
 		t.outMu.Lock()
 		for _, l := range t.out {

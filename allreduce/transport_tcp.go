@@ -17,9 +17,10 @@ import (
 )
 
 // The raw TCP data plane (Config.TransportKind "tcp", or DDP_TRANSPORT=tcp). The rendezvous is
-// the gRPC one (transport_grpc.go: rank 0's Join at MasterAddr, with the token), which also
-// collects every rank's data-plane port; frames then travel on one plain TCP connection per
-// ordered pair of ring neighbours, each message a 4-byte little-endian length and the frame.
+// the gRPC one (rendezvous.go: rank 0's Join at MasterAddr, behind the handshake), which also
+// collects every rank's data-plane port; rank 0 serves it on a gRPC server with Join alone, and
+// the other ranks serve no gRPC. Frames then travel on one plain TCP connection per ordered
+// pair of ring neighbours, each message a 4-byte little-endian length and the frame.
 //
 // Why: on one host the ring is CPU-bound, and gRPC spends CPU per byte beyond the kernel's two
 // copies — HTTP/2 framing in 16 KiB DATA frames, each copied out of the read buffer into a
@@ -54,7 +55,8 @@ const (
 type tcpTransport struct {
 	cfg Config
 	log *slog.Logger
-	rdv *grpcTransport // rendezvous only
+	rdv *rendezvous // rendezvous.go
+	js  *joinServer // rank 0: serves Join at MasterAddr
 	lis net.Listener
 	ux  net.Listener // abstract Unix socket for same-host peers; nil if none
 	wg  sync.WaitGroup
@@ -164,13 +166,28 @@ func newTCPTransport(ctx context.Context, cfg Config) (*tcpTransport, error) {
 	}
 	t.wg.Add(1)
 	go t.accept(lis)
-	rdv, err := newGRPCTransportData(ctx, cfg, lis.Addr().(*net.TCPAddr).Port)
+	// The rendezvous announces this rank's address (rank 0: MasterAddr) and its data port; the
+	// data plane is on the address's host, as rank 0 records it.
+	port := lis.Addr().(*net.TCPAddr).Port
+	adv := cfg.AdvertiseAddr
+	if cfg.Rank == 0 {
+		adv = cfg.MasterAddr
+	} else if adv == "" {
+		adv = lis.Addr().String()
+	}
+	t.rdv = newRendezvous(cfg, t.log, adv, port)
+	if cfg.Rank == 0 {
+		if t.js, err = newJoinServer(t.rdv); err != nil {
+			t.Close()
+			return nil, err
+		}
+	}
+	res, err := t.rdv.run(ctx)
 	if err != nil {
 		t.Close()
 		return nil, err
 	}
-	t.rdv = rdv
-	t.addrs = rdv.dataAddrs
+	t.addrs = res.data
 	if len(t.addrs) != cfg.WorldSize {
 		t.Close()
 		return nil, fmt.Errorf("allreduce: rank %d: rendezvous gave no data-plane addresses (%s differs between ranks?)", cfg.Rank, EnvTransport)
@@ -598,7 +615,10 @@ func (t *tcpTransport) abort() error {
 		t.connsMu.Unlock()
 		t.wg.Wait()
 		if t.rdv != nil {
-			t.rdv.abort()
+			t.rdv.close()
+		}
+		if t.js != nil {
+			t.js.stop()
 		}
 	})
 	return nil
