@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
@@ -54,7 +54,7 @@ var ringServiceDesc = grpc.ServiceDesc{
 	Streams: []grpc.StreamDesc{{
 		StreamName:    "Push",
 		ClientStreams: true,
-		ServerStreams: true, // one answer, to a shared-memory offer (grpc_shm.go)
+		ServerStreams: true, // answers back along the link (shm.go's offer), nothing else
 		Handler: func(srv any, stream grpc.ServerStream) error {
 			return srv.(*grpcTransport).push(stream)
 		},
@@ -82,8 +82,6 @@ type grpcTransport struct {
 	closed chan struct{}
 	once   sync.Once
 
-	rings *shmRings // shared-memory rings of same-host links (grpc_shm.go), unmapped by releaseMemory
-
 	rdv *rendezvous // rendezvous.go; this server hosts rank 0's Join
 }
 
@@ -95,22 +93,17 @@ type inbox struct {
 	free   chan []byte
 	last   inItem
 	mu     sync.Mutex
-	err    error         // why the link broke
-	broken chan struct{} // closed when err is set
-	active bool          // a Push stream from this peer is being served
-
-	shm   *shmRing // the peer's ring (grpc_shm.go), or nil; set by push before the start item
-	ring  bool     // Recv's: the start item came, the ring orders the link from here
-	rnext uint64   // Recv's: ring position of the next record
+	err    error             // why the link broke
+	broken chan struct{}     // closed when err is set
+	active bool              // a Push stream from this peer is being served
+	ended  bool              // push returned: ss is gone
+	ss     grpc.ServerStream // the Push stream, for answers (shmLinker)
+	unix   bool              // it came over a Unix-domain socket (a peer on this host)
 }
 
-// inItem is a received message: a buffer of the inbox's, or a view of the peer's ring up to
-// position end, which Recv releases when it is done with it.
+// inItem is a received message, in a buffer of the inbox's.
 type inItem struct {
-	b     []byte
-	end   uint64
-	ring  bool
-	start bool // not a message: the peer's ring orders the link from here on (grpc_shm.go)
+	b []byte
 }
 
 func (in *inbox) fail(err error) {
@@ -130,21 +123,14 @@ type outLink struct {
 	err    error
 	msg    outMsg
 
-	unix    atomic.Bool // the connection is a Unix-domain socket (a peer on this host)
-	offered bool        // the first Send made its shared-memory offer (grpc_shm.go)
-	shm     *shmRing    // this rank's ring toward the peer, or nil
-	tail    uint64      // ring position after the last frame placed
+	unix atomic.Bool // the connection is a Unix-domain socket (a peer on this host)
 }
 
 // newGRPCTransport starts this rank's server, joins the rendezvous and returns a transport
 // that knows every rank's address.
 func newGRPCTransport(ctx context.Context, cfg Config) (*grpcTransport, error) {
 	t := &grpcTransport{cfg: cfg, log: cfg.Logger.With("rank", cfg.Rank), closed: make(chan struct{}),
-		in: make([]*inbox, cfg.WorldSize), out: make([]*outLink, cfg.WorldSize),
-		rings: &shmRings{}}
-	// The rings are unmapped by the Group once no collective can use them (releaseMemory); for
-	// a transport dropped without that, when it is garbage.
-	runtime.AddCleanup(t, func(s *shmRings) { s.release() }, t.rings)
+		in: make([]*inbox, cfg.WorldSize), out: make([]*outLink, cfg.WorldSize)}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for i := range t.in {
 		t.in[i] = &inbox{q: make(chan inItem, inboxDepth), free: make(chan []byte, inboxDepth+2), broken: make(chan struct{})}
@@ -354,49 +340,27 @@ func (t *grpcTransport) push(ss grpc.ServerStream) error {
 		t.log.Warn("allreduce: refused a second stream from a peer", "peer", from)
 		return status.Errorf(codes.AlreadyExists, "allreduce: rank %d already has a stream to rank %d", from, t.cfg.Rank)
 	}
-	in.active = true
-	in.mu.Unlock()
 	ctx := ss.Context()
-	var spare []byte // the buffer the offer was read into, for the next message
-	for first := true; ; first = false {
+	p, ok := peer.FromContext(ctx)
+	in.active, in.ss, in.unix = true, ss, ok && p.Addr != nil && p.Addr.Network() == "unix"
+	in.mu.Unlock()
+	defer func() {
+		in.mu.Lock()
+		in.ended, in.ss = true, nil // no answer after the handler returns
+		in.mu.Unlock()
+	}()
+	for {
 		var m inMsg
-		if spare != nil {
-			m.buf, spare = spare, nil
-		} else {
-			select {
-			case m.buf = <-in.free:
-			default:
-			}
+		select {
+		case m.buf = <-in.free:
+		default:
 		}
 		if err := ss.RecvMsg(&m); err != nil {
 			in.fail(linkError(err))
 			return nil
 		}
-		item := inItem{b: m.buf}
-		switch {
-		case first && isShmOffer(m.buf):
-			r, why := t.shmOfferFrom(unixPeer(peer.FromContext(ctx)), m.buf)
-			ack := []byte{0}
-			if r != nil {
-				ack[0] = 1
-				in.mu.Lock()
-				in.shm = r
-				in.mu.Unlock()
-			} else {
-				t.log.Info("allreduce: declined a shared-memory ring from a peer", "peer", from, "why", why)
-			}
-			if err := ss.SendMsg(&ack); err != nil {
-				in.fail(linkError(err))
-				return nil
-			}
-			spare = m.buf
-			if r == nil {
-				continue
-			}
-			item = inItem{start: true} // Recv reads the ring from here
-		}
 		select {
-		case in.q <- item:
+		case in.q <- inItem{b: m.buf}:
 		case <-ctx.Done():
 			in.fail(ErrPeerGone)
 			return nil
@@ -419,28 +383,19 @@ func (t *grpcTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 		return nil, fmt.Errorf("allreduce: recv from invalid rank %d", from)
 	}
 	in := t.in[from]
-	if last := in.last; last.ring {
-		in.shm.releaseWake(last.end) // the peer may place records over it now
-	} else if last.b != nil {
+	if last := in.last; last.b != nil {
 		select {
 		case in.free <- last.b:
 		default:
 		}
 	}
 	in.last = inItem{}
-	for !in.ring {
-		it, err := t.recvQueue(ctx, from, in)
-		if err != nil {
-			return nil, err
-		}
-		if it.start {
-			in.ring = true
-			break
-		}
-		in.last = it
-		return it.b, nil
+	it, err := t.recvQueue(ctx, from, in)
+	if err != nil {
+		return nil, err
 	}
-	return t.recvRing(ctx, from, in)
+	in.last = it
+	return it.b, nil
 }
 
 // recvQueue takes the next item the push goroutine queued for this peer.
@@ -505,9 +460,19 @@ func (t *grpcTransport) Send(ctx context.Context, to int, p Payload) error {
 	if err != nil {
 		return err
 	}
-	// SendMsg has no context: if ctx ends while it waits for flow control, end the stream, but
-	// only after a grace period, so a send that is merely in progress when a collective fails
-	// completes and the link stays usable for the abort frame that follows.
+	return t.graced(ctx, l, to, func() error {
+		l.msg.p = p
+		err := l.stream.SendMsg(&l.msg)
+		l.msg.p = nil
+		return err
+	})
+}
+
+// graced runs op (a SendMsg or RecvMsg on the link's stream, which take no context) so that if
+// ctx ends while it waits (for flow control, or for the peer), the stream ends, but only after
+// a grace period: a send that is merely in progress when a collective fails completes and the
+// link stays usable for the abort frame that follows. A failure is the link's sticky error.
+func (t *grpcTransport) graced(ctx context.Context, l *outLink, to int, op func() error) error {
 	var (
 		mu     sync.Mutex
 		done   bool
@@ -528,7 +493,7 @@ func (t *grpcTransport) Send(ctx context.Context, to int, p Payload) error {
 			})
 		}
 	})
-	err = t.sendOn(l, to, p)
+	err := op()
 	stop()
 	mu.Lock()
 	done = true
@@ -616,26 +581,72 @@ func (t *grpcTransport) abort() error {
 
 var errEOF = io.EOF
 
-// sendOn sends p to the link's peer: on the first Send after the shared-memory offer; then
-// through the ring when there is one (grpc_shm.go), as a stream message otherwise or when the
-// ring says the frame follows on the stream.
-func (t *grpcTransport) sendOn(l *outLink, to int, p Payload) error {
-	if !l.offered {
-		l.offered = true
-		if err := t.offerShm(l, to); err != nil {
-			return err
-		}
+// The shared-memory decorator's needs (shm.go).
+var _ shmLinker = (*grpcTransport)(nil)
+
+func (t *grpcTransport) linkTo(_ context.Context, to int) (bool, error) {
+	if to < 0 || to >= len(t.out) || to == t.cfg.Rank {
+		return false, fmt.Errorf("allreduce: send to invalid rank %d", to)
 	}
-	p, err := t.sendShm(l, p)
-	if err != nil || p == nil {
-		return err
+	l, err := t.link(to) // returns once the stream is open, so its dialer has run
+	if err != nil {
+		return false, err
 	}
-	l.msg.p = p
-	err = l.stream.SendMsg(&l.msg)
-	l.msg.p = nil
-	return err
+	return l.unix.Load(), nil
 }
 
-// releaseMemory unmaps the shared-memory rings. The Group calls it from Close once no collective
-// can run (a view of a ring may be in use until then); the transport is closed by then.
-func (t *grpcTransport) releaseMemory() { t.rings.release() }
+func (t *grpcTransport) linkFromLocal(from int) bool {
+	in := t.in[from]
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.unix
+}
+
+// answer sends b on the peer's Push stream, back to its sender (the stream is bidirectional
+// for this only). gRPC allows it beside the push goroutine's RecvMsg, and not once the handler
+// has returned, which in.mu rules out.
+func (t *grpcTransport) answer(from int, b []byte) error {
+	in := t.in[from]
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.ended || in.ss == nil {
+		return ErrPeerGone
+	}
+	return in.ss.SendMsg(&b)
+}
+
+func (t *grpcTransport) readAnswer(ctx context.Context, to int, b []byte) error {
+	l, err := t.link(to)
+	if err != nil {
+		return err
+	}
+	return t.graced(ctx, l, to, func() error {
+		var resp []byte
+		if err := l.stream.RecvMsg(&resp); err != nil {
+			return err
+		}
+		if len(resp) != len(b) {
+			return fmt.Errorf("an answer of %d bytes, want %d", len(resp), len(b))
+		}
+		copy(b, resp)
+		return nil
+	})
+}
+
+func (t *grpcTransport) linkDown(peer int, out bool) bool {
+	if !out {
+		select {
+		case <-t.in[peer].broken:
+			return true
+		default:
+			return false
+		}
+	}
+	t.outMu.Lock()
+	l := t.out[peer]
+	t.outMu.Unlock()
+	if l == nil || l.stream == nil {
+		return l != nil
+	}
+	return l.err != nil || l.stream.Context().Err() != nil || l.conn.GetState() != connectivity.Ready
+}

@@ -113,7 +113,7 @@ func TestGRPC_unixDataLink(t *testing.T) {
 		t.Skip("no Unix-domain data links on this platform")
 	}
 	gs := newGroups(t, "grpc", 2, nil)
-	tr := gs[1].tr.(*grpcTransport)
+	tr := dataPlane(gs[1]).(*grpcTransport)
 	if tr.ux == nil {
 		t.Fatal("rank 1 listens on loopback but has no Unix-domain listener")
 	}
@@ -138,12 +138,12 @@ func TestGRPC_unixDataLink(t *testing.T) {
 
 	// Config.GRPCNoUnix: no twin listener, and links over TCP.
 	gs = newGroups(t, "grpc", 2, func(c *Config) { c.GRPCNoUnix = true })
-	if tr := gs[1].tr.(*grpcTransport); tr.ux != nil {
+	if tr := dataPlane(gs[1]).(*grpcTransport); tr.ux != nil {
 		t.Fatal("a rank with GRPCNoUnix serves a Unix socket")
 	}
 	checkAllReduce(t, gs, 100_003, Avg, WireF16, false)
 	for r, g := range gs {
-		for to, l := range g.tr.(*grpcTransport).out {
+		for to, l := range dataPlane(g).(*grpcTransport).out {
 			if l != nil && l.unix.Load() {
 				t.Fatalf("GRPCNoUnix: link %d->%d is a Unix socket", r, to)
 			}
@@ -160,7 +160,7 @@ func TestGRPC_pushWithoutHandshakeRefused(t *testing.T) {
 			c.Logger = slog.New(rec)
 		}
 	})
-	tr := gs[1].tr.(*grpcTransport)
+	tr := dataPlane(gs[1]).(*grpcTransport)
 	conn, err := grpc.NewClient("passthrough:///"+tr.lis.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return grpcDial(ctx, addr, tr.cfg) }),
@@ -198,7 +198,7 @@ func TestGRPC_receiveInPlace(t *testing.T) {
 		for _, wire := range []Wire{WireF32, WireF16} {
 			checkAllReduce(t, gs, 1_500_007, Sum, wire, wire == WireF32)
 		}
-		p := gs[1].tr.(*grpcTransport).rx
+		p := dataPlane(gs[1]).(*grpcTransport).rx
 		a, c := p.aliased.Load(), p.copied.Load()
 		t.Logf("chunk %d: %d payloads read in place, %d copied", chunk, a, c)
 		if a == 0 || c > a/10 {
