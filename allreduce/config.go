@@ -129,8 +129,8 @@ type Config struct {
 	// ConfigFromEnv reads it from DDP_TRANSPORT. Every rank must use grpc, or every rank a tcp kind.
 	TransportKind string
 	// SharedMemBytes is the size of the shared-memory ring on each same-host link, of either
-	// kind (transport_shm.go, grpc_shm.go): frames up to half of it are cast straight into
-	// memory the peer reduces from; the socket or the gRPC stream no longer carries them.
+	// kind (shm.go): frames up to half of it are cast straight into memory the peer reduces
+	// from; the socket or the gRPC stream no longer carries them.
 	// 0 means DefaultSharedMemBytes, negative none (frames are messages on the link); rounded
 	// up to whole pages, at most 1 GiB.
 	// Either side of a link can decline. ConfigFromEnv reads DDP_SHM_BYTES (0 there: none).

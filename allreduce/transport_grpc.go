@@ -37,6 +37,10 @@ import (
 // Same-host peers are reached over a Unix-domain twin of the server's listener, and the server
 // reads plaintext connections through rxConn, which lets gRPC's framer read DATA payloads in
 // place (grpc_conn.go; docs/perf-allreduce.md has the measurements).
+//
+// On a same-host link the shared-memory decorator (shm.go) moves the frames through a ring;
+// the Push stream stays the link (its first message the decorator's hello, one answer back,
+// its end the link's end, and frames too large for the ring).
 
 const (
 	serviceName   = "goddp.allreduce.Ring"

@@ -44,6 +44,9 @@ import (
 // with the same handshake; TCP is the fallback when that fails. Unix sockets skip the TCP/IP
 // stack: on the 2-core test VM a 1 MiB-write stream carried 5.7–6.7 GB/s against TCP
 // loopback's 2.25 (docs/perf-allreduce.md). Kind "tcp-inet" never uses them (for measuring).
+// On such a link the shared-memory decorator (shm.go) then moves the frames through a ring;
+// the socket stays the link (the handshake, the offer's one-byte answer back, the end of the
+// link, and frames too large for the ring).
 
 // Transport kinds (Config.TransportKind, DDP_TRANSPORT).
 const (
