@@ -408,3 +408,108 @@ func FuzzShmRecord(f *testing.F) {
 		}
 	})
 }
+
+// hostInproc is an in-process endpoint that tells the decorator its links are same-host ones,
+// with a back channel per link: the decorator over a data plane without sockets.
+type hostInproc struct {
+	*inprocTransport
+	back [][]chan []byte // back[sender][receiver]: answers to the sender's offers
+}
+
+var _ shmLinker = hostInproc{}
+
+func newHostInproc(n int) []hostInproc {
+	nw := NewInprocNetwork(n)
+	back := make([][]chan []byte, n)
+	for i := range back {
+		back[i] = make([]chan []byte, n)
+		for j := range back[i] {
+			back[i][j] = make(chan []byte, 1)
+		}
+	}
+	eps := make([]hostInproc, n)
+	for r := range eps {
+		eps[r] = hostInproc{nw.eps[r], back}
+	}
+	return eps
+}
+
+func (h hostInproc) linkTo(context.Context, int) (bool, error) { return true, nil }
+func (h hostInproc) linkFromLocal(int) bool                    { return true }
+func (h hostInproc) answer(from int, b []byte) error {
+	h.back[from][h.rank] <- append([]byte(nil), b...)
+	return nil
+}
+
+func (h hostInproc) readAnswer(ctx context.Context, to int, b []byte) error {
+	select {
+	case a := <-h.back[h.rank][to]:
+		copy(b, a)
+		return nil
+	case <-h.nw.eps[to].closed:
+		return &PeerError{Rank: to, Err: ErrPeerGone}
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+func (h hostInproc) linkDown(peer int, _ bool) bool {
+	select {
+	case <-h.nw.eps[peer].closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// The decorator is plane-neutral: over in-process links that claim to be same-host, every link
+// gets a ring, results are exact, records wrap and stream records interleave, and a sender
+// waiting for space learns of a receiver that is gone.
+func TestShm_overInproc(t *testing.T) {
+	for _, n := range []int{2, 3, 5} {
+		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+			eps := newHostInproc(n)
+			gs := make([]*Group, n)
+			for r := range gs {
+				cfg := Config{Rank: r, WorldSize: n, Timeout: 5 * time.Second, Logger: quietLogger(), SharedMemBytes: 4096, ChunkBytes: 1500}
+				cfg.Transport = newShmTransport(eps[r], cfg)
+				g, err := NewGroup(context.Background(), cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				gs[r] = g
+				t.Cleanup(func() { g.Close() })
+			}
+			for _, size := range []int{1, 3000, 100_003} {
+				checkAllReduce(t, gs, size, Sum, WireF32, true)
+				checkAllReduce(t, gs, size, Avg, WireF16, false)
+			}
+			if out, in := shmLinks(gs); out != n || in != n {
+				t.Fatalf("%d/%d links have a ring, want %d", out, in, n)
+			}
+			// Over half the ring: a stream record, then the frame as a message.
+			big := make([]byte, 3000)
+			big[2999] = 7
+			done := make(chan error, 1)
+			go func() { done <- gs[0].tr.Send(context.Background(), 1, bytesPayload(big)) }()
+			b, err := gs[1].tr.Recv(context.Background(), 0)
+			if err != nil || len(b) != 3000 || b[2999] != 7 || <-done != nil {
+				t.Fatalf("a frame over half the ring: %d bytes, %v", len(b), err)
+			}
+			// Fill rank 0's ring toward 1, then rank 1 dies under the waiting sender.
+			var serr error
+			for range 8 {
+				if serr = gs[0].tr.Send(context.Background(), 1, bytesPayload(make([]byte, 1000))); serr != nil {
+					break
+				}
+				if o := gs[0].tr.(*shmTransport).out[1]; !o.r.room(o.tail + 1016) {
+					go func() { time.Sleep(100 * time.Millisecond); eps[1].Close() }()
+				}
+			}
+			var pe *PeerError
+			if !errors.As(serr, &pe) || pe.Rank != 1 {
+				t.Fatalf("sending into a full ring toward a dead rank: %v, want a PeerError naming rank 1", serr)
+			}
+		})
+	}
+}
