@@ -170,8 +170,8 @@ func TestTCP_squatterLearnsNothing(t *testing.T) {
 	const token = "the-group-token-0123456789"
 	sq, addr := newSquatter(t, func(a string) string { return unixName(a, token) })
 	tr := &tcpTransport{cfg: Config{Rank: 0, WorldSize: 2, Token: token, Timeout: 3 * time.Second, TransportKind: TransportTCP},
-		addrs: []string{"", addr}, rings: &shmRings{}}
-	_, _, err := tr.dial(context.Background(), 1)
+		addrs: []string{"", addr}}
+	_, err := tr.dial(context.Background(), 1)
 	if !errors.Is(err, errAuthListener) {
 		t.Fatalf("dial to a squatter: %v, want %v", err, errAuthListener)
 	}
@@ -182,8 +182,7 @@ func TestTCP_squatterLearnsNothing(t *testing.T) {
 func TestGRPC_squatterLearnsNothing(t *testing.T) {
 	const token = "the-group-token-0123456789"
 	sq, addr := newSquatter(t, func(a string) string { return grpcUnixName(a, token) })
-	tr := &grpcTransport{cfg: Config{Rank: 0, WorldSize: 2, Token: token, Timeout: 3 * time.Second}}
-	_, err := tr.dial(context.Background(), addr, nil)
+	_, err := grpcAuthDial(context.Background(), addr, Config{Rank: 0, WorldSize: 2, Token: token, Timeout: 3 * time.Second}, nil)
 	if !errors.Is(err, errAuthListener) {
 		t.Fatalf("dial to a squatter: %v, want %v", err, errAuthListener)
 	}

@@ -4,9 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
-	"net"
-	"os"
-	"strconv"
+	"math"
 	"time"
 )
 
@@ -88,8 +86,13 @@ const (
 	DefaultChunkBytes        = 1 << 20 // 1 MiB of wire bytes per frame: big enough to amortise gRPC, small enough to pipeline
 	DefaultRendezvousTimeout = 5 * time.Minute
 	DefaultSharedMemBytes    = 8 << 20 // ring per same-host link: about 8 frames of the default 1 MiB chunk
-	// EnvSharedMem sets Config.SharedMemBytes in ConfigFromEnv (0: no shared memory).
-	EnvSharedMem = "DDP_SHM_BYTES"
+
+	// The data planes' developer knobs (docs/perf-allreduce.md measured each).
+	DefaultUnixSendBuf   = 4 << 20  // SO_SNDBUF of a Unix-domain data link: fewer wake-ups per 1 MiB chunk than the kernel's ~208 KiB
+	DefaultGRPCWindow    = 64 << 20 // gRPC per-stream and per-connection flow-control window
+	DefaultGRPCWriteBuf  = 4 << 20  // gRPC's write buffer per connection
+	DefaultGRPCReadBuf   = 4 << 20  // gRPC's read buffer per connection (where gRPC buffers reads itself)
+	DefaultGRPCSlabBytes = 1 << 20  // the blocks rxConn reads a gRPC connection into (grpc_conn.go)
 )
 
 // Config describes one rank's place in a group. Zero fields take the defaults above.
@@ -126,8 +129,8 @@ type Config struct {
 	// ConfigFromEnv reads it from DDP_TRANSPORT. Every rank must use grpc, or every rank a tcp kind.
 	TransportKind string
 	// SharedMemBytes is the size of the shared-memory ring on each same-host link, of either
-	// kind (transport_shm.go, grpc_shm.go): frames up to half of it are cast straight into
-	// memory the peer reduces from; the socket or the gRPC stream no longer carries them.
+	// kind (shm.go): frames up to half of it are cast straight into memory the peer reduces
+	// from; the socket or the gRPC stream no longer carries them.
 	// 0 means DefaultSharedMemBytes, negative none (frames are messages on the link); rounded
 	// up to whole pages, at most 1 GiB.
 	// Either side of a link can decline. ConfigFromEnv reads DDP_SHM_BYTES (0 there: none).
@@ -139,70 +142,42 @@ type Config struct {
 	Logger *slog.Logger
 	// TLS, if set, secures the gRPC data plane both ways (as server and client config).
 	TLS *tls.Config
-}
 
-// ConfigFromEnv reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and DDP_TOKEN, as torchrun
-// and ddplaunch set them. WORLD_SIZE 1 needs neither MASTER_ADDR nor MASTER_PORT.
-func ConfigFromEnv() (Config, error) {
-	var cfg Config
-	atoi := func(name string) (int, error) {
-		v, ok := os.LookupEnv(name)
-		if !ok || v == "" {
-			return 0, fmt.Errorf("allreduce: environment variable %s is not set", name)
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return 0, fmt.Errorf("allreduce: environment variable %s=%q is not an integer", name, v)
-		}
-		return n, nil
-	}
-	var err error
-	if cfg.Rank, err = atoi("RANK"); err != nil {
-		return cfg, err
-	}
-	if cfg.WorldSize, err = atoi("WORLD_SIZE"); err != nil {
-		return cfg, err
-	}
-	if cfg.WorldSize < 1 {
-		return cfg, fmt.Errorf("allreduce: environment variable WORLD_SIZE=%d must be at least 1", cfg.WorldSize)
-	}
-	if cfg.Rank < 0 || cfg.Rank >= cfg.WorldSize {
-		return cfg, fmt.Errorf("allreduce: environment variable RANK=%d is outside [0,%d) (WORLD_SIZE)", cfg.Rank, cfg.WorldSize)
-	}
-	cfg.Token = os.Getenv("DDP_TOKEN")
-	cfg.TransportKind = os.Getenv(EnvTransport)
-	if _, err := transportKind(cfg.TransportKind); err != nil {
-		return cfg, fmt.Errorf("%w (environment variable %s)", err, EnvTransport)
-	}
-	if v, ok := os.LookupEnv(EnvSharedMem); ok && v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return cfg, fmt.Errorf("allreduce: environment variable %s=%q is not a byte count (0 turns shared memory off)", EnvSharedMem, v)
-		}
-		cfg.SharedMemBytes = n
-		if n == 0 {
-			cfg.SharedMemBytes = -1
-		}
-	}
-	if cfg.TLS, err = TLSFromEnv(); err != nil { // config_env_tls.go (multi-host)
-		return cfg, err
-	}
-	if cfg.WorldSize == 1 {
-		return cfg, nil
-	}
-	host := os.Getenv("MASTER_ADDR")
-	if host == "" {
-		return cfg, fmt.Errorf("allreduce: environment variable MASTER_ADDR is not set")
-	}
-	port, err := atoi("MASTER_PORT")
-	if err != nil {
-		return cfg, err
-	}
-	if port <= 0 || port > 65535 {
-		return cfg, fmt.Errorf("allreduce: environment variable MASTER_PORT=%d is not a port", port)
-	}
-	cfg.MasterAddr = net.JoinHostPort(host, strconv.Itoa(port))
-	return cfg, nil
+	// Developer knobs of the data planes, for measuring (docs/perf-allreduce.md); the zero
+	// value of each is what was measured best and what runs by default. ConfigFromEnv reads
+	// each from the environment variable named beside it.
+
+	// GRPCNoUnix makes gRPC data links to loopback peers use TCP instead of the Unix-domain
+	// twin of the peer's listener (grpc_conn.go); a rank with it set also serves no Unix
+	// socket. DDP_GRPC_UNIX=0.
+	GRPCNoUnix bool
+	// GRPCUnixSendBuf is SO_SNDBUF of a gRPC Unix-domain data link, in bytes (capped by the
+	// kernel's net.core.wmem_max). 0 means DefaultUnixSendBuf (4 MiB), negative the kernel's
+	// default. DDP_GRPC_UNIX_SNDBUF (0 there: the kernel's default).
+	GRPCUnixSendBuf int
+	// TCPUnixSendBuf is the same for the tcp kind's Unix-domain links (transport_tcp.go):
+	// 4 MiB took the 64 MiB f16 ring from ~90 to ~70 ms at 4 ranks on the 2-core VM, before
+	// shared memory. DDP_UNIX_SNDBUF (0 there: the kernel's default).
+	TCPUnixSendBuf int
+	// GRPCWindow is gRPC's flow-control window per stream and per connection, in bytes: how
+	// much a sender may have in flight toward a peer. 0 means DefaultGRPCWindow (64 MiB);
+	// otherwise 64 KiB (gRPC's minimum) to 1 GiB. DDP_GRPC_WINDOW.
+	GRPCWindow int
+	// GRPCWriteBuf is gRPC's write buffer per connection, in bytes: writes are coalesced up
+	// to it. 0 means DefaultGRPCWriteBuf (4 MiB), negative none (every frame a write).
+	// DDP_GRPC_WBUF (0 there: none).
+	GRPCWriteBuf int
+	// GRPCReadBuf is the gRPC server's read buffer per connection, in bytes, where gRPC
+	// buffers reads itself: with TLS, or with GRPCNoRxInPlace. 0 means DefaultGRPCReadBuf
+	// (4 MiB), negative none. DDP_GRPC_RBUF (0 there: none).
+	GRPCReadBuf int
+	// GRPCNoRxInPlace makes the gRPC server read connections through gRPC's own read buffer
+	// (GRPCReadBuf) instead of rxConn, which lets the framer read DATA payloads in place
+	// (grpc_conn.go). DDP_GRPC_RX=0.
+	GRPCNoRxInPlace bool
+	// GRPCSlabBytes is the size of the blocks rxConn reads a connection into, in bytes. 0
+	// means DefaultGRPCSlabBytes (1 MiB); otherwise 64 KiB to 1 GiB. DDP_GRPC_SLAB.
+	GRPCSlabBytes int
 }
 
 // withDefaults validates cfg and fills zero fields.
@@ -241,6 +216,33 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, fmt.Errorf("allreduce: shared-memory ring of %d bytes is over 1 GiB", cfg.SharedMemBytes)
 	case cfg.SharedMemBytes > 0:
 		cfg.SharedMemBytes = (cfg.SharedMemBytes + 4095) &^ 4095
+	}
+	for _, k := range []struct {
+		field string
+		v     *int
+		def   int
+		min   int // smallest positive value allowed
+		neg   bool
+	}{
+		{"GRPCUnixSendBuf", &cfg.GRPCUnixSendBuf, DefaultUnixSendBuf, 1, true},
+		{"TCPUnixSendBuf", &cfg.TCPUnixSendBuf, DefaultUnixSendBuf, 1, true},
+		{"GRPCWindow", &cfg.GRPCWindow, DefaultGRPCWindow, 64 << 10, false},
+		{"GRPCWriteBuf", &cfg.GRPCWriteBuf, DefaultGRPCWriteBuf, 1, true},
+		{"GRPCReadBuf", &cfg.GRPCReadBuf, DefaultGRPCReadBuf, 1, true},
+		{"GRPCSlabBytes", &cfg.GRPCSlabBytes, DefaultGRPCSlabBytes, 64 << 10, false},
+	} {
+		switch v := *k.v; {
+		case v == 0:
+			*k.v = k.def
+		case v < 0 && k.neg:
+			*k.v = -1
+		case v < 0:
+			return cfg, fmt.Errorf("allreduce: Config.%s = %d is negative", k.field, v)
+		case v < k.min:
+			return cfg, fmt.Errorf("allreduce: Config.%s = %d is below %d", k.field, v, k.min)
+		case v > 1<<30 || v > math.MaxInt32:
+			return cfg, fmt.Errorf("allreduce: Config.%s = %d is over 1 GiB", k.field, v)
+		}
 	}
 	kind, err := transportKind(cfg.TransportKind)
 	if err != nil {

@@ -2,16 +2,19 @@
 // data-parallel trainer exchanges gradients through — ring all-reduce (sum, average) with an
 // f32 or f16 wire, broadcast, all-gather and barrier — over gRPC streams between ring
 // neighbours (or raw sockets, TransportKind tcp), or over an in-process transport in tests.
-// Between ranks of one host the bytes go through shared-memory rings set up over the link
-// (grpc_shm.go, transport_shm.go). It knows buffers and ranks, never models.
+// Between ranks of one host the bytes go through shared-memory rings set up over the link by a
+// decorator that wraps either data plane (shm.go). It knows buffers and ranks, never models.
 //
 // # The flow
 //
 //  1. Form the group. NewGroup(ctx, cfg), cfg usually from ConfigFromEnv (RANK, WORLD_SIZE,
-//     MASTER_ADDR, MASTER_PORT, DDP_TOKEN, as torchrun and ddplaunch set them). Every rank
-//     starts a gRPC server; rank 0's listens at MASTER_ADDR:MASTER_PORT and runs the
-//     rendezvous: each other rank calls Join with its own address, and when all have joined
-//     everyone gets the full table (transport_grpc.go). Every connection, of either data
+//     MASTER_ADDR, MASTER_PORT, DDP_TOKEN, as torchrun and ddplaunch set them; config_env.go
+//     is the only place the package reads the environment, and every knob is a Config
+//     field). Rank 0 serves the rendezvous at MASTER_ADDR:MASTER_PORT: each other rank calls
+//     Join with its own address, and when all have joined everyone gets the full table
+//     (rendezvous.go; the table itself is rdvTable, a core with no I/O, rendezvous_state.go).
+//     The gRPC data plane's server hosts Join; the tcp kind's rank 0 a gRPC server with Join
+//     alone. Every connection, of either data
 //     plane, starts with a handshake in which both ends prove the shared token without sending
 //     it (auth.go); a peer that cannot is refused before anything else of it is read, and the
 //     refusal is logged. A one-rank world opens nothing and every collective returns at once.
@@ -46,7 +49,14 @@
 // in-memory ones for tests, with Kill to simulate a dead process. gRPC is the default data
 // plane. Config.TransportKind "tcp" (DDP_TRANSPORT=tcp) keeps the gRPC rendezvous and token but
 // moves frames over raw sockets (transport_tcp.go): length-prefixed frames, the same handshake
-// per connection, Unix-domain sockets to peers on loopback; it needs far less CPU per
-// byte and is what makes the ring fast on one host (docs/perf-allreduce.md). Every group test
-// runs over inproc, grpc, tcp and tcp-inet.
+// per connection, Unix-domain sockets to peers on loopback; it needs far less CPU per byte
+// than gRPC where bytes cross a socket (docs/perf-allreduce.md).
+//
+// Both data planes are wrapped, in the way of memberlist's wrapped transports, by shmTransport
+// (shm.go): every link starts with its hello; on a link to a peer on this host it offers a
+// shared-memory ring (a sealed memfd, opened by the peer through /proc/PID/fd), and from then
+// on the frames are records in the ring (shm_ring.go), which the receiver reads in place and
+// sleeps on with a futex; the link still authenticates, fails and ends. A data plane offers
+// what the decorator needs through the small shmLinker interface. Every group test runs over
+// inproc, grpc, grpc-noshm, tcp and tcp-inet.
 package allreduce

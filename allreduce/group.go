@@ -82,13 +82,13 @@ func NewGroup(ctx context.Context, cfg Config) (*Group, error) {
 		if err != nil {
 			return nil, err
 		}
-		g.tr = tr
+		g.tr = newShmTransport(tr, cfg) // shm.go: same-host links on shared memory
 	default:
 		tr, err := newGRPCTransport(ctx, cfg)
 		if err != nil {
 			return nil, err
 		}
-		g.tr = tr
+		g.tr = newShmTransport(tr, cfg)
 	}
 	return g, nil
 }

@@ -27,10 +27,20 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
-// transportKinds: every group test runs over each. "grpc" links carry frames through
-// shared-memory rings between ranks of one process as between processes of one host
-// (grpc_shm.go); "grpc-noshm" is the gRPC message path itself, as between hosts.
+// transportKinds: every group test runs over each. "grpc" and "tcp" links carry frames
+// through the shared-memory decorator's rings (shm.go) between ranks of one process as between
+// processes of one host; "grpc-noshm" is the gRPC message path itself, as between hosts;
+// "tcp-inet" is TCP without Unix sockets, so the tcp kind's message path (newGroups also knows
+// "tcp-noshm": Unix sockets, no rings).
 var transportKinds = []string{"inproc", "grpc", "grpc-noshm", "tcp", "tcp-inet"}
+
+// dataPlane is a group's transport under the shared-memory decorator (shm.go).
+func dataPlane(g *Group) Transport {
+	if s, ok := g.tr.(*shmTransport); ok {
+		return s.inner
+	}
+	return g.tr
+}
 
 // networked: a transport over sockets (slower to build; some tests use smaller worlds on it).
 func networked(kind string) bool { return kind != "inproc" }
@@ -44,15 +54,15 @@ func newGroups(t testing.TB, kind string, n int, mod func(*Config)) []*Group {
 	switch kind {
 	case "inproc":
 		nw = NewInprocNetwork(n)
-	case "grpc", "grpc-noshm", "tcp", "tcp-inet":
+	case "grpc", "grpc-noshm", "tcp", "tcp-noshm", "tcp-inet":
 		master = freeAddr(t)
 	}
 	for r := range cfgs {
 		cfgs[r] = Config{Rank: r, WorldSize: n, MasterAddr: master, Token: "secret", Timeout: 5 * time.Second, Logger: quietLogger()}
 		if strings.HasPrefix(kind, "tcp") {
-			cfgs[r].TransportKind = kind
+			cfgs[r].TransportKind = strings.TrimSuffix(kind, "-noshm")
 		}
-		if kind == "grpc-noshm" {
+		if strings.HasSuffix(kind, "-noshm") {
 			cfgs[r].SharedMemBytes = -1
 		}
 		if nw != nil {
@@ -386,10 +396,8 @@ func killRank(t *testing.T, kind string, g *Group) {
 	switch kind {
 	case "inproc":
 		g.tr.Close() // no goodbye: the links just break
-	case "grpc", "grpc-noshm":
-		g.tr.(*grpcTransport).abort()
-	case "tcp", "tcp-inet":
-		g.tr.(*tcpTransport).abort()
+	default:
+		g.tr.(interface{ abort() error }).abort()
 	}
 }
 
@@ -638,7 +646,7 @@ func testTCPWrongToken(t *testing.T, kind string) {
 			c.Logger = slog.New(rec)
 		}
 	})
-	tr := gs[0].tr.(*tcpTransport)
+	tr := dataPlane(gs[0]).(*tcpTransport)
 	// With a wrong token the dialler is the first to see it (rank 0's proof does not check out,
 	// auth.go); rank 0 still refuses the connection and logs it.
 	for _, tc := range []struct {
@@ -649,7 +657,7 @@ func testTCPWrongToken(t *testing.T, kind string) {
 		// Rank 1's real link to rank 0 exists once it has sent something.
 		noErrors(t, each(gs, func(g *Group) error { return g.Barrier(context.Background()) }))
 		fake := &tcpTransport{cfg: Config{Rank: tc.rank, WorldSize: 2, Token: tc.token, Timeout: 2 * time.Second, TransportKind: kind}, addrs: tr.addrs}
-		_, _, err := fake.dial(context.Background(), 0)
+		_, err := fake.dial(context.Background(), 0)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("%s: dial got %v, want %q", tc.name, err, tc.want)
 		}

@@ -7,9 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -28,7 +26,7 @@ import (
 // through grpc-go, with the same credentials (TLS runs over the Unix socket as over TCP) and
 // the same token check; only the kernel path changes: a Unix stream skips the TCP/IP stack
 // (docs/perf-allreduce.md measured 2.25 GB/s for TCP loopback against 5.7–6.7 GB/s for a Unix
-// socket on the 2-core VM). DDP_GRPC_UNIX=0 turns it off.
+// socket on the 2-core VM). Config.GRPCNoUnix (DDP_GRPC_UNIX=0) turns it off.
 
 // grpcUnixName is the abstract Unix socket of the rank whose gRPC server listens at addr, in a
 // group with this token.
@@ -37,28 +35,20 @@ func grpcUnixName(addr, token string) string {
 	return "@goddp-grpc-" + hex.EncodeToString(h[:12])
 }
 
-// grpcUseUnix says whether loopback peers are reached through Unix sockets (DDP_GRPC_UNIX).
-var grpcUseUnix = runtime.GOOS == "linux" && os.Getenv("DDP_GRPC_UNIX") != "0"
-
-// grpcEnvInt reads a developer knob of the gRPC data plane (bytes); def when unset or bad.
-func grpcEnvInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v >= 0 {
-		return v
-	}
-	return def
-}
+// grpcUseUnix says whether loopback peers are reached through Unix sockets.
+func grpcUseUnix(cfg Config) bool { return runtime.GOOS == "linux" && !cfg.GRPCNoUnix }
 
 // grpcListenUnix opens the Unix-domain listener beside a loopback TCP listener; nil if the
 // TCP address is not loopback or the socket cannot be made (then peers use TCP).
-func grpcListenUnix(tcp net.Listener, token string) net.Listener {
-	if !grpcUseUnix {
+func grpcListenUnix(tcp net.Listener, cfg Config) net.Listener {
+	if !grpcUseUnix(cfg) {
 		return nil
 	}
 	host, _, err := net.SplitHostPort(tcp.Addr().String())
 	if err != nil || !isLoopback(host) {
 		return nil
 	}
-	ux, err := net.Listen("unix", grpcUnixName(tcp.Addr().String(), token))
+	ux, err := net.Listen("unix", grpcUnixName(tcp.Addr().String(), cfg.Token))
 	if err != nil {
 		return nil
 	}
@@ -67,13 +57,13 @@ func grpcListenUnix(tcp net.Listener, token string) net.Listener {
 
 // grpcDial connects to the gRPC server at addr: a peer's Unix socket when its address is
 // loopback and the socket exists, TCP otherwise.
-func grpcDial(ctx context.Context, addr, token string) (net.Conn, error) {
+func grpcDial(ctx context.Context, addr string, cfg Config) (net.Conn, error) {
 	var d net.Dialer
-	if grpcUseUnix {
+	if grpcUseUnix(cfg) {
 		if host, _, err := net.SplitHostPort(addr); err == nil && isLoopback(host) {
-			if c, err := d.DialContext(ctx, "unix", grpcUnixName(addr, token)); err == nil {
-				if uc, ok := c.(*net.UnixConn); ok && grpcUnixSndBuf > 0 {
-					uc.SetWriteBuffer(grpcUnixSndBuf) // fewer wake-ups per message
+			if c, err := d.DialContext(ctx, "unix", grpcUnixName(addr, cfg.Token)); err == nil {
+				if uc, ok := c.(*net.UnixConn); ok && cfg.GRPCUnixSendBuf > 0 {
+					uc.SetWriteBuffer(cfg.GRPCUnixSendBuf) // fewer wake-ups per message
 				}
 				return c, nil
 			}
@@ -81,10 +71,6 @@ func grpcDial(ctx context.Context, addr, token string) (net.Conn, error) {
 	}
 	return d.DialContext(ctx, "tcp", addr)
 }
-
-// grpcUnixSndBuf is the send buffer of a Unix-domain data link (DDP_GRPC_UNIX_SNDBUF; 0: the
-// kernel's default).
-var grpcUnixSndBuf = grpcEnvInt("DDP_GRPC_UNIX_SNDBUF", 4<<20)
 
 // sendPool is the buffer pool Marshal encodes outgoing frames into. Unlike gRPC's default pool
 // it does not clear a buffer it hands out (Encode overwrites every byte), and it keeps a few
@@ -188,9 +174,6 @@ func (p *framePool) Put(b *[]byte) {
 
 var errRxAlias = errors.New("allreduce: gRPC read a frame into an unexpected buffer")
 
-// rxSlabSize is the size of the blocks rxConn reads the socket into (DDP_GRPC_SLAB).
-var rxSlabSize = grpcEnvInt("DDP_GRPC_SLAB", 1<<20)
-
 const (
 	rxFrameMax   = 16 << 10 // grpc-go's fixed HTTP/2 DATA frame size
 	rxMinRead    = 64 << 10 // a slab with less room than this is retired before the next read
@@ -208,6 +191,7 @@ type rxSlab struct {
 
 // rxPool is the server's buffer pool and the registry of its rxConns.
 type rxPool struct {
+	slab   int // bytes of a slab (Config.GRPCSlabBytes)
 	mu     sync.Mutex
 	conns  int
 	armed  *rxConn // the connection that just served a DATA frame header
@@ -413,7 +397,7 @@ func (p *rxPool) newSlab() *rxSlab {
 		s, p.spare = p.spare[k-1], p.spare[:k-1]
 	} else {
 		p.slabs.Add(1)
-		s = &rxSlab{mem: make([]byte, rxSlabSize), hdrs: make([][]byte, 0, rxSlabSize/1024+1)}
+		s = &rxSlab{mem: make([]byte, p.slab), hdrs: make([][]byte, 0, p.slab/1024+1)}
 	}
 	p.live = append(p.live, s)
 	return s

@@ -8,7 +8,8 @@ import (
 
 // Transport moves framed messages between the ranks of one group. The Group is written against
 // this interface only; transport_grpc.go (gRPC streams), transport_tcp.go (raw sockets) and
-// transport_inproc.go (channels, for tests) implement it.
+// transport_inproc.go (channels, for tests) implement it, and shm.go's decorator wraps the
+// first two (shared memory between ranks of one host).
 //
 // Contract:
 //   - Messages from one rank to another arrive complete, unmodified and in the order sent.

@@ -2,14 +2,11 @@ package allreduce
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
@@ -27,8 +25,7 @@ import (
 // The gRPC transport. Every rank runs one gRPC server (rank 0's at MasterAddr) with a
 // hand-written service (no protobuf generation; raw-bytes codec, codec_raw.go):
 //
-//	/goddp.allreduce.Ring/Join  unary, rank 0 only: "I am rank r of n, dial me at addr";
-//	                            answers, once all n have joined, with every rank's address.
+//	/goddp.allreduce.Ring/Join  unary, rank 0 only: the rendezvous (rendezvous.go).
 //	/goddp.allreduce.Ring/Push  client stream: the frames one rank sends another, in order.
 //
 // A rank sending to a peer opens one Push stream to it, lazily, and keeps it for the group's
@@ -40,11 +37,14 @@ import (
 // Same-host peers are reached over a Unix-domain twin of the server's listener, and the server
 // reads plaintext connections through rxConn, which lets gRPC's framer read DATA payloads in
 // place (grpc_conn.go; docs/perf-allreduce.md has the measurements).
+//
+// On a same-host link the shared-memory decorator (shm.go) moves the frames through a ring;
+// the Push stream stays the link (its first message the decorator's hello, one answer back,
+// its end the link's end, and frames too large for the ring).
 
 const (
 	serviceName   = "goddp.allreduce.Ring"
-	grpcWindow    = 64 << 20 // per-stream and per-connection flow-control window, bytes
-	grpcSockBuf   = 4 << 20  // gRPC's read and write buffers per connection, bytes
+	grpcSockBuf   = 4 << 20 // gRPC's client read buffer per connection, bytes
 	grpcMaxMsg    = frameHeaderSize + maxFramePayload
 	inboxDepth    = 4 // frames a receiving link buffers before gRPC flow control holds the sender
 	joinRetryBase = 50 * time.Millisecond
@@ -54,28 +54,11 @@ const (
 var ringServiceDesc = grpc.ServiceDesc{
 	ServiceName: serviceName,
 	HandlerType: (*any)(nil),
-	Methods: []grpc.MethodDesc{{
-		MethodName: "Join",
-		Handler: func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
-			var req []byte
-			if err := dec(&req); err != nil {
-				return nil, err
-			}
-			h := func(ctx context.Context, req any) (any, error) {
-				resp, err := srv.(*grpcTransport).join(ctx, *req.(*[]byte))
-				if err != nil {
-					return nil, err
-				}
-				return &resp, nil
-			}
-			info := &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + serviceName + "/Join"}
-			return icpt(ctx, &req, info, h) // the server always has the auth interceptor
-		},
-	}},
+	Methods:     []grpc.MethodDesc{joinMethod}, // rendezvous.go
 	Streams: []grpc.StreamDesc{{
 		StreamName:    "Push",
 		ClientStreams: true,
-		ServerStreams: true, // one answer, to a shared-memory offer (grpc_shm.go)
+		ServerStreams: true, // answers back along the link (shm.go's offer), nothing else
 		Handler: func(srv any, stream grpc.ServerStream) error {
 			return srv.(*grpcTransport).push(stream)
 		},
@@ -103,19 +86,7 @@ type grpcTransport struct {
 	closed chan struct{}
 	once   sync.Once
 
-	rings *shmRings // shared-memory rings of same-host links (grpc_shm.go), unmapped by releaseMemory
-
-	// rendezvous state (rank 0)
-	joinMu     sync.Mutex
-	joined     map[int]string
-	joinedData map[int]string // data-plane addresses (tcp transport), by rank
-	allIn      chan struct{}
-	joinErr    error
-
-	// With the tcp transport, gRPC carries only the rendezvous: dataPort is this rank's raw TCP
-	// data-plane port, announced in Join, and dataAddrs every rank's, after rendezvous.
-	dataPort  int
-	dataAddrs []string
+	rdv *rendezvous // rendezvous.go; this server hosts rank 0's Join
 }
 
 var _ Transport = (*grpcTransport)(nil)
@@ -126,22 +97,17 @@ type inbox struct {
 	free   chan []byte
 	last   inItem
 	mu     sync.Mutex
-	err    error         // why the link broke
-	broken chan struct{} // closed when err is set
-	active bool          // a Push stream from this peer is being served
-
-	shm   *shmRing // the peer's ring (grpc_shm.go), or nil; set by push before the start item
-	ring  bool     // Recv's: the start item came, the ring orders the link from here
-	rnext uint64   // Recv's: ring position of the next record
+	err    error             // why the link broke
+	broken chan struct{}     // closed when err is set
+	active bool              // a Push stream from this peer is being served
+	ended  bool              // push returned: ss is gone
+	ss     grpc.ServerStream // the Push stream, for answers (shmLinker)
+	unix   bool              // it came over a Unix-domain socket (a peer on this host)
 }
 
-// inItem is a received message: a buffer of the inbox's, or a view of the peer's ring up to
-// position end, which Recv releases when it is done with it.
+// inItem is a received message, in a buffer of the inbox's.
 type inItem struct {
-	b     []byte
-	end   uint64
-	ring  bool
-	start bool // not a message: the peer's ring orders the link from here on (grpc_shm.go)
+	b []byte
 }
 
 func (in *inbox) fail(err error) {
@@ -161,27 +127,14 @@ type outLink struct {
 	err    error
 	msg    outMsg
 
-	unix    atomic.Bool // the connection is a Unix-domain socket (a peer on this host)
-	offered bool        // the first Send made its shared-memory offer (grpc_shm.go)
-	shm     *shmRing    // this rank's ring toward the peer, or nil
-	tail    uint64      // ring position after the last frame placed
+	unix atomic.Bool // the connection is a Unix-domain socket (a peer on this host)
 }
 
 // newGRPCTransport starts this rank's server, joins the rendezvous and returns a transport
 // that knows every rank's address.
 func newGRPCTransport(ctx context.Context, cfg Config) (*grpcTransport, error) {
-	return newGRPCTransportData(ctx, cfg, 0)
-}
-
-// newGRPCTransportData is newGRPCTransport that also announces a data-plane port (tcp transport;
-// 0: none) in the rendezvous.
-func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcTransport, error) {
 	t := &grpcTransport{cfg: cfg, log: cfg.Logger.With("rank", cfg.Rank), closed: make(chan struct{}),
-		in: make([]*inbox, cfg.WorldSize), out: make([]*outLink, cfg.WorldSize), dataPort: dataPort,
-		rings: &shmRings{}}
-	// The rings are unmapped by the Group once no collective can use them (releaseMemory); for
-	// a transport dropped without that, when it is garbage.
-	runtime.AddCleanup(t, func(s *shmRings) { s.release() }, t.rings)
+		in: make([]*inbox, cfg.WorldSize), out: make([]*outLink, cfg.WorldSize)}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for i := range t.in {
 		t.in[i] = &inbox{q: make(chan inItem, inboxDepth), free: make(chan []byte, inboxDepth+2), broken: make(chan struct{})}
@@ -197,37 +150,35 @@ func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcT
 	t.lis = lis
 	opts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(rawCodec{}),
-		grpc.InitialWindowSize(int32(grpcEnvInt("DDP_GRPC_WINDOW", grpcWindow))),
-		grpc.InitialConnWindowSize(int32(grpcEnvInt("DDP_GRPC_WINDOW", grpcWindow))),
-		grpc.WriteBufferSize(grpcEnvInt("DDP_GRPC_WBUF", grpcSockBuf)),
+		grpc.InitialWindowSize(int32(cfg.GRPCWindow)),
+		grpc.InitialConnWindowSize(int32(cfg.GRPCWindow)),
+		grpc.WriteBufferSize(max(cfg.GRPCWriteBuf, 0)),
 		grpc.MaxRecvMsgSize(grpcMaxMsg),
 		grpc.MaxSendMsgSize(grpcMaxMsg),
 		grpc.WaitForHandlers(true),
-		grpc.UnaryInterceptor(t.authUnary),
-		grpc.StreamInterceptor(t.authStream),
 	}
+	unary, stream := grpcAuth(t.log)
+	opts = append(opts, grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
-	if cfg.TLS == nil && grpcEnvInt("DDP_GRPC_RX", 1) != 0 {
+	if cfg.TLS == nil && !cfg.GRPCNoRxInPlace {
 		// The server reads rxConns unbuffered; they buffer, and DATA payloads are read in place.
-		t.rx = &rxPool{}
+		t.rx = &rxPool{slab: cfg.GRPCSlabBytes}
 		opts = append(opts, experimental.BufferPool(t.rx), grpc.ReadBufferSize(0))
 	} else {
-		opts = append(opts, experimental.BufferPool(&framePool{}), grpc.ReadBufferSize(grpcEnvInt("DDP_GRPC_RBUF", grpcSockBuf)))
+		opts = append(opts, experimental.BufferPool(&framePool{}), grpc.ReadBufferSize(max(cfg.GRPCReadBuf, 0)))
 	}
 	t.srv = grpc.NewServer(opts...)
 	t.srv.RegisterService(&ringServiceDesc, t)
+	adv := cfg.AdvertiseAddr
 	if cfg.Rank == 0 {
-		t.joined = map[int]string{0: cfg.MasterAddr}
-		t.joinedData = map[int]string{}
-		if dataPort > 0 {
-			host, _, _ := net.SplitHostPort(cfg.MasterAddr)
-			t.joinedData[0] = net.JoinHostPort(host, strconv.Itoa(dataPort))
-		}
-		t.allIn = make(chan struct{})
+		adv = cfg.MasterAddr
+	} else if adv == "" {
+		adv = lis.Addr().String()
 	}
-	t.ux = grpcListenUnix(lis, cfg.Token)
+	t.rdv = newRendezvous(cfg, t.log, adv, 0)
+	t.ux = grpcListenUnix(lis, cfg)
 	for _, l := range []net.Listener{lis, t.ux} {
 		if l == nil {
 			continue
@@ -243,14 +194,19 @@ func newGRPCTransportData(ctx context.Context, cfg Config, dataPort int) (*grpcT
 		}()
 	}
 
-	rctx, cancel := context.WithTimeout(ctx, cfg.RendezvousTimeout)
-	defer cancel()
-	if err := t.rendezvous(rctx); err != nil {
+	res, err := t.rdv.run(ctx)
+	if err != nil {
 		t.Close()
 		return nil, err
 	}
+	t.addrs = res.addrs
 	t.log.Debug("allreduce: group formed", "addrs", t.addrs)
 	return t, nil
+}
+
+// serveJoin hosts rank 0's rendezvous on this server (joinHost).
+func (t *grpcTransport) serveJoin(ctx context.Context, body []byte) ([]byte, error) {
+	return t.rdv.serveJoin(ctx, body)
 }
 
 // listenAddr picks the data-plane bind address (Config.ListenAddr's rule).
@@ -294,11 +250,11 @@ func (t *grpcTransport) dialOptions() []grpc.DialOption {
 	}
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return t.dial(ctx, addr, nil) }),
-		grpc.WithInitialWindowSize(int32(grpcEnvInt("DDP_GRPC_WINDOW", grpcWindow))),
-		grpc.WithInitialConnWindowSize(int32(grpcEnvInt("DDP_GRPC_WINDOW", grpcWindow))),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return grpcAuthDial(ctx, addr, t.cfg, nil) }),
+		grpc.WithInitialWindowSize(int32(t.cfg.GRPCWindow)),
+		grpc.WithInitialConnWindowSize(int32(t.cfg.GRPCWindow)),
 		grpc.WithReadBufferSize(grpcSockBuf),
-		grpc.WithWriteBufferSize(grpcEnvInt("DDP_GRPC_WBUF", grpcSockBuf)),
+		grpc.WithWriteBufferSize(max(t.cfg.GRPCWriteBuf, 0)),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}), grpc.MaxCallRecvMsgSize(grpcMaxMsg), grpc.MaxCallSendMsgSize(grpcMaxMsg)),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: joinRetryBase, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
@@ -307,23 +263,23 @@ func (t *grpcTransport) dialOptions() []grpc.DialOption {
 	}
 }
 
-// dial opens a connection to the gRPC server at addr (a same-host peer's Unix socket where
-// there is one) and runs the handshake (auth.go) on it; onConn, if set, sees the raw
+// grpcAuthDial opens a connection to the gRPC server at addr (a same-host peer's Unix socket
+// where there is one) and runs the handshake (auth.go) on it; onConn, if set, sees the raw
 // connection first.
-func (t *grpcTransport) dial(ctx context.Context, addr string, onConn func(net.Conn)) (net.Conn, error) {
-	c, err := grpcDial(ctx, addr, t.cfg.Token)
+func grpcAuthDial(ctx context.Context, addr string, cfg Config, onConn func(net.Conn)) (net.Conn, error) {
+	c, err := grpcDial(ctx, addr, cfg)
 	if err != nil {
 		return nil, err
 	}
 	if onConn != nil {
 		onConn(c)
 	}
-	deadline := time.Now().Add(min(authDeadline, t.cfg.Timeout))
+	deadline := time.Now().Add(min(authDeadline, cfg.Timeout))
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
 	c.SetDeadline(deadline)
-	if err := authDial(c, t.cfg.Token, planeGRPC, t.cfg.Rank, t.cfg.WorldSize); err != nil {
+	if err := authDial(c, cfg.Token, planeGRPC, cfg.Rank, cfg.WorldSize); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("handshake with %s: %w", addr, err)
 	}
@@ -331,193 +287,47 @@ func (t *grpcTransport) dial(ctx context.Context, addr string, onConn func(net.C
 	return c, nil
 }
 
-// auth finds the caller's rank, which the connection's handshake proved (auth.go); a call on a
-// connection that did not make one is refused. Refusals are logged.
-func (t *grpcTransport) auth(ctx context.Context, method string) (int, error) {
-	p, ok := peer.FromContext(ctx)
-	if ok {
-		if a, ok := p.Addr.(authAddr); ok {
-			return a.rank, nil
+// grpcAuth is a gRPC server's pair of interceptors: a call is served only on a connection
+// whose handshake (auth.go) proved the caller's rank, which the handler then finds in its
+// context (rankKey) or stream (rankStream); any other call is refused with Unauthenticated, and
+// the refusal logged.
+func grpcAuth(log *slog.Logger) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	auth := func(ctx context.Context, method string) (int, error) {
+		p, ok := peer.FromContext(ctx)
+		if ok {
+			if a, ok := p.Addr.(authAddr); ok {
+				return a.rank, nil
+			}
 		}
+		from := "unknown"
+		if ok && p.Addr != nil {
+			from = p.Addr.String()
+		}
+		log.Warn("allreduce: refused a call on an unauthenticated connection", "remote", from, "method", method)
+		return -1, status.Error(codes.Unauthenticated, "allreduce: unauthenticated connection")
 	}
-	from := "unknown"
-	if ok && p.Addr != nil {
-		from = p.Addr.String()
+	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		rank, err := auth(ctx, info.FullMethod)
+		if err != nil {
+			return nil, err
+		}
+		return h(context.WithValue(ctx, rankKey{}, rank), req)
 	}
-	t.log.Warn("allreduce: refused a call on an unauthenticated connection", "remote", from, "method", method)
-	return -1, status.Error(codes.Unauthenticated, "allreduce: unauthenticated connection")
+	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		rank, err := auth(ss.Context(), info.FullMethod)
+		if err != nil {
+			return err
+		}
+		return h(srv, &rankStream{ServerStream: ss, rank: rank})
+	}
+	return unary, stream
 }
 
 type rankKey struct{}
 
-func (t *grpcTransport) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	rank, err := t.auth(ctx, info.FullMethod)
-	if err != nil {
-		return nil, err
-	}
-	return h(context.WithValue(ctx, rankKey{}, rank), req)
-}
-
 type rankStream struct {
 	grpc.ServerStream
 	rank int
-}
-
-func (t *grpcTransport) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	rank, err := t.auth(ss.Context(), info.FullMethod)
-	if err != nil {
-		return err
-	}
-	return h(srv, &rankStream{ServerStream: ss, rank: rank})
-}
-
-// joinRequest and joinResponse are the rendezvous messages (JSON).
-type joinRequest struct {
-	Rank     int    `json:"rank"`
-	World    int    `json:"world"`
-	Addr     string `json:"addr"`
-	DataPort int    `json:"data_port,omitempty"` // tcp transport: data plane on Addr's host
-}
-
-type joinResponse struct {
-	Addrs []string `json:"addrs"`
-	Data  []string `json:"data,omitempty"` // tcp transport: every rank's data-plane address
-}
-
-// rendezvous: rank 0 waits for everyone; the others join rank 0.
-func (t *grpcTransport) rendezvous(ctx context.Context) error {
-	n := t.cfg.WorldSize
-	if t.cfg.Rank == 0 {
-		select {
-		case <-t.allIn:
-		case <-ctx.Done():
-			t.joinMu.Lock()
-			missing := []int{}
-			for r := range n {
-				if _, ok := t.joined[r]; !ok {
-					missing = append(missing, r)
-				}
-			}
-			t.joinMu.Unlock()
-			return fmt.Errorf("allreduce: rendezvous at %s: ranks %v did not join: %w", t.cfg.MasterAddr, missing, ctx.Err())
-		}
-		t.joinMu.Lock()
-		defer t.joinMu.Unlock()
-		if t.joinErr != nil {
-			return t.joinErr
-		}
-		t.addrs = make([]string, n)
-		for r, a := range t.joined {
-			t.addrs[r] = a
-		}
-		t.dataAddrs = dataTable(t.joinedData, n)
-		return nil
-	}
-	adv := t.cfg.AdvertiseAddr
-	if adv == "" {
-		adv = t.lis.Addr().String()
-	}
-	req, _ := json.Marshal(joinRequest{Rank: t.cfg.Rank, World: n, Addr: adv, DataPort: t.dataPort})
-	conn, err := grpc.NewClient(t.cfg.MasterAddr, t.dialOptions()...)
-	if err != nil {
-		return fmt.Errorf("allreduce: rendezvous at %s: %w", t.cfg.MasterAddr, err)
-	}
-	defer conn.Close()
-	var resp []byte
-	err = conn.Invoke(ctx, "/"+serviceName+"/Join", &req, &resp, grpc.WaitForReady(true))
-	if err != nil {
-		return fmt.Errorf("allreduce: rank %d: rendezvous at %s (MASTER_ADDR:MASTER_PORT): %w", t.cfg.Rank, t.cfg.MasterAddr, err)
-	}
-	var jr joinResponse
-	if err := json.Unmarshal(resp, &jr); err != nil || len(jr.Addrs) != n {
-		return fmt.Errorf("allreduce: rank %d: bad rendezvous answer from %s", t.cfg.Rank, t.cfg.MasterAddr)
-	}
-	t.addrs = jr.Addrs
-	if t.dataPort > 0 {
-		if len(jr.Data) != n {
-			return fmt.Errorf("allreduce: rank %d: rendezvous answer from %s has no data-plane addresses (DDP_TRANSPORT differs between ranks?)", t.cfg.Rank, t.cfg.MasterAddr)
-		}
-		t.dataAddrs = jr.Data
-	}
-	return nil
-}
-
-// dataTable lists the data-plane addresses by rank; nil unless every rank announced one.
-func dataTable(m map[int]string, n int) []string {
-	if len(m) != n {
-		return nil
-	}
-	out := make([]string, n)
-	for r, a := range m {
-		out[r] = a
-	}
-	return out
-}
-
-// join is rank 0's Join handler.
-func (t *grpcTransport) join(ctx context.Context, body []byte) ([]byte, error) {
-	if t.cfg.Rank != 0 {
-		return nil, status.Error(codes.FailedPrecondition, "allreduce: join sent to a rank other than 0")
-	}
-	var req joinRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "allreduce: bad join request: %v", err)
-	}
-	if req.World != t.cfg.WorldSize || req.Rank <= 0 || req.Rank >= t.cfg.WorldSize {
-		return nil, status.Errorf(codes.InvalidArgument, "allreduce: rank %d of world %d cannot join a world of %d", req.Rank, req.World, t.cfg.WorldSize)
-	}
-	addr := req.Addr
-	if host, port, err := net.SplitHostPort(addr); err == nil {
-		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-			if p, ok := peer.FromContext(ctx); ok {
-				if h, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
-					addr = net.JoinHostPort(h, port)
-				}
-			}
-		}
-	}
-	t.joinMu.Lock()
-	if old, dup := t.joined[req.Rank]; dup && old != addr {
-		t.joinMu.Unlock()
-		t.log.Warn("allreduce: rank joined twice", "joining", req.Rank, "addr", addr, "first", old)
-		return nil, status.Errorf(codes.AlreadyExists, "allreduce: rank %d already joined from %s", req.Rank, old)
-	}
-	if (req.DataPort > 0) != (t.dataPort > 0) {
-		t.joinMu.Unlock()
-		t.log.Warn("allreduce: refused a rank using another transport kind", "joining", req.Rank, "data_port", req.DataPort)
-		return nil, status.Errorf(codes.FailedPrecondition, "allreduce: rank %d uses another transport kind than rank 0 (DDP_TRANSPORT must match)", req.Rank)
-	}
-	t.joined[req.Rank] = addr
-	if req.DataPort > 0 {
-		host, _, _ := net.SplitHostPort(addr)
-		t.joinedData[req.Rank] = net.JoinHostPort(host, strconv.Itoa(req.DataPort))
-	}
-	if len(t.joined) == t.cfg.WorldSize {
-		select {
-		case <-t.allIn:
-		default:
-			close(t.allIn)
-		}
-	}
-	t.joinMu.Unlock()
-	select {
-	case <-t.allIn:
-	case <-ctx.Done():
-		return nil, status.FromContextError(ctx.Err()).Err()
-	case <-t.closed:
-		return nil, status.Error(codes.Unavailable, "allreduce: rank 0 closed")
-	}
-	t.joinMu.Lock()
-	addrs := make([]string, t.cfg.WorldSize)
-	for r, a := range t.joined {
-		addrs[r] = a
-	}
-	t.joinMu.Unlock()
-	t.joinMu.Lock()
-	data := dataTable(t.joinedData, t.cfg.WorldSize)
-	t.joinMu.Unlock()
-	b, _ := json.Marshal(joinResponse{Addrs: addrs, Data: data})
-	return b, nil
 }
 
 // push serves one peer's Push stream: frames go into that peer's inbox.
@@ -534,49 +344,27 @@ func (t *grpcTransport) push(ss grpc.ServerStream) error {
 		t.log.Warn("allreduce: refused a second stream from a peer", "peer", from)
 		return status.Errorf(codes.AlreadyExists, "allreduce: rank %d already has a stream to rank %d", from, t.cfg.Rank)
 	}
-	in.active = true
-	in.mu.Unlock()
 	ctx := ss.Context()
-	var spare []byte // the buffer the offer was read into, for the next message
-	for first := true; ; first = false {
+	p, ok := peer.FromContext(ctx)
+	in.active, in.ss, in.unix = true, ss, ok && p.Addr != nil && p.Addr.Network() == "unix"
+	in.mu.Unlock()
+	defer func() {
+		in.mu.Lock()
+		in.ended, in.ss = true, nil // no answer after the handler returns
+		in.mu.Unlock()
+	}()
+	for {
 		var m inMsg
-		if spare != nil {
-			m.buf, spare = spare, nil
-		} else {
-			select {
-			case m.buf = <-in.free:
-			default:
-			}
+		select {
+		case m.buf = <-in.free:
+		default:
 		}
 		if err := ss.RecvMsg(&m); err != nil {
 			in.fail(linkError(err))
 			return nil
 		}
-		item := inItem{b: m.buf}
-		switch {
-		case first && isShmOffer(m.buf):
-			r, why := t.shmOfferFrom(unixPeer(peer.FromContext(ctx)), m.buf)
-			ack := []byte{0}
-			if r != nil {
-				ack[0] = 1
-				in.mu.Lock()
-				in.shm = r
-				in.mu.Unlock()
-			} else {
-				t.log.Info("allreduce: declined a shared-memory ring from a peer", "peer", from, "why", why)
-			}
-			if err := ss.SendMsg(&ack); err != nil {
-				in.fail(linkError(err))
-				return nil
-			}
-			spare = m.buf
-			if r == nil {
-				continue
-			}
-			item = inItem{start: true} // Recv reads the ring from here
-		}
 		select {
-		case in.q <- item:
+		case in.q <- inItem{b: m.buf}:
 		case <-ctx.Done():
 			in.fail(ErrPeerGone)
 			return nil
@@ -599,27 +387,19 @@ func (t *grpcTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 		return nil, fmt.Errorf("allreduce: recv from invalid rank %d", from)
 	}
 	in := t.in[from]
-	if last := in.last; last.ring {
-		in.shm.releaseWake(last.end) // the peer may place records over it now
-	} else if last.b != nil {
+	if last := in.last; last.b != nil {
 		select {
 		case in.free <- last.b:
 		default:
 		}
 	}
 	in.last = inItem{}
-	if !in.ring {
-		it, err := t.recvQueue(ctx, from, in)
-		if err != nil {
-			return nil, err
-		}
-		if !it.start {
-			in.last = it
-			return it.b, nil
-		}
-		in.ring = true // the start item: the peer's ring orders the link from here on
+	it, err := t.recvQueue(ctx, from, in)
+	if err != nil {
+		return nil, err
 	}
-	return t.recvRing(ctx, from, in)
+	in.last = it
+	return it.b, nil
 }
 
 // recvQueue takes the next item the push goroutine queued for this peer.
@@ -655,7 +435,7 @@ func (t *grpcTransport) link(to int) (*outLink, error) {
 	l := &outLink{}
 	t.out[to] = l
 	conn, err := grpc.NewClient("passthrough:///"+t.addrs[to], append(t.dialOptions(), grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-		return t.dial(ctx, addr, func(c net.Conn) {
+		return grpcAuthDial(ctx, addr, t.cfg, func(c net.Conn) {
 			_, isUnix := c.(*net.UnixConn)
 			l.unix.Store(isUnix)
 		})
@@ -684,9 +464,19 @@ func (t *grpcTransport) Send(ctx context.Context, to int, p Payload) error {
 	if err != nil {
 		return err
 	}
-	// SendMsg has no context: if ctx ends while it waits for flow control, end the stream, but
-	// only after a grace period, so a send that is merely in progress when a collective fails
-	// completes and the link stays usable for the abort frame that follows.
+	return t.graced(ctx, l, to, func() error {
+		l.msg.p = p
+		err := l.stream.SendMsg(&l.msg)
+		l.msg.p = nil
+		return err
+	})
+}
+
+// graced runs op (a SendMsg or RecvMsg on the link's stream, which take no context) so that if
+// ctx ends while it waits (for flow control, or for the peer), the stream ends, but only after
+// a grace period: a send that is merely in progress when a collective fails completes and the
+// link stays usable for the abort frame that follows. A failure is the link's sticky error.
+func (t *grpcTransport) graced(ctx context.Context, l *outLink, to int, op func() error) error {
 	var (
 		mu     sync.Mutex
 		done   bool
@@ -707,7 +497,7 @@ func (t *grpcTransport) Send(ctx context.Context, to int, p Payload) error {
 			})
 		}
 	})
-	err = t.sendOn(l, to, p)
+	err := op()
 	stop()
 	mu.Lock()
 	done = true
@@ -778,6 +568,7 @@ func (t *grpcTransport) Close() error {
 func (t *grpcTransport) abort() error {
 	t.once.Do(func() {
 		close(t.closed)
+		t.rdv.close()
 		t.cancel()
 		t.outMu.Lock()
 		for _, l := range t.out {
@@ -794,26 +585,72 @@ func (t *grpcTransport) abort() error {
 
 var errEOF = io.EOF
 
-// sendOn sends p to the link's peer: on the first Send after the shared-memory offer; then
-// through the ring when there is one (grpc_shm.go), as a stream message otherwise or when the
-// ring says the frame follows on the stream.
-func (t *grpcTransport) sendOn(l *outLink, to int, p Payload) error {
-	if !l.offered {
-		l.offered = true
-		if err := t.offerShm(l, to); err != nil {
-			return err
-		}
+// The shared-memory decorator's needs (shm.go).
+var _ shmLinker = (*grpcTransport)(nil)
+
+func (t *grpcTransport) linkTo(_ context.Context, to int) (bool, error) {
+	if to < 0 || to >= len(t.out) || to == t.cfg.Rank {
+		return false, fmt.Errorf("allreduce: send to invalid rank %d", to)
 	}
-	p, err := t.sendShm(l, p)
-	if err != nil || p == nil {
-		return err
+	l, err := t.link(to) // returns once the stream is open, so its dialer has run
+	if err != nil {
+		return false, err
 	}
-	l.msg.p = p
-	err = l.stream.SendMsg(&l.msg)
-	l.msg.p = nil
-	return err
+	return l.unix.Load(), nil
 }
 
-// releaseMemory unmaps the shared-memory rings. The Group calls it from Close once no collective
-// can run (a view of a ring may be in use until then); the transport is closed by then.
-func (t *grpcTransport) releaseMemory() { t.rings.release() }
+func (t *grpcTransport) linkFromLocal(from int) bool {
+	in := t.in[from]
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.unix
+}
+
+// answer sends b on the peer's Push stream, back to its sender (the stream is bidirectional
+// for this only). gRPC allows it beside the push goroutine's RecvMsg, and not once the handler
+// has returned, which in.mu rules out.
+func (t *grpcTransport) answer(from int, b []byte) error {
+	in := t.in[from]
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.ended || in.ss == nil {
+		return ErrPeerGone
+	}
+	return in.ss.SendMsg(&b)
+}
+
+func (t *grpcTransport) readAnswer(ctx context.Context, to int, b []byte) error {
+	l, err := t.link(to)
+	if err != nil {
+		return err
+	}
+	return t.graced(ctx, l, to, func() error {
+		var resp []byte
+		if err := l.stream.RecvMsg(&resp); err != nil {
+			return err
+		}
+		if len(resp) != len(b) {
+			return fmt.Errorf("an answer of %d bytes, want %d", len(resp), len(b))
+		}
+		copy(b, resp)
+		return nil
+	})
+}
+
+func (t *grpcTransport) linkDown(peer int, out bool) bool {
+	if !out {
+		select {
+		case <-t.in[peer].broken:
+			return true
+		default:
+			return false
+		}
+	}
+	t.outMu.Lock()
+	l := t.out[peer]
+	t.outMu.Unlock()
+	if l == nil || l.stream == nil {
+		return l != nil
+	}
+	return l.err != nil || l.stream.Context().Err() != nil || l.conn.GetState() != connectivity.Ready
+}

@@ -109,15 +109,15 @@ func TestGRPC_TLSRequired(t *testing.T) {
 
 // Loopback peers get a Unix-domain twin of the gRPC listener, and data links dial it.
 func TestGRPC_unixDataLink(t *testing.T) {
-	if !grpcUseUnix {
-		t.Skip("no Unix-domain data links on this platform (or DDP_GRPC_UNIX=0)")
+	if !grpcUseUnix(Config{}) {
+		t.Skip("no Unix-domain data links on this platform")
 	}
 	gs := newGroups(t, "grpc", 2, nil)
-	tr := gs[1].tr.(*grpcTransport)
+	tr := dataPlane(gs[1]).(*grpcTransport)
 	if tr.ux == nil {
 		t.Fatal("rank 1 listens on loopback but has no Unix-domain listener")
 	}
-	c, err := grpcDial(context.Background(), tr.lis.Addr().String(), "secret")
+	c, err := grpcDial(context.Background(), tr.lis.Addr().String(), tr.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestGRPC_unixDataLink(t *testing.T) {
 		t.Fatalf("data link to a loopback peer is %T, want a Unix socket", c)
 	}
 	// Without the group's token, the socket's name is another: the dial falls back to TCP.
-	c2, err := grpcDial(context.Background(), tr.lis.Addr().String(), "other")
+	c2, err := grpcDial(context.Background(), tr.lis.Addr().String(), Config{Token: "other"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,6 +135,20 @@ func TestGRPC_unixDataLink(t *testing.T) {
 		t.Fatalf("a dial with another token reached %T, want TCP", c2)
 	}
 	checkAllReduce(t, gs, 100_003, Avg, WireF16, false)
+
+	// Config.GRPCNoUnix: no twin listener, and links over TCP.
+	gs = newGroups(t, "grpc", 2, func(c *Config) { c.GRPCNoUnix = true })
+	if tr := dataPlane(gs[1]).(*grpcTransport); tr.ux != nil {
+		t.Fatal("a rank with GRPCNoUnix serves a Unix socket")
+	}
+	checkAllReduce(t, gs, 100_003, Avg, WireF16, false)
+	for r, g := range gs {
+		for to, l := range dataPlane(g).(*grpcTransport).out {
+			if l != nil && l.unix.Load() {
+				t.Fatalf("GRPCNoUnix: link %d->%d is a Unix socket", r, to)
+			}
+		}
+	}
 }
 
 // A gRPC client that does not make the handshake (auth.go) reaches nothing, even on the right
@@ -146,10 +160,10 @@ func TestGRPC_pushWithoutHandshakeRefused(t *testing.T) {
 			c.Logger = slog.New(rec)
 		}
 	})
-	tr := gs[1].tr.(*grpcTransport)
+	tr := dataPlane(gs[1]).(*grpcTransport)
 	conn, err := grpc.NewClient("passthrough:///"+tr.lis.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return grpcDial(ctx, addr, "secret") }),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return grpcDial(ctx, addr, tr.cfg) }),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +198,7 @@ func TestGRPC_receiveInPlace(t *testing.T) {
 		for _, wire := range []Wire{WireF32, WireF16} {
 			checkAllReduce(t, gs, 1_500_007, Sum, wire, wire == WireF32)
 		}
-		p := gs[1].tr.(*grpcTransport).rx
+		p := dataPlane(gs[1]).(*grpcTransport).rx
 		a, c := p.aliased.Load(), p.copied.Load()
 		t.Logf("chunk %d: %d payloads read in place, %d copied", chunk, a, c)
 		if a == 0 || c > a/10 {

@@ -12,15 +12,15 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"time"
 )
 
 // The raw TCP data plane (Config.TransportKind "tcp", or DDP_TRANSPORT=tcp). The rendezvous is
-// the gRPC one (transport_grpc.go: rank 0's Join at MasterAddr, with the token), which also
-// collects every rank's data-plane port; frames then travel on one plain TCP connection per
-// ordered pair of ring neighbours, each message a 4-byte little-endian length and the frame.
+// the gRPC one (rendezvous.go: rank 0's Join at MasterAddr, behind the handshake), which also
+// collects every rank's data-plane port; rank 0 serves it on a gRPC server with Join alone, and
+// the other ranks serve no gRPC. Frames then travel on one plain TCP connection per ordered
+// pair of ring neighbours, each message a 4-byte little-endian length and the frame.
 //
 // Why: on one host the ring is CPU-bound, and gRPC spends CPU per byte beyond the kernel's two
 // copies — HTTP/2 framing in 16 KiB DATA frames, each copied out of the read buffer into a
@@ -44,20 +44,22 @@ import (
 // with the same handshake; TCP is the fallback when that fails. Unix sockets skip the TCP/IP
 // stack: on the 2-core test VM a 1 MiB-write stream carried 5.7–6.7 GB/s against TCP
 // loopback's 2.25 (docs/perf-allreduce.md). Kind "tcp-inet" never uses them (for measuring).
+// On such a link the shared-memory decorator (shm.go) then moves the frames through a ring;
+// the socket stays the link (the handshake, the offer's one-byte answer back, the end of the
+// link, and frames too large for the ring).
 
 // Transport kinds (Config.TransportKind, DDP_TRANSPORT).
 const (
 	TransportGRPC    = "grpc"     // default: gRPC streams
 	TransportTCP     = "tcp"      // raw sockets (Unix-domain to loopback peers), gRPC rendezvous
 	TransportTCPInet = "tcp-inet" // raw TCP only
-	// EnvTransport selects the kind in ConfigFromEnv.
-	EnvTransport = "DDP_TRANSPORT"
 )
 
 type tcpTransport struct {
 	cfg Config
 	log *slog.Logger
-	rdv *grpcTransport // rendezvous only
+	rdv *rendezvous // rendezvous.go
+	js  *joinServer // rank 0: serves Join at MasterAddr
 	lis net.Listener
 	ux  net.Listener // abstract Unix socket for same-host peers; nil if none
 	wg  sync.WaitGroup
@@ -70,8 +72,6 @@ type tcpTransport struct {
 	connsMu sync.Mutex
 	conns   map[net.Conn]struct{} // accepted connections (handshaking or serving)
 	pending chan struct{}         // a slot per handshake in progress (at most authMaxPending)
-
-	rings *shmRings // every shared-memory ring mapped here, unmapped by releaseMemory
 
 	closed chan struct{}
 	once   sync.Once
@@ -86,10 +86,6 @@ type tcpIn struct {
 	ready chan struct{} // closed once conn is set
 	buf   []byte        // the last message, reused
 	err   error         // sticky: the link broke or a read was abandoned mid-frame
-
-	shm  *shmRing // the peer's ring (same-host links; transport_shm.go), or nil
-	next uint64   // ring position the next frame may start at
-	held bool     // the last Recv returned a view of the ring up to next, not yet released
 }
 
 // tcpOut is the connection this rank sends to a peer on.
@@ -97,38 +93,6 @@ type tcpOut struct {
 	conn net.Conn
 	buf  []byte
 	err  error
-
-	shm  *shmRing // this rank's ring toward the peer, or nil
-	tail uint64   // ring position after the last frame placed
-}
-
-// shmRings are the rings a transport mapped; they outlive Close (a collective may still be
-// reading a view when the transport is aborted) until releaseMemory or the transport's cleanup.
-type shmRings struct {
-	mu    sync.Mutex
-	rings []*shmRing
-	done  bool
-}
-
-func (s *shmRings) add(r *shmRing) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done {
-		r.unmap()
-		return false
-	}
-	s.rings = append(s.rings, r)
-	return true
-}
-
-func (s *shmRings) release() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.done = true
-	for _, r := range s.rings {
-		r.unmap()
-	}
-	s.rings = nil
 }
 
 func newTCPTransport(ctx context.Context, cfg Config) (*tcpTransport, error) {
@@ -149,10 +113,7 @@ func newTCPTransport(ctx context.Context, cfg Config) (*tcpTransport, error) {
 	}
 	t := &tcpTransport{cfg: cfg, log: cfg.Logger.With("rank", cfg.Rank), lis: lis,
 		in: make([]*tcpIn, cfg.WorldSize), out: make([]*tcpOut, cfg.WorldSize),
-		conns: map[net.Conn]struct{}{}, pending: make(chan struct{}, authMaxPending), closed: make(chan struct{}), rings: &shmRings{}}
-	// The rings are unmapped by the Group once no collective can use them (releaseMemory); for
-	// a transport dropped without that, when it is garbage.
-	runtime.AddCleanup(t, func(s *shmRings) { s.release() }, t.rings)
+		conns: map[net.Conn]struct{}{}, pending: make(chan struct{}, authMaxPending), closed: make(chan struct{})}
 	for i := range t.in {
 		t.in[i] = &tcpIn{ready: make(chan struct{})}
 	}
@@ -167,13 +128,28 @@ func newTCPTransport(ctx context.Context, cfg Config) (*tcpTransport, error) {
 	}
 	t.wg.Add(1)
 	go t.accept(lis)
-	rdv, err := newGRPCTransportData(ctx, cfg, lis.Addr().(*net.TCPAddr).Port)
+	// The rendezvous announces this rank's address (rank 0: MasterAddr) and its data port; the
+	// data plane is on the address's host, as rank 0 records it.
+	port := lis.Addr().(*net.TCPAddr).Port
+	adv := cfg.AdvertiseAddr
+	if cfg.Rank == 0 {
+		adv = cfg.MasterAddr
+	} else if adv == "" {
+		adv = lis.Addr().String()
+	}
+	t.rdv = newRendezvous(cfg, t.log, adv, port)
+	if cfg.Rank == 0 {
+		if t.js, err = newJoinServer(t.rdv); err != nil {
+			t.Close()
+			return nil, err
+		}
+	}
+	res, err := t.rdv.run(ctx)
 	if err != nil {
 		t.Close()
 		return nil, err
 	}
-	t.rdv = rdv
-	t.addrs = rdv.dataAddrs
+	t.addrs = res.data
 	if len(t.addrs) != cfg.WorldSize {
 		t.Close()
 		return nil, fmt.Errorf("allreduce: rank %d: rendezvous gave no data-plane addresses (%s differs between ranks?)", cfg.Rank, EnvTransport)
@@ -275,20 +251,6 @@ func (t *tcpTransport) handshake(c net.Conn) bool {
 		in.mu.Unlock()
 		return false
 	}
-	if uc, ok := c.(*net.UnixConn); ok {
-		r, why, err := shmAccept(uc, t.cfg.SharedMemBytes > 0)
-		if err != nil {
-			in.mu.Unlock()
-			t.log.Warn("allreduce: shared-memory setup with a peer failed", "peer", rank, "err", err)
-			return false
-		}
-		if why != nil {
-			t.log.Debug("allreduce: no shared memory from a peer; its frames take the socket", "peer", rank, "why", why)
-		}
-		if r != nil && t.rings.add(r) {
-			in.shm = r
-		}
-	}
 	c.SetDeadline(time.Time{})
 	in.conn = c
 	close(in.ready)
@@ -296,9 +258,8 @@ func (t *tcpTransport) handshake(c net.Conn) bool {
 	return true
 }
 
-// dial opens the link to a peer and runs the handshake; on a Unix-domain link it then offers a
-// shared-memory ring (the returned ring is nil when there is none).
-func (t *tcpTransport) dial(ctx context.Context, to int) (net.Conn, *shmRing, error) {
+// dial opens the link to a peer and runs the handshake.
+func (t *tcpTransport) dial(ctx context.Context, to int) (net.Conn, error) {
 	d := net.Dialer{Timeout: t.cfg.Timeout}
 	var c net.Conn
 	err := errors.New("no Unix-domain socket")
@@ -307,40 +268,22 @@ func (t *tcpTransport) dial(ctx context.Context, to int) (net.Conn, *shmRing, er
 	}
 	if err != nil {
 		if c, err = d.DialContext(ctx, "tcp", t.addrs[to]); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	c.SetDeadline(time.Now().Add(min(authDeadline, t.cfg.Timeout)))
 	if err := authDial(c, t.cfg.Token, planeTCP, t.cfg.Rank, t.cfg.WorldSize); err != nil {
 		c.Close()
-		return nil, nil, fmt.Errorf("data-plane handshake: %w", err)
+		return nil, fmt.Errorf("data-plane handshake: %w", err)
 	}
-	var ring *shmRing
 	if uc, ok := c.(*net.UnixConn); ok {
-		if ring, err = shmOffer(uc, t.cfg.SharedMemBytes); err != nil {
-			c.Close()
-			return nil, nil, fmt.Errorf("shared-memory setup: %w", err)
-		}
-		if ring != nil && !t.rings.add(ring) {
-			ring = nil // closed meanwhile
-		}
-		if unixSockBuf > 0 {
-			uc.SetWriteBuffer(unixSockBuf) // fewer wake-ups per chunk than the default ~208 KiB
+		if t.cfg.TCPUnixSendBuf > 0 {
+			uc.SetWriteBuffer(t.cfg.TCPUnixSendBuf) // fewer wake-ups per chunk than the default ~208 KiB
 		}
 	}
 	c.SetDeadline(time.Time{})
-	return c, ring, nil
+	return c, nil
 }
-
-// unixSockBuf is the send buffer of a Unix-domain link (capped by net.core.wmem_max); env
-// DDP_UNIX_SNDBUF overrides it (0: the kernel default). 4 MiB took the 64 MiB f16 ring from
-// ~90 to ~70 ms at 4 ranks on the 2-core VM (docs/perf-allreduce.md).
-var unixSockBuf = func() int {
-	if v, err := strconv.Atoi(os.Getenv("DDP_UNIX_SNDBUF")); err == nil {
-		return v
-	}
-	return 4 << 20
-}()
 
 func (t *tcpTransport) link(ctx context.Context, to int) (*tcpOut, error) {
 	t.outMu.Lock()
@@ -354,7 +297,7 @@ func (t *tcpTransport) link(ctx context.Context, to int) (*tcpOut, error) {
 		return l, l.err
 	}
 	l := &tcpOut{}
-	l.conn, l.shm, l.err = t.dial(ctx, to)
+	l.conn, l.err = t.dial(ctx, to)
 	if l.err != nil {
 		if ctx.Err() != nil {
 			// Our own collective was cancelled mid-dial: that says nothing about the peer, so
@@ -377,30 +320,12 @@ func (t *tcpTransport) Send(ctx context.Context, to int, p Payload) error {
 		return err
 	}
 	n := p.Size()
-	var b []byte
-	if r := l.shm; r != nil && r.fits(n) {
-		// Into the ring; the socket carries the doorbell.
-		pos := r.place(l.tail, n)
-		end := pos + uint64(n)
-		if err := t.shmSpace(ctx, l, to, end); err != nil {
-			return err
-		}
-		p.Encode(r.at(pos, n))
-		l.tail = end
-		if cap(l.buf) < 12 {
-			l.buf = make([]byte, 12)
-		}
-		b = l.buf[:12]
-		binary.LittleEndian.PutUint32(b, uint32(n)|shmDoorbell)
-		binary.LittleEndian.PutUint64(b[4:], pos)
-	} else {
-		if cap(l.buf) < 4+n {
-			l.buf = make([]byte, 4+n)
-		}
-		b = l.buf[:4+n]
-		binary.LittleEndian.PutUint32(b, uint32(n))
-		p.Encode(b[4:])
+	if cap(l.buf) < 4+n {
+		l.buf = make([]byte, 4+n)
 	}
+	b := l.buf[:4+n]
+	binary.LittleEndian.PutUint32(b, uint32(n))
+	p.Encode(b[4:])
 	// A Send whose ctx ends while the kernel's buffer is full keeps writing for sendGrace (so a
 	// send merely in progress when a collective fails completes and the abort frame can follow),
 	// then the write deadline cuts it.
@@ -433,27 +358,7 @@ func graceful(ctx context.Context, setDeadline func(time.Time) error, io func() 
 	return err
 }
 
-// shmSpace waits until the ring toward peer to has room up to end: the receiver releases space
-// at its next Recv and, seeing the waiting flag, writes one wake byte back on the socket.
-func (t *tcpTransport) shmSpace(ctx context.Context, l *tcpOut, to int, end uint64) error {
-	var wake [1]byte
-	read := func() error { _, err := io.ReadFull(l.conn, wake[:]); return err }
-	for !l.shm.room(end) {
-		sleep, consume := l.shm.wait(end)
-		if !sleep && !consume {
-			return nil
-		}
-		if err := graceful(ctx, l.conn.SetReadDeadline, read); err != nil {
-			return t.sendFailed(ctx, l, to, err)
-		}
-		if !sleep {
-			return nil
-		}
-	}
-	return nil
-}
-
-// sendFailed makes a failed write (or wait for ring space) the link's sticky error.
+// sendFailed makes a failed write (or read of an answer) the link's sticky error.
 func (t *tcpTransport) sendFailed(ctx context.Context, l *tcpOut, to int, err error) error {
 	select {
 	case <-t.closed:
@@ -488,13 +393,6 @@ func (t *tcpTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 	if in.err != nil {
 		return nil, in.err
 	}
-	if in.held {
-		// The caller is done with the last frame's view: give its space back to the sender.
-		in.held = false
-		if in.shm.release(in.next) {
-			in.conn.Write([]byte{1}) // it is waiting for space; a failure shows on the next read
-		}
-	}
 	// A blocked read ends when ctx does (a deadline in the past) or when Close closes the conn.
 	var mu sync.Mutex
 	done := false
@@ -521,7 +419,7 @@ func (t *tcpTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 	default:
 	}
 	switch {
-	case errors.Is(err, errTCPTooLarge), errors.Is(err, errShmFrame):
+	case errors.Is(err, errTCPTooLarge):
 		in.err = &PeerError{Rank: from, Err: fmt.Errorf("malformed frame: %w", err)}
 	case errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil:
 		// The stream may be mid-frame now: the link is unusable after this.
@@ -535,33 +433,13 @@ func (t *tcpTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 	return nil, in.err
 }
 
-// read reads one length-prefixed message into in.buf, or a doorbell and returns the frame's
-// view of the ring.
+// read reads one length-prefixed message into in.buf.
 func (in *tcpIn) read() ([]byte, error) {
-	var l [12]byte
-	if _, err := io.ReadFull(in.conn, l[:4]); err != nil {
+	var l [4]byte
+	if _, err := io.ReadFull(in.conn, l[:]); err != nil {
 		return nil, err
 	}
 	n := int(binary.LittleEndian.Uint32(l[:]))
-	if n&shmDoorbell != 0 {
-		n &^= shmDoorbell
-		if _, err := io.ReadFull(in.conn, l[4:]); err != nil {
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return nil, err
-		}
-		pos := binary.LittleEndian.Uint64(l[4:])
-		r := in.shm
-		switch {
-		case r == nil:
-			return nil, fmt.Errorf("%w: a shared-memory frame on a link without shared memory", errShmFrame)
-		case !r.fits(n) || pos != r.place(in.next, n) || pos%r.size+uint64(n) > r.size:
-			return nil, fmt.Errorf("%w: %d bytes at ring position %d, the last frame ended at %d", errShmFrame, n, pos, in.next)
-		}
-		in.next, in.held = pos+uint64(n), true
-		return r.at(pos, n), nil
-	}
 	if n > grpcMaxMsg {
 		return nil, fmt.Errorf("%w: message of %d bytes", errTCPTooLarge, n)
 	}
@@ -577,10 +455,6 @@ func (in *tcpIn) read() ([]byte, error) {
 	}
 	return b, nil
 }
-
-// releaseMemory unmaps the shared-memory rings. The Group calls it from Close once no collective
-// can run (a view of a ring may be in use until then); the transport is closed by then.
-func (t *tcpTransport) releaseMemory() { t.rings.release() }
 
 // Close ends every connection: frames already written reach the peer (the kernel sends what is
 // buffered before the FIN), so a rank that leaves right after its last collective does not take
@@ -611,7 +485,10 @@ func (t *tcpTransport) abort() error {
 		t.connsMu.Unlock()
 		t.wg.Wait()
 		if t.rdv != nil {
-			t.rdv.abort()
+			t.rdv.close()
+		}
+		if t.js != nil {
+			t.js.stop()
 		}
 	})
 	return nil
@@ -628,7 +505,61 @@ func transportKind(k string) (string, error) {
 	return "", fmt.Errorf("allreduce: unknown transport kind %q (want %s, %s or %s)", k, TransportGRPC, TransportTCP, TransportTCPInet)
 }
 
-var (
-	errTCPTooLarge = errors.New("frame too large")
-	errShmFrame    = errors.New("bad shared-memory frame")
-)
+var errTCPTooLarge = errors.New("frame too large")
+
+// The shared-memory decorator's needs (shm.go).
+var _ shmLinker = (*tcpTransport)(nil)
+
+func (t *tcpTransport) linkTo(ctx context.Context, to int) (bool, error) {
+	if to < 0 || to >= len(t.out) || to == t.cfg.Rank {
+		return false, fmt.Errorf("allreduce: send to invalid rank %d", to)
+	}
+	l, err := t.link(ctx, to)
+	if err != nil {
+		return false, err
+	}
+	_, local := l.conn.(*net.UnixConn)
+	return local, nil
+}
+
+func (t *tcpTransport) linkFromLocal(from int) bool {
+	in := t.in[from]
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	_, local := in.conn.(*net.UnixConn)
+	return local
+}
+
+// answer writes b on the connection the peer sends on: the socket is two-way, and nothing else
+// is ever written back on it.
+func (t *tcpTransport) answer(from int, b []byte) error {
+	in := t.in[from]
+	_, err := in.conn.Write(b)
+	return err
+}
+
+func (t *tcpTransport) readAnswer(ctx context.Context, to int, b []byte) error {
+	l, err := t.link(ctx, to)
+	if err != nil {
+		return err
+	}
+	err = graceful(ctx, l.conn.SetReadDeadline, func() error { _, err := io.ReadFull(l.conn, b); return err })
+	if err != nil {
+		return t.sendFailed(ctx, l, to, err)
+	}
+	return nil
+}
+
+func (t *tcpTransport) linkDown(peer int, out bool) bool {
+	if out {
+		t.outMu.Lock()
+		l := t.out[peer]
+		t.outMu.Unlock()
+		return l != nil && (l.err != nil || connGone(l.conn))
+	}
+	in := t.in[peer]
+	in.mu.Lock()
+	c := in.conn
+	in.mu.Unlock()
+	return c != nil && connGone(c)
+}
