@@ -37,6 +37,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/goddp/goddp/model"
 )
@@ -126,7 +127,7 @@ func commitCheckpoint(dir string, step int, files map[string][]byte, verify bool
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	name := fmt.Sprintf(ckptStepDirPattern, step)
-	tmp, err := os.MkdirTemp(dir, ckptTmpPrefix+name+"-")
+	tmp, err := os.MkdirTemp(dir, ckptTmpPrefix+name+"-"+tmpOwner()+"-")
 	if err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
@@ -183,6 +184,9 @@ func encodeSafetensors(ts []model.NamedTensor, meta map[string]string) ([]byte, 
 }
 
 // writeFileSync writes b to path and fsyncs it.
+// syncFile is (*os.File).Sync; tests slow it down to stand for slow storage.
+var syncFile = (*os.File).Sync
+
 func writeFileSync(path string, b []byte) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
@@ -192,7 +196,7 @@ func writeFileSync(path string, b []byte) error {
 		f.Close()
 		return fmt.Errorf("checkpoint: writing %s: %w", path, err)
 	}
-	if err := f.Sync(); err != nil {
+	if err := syncFile(f); err != nil {
 		f.Close()
 		return fmt.Errorf("checkpoint: fsync %s: %w", path, err)
 	}
@@ -390,13 +394,56 @@ func PruneCheckpoints(dir string, keep int) error {
 	}
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
-		if e.IsDir() && strings.HasPrefix(e.Name(), ckptTmpPrefix) {
+		if e.IsDir() && strings.HasPrefix(e.Name(), ckptTmpPrefix) && tmpIsOursOrStale(e.Name()) {
 			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
 				errs = append(errs, fmt.Errorf("checkpoint: removing %s: %w", e.Name(), err))
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Temporary directories carry their writer: .tmp-step-N-<host>-<pid>-<random>. Pruning removes
+// only this process's and those of dead processes of this host (an interrupted save), never one
+// another live writer may be filling: another host's on a shared filesystem, or another job's in
+// the same checkpoint.dir (the two sides of a partition did that to each other).
+
+// tmpOwner is this process's tag in its temporary directories.
+func tmpOwner() string { return fmt.Sprintf("%s-%d", hostTag(), os.Getpid()) }
+
+// hostTag is the host name as it can stand in a file name.
+func hostTag() string {
+	host, _ := os.Hostname()
+	return strings.Map(func(r rune) rune {
+		if r == '/' || r < ' ' {
+			return '_'
+		}
+		return r
+	}, host)
+}
+
+// tmpIsOursOrStale says whether a temporary directory name is this process's, or a dead process's
+// of this host. Names it cannot read are left alone.
+func tmpIsOursOrStale(name string) bool {
+	rest := strings.TrimPrefix(name, ckptTmpPrefix)
+	// rest: step-NNNNNNNN-<host>-<pid>-<random>[-old]
+	rest = strings.TrimSuffix(rest, "-old")
+	parts := strings.Split(rest, "-")
+	if len(parts) < 5 || parts[0] != "step" {
+		return false
+	}
+	pid, err := strconv.Atoi(parts[len(parts)-2])
+	if err != nil || pid <= 0 {
+		return false
+	}
+	if strings.Join(parts[2:len(parts)-2], "-") != hostTag() {
+		return false // another host's (a shared filesystem)
+	}
+	if pid == os.Getpid() {
+		return true
+	}
+	err = syscall.Kill(pid, 0)
+	return errors.Is(err, syscall.ESRCH) // no such process: an interrupted save
 }
 
 func sizesMatch(path string) bool {

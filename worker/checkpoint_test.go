@@ -2,7 +2,9 @@ package worker
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -145,14 +147,39 @@ func TestCheckpoint_prune(t *testing.T) {
 	}
 	broken := filepath.Join(dir, "step-00000006")
 	os.MkdirAll(broken, 0o755) // incomplete, newest
-	os.MkdirAll(filepath.Join(dir, ".tmp-step-00000007-x"), 0o755)
+	// Temporary directories: this process's and a dead process's of this host go; a live
+	// process's (another job in the same dir) and another host's stay, as do names it cannot read.
+	dead := exec.Command("true")
+	dead.Run()
+	tmps := map[string]bool{
+		".tmp-step-00000007-" + tmpOwner() + "-111":                              false,
+		fmt.Sprintf(".tmp-step-00000007-%s-%d-222", hostTag(), dead.Process.Pid): false,
+		fmt.Sprintf(".tmp-step-00000007-%s-%d-333", hostTag(), os.Getppid()):     true,
+		fmt.Sprintf(".tmp-step-00000007-other-host-%d-444", dead.Process.Pid):    true,
+		".tmp-step-00000007-x": true,
+	}
+	for name := range tmps {
+		os.MkdirAll(filepath.Join(dir, name), 0o755)
+	}
 	if err := PruneCheckpoints(dir, 2); err != nil {
 		t.Fatal(err)
 	}
 	ents, _ := os.ReadDir(dir)
 	var names []string
 	for _, e := range ents {
+		if keep, ok := tmps[e.Name()]; ok {
+			if !keep {
+				t.Errorf("prune left %s", e.Name())
+			}
+			delete(tmps, e.Name())
+			continue
+		}
 		names = append(names, e.Name())
+	}
+	for name, keep := range tmps {
+		if keep {
+			t.Errorf("prune removed %s, which is not this process's nor a dead one's of this host", name)
+		}
 	}
 	if strings.Join(names, ",") != "step-00000004,step-00000005,step-00000006" {
 		t.Errorf("after prune: %v", names)

@@ -226,6 +226,9 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		if err := st.save(cfg, env, ps, opt2, scaler, log); err != nil {
 			return nil, err
 		}
+		if err := st.waitWrite(); err != nil {
+			return nil, err
+		}
 	}
 	commSec, hidden := eng.CommStats()
 	secs := time.Since(wall).Seconds()

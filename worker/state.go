@@ -22,15 +22,22 @@ type runState struct {
 	ConfigHash string           `json:"config_hash"`
 	WorldSize  int              `json:"world_size"`
 	resumedAt  int
+	writing    *ckptWrite // the checkpoint write in flight (save), or nil
 }
 
 func (s *runState) firstStep() int { return s.resumedAt }
 
-// save writes a checkpoint of the current state: global rank 0 (and with checkpoint.per_host,
-// local rank 0 of every host); other ranks return at once.
+// save checkpoints the current state: global rank 0 (and with checkpoint.per_host, local rank 0
+// of every host) takes a snapshot in host memory now and writes it in the background, so the
+// other ranks' next collective never waits on the disk (a slow fsync used to run them into the
+// collective timeout); other ranks return at once. One write is in flight at a time: save first
+// waits for the previous one and returns its error. waitWrite waits for the last.
 func (s *runState) save(cfg *Config, env Env, ps *model.Params, opt Optimizer, sc *Scaler, log *slog.Logger) error {
 	if !checkpointWriter(cfg, env) {
 		return nil
+	}
+	if err := s.waitWrite(); err != nil {
+		return err
 	}
 	s.Scaler = sc.State()
 	s.OptimStep = opt.Steps()
@@ -44,16 +51,48 @@ func (s *runState) save(cfg *Config, env Env, ps *model.Params, opt Optimizer, s
 	for _, st := range opt.State() {
 		optim = append(optim, tensorToNamed(st.Name, st.T))
 	}
-	path, err := SaveCheckpoint(cfg.Checkpoint.Dir, s.Step, weights, optim, s)
+	state, err := json.Marshal(s) // now: s moves on while the write runs
 	if err != nil {
-		return err
+		return fmt.Errorf("checkpoint: encoding state.json: %w", err)
 	}
-	if cfg.Checkpoint.Keep > 0 {
-		if err := PruneCheckpoints(cfg.Checkpoint.Dir, cfg.Checkpoint.Keep); err != nil {
-			log.Warn("pruning old checkpoints", "err", err)
+	dir, step, keep := cfg.Checkpoint.Dir, s.Step, cfg.Checkpoint.Keep
+	w := &ckptWrite{step: step, done: make(chan struct{})}
+	s.writing = w
+	go func() {
+		defer close(w.done)
+		path, err := SaveCheckpoint(dir, step, weights, optim, json.RawMessage(state))
+		if err != nil {
+			w.err = err
+			return
 		}
+		if keep > 0 {
+			if err := PruneCheckpoints(dir, keep); err != nil {
+				log.Warn("pruning old checkpoints", "err", err)
+			}
+		}
+		log.Info("checkpoint written", "path", path, "step", step)
+	}()
+	return nil
+}
+
+// ckptWrite is a checkpoint being written in the background (save).
+type ckptWrite struct {
+	step int
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+// waitWrite waits for the checkpoint write in flight, if any, and returns its error.
+func (s *runState) waitWrite() error {
+	w := s.writing
+	if w == nil {
+		return nil
 	}
-	log.Info("checkpoint written", "path", path, "step", s.Step)
+	<-w.done
+	s.writing = nil
+	if w.err != nil {
+		return fmt.Errorf("worker: writing the checkpoint of step %d: %w", w.step, w.err)
+	}
 	return nil
 }
 

@@ -115,6 +115,7 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 			return nil, err
 		}
 		gcfg.Logger = log
+		gcfg.Timeout = cfg.DDP.Timeout.D // 0: allreduce's default
 		group, err = allreduce.NewGroup(ctx, gcfg)
 		if err != nil {
 			return nil, fmt.Errorf("worker: joining the process group: %w", err)
@@ -201,6 +202,7 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 
 	// ---- resume, then make every replica identical ----
 	st := &t.st
+	t.onClose(st.waitWrite) // a checkpoint still being written (state.go: save) lands before the process goes
 	if cfg.Checkpoint.Dir != "" {
 		cfg.Checkpoint.Dir = expandCheckpointDir(cfg.Checkpoint.Dir, env)
 		// Every rank ends up seeing the newest checkpoint any rank has (hosts without a shared

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -306,3 +307,36 @@ func (c Checkpointing) MarshalYAML() (any, error) { return c.String(), nil }
 
 // MarshalYAML writes the size as written.
 func (b ByteSize) MarshalYAML() (any, error) { return b.String(), nil }
+
+// Duration is a time written as Go writes durations ("30s", "2m", "1h30m") or "" (0). It is
+// `ddp.timeout`.
+type Duration struct {
+	D time.Duration
+}
+
+func (d *Duration) setText(s string) error {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		*d = Duration{}
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil || v < 0 {
+		return fmt.Errorf("%q is not a duration (e.g. 30s, 5m)", s)
+	}
+	*d = Duration{D: v}
+	return nil
+}
+
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error { return unmarshalText(n, d) }
+
+// MarshalYAML writes the duration ("" for 0).
+func (d Duration) MarshalYAML() (any, error) {
+	if d.D == 0 {
+		return "", nil
+	}
+	return d.D.String(), nil
+}
+
+// IsZero lets omitempty leave an unset duration out of the YAML (and so of the hash).
+func (d Duration) IsZero() bool { return d.D == 0 }

@@ -164,6 +164,10 @@ type DDPConfig struct {
 	// own connections and comm goroutine, so several all-reduces run at once on more cores.
 	// Results are bit-identical for any value. Default 1.
 	Channels int `yaml:"channels"`
+	// timeout: how long a collective waits for a silent peer before the job fails (Go duration:
+	// 30s, 5m). Default 30s (allreduce.DefaultTimeout). Checkpoint writes do not count against
+	// it (they run in the background); raise it for slow networks or very large buckets.
+	Timeout Duration `yaml:"timeout,omitempty"`
 }
 
 // LossScaleConfig is the `loss_scale:` section: the dynamic loss scaler of

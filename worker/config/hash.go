@@ -13,7 +13,7 @@ import (
 // train the same thing, and a resume that it continues the same run. Left out,
 // because they may differ between hosts without changing the result:
 // data.path, data.workers, data.prefetch, checkpoint.dir, checkpoint.per_host,
-// ddp.channels, train.log_every and train.memory_budget; and grad_accum_steps
+// ddp.channels, ddp.timeout, train.log_every and train.memory_budget; and grad_accum_steps
 // when global_batch is set (it follows from the world size, which an elastic
 // restart changes).
 //
@@ -25,6 +25,7 @@ func (c *Config) Hash() string {
 	cc.Data.Path, cc.Data.Workers, cc.Data.Prefetch = "", 0, 0
 	cc.Checkpoint.Dir, cc.Checkpoint.PerHost = "", false
 	cc.DDP.Channels = 0           // bit-identical results for any number of channels
+	cc.DDP.Timeout = Duration{}   // a bound on waiting, not part of the arithmetic
 	if cc.Train.GlobalBatch > 0 { // accumulation follows from global_batch and the world size,
 		cc.Train.GradAccumSteps = 0 // which an elastic restart changes (issue 7)
 	}
