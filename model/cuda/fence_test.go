@@ -63,14 +63,14 @@ func TestCUDA_fence(t *testing.T) {
 	for range 3 {
 		g.Fence() // dropped unspent: takes one of the n free events, or a new one
 	}
-	want := max(n, 3) // every event the three took comes back
+	wantFree := max(n, 3) // every event the three took comes back
 	deadline := time.Now().Add(5 * time.Second)
-	for g.fenceEvents() < want && time.Now().Before(deadline) {
+	for g.fenceEvents() < wantFree && time.Now().Before(deadline) {
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got := g.fenceEvents(); got != want {
-		t.Fatalf("%d free events after dropping 3 fences (%d before), want %d", got, n, want)
+	if got := g.fenceEvents(); got != wantFree {
+		t.Fatalf("%d free events after dropping 3 fences (%d before), want %d", got, n, wantFree)
 	}
 	g.Sync()
 }

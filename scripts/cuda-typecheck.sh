@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# cuda-typecheck.sh [PACKAGES] — type-check the cuda-tagged code on a machine without CUDA.
+# Copies the tree to a temporary directory, points gorgonia.org/cu at the pure-Go stub in
+# scripts/cudastub/cu (a module of its own, so not part of ./...), swaps model/cuda/cudadrv's cgo
+# file for the stub's signatures (scripts/cudastub/cudadrv.go.txt), and runs `go vet -tags cuda`.
+# It catches names, qualifiers and types — what a move or a rename breaks — not cgo or behaviour:
+# CUDA code still lands only after a GPU run (../shared/gpu/README.md). Keep the stubs' signatures
+# equal to the real ones when either changes.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$root"
+git ls-files -co --exclude-standard | grep -v '^scripts/cudastub/' | xargs -d '\n' cp --parents -t "$tmp/"
+cp -r scripts/cudastub/cu "$tmp/.cu-stub"
+cp scripts/cudastub/cudadrv.go.txt "$tmp/model/cuda/cudadrv/cudadrv.go"
+cd "$tmp"
+echo "replace gorgonia.org/cu => ./.cu-stub" >> go.mod
+GOFLAGS=-mod=mod go vet -tags cuda "${@:-./...}"
+echo "cuda-typecheck: ok"
