@@ -28,12 +28,13 @@ import (
 //  6. When every host of the roster proposes (or already runs) that same hash, the round is agreed:
 //     Step returns the roster and this host is running.
 //
-// And the split-brain rule (unless AllowMinority): a roster of step 5 must hold a strict majority
-// of the previous membership, the last round this host ran or, for a host that ran none (a spare,
-// a late host), the newest round it saw others run (their Prop and Size). Otherwise Step returns
-// a *SplitBrainError and this host must stop: the missing hosts may be going on as the job on the
-// other side of a network partition, and two sides resuming in one checkpoint.dir would each
-// write their own history there. CheckNNodes is the start-up half: with MIN ≤ MAX/2, two groups
+// And the split-brain rule (unless AllowMinority): the live hosts, and then a roster of step 5,
+// must hold a strict majority of the previous membership, the last round this host ran or, for a
+// host that ran none (a spare, a late host), the newest round it saw others run (their Prop and
+// Size). Otherwise Step returns a *SplitBrainError and this host must stop: the missing hosts may
+// be going on as the job on the other side of a network partition (they restart as soon as they
+// declare this side dead, so waiting for them is in vain), and two sides resuming in one
+// checkpoint.dir would each write their own history there. CheckNNodes is the start-up half: with MIN ≤ MAX/2, two groups
 // of MIN hosts could each start round 0.
 //
 // Two hosts with the same view compute the same roster; hosts whose views differ propose different
@@ -55,6 +56,12 @@ type RdzvState struct {
 	ran      bool        // this host has run (or failed) meta.Round
 	roster   *Roster     // the running round's roster
 	prev     *Membership // the previous membership: the last round run here, or seen run
+	proposed proposal    // the last roster this host proposed
+}
+
+type proposal struct {
+	round int
+	hash  string
 }
 
 // Membership is a round's hosts as one host knows them: all of them for a round it ran; for a round
@@ -94,10 +101,19 @@ type SplitBrainError struct {
 }
 
 func (e *SplitBrainError) Error() string {
-	return fmt.Sprintf("launcher: rendezvous: refusing round %d with host(s) %s: only %d of the %d hosts of round %d are among them, "+
+	return fmt.Sprintf("launcher: rendezvous: refusing round %d with host(s) %s: only %d of the %d hosts of round %d among them, "+
 		"not a strict majority, so the others may be going on without this side of a network partition, and two sides "+
 		"resuming in one checkpoint.dir would be a split brain; this side stops (pass --allow-minority on every host to go on anyway)",
 		e.Round, strings.Join(e.Hosts, ", "), e.Kept, e.Prev.Size, e.Prev.Round)
+}
+
+func splitBrain(round int, hosts []Member, p *Membership) *SplitBrainError {
+	var names []string
+	for _, h := range hosts {
+		names = append(names, h.Name)
+	}
+	sort.Strings(names)
+	return &SplitBrainError{Round: round, Hosts: names, Prev: p, Kept: p.Kept(hosts)}
 }
 
 // CheckNNodes is the start-up half of the split-brain rule: --nnodes MIN:MAX needs MIN > MAX/2
@@ -222,6 +238,9 @@ func (s *RdzvState) observe(members []Member) {
 		switch p := s.prev; {
 		case p == nil || mm.Round > p.Round:
 			s.prev = &Membership{Round: mm.Round, Hash: mm.Prop, Size: mm.Size, Hosts: map[string]bool{m.Name: true}, Seen: true}
+			if (proposal{mm.Round, mm.Prop}) == s.proposed {
+				s.prev.Hosts[s.Self] = true // the roster this host proposed, which peers agreed on first
+			}
 		case p.Seen && mm.Round == p.Round && mm.Prop == p.Hash:
 			p.Hosts[m.Name] = true
 		}
@@ -292,6 +311,11 @@ func (s *RdzvState) Step(now time.Time, members []Member) (*Roster, error) {
 	}
 	all[0].Meta = s.meta
 	r := s.meta.Round
+	// The split-brain rule, early: when the live hosts hold no strict majority of the previous
+	// membership, no roster can; stop now rather than wait for hosts that are gone.
+	if p := s.prev; p != nil && !s.AllowMinority && 2*p.Kept(all) <= p.Size {
+		return nil, splitBrain(r, all, p)
+	}
 	// 3 and 4: everyone at round r; Min of them, then Max or the last call.
 	ready := make([]Member, 0, len(all))
 	for _, m := range all {
@@ -316,17 +340,14 @@ func (s *RdzvState) Step(now time.Time, members []Member) (*Roster, error) {
 	// 5: the roster, and our proposal; the split-brain rule.
 	ro := makeRoster(r, ready, s.Max)
 	if p := s.prev; p != nil && !s.AllowMinority && !p.Majority(ro) {
-		var names []string
-		for _, h := range ro.Hosts {
-			names = append(names, h.Name)
-		}
-		return nil, &SplitBrainError{Round: r, Hosts: names, Prev: p, Kept: p.Kept(ro.Hosts)}
+		return nil, splitBrain(r, ro.Hosts, p)
 	}
 	if ro.NodeRank(s.Self) < 0 {
 		s.meta.Phase, s.meta.Prop = PhaseWaiting, "" // a spare
 		return nil, nil
 	}
 	s.meta.Phase, s.meta.Prop = PhaseProposed, ro.Hash
+	s.proposed = proposal{round: r, hash: ro.Hash}
 	// 6: agreement.
 	for _, h := range ro.Hosts {
 		if h.Name == s.Self {

@@ -278,7 +278,7 @@ func TestRdzvState_partitionMinorityStops(t *testing.T) {
 	if sb.Kept != 1 || sb.Prev.Size != 3 || sb.Prev.Round != 0 || sb.Round != 1 {
 		t.Errorf("error %+v, want 1 of round 0's 3 hosts, refusing round 1", sb)
 	}
-	for _, want := range []string{"split brain", "--allow-minority", "only 1 of the 3 hosts of round 0"} {
+	for _, want := range []string{"split brain", "--allow-minority", "only 1 of the 3 hosts of round 0 among them"} {
 		if !strings.Contains(sb.Error(), want) {
 			t.Errorf("error %q does not say %q", sb.Error(), want)
 		}
@@ -407,5 +407,62 @@ func TestNodeMeta_fits(t *testing.T) {
 		t.Errorf("metadata of %d bytes, over memberlist's %d: %s", len(b), memberlist.MetaMaxSize, b)
 	} else {
 		t.Logf("largest metadata: %d of %d bytes", len(b), memberlist.MetaMaxSize)
+	}
+}
+
+// stepOne steps one host and delivers its metadata at once (gossip is not in lock-step: a peer may
+// agree and run before this host has stepped again).
+func (n *network) stepOne(name string) (*Roster, error) {
+	var ms []Member
+	for o, m := range n.view[name] {
+		ms = append(ms, Member{Name: o, Meta: m})
+	}
+	ro, err := n.hosts[name].Step(n.now, ms)
+	n.deliver()
+	return ro, err
+}
+
+// A host that sees its peer already running the round it is about to agree on is not a minority
+// of that round: it agrees too.
+func TestRdzvState_peerAgreesFirst(t *testing.T) {
+	n := newNetwork(2, 3, "a", "b", "c")
+	n.run()
+	n.kill("c")
+	n.fail("a", "b")
+	n.stepOne("a") // quorum: the last call starts
+	n.stepOne("b")
+	n.now = n.now.Add(11 * time.Second)
+	if ro, err := n.stepOne("a"); ro != nil || err != nil { // proposes
+		t.Fatalf("a: %v %v", ro, err)
+	}
+	if ro, err := n.stepOne("b"); ro == nil || err != nil { // sees a's proposal: agrees, runs
+		t.Fatalf("b: %v %v, want b running round 1", ro, err)
+	}
+	ro, err := n.stepOne("a") // sees b running round 1 with 2 hosts
+	if err != nil || ro == nil || ro.Round != 1 || len(ro.Hosts) != 2 {
+		t.Fatalf("a: roster %+v, error %v: want round 1 with a and b", ro, err)
+	}
+}
+
+// Round 1 is agreed by b and c while a, which proposed it too, has not stepped again; then c
+// dies. a was in round 1 (its own proposal): with b it is 2 of round 1's 3 hosts, a majority.
+func TestRdzvState_proposedRoundCountsSelf(t *testing.T) {
+	n := newNetwork(2, 3, "a", "b", "c")
+	n.run()
+	n.fail("a", "b", "c")
+	for _, h := range []string{"a", "b", "c"} { // everyone proposes round 1 (Max hosts: no last call); c, last, agrees
+		if _, err := n.stepOne(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ro, err := n.stepOne("b"); ro == nil || err != nil || n.hosts["c"].Meta().Phase != PhaseRunning {
+		t.Fatalf("b: %v %v; c %s: want b and c running round 1", ro, err, n.hosts["c"].Meta().Phase)
+	}
+	n.kill("c")
+	if _, err := n.stepOne("a"); err != nil {
+		t.Fatalf("a: %v; it proposed round 1 and is one of its 2 survivors", err)
+	}
+	if p := n.hosts["a"].Previous(); p == nil || p.Round != 1 || !p.Hosts["a"] || !p.Hosts["b"] || p.Size != 3 {
+		t.Errorf("a's previous membership %+v, want round 1 of 3 with a and b", p)
 	}
 }
