@@ -231,7 +231,13 @@ func Run(ctx context.Context, o Options) error {
 		if sig := pendingSignal(o.Signals); sig != nil {
 			return &SignalError{Signal: sig}
 		}
-		asg, err := rdzv.Next(ctx, attempt)
+		var asg Assignment
+		var err error
+		sig := whileWatching(ctx, o.Signals, func(ctx context.Context) { asg, err = rdzv.Next(ctx, attempt) })
+		if sig != nil { // a multi-host round may wait for minutes: a signal ends the wait
+			log.Warn("ddplaunch: stopped by signal while waiting for the rendezvous", "signal", sig.String())
+			return &SignalError{Signal: sig}
+		}
 		if err != nil {
 			return fmt.Errorf("launcher: rendezvous for attempt %d: %w", attempt, err)
 		}
@@ -305,7 +311,11 @@ func Run(ctx context.Context, o Options) error {
 		reportEnd(rdzv, attempt, end)
 		// Multi-host: a dead peer breaks the ring before gossip declares it dead; name it.
 		if lx, ok := rdzv.(LossExplainer); ok {
-			if lost := lx.ExplainFailure(ctx, attempt); lost != nil {
+			var lost error
+			if sig := whileWatching(ctx, o.Signals, func(ctx context.Context) { lost = lx.ExplainFailure(ctx, attempt) }); sig != nil {
+				return &SignalError{Signal: sig}
+			}
+			if lost != nil {
 				var le *LostError
 				if !errors.As(end, &le) || le.Err.Error() != lost.Error() {
 					end = &LostError{Err: lost}
@@ -327,6 +337,31 @@ func reportEnd(r Rendezvous, attempt int, err error) {
 	if ar, ok := r.(AttemptReporter); ok {
 		ar.ReportEnd(attempt, err)
 	}
+}
+
+// whileWatching runs fn with a context that also ends when a signal arrives on sigs, and returns
+// that signal (nil when none came). No signal is taken from sigs once it returns.
+func whileWatching(ctx context.Context, sigs <-chan os.Signal, fn func(context.Context)) os.Signal {
+	if sigs == nil {
+		fn(ctx)
+		return nil
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var got os.Signal
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case got = <-sigs:
+			cancel()
+		case <-stop:
+		}
+	}()
+	fn(cctx)
+	close(stop)
+	<-done
+	return got
 }
 
 func pendingSignal(c <-chan os.Signal) os.Signal {

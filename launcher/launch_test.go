@@ -390,8 +390,8 @@ func TestRun_rendezvousSeam(t *testing.T) {
 func TestRun_rootCauseIsNotTheFirstExit(t *testing.T) {
 	j := newFakeJob(t)
 	o := j.options(2, "", map[int]string{
-		0: "ignoreterm,await:ready-1,sleep:300ms,echoerr:error: data: MNIST file train-images-idx3-ubyte(.gz) not found in /nonexistent,exit:3",
-		1: "echoerr:error: rendezvous at 127.0.0.1:46831: rpc error: code = Unavailable desc = error reading from server: EOF,ready,exit:1",
+		0: "ignoreterm,ready,await:ready-1,sleep:300ms,echoerr:error: data: MNIST file train-images-idx3-ubyte(.gz) not found in /nonexistent,exit:3",
+		1: "await:ready-0,echoerr:error: rendezvous at 127.0.0.1:46831: rpc error: code = Unavailable desc = error reading from server: EOF,ready,exit:1",
 	})
 	err := waitRun(t, runAsync(o), 30*time.Second)
 	var we *WorkerError
@@ -422,5 +422,32 @@ func TestRun_rootCauseIsTheEarliestError(t *testing.T) {
 	if report := j.stderr.String(); !strings.Contains(report, "ddplaunch: rank 0 also failed (exit status 3), ") ||
 		!strings.Contains(report, " after rank 1: error: out of memory") {
 		t.Errorf("report:\n%s", report)
+	}
+}
+
+// blockingRendezvous waits for hosts that never come, as a multi-host round can for minutes.
+type blockingRendezvous struct{}
+
+func (blockingRendezvous) Next(ctx context.Context, attempt int) (Assignment, error) {
+	<-ctx.Done()
+	return Assignment{}, ctx.Err()
+}
+
+// A signal while the rendezvous waits ends the wait at once (issue 22: SIGTERM ignored for minutes).
+func TestRun_signalDuringRendezvous(t *testing.T) {
+	j := newFakeJob(t)
+	sigs := make(chan os.Signal, 1)
+	o := j.options(2, "pid", nil)
+	o.Rendezvous, o.Signals = blockingRendezvous{}, sigs
+	c := runAsync(o)
+	time.Sleep(100 * time.Millisecond)
+	sigs <- syscall.SIGTERM
+	err := waitRun(t, c, 5*time.Second)
+	var se *SignalError
+	if !errors.As(err, &se) || ExitCode(err) != 143 {
+		t.Fatalf("Run: %v, want stopped by SIGTERM (143)", err)
+	}
+	if _, err := os.Stat(j.path("pid", 0, 0)); err == nil {
+		t.Error("a worker started")
 	}
 }

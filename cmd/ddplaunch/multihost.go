@@ -69,6 +69,9 @@ func (m *multiFlags) resolve(fs *pflag.FlagSet, c *cli, getenv func(string) stri
 		}
 		m.nodeRank = r
 	}
+	if err := m.check(); err != nil { // also on one host: a nonsense value is refused, not ignored
+		return err
+	}
 	m.enabled = m.maxNodes > 1 || len(m.join) > 0
 	if !m.enabled {
 		if m.tlsCert != "" || m.tlsKey != "" || m.tlsCA != "" || m.keyFile != "" {
@@ -77,9 +80,6 @@ func (m *multiFlags) resolve(fs *pflag.FlagSet, c *cli, getenv func(string) stri
 		return nil
 	}
 	if err := launcher.CheckNNodes(m.minNodes, m.maxNodes, m.allowMinority); err != nil {
-		return err
-	}
-	if err := m.check(); err != nil {
 		return err
 	}
 	if (m.tlsCert == "") != (m.tlsKey == "") || (m.tlsCert != "" && m.tlsCA == "") {
@@ -111,7 +111,7 @@ func checkFlags(c *cli) error {
 	return nil
 }
 
-// check refuses nonsense values of the multi-host flags of a multi-host job, naming the flag.
+// check refuses nonsense values of the multi-host flags, naming the flag.
 func (m *multiFlags) check() error {
 	for _, d := range []struct {
 		name string

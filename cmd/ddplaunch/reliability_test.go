@@ -37,6 +37,8 @@ func TestParseArgs_refusesNonsense(t *testing.T) {
 		{[]string{"--nnodes", "2:4", "--join", "h"}, "--allow-minority"},
 		{[]string{"--nnodes", "1:2", "--join", "h", "--allow-minority"}, ""},
 		{append([]string{"--rdzv-timeout", "-5s"}, multi...), "--rdzv-timeout -5s"},
+		{[]string{"--rdzv-timeout", "-5s"}, "--rdzv-timeout -5s"}, // on one host too: refused, not ignored
+		{[]string{"--bind", "0.0.0.0:99999"}, "--bind"},
 		{append([]string{"--rdzv-timeout", "0"}, multi...), "--rdzv-timeout 0s"},
 		{append([]string{"--rdzv-last-call", "-1s"}, multi...), "--rdzv-last-call -1s"},
 		{append([]string{"--rdzv-id", ""}, multi...), "--rdzv-id"},
@@ -115,13 +117,16 @@ func TestDdplaunch_reportsTheRootFailure(t *testing.T) {
 	var errb bytes.Buffer
 	cmd := exec.Command(bin, "--nproc-per-node", "2", "--grace", "5s", "sh", "-c", `
 if [ "$RANK" = 1 ]; then
+  while [ ! -e "$D/trapped" ]; do sleep 0.01; done
   echo "error: rendezvous at $MASTER_ADDR:$MASTER_PORT: rpc error: code = Unavailable desc = error reading from server: EOF" >&2
   exit 1
 fi
 trap '' TERM
+touch "$D/trapped"
 sleep 0.5
 echo "sh: data: MNIST file train-images-idx3-ubyte(.gz) not found in /nonexistent" >&2
 exit 3`)
+	cmd.Env = append(os.Environ(), "D="+t.TempDir())
 	cmd.Stderr = &errb
 	code := exitCode(t, cmd.Run())
 	s := errb.String()
