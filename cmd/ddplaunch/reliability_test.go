@@ -94,7 +94,7 @@ func TestDdplaunch_exitCodes(t *testing.T) {
 		{"no program", []string{"--nproc-per-node", "1", filepath.Join(dir, "no-such-program")}, 127, "start rank 0"},
 		{"not executable", []string{"--nproc-per-node", "1", noExec}, 126, "start rank 0"},
 		{"killed by a signal", []string{"--nproc-per-node", "1", "sh", "-c", "kill -9 $$"}, 137, "killed by signal 9"},
-		{"a worker's code", []string{"--nproc-per-node", "2", "sh", "-c", "exit $((RANK + 40))"}, 40, "exit status 40"},
+		{"a worker's code", []string{"--nproc-per-node", "2", "sh", "-c", `[ "$RANK" = 1 ] && exit 40; exec sleep 30`}, 40, "exit status 40"},
 	} {
 		code, stderr := run([]string{"D=" + dir}, tt.args...)
 		if code != tt.code || !strings.Contains(stderr, tt.say) {
