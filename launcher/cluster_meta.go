@@ -10,7 +10,9 @@ import (
 // peer of the previous version would misread.
 //
 //	1: first version (goddp issue 7)
-const RendezvousProtocol = 1
+//	2: Size (the running round's host count) and the split-brain rule: a round goes on only with a
+//	   strict majority of the previous round's hosts (issue 22); a v1 host would not apply it
+const RendezvousProtocol = 2
 
 // Phase is where a host stands in the rendezvous of a round. ONLY APPEND: peers read these words.
 type Phase string
@@ -43,6 +45,7 @@ type NodeMeta struct {
 	Port  int    `json:"p"`           // its master-port candidate for Round, used if it gets node rank 0
 	Prev  int    `json:"o"`           // its node rank in the round before Round (set on Wait), -1 before any
 	Prop  string `json:"q,omitempty"` // hash of the roster it proposes or runs (PhaseProposed/Running)
+	Size  int    `json:"z,omitempty"` // hosts in the roster of Round, once it runs it (Running/Failed/Done)
 	Err   string `json:"e,omitempty"` // why Round failed (PhaseFailed), at most 160 bytes
 }
 

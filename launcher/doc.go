@@ -9,14 +9,18 @@
 //     The multi-host rendezvous (memberlist, issue 7) plugs in here without touching the rest.
 //  2. Environment: BuildEnv, a pure function, gives each worker the base environment plus the
 //     variables below.
-//  3. Supervise: start one process per local rank, each in its own process group; prefix every
-//     output line with "[rank N] " (and copy it to --log-dir/rank-N.log); wait.
+//  3. Supervise: start one process per local rank, each in its own process group (at most
+//     MaxWorkersPerCPU per CPU without Options.Oversubscribe, CheckNProc; a signal or a failure
+//     while they are being started stops the starting at once); prefix every output line with
+//     "[rank N] " (and copy it to --log-dir/rank-N.log); wait.
 //  4. End: all exit 0, done. A worker that fails (non-zero exit or death by a signal) makes the
 //     launcher SIGTERM every other worker's process group, SIGKILL it after the grace period,
-//     report the rank, its status and its last lines, and then either restart the whole group
-//     (--max-restarts; back to 1 with DDP_RESTART_COUNT+1) or exit with the worker's status
-//     (128+signal for a signal). SIGINT/SIGTERM to the launcher are forwarded to every worker,
-//     followed by the same grace and SIGKILL; they never cause a restart.
+//     report the root failure (Blame: the worker whose failure began first, not a peer's
+//     follow-on error) with its status and last lines, the others in one line each, and then
+//     either restart the whole group (--max-restarts; back to 1 with DDP_RESTART_COUNT+1) or exit
+//     with the root failure's status (128+signal for a signal; ExitCode lists every code).
+//     SIGINT/SIGTERM to the launcher are forwarded to every worker, followed by the same grace
+//     and SIGKILL; they never cause a restart.
 //
 // # The contract with the worker
 //

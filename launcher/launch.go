@@ -42,6 +42,11 @@ type Options struct {
 	// TailLines is how many last lines of a failed worker's output the report shows; 0 = 10.
 	TailLines int
 
+	// Oversubscribe lets NProcPerNode exceed MaxWorkersPerCPU workers per CPU (--oversubscribe);
+	// see CheckNProc. Limits are the host's limits; nil = ThisHost().
+	Oversubscribe bool
+	Limits        *HostLimits
+
 	// LogDir, when set, receives every rank's output in LogDir/rank-N.log (appended, one header
 	// line per attempt). It is created if needed.
 	LogDir string
@@ -100,11 +105,17 @@ type LostError struct{ Err error }
 func (e *LostError) Error() string { return "launcher: job membership lost: " + e.Err.Error() }
 func (e *LostError) Unwrap() error { return e.Err }
 
-// ExitCode maps Run's error to the launcher's exit status: 0 for nil, the failed worker's status,
-// 128+signal when stopped by a signal, 1 otherwise.
+// ExitCode maps Run's error to the launcher's exit status (ddplaunch --help lists them):
+//
+//	0        nil: every worker exited 0
+//	N        *WorkerError: the root failure's exit code (Blame), or 128+signal when a signal killed it
+//	128+N    *SignalError: the launcher was stopped by signal N (SIGINT 130, SIGTERM 143)
+//	2        *ConfigError: bad options, found before any worker started (as a usage error)
+//	126, 127 *StartError: the program is not executable, or not found (as a shell says)
+//	1        anything else: the rendezvous failed or timed out, a host was lost, a restart was refused
 func ExitCode(err error) int {
 	if err == nil {
-		return 0
+		return ExitOK
 	}
 	var c interface{ ExitCode() int }
 	if errors.As(err, &c) {
@@ -112,18 +123,22 @@ func ExitCode(err error) int {
 			return n
 		}
 	}
-	return 1
+	return ExitFailure
 }
 
 func (o *Options) setDefaults() {
 	if o.Env == nil {
 		o.Env = os.Environ()
 	}
-	if o.Grace <= 0 {
+	if o.Grace == 0 {
 		o.Grace = 10 * time.Second
 	}
-	if o.TailLines <= 0 {
+	if o.TailLines == 0 {
 		o.TailLines = 10
+	}
+	if o.Limits == nil {
+		h := ThisHost()
+		o.Limits = &h
 	}
 	if o.Stdout == nil {
 		o.Stdout = os.Stdout
@@ -145,18 +160,24 @@ func textLogger(w io.Writer) *slog.Logger {
 	}))
 }
 
+// validate checks the options after setDefaults; every error is a *ConfigError naming the flag.
 func (o *Options) validate() error {
+	var err error
 	switch {
-	case o.NProcPerNode < 1:
-		return fmt.Errorf("launcher: NProcPerNode %d: want at least 1", o.NProcPerNode)
 	case o.Program == "":
-		return errors.New("launcher: no program to run")
+		err = errors.New("no program to run")
 	case o.MaxRestarts < 0:
-		return fmt.Errorf("launcher: MaxRestarts %d: want 0 or more", o.MaxRestarts)
+		err = fmt.Errorf("--max-restarts %d: want 0 or more", o.MaxRestarts)
 	case o.MasterPort < 0 || o.MasterPort > 65535:
-		return fmt.Errorf("launcher: MasterPort %d out of range", o.MasterPort)
+		err = fmt.Errorf("--master-port %d: want 0..65535", o.MasterPort)
+	case o.Grace < 0:
+		err = fmt.Errorf("--grace %v: want a positive duration", o.Grace)
+	case o.TailLines < 0:
+		err = fmt.Errorf("TailLines %d: want 0 or more", o.TailLines)
+	default:
+		return CheckNProc(o.NProcPerNode, *o.Limits, o.Oversubscribe)
 	}
-	return nil
+	return &ConfigError{Err: err}
 }
 
 // Run runs a job on this host: for each attempt it asks the Rendezvous for the world, starts
@@ -210,7 +231,13 @@ func Run(ctx context.Context, o Options) error {
 		if sig := pendingSignal(o.Signals); sig != nil {
 			return &SignalError{Signal: sig}
 		}
-		asg, err := rdzv.Next(ctx, attempt)
+		var asg Assignment
+		var err error
+		sig := whileWatching(ctx, o.Signals, func(ctx context.Context) { asg, err = rdzv.Next(ctx, attempt) })
+		if sig != nil { // a multi-host round may wait for minutes: a signal ends the wait
+			log.Warn("ddplaunch: stopped by signal while waiting for the rendezvous", "signal", sig.String())
+			return &SignalError{Signal: sig}
+		}
 		if err != nil {
 			return fmt.Errorf("launcher: rendezvous for attempt %d: %w", attempt, err)
 		}
@@ -279,12 +306,16 @@ func Run(ctx context.Context, o Options) error {
 		default:
 			f := out.Failure
 			end = &WorkerError{Rank: f.Rank, LocalRank: f.LocalRank, Pid: f.Pid, Status: f.Status, Tail: f.Tail, Restarts: attempt}
-			printFailure(stderr, f)
+			printFailure(stderr, f, out.Failures[1:])
 		}
 		reportEnd(rdzv, attempt, end)
 		// Multi-host: a dead peer breaks the ring before gossip declares it dead; name it.
 		if lx, ok := rdzv.(LossExplainer); ok {
-			if lost := lx.ExplainFailure(ctx, attempt); lost != nil {
+			var lost error
+			if sig := whileWatching(ctx, o.Signals, func(ctx context.Context) { lost = lx.ExplainFailure(ctx, attempt) }); sig != nil {
+				return &SignalError{Signal: sig}
+			}
+			if lost != nil {
 				var le *LostError
 				if !errors.As(end, &le) || le.Err.Error() != lost.Error() {
 					end = &LostError{Err: lost}
@@ -308,6 +339,31 @@ func reportEnd(r Rendezvous, attempt int, err error) {
 	}
 }
 
+// whileWatching runs fn with a context that also ends when a signal arrives on sigs, and returns
+// that signal (nil when none came). No signal is taken from sigs once it returns.
+func whileWatching(ctx context.Context, sigs <-chan os.Signal, fn func(context.Context)) os.Signal {
+	if sigs == nil {
+		fn(ctx)
+		return nil
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var got os.Signal
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case got = <-sigs:
+			cancel()
+		case <-stop:
+		}
+	}()
+	fn(cctx)
+	close(stop)
+	<-done
+	return got
+}
+
 func pendingSignal(c <-chan os.Signal) os.Signal {
 	select {
 	case s := <-c:
@@ -317,8 +373,10 @@ func pendingSignal(c <-chan os.Signal) os.Signal {
 	}
 }
 
-// printFailure writes the failure report: which rank, how it ended, its last lines.
-func printFailure(w io.Writer, f *WorkerExit) {
+// printFailure writes the failure report: which rank, how it ended, its last lines; then, one line
+// each, the other workers that failed at about the same time (Blame's other candidates), with
+// when their failure began relative to the root's.
+func printFailure(w io.Writer, f *WorkerExit, others []WorkerExit) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "ddplaunch: rank %d (local rank %d, pid %d) failed: %v\n", f.Rank, f.LocalRank, f.Pid, f.Status)
 	if len(f.Tail) == 0 {
@@ -332,6 +390,22 @@ func printFailure(w io.Writer, f *WorkerExit) {
 		for _, l := range f.Tail {
 			fmt.Fprintf(&b, "    %s\n", l)
 		}
+	}
+	for _, o := range others {
+		d := failureBegan(o).Sub(failureBegan(*f)).Round(time.Millisecond)
+		when := fmt.Sprintf("%v after", d)
+		if d < 0 {
+			when = fmt.Sprintf("%v before", -d)
+		}
+		why := ""
+		if IsFollowOn(o) && !IsFollowOn(*f) {
+			why = ", a consequence: its error says a peer went away"
+		}
+		line := o.ErrorLine
+		if line == "" && len(o.Tail) > 0 {
+			line = o.Tail[len(o.Tail)-1]
+		}
+		fmt.Fprintf(&b, "ddplaunch: rank %d also failed (%v), %s rank %d%s: %s\n", o.Rank, o.Status, when, f.Rank, why, line)
 	}
 	io.WriteString(w, b.String()) //nolint:errcheck
 }

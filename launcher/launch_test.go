@@ -384,3 +384,70 @@ func TestRun_rendezvousSeam(t *testing.T) {
 		t.Errorf("attempts %v ends %v", rz.attempts, rz.ends)
 	}
 }
+
+// Issue 22, item 7: rank 1 exits first, with a peer's rendezvous EOF; rank 0, whose own error is
+// the cause, prints it and exits a moment later. The report and the exit code are rank 0's.
+func TestRun_rootCauseIsNotTheFirstExit(t *testing.T) {
+	j := newFakeJob(t)
+	o := j.options(2, "", map[int]string{
+		0: "ignoreterm,ready,await:ready-1,sleep:300ms,echoerr:error: data: MNIST file train-images-idx3-ubyte(.gz) not found in /nonexistent,exit:3",
+		1: "await:ready-0,echoerr:error: rendezvous at 127.0.0.1:46831: rpc error: code = Unavailable desc = error reading from server: EOF,ready,exit:1",
+	})
+	err := waitRun(t, runAsync(o), 30*time.Second)
+	var we *WorkerError
+	if !errors.As(err, &we) || we.Rank != 0 || ExitCode(err) != 3 {
+		t.Fatalf("Run: %v, want rank 0's exit status 3 (the root cause), not rank 1's follow-on", err)
+	}
+	report := j.stderr.String()
+	first := strings.Index(report, "ddplaunch: rank 0 (local rank 0")
+	also := strings.Index(report, "ddplaunch: rank 1 also failed (exit status 1)")
+	if first < 0 || also < first || !strings.Contains(report[also:], "a consequence: its error says a peer went away") {
+		t.Errorf("report does not put rank 0 first and rank 1 as a consequence:\n%s", report)
+	}
+}
+
+// Two failures of their own: the one whose error line came first is the root, although the other
+// exited first.
+func TestRun_rootCauseIsTheEarliestError(t *testing.T) {
+	j := newFakeJob(t)
+	o := j.options(2, "", map[int]string{
+		0: "await:ready-1,sleep:300ms,echoerr:error: out of memory,exit:3",
+		1: "ignoreterm,echoerr:error: disk on fire,ready,sleep:1500ms,exit:2",
+	})
+	err := waitRun(t, runAsync(o), 30*time.Second)
+	var we *WorkerError
+	if !errors.As(err, &we) || we.Rank != 1 || ExitCode(err) != 2 {
+		t.Fatalf("Run: %v, want rank 1's exit status 2 (its error came first)", err)
+	}
+	if report := j.stderr.String(); !strings.Contains(report, "ddplaunch: rank 0 also failed (exit status 3), ") ||
+		!strings.Contains(report, " after rank 1: error: out of memory") {
+		t.Errorf("report:\n%s", report)
+	}
+}
+
+// blockingRendezvous waits for hosts that never come, as a multi-host round can for minutes.
+type blockingRendezvous struct{}
+
+func (blockingRendezvous) Next(ctx context.Context, attempt int) (Assignment, error) {
+	<-ctx.Done()
+	return Assignment{}, ctx.Err()
+}
+
+// A signal while the rendezvous waits ends the wait at once (issue 22: SIGTERM ignored for minutes).
+func TestRun_signalDuringRendezvous(t *testing.T) {
+	j := newFakeJob(t)
+	sigs := make(chan os.Signal, 1)
+	o := j.options(2, "pid", nil)
+	o.Rendezvous, o.Signals = blockingRendezvous{}, sigs
+	c := runAsync(o)
+	time.Sleep(100 * time.Millisecond)
+	sigs <- syscall.SIGTERM
+	err := waitRun(t, c, 5*time.Second)
+	var se *SignalError
+	if !errors.As(err, &se) || ExitCode(err) != 143 {
+		t.Fatalf("Run: %v, want stopped by SIGTERM (143)", err)
+	}
+	if _, err := os.Stat(j.path("pid", 0, 0)); err == nil {
+		t.Error("a worker started")
+	}
+}

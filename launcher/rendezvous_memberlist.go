@@ -19,9 +19,12 @@ import (
 // MemberlistConfig configures NewMemberlistRendezvous: one host of a multi-host job.
 type MemberlistConfig struct {
 	Job      string // --rdzv-id: hosts of other jobs are refused
-	MinNodes int    // --nnodes MIN:MAX (MIN = MAX for a fixed size)
+	MinNodes int    // --nnodes MIN:MAX (MIN = MAX for a fixed size); MIN > MAX/2 unless AllowMinority
 	MaxNodes int
 	NodeRank int // --node-rank, or -1 for auto (the stable order)
+	// AllowMinority (--allow-minority) turns off the split-brain rule: MIN may be ≤ MAX/2, and a
+	// restart may go on with a minority of the previous round's hosts (see RdzvState).
+	AllowMinority bool
 
 	NProc      int    // workers on this host; every host must run the same number
 	GPUs       int    // GPUs this host sees (informational)
@@ -42,6 +45,25 @@ type MemberlistConfig struct {
 
 // DefaultGossipPort is the gossip port when --bind or a --join address gives none.
 const DefaultGossipPort = 7946
+
+// MaxJobID is the longest --rdzv-id: the job id travels in every host's metadata, which must fit
+// memberlist's 512 bytes with everything else (TestNodeMeta_fits).
+const MaxJobID = 96
+
+// CheckJobID refuses a --rdzv-id that is empty, longer than MaxJobID, or has characters other than
+// letters, digits and . _ - : @ / + = (a *ConfigError).
+func CheckJobID(id string) error {
+	ok := id != "" && len(id) <= MaxJobID
+	for _, c := range []byte(id) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("._-:@/+=", c) >= 0) {
+			ok = false
+		}
+	}
+	if !ok {
+		return &ConfigError{Err: fmt.Errorf("--rdzv-id %q: want 1 to %d letters, digits or . _ - : @ / + =", id, MaxJobID)}
+	}
+	return nil
+}
 
 // MemberlistRendezvous is the multi-host Rendezvous: this launcher is a memberlist member whose
 // metadata (NodeMeta) says who it is and where it stands; RdzvState decides the rounds. It also
@@ -100,6 +122,12 @@ func NewMemberlistRendezvous(cfg MemberlistConfig) (*MemberlistRendezvous, error
 	case cfg.NProc < 1:
 		return nil, fmt.Errorf("launcher: nproc %d: want at least 1", cfg.NProc)
 	}
+	if err := CheckJobID(cfg.Job); err != nil {
+		return nil, err
+	}
+	if err := CheckNNodes(cfg.MinNodes, cfg.MaxNodes, cfg.AllowMinority); err != nil {
+		return nil, err
+	}
 	bindHost, bindPortS, err := net.SplitHostPort(ensurePort(cfg.Bind))
 	if err != nil {
 		return nil, fmt.Errorf("launcher: --bind %q: %w", cfg.Bind, err)
@@ -143,6 +171,7 @@ func NewMemberlistRendezvous(cfg MemberlistConfig) (*MemberlistRendezvous, error
 		meta.KeyID = KeyID(cfg.Key)
 	}
 	r.core = NewRdzvState(r.name, meta, cfg.MinNodes, cfg.MaxNodes, cfg.LastCall)
+	r.core.AllowMinority = cfg.AllowMinority
 
 	mc := cfg.Cluster.memberlistConfig(slogWriter{log: r.log})
 	mc.Name = r.name

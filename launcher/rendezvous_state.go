@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -27,6 +28,15 @@ import (
 //  6. When every host of the roster proposes (or already runs) that same hash, the round is agreed:
 //     Step returns the roster and this host is running.
 //
+// And the split-brain rule (unless AllowMinority): the live hosts, and then a roster of step 5,
+// must hold a strict majority of the previous membership, the last round this host ran or, for a
+// host that ran none (a spare, a late host), the newest round it saw others run (their Prop and
+// Size). Otherwise Step returns a *SplitBrainError and this host must stop: the missing hosts may
+// be going on as the job on the other side of a network partition (they restart as soon as they
+// declare this side dead, so waiting for them is in vain), and two sides resuming in one
+// checkpoint.dir would each write their own history there. CheckNNodes is the start-up half: with MIN ≤ MAX/2, two groups
+// of MIN hosts could each start round 0.
+//
 // Two hosts with the same view compute the same roster; hosts whose views differ propose different
 // hashes and wait until gossip makes the views equal. A host not in the roster (more than Max)
 // waits as a spare. Thread-unsafe: one goroutine (or a mutex) owns it.
@@ -37,11 +47,85 @@ type RdzvState struct {
 	LastCall time.Duration
 	// Self is this host's memberlist name.
 	Self string
+	// AllowMinority turns the split-brain rule off (--allow-minority): a round may go on with any
+	// number (≥ Min) of the previous round's hosts.
+	AllowMinority bool
 
 	meta     NodeMeta
-	quorumAt time.Time // when Min hosts were first seen ready in this round; zero otherwise
-	ran      bool      // this host has run (or failed) meta.Round
-	roster   *Roster   // the running round's roster
+	quorumAt time.Time   // when Min hosts were first seen ready in this round; zero otherwise
+	ran      bool        // this host has run (or failed) meta.Round
+	roster   *Roster     // the running round's roster
+	prev     *Membership // the previous membership: the last round run here, or seen run
+	proposed proposal    // the last roster this host proposed
+}
+
+type proposal struct {
+	round int
+	hash  string
+}
+
+// Membership is a round's hosts as one host knows them: all of them for a round it ran; for a round
+// it only saw others run, those it saw (Hosts) and how many there were (Size, from their metadata).
+type Membership struct {
+	Round int
+	Hash  string // the roster's hash
+	Size  int
+	Hosts map[string]bool
+	Seen  bool // learnt from other hosts' metadata, not run here
+}
+
+// Kept is how many of hosts were in m.
+func (m *Membership) Kept(hosts []Member) int {
+	n := 0
+	for _, h := range hosts {
+		if m.Hosts[h.Name] {
+			n++
+		}
+	}
+	return n
+}
+
+// Majority says whether ro may follow m: it is m's own roster, or it holds more than half of m's
+// hosts.
+func (m *Membership) Majority(ro *Roster) bool {
+	return ro.Hash == m.Hash && ro.Round == m.Round || 2*m.Kept(ro.Hosts) > m.Size
+}
+
+// SplitBrainError is Step's error when the hosts of a new round are not a strict majority of the
+// previous membership (see RdzvState).
+type SplitBrainError struct {
+	Round int      // the refused round
+	Hosts []string // its hosts
+	Prev  *Membership
+	Kept  int // how many of Prev's hosts are among Hosts
+}
+
+func (e *SplitBrainError) Error() string {
+	return fmt.Sprintf("launcher: rendezvous: refusing round %d with host(s) %s: only %d of the %d hosts of round %d among them, "+
+		"not a strict majority, so the others may be going on without this side of a network partition, and two sides "+
+		"resuming in one checkpoint.dir would be a split brain; this side stops (pass --allow-minority on every host to go on anyway)",
+		e.Round, strings.Join(e.Hosts, ", "), e.Kept, e.Prev.Size, e.Prev.Round)
+}
+
+func splitBrain(round int, hosts []Member, p *Membership) *SplitBrainError {
+	var names []string
+	for _, h := range hosts {
+		names = append(names, h.Name)
+	}
+	sort.Strings(names)
+	return &SplitBrainError{Round: round, Hosts: names, Prev: p, Kept: p.Kept(hosts)}
+}
+
+// CheckNNodes is the start-up half of the split-brain rule: --nnodes MIN:MAX needs MIN > MAX/2
+// unless allowMinority, or a partition could leave two groups of MIN hosts that each start the
+// job. The error is a *ConfigError naming the flags.
+func CheckNNodes(min, max int, allowMinority bool) error {
+	if allowMinority || 2*min > max {
+		return nil
+	}
+	return &ConfigError{Err: fmt.Errorf("--nnodes %d:%d: MIN must be more than half of MAX (here at least %d): "+
+		"with MIN ≤ MAX/2 a network partition can leave two groups of MIN hosts, and each would go on as the job "+
+		"in the same checkpoint.dir (split brain); pass --allow-minority to accept that", min, max, max/2+1)}
 }
 
 // Member is one live host as the rendezvous sees it.
@@ -134,8 +218,33 @@ func (s *RdzvState) Wait(port int) {
 		// Prev changes only between rounds: peers still agreeing on the old round sort by it.
 		s.meta.Prev = s.roster.NodeRank(s.Self)
 	}
-	s.meta.Phase, s.meta.Port, s.meta.Prop, s.meta.Err = PhaseWaiting, port, "", ""
+	s.meta.Phase, s.meta.Port, s.meta.Prop, s.meta.Size, s.meta.Err = PhaseWaiting, port, "", 0, ""
 	s.quorumAt = time.Time{}
+}
+
+// Previous is the previous membership the split-brain rule compares a new round with; nil before
+// this host has run or seen a round.
+func (s *RdzvState) Previous() *Membership { return s.prev }
+
+// observe learns the newest round that peers run (or ran) from their metadata, for a host that
+// has not run it itself.
+func (s *RdzvState) observe(members []Member) {
+	for _, m := range members {
+		mm := m.Meta
+		if m.Name == s.Self || mm.Prop == "" || mm.Size < 1 ||
+			(mm.Phase != PhaseRunning && mm.Phase != PhaseFailed && mm.Phase != PhaseDone) {
+			continue
+		}
+		switch p := s.prev; {
+		case p == nil || mm.Round > p.Round:
+			s.prev = &Membership{Round: mm.Round, Hash: mm.Prop, Size: mm.Size, Hosts: map[string]bool{m.Name: true}, Seen: true}
+			if (proposal{mm.Round, mm.Prop}) == s.proposed {
+				s.prev.Hosts[s.Self] = true // the roster this host proposed, which peers agreed on first
+			}
+		case p.Seen && mm.Round == p.Round && mm.Prop == p.Hash:
+			p.Hosts[m.Name] = true
+		}
+	}
 }
 
 // End records the end of the running round: done when err is nil, failed with err's text.
@@ -147,11 +256,22 @@ func (s *RdzvState) End(err error) {
 		s.meta.Phase = PhaseDone
 		return
 	}
-	msg := err.Error()
-	if len(msg) > 160 {
-		msg = msg[:157] + "..."
+	s.meta.Phase, s.meta.Err = PhaseFailed, metaText(err.Error(), 160)
+}
+
+// metaText makes msg safe for metadata that must stay small: printable ASCII without the
+// characters JSON escapes into several bytes (", \, <, >, &), at most n bytes.
+func metaText(msg string, n int) string {
+	b := []byte(msg)
+	for i, c := range b {
+		if c < ' ' || c > '~' || strings.IndexByte(`"\<>&`, c) >= 0 {
+			b[i] = '?'
+		}
 	}
-	s.meta.Phase, s.meta.Err = PhaseFailed, msg
+	if len(b) > n {
+		b = append(b[:n-3], "..."...)
+	}
+	return string(b)
 }
 
 // Leave marks this host as leaving cleanly, unless its job is done (a done host just goes).
@@ -176,6 +296,7 @@ func (s *RdzvState) Step(now time.Time, members []Member) (*Roster, error) {
 			all = append(all, m)
 		}
 	}
+	s.observe(members)
 	// 1 and 2: a finished job; a later round.
 	for _, m := range all[1:] {
 		if m.Meta.Phase == PhaseDone && m.Meta.Round >= s.meta.Round {
@@ -190,6 +311,11 @@ func (s *RdzvState) Step(now time.Time, members []Member) (*Roster, error) {
 	}
 	all[0].Meta = s.meta
 	r := s.meta.Round
+	// The split-brain rule, early: when the live hosts hold no strict majority of the previous
+	// membership, no roster can; stop now rather than wait for hosts that are gone.
+	if p := s.prev; p != nil && !s.AllowMinority && 2*p.Kept(all) <= p.Size {
+		return nil, splitBrain(r, all, p)
+	}
 	// 3 and 4: everyone at round r; Min of them, then Max or the last call.
 	ready := make([]Member, 0, len(all))
 	for _, m := range all {
@@ -211,13 +337,17 @@ func (s *RdzvState) Step(now time.Time, members []Member) (*Roster, error) {
 	if len(ready) < s.Max && now.Sub(s.quorumAt) < s.LastCall {
 		return nil, nil
 	}
-	// 5: the roster, and our proposal.
+	// 5: the roster, and our proposal; the split-brain rule.
 	ro := makeRoster(r, ready, s.Max)
+	if p := s.prev; p != nil && !s.AllowMinority && !p.Majority(ro) {
+		return nil, splitBrain(r, ro.Hosts, p)
+	}
 	if ro.NodeRank(s.Self) < 0 {
 		s.meta.Phase, s.meta.Prop = PhaseWaiting, "" // a spare
 		return nil, nil
 	}
 	s.meta.Phase, s.meta.Prop = PhaseProposed, ro.Hash
+	s.proposed = proposal{round: r, hash: ro.Hash}
 	// 6: agreement.
 	for _, h := range ro.Hosts {
 		if h.Name == s.Self {
@@ -228,9 +358,13 @@ func (s *RdzvState) Step(now time.Time, members []Member) (*Roster, error) {
 			return nil, nil
 		}
 	}
-	s.meta.Phase = PhaseRunning
+	s.meta.Phase, s.meta.Size = PhaseRunning, len(ro.Hosts)
 	s.ran = true
 	s.roster = ro
+	s.prev = &Membership{Round: r, Hash: ro.Hash, Size: len(ro.Hosts), Hosts: map[string]bool{}}
+	for _, h := range ro.Hosts {
+		s.prev.Hosts[h.Name] = true
+	}
 	return ro, nil
 }
 

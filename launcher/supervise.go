@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -60,8 +62,16 @@ func statusOf(ps *os.ProcessState) ExitStatus {
 type WorkerExit struct {
 	Rank, LocalRank int
 	Pid             int
+	Started         bool // false: never started (a signal or a failure came first); nothing else is set
 	Status          ExitStatus
-	Tail            []string // its last output lines (both streams, in arrival order)
+	Tail            []string  // its last output lines (both streams, in arrival order)
+	Exited          time.Time // when the launcher saw it exit
+	// ErrorAt is when the launcher read the worker's first error line on stderr (IsErrorLine), and
+	// ErrorLine is that line; zero and "" when it wrote none.
+	ErrorAt   time.Time
+	ErrorLine string
+	// Stopped says the launcher had already sent it the stop signal when it exited.
+	Stopped bool
 }
 
 // SuperviseConfig tunes Supervise. The zero value is usable: no grace (immediate SIGKILL after
@@ -80,22 +90,54 @@ type SuperviseConfig struct {
 	// Drain is how long to wait for a worker's output pipes to reach EOF after it exited and its
 	// process group was killed (a grandchild that escaped the group may hold them open). 0 = 2s.
 	Drain time.Duration
+	// RootCauseWindow is how long after the first failed exit another worker's failure may begin
+	// and still be taken for the root cause (Blame); 0 = DefaultRootCauseWindow.
+	RootCauseWindow time.Duration
+
+	beforeStart func(i int, s *supervisor) // tests: called before worker i is started
 }
 
 // Outcome is how a supervised group ended. At most one of Failure, Signal, Lost and Ctx is set;
 // none is set when every worker exited 0.
 type Outcome struct {
-	Exits   []WorkerExit // one per WorkerSpec, in the same order
-	Failure *WorkerExit  // the first worker that failed on its own (not while being stopped)
-	Signal  os.Signal    // the launcher's signal that stopped the workers
-	Lost    error        // the error from SuperviseConfig.Lost that stopped the workers
-	Ctx     error        // ctx's error when its end stopped the workers
-	Killed  []int        // ranks whose process group got SIGKILL after the grace period
+	Exits []WorkerExit // one per WorkerSpec, in the same order
+	// Failure is the root failure: of the workers that failed on their own (not because they were
+	// stopped), the one Blame puts first. Failures are all of them, root first.
+	Failure  *WorkerExit
+	Failures []WorkerExit
+	Signal   os.Signal // the launcher's signal that stopped the workers
+	Lost     error     // the error from SuperviseConfig.Lost that stopped the workers
+	Ctx      error     // ctx's error when its end stopped the workers
+	Killed   []int     // ranks whose process group got SIGKILL after the grace period
 }
 
 // Succeeded reports whether every worker exited 0 with no stop requested.
 func (o *Outcome) Succeeded() bool {
 	return o.Failure == nil && o.Signal == nil && o.Lost == nil && o.Ctx == nil
+}
+
+// StartError is Supervise's error (and Run's) when a worker could not be started.
+type StartError struct {
+	Rank int
+	Path string
+	Err  error
+}
+
+func (e *StartError) Error() string {
+	return fmt.Sprintf("launcher: start rank %d (%s): %v", e.Rank, e.Path, e.Err)
+}
+func (e *StartError) Unwrap() error { return e.Err }
+
+// ExitCode is what a shell answers for a command it cannot run: 127 when the program is not
+// found, 126 when it is not executable; 1 for any other reason (no memory, too many processes).
+func (e *StartError) ExitCode() int {
+	switch {
+	case errors.Is(e.Err, exec.ErrNotFound), errors.Is(e.Err, fs.ErrNotExist):
+		return ExitNotFound
+	case errors.Is(e.Err, fs.ErrPermission), errors.Is(e.Err, syscall.ENOEXEC), errors.Is(e.Err, syscall.EISDIR):
+		return ExitNoExec
+	}
+	return ExitFailure
 }
 
 // proc is a started worker.
@@ -105,8 +147,11 @@ type proc struct {
 	pgid int
 	tail *tail
 
-	mu     sync.Mutex
-	reaped bool // Wait returned: the pid may be reused, never signal it again
+	mu        sync.Mutex
+	reaped    bool      // Wait returned: the pid may be reused, never signal it again
+	errAt     time.Time // first error line on stderr
+	errLine   string
+	stoppedAt time.Time // when the stop signal was sent; zero before
 }
 
 // signalGroup sends sig to the worker's process group unless the worker has been reaped. The
@@ -119,6 +164,28 @@ func (p *proc) signalGroup(sig syscall.Signal) {
 	}
 }
 
+// stopGroup is signalGroup for the stop signal: it also records that the worker was stopped.
+func (p *proc) stopGroup(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.reaped {
+		if p.stoppedAt.IsZero() {
+			p.stoppedAt = time.Now()
+		}
+		syscall.Kill(-p.pgid, sig) //nolint:errcheck // ESRCH: already gone
+	}
+}
+
+// noteError records the worker's first error line and when it arrived.
+func (p *proc) noteError(line []byte) {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.errAt.IsZero() {
+		p.errAt, p.errLine = now, string(line)
+	}
+}
+
 type exitEvent struct {
 	idx  int
 	exit WorkerExit
@@ -128,15 +195,18 @@ type exitEvent struct {
 // all have exited:
 //
 //  1. All exit 0: Outcome.Succeeded().
-//  2. One exits non-zero or dies by a signal: it is Outcome.Failure; every other worker gets
-//     SIGTERM, then SIGKILL after cfg.Grace.
+//  2. One exits non-zero or dies by a signal: every other worker gets SIGTERM, then SIGKILL
+//     after cfg.Grace; once all have exited, Blame picks the root failure among those that failed
+//     on their own (Outcome.Failure).
 //  3. A signal arrives on cfg.Signals, cfg.Lost delivers, or ctx ends: the same stop sequence
 //     (with the received signal, else SIGTERM), recorded in the Outcome.
 //
-// Whenever a worker exits, its process group is SIGKILLed, so no grandchild outlives it. Supervise
-// returns only after every worker has been reaped and every goroutine it started has ended. The
-// error is non-nil only when a worker could not be started; the ones already started are killed
-// and reaped first.
+// Workers are started one by one; a signal, the end of ctx, Lost or a worker's failure while
+// they are being started stops the starting at once (the rest are never started, Started false)
+// and the ones already running are stopped as above. Whenever a worker exits, its process group
+// is SIGKILLed, so no grandchild outlives it. Supervise returns only after every worker has been
+// reaped and every goroutine it started has ended. The error is non-nil (a *StartError) only when
+// a worker could not be started; the ones already started are SIGKILLed and reaped first.
 func Supervise(ctx context.Context, specs []WorkerSpec, cfg SuperviseConfig) (*Outcome, error) {
 	if len(specs) == 0 {
 		return nil, errors.New("launcher: no workers to supervise")
@@ -144,98 +214,183 @@ func Supervise(ctx context.Context, specs []WorkerSpec, cfg SuperviseConfig) (*O
 	if cfg.Drain <= 0 {
 		cfg.Drain = 2 * time.Second
 	}
-	events := make(chan exitEvent, len(specs))
-	procs := make([]*proc, 0, len(specs))
-	out := &Outcome{Exits: make([]WorkerExit, len(specs))}
-
-	for i, s := range specs {
-		p, err := startWorker(i, s, cfg, events)
-		if err != nil {
-			for _, q := range procs {
-				q.signalGroup(syscall.SIGKILL)
-			}
-			for range procs {
-				<-events
-			}
-			return nil, fmt.Errorf("launcher: start rank %d (%s): %w", s.Rank, s.Path, err)
-		}
-		procs = append(procs, p)
+	if cfg.RootCauseWindow <= 0 {
+		cfg.RootCauseWindow = DefaultRootCauseWindow
 	}
-
-	running := len(procs)
-	done := make([]bool, len(procs))
-	stopping := false
-	var grace *time.Timer
-	var graceC <-chan time.Time
+	s := &supervisor{
+		cfg:    cfg,
+		events: make(chan exitEvent, len(specs)),
+		procs:  make([]*proc, 0, len(specs)),
+		done:   make([]bool, len(specs)),
+		out:    &Outcome{Exits: make([]WorkerExit, len(specs))},
+		sigs:   cfg.Signals,
+		lost:   cfg.Lost,
+		ctx:    ctx,
+		ctxC:   ctx.Done(),
+	}
+	for i, sp := range specs {
+		s.out.Exits[i] = WorkerExit{Rank: sp.Rank, LocalRank: sp.LocalRank}
+	}
 	defer func() {
-		if grace != nil {
-			grace.Stop()
+		if s.grace != nil {
+			s.grace.Stop()
 		}
 	}()
-	stop := func(sig syscall.Signal) {
-		stopping = true
-		for i, p := range procs {
-			if !done[i] {
-				p.signalGroup(sig)
-			}
-		}
-		grace = time.NewTimer(cfg.Grace)
-		graceC = grace.C
-	}
-	killAll := func() {
-		for i, p := range procs {
-			if !done[i] {
-				p.signalGroup(syscall.SIGKILL)
-				out.Killed = append(out.Killed, p.spec.Rank)
-			}
-		}
-	}
-	ctxDone := ctx.Done()
-	sigs := cfg.Signals
-	lost := cfg.Lost
 
-	for running > 0 {
+	// Start the workers, one by one, watching for anything that says stop.
+	for i, sp := range specs {
+		if cfg.beforeStart != nil {
+			cfg.beforeStart(i, s)
+		}
+		if s.poll(); s.stopping {
+			break
+		}
+		p, err := startWorker(i, sp, cfg, s.events)
+		if err != nil {
+			for _, q := range s.procs {
+				q.signalGroup(syscall.SIGKILL)
+			}
+			for j := range s.procs {
+				if !s.done[j] {
+					<-s.events
+				}
+			}
+			return nil, &StartError{Rank: sp.Rank, Path: sp.Path, Err: err}
+		}
+		s.procs = append(s.procs, p)
+	}
+
+	for s.running() > 0 {
+		s.wait()
+	}
+	if s.failed != nil {
+		s.out.Failures = Blame(s.out.Exits, cfg.RootCauseWindow)
+		if len(s.out.Failures) == 0 { // cannot happen: the first failure is always a candidate
+			s.out.Failures = []WorkerExit{*s.failed}
+		}
+		s.out.Failure = &s.out.Failures[0]
+	}
+	return s.out, nil
+}
+
+// supervisor is Supervise's state: one goroutine (Supervise's) owns it.
+type supervisor struct {
+	cfg    SuperviseConfig
+	ctx    context.Context
+	events chan exitEvent
+	procs  []*proc // the started workers; procs[i] is spec i
+	done   []bool  // spec i has exited
+	exited int
+	out    *Outcome
+	failed *WorkerExit // the first worker that failed on its own
+
+	stopping bool
+	grace    *time.Timer
+	graceC   <-chan time.Time
+	sigs     <-chan os.Signal
+	lost     <-chan error
+	ctxC     <-chan struct{}
+}
+
+func (s *supervisor) running() int { return len(s.procs) - s.exited }
+
+// poll handles whatever has already happened, without blocking (while workers are being started).
+func (s *supervisor) poll() {
+	for {
 		select {
-		case ev := <-events:
-			running--
-			done[ev.idx] = true
-			out.Exits[ev.idx] = ev.exit
-			if ev.exit.Status.Failed() && !stopping {
-				e := ev.exit
-				out.Failure = &e
-				stop(syscall.SIGTERM)
-			}
-		case sig := <-sigs:
-			if stopping {
-				killAll()
-				sigs = nil
-				graceC = nil
-				continue
-			}
-			out.Signal = sig
-			s, ok := sig.(syscall.Signal)
-			if !ok {
-				s = syscall.SIGTERM
-			}
-			stop(s)
-		case err := <-lost:
-			lost = nil
-			if !stopping {
-				out.Lost = err
-				stop(syscall.SIGTERM)
-			}
-		case <-ctxDone:
-			ctxDone = nil
-			if !stopping {
-				out.Ctx = ctx.Err()
-				stop(syscall.SIGTERM)
-			}
-		case <-graceC:
-			graceC = nil
-			killAll()
+		case ev := <-s.events:
+			s.exit(ev)
+		case sig := <-s.sigs:
+			s.signal(sig)
+		case err := <-s.lost:
+			s.lostErr(err)
+		case <-s.ctxC:
+			s.ctxDone()
+		default:
+			return
 		}
 	}
-	return out, nil
+}
+
+// wait handles the next thing that happens.
+func (s *supervisor) wait() {
+	select {
+	case ev := <-s.events:
+		s.exit(ev)
+	case sig := <-s.sigs:
+		s.signal(sig)
+	case err := <-s.lost:
+		s.lostErr(err)
+	case <-s.ctxC:
+		s.ctxDone()
+	case <-s.graceC:
+		s.graceC = nil
+		s.killAll()
+	}
+}
+
+func (s *supervisor) exit(ev exitEvent) {
+	s.exited++
+	s.done[ev.idx] = true
+	s.out.Exits[ev.idx] = ev.exit
+	if ev.exit.Status.Failed() && !s.stopping {
+		e := ev.exit
+		s.failed = &e
+		s.stop(syscall.SIGTERM)
+	}
+}
+
+func (s *supervisor) signal(sig os.Signal) {
+	if s.stopping {
+		s.killAll()
+		s.sigs = nil
+		s.graceC = nil
+		return
+	}
+	s.out.Signal = sig
+	ss, ok := sig.(syscall.Signal)
+	if !ok {
+		ss = syscall.SIGTERM
+	}
+	s.stop(ss)
+}
+
+func (s *supervisor) lostErr(err error) {
+	s.lost = nil
+	if !s.stopping {
+		s.out.Lost = err
+		s.stop(syscall.SIGTERM)
+	}
+}
+
+func (s *supervisor) ctxDone() {
+	s.ctxC = nil
+	if s.stopping {
+		return
+	}
+	s.out.Ctx = s.ctx.Err()
+	s.stop(syscall.SIGTERM)
+}
+
+// stop sends sig to every running worker and starts the grace period.
+func (s *supervisor) stop(sig syscall.Signal) {
+	s.stopping = true
+	for i, p := range s.procs {
+		if !s.done[i] {
+			p.stopGroup(sig)
+		}
+	}
+	s.grace = time.NewTimer(s.cfg.Grace)
+	s.graceC = s.grace.C
+}
+
+func (s *supervisor) killAll() {
+	for i, p := range s.procs {
+		if !s.done[i] {
+			p.signalGroup(syscall.SIGKILL)
+			s.out.Killed = append(s.out.Killed, p.spec.Rank)
+		}
+	}
 }
 
 // startWorker starts one worker and the goroutines that read its output and wait for it; the
@@ -267,6 +422,7 @@ func startWorker(idx int, s WorkerSpec, cfg SuperviseConfig, events chan<- exitE
 		return nil, err
 	}
 	p := &proc{spec: s, cmd: cmd, pgid: cmd.Process.Pid, tail: newTail(cfg.TailLines)}
+	prog := filepath.Base(s.Path)
 
 	var pumps sync.WaitGroup
 	for _, r := range []struct {
@@ -277,6 +433,9 @@ func startWorker(idx int, s WorkerSpec, cfg SuperviseConfig, events chan<- exitE
 		go func() {
 			defer pumps.Done()
 			pumpLines(r.f, func(line []byte) {
+				if r.st == Stderr && IsErrorLine(line, prog) {
+					p.noteError(line)
+				}
 				p.tail.add(line)
 				if s.Sink != nil {
 					s.Sink.Line(r.st, line)
@@ -287,6 +446,7 @@ func startWorker(idx int, s WorkerSpec, cfg SuperviseConfig, events chan<- exitE
 
 	go func() {
 		cmd.Wait() //nolint:errcheck // the status is in ProcessState
+		exited := time.Now()
 		p.mu.Lock()
 		// Kill what the worker left in its group before marking it reaped. The group id stays
 		// taken while a member lives, so this cannot hit an unrelated group.
@@ -305,9 +465,13 @@ func startWorker(idx int, s WorkerSpec, cfg SuperviseConfig, events chan<- exitE
 		outR.Close() // unblocks a reader held up by an escaped grandchild
 		errR.Close()
 		<-drained
+		p.mu.Lock()
+		errAt, errLine, stopped := p.errAt, p.errLine, !p.stoppedAt.IsZero() && !p.stoppedAt.After(exited)
+		p.mu.Unlock()
 		events <- exitEvent{idx: idx, exit: WorkerExit{
-			Rank: s.Rank, LocalRank: s.LocalRank, Pid: p.pgid,
-			Status: statusOf(cmd.ProcessState), Tail: p.tail.get(),
+			Rank: s.Rank, LocalRank: s.LocalRank, Pid: p.pgid, Started: true,
+			Status: statusOf(cmd.ProcessState), Tail: p.tail.get(), Exited: exited,
+			ErrorAt: errAt, ErrorLine: errLine, Stopped: stopped,
 		}}
 	}()
 	return p, nil

@@ -2,6 +2,10 @@ package launcher
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"testing"
@@ -109,5 +113,134 @@ func TestSupervise_lost(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("Supervise did not return")
+	}
+}
+
+// superviseAsync runs Supervise in a goroutine.
+func superviseAsync(specs []WorkerSpec, cfg SuperviseConfig) <-chan superviseResult {
+	c := make(chan superviseResult, 1)
+	go func() {
+		out, err := Supervise(context.Background(), specs, cfg)
+		c <- superviseResult{out, err}
+	}()
+	return c
+}
+
+type superviseResult struct {
+	out *Outcome
+	err error
+}
+
+func waitSupervise(t *testing.T, c <-chan superviseResult, within time.Duration) superviseResult {
+	t.Helper()
+	select {
+	case r := <-c:
+		return r
+	case <-time.After(within):
+		t.Fatalf("Supervise did not return within %v", within)
+		return superviseResult{}
+	}
+}
+
+// A signal while the workers are being started stops the starting at once: the workers not yet
+// started never are, the ones started get the signal and are reaped.
+func TestSupervise_signalWhileStarting(t *testing.T) {
+	j := newFakeJob(t)
+	const n, at = 40, 5
+	specs := j.specs(n, "pid,sleep:60s", nil)
+	sigs := make(chan os.Signal, 1)
+	cfg := SuperviseConfig{Grace: 2 * time.Second, Signals: sigs, beforeStart: func(i int, s *supervisor) {
+		if i == at {
+			sigs <- syscall.SIGTERM
+		}
+	}}
+	r := waitSupervise(t, superviseAsync(specs, cfg), 30*time.Second)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.out.Signal != syscall.SIGTERM {
+		t.Errorf("outcome signal %v, want SIGTERM", r.out.Signal)
+	}
+	for i, e := range r.out.Exits {
+		if e.Started != (i < at) {
+			t.Errorf("worker %d started=%v, want %v (the signal came before worker %d)", i, e.Started, i < at, at)
+		}
+		if e.Started && e.Status.Signal != syscall.SIGTERM && e.Status.Signal != syscall.SIGKILL {
+			t.Errorf("worker %d ended %v, want the forwarded SIGTERM", i, e.Status)
+		}
+		if _, err := os.Stat(j.path("pid", i, 0)); i >= at && err == nil {
+			t.Errorf("worker %d ran", i)
+		}
+	}
+}
+
+// A worker that fails while the others are being started stops the starting: the root failure is
+// reported and nothing more is started.
+func TestSupervise_failureWhileStarting(t *testing.T) {
+	j := newFakeJob(t)
+	const n = 20
+	specs := j.specs(n, "sleep:60s", map[int]string{0: "echoerr:error: bad input,exit:5"})
+	cfg := SuperviseConfig{Grace: 2 * time.Second, beforeStart: func(i int, s *supervisor) {
+		if i != 2 {
+			return
+		}
+		// Let rank 0's exit reach the supervisor before worker 2 would start.
+		for end := time.Now().Add(20 * time.Second); len(s.events) == 0 && time.Now().Before(end); {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}}
+	r := waitSupervise(t, superviseAsync(specs, cfg), 40*time.Second)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if f := r.out.Failure; f == nil || f.Rank != 0 || f.Status.Code != 5 || f.ErrorLine != "error: bad input" {
+		t.Fatalf("failure %+v, want rank 0 exit 5 with its error line", f)
+	}
+	started := 0
+	for _, e := range r.out.Exits {
+		if e.Started {
+			started++
+		}
+	}
+	if started != 2 {
+		t.Errorf("%d workers started, want 2 (starting stops at rank 0's failure)", started)
+	}
+}
+
+// A worker that cannot be started stops the starting; the ones started are SIGKILLed and reaped,
+// and the error says what a shell would (127: not found).
+func TestSupervise_startFailureKillsStarted(t *testing.T) {
+	j := newFakeJob(t)
+	specs := j.specs(5, "pid,grandchild,ready,sleep:60s", nil)
+	specs[3].Path = filepath.Join(j.dir, "no-such-program")
+	cfg := SuperviseConfig{Grace: 10 * time.Second, beforeStart: func(i int, s *supervisor) {
+		if i == 3 {
+			for r := range 3 {
+				j.waitFile("ready", r, 0)
+			}
+		}
+	}}
+	start := time.Now()
+	r := waitSupervise(t, superviseAsync(specs, cfg), 30*time.Second)
+	var se *StartError
+	if !errors.As(r.err, &se) || se.Rank != 3 || ExitCode(r.err) != ExitNotFound {
+		t.Fatalf("Supervise: %v, want a StartError for rank 3 with exit code 127", r.err)
+	}
+	if took := time.Since(start); took > 8*time.Second {
+		t.Errorf("took %v: the started workers must be SIGKILLed, not given the 10s grace", took)
+	}
+	for rank := range 3 {
+		assertGone(t, j.pid("pid", rank, 0), fmt.Sprintf("rank %d", rank))
+		assertGone(t, j.pid("gc", rank, 0), fmt.Sprintf("rank %d's grandchild", rank))
+	}
+	if _, err := os.Stat(j.path("ready", 4, 0)); err == nil {
+		t.Error("rank 4 started after rank 3 could not")
+	}
+	// Not executable: 126.
+	noExec := filepath.Join(j.dir, "not-executable")
+	os.WriteFile(noExec, []byte("#!/bin/sh\n"), 0o644)
+	_, err := Supervise(context.Background(), []WorkerSpec{{Path: noExec}}, SuperviseConfig{})
+	if ExitCode(err) != ExitNoExec {
+		t.Errorf("a non-executable program: %v, exit code %d, want 126", err, ExitCode(err))
 	}
 }

@@ -48,6 +48,20 @@ DDP_RESTART_COUNT and DDP_MAX_RESTARTS (see docs/launcher.md).
 flags:
 `
 
+const usageExit = `
+exit status:
+  0        every worker exited 0
+  N        a worker failed: the exit code of the root failure (the worker whose failure began first,
+           not its peers' follow-on errors); 128+N when signal N killed it (137: SIGKILL)
+  128+N    ddplaunch was stopped by signal N and stopped the workers (130: SIGINT, 143: SIGTERM)
+  2        usage or configuration error (a bad flag value, too many workers, split-brain risk):
+           no worker was started
+  126, 127 PROGRAM is not executable, or not found (as a shell says)
+  1        any other launcher failure: rendezvous timeout, a host lost with no restart left, a
+           restart refused because this side is not a majority of the previous hosts
+  A worker's own code passes through, so 1 and 2 can come from a worker too; stderr says which.
+`
+
 // cli is the parsed command line.
 type cli struct {
 	opts      launcher.Options
@@ -75,11 +89,13 @@ func parseArgs(args []string, findTrainer func() (string, error)) (*cli, error) 
 	fs.IntVar(&c.opts.MaxRestarts, "max-restarts", 0, "restart every worker up to this many times after a worker fails")
 	fs.StringVar(&c.opts.LogDir, "log-dir", "", "also write each rank's output to DIR/rank-N.log")
 	fs.DurationVar(&c.opts.Grace, "grace", 10*time.Second, "time workers have between SIGTERM and SIGKILL when stopped")
+	fs.BoolVar(&c.opts.Oversubscribe, "oversubscribe", false, fmt.Sprintf("start more than %d workers per CPU (refused otherwise)", launcher.MaxWorkersPerCPU))
 	fs.StringVar(&c.config, "config", "", "run the built-in trainer ("+trainerName+") with this YAML config")
 	fs.StringArrayVar(&c.sets, "set", nil, "with --config: override a config key, key=value (repeatable)")
 	fs.StringVar(&c.nnodes, "nnodes", "1", "hosts in the job: M, or MIN:MAX for an elastic job (default $SLURM_NNODES)")
 	fs.StringVar(&c.nodeRank, "node-rank", "auto", "this host's rank, or auto (a stable order agreed by all hosts) (default $SLURM_NODEID)")
 	m := &c.multi
+	fs.BoolVar(&m.allowMinority, "allow-minority", false, "multi-host: allow --nnodes MIN ≤ MAX/2 and restarts without a majority of the previous hosts (risks a split brain after a partition)")
 	fs.StringSliceVar(&m.join, "join", nil, "multi-host: gossip address(es) of peers, host[:7946],...; a DNS name may resolve to several (default: first host of $SLURM_JOB_NODELIST)")
 	fs.StringVar(&m.rdzvID, "rdzv-id", "goddp", "multi-host: job id; hosts of other jobs are refused (default $SLURM_JOB_ID)")
 	fs.StringVar(&m.bind, "bind", "0.0.0.0:7946", "multi-host: gossip listen address ADDR:PORT")
@@ -91,7 +107,7 @@ func parseArgs(args []string, findTrainer func() (string, error)) (*cli, error) 
 	fs.StringVar(&m.tlsCert, "tls-cert", "", "multi-host: PEM certificate for the workers' gRPC data plane (with --tls-key and --tls-ca)")
 	fs.StringVar(&m.tlsKey, "tls-key", "", "multi-host: PEM private key of --tls-cert")
 	fs.StringVar(&m.tlsCA, "tls-ca", "", "multi-host: PEM CA bundle the peers' certificates must chain to")
-	c.usageText = usageHead + fs.FlagUsages()
+	c.usageText = usageHead + fs.FlagUsages() + usageExit
 
 	if err := fs.Parse(args); errors.Is(err, pflag.ErrHelp) {
 		c.help = true
@@ -105,11 +121,8 @@ func parseArgs(args []string, findTrainer func() (string, error)) (*cli, error) 
 	if err := c.multi.resolve(fs, c, getenv); err != nil {
 		return nil, err
 	}
-	if c.opts.MaxRestarts < 0 {
-		return nil, fmt.Errorf("--max-restarts %d: want 0 or more", c.opts.MaxRestarts)
-	}
-	if c.opts.MasterPort < 0 || c.opts.MasterPort > 65535 {
-		return nil, fmt.Errorf("--master-port %d: want 0..65535", c.opts.MasterPort)
+	if err := checkFlags(c); err != nil {
+		return nil, err
 	}
 	rest := fs.Args()
 	if c.config == "" {
@@ -186,6 +199,9 @@ func run(args []string) int {
 	}
 	gpus := launcher.DefaultGPUProbe().Count()
 	nproc, err := launcher.ResolveNProc(c.nproc, gpus)
+	if err == nil {
+		err = launcher.CheckNProc(nproc, launcher.ThisHost(), c.opts.Oversubscribe)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ddplaunch: %v\n", err)
 		return 2

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,6 +21,7 @@ var getenv = os.Getenv
 // multiFlags are the multi-host flags (docs/multihost.md).
 type multiFlags struct {
 	enabled                bool
+	allowMinority          bool
 	minNodes, maxNodes     int
 	nodeRank               int // -1 = auto
 	join                   []string
@@ -66,12 +68,18 @@ func (m *multiFlags) resolve(fs *pflag.FlagSet, c *cli, getenv func(string) stri
 		}
 		m.nodeRank = r
 	}
+	if err := m.check(); err != nil { // also on one host: a nonsense value is refused, not ignored
+		return err
+	}
 	m.enabled = m.maxNodes > 1 || len(m.join) > 0
 	if !m.enabled {
 		if m.tlsCert != "" || m.tlsKey != "" || m.tlsCA != "" || m.keyFile != "" {
 			return fmt.Errorf("--tls-*/--cluster-key-file are for multi-host jobs (--nnodes > 1 with --join)")
 		}
 		return nil
+	}
+	if err := launcher.CheckNNodes(m.minNodes, m.maxNodes, m.allowMinority); err != nil {
+		return err
 	}
 	if (m.tlsCert == "") != (m.tlsKey == "") || (m.tlsCert != "" && m.tlsCA == "") {
 		return fmt.Errorf("--tls-cert, --tls-key and --tls-ca go together")
@@ -80,7 +88,73 @@ func (m *multiFlags) resolve(fs *pflag.FlagSet, c *cli, getenv func(string) stri
 		return fmt.Errorf("--nnodes %s: a multi-host job needs --join HOST[:PORT] (any host of the job, this one included)", c.nnodes)
 	}
 	if _, err := launcher.ClusterConfigByName(m.gossip); err != nil {
+		return fmt.Errorf("--gossip %q: want lan, wan or local", m.gossip)
+	}
+	return nil
+}
+
+// checkFlags refuses negative or nonsense values of the launcher's own flags, naming the flag
+// (issue 22); resolve checks the multi-host ones. Nothing is silently replaced by a default.
+func checkFlags(c *cli) error {
+	o := &c.opts
+	switch {
+	case o.MaxRestarts < 0:
+		return fmt.Errorf("--max-restarts %d: want 0 or more", o.MaxRestarts)
+	case o.MasterPort < 0 || o.MasterPort > 65535:
+		return fmt.Errorf("--master-port %d: want 0..65535 (0: a free port)", o.MasterPort)
+	case o.Grace <= 0:
+		return fmt.Errorf("--grace %v: want a duration above 0, e.g. 10s", o.Grace)
+	case strings.TrimSpace(o.MasterAddr) == "" || strings.ContainsAny(o.MasterAddr, " \t\n"):
+		return fmt.Errorf("--master-addr %q: want a host name or IP", o.MasterAddr)
+	}
+	return nil
+}
+
+// check refuses nonsense values of the multi-host flags, naming the flag.
+func (m *multiFlags) check() error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--rdzv-timeout", m.rdzvTimeout}, {"--rdzv-last-call", m.lastCall}} {
+		if d.v <= 0 {
+			return fmt.Errorf("%s %v: want a duration above 0", d.name, d.v)
+		}
+	}
+	if err := launcher.CheckJobID(m.rdzvID); err != nil {
 		return err
+	}
+	if err := checkHostPort("--bind", m.bind, true); err != nil {
+		return err
+	}
+	if host, _, _ := net.SplitHostPort(m.bind); host != "" && net.ParseIP(host) == nil {
+		return fmt.Errorf("--bind %q: want IP:PORT (an IP of this host, or 0.0.0.0)", m.bind)
+	}
+	for _, j := range m.join {
+		if err := checkHostPort("--join", j, false); err != nil {
+			return err
+		}
+	}
+	if m.advertise != "" && net.ParseIP(m.advertise) == nil {
+		return fmt.Errorf("--advertise-addr %q: want an IP", m.advertise)
+	}
+	return nil
+}
+
+// checkHostPort checks one HOST[:PORT] value of flag; the port, when given (always when
+// needPort), must be 1..65535.
+func checkHostPort(flag, v string, needPort bool) error {
+	host, port, err := net.SplitHostPort(v)
+	if err != nil {
+		if needPort || strings.TrimSpace(v) == "" || strings.Count(v, ":") == 1 {
+			return fmt.Errorf("%s %q: want HOST:PORT", flag, v)
+		}
+		host, port = strings.Trim(v, "[]"), "-" // a name or an IPv6 address without a port
+	}
+	if p, err := strconv.Atoi(port); port != "-" && (err != nil || p < 1 || p > 65535) {
+		return fmt.Errorf("%s %q: port %q: want 1..65535", flag, v, port)
+	}
+	if strings.TrimSpace(host) == "" && flag == "--join" {
+		return fmt.Errorf("%s %q: no host", flag, v)
 	}
 	return nil
 }
@@ -147,7 +221,7 @@ func (m *multiFlags) rendezvous(c *cli, nproc, gpus int) (launcher.Rendezvous, [
 		env = append(env, f.name+"="+abs)
 	}
 	r, err := launcher.NewMemberlistRendezvous(launcher.MemberlistConfig{
-		Job: m.rdzvID, MinNodes: m.minNodes, MaxNodes: m.maxNodes, NodeRank: m.nodeRank,
+		Job: m.rdzvID, MinNodes: m.minNodes, MaxNodes: m.maxNodes, NodeRank: m.nodeRank, AllowMinority: m.allowMinority,
 		NProc: nproc, GPUs: gpus, ConfigHash: hash,
 		Bind: m.bind, Advertise: m.advertise, Join: m.join, Key: key,
 		Cluster: cc, RdzvTimeout: m.rdzvTimeout, LastCall: m.lastCall, MasterPort: c.opts.MasterPort,

@@ -15,14 +15,15 @@ import (
 const steps = 60
 
 // Three hosts, 2 workers each: 6 ranks train like the single-host run, every rank ends with the
-// same parameters, and a fourth host with the wrong cluster key is refused meanwhile.
+// same parameters, and a fourth host with the wrong cluster key and a fifth with none are refused
+// meanwhile.
 func TestNetns_threeHostsTrain(t *testing.T) {
 	e := requireNetns(t)
 	t0 := time.Now()
 	base := singleHost(t, e, steps)
 	t.Logf("single host (2 workers): accuracy %s, param_sha256 %s (%v)", base[0], base[1], time.Since(t0).Round(time.Millisecond))
 
-	c := newCluster(t, 4)
+	c := newCluster(t, 5)
 	ckpt := t.TempDir()
 	t0 = time.Now()
 	var ps []*proc
@@ -30,8 +31,14 @@ func TestNetns_threeHostsTrain(t *testing.T) {
 		ps = append(ps, c.launch(e, i, append([]string{"--nnodes", "3"}, trainArgs(e, steps, ckpt)...)...))
 	}
 	bad := c.launch(e, 3, append([]string{"--nnodes", "3", "--cluster-key-file", e.badKey, "--rdzv-timeout", "20s"}, trainArgs(e, steps, t.TempDir())...)...)
+	// And one with no key at all (no --cluster-key-file, no $DDP_CLUSTER_KEY): gossip in the clear.
+	none := c.launch(e, 4, append([]string{"--nnodes", "3", "--cluster-key-file", "", "--rdzv-timeout", "20s"}, trainArgs(e, steps, t.TempDir())...)...)
 	if err := bad.wait(t, 40*time.Second); err == nil || !strings.Contains(bad.out.String(), "cluster key") {
 		t.Errorf("the wrong-key host: exit %v, want non-zero naming the cluster key:\n%s", err, bad.out.String())
+	}
+	if err := none.wait(t, 40*time.Second); err == nil || !strings.Contains(none.out.String(), "cluster key") ||
+		!strings.Contains(none.out.String(), "NO CLUSTER KEY") || strings.Contains(none.out.String(), "starting workers") {
+		t.Errorf("the host without a key: exit %v, want non-zero naming the cluster key, having started nothing:\n%s", err, tail(none.out.String()))
 	}
 	var outs []string
 	for i, p := range ps {
@@ -137,15 +144,80 @@ func TestNetns_elasticRestart(t *testing.T) {
 				}
 			}
 			if how == "cut" {
-				// The cut-off host sees the others die, is below MIN alone, and gives up.
+				// The cut-off host sees the others die and is a minority of the round that ran:
+				// it stops at once (split brain), not after --rdzv-timeout.
 				err := ps[2].wait(t, 2*time.Minute)
-				if err == nil {
-					t.Errorf("the cut-off host exited 0:\n%s", tail(ps[2].out.String()))
+				if err == nil || !strings.Contains(ps[2].out.String(), "split brain") {
+					t.Errorf("the cut-off host: exit %v, want non-zero saying split brain:\n%s", err, tail(ps[2].out.String()))
 				}
 				t.Logf("cut-off host: %v: %s", err, lastLine(ps[2].out.String(), "ddplaunch:"))
 			}
 			c.noProcessLeft()
 		})
+	}
+}
+
+// Issue 22, item 4: a temporary partition cuts a running job of three hosts (--nnodes 2:3
+// --max-restarts 1) into {h0, h1} and {h2, h3}, where h3 is a late fourth host waiting to get in.
+// Each side has MIN hosts, but only h0 and h1 are a majority of the round that ran: they restart
+// and finish on two hosts, while h2 and h3 refuse to go on (split brain) instead of resuming the
+// job a second time in the same checkpoint.dir. The partition heals after they stopped.
+func TestNetns_partitionMinorityStops(t *testing.T) {
+	e := requireNetns(t)
+	c := newCluster(t, 4)
+	ckpt := t.TempDir()
+	args := append([]string{"--nnodes", "2:3", "--max-restarts", "1"}, trainArgs(e, 200, ckpt)...)
+	var ps []*proc
+	for i := range 3 {
+		ps = append(ps, c.launch(e, i, args...))
+	}
+	waitCheckpoint(t, ckpt, 20, ps...)
+	ps = append(ps, c.launch(e, 3, args...))
+	waitOutput(t, ps[3], "joined the cluster", 30*time.Second)
+	time.Sleep(time.Second) // its rendezvous steps see the round that runs
+	c.partition(2, 3)
+	t0 := time.Now()
+	minority := map[int]string{}
+	for _, i := range []int{2, 3} {
+		err := ps[i].wait(t, 90*time.Second)
+		out := ps[i].out.String()
+		minority[i] = out
+		if err == nil || !strings.Contains(out, "split brain") || !strings.Contains(out, "--allow-minority") {
+			t.Errorf("minority host h%d: exit %v, want non-zero saying split brain:\n%s", i, err, tail(out))
+		}
+		t.Logf("h%d stopped %v after the partition: %s", i, ps[i].end.Sub(t0).Round(time.Millisecond), lastLine(out, "split brain"))
+	}
+	if strings.Contains(minority[2], "restart=1") || strings.Contains(minority[3], "starting workers") {
+		t.Errorf("a minority host started workers after the partition:\nh2:\n%s\nh3:\n%s", tail(minority[2]), tail(minority[3]))
+	}
+	c.heal(2, 3)
+	var outs []string
+	for i := range 2 {
+		if err := ps[i].wait(t, 3*time.Minute); err != nil {
+			t.Fatalf("majority host h%d: %v\n%s", i, err, tail(ps[i].out.String()))
+		}
+		outs = append(outs, ps[i].out.String())
+	}
+	t.Logf("the majority finished %v after the partition", time.Since(t0).Round(time.Millisecond))
+	res := results(outs...)
+	if len(res) != 4 {
+		t.Fatalf("%d ranks finished, want 4 (h0 and h1)", len(res))
+	}
+	for r, v := range res {
+		if v[1] != res[0][1] {
+			t.Errorf("rank %d param_sha256 %s, rank 0 %s", r, v[1], res[0][1])
+		}
+	}
+	c.noProcessLeft()
+}
+
+// waitOutput waits until p's output contains s.
+func waitOutput(t *testing.T, p *proc, s string, d time.Duration) {
+	t.Helper()
+	for end := time.Now().Add(d); !strings.Contains(p.out.String(), s); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("no %q within %v:\n%s", s, d, tail(p.out.String()))
+		}
 	}
 }
 

@@ -150,6 +150,24 @@ func (c *cluster) addr(i int) string { return fmt.Sprintf("10.77.0.%d", i+1) }
 // cut takes host i's link down on the switch side: its packets go nowhere, nothing is reset.
 func (c *cluster) cut(i int) { ip(c.t, "-n", c.sw, "link", "set", fmt.Sprintf("p%d", i), "down") }
 
+// partition moves the switch ports of hosts to a second bridge: they still reach each other, and
+// no longer the rest; nothing is reset. heal moves them back.
+func (c *cluster) partition(hosts ...int) {
+	if out, _ := execOut("ip", "-n", c.sw, "link", "show", "br1"); out == "" {
+		ip(c.t, "-n", c.sw, "link", "add", "br1", "type", "bridge")
+		ip(c.t, "-n", c.sw, "link", "set", "br1", "up")
+	}
+	for _, i := range hosts {
+		ip(c.t, "-n", c.sw, "link", "set", fmt.Sprintf("p%d", i), "master", "br1")
+	}
+}
+
+func (c *cluster) heal(hosts ...int) {
+	for _, i := range hosts {
+		ip(c.t, "-n", c.sw, "link", "set", fmt.Sprintf("p%d", i), "master", "br0")
+	}
+}
+
 // proc is one ddplaunch running in a host namespace.
 type proc struct {
 	cmd  *exec.Cmd
