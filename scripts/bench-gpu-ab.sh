@@ -35,4 +35,8 @@ for r in $(seq "$ROUNDS"); do
 done
 echo
 echo "median step ms over $ROUNDS rounds (model bench batch $BATCH; trainer configs/gpt2-124m.yaml)"
-awk '{v[$1" "$2]=v[$1" "$2]" "$4} END {for (k in v) {n=split(v[k],a," "); asort(a); printf "%-14s %8.2f   (%s)\n", k, a[int((n+1)/2)], v[k]}}' "$OUT/runs.txt" | sort
+for key in "model base" "model new" "trainer base" "trainer new"; do
+  vals=$(awk -v k="$key" '$1" "$2 == k {print $4}' "$OUT/runs.txt" | sort -n)
+  med=$(echo "$vals" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+  printf "%-14s %8.2f   (%s)\n" "$key" "$med" "$(echo $vals)"
+done
