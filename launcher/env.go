@@ -22,6 +22,7 @@ const (
 	EnvRestartCount   = "DDP_RESTART_COUNT" // restarts so far: 0 on the first attempt (TORCHELASTIC_RESTART_COUNT)
 	EnvMaxRestarts    = "DDP_MAX_RESTARTS"  // --max-restarts (TORCHELASTIC_MAX_RESTARTS)
 	EnvProgressFD     = "DDP_PROGRESS_FD"   // set for the one worker that draws the progress bar: fd to draw on
+	EnvHeartbeatFD    = "DDP_HEARTBEAT_FD"  // fd a worker may write a byte to every second: then silence is a hang
 )
 
 // ProgressFD is the file descriptor the progress worker finds the launcher's terminal on:

@@ -44,6 +44,7 @@ func TestMain(m *testing.M) {
 //	await:W-R      wait (up to 30s) until rank R has written W-R-<my restart count>
 //	sleep:D        sleep for time.Duration D
 //	exit:N         exit with N
+//	beat           heartbeat every 100 ms on $DDP_HEARTBEAT_FD
 //	kill:N         kill myself with signal N
 //	failfirst:N    exit with N when DDP_RESTART_COUNT is 0
 func fakeWorker() {
@@ -129,6 +130,18 @@ func fakeWorker() {
 		case "exit":
 			n, _ := strconv.Atoi(arg)
 			os.Exit(n)
+		case "beat": // heartbeats every 100 ms on $DDP_HEARTBEAT_FD, as the trainer does each second
+			if fd, err := strconv.Atoi(os.Getenv("DDP_HEARTBEAT_FD")); err == nil {
+				f := os.NewFile(uintptr(fd), "heartbeat")
+				go func() {
+					for {
+						if _, err := f.Write([]byte{1}); err != nil {
+							return
+						}
+						time.Sleep(100 * time.Millisecond)
+					}
+				}()
+			}
 		case "kill":
 			n, _ := strconv.Atoi(arg)
 			syscall.Kill(os.Getpid(), syscall.Signal(n))

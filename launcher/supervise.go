@@ -93,9 +93,22 @@ type SuperviseConfig struct {
 	// RootCauseWindow is how long after the first failed exit another worker's failure may begin
 	// and still be taken for the root cause (Blame); 0 = DefaultRootCauseWindow.
 	RootCauseWindow time.Duration
+	// Silence is how long a worker that has sent heartbeats (EnvHeartbeatFD: goddp's trainer
+	// writes one a second) may go without one before it is taken for hung — stopped by SIGSTOP,
+	// a frozen host process — and SIGKILLed as the job's root failure, naming it. A slow step
+	// still beats (the beat comes from its own goroutine); a program that never beats is never
+	// judged. 0 = DefaultSilence; negative: off.
+	Silence time.Duration
 
 	beforeStart func(i int, s *supervisor) // tests: called before worker i is started
 }
+
+// DefaultSilence is SuperviseConfig.Silence's default: a hung rank is found within about 6 s,
+// long before the collective timeout (30 s) would end the job on a healthy rank's error.
+const DefaultSilence = 5 * time.Second
+
+// heartbeatPeriod is how often the supervisor looks for silent workers.
+const heartbeatPeriod = 500 * time.Millisecond
 
 // Outcome is how a supervised group ended. At most one of Failure, Signal, Lost and Ctx is set;
 // none is set when every worker exited 0.
@@ -152,6 +165,15 @@ type proc struct {
 	errAt     time.Time // first error line on stderr
 	errLine   string
 	stoppedAt time.Time // when the stop signal was sent; zero before
+	lastBeat  time.Time // the last heartbeat; zero before the first
+	silent    bool      // judged hung: SIGKILLed for it
+}
+
+// beat records a heartbeat.
+func (p *proc) beat(now time.Time) {
+	p.mu.Lock()
+	p.lastBeat = now
+	p.mu.Unlock()
 }
 
 // signalGroup sends sig to the worker's process group unless the worker has been reaped. The
@@ -217,6 +239,9 @@ func Supervise(ctx context.Context, specs []WorkerSpec, cfg SuperviseConfig) (*O
 	if cfg.RootCauseWindow <= 0 {
 		cfg.RootCauseWindow = DefaultRootCauseWindow
 	}
+	if cfg.Silence == 0 {
+		cfg.Silence = DefaultSilence
+	}
 	s := &supervisor{
 		cfg:    cfg,
 		events: make(chan exitEvent, len(specs)),
@@ -230,6 +255,11 @@ func Supervise(ctx context.Context, specs []WorkerSpec, cfg SuperviseConfig) (*O
 	}
 	for i, sp := range specs {
 		s.out.Exits[i] = WorkerExit{Rank: sp.Rank, LocalRank: sp.LocalRank}
+	}
+	if cfg.Silence > 0 {
+		t := time.NewTicker(heartbeatPeriod)
+		defer t.Stop()
+		s.tick = t.C
 	}
 	defer func() {
 		if s.grace != nil {
@@ -290,6 +320,7 @@ type supervisor struct {
 	sigs     <-chan os.Signal
 	lost     <-chan error
 	ctxC     <-chan struct{}
+	tick     <-chan time.Time // looks for silent workers (nil: Silence off)
 }
 
 func (s *supervisor) running() int { return len(s.procs) - s.exited }
@@ -326,6 +357,37 @@ func (s *supervisor) wait() {
 	case <-s.graceC:
 		s.graceC = nil
 		s.killAll()
+	case now := <-s.tick:
+		s.checkSilent(now)
+	}
+}
+
+// checkSilent SIGKILLs every running worker whose heartbeats stopped for longer than Silence
+// (a stopped process ignores SIGTERM until continued) and records why as its error line, at the
+// time the silence began, so Blame takes it for the root: the other ranks' errors (their peer
+// went away) come after. Its exit then stops the rest as any failure does.
+func (s *supervisor) checkSilent(now time.Time) {
+	for i, p := range s.procs {
+		if s.done[i] {
+			continue
+		}
+		p.mu.Lock()
+		last, silent := p.lastBeat, p.silent
+		p.mu.Unlock()
+		if last.IsZero() || silent || now.Sub(last) <= s.cfg.Silence {
+			continue
+		}
+		line := fmt.Sprintf("ddplaunch: rank %d sent no heartbeat for %s (stopped, e.g. by SIGSTOP, or hung): killed", p.spec.Rank, now.Sub(last).Round(100*time.Millisecond))
+		p.mu.Lock()
+		p.silent = true
+		if p.errAt.IsZero() || p.errAt.After(last) {
+			p.errAt, p.errLine = last, line
+		}
+		p.mu.Unlock()
+		if p.spec.Sink != nil {
+			p.spec.Sink.Line(Stderr, []byte(line))
+		}
+		p.signalGroup(syscall.SIGKILL)
 	}
 }
 
@@ -406,25 +468,50 @@ func startWorker(idx int, s WorkerSpec, cfg SuperviseConfig, events chan<- exitE
 		outW.Close()
 		return nil, err
 	}
+	hbR, hbW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
+		return nil, err
+	}
 	cmd := exec.Command(s.Path, s.Args...)
-	cmd.Env = s.Env
+	// The heartbeat pipe's write end follows the caller's files: fd 3+len(ExtraFiles).
+	cmd.Env = append(append([]string(nil), s.Env...), fmt.Sprintf("%s=%d", EnvHeartbeatFD, 3+len(s.ExtraFiles)))
 	cmd.Dir = s.Dir
-	cmd.ExtraFiles = s.ExtraFiles
+	cmd.ExtraFiles = append(append([]*os.File(nil), s.ExtraFiles...), hbW)
 	cmd.Stdout = outW // *os.File: passed to the child as is, no copying goroutine in os/exec
 	cmd.Stderr = errW
 	cmd.SysProcAttr = workerSysProcAttr()
 	err = cmd.Start()
 	outW.Close() // the child holds its own copies
 	errW.Close()
+	hbW.Close()
 	if err != nil {
 		outR.Close()
 		errR.Close()
+		hbR.Close()
 		return nil, err
 	}
 	p := &proc{spec: s, cmd: cmd, pgid: cmd.Process.Pid, tail: newTail(cfg.TailLines)}
+	var pumps sync.WaitGroup
+	pumps.Add(1)
+	go func() { // heartbeats, until the worker (and any child holding the pipe) is gone
+		defer pumps.Done()
+		var b [64]byte
+		for {
+			n, err := hbR.Read(b[:])
+			if n > 0 {
+				p.beat(time.Now())
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
 	prog := filepath.Base(s.Path)
 
-	var pumps sync.WaitGroup
 	for _, r := range []struct {
 		f  *os.File
 		st Stream
@@ -464,6 +551,7 @@ func startWorker(idx int, s WorkerSpec, cfg SuperviseConfig, events chan<- exitE
 		t.Stop()
 		outR.Close() // unblocks a reader held up by an escaped grandchild
 		errR.Close()
+		hbR.Close()
 		<-drained
 		p.mu.Lock()
 		errAt, errLine, stopped := p.errAt, p.errLine, !p.stoppedAt.IsZero() && !p.stoppedAt.After(exited)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -242,5 +243,32 @@ func TestSupervise_startFailureKillsStarted(t *testing.T) {
 	_, err := Supervise(context.Background(), []WorkerSpec{{Path: noExec}}, SuperviseConfig{})
 	if ExitCode(err) != ExitNoExec {
 		t.Errorf("a non-executable program: %v, exit code %d, want 126", err, ExitCode(err))
+	}
+}
+
+// A worker that heartbeats and then stops (SIGSTOP) is found silent within Silence, SIGKILLed and
+// named as the root failure with why — not the healthy rank, whose collective would time out
+// later — and the job ends within seconds; a worker that never heartbeats is never judged.
+func TestSupervise_silentWorkerIsTheRoot(t *testing.T) {
+	j := newFakeJob(t)
+	specs := j.specs(3, "", map[int]string{
+		0: "beat,sleep:60s",                 // healthy, waiting (as in a collective)
+		1: "beat,ready,sleep:300ms,kill:19", // stops itself: SIGSTOP
+		2: "sleep:60s",                      // never beats (not goddp's trainer)
+	})
+	start := time.Now()
+	out, err := Supervise(context.Background(), specs, SuperviseConfig{Grace: time.Second, Silence: time.Second, TailLines: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if out.Failure == nil || out.Failure.Rank != 1 {
+		t.Fatalf("failure %+v, want rank 1 (the stopped one)", out.Failure)
+	}
+	if !strings.Contains(out.Failure.ErrorLine, "no heartbeat") || !strings.Contains(out.Failure.ErrorLine, "rank 1") {
+		t.Errorf("root failure line %q does not say rank 1 went silent", out.Failure.ErrorLine)
+	}
+	if took > 8*time.Second {
+		t.Errorf("the job took %s to end after a rank stopped; want a few seconds", took)
 	}
 }

@@ -15,18 +15,19 @@ type Env struct {
 	NodeRank                                   int
 	RestartCount                               int
 	ProgressFD                                 int // DDP_PROGRESS_FD, -1 when unset
+	HeartbeatFD                                int // DDP_HEARTBEAT_FD (ddplaunch's liveness pipe), -1 when unset
 }
 
 // EnvFromOS reads RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, DDP_RESTART_COUNT and
 // DDP_PROGRESS_FD (the terminal the launcher hands rank 0 for the progress bar); absent variables
 // mean a single process. A malformed value is an error naming the variable.
 func EnvFromOS() (Env, error) {
-	e := Env{WorldSize: 1, LocalWorldSize: 1, ProgressFD: -1}
+	e := Env{WorldSize: 1, LocalWorldSize: 1, ProgressFD: -1, HeartbeatFD: -1}
 	for _, v := range []struct {
 		name string
 		dst  *int
 	}{{"RANK", &e.Rank}, {"LOCAL_RANK", &e.LocalRank}, {"WORLD_SIZE", &e.WorldSize},
-		{"LOCAL_WORLD_SIZE", &e.LocalWorldSize}, {"NODE_RANK", &e.NodeRank}, {"DDP_RESTART_COUNT", &e.RestartCount}, {"DDP_PROGRESS_FD", &e.ProgressFD}} {
+		{"LOCAL_WORLD_SIZE", &e.LocalWorldSize}, {"NODE_RANK", &e.NodeRank}, {"DDP_RESTART_COUNT", &e.RestartCount}, {"DDP_PROGRESS_FD", &e.ProgressFD}, {"DDP_HEARTBEAT_FD", &e.HeartbeatFD}} {
 		s, ok := os.LookupEnv(v.name)
 		if !ok || s == "" {
 			continue

@@ -100,6 +100,9 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 		return nil, err
 	}
 	log = log.With("rank", env.Rank)
+	if env.HeartbeatFD >= 0 {
+		t.onClose(startHeartbeat(env.HeartbeatFD))
+	}
 	cfg = cfg.Clone()
 	if err := fillDataPath(cfg); err != nil {
 		return nil, err

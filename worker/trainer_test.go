@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -141,5 +143,40 @@ func TestTrainer_checkpointWriteDoesNotBlockTheStep(t *testing.T) {
 	var st runState
 	if err := json.Unmarshal(ck.State, &st); err != nil || st.Step != 7 {
 		t.Fatalf("state.json says step %d (%v), want the snapshot's 7", st.Step, err)
+	}
+}
+
+// The heartbeat writes at once and then every second until stopped, and stopping closes the fd.
+func TestHeartbeat_beatsUntilStopped(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	fd, err := syscall.Dup(int(w.Fd())) // the heartbeat owns (and closes) its fd, as in a worker
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	stop := startHeartbeat(fd)
+	r.SetReadDeadline(time.Now().Add(3 * time.Second))
+	var b [1]byte
+	if _, err := r.Read(b[:]); err != nil {
+		t.Fatalf("no first heartbeat: %v", err)
+	}
+	if _, err := r.Read(b[:]); err != nil {
+		t.Fatalf("no second heartbeat within a second or so: %v", err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	r.SetReadDeadline(time.Now().Add(3 * time.Second))
+	for {
+		if _, err := r.Read(b[:]); err != nil {
+			if err != io.EOF {
+				t.Fatalf("after stop: %v, want EOF", err)
+			}
+			break
+		}
 	}
 }
