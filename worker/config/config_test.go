@@ -265,3 +265,23 @@ func TestParseBytes(t *testing.T) {
 		}
 	}
 }
+
+// micro_batch 0 (or negative) is refused, in the file and in --set, rather than taken for unset.
+func TestConfig_microBatchZeroRefused(t *testing.T) {
+	withMB := strings.Replace(minimalMLP, "micro_batch: 64", "micro_batch: 0", 1)
+	if withMB == minimalMLP {
+		t.Fatal("test config has no micro_batch to change")
+	}
+	if _, err := Load(writeYAML(t, withMB), nil); err == nil || !strings.Contains(err.Error(), "positive") {
+		t.Errorf("micro_batch: 0 in the file: %v", err)
+	}
+	for _, v := range []string{"0", "-4"} {
+		if _, err := Load(writeYAML(t, minimalMLP), []string{"train.micro_batch=" + v}); err == nil || !strings.Contains(err.Error(), "positive") {
+			t.Errorf("--set train.micro_batch=%s: %v", v, err)
+		}
+	}
+	c, err := Load(writeYAML(t, minimalMLP), []string{"train.micro_batch=8"})
+	if err != nil || c.Train.MicroBatch != 8 {
+		t.Errorf("--set train.micro_batch=8: %v, %d", err, c.Train.MicroBatch)
+	}
+}

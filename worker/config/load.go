@@ -119,11 +119,12 @@ type trainPlain TrainConfig
 // decoder, so KnownFields(true) still rejects unknown keys inside train:.
 func (t *TrainConfig) UnmarshalYAML(unmarshal func(any) error) error {
 	y := trainYAML{trainPlain: trainPlain(*t)}
-	if t.MicroBatchAuto {
+	switch {
+	case t.MicroBatchAuto:
 		y.MicroBatch = "auto"
-	} else {
+	case t.MicroBatch != 0:
 		y.MicroBatch = t.MicroBatch
-	}
+	} // else nil: unset, so that a written 0 is told apart and refused
 	if err := unmarshal(&y); err != nil {
 		return err
 	}
@@ -152,12 +153,14 @@ func parseMicroBatch(v any) (n int, auto bool, err error) {
 	case nil:
 		return 0, false, nil
 	case int:
-		return x, false, nil
+		if x > 0 {
+			return x, false, nil
+		}
 	case string:
 		if x == "auto" {
 			return 0, true, nil
 		}
-		if n, err := strconv.Atoi(x); err == nil {
+		if n, err := strconv.Atoi(x); err == nil && n > 0 {
 			return n, false, nil
 		}
 	}
