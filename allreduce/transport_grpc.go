@@ -422,38 +422,29 @@ func (t *grpcTransport) recvQueue(ctx context.Context, from int, in *inbox) (inI
 }
 
 func (t *grpcTransport) link(to int) (*outLink, error) {
-	t.outMu.Lock()
-	defer t.outMu.Unlock()
-	select {
-	case <-t.closed:
-		return nil, ErrClosed
-	default:
-	}
-	if l := t.out[to]; l != nil {
-		return l, l.err
-	}
-	l := &outLink{}
-	t.out[to] = l
-	conn, err := grpc.NewClient("passthrough:///"+t.addrs[to], append(t.dialOptions(), grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-		return grpcAuthDial(ctx, addr, t.cfg, func(c net.Conn) {
-			_, isUnix := c.(*net.UnixConn)
-			l.unix.Store(isUnix)
-		})
-	}))...)
-	if err != nil {
-		l.err = &PeerError{Rank: to, Err: err}
-		return l, l.err
-	}
-	l.conn = conn
-	sctx, cancel := context.WithCancel(t.ctx)
-	l.cancel = cancel
-	// WaitForReady: the peer's server is up (it listened before joining) but the connection may
-	// still be starting; the collective's watchdog bounds the wait.
-	l.stream, err = conn.NewStream(sctx, &pushStreamDesc, "/"+serviceName+"/Push", grpc.WaitForReady(true))
-	if err != nil {
-		l.err = &PeerError{Rank: to, Err: err}
-	}
-	return l, l.err
+	return openLink(&t.outMu, t.out, t.closed, to, func() (*outLink, bool, error) {
+		l := &outLink{}
+		conn, err := grpc.NewClient("passthrough:///"+t.addrs[to], append(t.dialOptions(), grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return grpcAuthDial(ctx, addr, t.cfg, func(c net.Conn) {
+				_, isUnix := c.(*net.UnixConn)
+				l.unix.Store(isUnix)
+			})
+		}))...)
+		if err != nil {
+			l.err = &PeerError{Rank: to, Err: err}
+			return l, true, nil
+		}
+		l.conn = conn
+		sctx, cancel := context.WithCancel(t.ctx)
+		l.cancel = cancel
+		// WaitForReady: the peer's server is up (it listened before joining) but the connection
+		// may still be starting; the collective's watchdog bounds the wait.
+		l.stream, err = conn.NewStream(sctx, &pushStreamDesc, "/"+serviceName+"/Push", grpc.WaitForReady(true))
+		if err != nil {
+			l.err = &PeerError{Rank: to, Err: err}
+		}
+		return l, true, nil
+	})
 }
 
 func (t *grpcTransport) Send(ctx context.Context, to int, p Payload) error {

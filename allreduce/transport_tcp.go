@@ -286,29 +286,20 @@ func (t *tcpTransport) dial(ctx context.Context, to int) (net.Conn, error) {
 }
 
 func (t *tcpTransport) link(ctx context.Context, to int) (*tcpOut, error) {
-	t.outMu.Lock()
-	defer t.outMu.Unlock()
-	select {
-	case <-t.closed:
-		return nil, ErrClosed
-	default:
-	}
-	if l := t.out[to]; l != nil {
-		return l, l.err
-	}
-	l := &tcpOut{}
-	l.conn, l.err = t.dial(ctx, to)
-	if l.err != nil {
-		if ctx.Err() != nil {
-			// Our own collective was cancelled mid-dial: that says nothing about the peer, so
-			// nothing is cached and the next Send (the abort frame that tells the peer why)
-			// dials afresh.
-			return nil, context.Cause(ctx)
+	return openLink(&t.outMu, t.out, t.closed, to, func() (*tcpOut, bool, error) {
+		l := &tcpOut{}
+		l.conn, l.err = t.dial(ctx, to)
+		if l.err != nil {
+			if ctx.Err() != nil {
+				// Our own collective was cancelled mid-dial: that says nothing about the peer,
+				// so nothing is kept and the next Send (the abort frame that tells the peer why)
+				// dials afresh.
+				return nil, false, context.Cause(ctx)
+			}
+			l.err = &PeerError{Rank: to, Err: l.err}
 		}
-		l.err = &PeerError{Rank: to, Err: l.err}
-	}
-	t.out[to] = l
-	return l, l.err
+		return l, true, nil
+	})
 }
 
 func (t *tcpTransport) Send(ctx context.Context, to int, p Payload) error {
