@@ -72,7 +72,7 @@ func argmax(x []float32) int {
 }
 
 // candidates is every id when TopK is 0 or covers the vocabulary, else the TopK ids of largest
-// logits (of equal logits the lower ids), in no particular order: a min-heap of TopK, O(V log K).
+// logits (of equal logits the lower ids), in no particular order: a heap of TopK, O(V log K).
 func (s *Sampler) candidates(logits []float32) []int {
 	k := s.TopK
 	if k == 0 || k >= len(logits) {
@@ -83,7 +83,11 @@ func (s *Sampler) candidates(logits []float32) []int {
 		return s.heap
 	}
 	h := s.heap[:0]
-	less := func(i, j int) bool { return logits[h[i]] < logits[h[j]] }
+	// The root is the worst candidate: the lowest logit, of equal ones the highest id.
+	less := func(i, j int) bool {
+		a, b := logits[h[i]], logits[h[j]]
+		return a < b || a == b && h[i] > h[j]
+	}
 	down := func(i int) {
 		for {
 			c := 2*i + 1
