@@ -15,6 +15,8 @@
 //	params.go        Params: one slab each for weights, gradients and the f16 copy
 //	layer_*.go       the layers (below); loss.go the losses and the chunked LM head
 //	mlp.go, gpt.go   the models; model.go the Model interface and Inputs; release.go Releaser
+//	kvcache.go       Decoder: a GPT's inference forward with a KV cache, one sequence at a time
+//	sample.go        Sampler (greedy, temperature, top-k, seeded) and Decoder.Generate
 //	optim.go         AdamW and SGD, ClipGradNorm; schedule.go learning-rate schedules
 //	scaler.go        the dynamic loss scaler
 //	safetensors.go   checkpoint tensors in the safetensors format
