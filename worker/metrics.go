@@ -25,12 +25,12 @@ import (
 // StepMetrics is one {"event":"step"} line, written every train.log_every
 // steps.
 type StepMetrics struct {
-	Event             string  `json:"event"` // "step" (filled by Step)
-	Step              int       `json:"step"`  // optimizer steps done
-	Epoch             int       `json:"epoch"`
-	Rank              int       `json:"rank"`
-	Time              time.Time `json:"time"` // when the line was written (UTC, RFC 3339, milliseconds)
-	Loss              float64   `json:"loss"` // the loss of the line's step
+	Event string    `json:"event"` // "step" (filled by Step)
+	Step  int       `json:"step"`  // optimizer steps done
+	Epoch int       `json:"epoch"`
+	Rank  int       `json:"rank"`
+	Time  time.Time `json:"time"` // when the line was written (UTC, RFC 3339, milliseconds)
+	Loss  float64   `json:"loss"` // the loss of the line's step
 	// LR is the learning rate of the line's step: the float32 the optimizer used, written as
 	// its shortest decimal (0.003, not 0.0030000000000000001 or 0.00299999993).
 	LR        float64 `json:"lr"`
@@ -42,11 +42,11 @@ type StepMetrics struct {
 	// which the step's end waits for anyway. Absent for a skipped step (an inf/NaN gradient).
 	GradNorm          *float64 `json:"grad_norm,omitempty"`
 	Skipped           int      `json:"skipped"` // steps skipped for inf/NaN so far
-	SamplesPerSec     float64 `json:"samples_per_sec"`
-	TokensPerSec      float64 `json:"tokens_per_sec,omitempty"` // language models
-	MemAllocatedBytes int64   `json:"mem_allocated_bytes"`
-	MemPeakBytes      int64   `json:"mem_peak_bytes"`
-	CommSeconds       float64 `json:"comm_seconds,omitempty"` // all-reduce time since the last line (world > 1)
+	SamplesPerSec     float64  `json:"samples_per_sec"`
+	TokensPerSec      float64  `json:"tokens_per_sec,omitempty"` // language models
+	MemAllocatedBytes int64    `json:"mem_allocated_bytes"`
+	MemPeakBytes      int64    `json:"mem_peak_bytes"`
+	CommSeconds       float64  `json:"comm_seconds,omitempty"` // all-reduce time since the last line (world > 1)
 	// StepMs is the mean wall time of a step since the last line; DataMs the part of it the loop
 	// spent waiting for batches (loader.Next) and issuing their uploads: the device waits on data
 	// at most that long.

@@ -61,7 +61,7 @@ type promStep struct {
 	step            int     // optimizer steps done in the run
 	skipped         bool
 	mem             tensor.MemStats
-	eng             *ddp.Engine         // its cumulative all-reduce time
+	eng             *ddp.Engine        // its cumulative all-reduce time
 	groups          []*allreduce.Group // their cumulative bytes
 }
 
