@@ -11,10 +11,10 @@ const (
 	ComputeCapabilityMinor DeviceAttribute = 76
 )
 
-func GetDevice(ordinal int) (device Device, err error)                  { return }
-func NumDevices() (count int, err error)                                { return }
-func SetCurrentContext(ctx CUContext) (err error)                       { return }
-func (d Device) Name() (string, error)                                  { return "", nil }
-func (dev Device) Attribute(attrib DeviceAttribute) (pi int, err error) { return }
-func (dev Device) ReleasePrimaryCtx() (err error)                       { return }
+func GetDevice(ordinal int) (device Device, err error)                   { return }
+func NumDevices() (count int, err error)                                 { return }
+func SetCurrentContext(ctx CUContext) (err error)                        { return }
+func (d Device) Name() (string, error)                                   { return "", nil }
+func (dev Device) Attribute(attrib DeviceAttribute) (pi int, err error)  { return }
+func (dev Device) ReleasePrimaryCtx() (err error)                        { return }
 func (d Device) RetainPrimaryCtx() (primaryContext CUContext, err error) { return }
