@@ -59,7 +59,8 @@ func CheckpointPath(path string) (string, error) {
 
 // ConfigFromCheckpoint rebuilds a run's config from the trajectory config its checkpoint records:
 // every trajectory key at the checkpoint's value, the others at their defaults (data.path at this
-// host's default), then sets applied over it (--set), resolved and validated. A checkpoint from a
+// host's default; train.max_steps the checkpoint's step when the schedule leaves the run's length
+// out of the trajectory), then sets applied over it (--set), resolved and validated. A checkpoint from a
 // build before the trajectory config records none: then the config must be given.
 func ConfigFromCheckpoint(path string, sets []string) (*Config, error) {
 	ck, err := LoadCheckpoint(path)
@@ -82,6 +83,9 @@ func ConfigFromCheckpoint(path string, sets []string) (*Config, error) {
 		if err := c.Set(k + "=" + v); err != nil {
 			return nil, fmt.Errorf("worker: %s: the recorded config: %w", path, err)
 		}
+	}
+	if c.Train.Epochs == 0 && c.Train.MaxSteps == 0 {
+		c.Train.MaxSteps = max(1, st.Step) // the run's length is not part of a constant schedule's trajectory
 	}
 	for _, kv := range sets {
 		if err := c.Set(kv); err != nil {
