@@ -33,7 +33,9 @@ func mustRun(t *testing.T, cfg *Config, opt Options) *Result {
 	return res
 }
 
-func stepDir(dir string, step int) string { return filepath.Join(dir, fmt.Sprintf(ckptStepDirPattern, step)) }
+func stepDir(dir string, step int) string {
+	return filepath.Join(dir, fmt.Sprintf(ckptStepDirPattern, step))
+}
 
 // Keys the trajectory does not depend on may change between a run and its resume: the resumed run
 // continues from the checkpoint and ends where the uninterrupted run ends.
