@@ -59,6 +59,11 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	var lastLoss float64
 	tWindow, stepsWindow := time.Now(), 0
 	var dataWindow time.Duration // time the loop spent in loader.Next and issuing uploads
+	var commAtLine float64       // eng.CommStats' all-reduce seconds at the last metrics line
+	// The gradient norm: grad clipping computes it anyway; without clipping it is measured only
+	// when metrics are asked for (--metrics, metrics.listen), at the steps that write a line
+	// (metrics.go: GradNorm says what that costs).
+	measureNorm := opt.MetricsPath != "" || t.prom != nil
 	dev.ResetPeak()
 
 	for step := st.Step; step < total; step++ {
@@ -70,7 +75,9 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		lr := float64(sched(int64(step)))
+		tStep := time.Now()
+		lr := sched(int64(step))
+		logNow := cfg.Train.LogEvery > 0 && ((step+1)%cfg.Train.LogEvery == 0 || step+1 == total)
 		baseline := dev.Stats().Allocated
 		var memRec *memTimeline // --memory-plot records the second step (the first allocates for good)
 		if opt.MemoryPlot != "" && env.Rank == 0 && step == min(st.firstStep()+1, total-1) {
@@ -126,11 +133,14 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 			return nil, fmt.Errorf("worker: step %d: %w", step, err)
 		}
 		skipped := anyInf
+		gradNorm := math.NaN() // not measured (or an overflow: the step is skipped)
 		if !skipped {
 			if cfg.Train.GradClip > 0 {
-				model.ClipGradNorm(ps, float32(cfg.Train.GradClip))
+				gradNorm = float64(model.ClipGradNorm(ps, float32(cfg.Train.GradClip)))
+			} else if measureNorm && logNow {
+				gradNorm = float64(model.ClipGradNorm(ps, 0)) // max 0: measures, changes nothing
 			}
-			opt2.Step(float32(lr))
+			opt2.Step(lr)
 		}
 		if err := scaler.Update(anyInf); err != nil {
 			return nil, fmt.Errorf("worker: step %d: %w", step, err)
@@ -143,6 +153,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		}
 		trace.Span("optimizer", "compute", to, trace.Now(), map[string]any{"skipped": skipped})
 		// ==== TRAINING STEP END ====
+		stepTime := time.Since(tStep)
 		if memRec != nil {
 			memRec.stop()
 			title := fmt.Sprintf("%s, %s, micro-batch %d × %d: memory over step %d", modelLine(cfg), cfg.Precision, b, k, step)
@@ -166,17 +177,23 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		if opt.MemoryReport && step == st.firstStep()+1 && env.Rank == 0 {
 			fmt.Fprint(os.Stderr, memoryReport(dev, ps, opt2))
 		}
-		logNow := cfg.Train.LogEvery > 0 && (st.Step%cfg.Train.LogEvery == 0 || st.Step == total)
-		if logNow || st.Step == total {
+		commNow, _ := eng.CommStats()
+		if t.prom != nil {
+			t.prom.observeStep(promStep{seconds: stepTime.Seconds(), samples: samplesPerStep, tokensPerSample: tokensPerSample,
+				loss: stepLoss, lossScale: float64(scaler.Scale()), gradNorm: gradNorm, step: st.Step, skipped: skipped,
+				mem: dev.Stats(), eng: eng, groups: t.groups})
+		}
+		if logNow {
 			secs := time.Since(tWindow).Seconds()
 			sps := float64(stepsWindow*samplesPerStep) / secs
 			ms := dev.Stats()
 			prog.Update(st.Step, stepLoss, sps, fmt.Sprintf("scale %.0f", scaler.Scale()))
-			metrics.Step(StepMetrics{Step: st.Step, Epoch: st.Step / loader.StepsPerEpoch(), Loss: stepLoss, LR: lr,
-				LossScale: float64(scaler.Scale()), Skipped: st.Skipped, SamplesPerSec: sps,
-				TokensPerSec: sps * float64(tokensPerSample), MemAllocatedBytes: ms.Allocated, MemPeakBytes: ms.Peak,
-				StepMs: 1000 * secs / float64(stepsWindow), DataMs: float64(dataWindow.Microseconds()) / 1000 / float64(stepsWindow)})
-			tWindow, stepsWindow, dataWindow = time.Now(), 0, 0
+			metrics.Step(StepMetrics{Step: st.Step, Epoch: st.Step / loader.StepsPerEpoch(), Rank: env.Rank, Time: metricsTime(),
+				Loss: stepLoss, LR: decimalF32(lr), LossScale: float64(scaler.Scale()), GradNorm: finite(gradNorm), Skipped: st.Skipped,
+				SamplesPerSec: sps, TokensPerSec: sps * float64(tokensPerSample), MemAllocatedBytes: ms.Allocated, MemPeakBytes: ms.Peak,
+				CommSeconds: commNow - commAtLine, StepMs: 1000 * secs / float64(stepsWindow),
+				DataMs: float64(dataWindow.Microseconds()) / 1000 / float64(stepsWindow)})
+			tWindow, stepsWindow, dataWindow, commAtLine = time.Now(), 0, 0, commNow
 		}
 		if cfg.DDP.CheckEvery > 0 && st.Step%cfg.DDP.CheckEvery == 0 {
 			if _, err := eng.CheckReplicas(ctx, st.Step); err != nil {
@@ -188,20 +205,24 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 			evalEvery = loader.StepsPerEpoch()
 		}
 		if st.Step%evalEvery == 0 && st.Step < total {
+			te := time.Now()
 			ev, err := evaluate(ctx, m, dev, evalSet, cfg, env, group)
 			if err != nil {
 				return nil, err
 			}
+			evalSecs := time.Since(te).Seconds()
 			if cfg.Model.Kind == "gpt" { // a language model: loss in nats per token, no accuracy
 				prog.Log("eval", "step", st.Step, "loss", fmt.Sprintf("%.4f", ev.Loss))
 			} else {
 				prog.Log("eval", "step", st.Step, "loss", fmt.Sprintf("%.4f", ev.Loss), "accuracy", fmt.Sprintf("%.4f", ev.Accuracy))
 			}
-			em := EvalMetrics{Step: st.Step, Epoch: st.Step / loader.StepsPerEpoch(), EvalLoss: ev.Loss}
+			em := EvalMetrics{Step: st.Step, Epoch: st.Step / loader.StepsPerEpoch(), Rank: env.Rank, Time: metricsTime(),
+				EvalLoss: ev.Loss, Samples: ev.Samples, Seconds: evalSecs}
 			if cfg.Model.Kind != "gpt" {
 				em.EvalAccuracy = Float(ev.Accuracy)
 			}
 			metrics.Eval(em)
+			t.prom.observeEval(em.EvalLoss, em.EvalAccuracy)
 		}
 		if cfg.Checkpoint.Dir != "" && cfg.Checkpoint.Every > 0 && st.Step%cfg.Checkpoint.Every == 0 && st.Step < total {
 			st.Loader = loader.State()
@@ -221,15 +242,6 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Checkpoint.Dir != "" {
-		st.Loader = loader.State()
-		if err := st.save(cfg, env, ps, opt2, scaler, log); err != nil {
-			return nil, err
-		}
-		if err := st.waitWrite(); err != nil {
-			return nil, err
-		}
-	}
 	commSec, hidden := eng.CommStats()
 	secs := time.Since(wall).Seconds()
 	trained := st.Step - st.firstStep()
@@ -246,6 +258,17 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		sum.EvalAccuracy = Float(ev.Accuracy)
 	}
 	sum.SamplesPerSec = rate
+	t.prom.observeEval(sum.EvalLoss, sum.EvalAccuracy)
+	if cfg.Checkpoint.Dir != "" { // the last checkpoint carries the summary: a run started again after this one prints it
+		st.Loader = loader.State()
+		st.Summary = sum
+		if err := st.save(cfg, env, ps, opt2, scaler, log); err != nil {
+			return nil, err
+		}
+		if err := st.waitWrite(); err != nil {
+			return nil, err
+		}
+	}
 	metrics.Summary(*sum)
 	if trace != nil {
 		if err := trace.WriteFile(RankPath(opt.TracePath, env.Rank)); err != nil {
@@ -289,6 +312,7 @@ func injectInf(dev tensor.Device, ps *model.Params) {
 
 type evalResult struct {
 	Loss, Accuracy float64
+	Samples        int // over all ranks
 }
 
 // evaluate runs the held-out set (sharded by rank) and averages over all ranks.
@@ -337,5 +361,10 @@ func evaluate(ctx context.Context, m model.Model, dev tensor.Device, ds data.Dat
 	if v[2] == 0 {
 		return evalResult{}, fmt.Errorf("worker: the evaluation set is empty")
 	}
-	return evalResult{Loss: float64(v[0]) / float64(v[2]), Accuracy: float64(v[1]) / float64(v[2])}, nil
+	perSample := 1.0 // targets per sample: a language model's sample has one per position
+	if cfg.Model.Kind == "gpt" {
+		perSample = float64(cfg.Model.Context)
+	}
+	return evalResult{Loss: float64(v[0]) / float64(v[2]), Accuracy: float64(v[1]) / float64(v[2]),
+		Samples: int(math.Round(float64(v[2]) / perSample))}, nil
 }

@@ -4,35 +4,49 @@ package worker
 // trainer writes JSON lines, one object per line, each flushed as written so
 // that `tail -f` and a crash both see every line:
 //
-//	{"event":"step","step":50,"epoch":0,"loss":0.41,"lr":0.001,...}
-//	{"event":"eval","step":469,"epoch":0,"eval_loss":0.09,"eval_accuracy":0.972}
+//	{"event":"step","step":50,"epoch":0,"rank":0,"time":"2026-05-01T12:00:00.123Z","loss":0.41,"lr":0.001,...}
+//	{"event":"eval","step":469,"epoch":0,"rank":0,"time":"…","eval_loss":0.09,"eval_accuracy":0.972,"samples":10000,"seconds":1.2}
 //	{"event":"summary","steps":1407,"final_loss":0.05,...,"param_sha256":"…"}
 //
-// ReadMetrics reads such a file back, for plots and tests.
+// ReadMetrics reads such a file back, for plots and tests. The same numbers are served to
+// Prometheus by prom.go (metrics.listen, --metrics-port).
 
 import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
+	"strconv"
 	"sync"
+	"time"
 )
 
 // StepMetrics is one {"event":"step"} line, written every train.log_every
 // steps.
 type StepMetrics struct {
-	Event             string  `json:"event"` // "step" (filled by Step)
-	Step              int     `json:"step"`  // optimizer steps done
-	Epoch             int     `json:"epoch"`
-	Loss              float64 `json:"loss"` // mean over the steps since the last line
-	LR                float64 `json:"lr"`
-	LossScale         float64 `json:"loss_scale"`
-	Skipped           int     `json:"skipped"` // steps skipped for inf/NaN so far
-	SamplesPerSec     float64 `json:"samples_per_sec"`
-	TokensPerSec      float64 `json:"tokens_per_sec,omitempty"` // language models
-	MemAllocatedBytes int64   `json:"mem_allocated_bytes"`
-	MemPeakBytes      int64   `json:"mem_peak_bytes"`
-	CommSeconds       float64 `json:"comm_seconds,omitempty"` // all-reduce time since the last line
+	Event string    `json:"event"` // "step" (filled by Step)
+	Step  int       `json:"step"`  // optimizer steps done
+	Epoch int       `json:"epoch"`
+	Rank  int       `json:"rank"`
+	Time  time.Time `json:"time"` // when the line was written (UTC, RFC 3339, milliseconds)
+	Loss  float64   `json:"loss"` // the loss of the line's step
+	// LR is the learning rate of the line's step: the float32 the optimizer used, written as
+	// its shortest decimal (0.003, not 0.0030000000000000001 or 0.00299999993).
+	LR        float64 `json:"lr"`
+	LossScale float64 `json:"loss_scale"`
+	// GradNorm is the global L2 norm of the line's step's gradients (unscaled, before clipping).
+	// With train.grad_clip it is the norm clipping computed; without, it is measured for the
+	// line's step only, which costs one pass over the gradient slab (SumSquares) and one read of
+	// the result back to the host per line: the host waits there for the all-reduced gradients,
+	// which the step's end waits for anyway. Absent for a skipped step (an inf/NaN gradient).
+	GradNorm          *float64 `json:"grad_norm,omitempty"`
+	Skipped           int      `json:"skipped"` // steps skipped for inf/NaN so far
+	SamplesPerSec     float64  `json:"samples_per_sec"`
+	TokensPerSec      float64  `json:"tokens_per_sec,omitempty"` // language models
+	MemAllocatedBytes int64    `json:"mem_allocated_bytes"`
+	MemPeakBytes      int64    `json:"mem_peak_bytes"`
+	CommSeconds       float64  `json:"comm_seconds,omitempty"` // all-reduce time since the last line (world > 1)
 	// StepMs is the mean wall time of a step since the last line; DataMs the part of it the loop
 	// spent waiting for batches (loader.Next) and issuing their uploads: the device waits on data
 	// at most that long.
@@ -42,13 +56,15 @@ type StepMetrics struct {
 
 // EvalMetrics is one {"event":"eval"} line.
 type EvalMetrics struct {
-	Event        string   `json:"event"` // "eval" (filled by Eval)
-	Step         int      `json:"step"`
-	Epoch        int      `json:"epoch"`
-	EvalLoss     float64  `json:"eval_loss"`
-	EvalAccuracy *float64 `json:"eval_accuracy,omitempty"` // classification only
-	Samples      int      `json:"samples"`
-	Seconds      float64  `json:"seconds"`
+	Event        string    `json:"event"` // "eval" (filled by Eval)
+	Step         int       `json:"step"`
+	Epoch        int       `json:"epoch"`
+	Rank         int       `json:"rank"`
+	Time         time.Time `json:"time"`
+	EvalLoss     float64   `json:"eval_loss"`
+	EvalAccuracy *float64  `json:"eval_accuracy,omitempty"` // classification only
+	Samples      int       `json:"samples"`                 // eval samples over all ranks (a language model's: sequences)
+	Seconds      float64   `json:"seconds"`                 // wall time of the evaluation
 }
 
 // SummaryMetrics is the last line, {"event":"summary"}.
@@ -75,6 +91,24 @@ type SummaryMetrics struct {
 
 // Float returns a pointer to v, for the optional fields (EvalAccuracy).
 func Float(v float64) *float64 { return &v }
+
+// finite is Float(v), or nil for NaN and ±Inf (which JSON cannot write).
+func finite(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
+
+// decimalF32 is x as the float64 of its shortest decimal: float32(0.003) is 0.003, not
+// float64(float32(0.003)) = 0.003000000026077032. float32(decimalF32(x)) == x.
+func decimalF32(x float32) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(float64(x), 'g', -1, 32), 64)
+	return v
+}
+
+// metricsTime is a line's timestamp: now, in UTC, to the millisecond.
+func metricsTime() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
 
 // MetricsWriter writes metric lines to a file. A nil *MetricsWriter is valid
 // and writes nothing, so the trainer can call it unconditionally. Safe for

@@ -2,11 +2,14 @@ package worker
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/tensor"
+	"github.com/goddp/goddp/worker/config"
 	"github.com/goddp/goddp/worker/data"
 )
 
@@ -14,15 +17,23 @@ import (
 // where the data stream is, the loss scaler, the optimizer's step count. (Random numbers are
 // counter-based, derived from the seed and the step, so there is no generator state to save.)
 type runState struct {
-	Step       int              `json:"step"`
-	Skipped    int              `json:"skipped"`
-	Loader     data.LoaderState `json:"loader"`
-	Scaler     ScalerState      `json:"scaler"`
-	OptimStep  int64            `json:"optim_step"`
-	ConfigHash string           `json:"config_hash"`
-	WorldSize  int              `json:"world_size"`
-	resumedAt  int
-	writing    *ckptWrite // the checkpoint write in flight (save), or nil
+	Step      int              `json:"step"`
+	Skipped   int              `json:"skipped"`
+	Loader    data.LoaderState `json:"loader"`
+	Scaler    ScalerState      `json:"scaler"`
+	OptimStep int64            `json:"optim_step"`
+	// ConfigHash is config.Config.Hash, the sha256 of Trajectory, the trajectory config: the keys
+	// and values the run's weights depend on (worker/config/hash.go). A resume compares the
+	// trajectory key by key, so a refusal names what differs. Checkpoints of builds before the
+	// trajectory config have no Trajectory and a ConfigHash that is config.Config.HashV1.
+	ConfigHash string            `json:"config_hash"`
+	Trajectory map[string]string `json:"trajectory,omitempty"`
+	WorldSize  int               `json:"world_size"`
+	// Summary is the run's summary, in the checkpoint of its last step only: a run started again
+	// after it finished prints it (FinishedError).
+	Summary   *SummaryMetrics `json:"summary,omitempty"`
+	resumedAt int
+	writing   *ckptWrite // the checkpoint write in flight (save), or nil
 }
 
 func (s *runState) firstStep() int { return s.resumedAt }
@@ -41,7 +52,8 @@ func (s *runState) save(cfg *Config, env Env, ps *model.Params, opt Optimizer, s
 	}
 	s.Scaler = sc.State()
 	s.OptimStep = opt.Steps()
-	s.ConfigHash = cfg.Hash()
+	s.Trajectory = cfg.Trajectory()
+	s.ConfigHash = config.TrajectoryHash(s.Trajectory)
 	s.WorldSize = env.WorldSize
 	weights := make([]model.NamedTensor, 0, len(ps.List))
 	for _, p := range ps.List {
@@ -97,39 +109,28 @@ func (s *runState) waitWrite() error {
 }
 
 // restore loads a verified checkpoint into the parameters, optimizer and scaler. A checkpoint of
-// another model or run configuration is refused, naming what differs; nothing is half-loaded:
-// every tensor is checked before any is written.
-func (s *runState) restore(path string, cfg *Config, ps *model.Params, opt Optimizer, sc *Scaler) error {
+// another trajectory is refused, naming each key that differs (checkTrajectory); where says
+// where the checkpoint came from ("checkpoint.dir /runs/a", "--resume-from /runs/a/step-…"), and
+// world is this run's world size. Nothing is half-loaded: every tensor is checked before any is
+// written.
+func (s *runState) restore(path, where string, world int, cfg *Config, ps *model.Params, opt Optimizer, sc *Scaler, log *slog.Logger) error {
 	ck, err := LoadCheckpoint(path)
 	if err != nil {
 		return err
 	}
-	var saved runState
-	if err := json.Unmarshal(ck.State, &saved); err != nil {
-		return fmt.Errorf("checkpoint: %s: state.json: %w", path, err)
+	saved, err := decodeState(ck)
+	if err != nil {
+		return err
 	}
-	if saved.ConfigHash != cfg.Hash() {
-		return fmt.Errorf("checkpoint: %s was written by a run with another configuration (config hash %.12s, this run %.12s): refusing to resume from it", path, saved.ConfigHash, cfg.Hash())
+	if err := checkTrajectory(saved, cfg, where, world); err != nil {
+		return err
 	}
-	byName := map[string]model.NamedTensor{}
-	for _, t := range ck.Weights {
-		byName[t.Name] = t
+	if saved.Trajectory == nil {
+		log.Info("resuming from an earlier build's checkpoint (a config hash, no trajectory config): the config hashes the same", "path", path)
 	}
-	type load struct {
-		t    *tensor.Tensor
-		vals []float32
-	}
-	var loads []load
-	for _, p := range ps.List {
-		nt, ok := byName[p.Name]
-		if !ok {
-			return fmt.Errorf("checkpoint: %s has no weights for parameter %q", path, p.Name)
-		}
-		v, err := namedToF32(nt, p.W)
-		if err != nil {
-			return fmt.Errorf("checkpoint: %s: %w", path, err)
-		}
-		loads = append(loads, load{p.W, v})
+	loads, err := weightLoads(ck, ps)
+	if err != nil {
+		return err
 	}
 	optByName := map[string]model.NamedTensor{}
 	for _, t := range ck.Optim {
@@ -144,18 +145,102 @@ func (s *runState) restore(path string, cfg *Config, ps *model.Params, opt Optim
 		if err != nil {
 			return fmt.Errorf("checkpoint: %s: %w", path, err)
 		}
-		loads = append(loads, load{st.T, v})
+		loads = append(loads, tensorLoad{st.T, v})
 	}
+	uploadAll(ps, loads)
+	opt.SetSteps(saved.OptimStep)
+	sc.SetState(saved.Scaler)
+	*s = *saved
+	s.resumedAt = saved.Step
+	return nil
+}
+
+// decodeState reads a loaded checkpoint's state.json.
+func decodeState(ck *Checkpoint) (*runState, error) {
+	var saved runState
+	if err := json.Unmarshal(ck.State, &saved); err != nil {
+		return nil, fmt.Errorf("checkpoint: %s: state.json: %w", ck.Path, err)
+	}
+	return &saved, nil
+}
+
+// tensorLoad is a tensor to fill and the values for it.
+type tensorLoad struct {
+	t    *tensor.Tensor
+	vals []float32
+}
+
+// weightLoads matches a checkpoint's weights with the parameters, by name and shape.
+func weightLoads(ck *Checkpoint, ps *model.Params) ([]tensorLoad, error) {
+	byName := map[string]model.NamedTensor{}
+	for _, t := range ck.Weights {
+		byName[t.Name] = t
+	}
+	var loads []tensorLoad
+	for _, p := range ps.List {
+		nt, ok := byName[p.Name]
+		if !ok {
+			return nil, fmt.Errorf("checkpoint: %s has no weights for parameter %q", ck.Path, p.Name)
+		}
+		v, err := namedToF32(nt, p.W)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: %s: %w", ck.Path, err)
+		}
+		loads = append(loads, tensorLoad{p.W, v})
+	}
+	return loads, nil
+}
+
+// uploadAll writes the loads to the device and refreshes the f16 copy of the weights.
+func uploadAll(ps *model.Params, loads []tensorLoad) {
 	dev := ps.Device()
 	for _, l := range loads {
 		dev.Upload(l.t, l.vals)
 	}
 	ps.SyncHalf()
-	opt.SetSteps(saved.OptimStep)
-	sc.SetState(saved.Scaler)
-	*s = saved
-	s.resumedAt = saved.Step
-	return nil
+}
+
+// checkTrajectory refuses to resume from a checkpoint of another trajectory. A checkpoint with a
+// trajectory config is compared key by key (config.DiffTrajectory), and the refusal names each
+// key with the checkpoint's value and this run's. One from a build before the trajectory config
+// (a hash of the whole config, HashV1) is accepted when this config's HashV1 is the same; that
+// build recorded nothing to say which key differs, so the refusal says so.
+func checkTrajectory(saved *runState, cfg *Config, where string, world int) error {
+	if saved.Trajectory == nil {
+		if saved.ConfigHash == cfg.HashV1() {
+			return nil
+		}
+		return fmt.Errorf("worker: refusing to resume: %s (step %d) was written by an earlier build of goddp, which recorded only a hash "+
+			"of the whole config (%.12s; this config's is %.12s). Some key differs, and that build's hash covered every key, checkpoint.keep, "+
+			"train.eval_every and ddp.check_every included, so it cannot say which: resume with exactly that run's config, or start over "+
+			"in another checkpoint.dir", where, saved.Step, saved.ConfigHash, cfg.HashV1())
+	}
+	diffs := config.DiffTrajectory(saved.Trajectory, cfg.Trajectory())
+	if len(diffs) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "worker: refusing to resume: %s (step %d) was trained with ", where, saved.Step)
+	for i, d := range diffs {
+		if i > 0 {
+			b.WriteString("; with ")
+		}
+		fmt.Fprintf(&b, "%s, this run has %s", keyValue(d.Key, d.Old), keyValue(d.Key, d.New))
+		if d.Key == "train.global_batch" && saved.WorldSize > 0 && saved.WorldSize != world {
+			fmt.Fprintf(&b, " (global_batch = micro_batch × grad_accum_steps × world size, and the world size was %d, now %d: "+
+				"set train.global_batch=%s to keep it)", saved.WorldSize, world, d.Old)
+		}
+	}
+	b.WriteString(". These keys change the trajectory: resume with the checkpoint's values, or start over in another checkpoint.dir")
+	return errors.New(b.String())
+}
+
+// keyValue writes key=value, or "key unused" for a key its condition leaves out of the trajectory.
+func keyValue(key, v string) string {
+	if v == config.NotUsed {
+		return key + " unused"
+	}
+	return key + "=" + v
 }
 
 func tensorToNamed(name string, t *tensor.Tensor) model.NamedTensor {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/goddp/goddp/allreduce"
@@ -28,7 +29,15 @@ type Options struct {
 	MemoryReport bool   // --memory-report
 	CheckLeaks   bool   // --check-leaks
 	MemoryPlot   string // --memory-plot: PNG of device memory over one step (memplot.go)
-	Logger       *slog.Logger
+	// ResumeFrom (--resume-from) is a checkpoint step directory to resume from instead of the
+	// newest in checkpoint.dir (resumePoint says when checkpoint.dir's newest is taken anyway).
+	// Every rank must be able to read it.
+	ResumeFrom string
+	// MetricsListen (--metrics-port N is ":N") is where this process serves Prometheus metrics,
+	// host:port; it overrides metrics.listen. Rank r of a host adds its LOCAL_RANK to the port
+	// (prom.go).
+	MetricsListen string
+	Logger        *slog.Logger
 
 	// Test hooks: nil in production. cmd/ddptrain sets them from DDP_FAIL_AT_STEP and
 	// DDP_INJECT_INF_STEP/RANK for the restart and loss-scaler tests.
@@ -71,8 +80,10 @@ type Trainer struct {
 	total   int // optimizer steps of the whole run
 	sched   model.Schedule
 	metrics *MetricsWriter
+	prom    *promMetrics // nil without metrics.listen / --metrics-port
 	prog    *Progress
 	in      *inputs
+	groups  []*allreduce.Group // the main group and the channels: their bytes on the wire
 
 	closers []func() error // what New opened, in order
 	closed  bool
@@ -192,6 +203,7 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 	if err != nil {
 		return nil, err
 	}
+	t.groups = append([]*allreduce.Group{group}, channels...)
 	t.onClose(func() error {
 		var errs []error
 		for _, g := range channels {
@@ -213,14 +225,16 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 		if err := syncCheckpoints(ctx, group, cfg.Checkpoint.Dir, env, log); err != nil {
 			return nil, err
 		}
-		if path, err := LatestCheckpoint(cfg.Checkpoint.Dir); err == nil && path != "" {
-			if err := st.restore(path, cfg, ps, opt2, scaler); err != nil {
-				return nil, err
-			}
-			log.Info("resumed from checkpoint", "path", path, "step", st.Step)
-		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+	}
+	resumed, where, err := resumePoint(cfg, opt.ResumeFrom, env, log)
+	if err != nil {
+		return nil, err
+	}
+	if resumed != "" {
+		if err := st.restore(resumed, where, env.WorldSize, cfg, ps, opt2, scaler, log); err != nil {
 			return nil, err
 		}
+		log.Info("resumed from checkpoint", "path", resumed, "step", st.Step)
 	}
 	if err := eng.BroadcastTensors(ctx, append([]*tensor.Tensor{ps.Data}, optimizerTensors(opt2)...)); err != nil {
 		return nil, err
@@ -242,6 +256,9 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 	if err != nil {
 		return nil, err
 	}
+	if resumed != "" && st.Step >= t.total { // before the outputs: the finished run's metrics file stays as it was
+		return nil, &FinishedError{Step: st.Step, Total: t.total, Path: resumed, Summary: st.Summary}
+	}
 
 	// ---- outputs, and the device buffers the batches are uploaded into ----
 	t.metrics, err = OpenMetrics(opt.MetricsPath, env.Rank)
@@ -249,12 +266,93 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 		return nil, err
 	}
 	t.onClose(t.metrics.Close)
+	listen := cfg.Metrics.Listen
+	if opt.MetricsListen != "" {
+		listen = opt.MetricsListen
+	}
+	if listen != "" {
+		t.prom, err = servePrometheus(listen, env, log)
+		if err != nil {
+			return nil, err
+		}
+		t.onClose(t.prom.close)
+	}
 	t.prog = NewProgress(t.total, env.Rank, env.ProgressFD)
 	t.onClose(func() error { t.prog.Finish(); return nil })
 	in := newInputs(dev, cfg, b)
 	t.in = in
 	t.onClose(func() error { in.free(dev); return nil })
 	return t, nil
+}
+
+// resumePoint says which checkpoint a run resumes from, and where it was found (for messages):
+// "" when the run starts afresh. Without --resume-from it is the newest complete checkpoint in
+// checkpoint.dir. With it, it is that step directory, unless checkpoint.dir holds a newer
+// checkpoint: on a restart of this job (DDP_RESTART_COUNT > 0) that one is the job's own progress
+// since, and is taken; otherwise it belongs to another run, and the resume is refused, since the
+// two runs' checkpoints would mix in checkpoint.dir (pruning, and the next restart's choice).
+func resumePoint(cfg *Config, from string, env Env, log *slog.Logger) (path, where string, err error) {
+	latest := ""
+	if dir := cfg.Checkpoint.Dir; dir != "" {
+		if latest, err = LatestCheckpoint(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return "", "", err
+		}
+	}
+	inDir := "checkpoint.dir " + cfg.Checkpoint.Dir
+	if from == "" {
+		return latest, inDir, nil
+	}
+	if err := VerifyCheckpoint(from); err != nil {
+		if paths, _, _ := stepDirs(from); len(paths) > 0 {
+			return "", "", fmt.Errorf("worker: --resume-from %s is a checkpoint directory, not a checkpoint: name one of its step directories, e.g. %s", from, paths[0])
+		}
+		return "", "", fmt.Errorf("worker: --resume-from: %w", err)
+	}
+	fromStep, err := stepOfCheckpoint(from)
+	if err != nil {
+		return "", "", err
+	}
+	if latest != "" {
+		newest, err := stepOfCheckpoint(latest)
+		if err != nil {
+			return "", "", err
+		}
+		if newest > fromStep {
+			if env.RestartCount > 0 {
+				log.Info("a restart: resuming from this job's newest checkpoint, not --resume-from's", "path", latest, "resume_from", from)
+				return latest, inDir, nil
+			}
+			return "", "", fmt.Errorf("worker: --resume-from %s (step %d): %s already holds step %d, a checkpoint of another run "+
+				"that would mix with this one's (pruning keeps the newest; a restart resumes from the newest): point checkpoint.dir "+
+				"elsewhere (--set checkpoint.dir=...) or remove its checkpoints after step %d", from, fromStep, inDir, newest, fromStep)
+		}
+	}
+	return from, "--resume-from " + from, nil
+}
+
+// FinishedError is what New (and Run) return when the checkpoint a run resumes from is at or
+// past its last step: there is nothing to train. It is not a failure: ddptrain prints it and
+// exits 0. Summary is the finished run's, from the checkpoint (nil for one an earlier build wrote).
+type FinishedError struct {
+	Step    int    // the checkpoint's step
+	Total   int    // this config's last step
+	Path    string // the checkpoint
+	Summary *SummaryMetrics
+}
+
+func (e *FinishedError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "run already finished at step %d", e.Step)
+	if e.Step > e.Total {
+		fmt.Fprintf(&b, " (this config ends at step %d)", e.Total)
+	}
+	fmt.Fprintf(&b, ": nothing to do (checkpoint %s)", e.Path)
+	if e.Summary != nil {
+		fmt.Fprintf(&b, "; the summary of that run is: %s", FormatSummary(e.Summary))
+	} else {
+		b.WriteString("; that checkpoint records no summary (it was not written at the end of a run, or an earlier build wrote it)")
+	}
+	return b.String()
 }
 
 // onClose registers f to run at Close, before everything registered earlier.

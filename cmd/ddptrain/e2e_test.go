@@ -111,6 +111,21 @@ func TestTrain_resumeIsExact(t *testing.T) {
 	if a.ParamSHA256 != b.ParamSHA256 || a.Steps != b.Steps {
 		t.Fatalf("resumed run ends with %s after %d steps, uninterrupted %s after %d", b.ParamSHA256, b.Steps, a.ParamSHA256, a.Steps)
 	}
+	// Started again, the finished run says so, with its summary, and exits 0.
+	out, err = runTrain(t, nil, smallRun(t, ck)...)
+	if err != nil || !strings.Contains(out, "run already finished at step 48: nothing to do") || !strings.Contains(out, a.ParamSHA256) {
+		t.Fatalf("the finished run started again: %v\n%s", err, out)
+	}
+	// --resume-from the straight run's step 40, into a checkpoint.dir of its own: the same end.
+	from := filepath.Join(dir, "ck-a", "step-00000040")
+	again := filepath.Join(dir, "again.jsonl")
+	out, err = runTrain(t, nil, append(smallRun(t, filepath.Join(dir, "ck-c")), "--resume-from", from, "--metrics", again)...)
+	if err != nil || !strings.Contains(out, "resumed from checkpoint") {
+		t.Fatalf("--resume-from %s: %v\n%s", from, err, out)
+	}
+	if c := summary(t, again); c.ParamSHA256 != a.ParamSHA256 {
+		t.Fatalf("the run from --resume-from step 40 ends with %s, uninterrupted %s", c.ParamSHA256, a.ParamSHA256)
+	}
 }
 
 func TestTrain_refusesBadCheckpointAndConfig(t *testing.T) {

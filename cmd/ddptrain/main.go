@@ -3,6 +3,7 @@
 //
 //	ddptrain --config configs/mnist-mlp.yaml [--set train.lr=0.003 ...] [--metrics FILE] [--trace FILE]
 //	ddptrain sample --checkpoint DIR --prompt TEXT [--max-new-tokens N ...]   (sample.go)
+//	ddptrain eval --checkpoint DIR [--config FILE] [--set ...] [--json]   (eval.go)
 //
 // Exit status: 0 when the run finished; 1 when it failed; 2 for a usage or config error (nothing
 // was trained); 3 for the failure DDP_FAIL_AT_STEP plants (tests of restarts: see main.go's
@@ -40,6 +41,9 @@ func run(args []string) int {
 	if len(args) > 0 && args[0] == "sample" {
 		return runSample(args[1:], os.Stdout, os.Stderr)
 	}
+	if len(args) > 0 && args[0] == "eval" {
+		return runEval(args[1:], os.Stdout, os.Stderr)
+	}
 	fs := pflag.NewFlagSet("ddptrain", pflag.ContinueOnError)
 	fs.SortFlags = false
 	configPath := fs.String("config", "", "run configuration (YAML), e.g. configs/mnist-mlp.yaml")
@@ -51,9 +55,11 @@ func run(args []string) int {
 	fs.BoolVar(&opt.MemoryReport, "memory-report", false, "print a memory breakdown after the first steps")
 	fs.BoolVar(&opt.CheckLeaks, "check-leaks", false, "fail when device memory is not back at its baseline after a step")
 	fs.StringVar(&opt.MemoryPlot, "memory-plot", "", "draw device memory over one training step, by layer, into this PNG")
+	fs.StringVar(&opt.ResumeFrom, "resume-from", "", "resume from this checkpoint (a step directory) instead of the newest in checkpoint.dir")
+	metricsPort := fs.Int("metrics-port", 0, "serve Prometheus metrics on this port (rank r of a host: port + LOCAL_RANK); metrics.listen in the config sets host:port")
 	keys := fs.Bool("keys", false, "list every config key and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: ddptrain --config FILE [--set key=value ...] [flags]\n       ddptrain sample --checkpoint DIR --prompt TEXT [flags] (ddptrain sample --help)\n\n%s", fs.FlagUsages())
+		fmt.Fprintf(os.Stderr, "usage: ddptrain --config FILE [--set key=value ...] [flags]\n       ddptrain sample --checkpoint DIR --prompt TEXT [flags] (ddptrain sample --help)\n       ddptrain eval --checkpoint DIR [--config FILE] [--json] (ddptrain eval --help)\n\n%s", fs.FlagUsages())
 	}
 	if err := fs.Parse(args); err != nil {
 		if err == pflag.ErrHelp {
@@ -72,6 +78,9 @@ func run(args []string) int {
 		fs.Usage()
 		return exitUsage
 	}
+	if *metricsPort != 0 {
+		opt.MetricsListen = fmt.Sprintf(":%d", *metricsPort)
+	}
 	testHooks(&opt)
 	opt.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
@@ -83,6 +92,12 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := worker.Run(ctx, cfg, opt)
+	if fin := (*worker.FinishedError)(nil); errors.As(err, &fin) {
+		if rank, _ := strconv.Atoi(os.Getenv("RANK")); rank == 0 {
+			fmt.Println(fin.Error())
+		}
+		return 0
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ddptrain:", err)
 		if errors.Is(err, errInjectedFault) {

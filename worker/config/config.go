@@ -18,6 +18,7 @@ type Config struct {
 	Checkpoint CheckpointConfig `yaml:"checkpoint"`
 	DDP        DDPConfig        `yaml:"ddp"`
 	LossScale  LossScaleConfig  `yaml:"loss_scale"`
+	Metrics    MetricsConfig    `yaml:"metrics,omitempty"`
 }
 
 // ModelConfig is the `model:` section.
@@ -180,6 +181,16 @@ type LossScaleConfig struct {
 	GrowthFactor   float64 `yaml:"growth_factor"`   // default 2
 	Backoff        float64 `yaml:"backoff"`         // default 0.5
 	Min            float64 `yaml:"min"`             // default 1
+}
+
+// MetricsConfig is the `metrics:` section: what the run exposes while it trains (none of it is
+// part of the trajectory, so none of it is hashed).
+type MetricsConfig struct {
+	// listen: host:port where every rank serves Prometheus metrics over HTTP (/metrics), e.g.
+	// ":9100" or "127.0.0.1:9100"; rank r of a host listens on port + LOCAL_RANK (port 0: a port
+	// the system picks, logged). ddptrain --metrics-port N is listen ":N". Default "" (off).
+	// docs/metrics.md lists the metrics.
+	Listen string `yaml:"listen,omitempty"`
 }
 
 // Default returns the defaults every loaded config starts from. Keys

@@ -25,6 +25,11 @@
 // TrainConfig.ResolveAutoBatch for micro_batch: auto, each returning a Batch that
 // TrainConfig.WithBatch writes back.
 //
-// Hash is what ranks and hosts compare to be sure they train the same thing; it is a sha256 of
-// the config's canonical YAML, so a key's spelling as written is part of it.
+// Trajectory is the canonical trajectory config: the keys a run's sequence of weights depends on
+// (model, data, optimizer and schedule, precision, seed, batch), each with its value; the rest
+// (paths, logging, evaluation and checkpoint cadence, memory and communication layout) are listed
+// with why in hash.go's notTrajectory, the one place a key is taken out. Hash, its sha256, is what
+// ranks and hosts compare to be sure they train the same thing and a resume to be sure it
+// continues the same run; a checkpoint stores the map itself, so a refused resume names the keys
+// that differ. HashV1 is the hash of earlier builds (the whole config), kept for their checkpoints.
 package config

@@ -2,14 +2,15 @@ package config
 
 import (
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
-// The hashes of a few configs as the build before this package computed them (worker.Config.Hash
-// at 2bca02f): a checkpoint written by that build resumes under this one, and hosts running
-// either agree at the rendezvous. A change here is a format change: say so, as with
-// CheckpointFormat.
-func TestHash_stableAcrossBuilds(t *testing.T) {
+// The hashes of a few configs as the builds before the trajectory config computed them
+// (worker.Config.Hash at 2bca02f, config.Config.Hash up to c094bc3): HashV1 still computes them,
+// so a checkpoint those builds wrote (a hash, no trajectory config) resumes under this one when
+// its config is the same. HashV1 is frozen: a change here breaks those checkpoints.
+func TestHashV1_stableAcrossBuilds(t *testing.T) {
 	type tc struct {
 		name  string
 		path  string // "" = minimalMLP
@@ -48,8 +49,49 @@ func TestHash_stableAcrossBuilds(t *testing.T) {
 				}
 				cfg.Train = cfg.Train.WithBatch(b)
 			}
+			if got := cfg.HashV1(); got != c.want {
+				t.Errorf("HashV1 = %s, the earlier build's %s\n%s", got, c.want, cfg.YAML())
+			}
+		})
+	}
+}
+
+// The trajectory hashes of a few configs, pinned: ranks and hosts of different builds agree at the
+// rendezvous, and this build's checkpoints resume under the next, only while these hold. A change
+// here is a format change (bump TrajectoryFormat and say so).
+func TestHash_pinned(t *testing.T) {
+	ship := func(n string) string { return filepath.Join("..", "..", "configs", n) }
+	for _, c := range []struct {
+		name, path string
+		world      int
+		want       string
+	}{
+		{"minimal", "", 0, "2973d0d94cadf6f8bdd535bd28e762d10bca66d6be6b1ed5abaaac39a673cd1f"},
+		{"mnist-mlp", ship("mnist-mlp.yaml"), 0, "80b6276f742c5909989073760adba39d25254d5a8197a22a4627ade6361684c1"},
+		{"mnist-mlp world 2", ship("mnist-mlp.yaml"), 2, "08cfadd924f037112acae6ccfc9b17816a618dd01cba12f955b87125e1bc6888"},
+		{"opticks", ship("opticks-gpt-tiny.yaml"), 0, "88b4e9d30cf8e50ed312ddd112bbb442ea0429e118a2a3c447a77da3834a9f93"},
+		{"opticks world 2", ship("opticks-gpt-tiny.yaml"), 2, "a32202e6964f3899fbe416908d04467003bfe4fc922997bc5eb6f1260e291f76"},
+		{"gpt2-124m", ship("gpt2-124m.yaml"), 0, "fa9704b42d8bd87f1d955d848ec6b4f0e7fa9a0c47b554ff91f1dd7896703622"},
+		{"gpt2-124m world 2", ship("gpt2-124m.yaml"), 2, "993621981bf229ae52a0781bde83c75e28dde5923a61b6554e97a448e1869c8a"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := c.path
+			if path == "" {
+				path = writeYAML(t, minimalMLP)
+			}
+			cfg, err := Load(path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.world > 0 {
+				b, err := cfg.Train.ResolveBatch(c.world)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg.Train = cfg.Train.WithBatch(b)
+			}
 			if got := cfg.Hash(); got != c.want {
-				t.Errorf("Hash = %s, the earlier build's %s\n%s", got, c.want, cfg.YAML())
+				t.Errorf("Hash = %s, pinned %s\n%v", got, c.want, cfg.Trajectory())
 			}
 		})
 	}
@@ -64,5 +106,176 @@ func TestHash_doesNotChangeTheConfig(t *testing.T) {
 	c.Hash()
 	if after := c.YAML(); after != before {
 		t.Errorf("Hash changed the config:\n%s\nbecame\n%s", before, after)
+	}
+}
+
+// Every key of the schema is classified: part of the trajectory (changing it changes Hash), left
+// out of it (hash.go's notTrajectory: changing it changes nothing), or part of it only under a
+// condition (both, depending on the other keys). A key added to Config without a line here or in
+// notTrajectory fails this test.
+func TestHash_everyKeyIsClassified(t *testing.T) {
+	// The trajectory keys, each with a value unlike minimalMLP's.
+	trajectory := map[string]string{
+		"precision": "fp16", "seed": "2",
+		"model.kind": "gpt", "model.widths": "[784,64,10]", "model.activation": "gelu", "model.layers": "3",
+		"model.width": "64", "model.heads": "2", "model.context": "16", "model.vocab": "256", "model.tied": "false",
+		"model.dropout": "0.1", "model.attention": "flash",
+		"train.micro_batch": "32", "train.global_batch": "256", "train.lr": "0.02", "train.schedule": "cosine",
+		"train.optimizer": "sgd", "train.weight_decay": "0.1", "train.momentum": "0.9", "train.nesterov": "true",
+		"train.beta1": "0.8", "train.beta2": "0.95", "train.eps": "1e-6", "train.grad_clip": "1",
+		"data.kind": "text", "data.eval_fraction": "0.2", "data.shuffle": "false",
+		"ddp.bucket_cap_mb": "1", "ddp.wire": "f16",
+		"loss_scale.init": "1024", "loss_scale.growth_interval": "100", "loss_scale.growth_factor": "4",
+		"loss_scale.backoff": "0.25", "loss_scale.min": "2",
+	}
+	// notTrajectory's keys, each with a value unlike minimalMLP's.
+	unhashed := map[string]string{
+		"data.path": "/elsewhere", "data.workers": "7", "data.prefetch": "9",
+		"checkpoint.dir": "/ck", "checkpoint.every": "5", "checkpoint.keep": "9", "checkpoint.per_host": "true",
+		"ddp.check_every": "7", "ddp.channels": "3", "ddp.timeout": "5m",
+		"train.log_every": "3", "train.eval_every": "7", "train.eval_batches": "3", "train.memory_budget": "1GiB",
+		"model.checkpoint": "blocks", "model.checkpoint_keep_attention": "true", "metrics.listen": ":9100",
+	}
+	// notTrajectory's conditional keys: a value, and the sets that make the key count (on) and not
+	// count (off).
+	conditional := map[string]struct {
+		value   string
+		on, off []string
+	}{
+		"train.grad_accum_steps": {"4", nil, []string{"train.global_batch=128"}},
+		"train.epochs":           {"5", []string{"train.schedule=cosine"}, nil},
+		"train.max_steps":        {"100", []string{"train.schedule=cosine"}, nil},
+		"train.warmup_steps":     {"10", []string{"train.schedule=cosine"}, nil},
+		"train.min_lr":           {"0.0005", []string{"train.schedule=cosine"}, nil},
+	}
+	always, cond := NotTrajectoryKeys()
+	for _, k := range always {
+		if _, ok := unhashed[k]; !ok {
+			t.Errorf("notTrajectory has %s: give it a value in this test's unhashed table", k)
+		}
+		if _, ok := trajectory[k]; ok {
+			t.Errorf("%s is in notTrajectory and in this test's trajectory keys", k)
+		}
+	}
+	for _, k := range cond {
+		if _, ok := conditional[k]; !ok {
+			t.Errorf("notTrajectory has %s with a condition: give it a line in this test's conditional table", k)
+		}
+	}
+	load := func(sets ...string) *Config {
+		t.Helper()
+		c, err := Load(writeYAML(t, minimalMLP), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range sets {
+			if err := c.Set(s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return c
+	}
+	known := map[string]bool{}
+	for _, key := range Keys() {
+		known[key] = true
+		t.Run(key, func(t *testing.T) {
+			if v, ok := trajectory[key]; ok {
+				base := load()
+				if base.Hash() == load(key+"="+v).Hash() {
+					t.Errorf("%s=%s does not change Hash, but the trajectory depends on it", key, v)
+				}
+				d := DiffTrajectory(base.Trajectory(), load(key+"="+v).Trajectory())
+				if !slices.ContainsFunc(d, func(d KeyDiff) bool { return d.Key == key }) {
+					t.Errorf("DiffTrajectory of %s=%s does not name it: %v", key, v, d)
+				}
+				return
+			}
+			if v, ok := unhashed[key]; ok {
+				if load().Hash() != load(key+"="+v).Hash() {
+					t.Errorf("%s=%s changes Hash, but it is in notTrajectory", key, v)
+				}
+				return
+			}
+			if c, ok := conditional[key]; ok {
+				if load(c.on...).Hash() == load(append(c.on, key+"="+c.value)...).Hash() {
+					t.Errorf("%s=%s with %v does not change Hash", key, c.value, c.on)
+				}
+				if load(c.off...).Hash() != load(append(c.off, key+"="+c.value)...).Hash() {
+					t.Errorf("%s=%s with %v changes Hash, but the key is not used then", key, c.value, c.off)
+				}
+				if got := load(c.off...).Trajectory()[key]; got != NotUsed {
+					t.Errorf("Trajectory()[%s] with %v = %q, want %q", key, c.off, got, NotUsed)
+				}
+				return
+			}
+			t.Errorf("key %s is not classified: add it to notTrajectory (hash.go) with why the trajectory does not depend on it, "+
+				"or to this test's trajectory keys", key)
+		})
+	}
+	for _, m := range []map[string]string{trajectory, unhashed} {
+		for k := range m {
+			if !known[k] {
+				t.Errorf("this test names %s, which is not a key (config.Keys)", k)
+			}
+		}
+	}
+}
+
+// The trajectory config's values are written as YAML would, in canonical spelling, without
+// float32 noise and with no host-local key.
+func TestTrajectory_values(t *testing.T) {
+	c, err := Load(writeYAML(t, minimalMLP), []string{"train.lr=0.003", "model.attention=", "train.schedule=cosine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := c.Trajectory()
+	for k, want := range map[string]string{
+		"train.lr": "0.003", "train.min_lr": "0.0003", "model.widths": "[784, 32, 10]", "train.micro_batch": "64",
+		"model.attention": "auto", "train.eps": "1e-08", "seed": "1", "model.tied": "true", "train.global_batch": "0",
+		"train.grad_accum_steps": "0",
+	} {
+		if tr[k] != want {
+			t.Errorf("Trajectory()[%s] = %q, want %q", k, tr[k], want)
+		}
+	}
+	for _, k := range []string{"data.path", "checkpoint.dir", "train.log_every", "metrics.listen"} {
+		if v, ok := tr[k]; ok {
+			t.Errorf("Trajectory has %s = %q", k, v)
+		}
+	}
+	c.Train.MicroBatchAuto = true
+	if got := c.Trajectory()["train.micro_batch"]; got != "auto" {
+		t.Errorf("micro_batch auto is %q in the trajectory", got)
+	}
+	if c.Hash() != TrajectoryHash(c.Trajectory()) {
+		t.Error("Hash is not TrajectoryHash(Trajectory)")
+	}
+}
+
+// DiffTrajectory names every key that differs, in Keys order; a key the old config lacks (a
+// checkpoint from before the key existed) counts as this build's default; a key only the old one
+// has (one this build leaves out of the trajectory) is ignored.
+func TestDiffTrajectory(t *testing.T) {
+	a, err := Load(writeYAML(t, minimalMLP), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Load(writeYAML(t, minimalMLP), []string{"train.lr=0.001", "seed=7", "checkpoint.keep=5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := DiffTrajectory(a.Trajectory(), b.Trajectory())
+	if len(d) != 2 || d[0] != (KeyDiff{"seed", "1", "7"}) || d[1] != (KeyDiff{"train.lr", "0.01", "0.001"}) {
+		t.Errorf("diff = %+v, want seed 1→7 and train.lr 0.01→0.001", d)
+	}
+	old := a.Trajectory()
+	delete(old, "loss_scale.min") // written before the key existed: its default is assumed
+	old["model.init_from"] = "/gone.safetensors"
+	if d := DiffTrajectory(old, a.Trajectory()); len(d) != 0 {
+		t.Errorf("diff = %+v, want none", d)
+	}
+	a.LossScale.Min = 2
+	if d := DiffTrajectory(old, a.Trajectory()); len(d) != 1 || d[0] != (KeyDiff{"loss_scale.min", "1", "2"}) {
+		t.Errorf("diff = %+v, want loss_scale.min 1 (the default) → 2", d)
 	}
 }

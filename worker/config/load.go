@@ -99,6 +99,8 @@ func sectionOf(goType string) string {
 		return " in section ddp"
 	case "LossScaleConfig":
 		return " in section loss_scale"
+	case "MetricsConfig":
+		return " in section metrics"
 	case "Config":
 		return " at top level"
 	}

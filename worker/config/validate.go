@@ -6,6 +6,8 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 )
 
@@ -209,6 +211,14 @@ func (c *Config) Validate() error {
 	}
 	if ls.Min <= 0 || ls.Min > ls.Init {
 		bad("loss_scale.min", "%g: want 0 < min <= loss_scale.init (%g)", ls.Min, ls.Init)
+	}
+
+	if l := c.Metrics.Listen; l != "" {
+		if _, port, err := net.SplitHostPort(l); err != nil {
+			bad("metrics.listen", "%q: want host:port, e.g. :9100 or 127.0.0.1:9100", l)
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			bad("metrics.listen", "%q: port %q: want 0 to 65535", l, port)
+		}
 	}
 
 	if len(errs) > 0 {

@@ -1,0 +1,235 @@
+package worker
+
+// prom.go: Prometheus metrics over HTTP. With metrics.listen (or ddptrain --metrics-port N, which
+// is listen ":N") every rank serves GET /metrics from its own registry (not the client library's
+// global one), each series labelled with the rank and the host. Rank r of a host listens on the
+// port plus its LOCAL_RANK, so under ddplaunch --nproc-per-node 4 --metrics-port 9100 a host's
+// ranks listen on 9100..9103, on every host; port 0 takes a port the system picks (logged). The
+// loop sets the values after every step (observeStep) and evaluation (observeEval); the HTTP
+// server reads them when scraped. docs/metrics.md lists the metrics with a scrape config.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/goddp/goddp/allreduce"
+	"github.com/goddp/goddp/ddp"
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// promMetrics is one rank's metrics and the server that serves them. A nil *promMetrics is valid
+// and does nothing, so the loop calls it unconditionally. observeStep and observeEval are called
+// by the loop only; the metrics themselves are safe for the server to read meanwhile.
+type promMetrics struct {
+	srv  *http.Server
+	addr string        // where it listens, port resolved
+	done chan struct{} // closed when Serve has returned
+
+	stepSeconds, samplesPerSec, tokensPerSec prometheus.Gauge
+	loss, lossScale, gradNorm                prometheus.Gauge
+	memAllocated, memReserved, memPeak       prometheus.Gauge
+	step, restarts                           prometheus.Gauge
+	evalLoss, evalAccuracy                   prometheus.Gauge
+	steps, skipped                           prometheus.Counter
+	commSeconds, commHidden                  prometheus.Counter
+	wireSent, wireRecv                       prometheus.Counter
+
+	// The cumulative values the counters last caught up with (the loop's own).
+	lastComm, lastHidden float64
+	lastSent, lastRecv   int64
+}
+
+// promStep is what one training step reports.
+type promStep struct {
+	seconds         float64 // the step's wall time
+	samples         int     // samples per optimizer step over all ranks
+	tokensPerSample int     // 0 for a classifier
+	loss, lossScale float64
+	gradNorm        float64 // NaN when not measured this step
+	step            int     // optimizer steps done in the run
+	skipped         bool
+	mem             tensor.MemStats
+	eng             *ddp.Engine        // its cumulative all-reduce time
+	groups          []*allreduce.Group // their cumulative bytes
+}
+
+// promAddr is the address rank localRank of a host listens on: listen's port plus localRank
+// (port 0 stays 0: the system picks one).
+func promAddr(listen string, localRank int) (string, error) {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", fmt.Errorf("worker: metrics listen address %q: want host:port, e.g. :9100", listen)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return "", fmt.Errorf("worker: metrics listen address %q: port %q: want 0 to 65535", listen, port)
+	}
+	if p > 0 {
+		p += localRank
+		if p > 65535 {
+			return "", fmt.Errorf("worker: metrics listen address %q: port %d + LOCAL_RANK %d is beyond 65535", listen, p-localRank, localRank)
+		}
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p)), nil
+}
+
+// servePrometheus registers the metrics and starts serving them on listen (promAddr). The
+// restart count is the environment's (DDP_RESTART_COUNT or TORCHELASTIC_RESTART_COUNT).
+func servePrometheus(listen string, env Env, log *slog.Logger) (*promMetrics, error) {
+	addr, err := promAddr(listen, env.LocalRank)
+	if err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	reg := prometheus.NewRegistry()
+	r := prometheus.WrapRegistererWith(prometheus.Labels{"rank": strconv.Itoa(env.Rank), "host": host}, reg)
+	p := &promMetrics{done: make(chan struct{})}
+	gauge := func(name, help string) prometheus.Gauge {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "goddp", Name: name, Help: help})
+		r.MustRegister(g)
+		return g
+	}
+	counter := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "goddp", Name: name, Help: help})
+		r.MustRegister(c)
+		return c
+	}
+	p.stepSeconds = gauge("step_seconds", "Wall time of the last training step (forward, backward, all-reduce, optimizer).")
+	p.samplesPerSec = gauge("samples_per_second", "Samples per second of the whole job over the last step (global batch / step time).")
+	p.tokensPerSec = gauge("tokens_per_second", "Tokens per second of the whole job over the last step (language models; 0 for classifiers).")
+	p.loss = gauge("loss", "Training loss of the last step.")
+	p.lossScale = gauge("loss_scale", "The loss scaler's scale after the last step (1 under fp32).")
+	p.gradNorm = gauge("grad_norm", "Global L2 norm of the last measured step's gradients, unscaled and before clipping (every step with train.grad_clip, else every train.log_every steps).")
+	p.memAllocated = gauge("memory_allocated_bytes", "Device bytes held by live tensors.")
+	p.memReserved = gauge("memory_reserved_bytes", "Device bytes obtained by the caching allocator (allocated plus cached free blocks).")
+	p.memPeak = gauge("memory_peak_bytes", "Highest allocated device bytes since training started.")
+	p.step = gauge("step", "Optimizer steps done in the run (a resumed run starts at its checkpoint's step).")
+	p.restarts = gauge("restarts", "Restarts of the job before this process (DDP_RESTART_COUNT or TORCHELASTIC_RESTART_COUNT).")
+	p.evalLoss = gauge("eval_loss", "Loss on the eval split at the last evaluation.")
+	p.evalAccuracy = gauge("eval_accuracy", "Accuracy on the eval split at the last evaluation (classifiers; 0 for language models).")
+	p.steps = counter("steps_total", "Optimizer steps this process has trained.")
+	p.skipped = counter("skipped_steps_total", "Steps this process skipped because a gradient overflowed (inf/NaN, fp16).")
+	p.commSeconds = counter("comm_seconds_total", "Time the gradient all-reduces took (per bucket, summed).")
+	p.commHidden = counter("comm_hidden_seconds_total", "The part of comm_seconds_total that overlapped with backward.")
+	p.wireSent = counter("wire_sent_bytes_total", "Bytes this rank handed to the transport in collectives, frame headers included.")
+	p.wireRecv = counter("wire_received_bytes_total", "Bytes this rank received in collectives, frame headers included.")
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p.restarts.Set(float64(env.RestartCount))
+
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("worker: serving metrics: %w", err)
+	}
+	p.addr = ln.Addr().String()
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path != "/" {
+			http.NotFound(w, req)
+			return
+		}
+		fmt.Fprintln(w, "goddp rank", env.Rank, "on", host, "— metrics at /metrics")
+	})
+	p.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		defer close(p.done)
+		if err := p.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("metrics server stopped", "err", err)
+		}
+	}()
+	log.Info("serving Prometheus metrics", "url", "http://"+p.addr+"/metrics")
+	return p, nil
+}
+
+// Addr is where the metrics are served, host:port (the port the system picked for port 0).
+func (p *promMetrics) Addr() string {
+	if p == nil {
+		return ""
+	}
+	return p.addr
+}
+
+// observeStep records a finished training step.
+func (p *promMetrics) observeStep(s promStep) {
+	if p == nil {
+		return
+	}
+	p.stepSeconds.Set(s.seconds)
+	if s.seconds > 0 {
+		sps := float64(s.samples) / s.seconds
+		p.samplesPerSec.Set(sps)
+		p.tokensPerSec.Set(sps * float64(s.tokensPerSample))
+	}
+	if !math.IsNaN(s.loss) {
+		p.loss.Set(s.loss)
+	}
+	p.lossScale.Set(s.lossScale)
+	if !math.IsNaN(s.gradNorm) && !math.IsInf(s.gradNorm, 0) {
+		p.gradNorm.Set(s.gradNorm)
+	}
+	p.memAllocated.Set(float64(s.mem.Allocated))
+	p.memReserved.Set(float64(s.mem.Reserved))
+	p.memPeak.Set(float64(s.mem.Peak))
+	p.step.Set(float64(s.step))
+	p.steps.Inc()
+	if s.skipped {
+		p.skipped.Inc()
+	}
+	if s.eng != nil {
+		comm, frac := s.eng.CommStats()
+		hidden := comm * frac
+		p.commSeconds.Add(max(0, comm-p.lastComm))
+		p.commHidden.Add(max(0, hidden-p.lastHidden))
+		p.lastComm, p.lastHidden = comm, hidden
+	}
+	var sent, recv int64
+	for _, g := range s.groups {
+		st := g.Stats()
+		sent += st.BytesSent
+		recv += st.BytesRecv
+	}
+	p.wireSent.Add(float64(max(0, sent-p.lastSent)))
+	p.wireRecv.Add(float64(max(0, recv-p.lastRecv)))
+	p.lastSent, p.lastRecv = sent, recv
+}
+
+// observeEval records an evaluation; accuracy is nil for a language model.
+func (p *promMetrics) observeEval(loss float64, accuracy *float64) {
+	if p == nil {
+		return
+	}
+	p.evalLoss.Set(loss)
+	if accuracy != nil {
+		p.evalAccuracy.Set(*accuracy)
+	}
+}
+
+// close stops the server: a scrape in progress may finish (for a second), then it returns.
+func (p *promMetrics) close() error {
+	if p == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err := p.srv.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = p.srv.Close()
+	}
+	<-p.done
+	if err != nil {
+		return fmt.Errorf("worker: stopping the metrics server: %w", err)
+	}
+	return nil
+}
