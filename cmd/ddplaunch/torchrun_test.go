@@ -89,13 +89,19 @@ func TestParseArgs_torchrunFlags(t *testing.T) {
 		{nil, func(c *cli) bool { return c.opts.Role == "default" && c.opts.RunID == "goddp" }},
 		// --tee / --redirects: one value or per local rank; -t and -r.
 		{[]string{"--tee", "3"}, func(c *cli) bool { return c.opts.Tee.For(0) == launcher.StdAll && c.opts.Tee.For(5) == launcher.StdAll }},
-		{[]string{"-t", "0:3,1:0"}, func(c *cli) bool { return c.opts.Tee.For(0) == launcher.StdAll && c.opts.Tee.For(1) == launcher.StdNone }},
+		{[]string{"-t", "0:3,1:0"}, func(c *cli) bool {
+			return c.opts.Tee.For(0) == launcher.StdAll && c.opts.Tee.For(1) == launcher.StdNone
+		}},
 		{[]string{"--redirects", "1:2"}, func(c *cli) bool {
 			return c.opts.Redirects.For(1) == launcher.StdErr && c.opts.Redirects.For(0) == launcher.StdNone
 		}},
-		{[]string{"-r", "3", "-t", "2"}, func(c *cli) bool { return c.opts.Redirects.For(0) == launcher.StdAll && c.opts.Tee.For(0) == launcher.StdErr }},
+		{[]string{"-r", "3", "-t", "2"}, func(c *cli) bool {
+			return c.opts.Redirects.For(0) == launcher.StdAll && c.opts.Tee.For(0) == launcher.StdErr
+		}},
 		{[]string{"--local_ranks_filter", "0,2"}, func(c *cli) bool { return slices.Equal(c.opts.ConsoleRanks, []int{0, 2}) }},
-		{nil, func(c *cli) bool { return c.opts.ConsoleRanks == nil && c.opts.Redirects.IsZero() && c.opts.Tee.IsZero() }},
+		{nil, func(c *cli) bool {
+			return c.opts.ConsoleRanks == nil && c.opts.Redirects.IsZero() && c.opts.Tee.IsZero()
+		}},
 		// --signals-to-handle, --shutdown-timeout.
 		{[]string{"--signals_to_handle", "SIGTERM,SIGUSR1,hup"}, func(c *cli) bool {
 			return slices.Equal(c.signals, []os.Signal{syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGHUP})
