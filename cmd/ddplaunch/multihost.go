@@ -188,6 +188,10 @@ func (m *multiFlags) resolveStatic(fs *pflag.FlagSet, c *cli) error {
 		return m.endpoint(fs, c)
 	}
 	m.masterAddr, m.masterPort = c.opts.MasterAddr, c.opts.MasterPort
+	if fs.Changed("master-port") && m.masterPort == 0 {
+		return fmt.Errorf("--master-port 0 (a free port) cannot work across hosts: every host must know node rank 0's port; " +
+			"give one, or leave the flag out for torchrun's 29500")
+	}
 	if m.masterPort == 0 {
 		m.masterPort = defaultStaticPort
 	}
@@ -411,7 +415,7 @@ func (m *multiFlags) rendezvous(c *cli, nproc, gpus int) (launcher.Rendezvous, [
 
 // configHash is the hash hosts must agree on: config.Config.Hash of the --config run (config and
 // model shape, without host-local paths; loaded by run), or of the program's base name and
-// arguments.
+// arguments, and --role when it is not the default one.
 func configHash(c *cli) string {
 	if c.loaded != nil {
 		return c.loaded.Hash()
@@ -421,6 +425,10 @@ func configHash(c *cli) string {
 	for _, a := range c.opts.Args {
 		h.Write([]byte{0})
 		h.Write([]byte(a))
+	}
+	if c.opts.Role != "" && c.opts.Role != launcher.DefaultRole {
+		// Every worker has the one role (ROLE_RANK = RANK): hosts of another --role are refused.
+		h.Write([]byte("\x00role=" + c.opts.Role))
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }

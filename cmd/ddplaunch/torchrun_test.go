@@ -233,6 +233,7 @@ func TestParseArgs_torchrunRefusals(t *testing.T) {
 		{[]string{"--nnodes", "2", "--node-rank", "0", "--master-addr", "h0", "--gossip", "wan"}, []string{"--gossip is a flag of the gossip rendezvous"}},
 		{[]string{"--nnodes", "2", "--node-rank", "0", "--master-addr", "h0", "--bind", "0.0.0.0:7000"}, []string{"--bind is a flag of the gossip"}},
 		{[]string{"--nnodes", "2", "--node-rank", "2", "--master-addr", "h0"}, []string{"--node-rank 2"}},
+		{[]string{"--nnodes", "2", "--node-rank", "1", "--master-addr", "h0", "--master-port", "0"}, []string{"--master-port 0", "cannot work across hosts"}},
 		{[]string{"--nnodes", "2", "--node-rank", "0", "--master-addr", "h0", "--tls-cert", "c"}, []string{"--tls-cert, --tls-key and --tls-ca"}},
 	} {
 		_, err := parseArgs(append(slices.Clone(tt.args), "prog"), noTrainer)
@@ -252,5 +253,20 @@ func TestParseArgs_torchrunRefusals(t *testing.T) {
 	c, err := parseArgs([]string{"--master-addr", "n1", "prog"}, noTrainer)
 	if err != nil || c.multi.kind != rdzvStatic || c.multi.nodeRank != 1 || len(c.multi.join) != 0 {
 		t.Errorf("Slurm + --master-addr: %v %+v, want static with node rank 1", err, c)
+	}
+}
+
+// Hosts of a gossip job must agree on --role (every worker has the one role): it is in the hash.
+func TestConfigHash_role(t *testing.T) {
+	withEnv(t, nil)
+	hash := func(args ...string) string {
+		c, err := parseArgs(append(args, "prog", "a"), noTrainer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return configHash(c)
+	}
+	if hash() != hash("--role", "default") || hash() == hash("--role", "trainer") || hash("--role", "a") == hash("--role", "b") {
+		t.Error("--role does not separate the hashes (or the default role changed the old hash)")
 	}
 }
