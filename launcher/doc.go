@@ -6,13 +6,18 @@
 //  1. Rendezvous: ask Options.Rendezvous for this attempt's Assignment (node rank, number of
 //     nodes, world size, master address and port, job token). On one host that is
 //     LocalRendezvous: node 0 of 1, 127.0.0.1, a fresh free port per attempt unless one is given.
-//     The multi-host rendezvous (memberlist, issue 7) plugs in here without touching the rest.
+//     On several hosts it is either torchrun's static rendezvous, StaticRendezvous (every host
+//     is told its node rank and node rank 0's address; no elasticity; a host above node rank 0
+//     waits for the master to listen), or the gossip one, MemberlistRendezvous (elastic, failure
+//     detection). Both plug in here without touching the rest.
 //  2. Environment: BuildEnv, a pure function, gives each worker the base environment plus the
 //     variables below.
 //  3. Supervise: start one process per local rank, each in its own process group (at most
 //     MaxWorkersPerCPU per CPU without Options.Oversubscribe, CheckNProc; a signal or a failure
 //     while they are being started stops the starting at once); prefix every output line with
-//     "[rank N] " (and copy it to --log-dir/rank-N.log); wait.
+//     "[rank N] " (and copy it to --log-dir/rank-N.log and, in torchrun's layout, to
+//     --log-dir/RUN_ID_x/attempt_N/LOCAL_RANK/{stdout,stderr}.log; --redirects, --tee and
+//     --local-ranks-filter decide what reaches the console); wait.
 //  4. End: all exit 0, done. A worker that fails (non-zero exit or death by a signal) makes the
 //     launcher SIGTERM every other worker's process group, SIGKILL it after the grace period,
 //     report the root failure (Blame: the worker whose failure began first, not a peer's
@@ -36,11 +41,27 @@
 //	MASTER_ADDR       where rank 0 listens (default 127.0.0.1)
 //	MASTER_PORT       rank 0's port (a free one per attempt when --master-port is not given)
 //	DDP_TOKEN         64 hex digits (32 bytes from crypto/rand), fresh per job, the same for every
-//	                  worker and every restart; peers must present it when they connect
+//	                  worker and every restart; peers must present it when they connect. On several
+//	                  hosts it is derived from the cluster key and --rdzv-id (DeriveToken); the
+//	                  static rendezvous derives one per attempt (StaticToken)
 //	DDP_RESTART_COUNT 0, then 1, 2, ... after each restart (torchrun's TORCHELASTIC_RESTART_COUNT);
 //	                  a worker that sees > 0 resumes from its latest checkpoint
 //	DDP_MAX_RESTARTS  --max-restarts
 //	DDP_PROGRESS_FD   only for rank 0 and only when the launcher's stderr is a terminal: "3"
+//
+// and torchrun's variables, with torchrun's values, so that a PyTorch script runs as under
+// torchrun (WorkerEnv.Torchrun):
+//
+//	TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS   = DDP_RESTART_COUNT, DDP_MAX_RESTARTS
+//	TORCHELASTIC_RUN_ID   the run id (--rdzv-id; a fresh UUID with --standalone)
+//	TORCHELASTIC_USE_AGENT_STORE   False: global rank 0 serves MASTER_ADDR:MASTER_PORT itself
+//	TORCHELASTIC_ERROR_FILE        with a log dir: attempt_N/LOCAL_RANK/error.json (PyTorch's @record
+//	                               writes a failure there; the failure report prints its message)
+//	GROUP_WORLD_SIZE      = NNODES
+//	ROLE_NAME             --role (default "default")
+//	ROLE_RANK, ROLE_WORLD_SIZE     = RANK, WORLD_SIZE (every worker of a job has the one role)
+//	OMP_NUM_THREADS       passed through; 1 when unset and a host runs more than one worker, with
+//	                      torchrun's warning (DefaultOMPThreads)
 //
 // A worker with GPUs uses GPU number LOCAL_RANK % (visible GPUs), counting within
 // CUDA_VISIBLE_DEVICES; when there are more workers than GPUs the launcher says at start which

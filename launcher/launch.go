@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -47,9 +49,23 @@ type Options struct {
 	Oversubscribe bool
 	Limits        *HostLimits
 
-	// LogDir, when set, receives every rank's output in LogDir/rank-N.log (appended, one header
-	// line per attempt). It is created if needed.
+	// LogDir, when set, receives every rank's output twice: in LogDir/rank-N.log (appended, one
+	// header line per attempt), and in torchrun's layout, LogDir/RUN_ID_x/attempt_N/LOCAL_RANK/
+	// {stdout.log,stderr.log} (LogLayout), where TORCHELASTIC_ERROR_FILE points at error.json. It is
+	// created if needed. With Redirects or Tee set and no LogDir, Run makes a temporary one, as
+	// torchrun does.
 	LogDir string
+	// Redirects and Tee are torchrun's --redirects and --tee: the streams of the local ranks that
+	// Redirects names go to the log files only, not to Stdout/Stderr, unless Tee names them too
+	// (ToConsole). The zero values keep every stream on the console.
+	Redirects, Tee StdSpec
+	// ConsoleRanks, when not nil, are the only local ranks whose lines reach Stdout and Stderr
+	// (torchrun's --local-ranks-filter); the log files keep every rank's.
+	ConsoleRanks []int
+
+	// RunID is the job's run id: TORCHELASTIC_RUN_ID and the prefix of the run's directory under
+	// LogDir; "" = "none", torchrun's default. Role is ROLE_NAME; "" = DefaultRole.
+	RunID, Role string
 	// Stdout and Stderr receive the workers' prefixed lines and the launcher's own messages;
 	// nil = os.Stdout, os.Stderr.
 	Stdout, Stderr io.Writer
@@ -130,6 +146,12 @@ func (o *Options) setDefaults() {
 	if o.Env == nil {
 		o.Env = os.Environ()
 	}
+	if o.RunID == "" {
+		o.RunID = "none"
+	}
+	if o.Role == "" {
+		o.Role = DefaultRole
+	}
 	if o.Grace == 0 {
 		o.Grace = 10 * time.Second
 	}
@@ -174,6 +196,10 @@ func (o *Options) validate() error {
 		err = fmt.Errorf("--grace %v: want a positive duration", o.Grace)
 	case o.TailLines < 0:
 		err = fmt.Errorf("TailLines %d: want 0 or more", o.TailLines)
+	case o.Redirects.Check("--redirects", o.NProcPerNode) != nil:
+		err = o.Redirects.Check("--redirects", o.NProcPerNode)
+	case o.Tee.Check("--tee", o.NProcPerNode) != nil:
+		err = o.Tee.Check("--tee", o.NProcPerNode)
 	default:
 		return CheckNProc(o.NProcPerNode, *o.Limits, o.Oversubscribe)
 	}
@@ -211,12 +237,33 @@ func Run(ctx context.Context, o Options) error {
 		log = textLogger(stderr)
 	}
 
+	if env, ok := DefaultOMPThreads(o.Env, o.NProcPerNode); ok {
+		o.Env = env
+		log.Warn("ddplaunch: setting OMP_NUM_THREADS=1 for every worker, as torchrun does with more than one worker per host, " +
+			"so that their OpenMP threads do not overload the system; set OMP_NUM_THREADS yourself to tune it")
+	}
+	if o.LogDir == "" && (!o.Redirects.IsZero() || !o.Tee.IsZero()) {
+		dir, err := os.MkdirTemp("", "ddplaunch_")
+		if err != nil {
+			return fmt.Errorf("launcher: log dir for --redirects/--tee: %w", err)
+		}
+		o.LogDir = dir
+	}
 	logs := make([]*os.File, o.NProcPerNode)
+	var layout *LogLayout
 	if o.LogDir != "" {
 		if err := os.MkdirAll(o.LogDir, 0o755); err != nil {
 			return fmt.Errorf("launcher: log dir: %w", err)
 		}
+		l, err := NewLogLayout(o.LogDir, o.RunID)
+		if err != nil {
+			return fmt.Errorf("launcher: log dir: %w", err)
+		}
+		layout = &l
+		log.Info("ddplaunch: logs in torchrun's layout", "dir", l.Dir, "files", "attempt_N/LOCAL_RANK/{stdout.log,stderr.log,error.json}",
+			"per_rank", filepath.Join(o.LogDir, "rank-N.log"))
 	}
+	console := func(lr int) bool { return o.ConsoleRanks == nil || slices.Contains(o.ConsoleRanks, lr) }
 	defer func() {
 		for _, f := range logs {
 			if f != nil {
@@ -242,6 +289,12 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("launcher: rendezvous for attempt %d: %w", attempt, err)
 		}
 		specs := make([]WorkerSpec, o.NProcPerNode)
+		attemptLogs := make([]rankLogs, o.NProcPerNode)
+		closeAttemptLogs := func() {
+			for _, l := range attemptLogs {
+				l.close()
+			}
+		}
 		for lr := range specs {
 			rank := asg.RankOffset + lr
 			we := WorkerEnv{
@@ -249,19 +302,33 @@ func Run(ctx context.Context, o Options) error {
 				NodeRank: asg.NodeRank, NNodes: asg.NNodes,
 				MasterAddr: asg.MasterAddr, MasterPort: asg.MasterPort, Token: asg.Token,
 				RestartCount: attempt, MaxRestarts: o.MaxRestarts,
+				Torchrun: &TorchrunEnv{RunID: o.RunID, Role: o.Role},
 			}
 			var extra []*os.File
 			if rank == 0 && o.Progress != nil {
 				extra = []*os.File{o.Progress}
 				we.ProgressFD = ProgressFD
 			}
-			sink := &RankOutput{Rank: rank, Stdout: stdout, Stderr: stderr}
+			sink := &RankOutput{Rank: rank}
+			if console(lr) && ToConsole(o.Redirects, o.Tee, lr, Stdout) {
+				sink.Stdout = stdout
+			}
+			if console(lr) && ToConsole(o.Redirects, o.Tee, lr, Stderr) {
+				sink.Stderr = stderr
+			}
 			if o.LogDir != "" {
 				if logs[lr] == nil {
 					if logs[lr], err = openRankLog(o.LogDir, rank); err != nil {
+						closeAttemptLogs()
 						return fmt.Errorf("launcher: %w", err)
 					}
 				}
+				if attemptLogs[lr], err = layout.openRankLogs(attempt, lr); err != nil {
+					closeAttemptLogs()
+					return fmt.Errorf("launcher: log dir: %w", err)
+				}
+				sink.OutLog, sink.ErrLog = attemptLogs[lr].out, attemptLogs[lr].err
+				we.Torchrun.ErrorFile = layout.ErrorFile(attempt, lr)
 				fmt.Fprintf(logs[lr], "=== ddplaunch: rank %d, attempt %d (restart count %d), %s ===\n",
 					rank, attempt, attempt, time.Now().Format(time.RFC3339))
 				sink.Log = logs[lr]
@@ -279,6 +346,7 @@ func Run(ctx context.Context, o Options) error {
 		out, err := Supervise(ctx, specs, SuperviseConfig{
 			Grace: o.Grace, Signals: o.Signals, Lost: asg.Lost, TailLines: o.TailLines,
 		})
+		closeAttemptLogs()
 		if err != nil {
 			reportEnd(rdzv, attempt, err)
 			return err
@@ -307,6 +375,12 @@ func Run(ctx context.Context, o Options) error {
 			f := out.Failure
 			end = &WorkerError{Rank: f.Rank, LocalRank: f.LocalRank, Pid: f.Pid, Status: f.Status, Tail: f.Tail, Restarts: attempt}
 			printFailure(stderr, f, out.Failures[1:])
+			if layout != nil {
+				p := layout.ErrorFile(attempt, f.LocalRank)
+				if msg := ReadErrorFile(p); msg != "" {
+					fmt.Fprintf(stderr, "ddplaunch: rank %d's error file (%s): %s\n", f.Rank, p, msg)
+				}
+			}
 		}
 		reportEnd(rdzv, attempt, end)
 		// Multi-host: a dead peer breaks the ring before gossip declares it dead; name it.

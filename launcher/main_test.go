@@ -31,7 +31,8 @@ func TestMain(m *testing.M) {
 // unset, $GODDP_TEST_WORKER) in order, then exits 0. Files go to $GODDP_TEST_DIR, named
 // <what>-<rank>-<restart count>. Actions:
 //
-//	env            print "env K=V" for the launcher's variables (and CUDA_VISIBLE_DEVICES), sorted
+//	env            print "env K=V" for the launcher's variables (and CUDA_VISIBLE_DEVICES,
+//	               OMP_NUM_THREADS), sorted
 //	echo:T         print T on stdout          echoerr:T  print T on stderr
 //	noeol:T        print T on stdout with no newline
 //	lines:N        print "line 0" .. "line N-1"
@@ -47,6 +48,7 @@ func TestMain(m *testing.M) {
 //	beat           heartbeat every 100 ms on $DDP_HEARTBEAT_FD
 //	kill:N         kill myself with signal N
 //	failfirst:N    exit with N when DDP_RESTART_COUNT is 0
+//	errorfile:T    write T to $TORCHELASTIC_ERROR_FILE as PyTorch's @record writes an exception
 func fakeWorker() {
 	rank := os.Getenv("RANK")
 	actions := os.Getenv("GODDP_TEST_WORKER")
@@ -72,7 +74,7 @@ func fakeWorker() {
 			var kv []string
 			for _, e := range os.Environ() {
 				k, _, _ := strings.Cut(e, "=")
-				if managedVars[k] || k == "CUDA_VISIBLE_DEVICES" {
+				if managedVars[k] || k == "CUDA_VISIBLE_DEVICES" || k == EnvOMPNumThreads {
 					kv = append(kv, e)
 				}
 			}
@@ -146,6 +148,12 @@ func fakeWorker() {
 			n, _ := strconv.Atoi(arg)
 			syscall.Kill(os.Getpid(), syscall.Signal(n))
 			time.Sleep(10 * time.Second)
+		case "errorfile":
+			doc := fmt.Sprintf(`{"message": {"message": %q, "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1700000000"}}}`, arg)
+			if err := os.WriteFile(os.Getenv(EnvTorchelasticErrorFile), []byte(doc), 0o644); err != nil {
+				fmt.Fprintln(os.Stderr, "fake worker:", err)
+				os.Exit(96)
+			}
 		case "failfirst":
 			if os.Getenv("DDP_RESTART_COUNT") == "0" {
 				n, _ := strconv.Atoi(arg)

@@ -67,14 +67,19 @@ func (w *SyncWriter) Write(p []byte) (int, error) {
 }
 
 // RankOutput is the LineSink of one worker: each line goes, as one Write, to Stdout or Stderr
-// (following the stream it came on) prefixed "[rank N] ", and unprefixed to Log when Log is set.
+// (following the stream it came on) prefixed "[rank N] ", and unprefixed to Log when Log is set
+// and to OutLog or ErrLog (following its stream) when they are. A nil Stdout or Stderr keeps
+// that stream off the console (--redirects, --local-ranks-filter).
 type RankOutput struct {
 	Rank   int
-	Stdout io.Writer // shared *SyncWriter
-	Stderr io.Writer // shared *SyncWriter
-	Log    io.Writer // the rank's log file, or nil; RankOutput serializes its writes
+	Stdout io.Writer // shared *SyncWriter, or nil
+	Stderr io.Writer // shared *SyncWriter, or nil
+	Log    io.Writer // the rank's log file (rank-N.log), or nil; RankOutput serializes its writes
+	// OutLog and ErrLog are this attempt's stdout.log and stderr.log in torchrun's layout
+	// (LogLayout), or nil.
+	OutLog, ErrLog io.Writer
 
-	mu sync.Mutex // guards Log
+	mu sync.Mutex // guards Log, OutLog and ErrLog
 }
 
 var _ LineSink = (*RankOutput)(nil)
@@ -94,9 +99,18 @@ func (o *RankOutput) Line(s Stream, line []byte) {
 	if w != nil {
 		w.Write(buf) //nolint:errcheck // a closed terminal must not stop the job
 	}
-	if o.Log != nil {
+	sl := o.OutLog
+	if s == Stderr {
+		sl = o.ErrLog
+	}
+	if o.Log != nil || sl != nil {
 		o.mu.Lock()
-		o.Log.Write(buf[len(p):]) //nolint:errcheck // as above; the log is best effort
+		if o.Log != nil {
+			o.Log.Write(buf[len(p):]) //nolint:errcheck // as above; the log is best effort
+		}
+		if sl != nil {
+			sl.Write(buf[len(p):]) //nolint:errcheck // as above
+		}
 		o.mu.Unlock()
 	}
 }

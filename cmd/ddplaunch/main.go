@@ -22,7 +22,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/goddp/goddp/launcher"
@@ -40,10 +39,14 @@ usage:
   ddplaunch --nproc-per-node N|gpu|cpu|auto [flags] PROGRAM [ARGS...]
   ddplaunch --nproc-per-node N --config configs/X.yaml [--set key=value ...] [-- DDPTRAIN-FLAGS...]
   ddplaunch --nnodes M|MIN:MAX --join HOST[:7946],... [--cluster-key-file F] ... (one per host; docs/multihost.md)
+  ddplaunch --nnodes N --node-rank R --master-addr A --master-port P ... (one per host: torchrun's static rendezvous)
 
-Flags stop at PROGRAM: everything after it belongs to the program. Each worker gets RANK,
-LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT, DDP_TOKEN,
-DDP_RESTART_COUNT and DDP_MAX_RESTARTS (see docs/launcher.md).
+Flags stop at PROGRAM: everything after it belongs to the program. A PROGRAM ending in .py, and
+every -m MODULE, runs with python3 -u (or $PYTHON_EXEC), as torchrun runs it; --no-python runs it
+itself. torchrun's flags work in both spellings (--nproc_per_node, --nproc-per-node), and so do
+ddplaunch's own. Each worker gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK,
+MASTER_ADDR, MASTER_PORT, DDP_TOKEN, DDP_RESTART_COUNT, DDP_MAX_RESTARTS and torchrun's
+TORCHELASTIC_*, GROUP_*, ROLE_* and OMP_NUM_THREADS (see docs/launcher.md).
 
 flags:
 `
@@ -72,6 +75,10 @@ type cli struct {
 	config    string
 	sets      []string
 	loaded    *config.Config // --config, loaded and validated by run
+	tr        torchrunFlags
+	signals   []os.Signal // --signals-to-handle
+	viaPython bool        // Program is the Python interpreter running the user's PROGRAM
+	script    string      // PROGRAM as given (a script or module when viaPython)
 	help      bool
 	usageText string
 }
@@ -83,39 +90,51 @@ func parseArgs(args []string, findTrainer func() (string, error)) (*cli, error) 
 	fs.SetInterspersed(false)
 	fs.SetOutput(io.Discard)
 	fs.SortFlags = false
+	fs.SetNormalizeFunc(underscoreToDash)
 	fs.StringVar(&c.nproc, "nproc-per-node", "1", "workers on this host: a number, gpu (one per visible GPU), cpu (one per CPU), or auto (gpu if any GPU is visible, else cpu, as torchrun)")
 	fs.StringVar(&c.opts.MasterAddr, "master-addr", launcher.DefaultMasterAddr, "MASTER_ADDR: the address rank 0 listens on")
-	fs.IntVar(&c.opts.MasterPort, "master-port", 0, "MASTER_PORT; 0 = a free port, drawn again for each restart")
+	fs.IntVar(&c.opts.MasterPort, "master-port", 0, "MASTER_PORT; 0 = a free port, drawn again for each restart (several hosts, static: 29500, as torchrun)")
 	fs.IntVar(&c.opts.MaxRestarts, "max-restarts", 0, "restart every worker up to this many times after a worker fails")
-	fs.StringVar(&c.opts.LogDir, "log-dir", "", "also write each rank's output to DIR/rank-N.log")
+	fs.StringVar(&c.opts.LogDir, "log-dir", "", "also write each rank's output to DIR/rank-N.log and, as torchrun, DIR/RUN_ID_x/attempt_N/LOCAL_RANK/{stdout,stderr}.log")
 	fs.DurationVar(&c.opts.Grace, "grace", 10*time.Second, "time workers have between SIGTERM and SIGKILL when stopped")
 	fs.BoolVar(&c.opts.Oversubscribe, "oversubscribe", false, fmt.Sprintf("start more than %d workers per CPU (refused otherwise)", launcher.MaxWorkersPerCPU))
 	fs.StringVar(&c.config, "config", "", "run the built-in trainer ("+trainerName+") with this YAML config")
 	fs.StringArrayVar(&c.sets, "set", nil, "with --config: override a config key, key=value (repeatable)")
 	fs.StringVar(&c.nnodes, "nnodes", "1", "hosts in the job: M, or MIN:MAX for an elastic job (default $SLURM_NNODES)")
-	fs.StringVar(&c.nodeRank, "node-rank", "auto", "this host's rank, or auto (a stable order agreed by all hosts) (default $SLURM_NODEID)")
+	fs.StringVar(&c.nodeRank, "node-rank", "auto", "this host's rank, or auto (a stable order agreed by all hosts; the static rendezvous needs a number) (default $SLURM_NODEID)")
 	m := &c.multi
 	fs.BoolVar(&m.allowMinority, "allow-minority", false, "multi-host: allow --nnodes MIN ≤ MAX/2 and restarts without a majority of the previous hosts (risks a split brain after a partition)")
 	fs.StringSliceVar(&m.join, "join", nil, "multi-host: gossip address(es) of peers, host[:7946],...; a DNS name may resolve to several (default: first host of $SLURM_JOB_NODELIST)")
-	fs.StringVar(&m.rdzvID, "rdzv-id", "goddp", "multi-host: job id; hosts of other jobs are refused (default $SLURM_JOB_ID)")
+	fs.StringVar(&m.rdzvID, "rdzv-id", "goddp", "job id, TORCHELASTIC_RUN_ID; multi-host: hosts of other jobs are refused (default $SLURM_JOB_ID)")
 	fs.StringVar(&m.bind, "bind", "0.0.0.0:7946", "multi-host: gossip listen address ADDR:PORT")
 	fs.StringVar(&m.advertise, "advertise-addr", "", "multi-host: IP the other hosts reach this one at (default: the bind IP, else the route to --join)")
 	fs.StringVar(&m.keyFile, "cluster-key-file", "", "multi-host: file with the cluster key (base64 or hex, 16/24/32 bytes); default $"+launcher.EnvClusterKey)
-	fs.DurationVar(&m.rdzvTimeout, "rdzv-timeout", 15*time.Minute, "multi-host: how long a rendezvous round may wait for its hosts")
+	fs.DurationVar(&m.rdzvTimeout, "rdzv-timeout", 15*time.Minute, "multi-host: how long a rendezvous round may wait for its hosts (static: for the master)")
 	fs.DurationVar(&m.lastCall, "rdzv-last-call", 30*time.Second, "multi-host, --nnodes MIN:MAX: once MIN hosts are there, how long to wait for more")
 	fs.StringVar(&m.gossip, "gossip", "lan", "multi-host: failure-detection preset, lan (dead within ~13 s), wan, or local (~3 s)")
 	fs.StringVar(&m.tlsCert, "tls-cert", "", "multi-host: PEM certificate for the workers' gRPC data plane (with --tls-key and --tls-ca)")
 	fs.StringVar(&m.tlsKey, "tls-key", "", "multi-host: PEM private key of --tls-cert")
 	fs.StringVar(&m.tlsCA, "tls-ca", "", "multi-host: PEM CA bundle the peers' certificates must chain to")
+	addTorchrunFlags(fs, &c.tr)
 	c.usageText = usageHead + fs.FlagUsages() + usageExit
 
 	if err := fs.Parse(args); errors.Is(err, pflag.ErrHelp) {
 		c.help = true
 		return c, nil
 	} else if err != nil {
-		if c.config != "" && strings.HasPrefix(err.Error(), "unknown flag") {
+		switch {
+		case c.config != "" && strings.HasPrefix(err.Error(), "unknown flag"):
 			err = fmt.Errorf("%w (flags for %s go after --)", err, trainerName)
+		case strings.HasPrefix(err.Error(), "unknown"):
+			err = fmt.Errorf("%w (ddplaunch takes torchrun's flags in both spellings and its own, see --help and README's "+
+				"\"Coming from torchrun\"; the program's own flags go after PROGRAM)", err)
 		}
+		return nil, err
+	}
+	if err := applyPET(fs, getenv); err != nil {
+		return nil, err
+	}
+	if err := resolveTorchrun(fs, c); err != nil {
 		return nil, err
 	}
 	if err := c.multi.resolve(fs, c, getenv); err != nil {
@@ -130,10 +149,20 @@ func parseArgs(args []string, findTrainer func() (string, error)) (*cli, error) 
 			return nil, errors.New("--set needs --config")
 		}
 		if len(rest) == 0 {
+			if c.tr.module {
+				return nil, errors.New("-m/--module: no MODULE to run")
+			}
 			return nil, errors.New("no PROGRAM to run (or --config for the built-in trainer)")
 		}
-		c.opts.Program, c.opts.Args = rest[0], rest[1:]
+		prog, args, via, err := pythonCommand(c.tr, rest[0], rest[1:], getenv)
+		if err != nil {
+			return nil, err
+		}
+		c.opts.Program, c.opts.Args, c.viaPython, c.script = prog, args, via, rest[0]
 		return c, nil
+	}
+	if c.tr.module || c.tr.runPath || c.tr.noPython {
+		return nil, fmt.Errorf("--config runs %s: -m/--module, --run-path and --no-python are for a PROGRAM", trainerName)
 	}
 	if len(rest) > 0 && fs.ArgsLenAtDash() != 0 {
 		return nil, fmt.Errorf("--config runs %s: give either --config or PROGRAM %q, and put %s flags after --", trainerName, rest[0], trainerName)
@@ -197,6 +226,12 @@ func run(args []string) int {
 			return 2
 		}
 	}
+	if c.viaPython {
+		if err := checkInterpreter(c.opts.Program, c.script); err != nil {
+			fmt.Fprintf(os.Stderr, "ddplaunch: %v\n", err)
+			return launcher.ExitNotFound
+		}
+	}
 	gpus := launcher.DefaultGPUProbe().Count()
 	nproc, err := launcher.ResolveNProc(c.nproc, gpus)
 	if err == nil {
@@ -208,7 +243,7 @@ func run(args []string) int {
 	}
 	o := c.opts
 	o.NProcPerNode = nproc
-	if c.multi.enabled {
+	if c.multi.kind != rdzvLocal {
 		rdzv, env, err := c.multi.rendezvous(c, nproc, gpus)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "ddplaunch: %v\n", err)
@@ -225,7 +260,7 @@ func run(args []string) int {
 		o.Progress = os.Stderr
 	}
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, c.signals...)
 	defer signal.Stop(sigs)
 	o.Signals = sigs
 

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,9 +19,16 @@ import (
 // getenv reads the environment (SLURM_*, DDP_CLUSTER_KEY); tests replace it.
 var getenv = os.Getenv
 
+// The rendezvous kinds ddplaunch chooses from its flags (multiFlags.resolve).
+const (
+	rdzvLocal  = "local"      // one host: launcher.LocalRendezvous
+	rdzvStatic = "static"     // fixed hosts, torchrun's static rendezvous: launcher.StaticRendezvous
+	rdzvGossip = "memberlist" // gossip, elastic: launcher.MemberlistRendezvous
+)
+
 // multiFlags are the multi-host flags (docs/multihost.md).
 type multiFlags struct {
-	enabled                bool
+	kind                   string // rdzvLocal, rdzvStatic or rdzvGossip
 	allowMinority          bool
 	minNodes, maxNodes     int
 	nodeRank               int // -1 = auto
@@ -32,11 +40,34 @@ type multiFlags struct {
 	lastCall               time.Duration
 	gossip                 string
 	tlsCert, tlsKey, tlsCA string
+	masterAddr             string // static: node rank 0's host
+	masterPort             int    // static: its port
 }
 
-// resolve applies the SLURM_* defaults to flags not given, parses --nnodes and --node-rank, and
-// decides whether the job is multi-host (MAX > 1 or --join).
+// gossipOnly are the flags of the gossip rendezvous alone: a static job refuses them rather
+// than ignore them.
+var gossipOnly = []string{"join", "bind", "advertise-addr", "local-addr", "gossip", "rdzv-last-call", "allow-minority"}
+
+// resolve decides the rendezvous and checks its flags. --standalone is one host. A job of several
+// hosts uses the gossip rendezvous with --join (or --rdzv-backend memberlist), torchrun's static
+// one with --master-addr, --rdzv-endpoint or --rdzv-backend static|c10d and a --node-rank on each
+// host. Under Slurm, SLURM_* fill --nnodes, --node-rank, --rdzv-id and (unless static) --join when
+// they are not given.
 func (m *multiFlags) resolve(fs *pflag.FlagSet, c *cli, getenv func(string) string) error {
+	t := &c.tr
+	switch t.backend {
+	case "", backendStatic, backendC10d, backendGossip:
+	case "etcd", "etcd-v2":
+		return fmt.Errorf("--rdzv-backend %s: goddp has no etcd rendezvous; use --rdzv-backend static (fixed hosts: "+
+			"--node-rank and --master-addr on each) or --join HOST (goddp's gossip rendezvous, elastic with --nnodes MIN:MAX)", t.backend)
+	default:
+		return fmt.Errorf("--rdzv-backend %q: want static, c10d or memberlist", t.backend)
+	}
+	if t.standalone {
+		return m.resolveStandalone(fs, c)
+	}
+	c.opts.RunID = m.rdzvID
+	static := t.backend == backendStatic || t.backend == backendC10d || fs.Changed("rdzv-endpoint") || fs.Changed("master-addr")
 	if getenv("SLURM_JOB_ID") != "" {
 		if !fs.Changed("nnodes") && getenv("SLURM_NNODES") != "" {
 			c.nnodes = getenv("SLURM_NNODES")
@@ -46,8 +77,9 @@ func (m *multiFlags) resolve(fs *pflag.FlagSet, c *cli, getenv func(string) stri
 		}
 		if !fs.Changed("rdzv-id") {
 			m.rdzvID = "slurm-" + getenv("SLURM_JOB_ID")
+			c.opts.RunID = m.rdzvID
 		}
-		if !fs.Changed("join") {
+		if !fs.Changed("join") && !static {
 			if h := firstSlurmHost(getenv("SLURM_JOB_NODELIST")); h != "" {
 				m.join = []string{h}
 			}
@@ -71,18 +103,38 @@ func (m *multiFlags) resolve(fs *pflag.FlagSet, c *cli, getenv func(string) stri
 	if err := m.check(); err != nil { // also on one host: a nonsense value is refused, not ignored
 		return err
 	}
-	m.enabled = m.maxNodes > 1 || len(m.join) > 0
-	if !m.enabled {
+	if len(m.join) > 0 || t.backend == backendGossip {
+		if static {
+			return fmt.Errorf("--join (the gossip rendezvous) and --rdzv-backend static|c10d, --rdzv-endpoint or --master-addr " +
+				"(the static one) cannot go together: with --join, node rank 0's --advertise-addr is MASTER_ADDR; give one kind")
+		}
+		return m.resolveGossip(c)
+	}
+	if m.maxNodes == 1 {
+		m.kind = rdzvLocal
 		if m.tlsCert != "" || m.tlsKey != "" || m.tlsCA != "" || m.keyFile != "" {
 			return fmt.Errorf("--tls-*/--cluster-key-file are for multi-host jobs (--nnodes > 1 with --join)")
 		}
+		if fs.Changed("rdzv-endpoint") {
+			return m.endpoint(fs, c)
+		}
 		return nil
 	}
+	if !static {
+		return fmt.Errorf("--nnodes %s: a multi-host job needs --join HOST[:PORT] (goddp's gossip rendezvous: any host of the job, "+
+			"this one included), or --master-addr HOST (node rank 0's) and --node-rank R on every host (torchrun's static rendezvous)", c.nnodes)
+	}
+	return m.resolveStatic(fs, c)
+}
+
+// resolveGossip checks the flags of the memberlist rendezvous.
+func (m *multiFlags) resolveGossip(c *cli) error {
+	m.kind = rdzvGossip
 	if err := launcher.CheckNNodes(m.minNodes, m.maxNodes, m.allowMinority); err != nil {
 		return err
 	}
-	if (m.tlsCert == "") != (m.tlsKey == "") || (m.tlsCert != "" && m.tlsCA == "") {
-		return fmt.Errorf("--tls-cert, --tls-key and --tls-ca go together")
+	if err := m.checkTLS(); err != nil {
+		return err
 	}
 	if m.minNodes > 1 && len(m.join) == 0 {
 		return fmt.Errorf("--nnodes %s: a multi-host job needs --join HOST[:PORT] (any host of the job, this one included)", c.nnodes)
@@ -91,6 +143,119 @@ func (m *multiFlags) resolve(fs *pflag.FlagSet, c *cli, getenv func(string) stri
 		return fmt.Errorf("--gossip %q: want lan, wan or local", m.gossip)
 	}
 	return nil
+}
+
+func (m *multiFlags) checkTLS() error {
+	if (m.tlsCert == "") != (m.tlsKey == "") || (m.tlsCert != "" && m.tlsCA == "") {
+		return fmt.Errorf("--tls-cert, --tls-key and --tls-ca go together")
+	}
+	return nil
+}
+
+// resolveStatic checks the flags of torchrun's static rendezvous: a fixed --nnodes N, this
+// host's --node-rank, and node rank 0's address (--rdzv-endpoint, or --master-addr and
+// --master-port, 29500 when not given, as torchrun's).
+func (m *multiFlags) resolveStatic(fs *pflag.FlagSet, c *cli) error {
+	c10d := c.tr.backend == backendC10d
+	if m.minNodes != m.maxNodes {
+		if c10d {
+			return fmt.Errorf("--rdzv-backend c10d with --nnodes %s: goddp's elastic rendezvous is the gossip one; "+
+				"use --join HOST (any host of the job) instead of --rdzv-backend/--rdzv-endpoint", c.nnodes)
+		}
+		return fmt.Errorf("--nnodes %s: the static rendezvous has no elasticity; give --nnodes N, or use --join HOST "+
+			"(goddp's gossip rendezvous) for an elastic job", c.nnodes)
+	}
+	if m.nodeRank < 0 {
+		if c10d {
+			return fmt.Errorf("--rdzv-backend c10d without --node-rank: torchrun's c10d store numbers the hosts, and goddp has " +
+				"no such store; give each host --node-rank R (0 on the endpoint's host: a static job), or use --join HOST " +
+				"for goddp's gossip rendezvous, which numbers them itself")
+		}
+		return fmt.Errorf("the static rendezvous needs --node-rank R on each host (0 on the host of MASTER_ADDR, " +
+			"1..N-1 on the others); ddplaunch does not guess it")
+	}
+	for _, f := range gossipOnly {
+		if fs.Changed(f) {
+			return fmt.Errorf("--%s is a flag of the gossip rendezvous (--join); a static job (--master-addr, --rdzv-endpoint, "+
+				"--rdzv-backend static|c10d) has no use for it: drop it", f)
+		}
+	}
+	if err := m.checkTLS(); err != nil {
+		return err
+	}
+	m.kind = rdzvStatic
+	if fs.Changed("rdzv-endpoint") {
+		return m.endpoint(fs, c)
+	}
+	m.masterAddr, m.masterPort = c.opts.MasterAddr, c.opts.MasterPort
+	if fs.Changed("master-port") && m.masterPort == 0 {
+		return fmt.Errorf("--master-port 0 (a free port) cannot work across hosts: every host must know node rank 0's port; " +
+			"give one, or leave the flag out for torchrun's 29500")
+	}
+	if m.masterPort == 0 {
+		m.masterPort = defaultStaticPort
+	}
+	return nil
+}
+
+// endpoint takes --rdzv-endpoint HOST[:PORT] as MASTER_ADDR:MASTER_PORT: node rank 0's host,
+// where its rank 0 serves the workers' rendezvous. c10d's port defaults to 29400 as torchrun's;
+// static needs one.
+func (m *multiFlags) endpoint(fs *pflag.FlagSet, c *cli) error {
+	if fs.Changed("master-addr") || fs.Changed("master-port") {
+		return fmt.Errorf("--rdzv-endpoint and --master-addr/--master-port both name node rank 0's address: give one")
+	}
+	ep := c.tr.endpoint
+	host, port := ep, 0
+	if h, p, err := net.SplitHostPort(ep); err == nil {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("--rdzv-endpoint %q: port %q: want 1..65535", ep, p)
+		}
+		host, port = h, n
+	} else if strings.Count(ep, ":") == 1 {
+		return fmt.Errorf("--rdzv-endpoint %q: want HOST:PORT", ep)
+	}
+	host = strings.Trim(host, "[]")
+	if strings.TrimSpace(host) == "" || strings.ContainsAny(host, " \t\n") {
+		return fmt.Errorf("--rdzv-endpoint %q: want HOST:PORT", ep)
+	}
+	if port == 0 {
+		if c.tr.backend != backendC10d {
+			return fmt.Errorf("--rdzv-endpoint %q: the static rendezvous needs HOST:PORT (c10d's default port %d applies "+
+				"to --rdzv-backend c10d only)", ep, defaultC10dPort)
+		}
+		port = defaultC10dPort
+	}
+	m.masterAddr, m.masterPort = host, port
+	c.opts.MasterAddr, c.opts.MasterPort = host, port // one host: LocalRendezvous at the endpoint
+	return nil
+}
+
+// resolveStandalone is torchrun's --standalone: one host with its own rendezvous on a free port
+// and a fresh run id. Flags that would say otherwise are refused (torchrun ignores some of them).
+func (m *multiFlags) resolveStandalone(fs *pflag.FlagSet, c *cli) error {
+	for _, f := range []string{"rdzv-backend", "rdzv-endpoint", "rdzv-id", "master-addr", "master-port", "join"} {
+		if fs.Changed(f) {
+			return fmt.Errorf("--standalone runs one host with its own rendezvous on a free port and a fresh run id: drop --%s", f)
+		}
+	}
+	var err error
+	if m.minNodes, m.maxNodes, err = parseNNodes(c.nnodes); err != nil {
+		return err
+	}
+	if m.maxNodes != 1 {
+		return fmt.Errorf("--standalone is one host: --nnodes %s is not (use --join or --master-addr for several)", c.nnodes)
+	}
+	if c.nodeRank != "auto" && c.nodeRank != "0" {
+		return fmt.Errorf("--standalone is one host, node rank 0: --node-rank %s is not", c.nodeRank)
+	}
+	if m.tlsCert != "" || m.tlsKey != "" || m.tlsCA != "" || m.keyFile != "" {
+		return fmt.Errorf("--tls-*/--cluster-key-file are for multi-host jobs, not --standalone")
+	}
+	m.kind, m.nodeRank = rdzvLocal, 0
+	c.opts.RunID = newRunID()
+	return m.check()
 }
 
 // checkFlags refuses negative or nonsense values of the launcher's own flags, naming the flag
@@ -196,14 +361,13 @@ func firstSlurmHost(list string) string {
 	return prefix + rest[:j]
 }
 
-// rendezvous builds the memberlist rendezvous and the extra worker environment (TLS files).
+// rendezvous builds the multi-host rendezvous (static or memberlist) and the extra worker
+// environment (TLS files).
 func (m *multiFlags) rendezvous(c *cli, nproc, gpus int) (launcher.Rendezvous, []string, error) {
 	key, err := launcher.LoadClusterKey(m.keyFile, getenv)
 	if err != nil {
 		return nil, nil, err
 	}
-	cc, _ := launcher.ClusterConfigByName(m.gossip)
-	hash := configHash(c)
 	var env []string
 	for _, f := range []struct{ name, path string }{
 		{"DDP_TLS_CERT", m.tlsCert}, {"DDP_TLS_KEY", m.tlsKey}, {"DDP_TLS_CA", m.tlsCA},
@@ -220,6 +384,23 @@ func (m *multiFlags) rendezvous(c *cli, nproc, gpus int) (launcher.Rendezvous, [
 		}
 		env = append(env, f.name+"="+abs)
 	}
+	if m.kind == rdzvStatic {
+		if len(key) == 0 {
+			slog.Warn("ddplaunch: WARNING: NO CLUSTER KEY. The workers' token is derived from the job id (--rdzv-id) alone: " +
+				"anyone who can reach MASTER_ADDR:MASTER_PORT and knows the id can join this job. Set --cluster-key-file or $" +
+				launcher.EnvClusterKey + " (the same on every host, e.g. `openssl rand -base64 32`).")
+		}
+		r, err := launcher.NewStaticRendezvous(launcher.StaticConfig{
+			NNodes: m.maxNodes, NodeRank: m.nodeRank, NProc: nproc,
+			MasterAddr: m.masterAddr, MasterPort: m.masterPort, Job: m.rdzvID, Key: key, Timeout: m.rdzvTimeout,
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		return r, env, nil
+	}
+	cc, _ := launcher.ClusterConfigByName(m.gossip)
+	hash := configHash(c)
 	r, err := launcher.NewMemberlistRendezvous(launcher.MemberlistConfig{
 		Job: m.rdzvID, MinNodes: m.minNodes, MaxNodes: m.maxNodes, NodeRank: m.nodeRank, AllowMinority: m.allowMinority,
 		NProc: nproc, GPUs: gpus, ConfigHash: hash,
@@ -234,7 +415,7 @@ func (m *multiFlags) rendezvous(c *cli, nproc, gpus int) (launcher.Rendezvous, [
 
 // configHash is the hash hosts must agree on: config.Config.Hash of the --config run (config and
 // model shape, without host-local paths; loaded by run), or of the program's base name and
-// arguments.
+// arguments, and --role when it is not the default one.
 func configHash(c *cli) string {
 	if c.loaded != nil {
 		return c.loaded.Hash()
@@ -244,6 +425,10 @@ func configHash(c *cli) string {
 	for _, a := range c.opts.Args {
 		h.Write([]byte{0})
 		h.Write([]byte(a))
+	}
+	if c.opts.Role != "" && c.opts.Role != launcher.DefaultRole {
+		// Every worker has the one role (ROLE_RANK = RANK): hosts of another --role are refused.
+		h.Write([]byte("\x00role=" + c.opts.Role))
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -191,7 +191,13 @@ func (c *cluster) launch(e env, i int, extra ...string) *proc {
 		"--nproc-per-node", "2", "--join", c.addr(0) + ":7946", "--bind", c.addr(i) + ":7946",
 		"--gossip", "local", "--rdzv-id", "netns", "--rdzv-timeout", "20s", "--rdzv-last-call", "1s",
 		"--grace", "2s", "--cluster-key-file", e.key}
-	args = append(args, extra...)
+	return c.start(append(args, extra...))
+}
+
+// start runs `ip ARGS...` (netns exec HOST ddplaunch ...) in its own process group; the test's
+// cleanup kills the group.
+func (c *cluster) start(args []string) *proc {
+	c.t.Helper()
 	cmd := exec.Command("ip", args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	p := &proc{cmd: cmd, out: &syncBuf{}, done: make(chan struct{})}
