@@ -21,7 +21,13 @@ type runState struct {
 	OptimStep  int64            `json:"optim_step"`
 	ConfigHash string           `json:"config_hash"`
 	WorldSize  int              `json:"world_size"`
+	// InitFrom is model.init_from of the run's first start and InitSHA256 the sha256 of the f32
+	// weights it gave (Params.SHA256): where the trajectory began, which the config hash leaves
+	// out (config/hash.go). Carried from checkpoint to checkpoint.
+	InitFrom   string `json:"init_from,omitempty"`
+	InitSHA256 string `json:"init_sha256,omitempty"`
 	resumedAt  int
+	spec       model.Spec // the model's, written with every checkpoint (model.Spec)
 }
 
 func (s *runState) firstStep() int { return s.resumedAt }
@@ -36,15 +42,12 @@ func (s *runState) save(cfg *Config, env Env, ps *model.Params, opt Optimizer, s
 	s.OptimStep = opt.Steps()
 	s.ConfigHash = cfg.Hash()
 	s.WorldSize = env.WorldSize
-	weights := make([]model.NamedTensor, 0, len(ps.List))
-	for _, p := range ps.List {
-		weights = append(weights, tensorToNamed(p.Name, p.W))
-	}
+	weights := ps.NamedWeights()
 	var optim []model.NamedTensor
 	for _, st := range opt.State() {
 		optim = append(optim, tensorToNamed(st.Name, st.T))
 	}
-	path, err := SaveCheckpoint(cfg.Checkpoint.Dir, s.Step, weights, optim, s)
+	path, err := SaveModelCheckpoint(cfg.Checkpoint.Dir, s.Step, s.spec, weights, optim, s)
 	if err != nil {
 		return err
 	}
@@ -114,8 +117,9 @@ func (s *runState) restore(path string, cfg *Config, ps *model.Params, opt Optim
 	ps.SyncHalf()
 	opt.SetSteps(saved.OptimStep)
 	sc.SetState(saved.Scaler)
+	spec := s.spec
 	*s = saved
-	s.resumedAt = saved.Step
+	s.resumedAt, s.spec = saved.Step, spec
 	return nil
 }
 

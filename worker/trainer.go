@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"time"
@@ -145,9 +146,17 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 	if err != nil {
 		return nil, err
 	}
+	for _, ds := range []data.Dataset{trainSet, evalSet} {
+		if c, ok := ds.(io.Closer); ok { // token shards: unmapped at the end
+			t.onClose(c.Close)
+		}
+	}
 	t.evalSet = evalSet
 	m, err := buildModel(dev, cfg)
 	if err != nil {
+		return nil, err
+	}
+	if t.st.spec, err = ModelSpec(cfg); err != nil {
 		return nil, err
 	}
 	if opt.wrapModel != nil {
@@ -201,6 +210,7 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 
 	// ---- resume, then make every replica identical ----
 	st := &t.st
+	resumed := false
 	if cfg.Checkpoint.Dir != "" {
 		cfg.Checkpoint.Dir = expandCheckpointDir(cfg.Checkpoint.Dir, env)
 		// Every rank ends up seeing the newest checkpoint any rank has (hosts without a shared
@@ -208,17 +218,35 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 		if err := syncCheckpoints(ctx, group, cfg.Checkpoint.Dir, env, log); err != nil {
 			return nil, err
 		}
-		if path, err := LatestCheckpoint(cfg.Checkpoint.Dir); err == nil && path != "" {
+		path, err := ResumeCheckpoint(cfg.Checkpoint.Dir, cfg.Checkpoint.FreshIfBroken, log)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		if path != "" {
 			if err := st.restore(path, cfg, ps, opt2, scaler); err != nil {
 				return nil, err
 			}
+			resumed = true
 			log.Info("resumed from checkpoint", "path", path, "step", st.Step)
-		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, err
+			if cfg.Model.InitFrom != "" {
+				log.Info("model.init_from is not read: the checkpoint's weights supersede it", "init_from", cfg.Model.InitFrom, "run_started_from", st.InitFrom)
+			}
+		}
+	}
+	// ---- or start from model.init_from's weights (rank 0 reads them; the broadcast below) ----
+	if !resumed && cfg.Model.InitFrom != "" {
+		st.InitFrom = cfg.Model.InitFrom
+		if env.Rank == 0 {
+			if err := loadInitFrom(cfg.Model.InitFrom, st.spec, ps, log); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := eng.BroadcastTensors(ctx, append([]*tensor.Tensor{ps.Data}, optimizerTensors(opt2)...)); err != nil {
 		return nil, err
+	}
+	if !resumed && cfg.Model.InitFrom != "" {
+		st.InitSHA256 = ps.SHA256()
 	}
 
 	b, k, W := cfg.Train.MicroBatch, cfg.Train.GradAccumSteps, env.WorldSize

@@ -2,6 +2,7 @@
 // started by ddplaunch (which sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, DDP_TOKEN).
 //
 //	ddptrain --config configs/mnist-mlp.yaml [--set train.lr=0.003 ...] [--metrics FILE] [--trace FILE]
+//	ddptrain export --checkpoint DIR --format hf --out OUT     (subcommands: subcommands.go)
 //
 // Exit status: 0 when the run finished; 1 when it failed; 2 for a usage or config error (nothing
 // was trained); 3 for the failure DDP_FAIL_AT_STEP plants (tests of restarts: see main.go's
@@ -36,6 +37,9 @@ func main() {
 }
 
 func run(args []string) int {
+	if code, ok := runSubcommand(args); ok {
+		return code
+	}
 	fs := pflag.NewFlagSet("ddptrain", pflag.ContinueOnError)
 	fs.SortFlags = false
 	configPath := fs.String("config", "", "run configuration (YAML), e.g. configs/mnist-mlp.yaml")
@@ -49,7 +53,7 @@ func run(args []string) int {
 	fs.StringVar(&opt.MemoryPlot, "memory-plot", "", "draw device memory over one training step, by layer, into this PNG")
 	keys := fs.Bool("keys", false, "list every config key and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: ddptrain --config FILE [--set key=value ...] [flags]\n\n%s", fs.FlagUsages())
+		fmt.Fprintf(os.Stderr, "usage: ddptrain --config FILE [--set key=value ...] [flags]\n%s\n%s", subcommandUsage(), fs.FlagUsages())
 	}
 	if err := fs.Parse(args); err != nil {
 		if err == pflag.ErrHelp {

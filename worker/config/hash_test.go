@@ -66,3 +66,34 @@ func TestHash_doesNotChangeTheConfig(t *testing.T) {
 		t.Errorf("Hash changed the config:\n%s\nbecame\n%s", before, after)
 	}
 }
+
+// model.init_from and checkpoint.fresh_if_broken are not part of the hash: a checkpoint's weights
+// supersede init_from, and a resume must not be refused because the file moved (hash.go).
+// model.vocab_used is: it changes which shards are accepted and what an export holds.
+func TestHash_leavesOutInitFrom(t *testing.T) {
+	base, err := Load(writeYAML(t, minimalMLP), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, set := range []string{"model.init_from=/somewhere/model.safetensors", "checkpoint.fresh_if_broken=true"} {
+		c, err := Load(writeYAML(t, minimalMLP), []string{set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Hash() != base.Hash() {
+			t.Errorf("%s changed the hash", set)
+		}
+	}
+	gpt := []string{"model.kind=gpt", "model.layers=1", "model.width=8", "model.heads=2", "model.context=4", "model.vocab=300", "data.kind=text"}
+	a, err := Load(writeYAML(t, minimalMLP), gpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Load(writeYAML(t, minimalMLP), append(gpt, "model.vocab_used=260"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Hash() == b.Hash() {
+		t.Error("model.vocab_used is not in the hash")
+	}
+}
