@@ -161,6 +161,9 @@ func printSettings(cfg *Config, env Env, dev tensor.Device, ps *model.Params, to
 		{"optimizer", fmt.Sprintf("%s lr %g (%s schedule)", cfg.Train.Optimizer, cfg.Train.LR, cfg.Train.Schedule)},
 		{"data", fmt.Sprintf("%s %s", cfg.Data.Kind, cfg.Data.Path)},
 	}
+	if cfg.Model.InitFrom != "" {
+		rows = append(rows, [2]string{"init from", cfg.Model.InitFrom})
+	}
 	if env.WorldSize > 1 {
 		rows = append(rows, [2]string{"ddp", fmt.Sprintf("wire %s, %d buckets of ≤ %g MiB", cfg.WireFormat(), len(eng.Buckets()), cfg.DDP.BucketCapMB)})
 	}
@@ -174,7 +177,11 @@ func printSettings(cfg *Config, env Env, dev tensor.Device, ps *model.Params, to
 
 func modelLine(cfg *Config) string {
 	if cfg.Model.Kind == "gpt" {
-		return fmt.Sprintf("gpt layers %d width %d heads %d context %d vocab %d", cfg.Model.Layers, cfg.Model.Width, cfg.Model.Heads, cfg.Model.Context, cfg.Model.Vocab)
+		v := fmt.Sprint(cfg.Model.Vocab)
+		if u := cfg.Model.VocabUsed; u > 0 && u != cfg.Model.Vocab {
+			v = fmt.Sprintf("%d padded to %d", u, cfg.Model.Vocab)
+		}
+		return fmt.Sprintf("gpt layers %d width %d heads %d context %d vocab %s", cfg.Model.Layers, cfg.Model.Width, cfg.Model.Heads, cfg.Model.Context, v)
 	}
 	w := make([]string, len(cfg.Model.Widths))
 	for i, x := range cfg.Model.Widths {

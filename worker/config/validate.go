@@ -171,6 +171,8 @@ func (c *Config) Validate() error {
 		}
 	case m.Kind == ModelGPT && d.Kind == DataText && m.Vocab > 0 && m.Vocab < 256:
 		bad("model.vocab", "%d: byte-level text needs 256", m.Vocab)
+	case m.Kind == ModelGPT && d.Kind == DataText && m.VocabUsed > 0 && m.VocabUsed < 256:
+		bad("model.vocab_used", "%d: byte-level text uses 256 ids", m.VocabUsed)
 	}
 	if d.Kind == DataTokens && d.Path == "" {
 		bad("data.path", "empty: data.kind tokens needs the shards' directory or a glob (`ddpbench tokenize` writes them; `make opticks-tokens` the Opticks ones)")
