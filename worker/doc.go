@@ -12,8 +12,10 @@
 //     pinned host buffers on a GPU: pinned.go), the model, optimizer and loss scaler (package
 //     model), the batch (micro_batch: auto searched in autobatch.go), the DDP engine (package
 //     ddp, over ddp.channels groups: channels.go), the resume from the newest checkpoint any rank
-//     has (checkpoint.go, ckpt_sync.go, state.go) and the broadcast that makes the replicas
-//     identical, then the metrics file (metrics.go) and the progress bar (progress.go).
+//     has (checkpoint.go, ckpt_sync.go, state.go; a directory whose every checkpoint is broken
+//     is an error) or else model.init_from's weights (initfrom.go), and the broadcast that makes
+//     the replicas identical, then the metrics file (metrics.go) and the progress bar
+//     (progress.go).
 //  3. The loop, (*Trainer).Run (loop.go): settings printed once, then each step between the
 //     TRAINING STEP BEGIN/END markers (micro-batches, backward with the all-reduce overlapped,
 //     the loss scaler's agreement, the optimizer), then logging, replica checks, evaluation and
@@ -21,6 +23,9 @@
 //     --memory-plot and --check-leaks are memory.go and memplot.go.
 //  4. Close (trainer.go) releases what New opened, in reverse order: also after a failure, and
 //     when New itself fails partway. Run is the three together.
+//
+// Checkpoints carry their model's spec (model.Spec: config.json and the weights' __metadata__),
+// so export.go turns one into Hugging Face GPT-2's layout (`ddptrain export`) with no run config.
 //
 // Nothing here exits the process: errors are returned, and cmd/ddptrain maps them to exit
 // statuses. The tests' fault injection (DDP_FAIL_AT_STEP, DDP_INJECT_INF_*) reaches the loop
