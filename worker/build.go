@@ -71,6 +71,10 @@ func loadData(cfg *Config) (train, eval data.Dataset, err error) {
 	case "tokens":
 		// Memory-mapped; every id checked against the tokenizer's vocabulary (a shard that is
 		// truncated, of another format or out of vocabulary is refused naming the file).
+		if m, _ := filepath.Glob(cfg.Data.Path); len(m) == 0 {
+			wd, _ := os.Getwd()
+			return nil, nil, fmt.Errorf("worker: data.path %s: no such directory or files (relative paths are from %s): `make opticks-tokens` writes the Opticks shards to data/opticks-gpt2, `ddpbench tokenize` others", cfg.Data.Path, wd)
+		}
 		tr, te, err := data.LoadTokens(cfg.Data.Path, vocabTokens(cfg), cfg.Model.Context)
 		if err != nil {
 			return nil, nil, err
