@@ -441,19 +441,34 @@ func latestCheckpoint(dir string) (path string, broken []error, err error) {
 // checkpoints and not one of them verifies.
 var ErrAllCheckpointsBroken = errors.New("checkpoint: every checkpoint is broken")
 
+// ckptBrokenPrefix names a broken checkpoint set aside by a fresh start: no longer a
+// step-… directory, so never resumed, counted or pruned.
+const ckptBrokenPrefix = "broken-"
+
 // ResumeCheckpoint is the checkpoint a run in dir resumes from: the newest that
 // verifies (LatestCheckpoint), or "" when dir holds none. When dir holds step
 // directories but none of them verifies, starting from step 0 would throw the
 // run's progress away without a word, so it is an error wrapping
-// ErrAllCheckpointsBroken and naming every broken file; with fresh
-// (checkpoint.fresh_if_broken) it logs them and returns "".
+// ErrAllCheckpointsBroken and naming every broken file. With fresh
+// (checkpoint.fresh_if_broken) it logs them, renames each step-N to broken-step-N
+// (kept for a look, and out of the way: PruneCheckpoints' cheap size check could
+// otherwise count a corrupted newer one as complete and prune the new run's
+// checkpoints in its favour) and returns "".
 func ResumeCheckpoint(dir string, fresh bool, log *slog.Logger) (string, error) {
 	path, broken, err := latestCheckpoint(dir)
 	if err != nil || path != "" || len(broken) == 0 {
 		return path, err
 	}
 	if fresh {
-		log.Warn("checkpoint: every checkpoint is broken; starting from step 0 (checkpoint.fresh_if_broken)", "dir", dir, "broken", len(broken))
+		paths, _, _ := stepDirs(dir)
+		for _, p := range paths {
+			aside := filepath.Join(dir, ckptBrokenPrefix+filepath.Base(p))
+			if err := os.Rename(p, aside); err != nil && !errors.Is(err, fs.ErrNotExist) { // another rank may have moved it
+				log.Warn("checkpoint: could not set a broken checkpoint aside", "path", p, "err", err)
+			}
+		}
+		log.Warn("checkpoint: every checkpoint is broken; starting from step 0 (checkpoint.fresh_if_broken), the broken ones renamed "+ckptBrokenPrefix+"step-…",
+			"dir", dir, "broken", len(broken))
 		return "", nil
 	}
 	msgs := make([]string, len(broken))

@@ -42,6 +42,18 @@ func TestResumeCheckpoint_allBrokenFails(t *testing.T) {
 	if p, err := ResumeCheckpoint(dir, true, quiet()); p != "" || err != nil {
 		t.Errorf("fresh: %q, %v", p, err)
 	}
+	// A fresh start sets the broken ones aside: nothing left to resume, count or prune.
+	if paths, _, _ := stepDirs(dir); len(paths) != 0 {
+		t.Errorf("step directories left after a fresh start: %v", paths)
+	}
+	for _, b := range []string{"broken-step-00000010", "broken-step-00000020"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			t.Errorf("%s: %v", b, err)
+		}
+	}
+	if p, err := ResumeCheckpoint(dir, false, quiet()); p != "" || err != nil {
+		t.Errorf("after the fresh start: %q, %v", p, err)
+	}
 }
 
 // Through the trainer: a checkpoint directory holding only a corrupted checkpoint stops New

@@ -172,7 +172,7 @@ type CheckpointConfig struct {
 	PerHost bool `yaml:"per_host"`
 	// fresh_if_broken: when dir holds checkpoints but not one of them verifies (every one
 	// truncated or corrupted), start from step 0 (model.init_from or a random init) with a
-	// warning instead of failing. Default false: such a run fails naming the broken files, since
+	// warning instead of failing, the broken ones renamed broken-step-NNNNNNNN. Default false: such a run fails naming the broken files, since
 	// starting over would silently throw the run's progress away. (A broken checkpoint newer than
 	// a good one is always skipped with a warning: the good one is resumed.)
 	FreshIfBroken bool `yaml:"fresh_if_broken,omitempty"`
