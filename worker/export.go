@@ -210,6 +210,9 @@ func writeFileAtomic(path string, b []byte) error {
 	defer os.Remove(tmp.Name()) // after the rename, a no-op
 	_, err = tmp.Write(b)
 	if err == nil {
+		err = tmp.Chmod(0o644) // not CreateTemp's 0600
+	}
+	if err == nil {
 		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {
