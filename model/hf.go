@@ -124,8 +124,11 @@ func ToHFGPT2(spec Spec, ts []NamedTensor) ([]NamedTensor, error) {
 // FromHFGPT2 converts Hugging Face GPT-2 weights (GPT2LMHeadModel's names, or GPT2Model's without
 // "transformer."; F32, F16 or BF16) to goddp's names and layout in f32 for spec's model. The HF
 // model may be smaller where that is harmless: a vocabulary of fewer rows than spec.Vocab is
-// padded with zero rows, and a wpe of more positions than spec.Context is cut to its first
-// Context rows (GPT-2's 1024 positions into a shorter context). HF's attention-mask buffers
+// padded with copies of its mean row, and a wpe of more positions than spec.Context is cut to its
+// first Context rows (GPT-2's 1024 positions into a shorter context). The mean row, not zeros,
+// because goddp's softmax runs over the padded columns too: GPT-2's logits lie far below zero
+// (−30 to −100 for most tokens), so zero rows, scoring 0, would take nearly all the probability,
+// where the mean row scores each position's average logit, far below the likely tokens. HF's attention-mask buffers
 // (attn.bias, attn.masked_bias) are skipped, and so is lm_head.weight when spec is tied (it is
 // wte). Anything else unknown, missing or of the wrong shape is an error naming the tensor.
 func FromHFGPT2(spec Spec, ts []NamedTensor) ([]NamedTensor, error) {
@@ -188,7 +191,7 @@ func FromHFGPT2(spec Spec, ts []NamedTensor) ([]NamedTensor, error) {
 			}
 			v = transpose2(v, hs[0], hs[1])
 		case (name == "wte" || name == "lm_head.w") && len(hs) == 2 && hs[1] == C && hs[0] <= shape[0]:
-			v = append(v, make([]float32, (shape[0]-hs[0])*C)...) // zero rows for the padding
+			v = padRows(v, hs[0], shape[0], C)
 		case name == "wpe" && len(hs) == 2 && hs[1] == C && hs[0] >= shape[0]:
 			v = v[:shape[0]*C]
 		default:
@@ -199,6 +202,27 @@ func FromHFGPT2(spec Spec, ts []NamedTensor) ([]NamedTensor, error) {
 		out = append(out, NamedTensor{Name: name, DType: tensor.F32, Shape: append([]int(nil), shape...), Data: F32Bytes(v)})
 	}
 	return out, nil
+}
+
+// padRows extends the (r,c) matrix v to (rows,c) with copies of its mean row (computed in f64).
+func padRows(v []float32, r, rows, c int) []float32 {
+	if rows == r || r == 0 {
+		return append(v, make([]float32, (rows-r)*c)...)
+	}
+	mean := make([]float64, c)
+	for i := 0; i < r; i++ {
+		for j, x := range v[i*c : (i+1)*c] {
+			mean[j] += float64(x)
+		}
+	}
+	row := make([]float32, c)
+	for j := range row {
+		row[j] = float32(mean[j] / float64(r))
+	}
+	for i := r; i < rows; i++ {
+		v = append(v, row...)
+	}
+	return v
 }
 
 // IsHFGPT2 reports whether ts are named as Hugging Face's GPT-2 (not goddp's).

@@ -73,7 +73,7 @@ func logitsOf(t *testing.T, m model.Model, ids []int32, T int) []float32 {
 }
 
 // A Hugging Face-layout directory written here loads through model.init_from (padded
-// vocabulary: 64 ids in 72 rows, the padding zero) and the trainer's model gives the logits of
+// vocabulary: 64 ids in 72 rows, the padding the mean row) and the trainer's model gives the logits of
 // the model it came from, to the bit; goddp-named weights (a bare safetensors file) too.
 func TestInitFrom_hfLayoutGivesTheSameLogits(t *testing.T) {
 	shards := writeTokenShards(t, 64, 2000)
@@ -97,7 +97,7 @@ func TestInitFrom_hfLayoutGivesTheSameLogits(t *testing.T) {
 		got := logitsOf(t, tr.m, ids, base.Model.Context)
 		V, Vp := 64, 72
 		for r := 0; r < len(ids); r++ {
-			for v := 0; v < V; v++ { // the padded columns: zero rows of wte, logit 0
+			for v := 0; v < V; v++ { // the padded columns differ: the mean row stands for the dropped ones
 				if got[r*Vp+v] != want[r*Vp+v] {
 					tr.Close()
 					t.Fatalf("%s: logit (%d,%d) is %g, the source model's %g", from, r, v, got[r*Vp+v], want[r*Vp+v])

@@ -49,9 +49,9 @@ type ModelConfig struct {
 	// directory holding model.safetensors (a goddp checkpoint step directory, a `ddptrain
 	// export`, a Hugging Face GPT-2 model directory, sharded or not), with goddp's or Hugging Face
 	// GPT2LMHeadModel's names, in F32, F16 or BF16 (widened to the f32 master weights). The shapes
-	// must be the model's (Hugging Face GPT-2 may have fewer vocabulary rows, padded with zeros,
-	// or more positions, cut to model.context); the optimizer starts fresh. Rank 0 reads it (the
-	// file need only be where rank 0 runs) and broadcasts the weights. Once checkpoint.dir holds
+	// must be the model's (Hugging Face GPT-2 may have fewer vocabulary rows, padded with their
+	// mean row, or more positions, cut to model.context); the optimizer starts fresh. Rank 0
+	// reads it (the file need only be where rank 0 runs) and broadcasts the weights. Once checkpoint.dir holds
 	// a checkpoint the run resumes from that and never reads init_from: the checkpoint's weights
 	// supersede it, so init_from is not part of the config hash (Hash) and may change or vanish
 	// between a run's restarts; state.json records what it was. Default "" (random init).

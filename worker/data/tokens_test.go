@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -46,8 +45,8 @@ func TestEncoder_gpt2KnownIDs(t *testing.T) {
 }
 
 func opticks(t testing.TB) string {
-	p := filepath.Join(runtime.GOROOT(), "src", "testdata", "Isaac.Newton-Opticks.txt")
-	if _, err := os.Stat(p); err != nil {
+	p, err := DefaultPath("text") // the toolchain's copy (discover.go)
+	if err != nil {
 		t.Skip(err)
 	}
 	return p
@@ -168,13 +167,11 @@ func TestShard_roundTripAndRefusals(t *testing.T) {
 
 func TestTokens_windowsAcrossShards(t *testing.T) {
 	dir := t.TempDir()
-	var all [][]uint16
 	for i, n := range []int{10, 1, 7} { // the middle shard holds no window
 		toks := make([]uint16, n)
 		for j := range toks {
 			toks[j] = uint16(100*i + j)
 		}
-		all = append(all, toks)
 		WriteShard(filepath.Join(dir, "d_train_00000"+string(rune('0'+i))+".bin"), toks)
 	}
 	WriteShard(filepath.Join(dir, "d_val_000000.bin"), []uint16{5, 6, 7, 8, 9})
