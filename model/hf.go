@@ -127,10 +127,11 @@ func ToHFGPT2(spec Spec, ts []NamedTensor) ([]NamedTensor, error) {
 // padded with copies of its mean row, and a wpe of more positions than spec.Context is cut to its
 // first Context rows (GPT-2's 1024 positions into a shorter context). The mean row, not zeros,
 // because goddp's softmax runs over the padded columns too: GPT-2's logits lie far below zero
-// (−30 to −100 for most tokens), so zero rows, scoring 0, would take nearly all the probability,
-// where the mean row scores each position's average logit, far below the likely tokens. HF's attention-mask buffers
-// (attn.bias, attn.masked_bias) are skipped, and so is lm_head.weight when spec is tied (it is
-// wte). Anything else unknown, missing or of the wrong shape is an error naming the tensor.
+// (tens of units for most tokens), so zero rows, scoring 0, would take nearly all the
+// probability, where the mean row scores each position's average logit, far below the likely
+// tokens. HF's attention-mask buffers (attn.bias, attn.masked_bias) are skipped, and so is
+// lm_head.weight when spec is tied (it is wte). Anything else unknown, missing or of the wrong
+// shape is an error naming the tensor.
 func FromHFGPT2(spec Spec, ts []NamedTensor) ([]NamedTensor, error) {
 	cfg, err := spec.GPTConfig()
 	if err != nil {

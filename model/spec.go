@@ -33,7 +33,6 @@ const (
 	specNormInputs   = "none"         // InputNormalization of the GPT: token ids
 	specDType        = "f32"          // DType: checkpoints hold the f32 master weights
 	specNames        = "goddp"        // Names: goddp's parameter names (params registered by NewGPT/NewMLP)
-	specHFNames      = "hf_gpt2"      // Names of an export in Hugging Face GPT2LMHeadModel's layout
 	specMLPMetaRatio = 4              // the GPT's MLP hidden width is 4·C
 	specFinalNorm    = "layer_norm"   // FinalNorm of the GPT
 	specAttnScale    = "1/sqrt(head)" // AttentionScale of the GPT

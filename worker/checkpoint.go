@@ -164,8 +164,9 @@ func saveCheckpoint(dir string, step int, spec *model.Spec, weights, optim []mod
 
 // commitCheckpoint is the one atomic write of a checkpoint directory, for SaveCheckpoint and for
 // one received from another rank (ckpt_sync.go). files holds the data files (ckptFiles, and those
-// of ckptOptionalFiles the checkpoint has) and MANIFEST.json. They go into a fresh <dir>/.tmp-step-N-… directory, each fsynced, the manifest
-// last (a directory with a manifest is complete); the directory is fsynced; with verify, it is
+// of ckptOptionalFiles the checkpoint has) and MANIFEST.json. They go into a fresh
+// <dir>/.tmp-step-N-… directory, each fsynced, the manifest last (a directory with a manifest
+// is complete); the directory is fsynced; with verify, it is
 // read back and checked against its manifest; then it is renamed to <dir>/step-N — an existing
 // directory of that step (an older save, or a broken copy LatestCheckpoint skipped) is moved
 // aside first, since a rename cannot replace a non-empty directory, and removed once the new one
