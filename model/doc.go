@@ -8,7 +8,8 @@
 //	model/cpu     the CPU device (plain Go, assembly GEMM): cpu.New()
 //	model/cuda    the CUDA device, build tag cuda: cuda.New(ordinal); its cgo layer cuda/cudadrv
 //
-// This package imports only model/tensor: a layer reaches memory through Device and nothing else.
+// This package imports only model/tensor (and model/half, the f16 codec, for f16 safetensors): a
+// layer reaches memory through Device and nothing else.
 //
 // # Files
 //
@@ -19,7 +20,12 @@
 //	sample.go        Sampler (greedy, temperature, top-k, seeded) and Decoder.Generate
 //	optim.go         AdamW and SGD, ClipGradNorm; schedule.go learning-rate schedules
 //	scaler.go        the dynamic loss scaler
-//	safetensors.go   checkpoint tensors in the safetensors format
+//	safetensors.go   checkpoint tensors in the safetensors format (F32, F16, BF16, I32)
+//	spec.go          Spec: a model's whole architecture, for checkpoints that stand alone
+//	                 (config.json and the safetensors __metadata__)
+//	weights.go       weights in and out: New(dev, spec), ReadWeights, Params.LoadNamed, Open
+//	hf.go            GPT-2 in Hugging Face GPT2LMHeadModel's names and layout, and its config.json
+//	gpt_logits.go    GPT.Logits: the (B,T,V) logits of a prompt
 //
 // # Shapes
 //
@@ -68,6 +74,13 @@
 //		if err := sc.Update(found); err != nil { … }          //    scale ×0.5 or ×2 after 2000 clean steps
 //	}
 //	m.Free(); opt.Free(); sc.Free()                            // 7. device Allocated back to the baseline
+//
+// # Using a trained model
+//
+// A checkpoint or an export says what model it holds (spec.go), so a Go program needs no run
+// configuration to use it: Open(dev, dir) builds the model a goddp checkpoint, a `ddptrain export`
+// or a Hugging Face GPT-2 directory holds and loads its weights; GPT.Logits runs a prompt.
+// Example (example_test.go) walks through it.
 //
 // # Mixed precision
 //

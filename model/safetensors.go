@@ -23,6 +23,7 @@ import (
 	"math"
 	"sort"
 
+	"github.com/goddp/goddp/model/half"
 	"github.com/goddp/goddp/model/tensor"
 )
 
@@ -47,6 +48,8 @@ func stDType(d tensor.DType) (string, error) {
 		return "F16", nil
 	case tensor.I32:
 		return "I32", nil
+	case tensor.BF16:
+		return "BF16", nil
 	}
 	return "", fmt.Errorf("model: safetensors: no name for dtype %v", d)
 }
@@ -59,6 +62,8 @@ func parseSTDType(s string) (tensor.DType, bool) {
 		return tensor.F16, true
 	case "I32":
 		return tensor.I32, true
+	case "BF16":
+		return tensor.BF16, true
 	}
 	return 0, false
 }
@@ -205,7 +210,7 @@ func ParseSafetensors(b []byte) ([]NamedTensor, map[string]string, error) {
 		}
 		dt, ok := parseSTDType(e.DType)
 		if !ok {
-			return nil, nil, fmt.Errorf("model: safetensors: tensor %q: unsupported dtype %q (F32, F16, I32)", name, e.DType)
+			return nil, nil, fmt.Errorf("model: safetensors: tensor %q: unsupported dtype %q (F32, F16, BF16, I32)", name, e.DType)
 		}
 		n, ok := stNumel(e.Shape)
 		if !ok {
@@ -275,6 +280,60 @@ func BytesF32(b []byte) []float32 {
 		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 	}
 	return v
+}
+
+// F16Bytes encodes float32s as IEEE half (rounded to nearest even), little-endian (a new slice).
+func F16Bytes(v []float32) []byte {
+	b := make([]byte, 2*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint16(b[2*i:], half.FromFloat32(x))
+	}
+	return b
+}
+
+// BF16Bytes encodes float32s as bfloat16, little-endian (a new slice): the top 16 bits of each
+// binary32, rounded to nearest even, as PyTorch rounds; a NaN stays a (quiet) NaN.
+func BF16Bytes(v []float32) []byte {
+	b := make([]byte, 2*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint16(b[2*i:], bf16FromF32(x))
+	}
+	return b
+}
+
+func bf16FromF32(f float32) uint16 {
+	u := math.Float32bits(f)
+	if u&0x7fffffff > 0x7f800000 { // NaN: keep the sign and the top payload, set the quiet bit
+		return uint16(u>>16) | 0x40
+	}
+	u += 0x7fff + (u>>16)&1 // round to nearest even (a carry into the exponent is correct rounding)
+	return uint16(u >> 16)
+}
+
+// Float32s widens the tensor to float32 (a new slice): F32 as it is, F16 and BF16 exactly (every
+// half and bfloat16 is a float32). Other dtypes are an error naming the tensor.
+func (t NamedTensor) Float32s() ([]float32, error) {
+	n, ok := stNumel(t.Shape)
+	if !ok || n*t.DType.Size() != len(t.Data) {
+		return nil, fmt.Errorf("model: tensor %q: shape %v of %v needs %d bytes, have %d", t.Name, t.Shape, t.DType, n*t.DType.Size(), len(t.Data))
+	}
+	switch t.DType {
+	case tensor.F32:
+		return BytesF32(t.Data), nil
+	case tensor.F16:
+		v, tab := make([]float32, n), half.Table()
+		for i := range v {
+			v[i] = tab[binary.LittleEndian.Uint16(t.Data[2*i:])]
+		}
+		return v, nil
+	case tensor.BF16:
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(t.Data[2*i:])) << 16)
+		}
+		return v, nil
+	}
+	return nil, fmt.Errorf("model: tensor %q is %v, not a floating-point dtype (F32, F16, BF16)", t.Name, t.DType)
 }
 
 // I32Bytes and BytesI32 are the same for int32s.

@@ -3,6 +3,7 @@ package model
 import (
 	"bytes"
 	"encoding/binary"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -195,5 +196,52 @@ save_file({"z": np.arange(6, dtype=np.float32).reshape(3, 2), "a": np.array([1, 
 	}
 	if meta["by"] != "py" || len(ts) != 2 || ts[1].Name != "z" || BytesF32(ts[1].Data)[5] != 5 || BytesI32(ts[0].Data)[1] != 2 {
 		t.Errorf("python's file read as %+v %v", ts, meta)
+	}
+}
+
+// BF16 tensors write and read back byte for byte, encode with round-to-nearest-even as PyTorch
+// does (golden bits below), and widen to f32 exactly; F16 widens exactly too.
+func TestSafetensors_bf16(t *testing.T) {
+	vals := []float32{1, -2, 3.140625, 1.00390625, 1.01171875, 65504, float32(math.Inf(-1)), 1e-40}
+	// torch.tensor(vals).bfloat16().view(torch.int16): 1.00390625 is a tie (rounds down to even
+	// 1.0), 1.01171875 a tie rounding up to 1.015625, 65504 rounds up to 65536, 1e-40 is a subnormal.
+	want := []uint16{0x3f80, 0xc000, 0x4049, 0x3f80, 0x3f82, 0x4780, 0xff80, 0x0001}
+	b := BF16Bytes(vals)
+	for i, w := range want {
+		if got := binary.LittleEndian.Uint16(b[2*i:]); got != w {
+			t.Errorf("bf16(%g) = %#04x, want %#04x", vals[i], got, w)
+		}
+	}
+	if nan := binary.LittleEndian.Uint16(BF16Bytes([]float32{float32(math.NaN())})); nan&0x7f80 != 0x7f80 || nan&0x7f == 0 {
+		t.Errorf("bf16(NaN) = %#04x, not a NaN", nan)
+	}
+	ts := []NamedTensor{
+		{Name: "bf", DType: tensor.BF16, Shape: []int{2, 4}, Data: b},
+		{Name: "h", DType: tensor.F16, Shape: []int{2}, Data: F16Bytes([]float32{1, -2})},
+	}
+	got, _, err := ParseSafetensors(encodeST(t, ts, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].Name != "bf" || got[0].DType != tensor.BF16 || !bytes.Equal(got[0].Data, b) {
+		t.Fatalf("read back %+v", got[0])
+	}
+	f, err := got[0].Float32s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range f {
+		if back := BF16Bytes([]float32{x}); binary.LittleEndian.Uint16(back) != want[i] {
+			t.Errorf("element %d widened to %g, which does not encode back to %#04x", i, x, want[i])
+		}
+	}
+	if f[0] != 1 || f[2] != 3.140625 || f[5] != 65536 {
+		t.Errorf("widened %v", f)
+	}
+	if h, err := got[1].Float32s(); err != nil || h[0] != 1 || h[1] != -2 {
+		t.Errorf("f16 widened %v, %v", h, err)
+	}
+	if _, err := (NamedTensor{Name: "ids", DType: tensor.I32, Shape: []int{1}, Data: I32Bytes([]int32{1})}).Float32s(); err == nil {
+		t.Error("an i32 tensor widened to f32")
 	}
 }

@@ -52,7 +52,7 @@ EOF
 
 gpt() { # name, extra args...
   local name=$1; shift
-  "$WORK/ddptrain" --device cuda --config configs/gpt2-124m.yaml --set data.path="$WORK/text.txt" \
+  "$WORK/ddptrain" --device cuda --config configs/gpt2-124m.yaml --set data.kind=text --set data.path="$WORK/text.txt" \
     --set train.eval_batches=1 --set train.log_every=1 --set train.warmup_steps=2 \
     --metrics "$OUT/$name.jsonl" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?

@@ -68,8 +68,57 @@ func loadData(cfg *Config) (train, eval data.Dataset, err error) {
 			return nil, nil, err
 		}
 		return tr.WithContext(cfg.Model.Context), te.WithContext(cfg.Model.Context), nil
+	case "tokens":
+		// Memory-mapped; every id checked against the tokenizer's vocabulary (a shard that is
+		// truncated, of another format or out of vocabulary is refused naming the file).
+		if m, _ := filepath.Glob(cfg.Data.Path); len(m) == 0 {
+			wd, _ := os.Getwd()
+			return nil, nil, fmt.Errorf("worker: data.path %s: no such directory or files (relative paths are from %s): `make opticks-tokens` writes the Opticks shards to data/opticks-gpt2, `ddpbench tokenize` others", cfg.Data.Path, wd)
+		}
+		tr, te, err := data.LoadTokens(cfg.Data.Path, vocabTokens(cfg), cfg.Model.Context)
+		if err != nil {
+			return nil, nil, err
+		}
+		if te == nil {
+			tr.Close()
+			return nil, nil, fmt.Errorf("worker: data.path %s has train shards but no eval shards (*_val_*.bin): tokenize with --eval-fraction, e.g. 0.1", cfg.Data.Path)
+		}
+		return tr, te, nil
 	}
-	return nil, nil, fmt.Errorf("worker: data.kind %q: want mnist or text", cfg.Data.Kind)
+	return nil, nil, fmt.Errorf("worker: data.kind %q: want mnist, text or tokens", cfg.Data.Kind)
+}
+
+// vocabTokens is the tokenizer's vocabulary: model.vocab_used, or model.vocab.
+func vocabTokens(cfg *Config) int {
+	if cfg.Model.VocabUsed > 0 {
+		return cfg.Model.VocabUsed
+	}
+	return cfg.Model.Vocab
+}
+
+// ModelSpec is the spec of cfg's model (model.Spec), which every checkpoint carries: the model's
+// architecture with the padded vocabulary and the inputs' normalisation, which the model alone
+// does not know.
+func ModelSpec(cfg *Config) (model.Spec, error) {
+	var s model.Spec
+	switch cfg.Model.Kind {
+	case "gpt":
+		s = gptConfig(cfg).Spec()
+		s.VocabUsed = cfg.Model.VocabUsed
+	case "mlp":
+		s = mlpConfig(cfg).Spec()
+	default:
+		return model.Spec{}, fmt.Errorf("worker: model.kind %q: want mlp or gpt", cfg.Model.Kind)
+	}
+	switch cfg.Data.Kind {
+	case "mnist":
+		s.InputNormalization = fmt.Sprintf("(x/255 - %g)/%g", data.MNISTMean, data.MNISTStd)
+	case "text":
+		s.InputNormalization = "none (byte values as token ids)"
+	default:
+		s.InputNormalization = "none (token ids)"
+	}
+	return s, nil
 }
 
 // computeDType is the dtype of activations and the weight copy matmuls read.
@@ -81,19 +130,26 @@ func computeDType(cfg *Config) tensor.DType {
 }
 
 func buildModel(dev tensor.Device, cfg *Config) (model.Model, error) {
-	every := cfg.Model.Checkpoint.Every
 	seed := uint64(cfg.Seed)
 	switch cfg.Model.Kind {
 	case "mlp":
-		return model.NewMLP(dev, model.MLPConfig{Widths: cfg.Model.Widths, Activation: string(cfg.Model.Activation),
-			Dropout: float32(cfg.Model.Dropout), Compute: computeDType(cfg), Checkpoint: every}, seed)
+		return model.NewMLP(dev, mlpConfig(cfg), seed)
 	case "gpt":
-		attn := attentionMode(cfg.Model.Attention)
-		return model.NewGPT(dev, model.GPTConfig{Layers: cfg.Model.Layers, Width: cfg.Model.Width, Heads: cfg.Model.Heads,
-			Context: cfg.Model.Context, Vocab: cfg.Model.Vocab, Tied: cfg.Model.Tied, Dropout: float32(cfg.Model.Dropout),
-			Compute: computeDType(cfg), Checkpoint: every, Attention: attn, CheckpointKeepAttn: cfg.Model.CheckpointKeepAttention}, seed)
+		return model.NewGPT(dev, gptConfig(cfg), seed)
 	}
 	return nil, fmt.Errorf("worker: model.kind %q: want mlp or gpt", cfg.Model.Kind)
+}
+
+func mlpConfig(cfg *Config) model.MLPConfig {
+	return model.MLPConfig{Widths: cfg.Model.Widths, Activation: string(cfg.Model.Activation),
+		Dropout: float32(cfg.Model.Dropout), Compute: computeDType(cfg), Checkpoint: cfg.Model.Checkpoint.Every}
+}
+
+func gptConfig(cfg *Config) model.GPTConfig {
+	return model.GPTConfig{Layers: cfg.Model.Layers, Width: cfg.Model.Width, Heads: cfg.Model.Heads,
+		Context: cfg.Model.Context, Vocab: cfg.Model.Vocab, Tied: cfg.Model.Tied, Dropout: float32(cfg.Model.Dropout),
+		Compute: computeDType(cfg), Checkpoint: cfg.Model.Checkpoint.Every, Attention: attentionMode(cfg.Model.Attention),
+		CheckpointKeepAttn: cfg.Model.CheckpointKeepAttention}
 }
 
 // printSettings logs the run's settings once, as an aligned table.
@@ -109,6 +165,9 @@ func printSettings(cfg *Config, env Env, dev tensor.Device, ps *model.Params, to
 		{"optimizer", fmt.Sprintf("%s lr %g (%s schedule)", cfg.Train.Optimizer, cfg.Train.LR, cfg.Train.Schedule)},
 		{"data", fmt.Sprintf("%s %s", cfg.Data.Kind, cfg.Data.Path)},
 	}
+	if cfg.Model.InitFrom != "" {
+		rows = append(rows, [2]string{"init from", cfg.Model.InitFrom})
+	}
 	if env.WorldSize > 1 {
 		rows = append(rows, [2]string{"ddp", fmt.Sprintf("wire %s, %d buckets of ≤ %g MiB", cfg.WireFormat(), len(eng.Buckets()), cfg.DDP.BucketCapMB)})
 	}
@@ -122,7 +181,11 @@ func printSettings(cfg *Config, env Env, dev tensor.Device, ps *model.Params, to
 
 func modelLine(cfg *Config) string {
 	if cfg.Model.Kind == "gpt" {
-		return fmt.Sprintf("gpt layers %d width %d heads %d context %d vocab %d", cfg.Model.Layers, cfg.Model.Width, cfg.Model.Heads, cfg.Model.Context, cfg.Model.Vocab)
+		v := fmt.Sprint(cfg.Model.Vocab)
+		if u := cfg.Model.VocabUsed; u > 0 && u != cfg.Model.Vocab {
+			v = fmt.Sprintf("%d padded to %d", u, cfg.Model.Vocab)
+		}
+		return fmt.Sprintf("gpt layers %d width %d heads %d context %d vocab %s", cfg.Model.Layers, cfg.Model.Width, cfg.Model.Heads, cfg.Model.Context, v)
 	}
 	w := make([]string, len(cfg.Model.Widths))
 	for i, x := range cfg.Model.Widths {

@@ -4,12 +4,20 @@ package worker
 //
 // A checkpoint is one directory, <checkpoint.dir>/step-00001234/, holding
 //
-//	model.safetensors   FP32 master weights, one tensor per parameter name
+//	model.safetensors   FP32 master weights, one tensor per parameter name; its
+//	                    __metadata__ holds the model's spec (model.Spec.Metadata:
+//	                    "model.kind", "model.layers", ...)
+//	config.json         the model's spec (model.Spec.JSON): with the weights, a
+//	                    checkpoint opens without the run's YAML (model.Open)
 //	optim.safetensors   optimizer state (AdamW m and v, SGD momentum …)
 //	state.json          the caller's JSON: step, scaler, loader position, RNG,
 //	                    config hash …
 //	MANIFEST.json       format version, step, and the size and sha256 of each
-//	                    of the three files above
+//	                    of the files above
+//
+// config.json is optional within format 1: checkpoints written before it existed
+// have none (and no spec in the metadata) and still load; when the manifest lists
+// it, it is verified like the others.
 //
 // Writing is atomic: everything goes into <dir>/.tmp-step-00001234-<random>/,
 // each file is fsynced, the manifest is written last and fsynced, the
@@ -55,8 +63,26 @@ const (
 	ckptStepDirPattern = "step-%08d"
 )
 
-// ckptFiles are the files a manifest must list, in write order.
-var ckptFiles = []string{ckptWeightsFile, ckptOptimFile, ckptStateFile}
+// ckptFiles are the files a manifest must list, in write order; ckptOptionalFiles those it may
+// list (then verified and copied like the others).
+var (
+	ckptFiles         = []string{ckptWeightsFile, ckptOptimFile, ckptStateFile}
+	ckptOptionalFiles = []string{ckptConfigFile}
+)
+
+// ckptConfigFile is the model's spec (model.Spec.JSON).
+const ckptConfigFile = model.ConfigFile
+
+// listedFiles are the data files m lists: the required ones and the optional ones it has.
+func (m *Manifest) listedFiles() []string {
+	fs := append([]string(nil), ckptFiles...)
+	for _, f := range ckptOptionalFiles {
+		if _, ok := m.Files[f]; ok {
+			fs = append(fs, f)
+		}
+	}
+	return fs
+}
 
 // Checkpoint is a loaded, verified checkpoint.
 type Checkpoint struct {
@@ -65,6 +91,9 @@ type Checkpoint struct {
 	Weights []model.NamedTensor // sorted by name
 	Optim   []model.NamedTensor // sorted by name
 	State   json.RawMessage     // state.json as written
+	// Spec is the model's spec from config.json (or the weights' __metadata__); nil for a
+	// checkpoint written before checkpoints carried one.
+	Spec *model.Spec
 }
 
 // Manifest is MANIFEST.json.
@@ -82,8 +111,19 @@ type ManifestFile struct {
 
 // SaveCheckpoint writes a checkpoint of step into dir (created if needed)
 // and returns the final directory. state is marshalled to state.json. An
-// existing checkpoint of the same step is replaced.
+// existing checkpoint of the same step is replaced. It writes no model spec:
+// SaveModelCheckpoint does.
 func SaveCheckpoint(dir string, step int, weights, optim []model.NamedTensor, state any) (path string, err error) {
+	return saveCheckpoint(dir, step, nil, weights, optim, state)
+}
+
+// SaveModelCheckpoint is SaveCheckpoint with the model's spec in the weights'
+// __metadata__ and in config.json, so that the checkpoint stands alone.
+func SaveModelCheckpoint(dir string, step int, spec model.Spec, weights, optim []model.NamedTensor, state any) (path string, err error) {
+	return saveCheckpoint(dir, step, &spec, weights, optim, state)
+}
+
+func saveCheckpoint(dir string, step int, spec *model.Spec, weights, optim []model.NamedTensor, state any) (path string, err error) {
 	if step < 0 {
 		return "", fmt.Errorf("checkpoint: step %d < 0", step)
 	}
@@ -92,14 +132,24 @@ func SaveCheckpoint(dir string, step int, weights, optim []model.NamedTensor, st
 		return "", fmt.Errorf("checkpoint: encoding state.json: %w", err)
 	}
 	meta := map[string]string{"format": "pt", "step": strconv.Itoa(step)}
+	wmeta := meta
+	names := ckptFiles
+	if spec != nil {
+		wmeta = spec.Metadata()
+		for k, v := range meta {
+			wmeta[k] = v
+		}
+		names = append(append([]string(nil), ckptFiles...), ckptConfigFile)
+	}
 	contents := map[string]func() ([]byte, error){
-		ckptWeightsFile: func() ([]byte, error) { return encodeSafetensors(weights, meta) },
+		ckptWeightsFile: func() ([]byte, error) { return encodeSafetensors(weights, wmeta) },
 		ckptOptimFile:   func() ([]byte, error) { return encodeSafetensors(optim, meta) },
 		ckptStateFile:   func() ([]byte, error) { return append(stateJSON, '\n'), nil },
+		ckptConfigFile:  func() ([]byte, error) { return spec.JSON(), nil },
 	}
 	files := map[string][]byte{}
 	man := Manifest{Format: CheckpointFormat, Step: step, Files: map[string]ManifestFile{}}
-	for _, f := range ckptFiles {
+	for _, f := range names {
 		b, err := contents[f]()
 		if err != nil {
 			return "", fmt.Errorf("checkpoint: %s: %w", f, err)
@@ -114,9 +164,10 @@ func SaveCheckpoint(dir string, step int, weights, optim []model.NamedTensor, st
 }
 
 // commitCheckpoint is the one atomic write of a checkpoint directory, for SaveCheckpoint and for
-// one received from another rank (ckpt_sync.go). files holds the data files (ckptFiles) and
-// MANIFEST.json. They go into a fresh <dir>/.tmp-step-N-… directory, each fsynced, the manifest
-// last (a directory with a manifest is complete); the directory is fsynced; with verify, it is
+// one received from another rank (ckpt_sync.go). files holds the data files (ckptFiles, and those
+// of ckptOptionalFiles the checkpoint has) and MANIFEST.json. They go into a fresh
+// <dir>/.tmp-step-N-… directory, each fsynced, the manifest last (a directory with a manifest
+// is complete); the directory is fsynced; with verify, it is
 // read back and checked against its manifest; then it is renamed to <dir>/step-N — an existing
 // directory of that step (an older save, or a broken copy LatestCheckpoint skipped) is moved
 // aside first, since a rename cannot replace a non-empty directory, and removed once the new one
@@ -136,7 +187,13 @@ func commitCheckpoint(dir string, step int, files map[string][]byte, verify bool
 			os.RemoveAll(tmp)
 		}
 	}()
-	for _, f := range append(append([]string(nil), ckptFiles...), ckptManifestFile) {
+	var optional []string
+	for _, f := range ckptOptionalFiles {
+		if _, ok := files[f]; ok {
+			optional = append(optional, f)
+		}
+	}
+	for _, f := range append(append(append([]string(nil), ckptFiles...), optional...), ckptManifestFile) {
 		b, ok := files[f]
 		if !ok {
 			return "", fmt.Errorf("checkpoint: step %d: no %s to write", step, f)
@@ -280,14 +337,26 @@ func LoadCheckpoint(path string) (*Checkpoint, error) {
 		return nil, err
 	}
 	raw := map[string][]byte{}
-	for _, f := range ckptFiles {
+	for _, f := range m.listedFiles() {
 		if raw[f], err = readVerified(path, f, m.Files[f]); err != nil {
 			return nil, err
 		}
 	}
 	c := &Checkpoint{Path: path, Step: m.Step}
-	if c.Weights, _, err = model.ParseSafetensors(raw[ckptWeightsFile]); err != nil {
+	var meta map[string]string
+	if c.Weights, meta, err = model.ParseSafetensors(raw[ckptWeightsFile]); err != nil {
 		return nil, fmt.Errorf("checkpoint: %s/%s: %w", path, ckptWeightsFile, err)
+	}
+	if b, ok := raw[ckptConfigFile]; ok {
+		s, err := model.ParseSpec(b)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: %s/%s: %w", path, ckptConfigFile, err)
+		}
+		c.Spec = &s
+	} else if s, ok, err := model.SpecFromMetadata(meta); err != nil {
+		return nil, fmt.Errorf("checkpoint: %s/%s: %w", path, ckptWeightsFile, err)
+	} else if ok {
+		c.Spec = &s
 	}
 	if c.Optim, _, err = model.ParseSafetensors(raw[ckptOptimFile]); err != nil {
 		return nil, fmt.Errorf("checkpoint: %s/%s: %w", path, ckptOptimFile, err)
@@ -306,7 +375,7 @@ func VerifyCheckpoint(path string) error {
 	if err != nil {
 		return err
 	}
-	for _, f := range ckptFiles {
+	for _, f := range m.listedFiles() {
 		if _, err := readVerified(path, f, m.Files[f]); err != nil {
 			return err
 		}
@@ -351,18 +420,68 @@ func stepDirs(dir string) ([]string, []int, error) {
 // when there is none (including when dir does not exist). Broken ones are
 // logged and skipped; .tmp-… directories are never considered.
 func LatestCheckpoint(dir string) (path string, err error) {
+	path, _, err = latestCheckpoint(dir)
+	return path, err
+}
+
+// latestCheckpoint is LatestCheckpoint, also returning why each newer step
+// directory was skipped.
+func latestCheckpoint(dir string) (path string, broken []error, err error) {
 	paths, _, err := stepDirs(dir)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	for _, p := range paths {
 		if err := VerifyCheckpoint(p); err != nil {
 			slog.Warn("checkpoint: skipping a broken checkpoint", "path", p, "err", err)
+			broken = append(broken, err)
 			continue
 		}
-		return p, nil
+		return p, broken, nil
 	}
-	return "", nil
+	return "", broken, nil
+}
+
+// ErrAllCheckpointsBroken is the error of ResumeCheckpoint when a directory holds
+// checkpoints and not one of them verifies.
+var ErrAllCheckpointsBroken = errors.New("checkpoint: every checkpoint is broken")
+
+// ckptBrokenPrefix names a broken checkpoint set aside by a fresh start: no longer a
+// step-… directory, so never resumed, counted or pruned.
+const ckptBrokenPrefix = "broken-"
+
+// ResumeCheckpoint is the checkpoint a run in dir resumes from: the newest that
+// verifies (LatestCheckpoint), or "" when dir holds none. When dir holds step
+// directories but none of them verifies, starting from step 0 would throw the
+// run's progress away without a word, so it is an error wrapping
+// ErrAllCheckpointsBroken and naming every broken file. With fresh
+// (checkpoint.fresh_if_broken) it logs them, renames each step-N to broken-step-N
+// (kept for a look, and out of the way: PruneCheckpoints' cheap size check could
+// otherwise count a corrupted newer one as complete and prune the new run's
+// checkpoints in its favour) and returns "".
+func ResumeCheckpoint(dir string, fresh bool, log *slog.Logger) (string, error) {
+	path, broken, err := latestCheckpoint(dir)
+	if err != nil || path != "" || len(broken) == 0 {
+		return path, err
+	}
+	if fresh {
+		paths, _, _ := stepDirs(dir)
+		for _, p := range paths {
+			aside := filepath.Join(dir, ckptBrokenPrefix+filepath.Base(p))
+			if err := os.Rename(p, aside); err != nil && !errors.Is(err, fs.ErrNotExist) { // another rank may have moved it
+				log.Warn("checkpoint: could not set a broken checkpoint aside", "path", p, "err", err)
+			}
+		}
+		log.Warn("checkpoint: every checkpoint is broken; starting from step 0 (checkpoint.fresh_if_broken), the broken ones renamed "+ckptBrokenPrefix+"step-…",
+			"dir", dir, "broken", len(broken))
+		return "", nil
+	}
+	msgs := make([]string, len(broken))
+	for i, b := range broken {
+		msgs[i] = b.Error()
+	}
+	return "", fmt.Errorf("%w in %s, so there is nothing to resume from: %s; move them away, or set checkpoint.fresh_if_broken to start from step 0",
+		ErrAllCheckpointsBroken, dir, strings.Join(msgs, "; "))
 }
 
 // PruneCheckpoints keeps the keep newest complete checkpoints in dir and
@@ -451,7 +570,7 @@ func sizesMatch(path string) bool {
 	if err != nil {
 		return false
 	}
-	for _, f := range ckptFiles {
+	for _, f := range m.listedFiles() {
 		st, err := os.Stat(filepath.Join(path, f))
 		if err != nil || st.Size() != m.Files[f].Size {
 			return false

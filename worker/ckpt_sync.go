@@ -123,8 +123,12 @@ func stepOfCheckpoint(path string) (int, error) {
 // packCheckpoint reads a checkpoint's files (manifest included) into one buffer: for each file,
 // its name's length (u32), the name, its size (u64) and its bytes.
 func packCheckpoint(path string) ([]byte, error) {
+	m, err := readManifest(path)
+	if err != nil {
+		return nil, err
+	}
 	var out []byte
-	for _, name := range append(append([]string(nil), ckptFiles...), ckptManifestFile) {
+	for _, name := range append(m.listedFiles(), ckptManifestFile) {
 		b, err := os.ReadFile(filepath.Join(path, name))
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint: %w", err)
@@ -137,11 +141,16 @@ func packCheckpoint(path string) ([]byte, error) {
 	return out, nil
 }
 
-// unpackCheckpoint is packCheckpoint's inverse; it accepts only the checkpoint's own file names.
+// unpackCheckpoint is packCheckpoint's inverse; it accepts only the checkpoint's own file names
+// (the optional ones may be absent).
 func unpackCheckpoint(b []byte) (map[string][]byte, error) {
 	allowed := map[string]bool{ckptManifestFile: true}
 	for _, f := range ckptFiles {
 		allowed[f] = true
+	}
+	optional := map[string]bool{}
+	for _, f := range ckptOptionalFiles {
+		allowed[f], optional[f] = true, true
 	}
 	files := map[string][]byte{}
 	for len(b) > 0 {
@@ -170,7 +179,7 @@ func unpackCheckpoint(b []byte) (map[string][]byte, error) {
 		b = b[size:]
 	}
 	for name := range allowed {
-		if _, ok := files[name]; !ok {
+		if _, ok := files[name]; !ok && !optional[name] {
 			return nil, fmt.Errorf("the bundle has no %s", name)
 		}
 	}

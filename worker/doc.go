@@ -13,10 +13,11 @@
 //     model), the batch (micro_batch: auto searched in autobatch.go), the DDP engine (package
 //     ddp, over ddp.channels groups: channels.go), the resume from the newest checkpoint any rank
 //     has or --resume-from's (checkpoint.go, ckpt_sync.go; state.go compares the checkpoint's
-//     trajectory config with this run's and names each key that differs) and the broadcast that
-//     makes the replicas identical. A run whose checkpoint is at its last step stops here
-//     (FinishedError, with that run's summary). Then the metrics file (metrics.go), the
-//     Prometheus server (prom.go: metrics.listen, --metrics-port) and the progress bar
+//     trajectory config with this run's and names each key that differs; a directory whose
+//     every checkpoint is broken is an error), or else model.init_from's weights (initfrom.go),
+//     and the broadcast that makes the replicas identical. A run whose checkpoint is at its last
+//     step stops here (FinishedError, with that run's summary). Then the metrics file
+//     (metrics.go), the Prometheus server (prom.go: metrics.listen, --metrics-port) and the progress bar
 //     (progress.go).
 //  3. The loop, (*Trainer).Run (loop.go): settings printed once, then each step between the
 //     TRAINING STEP BEGIN/END markers (micro-batches, backward with the all-reduce overlapped,
@@ -28,6 +29,9 @@
 //
 // EvaluateCheckpoint (eval.go, ddptrain eval) scores a checkpoint on the eval split without
 // training, with the config the checkpoint records (ConfigFromCheckpoint) or one given.
+//
+// Checkpoints carry their model's spec (model.Spec: config.json and the weights' __metadata__),
+// so export.go turns one into Hugging Face GPT-2's layout (`ddptrain export`) with no run config.
 //
 // Nothing here exits the process: errors are returned, and cmd/ddptrain maps them to exit
 // statuses. The tests' fault injection (DDP_FAIL_AT_STEP, DDP_INJECT_INF_*) reaches the loop

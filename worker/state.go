@@ -29,10 +29,16 @@ type runState struct {
 	ConfigHash string            `json:"config_hash"`
 	Trajectory map[string]string `json:"trajectory,omitempty"`
 	WorldSize  int               `json:"world_size"`
+	// InitFrom is model.init_from of the run's first start and InitSHA256 the sha256 of the f32
+	// weights it gave (Params.SHA256): where the trajectory began, which the config hash leaves
+	// out (config/hash.go). Carried from checkpoint to checkpoint.
+	InitFrom   string `json:"init_from,omitempty"`
+	InitSHA256 string `json:"init_sha256,omitempty"`
 	// Summary is the run's summary, in the checkpoint of its last step only: a run started again
 	// after it finished prints it (FinishedError).
 	Summary   *SummaryMetrics `json:"summary,omitempty"`
 	resumedAt int
+	spec      model.Spec // the model's, written with every checkpoint (model.Spec)
 	writing   *ckptWrite // the checkpoint write in flight (save), or nil
 }
 
@@ -55,10 +61,7 @@ func (s *runState) save(cfg *Config, env Env, ps *model.Params, opt Optimizer, s
 	s.Trajectory = cfg.Trajectory()
 	s.ConfigHash = config.TrajectoryHash(s.Trajectory)
 	s.WorldSize = env.WorldSize
-	weights := make([]model.NamedTensor, 0, len(ps.List))
-	for _, p := range ps.List {
-		weights = append(weights, tensorToNamed(p.Name, p.W))
-	}
+	weights := ps.NamedWeights()
 	var optim []model.NamedTensor
 	for _, st := range opt.State() {
 		optim = append(optim, tensorToNamed(st.Name, st.T))
@@ -67,12 +70,12 @@ func (s *runState) save(cfg *Config, env Env, ps *model.Params, opt Optimizer, s
 	if err != nil {
 		return fmt.Errorf("checkpoint: encoding state.json: %w", err)
 	}
-	dir, step, keep := cfg.Checkpoint.Dir, s.Step, cfg.Checkpoint.Keep
+	dir, step, keep, spec := cfg.Checkpoint.Dir, s.Step, cfg.Checkpoint.Keep, s.spec
 	w := &ckptWrite{step: step, done: make(chan struct{})}
 	s.writing = w
 	go func() {
 		defer close(w.done)
-		path, err := SaveCheckpoint(dir, step, weights, optim, json.RawMessage(state))
+		path, err := SaveModelCheckpoint(dir, step, spec, weights, optim, json.RawMessage(state))
 		if err != nil {
 			w.err = err
 			return
@@ -150,8 +153,9 @@ func (s *runState) restore(path, where string, world int, cfg *Config, ps *model
 	uploadAll(ps, loads)
 	opt.SetSteps(saved.OptimStep)
 	sc.SetState(saved.Scaler)
+	spec := s.spec // the model's own, not the checkpoint's
 	*s = *saved
-	s.resumedAt = saved.Step
+	s.resumedAt, s.spec = saved.Step, spec
 	return nil
 }
 

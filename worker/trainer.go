@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -160,9 +161,17 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 	if err != nil {
 		return nil, err
 	}
+	for _, ds := range []data.Dataset{trainSet, evalSet} {
+		if c, ok := ds.(io.Closer); ok { // token shards: unmapped at the end
+			t.onClose(c.Close)
+		}
+	}
 	t.evalSet = evalSet
 	m, err := buildModel(dev, cfg)
 	if err != nil {
+		return nil, err
+	}
+	if t.st.spec, err = ModelSpec(cfg); err != nil {
 		return nil, err
 	}
 	if opt.wrapModel != nil {
@@ -235,9 +244,24 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 			return nil, err
 		}
 		log.Info("resumed from checkpoint", "path", resumed, "step", st.Step)
+		if cfg.Model.InitFrom != "" {
+			log.Info("model.init_from is not read: the checkpoint's weights supersede it", "init_from", cfg.Model.InitFrom, "run_started_from", st.InitFrom)
+		}
+	}
+	// ---- or start from model.init_from's weights (rank 0 reads them; the broadcast below) ----
+	if resumed == "" && cfg.Model.InitFrom != "" {
+		st.InitFrom = cfg.Model.InitFrom
+		if env.Rank == 0 {
+			if err := loadInitFrom(cfg.Model.InitFrom, st.spec, ps, log); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if err := eng.BroadcastTensors(ctx, append([]*tensor.Tensor{ps.Data}, optimizerTensors(opt2)...)); err != nil {
 		return nil, err
+	}
+	if resumed == "" && cfg.Model.InitFrom != "" {
+		st.InitSHA256 = ps.SHA256()
 	}
 
 	b, k, W := cfg.Train.MicroBatch, cfg.Train.GradAccumSteps, env.WorldSize
@@ -294,7 +318,9 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 func resumePoint(cfg *Config, from string, env Env, log *slog.Logger) (path, where string, err error) {
 	latest := ""
 	if dir := cfg.Checkpoint.Dir; dir != "" {
-		if latest, err = LatestCheckpoint(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		// ResumeCheckpoint: the newest complete one; when every one is broken, an error naming
+		// them, unless checkpoint.fresh_if_broken (then they are set aside and the run starts).
+		if latest, err = ResumeCheckpoint(dir, cfg.Checkpoint.FreshIfBroken, log); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return "", "", err
 		}
 	}

@@ -8,6 +8,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -20,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/worker"
 	"github.com/goddp/goddp/worker/data"
 )
@@ -142,12 +145,17 @@ func TestTrain_refusesBadCheckpointAndConfig(t *testing.T) {
 	b, _ := os.ReadFile(matches[0])
 	b[len(b)/2] ^= 0x40
 	os.WriteFile(matches[0], b, 0o644)
+	// It is the only checkpoint: the run fails (exit 1) rather than start from random weights.
 	out, err := runTrain(t, []string{"DDP_RESTART_COUNT=1"}, smallRun(t, ck)...)
-	if err == nil && strings.Contains(out, "resumed from checkpoint") {
-		t.Fatalf("a corrupted checkpoint was loaded:\n%s", out)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || strings.Contains(out, "resumed from checkpoint") {
+		t.Fatalf("a run whose every checkpoint is corrupted should exit 1, got %v:\n%s", err, out)
 	}
-	if !strings.Contains(out, "model.safetensors") {
+	if !strings.Contains(out, matches[0]) || !strings.Contains(out, "every checkpoint is broken") {
 		t.Fatalf("the refusal does not name the corrupted file:\n%s", out)
+	}
+	// checkpoint.fresh_if_broken: the user's explicit choice to start over.
+	if out, err := runTrain(t, nil, append(smallRun(t, ck), "--set", "checkpoint.fresh_if_broken=true", "--set", "train.max_steps=2")...); err != nil {
+		t.Fatalf("fresh_if_broken: %v\n%s", err, out)
 	}
 	// A typo in a key is an error naming the key.
 	out, err = runTrain(t, nil, "--config", "../../configs/mnist-mlp.yaml", "--set", "train.lr_rate=1")
@@ -366,6 +374,79 @@ func TestTrain_restartTakesTheNewestCheckpointAnyHostHas(t *testing.T) {
 		if a.ParamSHA256 != b.ParamSHA256 {
 			t.Fatalf("rank %d: restarted job ends with %s, uninterrupted %s", r, b.ParamSHA256, a.ParamSHA256)
 		}
+	}
+}
+
+// The Opticks BPE config on a slice of the text, tokenized here (ddpbench tokenize's code): it
+// trains on the shards, its checkpoint exports in Hugging Face's layout with the binary, and the
+// export opens as a GPT-2 whose logits are the ones goddp wrote beside it.
+func TestTrain_tokensThenExportHF(t *testing.T) {
+	text, err := data.DefaultPath("text")
+	if err != nil {
+		t.Skip(err)
+	}
+	dir := t.TempDir()
+	slice := filepath.Join(dir, "opticks-head.txt")
+	b, err := os.ReadFile(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(slice, b[:60_000], 0o644)
+	enc, err := data.NewEncoder("gpt2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shards := filepath.Join(dir, "shards")
+	if _, err := data.Tokenize(enc, []string{slice}, data.TokenizeOptions{OutDir: shards, Prefix: "opticks", EvalFraction: 0.1}); err != nil {
+		t.Fatal(err)
+	}
+	ck := filepath.Join(dir, "ck")
+	m := filepath.Join(dir, "m.jsonl")
+	out, err := runTrain(t, nil, "--config", "../../configs/opticks-gpt2-bpe.yaml", "--set", "data.path="+shards,
+		"--set", "model.layers=1", "--set", "model.width=32", "--set", "model.heads=2", "--set", "model.context=32",
+		"--set", "train.max_steps=4", "--set", "train.micro_batch=4", "--set", "train.eval_batches=2",
+		"--set", "checkpoint.dir="+ck, "--metrics", m)
+	if err != nil {
+		t.Fatalf("training on the shards: %v\n%s", err, out)
+	}
+	if s := summary(t, m); s.Steps != 4 || !(s.EvalLoss > 5 && s.EvalLoss < 12) {
+		t.Fatalf("summary %+v", s)
+	}
+	hf := filepath.Join(dir, "hf")
+	cmd := exec.Command(filepath.Join(binaries(t), "ddptrain"), "export", "--checkpoint", ck, "--format", "hf", "--out", hf, "--check-logits")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("export: %v\n%s", err, b)
+	}
+	var ref struct {
+		Tokens []int32     `json:"tokens"`
+		Logits [][]float32 `json:"logits"`
+	}
+	js, _ := os.ReadFile(filepath.Join(hf, "goddp_logits.json"))
+	if err := json.Unmarshal(js, &ref); err != nil {
+		t.Fatal(err)
+	}
+	gm, spec, err := model.Open(cpu.New(), hf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gm.Free()
+	if spec.Vocab != 50257 || spec.Width != 32 {
+		t.Fatalf("the export opens as %+v", spec)
+	}
+	logits, err := gm.(*model.GPT).Logits(ref.Tokens, 1, len(ref.Tokens))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range ref.Tokens {
+		for v := 0; v < spec.Vocab; v += 97 {
+			if logits[i*spec.Vocab+v] != ref.Logits[i][v] {
+				t.Fatalf("logit (%d,%d): %g from the export, %g from goddp", i, v, logits[i*spec.Vocab+v], ref.Logits[i][v])
+			}
+		}
+	}
+	// A bad --format is a usage error, exit 1 after nothing was written.
+	if err := exec.Command(filepath.Join(binaries(t), "ddptrain"), "export", "--checkpoint", ck, "--format", "onnx", "--out", hf).Run(); err == nil {
+		t.Error("export --format onnx succeeded")
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/signal"
 	"syscall"
 
@@ -23,6 +24,10 @@ import (
 
 	"github.com/goddp/goddp/worker"
 )
+
+func init() {
+	register("eval", subcommand{summary: "score a checkpoint on the eval split without training", run: func(args []string) int { return runEval(args, os.Stdout, os.Stderr) }})
+}
 
 func runEval(args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("ddptrain eval", pflag.ContinueOnError)

@@ -4,6 +4,7 @@
 //	ddptrain --config configs/mnist-mlp.yaml [--set train.lr=0.003 ...] [--metrics FILE] [--trace FILE]
 //	ddptrain sample --checkpoint DIR --prompt TEXT [--max-new-tokens N ...]   (sample.go)
 //	ddptrain eval --checkpoint DIR [--config FILE] [--set ...] [--json]   (eval.go)
+//	ddptrain export --checkpoint DIR --format hf --out OUT     (subcommands: subcommands.go)
 //
 // Exit status: 0 when the run finished; 1 when it failed; 2 for a usage or config error (nothing
 // was trained); 3 for the failure DDP_FAIL_AT_STEP plants (tests of restarts: see main.go's
@@ -38,11 +39,8 @@ func main() {
 }
 
 func run(args []string) int {
-	if len(args) > 0 && args[0] == "sample" {
-		return runSample(args[1:], os.Stdout, os.Stderr)
-	}
-	if len(args) > 0 && args[0] == "eval" {
-		return runEval(args[1:], os.Stdout, os.Stderr)
+	if code, ok := runSubcommand(args); ok {
+		return code
 	}
 	fs := pflag.NewFlagSet("ddptrain", pflag.ContinueOnError)
 	fs.SortFlags = false
@@ -59,7 +57,7 @@ func run(args []string) int {
 	metricsPort := fs.Int("metrics-port", 0, "serve Prometheus metrics on this port (rank r of a host: port + LOCAL_RANK); metrics.listen in the config sets host:port")
 	keys := fs.Bool("keys", false, "list every config key and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: ddptrain --config FILE [--set key=value ...] [flags]\n       ddptrain sample --checkpoint DIR --prompt TEXT [flags] (ddptrain sample --help)\n       ddptrain eval --checkpoint DIR [--config FILE] [--json] (ddptrain eval --help)\n\n%s", fs.FlagUsages())
+		fmt.Fprintf(os.Stderr, "usage: ddptrain --config FILE [--set key=value ...] [flags]\n%s\n%s", subcommandUsage(), fs.FlagUsages())
 	}
 	if err := fs.Parse(args); err != nil {
 		if err == pflag.ErrHelp {

@@ -51,6 +51,10 @@ type sampleOutput struct {
 	Seconds      float64 `json:"seconds"` // generation, the prompt's forward included
 }
 
+func init() {
+	register("sample", subcommand{summary: "generate text from a checkpoint (KV cache; greedy at --temperature 0)", run: func(args []string) int { return runSample(args, os.Stdout, os.Stderr) }})
+}
+
 func runSample(args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("ddptrain sample", pflag.ContinueOnError)
 	fs.SortFlags = false

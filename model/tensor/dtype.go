@@ -9,6 +9,10 @@ const (
 	F32 DType = iota // IEEE binary32
 	F16              // IEEE binary16, stored as its 16 bits
 	I32              // int32: token ids, class labels
+	// BF16 is bfloat16 (the top 16 bits of a binary32), a storage format only: safetensors files
+	// (model/safetensors.go) read and write it, and loading widens it to f32. No device computes
+	// in it or allocates it.
+	BF16
 )
 
 // Size is the number of bytes of one element.
@@ -16,7 +20,7 @@ func (d DType) Size() int {
 	switch d {
 	case F32, I32:
 		return 4
-	case F16:
+	case F16, BF16:
 		return 2
 	}
 	panic(fmt.Sprintf("tensor: unknown dtype %d", d))
@@ -30,6 +34,8 @@ func (d DType) String() string {
 		return "f16"
 	case I32:
 		return "i32"
+	case BF16:
+		return "bf16"
 	}
 	return fmt.Sprintf("dtype(%d)", d)
 }

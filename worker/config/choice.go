@@ -67,8 +67,9 @@ const (
 type DataKind string
 
 const (
-	DataMNIST DataKind = "mnist" // classification of 28×28 images (a model.kind mlp)
-	DataText  DataKind = "text"  // byte-level language modelling (a model.kind gpt)
+	DataMNIST  DataKind = "mnist"  // classification of 28×28 images (a model.kind mlp)
+	DataText   DataKind = "text"   // byte-level language modelling (a model.kind gpt)
+	DataTokens DataKind = "tokens" // token shards (llm.c's format) for a model.kind gpt
 )
 
 // Wire is `ddp.wire`: the all-reduce wire format. Config.WireFormat resolves auto.
@@ -122,7 +123,7 @@ var (
 		aliases: map[string]Attention{"": "", "materialised": AttnMaterialized}}
 	schedules  = choices[Schedule]{key: "train.schedule", values: []Schedule{ScheduleConstant, ScheduleCosine}}
 	optimizers = choices[Optimizer]{key: "train.optimizer", values: []Optimizer{OptAdamW, OptSGD}}
-	dataKinds  = choices[DataKind]{key: "data.kind", values: []DataKind{DataMNIST, DataText}}
+	dataKinds  = choices[DataKind]{key: "data.kind", values: []DataKind{DataMNIST, DataText, DataTokens}}
 	wires      = choices[Wire]{key: "ddp.wire", values: []Wire{WireAuto, WireF32, WireF16}}
 )
 
@@ -145,7 +146,7 @@ func ParseSchedule(s string) (Schedule, error) { return schedules.parse(s) }
 // ParseOptimizer reads `train.optimizer`: adamw or sgd.
 func ParseOptimizer(s string) (Optimizer, error) { return optimizers.parse(s) }
 
-// ParseDataKind reads `data.kind`: mnist or text.
+// ParseDataKind reads `data.kind`: mnist, text or tokens.
 func ParseDataKind(s string) (DataKind, error) { return dataKinds.parse(s) }
 
 // ParseWire reads `ddp.wire`: auto, f32 or f16.

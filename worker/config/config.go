@@ -41,6 +41,22 @@ type ModelConfig struct {
 	Vocab   int `yaml:"vocab"`
 	// tied (GPT): the output projection reuses the token embedding. Default true.
 	Tied bool `yaml:"tied"`
+	// vocab_used (GPT): the tokenizer's vocabulary when model.vocab pads it, e.g. GPT-2's 50257
+	// ids in a table of 50304 rows (a multiple of 64 for fast matmuls). Token shards are checked
+	// against it (an id ≥ vocab_used is refused), checkpoints record it, and `ddptrain export`
+	// drops the padding rows. 0 (the default) means model.vocab: nothing is padding.
+	VocabUsed int `yaml:"vocab_used,omitempty"`
+	// init_from: start from these weights instead of a random init: a safetensors file, a
+	// directory holding model.safetensors (a goddp checkpoint step directory, a `ddptrain
+	// export`, a Hugging Face GPT-2 model directory, sharded or not), with goddp's or Hugging Face
+	// GPT2LMHeadModel's names, in F32, F16 or BF16 (widened to the f32 master weights). The shapes
+	// must be the model's (Hugging Face GPT-2 may have fewer vocabulary rows, padded with their
+	// mean row, or more positions, cut to model.context); the optimizer starts fresh. Rank 0
+	// reads it (the file need only be where rank 0 runs) and broadcasts the weights. Once checkpoint.dir holds
+	// a checkpoint the run resumes from that and never reads init_from: the checkpoint's weights
+	// supersede it, so init_from is not part of the config hash (Hash) and may change or vanish
+	// between a run's restarts; state.json records what it was. Default "" (random init).
+	InitFrom string `yaml:"init_from,omitempty"`
 
 	// dropout: probability in [0, 1). Default 0.
 	Dropout float64 `yaml:"dropout"`
@@ -120,17 +136,22 @@ type TrainConfig struct {
 
 // DataConfig is the `data:` section.
 type DataConfig struct {
-	// kind: mnist | text.
+	// kind: mnist | text | tokens. tokens: token shards in llm.c's format
+	// (`ddpbench tokenize` writes them), memory-mapped; every id must be below
+	// model.vocab_used (or model.vocab).
 	Kind DataKind `yaml:"kind"`
-	// path: MNIST: the directory holding the idx files; text: the file. Empty
-	// means the default, found by package worker/data: the GoMNIST module's
-	// data/ directory, or the Go toolchain's src/testdata/Isaac.Newton-Opticks.txt.
+	// path: MNIST: the directory holding the idx files; text: the file; tokens:
+	// a directory of shards or a glob (*_val_* shards are the eval set, the
+	// others the training set). Empty means the default, found by package
+	// worker/data: the GoMNIST module's data/ directory, or the Go toolchain's
+	// src/testdata/Isaac.Newton-Opticks.txt; tokens has no default.
 	Path string `yaml:"path"`
 	// workers: goroutines assembling batches. Default 2.
 	Workers int `yaml:"workers"`
 	// prefetch: batches assembled ahead of the trainer. Default 4.
 	Prefetch int `yaml:"prefetch"`
 	// eval_fraction (text): the held-out tail's share of the file. Default 0.1.
+	// (tokens: the split is by shard; `ddpbench tokenize --eval-fraction` made it.)
 	EvalFraction float64 `yaml:"eval_fraction"`
 	// shuffle: a fresh permutation every epoch from (seed, epoch). Default true.
 	Shuffle bool `yaml:"shuffle"`
@@ -150,6 +171,12 @@ type CheckpointConfig struct {
 	// those that lack it (worker/ckpt_sync.go). dir may contain {node}, replaced by NODE_RANK.
 	// Default false.
 	PerHost bool `yaml:"per_host"`
+	// fresh_if_broken: when dir holds checkpoints but not one of them verifies (every one
+	// truncated or corrupted), start from step 0 (model.init_from or a random init) with a
+	// warning instead of failing, the broken ones renamed broken-step-NNNNNNNN. Default false: such a run fails naming the broken files, since
+	// starting over would silently throw the run's progress away. (A broken checkpoint newer than
+	// a good one is always skipped with a warning: the good one is resumed.)
+	FreshIfBroken bool `yaml:"fresh_if_broken,omitempty"`
 }
 
 // DDPConfig is the `ddp:` section.

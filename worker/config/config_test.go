@@ -32,7 +32,7 @@ data:
 // Every shipped config loads and its batch resolves. (That data.path's default is found is
 // worker's TestConfig_shipConfigsLoad: this package leaves data.path as written.)
 func TestConfig_shipConfigsLoad(t *testing.T) {
-	for _, name := range []string{"mnist-mlp.yaml", "opticks-gpt-tiny.yaml", "gpt2-124m.yaml"} {
+	for _, name := range []string{"mnist-mlp.yaml", "opticks-gpt-tiny.yaml", "gpt2-124m.yaml", "opticks-gpt2-bpe.yaml"} {
 		t.Run(name, func(t *testing.T) {
 			c, err := Load(filepath.Join("..", "..", "configs", name), nil)
 			if err != nil {

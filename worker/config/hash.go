@@ -52,6 +52,8 @@ var notTrajectory = []struct {
 	{key: "model.checkpoint", why: "activation checkpointing recomputes the same activations (bit-identical on the CPU: model's TestCheckpoint_sameGradsLessMemory)"},
 	{key: "model.checkpoint_keep_attention", why: "keeps a recomputation's input instead of recomputing it: the same numbers"},
 	{key: "metrics.listen", why: "where Prometheus metrics are served"},
+	{key: "model.init_from", why: "the weights of step 0, read once by rank 0 (a path, like data.path); a resume's checkpoint supersedes them, and state.json records init_from and the sha256 of the weights it gave"},
+	{key: "checkpoint.fresh_if_broken", why: "what to do when every checkpoint is broken: start over (setting them aside) instead of failing"},
 
 	{key: "train.grad_accum_steps", why: "follows from global_batch and the world size when global_batch is set (an elastic restart changes the world size)",
 		usedIf: func(c *Config) bool { return c.Train.GlobalBatch == 0 }},
@@ -211,7 +213,8 @@ func (c *Config) HashV1() string {
 	cc := c.Clone()
 	cc.Metrics = MetricsConfig{} // added after v1
 	cc.Data.Path, cc.Data.Workers, cc.Data.Prefetch = "", 0, 0
-	cc.Checkpoint.Dir, cc.Checkpoint.PerHost = "", false
+	cc.Checkpoint.Dir, cc.Checkpoint.PerHost, cc.Checkpoint.FreshIfBroken = "", false, false
+	cc.Model.InitFrom = ""
 	cc.DDP.Channels = 0
 	cc.DDP.Timeout = Duration{}
 	if cc.Train.GlobalBatch > 0 {

@@ -29,8 +29,10 @@ func TestHashV1_stableAcrossBuilds(t *testing.T) {
 		{name: "mnist-mlp world 2", path: ship("mnist-mlp.yaml"), world: 2, want: "bd7ec4bf08829410226a40d1b0ef704e7428469295007ae3ca78ebbce0630838"},
 		{name: "opticks", path: ship("opticks-gpt-tiny.yaml"), want: "204017d8b9a365b306eb5c615e01dab87ff82838e761d0f01b41f40712a7faca"},
 		{name: "opticks world 2", path: ship("opticks-gpt-tiny.yaml"), world: 2, want: "ea88c268b01284c3ec6fa3301c94e7fbd57189a41b301f62f48e6ceb1058e695"},
-		{name: "gpt2-124m", path: ship("gpt2-124m.yaml"), want: "211cc5fc616a904e32fc83963511309efe4111c5575eadf6e2d56825c21f355b"},
-		{name: "gpt2-124m world 2", path: ship("gpt2-124m.yaml"), world: 2, want: "681eaada83e175aac6520272ad65e77912044fc335ed0ddc578499893559d2db"},
+		// The file itself changed in issue 18 (data.kind tokens, model.vocab_used 50257): these two
+		// pins are new (were 211cc5fc… and 681eaada…); every other pin, and so the format, is as it was.
+		{name: "gpt2-124m", path: ship("gpt2-124m.yaml"), want: "9c3cc31b58f6fe3fd07ad872a49e50aebaa9fcc8904452a2f9a3fe29d40ff59c"},
+		{name: "gpt2-124m world 2", path: ship("gpt2-124m.yaml"), world: 2, want: "1a4be08b6ecc6e7425600d2e5a66c6b181e32fe86559144ad417d9b4edb78247"},
 		{name: "every choice set", sets: variety, want: "421b2c5a51a174a9d6249292e96d6a600ec457441827ea5798ec75509be766d6"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -59,6 +61,9 @@ func TestHashV1_stableAcrossBuilds(t *testing.T) {
 // The trajectory hashes of a few configs, pinned: ranks and hosts of different builds agree at the
 // rendezvous, and this build's checkpoints resume under the next, only while these hold. A change
 // here is a format change (bump TrajectoryFormat and say so).
+//
+// Re-pinned once on the day the format was introduced, before any build with it left the tree:
+// model.vocab_used (issue 18) joined the trajectory when the two branches merged.
 func TestHash_pinned(t *testing.T) {
 	ship := func(n string) string { return filepath.Join("..", "..", "configs", n) }
 	for _, c := range []struct {
@@ -66,13 +71,13 @@ func TestHash_pinned(t *testing.T) {
 		world      int
 		want       string
 	}{
-		{"minimal", "", 0, "2973d0d94cadf6f8bdd535bd28e762d10bca66d6be6b1ed5abaaac39a673cd1f"},
-		{"mnist-mlp", ship("mnist-mlp.yaml"), 0, "80b6276f742c5909989073760adba39d25254d5a8197a22a4627ade6361684c1"},
-		{"mnist-mlp world 2", ship("mnist-mlp.yaml"), 2, "08cfadd924f037112acae6ccfc9b17816a618dd01cba12f955b87125e1bc6888"},
-		{"opticks", ship("opticks-gpt-tiny.yaml"), 0, "88b4e9d30cf8e50ed312ddd112bbb442ea0429e118a2a3c447a77da3834a9f93"},
-		{"opticks world 2", ship("opticks-gpt-tiny.yaml"), 2, "a32202e6964f3899fbe416908d04467003bfe4fc922997bc5eb6f1260e291f76"},
-		{"gpt2-124m", ship("gpt2-124m.yaml"), 0, "fa9704b42d8bd87f1d955d848ec6b4f0e7fa9a0c47b554ff91f1dd7896703622"},
-		{"gpt2-124m world 2", ship("gpt2-124m.yaml"), 2, "993621981bf229ae52a0781bde83c75e28dde5923a61b6554e97a448e1869c8a"},
+		{"minimal", "", 0, "dffa89be3880e5ca7aa56b17b19a8255e29e6a170fcbc7ac9afc4fc0d9e418fa"},
+		{"mnist-mlp", ship("mnist-mlp.yaml"), 0, "de172bef41a63f71d153b31a3c426334441dd47f285d3943e58a9249c30b7adc"},
+		{"mnist-mlp world 2", ship("mnist-mlp.yaml"), 2, "f3f2c63936308660238e2c63509dfb914aa558e513793018ed38e7c7d17dcc16"},
+		{"opticks", ship("opticks-gpt-tiny.yaml"), 0, "45569627027900aad94caf1215995a989453268d6ba38d4c964d0bf8684231b3"},
+		{"opticks world 2", ship("opticks-gpt-tiny.yaml"), 2, "1b93e65c6a9bdabc6a5aeb2a90972d32f977e19bce06e4415fc824b401b82dc1"},
+		{"gpt2-124m", ship("gpt2-124m.yaml"), 0, "75faf6d46b4c9126426bf6f3fa1de903796b5e2b0ba369cc8d234b5a030f7394"},
+		{"gpt2-124m world 2", ship("gpt2-124m.yaml"), 2, "a823212c05838eb254e136287a7e2dd381d12a9f2b971c351fe52b4b9bd02a4a"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			path := c.path
@@ -119,7 +124,7 @@ func TestHash_everyKeyIsClassified(t *testing.T) {
 		"precision": "fp16", "seed": "2",
 		"model.kind": "gpt", "model.widths": "[784,64,10]", "model.activation": "gelu", "model.layers": "3",
 		"model.width": "64", "model.heads": "2", "model.context": "16", "model.vocab": "256", "model.tied": "false",
-		"model.dropout": "0.1", "model.attention": "flash",
+		"model.dropout": "0.1", "model.attention": "flash", "model.vocab_used": "250",
 		"train.micro_batch": "32", "train.global_batch": "256", "train.lr": "0.02", "train.schedule": "cosine",
 		"train.optimizer": "sgd", "train.weight_decay": "0.1", "train.momentum": "0.9", "train.nesterov": "true",
 		"train.beta1": "0.8", "train.beta2": "0.95", "train.eps": "1e-6", "train.grad_clip": "1",
@@ -135,6 +140,7 @@ func TestHash_everyKeyIsClassified(t *testing.T) {
 		"ddp.check_every": "7", "ddp.channels": "3", "ddp.timeout": "5m",
 		"train.log_every": "3", "train.eval_every": "7", "train.eval_batches": "3", "train.memory_budget": "1GiB",
 		"model.checkpoint": "blocks", "model.checkpoint_keep_attention": "true", "metrics.listen": ":9100",
+		"model.init_from": "/somewhere/model.safetensors", "checkpoint.fresh_if_broken": "true",
 	}
 	// notTrajectory's conditional keys: a value, and the sets that make the key count (on) and not
 	// count (off).
@@ -277,5 +283,36 @@ func TestDiffTrajectory(t *testing.T) {
 	a.LossScale.Min = 2
 	if d := DiffTrajectory(old, a.Trajectory()); len(d) != 1 || d[0] != (KeyDiff{"loss_scale.min", "1", "2"}) {
 		t.Errorf("diff = %+v, want loss_scale.min 1 (the default) → 2", d)
+	}
+}
+
+// model.init_from and checkpoint.fresh_if_broken are not part of the hash: a checkpoint's weights
+// supersede init_from, and a resume must not be refused because the file moved (hash.go).
+// model.vocab_used is: it changes which shards are accepted and what an export holds.
+func TestHash_leavesOutInitFrom(t *testing.T) {
+	base, err := Load(writeYAML(t, minimalMLP), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, set := range []string{"model.init_from=/somewhere/model.safetensors", "checkpoint.fresh_if_broken=true"} {
+		c, err := Load(writeYAML(t, minimalMLP), []string{set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Hash() != base.Hash() {
+			t.Errorf("%s changed the hash", set)
+		}
+	}
+	gpt := []string{"model.kind=gpt", "model.layers=1", "model.width=8", "model.heads=2", "model.context=4", "model.vocab=300", "data.kind=text"}
+	a, err := Load(writeYAML(t, minimalMLP), gpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Load(writeYAML(t, minimalMLP), append(gpt, "model.vocab_used=260"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Hash() == b.Hash() {
+		t.Error("model.vocab_used is not in the hash")
 	}
 }

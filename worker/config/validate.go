@@ -71,6 +71,12 @@ func (c *Config) Validate() error {
 		if m.Heads > 0 && m.Width%m.Heads != 0 {
 			bad("model.width", "%d is not divisible by model.heads %d", m.Width, m.Heads)
 		}
+		if m.VocabUsed < 0 || m.VocabUsed > m.Vocab {
+			bad("model.vocab_used", "%d: want 0 (= model.vocab) or up to model.vocab %d", m.VocabUsed, m.Vocab)
+		}
+	}
+	if m.Kind != ModelGPT && m.VocabUsed != 0 {
+		bad("model.vocab_used", "%d: only a gpt model has a vocabulary", m.VocabUsed)
 	}
 	if m.Dropout < 0 || m.Dropout >= 1 {
 		bad("model.dropout", "%g: want 0 <= p < 1", m.Dropout)
@@ -159,14 +165,19 @@ func (c *Config) Validate() error {
 	switch {
 	case m.Kind == ModelGPT && d.Kind == DataMNIST:
 		bad("data.kind", "mnist with model.kind gpt: a gpt model trains on text")
-	case m.Kind == ModelMLP && d.Kind == DataText:
-		bad("data.kind", "text with model.kind mlp: an mlp trains on mnist")
+	case m.Kind == ModelMLP && (d.Kind == DataText || d.Kind == DataTokens):
+		bad("data.kind", "%s with model.kind mlp: an mlp trains on mnist", d.Kind)
 	case m.Kind == ModelMLP && d.Kind == DataMNIST && len(m.Widths) >= 2:
 		if m.Widths[0] != 784 || m.Widths[len(m.Widths)-1] != 10 {
 			bad("model.widths", "%v: MNIST needs 784 inputs and 10 outputs", m.Widths)
 		}
 	case m.Kind == ModelGPT && d.Kind == DataText && m.Vocab > 0 && m.Vocab < 256:
 		bad("model.vocab", "%d: byte-level text needs 256", m.Vocab)
+	case m.Kind == ModelGPT && d.Kind == DataText && m.VocabUsed > 0 && m.VocabUsed < 256:
+		bad("model.vocab_used", "%d: byte-level text uses 256 ids", m.VocabUsed)
+	}
+	if d.Kind == DataTokens && d.Path == "" {
+		bad("data.path", "empty: data.kind tokens needs the shards' directory or a glob (`ddpbench tokenize` writes them; `make opticks-tokens` the Opticks ones)")
 	}
 	if d.Workers < 1 {
 		bad("data.workers", "%d: want >= 1", d.Workers)

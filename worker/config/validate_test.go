@@ -51,3 +51,26 @@ func TestValidate_choicesBuiltInGo(t *testing.T) {
 		}
 	}
 }
+
+// data.kind tokens: a gpt model and a data.path; model.vocab_used at most model.vocab.
+func TestValidate_tokens(t *testing.T) {
+	gpt := []string{"model.kind=gpt", "model.layers=1", "model.width=8", "model.heads=2", "model.context=4", "model.vocab=64",
+		"data.kind=tokens"}
+	if _, err := Load(writeYAML(t, minimalMLP), append(gpt, "data.path=/shards", "model.vocab_used=50")); err != nil {
+		t.Errorf("a tokens run: %v", err)
+	}
+	for _, c := range []struct {
+		sets []string
+		want string
+	}{
+		{append(gpt, "data.path="), "data.path: empty: data.kind tokens"},
+		{append(gpt, "data.path=/s", "model.vocab_used=65"), "model.vocab_used: 65"},
+		{[]string{"data.kind=tokens", "data.path=/s"}, "data.kind: tokens with model.kind mlp"},
+		{[]string{"model.vocab_used=5"}, "model.vocab_used: 5: only a gpt model"},
+	} {
+		_, err := Load(writeYAML(t, minimalMLP), c.sets)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.sets, err, c.want)
+		}
+	}
+}

@@ -112,6 +112,9 @@ func WriteShard(path string, tokens []uint16) error {
 	}
 	_, err = tmp.Write(buf)
 	if err == nil {
+		err = tmp.Chmod(0o644) // CreateTemp's 0600 would keep the shards from other users
+	}
+	if err == nil {
 		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {

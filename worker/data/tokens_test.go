@@ -1,7 +1,9 @@
 package data
 
 import (
+	"context"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -195,5 +197,62 @@ func TestTokens_windowsAcrossShards(t *testing.T) {
 	}
 	if _, _, err := LoadTokens(filepath.Join(dir, "nothing*.bin"), 1000, 3); err == nil || !strings.Contains(err.Error(), "no train token shards") {
 		t.Errorf("empty glob: %v", err)
+	}
+}
+
+// Two ranks reading token shards through the Loader get disjoint windows that together are one
+// epoch's worth, and each window holds the shard's tokens at its place (targets one token on).
+func TestTokens_ranksReadDisjointWindows(t *testing.T) {
+	dir := t.TempDir()
+	const T = 4
+	for s, n := range []int{41, 29} { // 10 and 7 windows
+		toks := make([]uint16, n)
+		for i := range toks {
+			toks[i] = uint16(1000*s + i)
+		}
+		if err := WriteShard(filepath.Join(dir, fmt.Sprintf("x_train_%06d.bin", s)), toks); err != nil {
+			t.Fatal(err)
+		}
+	}
+	train, _, err := LoadTokens(dir, 5000, T)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer train.Close()
+	if train.Len() != 17 {
+		t.Fatalf("%d windows, want 17", train.Len())
+	}
+	seen := map[int]int{}
+	for rank := 0; rank < 2; rank++ {
+		l, err := NewLoader(train, LoaderConfig{MicroBatch: 2, Rank: rank, World: 2, Seed: 3, Shuffle: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < l.StepsPerEpoch(); i++ {
+			b, err := l.Next(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, j := range b.Indices {
+				if r, dup := seen[j]; dup {
+					t.Fatalf("window %d read by rank %d and rank %d", j, r, rank)
+				}
+				seen[j] = rank
+				s, w := 0, j
+				if j >= 10 {
+					s, w = 1, j-10
+				}
+				for p := 0; p < T; p++ {
+					if b.Tokens[k*T+p] != int32(1000*s+w*T+p) || b.Targets[k*T+p] != int32(1000*s+w*T+p+1) {
+						t.Fatalf("window %d: tokens %v targets %v", j, b.Tokens[k*T:k*T+T], b.Targets[k*T:k*T+T])
+					}
+				}
+			}
+			l.Release(b)
+		}
+		l.Close()
+	}
+	if len(seen) != 16 { // 4 steps of 2×2 windows: the 17th is the epoch's remainder
+		t.Errorf("%d windows read in one epoch by both ranks, want 16", len(seen))
 	}
 }
