@@ -58,6 +58,12 @@ func loadData(cfg *Config) (train, eval data.Dataset, err error) {
 		if err != nil {
 			return nil, nil, err
 		}
+		if cfg.Model.Kind == "resnet" {
+			// (1,28,28) images, the same X as the MLP's read as NCHW; training samples get a
+			// random crop (pad 2, crop 28) in the loader's workers. No flip: digits are not
+			// mirror-symmetric.
+			return data.RandomCrop(tr, 1, 28, 28, 2, uint64(cfg.Seed)), te, nil
+		}
 		if tr.Features != cfg.Model.Widths[0] {
 			return nil, nil, fmt.Errorf("worker: model.widths[0] is %d but MNIST images have %d pixels", cfg.Model.Widths[0], tr.Features)
 		}
@@ -92,8 +98,40 @@ func buildModel(dev tensor.Device, cfg *Config) (model.Model, error) {
 		return model.NewGPT(dev, model.GPTConfig{Layers: cfg.Model.Layers, Width: cfg.Model.Width, Heads: cfg.Model.Heads,
 			Context: cfg.Model.Context, Vocab: cfg.Model.Vocab, Tied: cfg.Model.Tied, Dropout: float32(cfg.Model.Dropout),
 			Compute: computeDType(cfg), Checkpoint: every, Attention: attn, CheckpointKeepAttn: cfg.Model.CheckpointKeepAttention}, seed)
+	case "resnet":
+		c, h, wd := imageShape(cfg)
+		stem := cfg.Model.Stem
+		if stem == "" {
+			stem = "imagenet"
+			if wd <= 64 {
+				stem = "small"
+			}
+		}
+		return model.NewResNet(dev, model.ResNetConfig{Depth: cfg.Model.Depth, Stem: stem, Width: cfg.Model.Width,
+			Classes: cfg.Model.Classes, InC: c, InH: h, InW: wd, Compute: computeDType(cfg), Checkpoint: every}, seed)
 	}
-	return nil, fmt.Errorf("worker: model.kind %q: want mlp or gpt", cfg.Model.Kind)
+	return nil, fmt.Errorf("worker: model.kind %q: want mlp, gpt or resnet", cfg.Model.Kind)
+}
+
+// imageShape is one input image (C,H,W) of an image model: MNIST's 1×28×28.
+func imageShape(*Config) (c, h, w int) { return 1, 28, 28 }
+
+// inputFeatures is the float inputs per sample of a classification model.
+func inputFeatures(cfg *Config) int {
+	if cfg.Model.Kind == "resnet" {
+		c, h, w := imageShape(cfg)
+		return c * h * w
+	}
+	return cfg.Model.Widths[0]
+}
+
+// modelBuffers are a model's buffers (BatchNorm running statistics), nil for none: broadcast
+// from rank 0 with the parameters at the start and after every optimizer step.
+func modelBuffers(m model.Model) []*tensor.Tensor {
+	if b, ok := m.(model.Buffered); ok && b.Buffers().Data != nil {
+		return []*tensor.Tensor{b.Buffers().Data}
+	}
+	return nil
 }
 
 // printSettings logs the run's settings once, as an aligned table.
@@ -121,6 +159,9 @@ func printSettings(cfg *Config, env Env, dev tensor.Device, ps *model.Params, to
 }
 
 func modelLine(cfg *Config) string {
+	if cfg.Model.Kind == "resnet" {
+		return fmt.Sprintf("resnet depth %d stem %q width %d classes %d", cfg.Model.Depth, cfg.Model.Stem, cfg.Model.Width, cfg.Model.Classes)
+	}
 	if cfg.Model.Kind == "gpt" {
 		return fmt.Sprintf("gpt layers %d width %d heads %d context %d vocab %d", cfg.Model.Layers, cfg.Model.Width, cfg.Model.Heads, cfg.Model.Context, cfg.Model.Vocab)
 	}

@@ -222,7 +222,7 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 			return nil, err
 		}
 	}
-	if err := eng.BroadcastTensors(ctx, append([]*tensor.Tensor{ps.Data}, optimizerTensors(opt2)...)); err != nil {
+	if err := eng.BroadcastTensors(ctx, append(append([]*tensor.Tensor{ps.Data}, optimizerTensors(opt2)...), modelBuffers(m)...)); err != nil {
 		return nil, err
 	}
 

@@ -68,12 +68,39 @@ func (c *Device) convImages(N, P int) int {
 // row stride ld: col[r][c0 + oh·OW + ow] = x[ci][oh·s−pad+kh][ow·s−pad+kw] (0 outside).
 func im2col(col []float32, ld, c0 int, x []float32, C, H, W int, g tensor.ConvGeom, OH, OW int) {
 	s, pad := g.Stride, g.Pad
+	same := s == 1 && OH == H && OW == W // "same" padding: each row is the plane shifted
 	for ci := 0; ci < C; ci++ {
 		plane := x[ci*H*W : (ci+1)*H*W]
 		for kh := 0; kh < g.KH; kh++ {
 			for kw := 0; kw < g.KW; kw++ {
 				r := (ci*g.KH+kh)*g.KW + kw
 				dst := col[r*ld+c0 : r*ld+c0+OH*OW]
+				lo, hi := convSpan(OW, W, s, pad, kw)
+				if hi < lo {
+					hi = lo
+				}
+				if same {
+					// dst[p] = plane[p + delta] where that is in the plane, then the columns
+					// that wrapped around a row edge zeroed
+					P := H * W
+					delta := (kh-pad)*W + (kw - pad)
+					a, b := max(0, -delta), min(P, P-delta)
+					clear(dst[:a])
+					if b > a {
+						copy(dst[a:b], plane[a+delta:b+delta])
+					} else {
+						b = a
+					}
+					clear(dst[b:])
+					if lo > 0 || hi < OW {
+						for oh := 0; oh < OH; oh++ {
+							row := dst[oh*OW : (oh+1)*OW]
+							clear(row[:lo])
+							clear(row[hi:])
+						}
+					}
+					continue
+				}
 				for oh := 0; oh < OH; oh++ {
 					ih := oh*s - pad + kh
 					row := dst[oh*OW : (oh+1)*OW]
@@ -82,11 +109,6 @@ func im2col(col []float32, ld, c0 int, x []float32, C, H, W int, g tensor.ConvGe
 						continue
 					}
 					src := plane[ih*W : (ih+1)*W]
-					// ow range whose iw = ow·s − pad + kw lies in [0, W)
-					lo, hi := convSpan(OW, W, s, pad, kw)
-					if hi < lo {
-						hi = lo
-					}
 					clear(row[:lo])
 					clear(row[hi:])
 					if s == 1 {
@@ -112,9 +134,11 @@ func convSpan(OW, W, s, pad, kw int) (lo, hi int) {
 	return lo, min(OW, (W-1+pad-kw)/s+1)
 }
 
-// col2im is im2col's adjoint: dx (C,H,W) += the columns c0.. of dcol folded back.
+// col2im is im2col's adjoint: dx (C,H,W) += the columns c0.. of dcol folded back. With "same"
+// padding it zeroes dcol's wrapped-around columns (scratch) and adds each row in one pass.
 func col2im(dx []float32, dcol []float32, ld, c0 int, C, H, W int, g tensor.ConvGeom, OH, OW int) {
 	s, pad := g.Stride, g.Pad
+	same := s == 1 && OH == H && OW == W
 	for ci := 0; ci < C; ci++ {
 		plane := dx[ci*H*W : (ci+1)*H*W]
 		for kh := 0; kh < g.KH; kh++ {
@@ -123,6 +147,27 @@ func col2im(dx []float32, dcol []float32, ld, c0 int, C, H, W int, g tensor.Conv
 				src := dcol[r*ld+c0 : r*ld+c0+OH*OW]
 				lo, hi := convSpan(OW, W, s, pad, kw)
 				if hi <= lo {
+					continue
+				}
+				if same {
+					if lo > 0 || hi < OW {
+						for oh := 0; oh < OH; oh++ {
+							row := src[oh*OW : (oh+1)*OW]
+							clear(row[:lo])
+							clear(row[hi:])
+						}
+					}
+					P := H * W
+					delta := (kh-pad)*W + (kw - pad)
+					a, b := max(0, -delta), min(P, P-delta)
+					if b > a {
+						d := plane[a+delta : b+delta]
+						sr := src[a:b]
+						sr = sr[:len(d)]
+						for i, v := range sr {
+							d[i] += v
+						}
+					}
 					continue
 				}
 				for oh := 0; oh < OH; oh++ {

@@ -28,6 +28,8 @@ type ModelKind string
 const (
 	ModelMLP ModelKind = "mlp" // model.widths, model.activation
 	ModelGPT ModelKind = "gpt" // model.layers, width, heads, context, vocab
+	// ModelResNet is a residual CNN (issue 21): model.depth, stem, width, classes.
+	ModelResNet ModelKind = "resnet"
 )
 
 // Activation is `model.activation` (MLP).
@@ -67,7 +69,7 @@ const (
 type DataKind string
 
 const (
-	DataMNIST DataKind = "mnist" // classification of 28×28 images (a model.kind mlp)
+	DataMNIST DataKind = "mnist" // classification of 28×28 images (a model.kind mlp or resnet)
 	DataText  DataKind = "text"  // byte-level language modelling (a model.kind gpt)
 )
 
@@ -116,7 +118,7 @@ func (c choices[T]) parse(s string) (T, error) {
 
 var (
 	precisions  = choices[Precision]{key: "precision", values: []Precision{FP32, FP16}}
-	modelKinds  = choices[ModelKind]{key: "model.kind", values: []ModelKind{ModelMLP, ModelGPT}}
+	modelKinds  = choices[ModelKind]{key: "model.kind", values: []ModelKind{ModelMLP, ModelGPT, ModelResNet}}
 	activations = choices[Activation]{key: "model.activation", values: []Activation{ActReLU, ActGELU}}
 	attentions  = choices[Attention]{key: "model.attention", values: []Attention{AttnAuto, AttnFlash, AttnMaterialized},
 		aliases: map[string]Attention{"": "", "materialised": AttnMaterialized}}
@@ -129,7 +131,7 @@ var (
 // ParsePrecision reads `precision`: fp32 or fp16.
 func ParsePrecision(s string) (Precision, error) { return precisions.parse(s) }
 
-// ParseModelKind reads `model.kind`: mlp or gpt.
+// ParseModelKind reads `model.kind`: mlp, gpt or resnet.
 func ParseModelKind(s string) (ModelKind, error) { return modelKinds.parse(s) }
 
 // ParseActivation reads `model.activation`: relu or gelu.

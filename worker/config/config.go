@@ -22,7 +22,7 @@ type Config struct {
 
 // ModelConfig is the `model:` section.
 type ModelConfig struct {
-	// kind: mlp | gpt.
+	// kind: mlp | gpt | resnet.
 	Kind ModelKind `yaml:"kind"`
 	// widths (MLP): every layer width from input to output, e.g.
 	// [784, 512, 256, 10] is three Linear layers.
@@ -54,6 +54,19 @@ type ModelConfig struct {
 	// (the default, also spelled "") takes flash where the device has a fast
 	// kernel for it (the CUDA device, head size 64, fp16) and dropout is 0.
 	Attention Attention `yaml:"attention,omitempty"`
+	// depth, stem, classes (resnet): 18 | 34 (basic blocks) or 50 (bottleneck
+	// blocks); the stem: imagenet (7×7/2 conv + 3×3/2 max pool) or small (3×3/1
+	// conv, no pool: 28×28 MNIST), "" = small for inputs up to 64 pixels wide,
+	// else imagenet; the classes of the head (MNIST: 10). model.width is the
+	// first stage's channels (64 in the real ResNets), doubling per stage;
+	// model.checkpoint counts residual blocks. The layout is NCHW.
+	Depth   int    `yaml:"depth,omitempty"`
+	Stem    string `yaml:"stem,omitempty"`
+	Classes int    `yaml:"classes,omitempty"`
+	// sync_batchnorm (resnet): batch statistics over all ranks. Not yet: true
+	// is refused. BatchNorm's running statistics are buffers, broadcast from
+	// rank 0 at the start and after every optimizer step.
+	SyncBatchNorm bool `yaml:"sync_batchnorm,omitempty"`
 	// checkpoint_keep_attention (GPT, with checkpoint): checkpointed blocks also
 	// keep the fused attention's output (B×T×width) and log-sum-exp, so the
 	// recompute skips the attention kernel (selective checkpointing: more
