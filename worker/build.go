@@ -68,6 +68,10 @@ func loadData(cfg *Config) (train, eval data.Dataset, err error) {
 			return nil, nil, fmt.Errorf("worker: model.widths[0] is %d but MNIST images have %d pixels", cfg.Model.Widths[0], tr.Features)
 		}
 		return tr, te, nil
+	case "synthetic-images":
+		c, h, w := imageShape(cfg)
+		seed := uint64(cfg.Seed)
+		return data.NewSyntheticImages(12800, c, h, w, cfg.Model.Classes, seed), data.NewSyntheticImages(1280, c, h, w, cfg.Model.Classes, seed^1), nil
 	case "text":
 		tr, te, err := data.LoadText(cfg.Data.Path, cfg.Data.EvalFraction)
 		if err != nil {
@@ -75,7 +79,7 @@ func loadData(cfg *Config) (train, eval data.Dataset, err error) {
 		}
 		return tr.WithContext(cfg.Model.Context), te.WithContext(cfg.Model.Context), nil
 	}
-	return nil, nil, fmt.Errorf("worker: data.kind %q: want mnist or text", cfg.Data.Kind)
+	return nil, nil, fmt.Errorf("worker: data.kind %q: want mnist, text or synthetic-images", cfg.Data.Kind)
 }
 
 // computeDType is the dtype of activations and the weight copy matmuls read.
@@ -113,8 +117,14 @@ func buildModel(dev tensor.Device, cfg *Config) (model.Model, error) {
 	return nil, fmt.Errorf("worker: model.kind %q: want mlp, gpt or resnet", cfg.Model.Kind)
 }
 
-// imageShape is one input image (C,H,W) of an image model: MNIST's 1×28×28.
-func imageShape(*Config) (c, h, w int) { return 1, 28, 28 }
+// imageShape is one input image (C,H,W) of an image model: MNIST's 1×28×28, or ImageNet's
+// 3×224×224 for synthetic images.
+func imageShape(cfg *Config) (c, h, w int) {
+	if cfg.Data.Kind == "synthetic-images" {
+		return 3, 224, 224
+	}
+	return 1, 28, 28
+}
 
 // inputFeatures is the float inputs per sample of a classification model.
 func inputFeatures(cfg *Config) int {

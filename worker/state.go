@@ -23,6 +23,9 @@ type runState struct {
 	WorldSize  int              `json:"world_size"`
 	resumedAt  int
 	writing    *ckptWrite // the checkpoint write in flight (save), or nil
+	// buffers are the model's buffers (BatchNorm running statistics), saved with the weights
+	// under their names; nil for a model without any.
+	buffers *model.Buffers
 }
 
 func (s *runState) firstStep() int { return s.resumedAt }
@@ -46,6 +49,11 @@ func (s *runState) save(cfg *Config, env Env, ps *model.Params, opt Optimizer, s
 	weights := make([]model.NamedTensor, 0, len(ps.List))
 	for _, p := range ps.List {
 		weights = append(weights, tensorToNamed(p.Name, p.W))
+	}
+	if s.buffers != nil {
+		for _, b := range s.buffers.List {
+			weights = append(weights, tensorToNamed(b.Name, b.T))
+		}
 	}
 	var optim []model.NamedTensor
 	for _, st := range opt.State() {
@@ -131,6 +139,19 @@ func (s *runState) restore(path string, cfg *Config, ps *model.Params, opt Optim
 		}
 		loads = append(loads, load{p.W, v})
 	}
+	if s.buffers != nil {
+		for _, b := range s.buffers.List {
+			nt, ok := byName[b.Name]
+			if !ok {
+				return fmt.Errorf("checkpoint: %s has no buffer %q", path, b.Name)
+			}
+			v, err := namedToF32(nt, b.T)
+			if err != nil {
+				return fmt.Errorf("checkpoint: %s: %w", path, err)
+			}
+			loads = append(loads, load{b.T, v})
+		}
+	}
 	optByName := map[string]model.NamedTensor{}
 	for _, t := range ck.Optim {
 		optByName[t.Name] = t
@@ -153,7 +174,9 @@ func (s *runState) restore(path string, cfg *Config, ps *model.Params, opt Optim
 	ps.SyncHalf()
 	opt.SetSteps(saved.OptimStep)
 	sc.SetState(saved.Scaler)
+	bufs := s.buffers
 	*s = saved
+	s.buffers = bufs
 	s.resumedAt = saved.Step
 	return nil
 }

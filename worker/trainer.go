@@ -205,6 +205,9 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 
 	// ---- resume, then make every replica identical ----
 	st := &t.st
+	if b, ok := m.(model.Buffered); ok {
+		st.buffers = b.Buffers()
+	}
 	t.onClose(st.waitWrite) // a checkpoint still being written (state.go: save) lands before the process goes
 	if cfg.Checkpoint.Dir != "" {
 		cfg.Checkpoint.Dir = expandCheckpointDir(cfg.Checkpoint.Dir, env)

@@ -71,6 +71,9 @@ type DataKind string
 const (
 	DataMNIST DataKind = "mnist" // classification of 28×28 images (a model.kind mlp or resnet)
 	DataText  DataKind = "text"  // byte-level language modelling (a model.kind gpt)
+	// DataSyntheticImages is made-up ImageNet-shaped batches (3×224×224, 1000 classes; a
+	// model.kind resnet) for benchmarks: nothing is read from disk.
+	DataSyntheticImages DataKind = "synthetic-images"
 )
 
 // Wire is `ddp.wire`: the all-reduce wire format. Config.WireFormat resolves auto.
@@ -124,7 +127,7 @@ var (
 		aliases: map[string]Attention{"": "", "materialised": AttnMaterialized}}
 	schedules  = choices[Schedule]{key: "train.schedule", values: []Schedule{ScheduleConstant, ScheduleCosine}}
 	optimizers = choices[Optimizer]{key: "train.optimizer", values: []Optimizer{OptAdamW, OptSGD}}
-	dataKinds  = choices[DataKind]{key: "data.kind", values: []DataKind{DataMNIST, DataText}}
+	dataKinds  = choices[DataKind]{key: "data.kind", values: []DataKind{DataMNIST, DataText, DataSyntheticImages}}
 	wires      = choices[Wire]{key: "ddp.wire", values: []Wire{WireAuto, WireF32, WireF16}}
 )
 
@@ -147,7 +150,7 @@ func ParseSchedule(s string) (Schedule, error) { return schedules.parse(s) }
 // ParseOptimizer reads `train.optimizer`: adamw or sgd.
 func ParseOptimizer(s string) (Optimizer, error) { return optimizers.parse(s) }
 
-// ParseDataKind reads `data.kind`: mnist or text.
+// ParseDataKind reads `data.kind`: mnist, text or synthetic-images.
 func ParseDataKind(s string) (DataKind, error) { return dataKinds.parse(s) }
 
 // ParseWire reads `ddp.wire`: auto, f32 or f16.

@@ -175,6 +175,8 @@ func (c *Config) Validate() error {
 		bad("data.kind", "mnist with model.kind gpt: a gpt model trains on text")
 	case m.Kind == ModelMLP && d.Kind == DataText:
 		bad("data.kind", "text with model.kind mlp: an mlp trains on mnist")
+	case m.Kind != ModelResNet && d.Kind == DataSyntheticImages:
+		bad("data.kind", "synthetic-images with model.kind %s: synthetic images are for a resnet", m.Kind)
 	case m.Kind == ModelResNet && d.Kind == DataText:
 		bad("data.kind", "text with model.kind resnet: a resnet trains on images (mnist)")
 	case m.Kind == ModelResNet && d.Kind == DataMNIST && m.Classes > 0 && m.Classes != 10:
