@@ -55,6 +55,8 @@ var convCases = []struct {
 	{40, 3, 4, 4, 13, 3, 1, 1, true}, // several images per GEMM chunk
 	{4, 8, 4, 4, 2, 1, 1, 0, false},
 	{4, 2, 8, 8, 8, 1, 1, 0, false},
+	{3, 2, 1, 1, 3, 3, 1, 1, false}, // a 1×1 plane under a 3×3 kernel
+	{2, 2, 2, 3, 3, 5, 1, 2, true},  // a kernel wider than the plane
 }
 
 func TestConv2d_forwardMatchesReference(t *testing.T) {

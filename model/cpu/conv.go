@@ -84,7 +84,7 @@ func im2col(col []float32, ld, c0 int, x []float32, C, H, W int, g tensor.ConvGe
 					// that wrapped around a row edge zeroed
 					P := H * W
 					delta := (kh-pad)*W + (kw - pad)
-					a, b := max(0, -delta), min(P, P-delta)
+					a, b := min(P, max(0, -delta)), min(P, P-delta)
 					clear(dst[:a])
 					if b > a {
 						copy(dst[a:b], plane[a+delta:b+delta])
@@ -159,7 +159,7 @@ func col2im(dx []float32, dcol []float32, ld, c0 int, C, H, W int, g tensor.Conv
 					}
 					P := H * W
 					delta := (kh-pad)*W + (kw - pad)
-					a, b := max(0, -delta), min(P, P-delta)
+					a, b := min(P, max(0, -delta)), min(P, P-delta)
 					if b > a {
 						d := plane[a+delta : b+delta]
 						sr := src[a:b]
