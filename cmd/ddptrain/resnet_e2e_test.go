@@ -33,3 +33,32 @@ func TestLaunch_resnetBatchNormReplicasAgree(t *testing.T) {
 		t.Fatalf("summary %+v", a)
 	}
 }
+
+// A ResNet run killed after a checkpoint and resumed ends as the uninterrupted one: the same
+// param_sha256 and, since evaluation normalises with the BN running statistics (buffers saved
+// in the checkpoint beside the weights), the same eval loss to the last digit.
+func TestTrain_resnetResumeIsExact(t *testing.T) {
+	dir := t.TempDir()
+	run := func(ck string) []string {
+		return []string{"--config", "../../configs/mnist-resnet.yaml", "--set", "model.width=4", "--set", "train.max_steps=12",
+			"--set", "train.global_batch=32", "--set", "train.log_every=4", "--set", "train.eval_batches=4",
+			"--set", "data.path=" + mnistDir(t), "--set", "checkpoint.dir=" + ck, "--set", "checkpoint.every=5"}
+	}
+	straight := filepath.Join(dir, "straight.jsonl")
+	if out, err := runTrain(t, nil, append(run(filepath.Join(dir, "ck-a")), "--metrics", straight)...); err != nil {
+		t.Fatalf("straight run: %v\n%s", err, out)
+	}
+	ck := filepath.Join(dir, "ck-b")
+	out, err := runTrain(t, []string{"DDP_FAIL_AT_STEP=8"}, append(run(ck), "--metrics", filepath.Join(dir, "broken.jsonl"))...)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+		t.Fatalf("the failing run should exit 3, got %v\n%s", err, out)
+	}
+	resumed := filepath.Join(dir, "resumed.jsonl")
+	if out, err = runTrain(t, []string{"DDP_RESTART_COUNT=1"}, append(run(ck), "--metrics", resumed)...); err != nil {
+		t.Fatalf("resumed run: %v\n%s", err, out)
+	}
+	a, b := summary(t, straight), summary(t, resumed)
+	if a.ParamSHA256 != b.ParamSHA256 || a.EvalLoss != b.EvalLoss {
+		t.Fatalf("resumed: %s eval loss %v; uninterrupted: %s eval loss %v", b.ParamSHA256, b.EvalLoss, a.ParamSHA256, a.EvalLoss)
+	}
+}
