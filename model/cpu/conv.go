@@ -197,7 +197,6 @@ func col2im(dx []float32, dcol []float32, ld, c0 int, C, H, W int, g tensor.Conv
 
 func (c *Device) Conv2d(y, x, w, b *tensor.Tensor, g tensor.ConvGeom) {
 	N, C, H, W, OC, OH, OW := convShape("Conv2d", y, x, w, g)
-	K, P := C*g.KH*g.KW, OH*OW
 	if b != nil && b.Len() != OC {
 		panic(fmt.Sprintf("cpu: Conv2d: bias %s for %d output channels", b, OC))
 	}
@@ -207,6 +206,13 @@ func (c *Device) Conv2d(y, x, w, b *tensor.Tensor, g tensor.ConvGeom) {
 		bs = read(b)
 	}
 	ys := outBuf(y, false)
+	c.conv2d(ys, xs, wsl, bs, N, C, H, W, OC, OH, OW, g)
+	commit(y, ys)
+}
+
+// conv2d is Conv2d on slices: ys (N,OC,OH,OW) = xs (N,C,H,W) ⋆ wsl (OC,C,KH,KW) + bs (or nil).
+func (c *Device) conv2d(ys, xs, wsl, bs []float32, N, C, H, W, OC, OH, OW int, g tensor.ConvGeom) {
+	K, P := C*g.KH*g.KW, OH*OW
 	gi := c.convImages(N, P)
 	chunks := (N + gi - 1) / gi
 	c.parallel(chunks, 1, func(lo, hi int) {
@@ -246,7 +252,29 @@ func (c *Device) Conv2d(y, x, w, b *tensor.Tensor, g tensor.ConvGeom) {
 		gemmPool.Put(gw)
 		convPool.Put(ws)
 	})
-	commit(y, ys)
+}
+
+// transposedSame reports whether a convolution's input gradient is itself a convolution of the
+// same kind: stride 1 and "same" padding (2·pad = K−1 both ways), where dx = dy ⋆ w', w' the
+// kernel flipped with in and out channels swapped. That runs through im2col (copies) and the
+// GEMM instead of col2im's scattered adds.
+func transposedSame(g tensor.ConvGeom, H, W, OH, OW int) bool {
+	return g.Stride == 1 && g.KH == g.KW && 2*g.Pad == g.KH-1 && OH == H && OW == W
+}
+
+// flipKernel is w' (C,OC,KH,KW) of w (OC,C,KH,KW): w'[c][oc][kh][kw] = w[oc][c][KH−1−kh][KW−1−kw].
+func flipKernel(w []float32, OC, C, KH, KW int) []float32 {
+	f := make([]float32, len(w))
+	for oc := 0; oc < OC; oc++ {
+		for ci := 0; ci < C; ci++ {
+			for kh := 0; kh < KH; kh++ {
+				for kw := 0; kw < KW; kw++ {
+					f[((ci*OC+oc)*KH+kh)*KW+kw] = w[((oc*C+ci)*KH+KH-1-kh)*KW+KW-1-kw]
+				}
+			}
+		}
+	}
+	return f
 }
 
 func (c *Device) Conv2dBackward(dx, dw, db, dy, x, w *tensor.Tensor, g tensor.ConvGeom) {
@@ -262,6 +290,10 @@ func (c *Device) Conv2dBackward(dx, dw, db, dy, x, w *tensor.Tensor, g tensor.Co
 	var dxs []float32
 	if dx != nil {
 		dxs = outBuf(dx, false)
+	}
+	viaConv := dxs != nil && transposedSame(g, H, W, OH, OW)
+	if viaConv {
+		c.conv2d(dxs, dys, flipKernel(wsl, OC, C, g.KH, g.KW), nil, N, OC, OH, OW, C, H, W, g)
 	}
 	gi := c.convImages(N, P)
 	chunks := (N + gi - 1) / gi
@@ -306,7 +338,7 @@ func (c *Device) Conv2dBackward(dx, dw, db, dy, x, w *tensor.Tensor, g tensor.Co
 			}
 			// dw (OC,K) += dycm (OC,cols) · colᵀ (cols,K)
 			gw.gemm(0, OC, 0, K, cols, gemmSrc{f32: dycm, rs: cols, cs: 1}, gemmSrc{f32: ws.col, rs: 1, cs: cols}, ws.dw, K, 1, 1)
-			if dxs != nil {
+			if dxs != nil && !viaConv {
 				// dcol (K,cols) = wᵀ (K,OC) · dycm (OC,cols)
 				ws.dcol = grow(ws.dcol, K*cols)
 				gw.gemm(0, K, 0, cols, OC, gemmSrc{f32: wsl, rs: 1, cs: K}, gemmSrc{f32: dycm, rs: cols, cs: 1}, ws.dcol, cols, 1, 0)
