@@ -16,6 +16,8 @@
 //	params.go        Params: one slab each for weights, gradients and the f16 copy
 //	layer_*.go       the layers (below); loss.go the losses and the chunked LM head
 //	mlp.go, gpt.go   the models; model.go the Model interface and Inputs; release.go Releaser
+//	resnet.go        ResNet 18/34/50 (issue 21): imagenet or small stem, basic or bottleneck
+//	                 blocks, per-block checkpointing; buffers.go the BN running statistics' slab
 //	kvcache.go       Decoder: a GPT's inference forward with a KV cache, one sequence at a time
 //	sample.go        Sampler (greedy, temperature, top-k, seeded) and Decoder.Generate
 //	optim.go         AdamW and SGD, ClipGradNorm; schedule.go learning-rate schedules
@@ -41,7 +43,12 @@
 // it reads (x, w, mean, rstd). Nothing is taped: what a layer saves shows in its signature. The
 // files: layer_linear.go, layer_activation.go (ReLU, GELU), layer_layernorm.go,
 // layer_embedding.go (tokens + learned positions), layer_attention.go (causal multi-head
-// self-attention), layer_residual.go, layer_dropout.go, and loss.go (fused cross-entropy).
+// self-attention), layer_residual.go, layer_dropout.go, loss.go (fused cross-entropy), and for
+// convolutional networks layer_conv.go (Conv2d), layer_batchnorm.go (BatchNorm2d: batch
+// statistics in training, running statistics in evaluation) and layer_pool.go (MaxPool2d,
+// global average pooling). Those reach the device through the optional tensor.ConvDevice
+// (model/cpu has it; a device without it is refused by NewResNet with a clear error). Images
+// are NCHW: x (N,C,H,W), a convolution's weight (Out,In,KH,KW) as in PyTorch.
 // Layers only call tensor.Device operations; they never index host memory, so the CUDA device
 // runs them asynchronously. Parameter gradients always accumulate (gradient accumulation is free); every
 // Linear, LayerNorm and Embedding calls Param.Ready once its gradients are final, which is where

@@ -58,10 +58,20 @@ func loadData(cfg *Config) (train, eval data.Dataset, err error) {
 		if err != nil {
 			return nil, nil, err
 		}
+		if cfg.Model.Kind == "resnet" {
+			// (1,28,28) images, the same X as the MLP's read as NCHW; training samples get a
+			// random crop (pad 2, crop 28) in the loader's workers. No flip: digits are not
+			// mirror-symmetric.
+			return data.RandomCrop(tr, 1, 28, 28, 2, uint64(cfg.Seed)), te, nil
+		}
 		if tr.Features != cfg.Model.Widths[0] {
 			return nil, nil, fmt.Errorf("worker: model.widths[0] is %d but MNIST images have %d pixels", cfg.Model.Widths[0], tr.Features)
 		}
 		return tr, te, nil
+	case "synthetic-images":
+		c, h, w := imageShape(cfg)
+		seed := uint64(cfg.Seed)
+		return data.NewSyntheticImages(12800, c, h, w, cfg.Model.Classes, seed), data.NewSyntheticImages(1280, c, h, w, cfg.Model.Classes, seed^1), nil
 	case "text":
 		tr, te, err := data.LoadText(cfg.Data.Path, cfg.Data.EvalFraction)
 		if err != nil {
@@ -85,7 +95,7 @@ func loadData(cfg *Config) (train, eval data.Dataset, err error) {
 		}
 		return tr, te, nil
 	}
-	return nil, nil, fmt.Errorf("worker: data.kind %q: want mnist, text or tokens", cfg.Data.Kind)
+	return nil, nil, fmt.Errorf("worker: data.kind %q: want mnist, text, tokens or synthetic-images", cfg.Data.Kind)
 }
 
 // vocabTokens is the tokenizer's vocabulary: model.vocab_used, or model.vocab.
@@ -107,14 +117,18 @@ func ModelSpec(cfg *Config) (model.Spec, error) {
 		s.VocabUsed = cfg.Model.VocabUsed
 	case "mlp":
 		s = mlpConfig(cfg).Spec()
+	case "resnet": // carried for the record; no export format reads it yet
+		s = model.Spec{Format: model.SpecFormat, Kind: "resnet", DType: "f32", Names: "goddp"}
 	default:
-		return model.Spec{}, fmt.Errorf("worker: model.kind %q: want mlp or gpt", cfg.Model.Kind)
+		return model.Spec{}, fmt.Errorf("worker: model.kind %q: want mlp, gpt or resnet", cfg.Model.Kind)
 	}
 	switch cfg.Data.Kind {
 	case "mnist":
 		s.InputNormalization = fmt.Sprintf("(x/255 - %g)/%g", data.MNISTMean, data.MNISTStd)
 	case "text":
 		s.InputNormalization = "none (byte values as token ids)"
+	case "synthetic-images":
+		s.InputNormalization = "none (synthetic noise images)"
 	default:
 		s.InputNormalization = "none (token ids)"
 	}
@@ -136,8 +150,46 @@ func buildModel(dev tensor.Device, cfg *Config) (model.Model, error) {
 		return model.NewMLP(dev, mlpConfig(cfg), seed)
 	case "gpt":
 		return model.NewGPT(dev, gptConfig(cfg), seed)
+	case "resnet":
+		c, h, wd := imageShape(cfg)
+		stem := cfg.Model.Stem
+		if stem == "" {
+			stem = "imagenet"
+			if wd <= 64 {
+				stem = "small"
+			}
+		}
+		return model.NewResNet(dev, model.ResNetConfig{Depth: cfg.Model.Depth, Stem: stem, Width: cfg.Model.Width,
+			Classes: cfg.Model.Classes, InC: c, InH: h, InW: wd, Compute: computeDType(cfg), Checkpoint: cfg.Model.Checkpoint.Every}, seed)
 	}
-	return nil, fmt.Errorf("worker: model.kind %q: want mlp or gpt", cfg.Model.Kind)
+	return nil, fmt.Errorf("worker: model.kind %q: want mlp, gpt or resnet", cfg.Model.Kind)
+}
+
+// imageShape is one input image (C,H,W) of an image model: MNIST's 1×28×28, or ImageNet's
+// 3×224×224 for synthetic images.
+func imageShape(cfg *Config) (c, h, w int) {
+	if cfg.Data.Kind == "synthetic-images" {
+		return 3, 224, 224
+	}
+	return 1, 28, 28
+}
+
+// inputFeatures is the float inputs per sample of a classification model.
+func inputFeatures(cfg *Config) int {
+	if cfg.Model.Kind == "resnet" {
+		c, h, w := imageShape(cfg)
+		return c * h * w
+	}
+	return cfg.Model.Widths[0]
+}
+
+// modelBuffers are a model's buffers (BatchNorm running statistics), nil for none: broadcast
+// from rank 0 with the parameters at the start and after every optimizer step.
+func modelBuffers(m model.Model) []*tensor.Tensor {
+	if b, ok := m.(model.Buffered); ok && b.Buffers().Data != nil {
+		return []*tensor.Tensor{b.Buffers().Data}
+	}
+	return nil
 }
 
 func mlpConfig(cfg *Config) model.MLPConfig {
@@ -180,6 +232,9 @@ func printSettings(cfg *Config, env Env, dev tensor.Device, ps *model.Params, to
 }
 
 func modelLine(cfg *Config) string {
+	if cfg.Model.Kind == "resnet" {
+		return fmt.Sprintf("resnet depth %d stem %q width %d classes %d", cfg.Model.Depth, cfg.Model.Stem, cfg.Model.Width, cfg.Model.Classes)
+	}
 	if cfg.Model.Kind == "gpt" {
 		v := fmt.Sprint(cfg.Model.Vocab)
 		if u := cfg.Model.VocabUsed; u > 0 && u != cfg.Model.Vocab {

@@ -28,7 +28,7 @@ func newInputs(dev tensor.Device, cfg *Config, b int) *inputs {
 		in.targets = dev.Alloc(tensor.I32, "batch.targets", b, in.T)
 		in.pred = dev.Alloc(tensor.I32, "batch.pred", b*in.T)
 	} else {
-		in.features = cfg.Model.Widths[0]
+		in.features = inputFeatures(cfg)
 		in.x = dev.Alloc(tensor.F32, "batch.x", b, in.features)
 		in.targets = dev.Alloc(tensor.I32, "batch.y", b)
 		in.pred = dev.Alloc(tensor.I32, "batch.pred", b)

@@ -31,6 +31,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	trace, eng, st, loader, total, sched := t.trace, t.eng, &t.st, t.loader, t.total, t.sched
 	metrics, prog, in := t.metrics, t.prog, t.in
 	wall := t.wall
+	bufs := modelBuffers(m) // nil unless the model has BatchNorm
 
 	if env.Rank == 0 {
 		printSettings(cfg, env, dev, ps, total, loader.StepsPerEpoch(), eng)
@@ -144,6 +145,11 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		}
 		if err := scaler.Update(anyInf); err != nil {
 			return nil, fmt.Errorf("worker: step %d: %w", step, err)
+		}
+		if bufs != nil { // BatchNorm running statistics: rank 0's, every step (broadcast_buffers)
+			if err := eng.BroadcastTensors(ctx, bufs); err != nil {
+				return nil, fmt.Errorf("worker: step %d: buffers: %w", step, err)
+			}
 		}
 		dev.Sync()                      // the step's one wait (micro-steps make none)
 		dev.Download(lossHost, lossDev) // done by now

@@ -40,6 +40,9 @@ type runState struct {
 	resumedAt int
 	spec      model.Spec // the model's, written with every checkpoint (model.Spec)
 	writing   *ckptWrite // the checkpoint write in flight (save), or nil
+	// buffers are the model's buffers (BatchNorm running statistics), saved with the weights
+	// under their names; nil for a model without any.
+	buffers *model.Buffers
 }
 
 func (s *runState) firstStep() int { return s.resumedAt }
@@ -62,6 +65,11 @@ func (s *runState) save(cfg *Config, env Env, ps *model.Params, opt Optimizer, s
 	s.ConfigHash = config.TrajectoryHash(s.Trajectory)
 	s.WorldSize = env.WorldSize
 	weights := ps.NamedWeights()
+	if s.buffers != nil {
+		for _, b := range s.buffers.List {
+			weights = append(weights, tensorToNamed(b.Name, b.T))
+		}
+	}
 	var optim []model.NamedTensor
 	for _, st := range opt.State() {
 		optim = append(optim, tensorToNamed(st.Name, st.T))
@@ -135,6 +143,23 @@ func (s *runState) restore(path, where string, world int, cfg *Config, ps *model
 	if err != nil {
 		return err
 	}
+	if s.buffers != nil {
+		byName := map[string]model.NamedTensor{}
+		for _, t := range ck.Weights {
+			byName[t.Name] = t
+		}
+		for _, b := range s.buffers.List {
+			nt, ok := byName[b.Name]
+			if !ok {
+				return fmt.Errorf("checkpoint: %s has no buffer %q", path, b.Name)
+			}
+			v, err := namedToF32(nt, b.T)
+			if err != nil {
+				return fmt.Errorf("checkpoint: %s: %w", path, err)
+			}
+			loads = append(loads, tensorLoad{b.T, v})
+		}
+	}
 	optByName := map[string]model.NamedTensor{}
 	for _, t := range ck.Optim {
 		optByName[t.Name] = t
@@ -153,9 +178,9 @@ func (s *runState) restore(path, where string, world int, cfg *Config, ps *model
 	uploadAll(ps, loads)
 	opt.SetSteps(saved.OptimStep)
 	sc.SetState(saved.Scaler)
-	spec := s.spec // the model's own, not the checkpoint's
+	spec, bufs := s.spec, s.buffers // the model's own, not the checkpoint's
 	*s = *saved
-	s.resumedAt, s.spec = saved.Step, spec
+	s.resumedAt, s.spec, s.buffers = saved.Step, spec, bufs
 	return nil
 }
 

@@ -226,6 +226,9 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 
 	// ---- resume, then make every replica identical ----
 	st := &t.st
+	if b, ok := m.(model.Buffered); ok {
+		st.buffers = b.Buffers()
+	}
 	t.onClose(st.waitWrite) // a checkpoint still being written (state.go: save) lands before the process goes
 	if cfg.Checkpoint.Dir != "" {
 		cfg.Checkpoint.Dir = expandCheckpointDir(cfg.Checkpoint.Dir, env)
@@ -257,7 +260,7 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 			}
 		}
 	}
-	if err := eng.BroadcastTensors(ctx, append([]*tensor.Tensor{ps.Data}, optimizerTensors(opt2)...)); err != nil {
+	if err := eng.BroadcastTensors(ctx, append(append([]*tensor.Tensor{ps.Data}, optimizerTensors(opt2)...), modelBuffers(m)...)); err != nil {
 		return nil, err
 	}
 	if resumed == "" && cfg.Model.InitFrom != "" {

@@ -9,6 +9,9 @@
 //	            activations, normalisation, embeddings, softmax and attention, loss, reductions,
 //	            optimizers) and its argument types; Fence, a point in a device's stream of work
 //	            to wait for; MultiAdamW, an optional fused optimizer step
+//	conv.go     ConvDevice, an optional ability: Conv2d, BatchNorm, MaxPool2d, GlobalAvgPool and
+//	            their backwards on NCHW images (the CPU device has it, the CUDA device not yet);
+//	            ConvGeom, AsConv
 //	staging.go  GradStager, an optional ability: gradient buckets staged through f16 device buffers
 //	            and pinned host memory for the DDP engine (the CUDA device has it)
 //	alloc.go    Pool, the caching allocator every device embeds (Alloc, Free and the counters

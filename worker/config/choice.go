@@ -28,6 +28,8 @@ type ModelKind string
 const (
 	ModelMLP ModelKind = "mlp" // model.widths, model.activation
 	ModelGPT ModelKind = "gpt" // model.layers, width, heads, context, vocab
+	// ModelResNet is a residual CNN (issue 21): model.depth, stem, width, classes.
+	ModelResNet ModelKind = "resnet"
 )
 
 // Activation is `model.activation` (MLP).
@@ -67,9 +69,12 @@ const (
 type DataKind string
 
 const (
-	DataMNIST  DataKind = "mnist"  // classification of 28×28 images (a model.kind mlp)
+	DataMNIST  DataKind = "mnist"  // classification of 28×28 images (a model.kind mlp or resnet)
 	DataText   DataKind = "text"   // byte-level language modelling (a model.kind gpt)
 	DataTokens DataKind = "tokens" // token shards (llm.c's format) for a model.kind gpt
+	// DataSyntheticImages is made-up ImageNet-shaped batches (3×224×224, 1000 classes; a
+	// model.kind resnet) for benchmarks: nothing is read from disk.
+	DataSyntheticImages DataKind = "synthetic-images"
 )
 
 // Wire is `ddp.wire`: the all-reduce wire format. Config.WireFormat resolves auto.
@@ -117,20 +122,20 @@ func (c choices[T]) parse(s string) (T, error) {
 
 var (
 	precisions  = choices[Precision]{key: "precision", values: []Precision{FP32, FP16}}
-	modelKinds  = choices[ModelKind]{key: "model.kind", values: []ModelKind{ModelMLP, ModelGPT}}
+	modelKinds  = choices[ModelKind]{key: "model.kind", values: []ModelKind{ModelMLP, ModelGPT, ModelResNet}}
 	activations = choices[Activation]{key: "model.activation", values: []Activation{ActReLU, ActGELU}}
 	attentions  = choices[Attention]{key: "model.attention", values: []Attention{AttnAuto, AttnFlash, AttnMaterialized},
 		aliases: map[string]Attention{"": "", "materialised": AttnMaterialized}}
 	schedules  = choices[Schedule]{key: "train.schedule", values: []Schedule{ScheduleConstant, ScheduleCosine}}
 	optimizers = choices[Optimizer]{key: "train.optimizer", values: []Optimizer{OptAdamW, OptSGD}}
-	dataKinds  = choices[DataKind]{key: "data.kind", values: []DataKind{DataMNIST, DataText, DataTokens}}
+	dataKinds  = choices[DataKind]{key: "data.kind", values: []DataKind{DataMNIST, DataText, DataTokens, DataSyntheticImages}}
 	wires      = choices[Wire]{key: "ddp.wire", values: []Wire{WireAuto, WireF32, WireF16}}
 )
 
 // ParsePrecision reads `precision`: fp32 or fp16.
 func ParsePrecision(s string) (Precision, error) { return precisions.parse(s) }
 
-// ParseModelKind reads `model.kind`: mlp or gpt.
+// ParseModelKind reads `model.kind`: mlp, gpt or resnet.
 func ParseModelKind(s string) (ModelKind, error) { return modelKinds.parse(s) }
 
 // ParseActivation reads `model.activation`: relu or gelu.
@@ -146,7 +151,7 @@ func ParseSchedule(s string) (Schedule, error) { return schedules.parse(s) }
 // ParseOptimizer reads `train.optimizer`: adamw or sgd.
 func ParseOptimizer(s string) (Optimizer, error) { return optimizers.parse(s) }
 
-// ParseDataKind reads `data.kind`: mnist, text or tokens.
+// ParseDataKind reads `data.kind`: mnist, text, tokens or synthetic-images.
 func ParseDataKind(s string) (DataKind, error) { return dataKinds.parse(s) }
 
 // ParseWire reads `ddp.wire`: auto, f32 or f16.

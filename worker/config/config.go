@@ -23,7 +23,7 @@ type Config struct {
 
 // ModelConfig is the `model:` section.
 type ModelConfig struct {
-	// kind: mlp | gpt.
+	// kind: mlp | gpt | resnet.
 	Kind ModelKind `yaml:"kind"`
 	// widths (MLP): every layer width from input to output, e.g.
 	// [784, 512, 256, 10] is three Linear layers.
@@ -71,6 +71,19 @@ type ModelConfig struct {
 	// (the default, also spelled "") takes flash where the device has a fast
 	// kernel for it (the CUDA device, head size 64, fp16) and dropout is 0.
 	Attention Attention `yaml:"attention,omitempty"`
+	// depth, stem, classes (resnet): 18 | 34 (basic blocks) or 50 (bottleneck
+	// blocks); the stem: imagenet (7×7/2 conv + 3×3/2 max pool) or small (3×3/1
+	// conv, no pool: 28×28 MNIST), "" = small for inputs up to 64 pixels wide,
+	// else imagenet; the classes of the head (MNIST: 10). model.width is the
+	// first stage's channels (64 in the real ResNets), doubling per stage;
+	// model.checkpoint counts residual blocks. The layout is NCHW.
+	Depth   int    `yaml:"depth,omitempty"`
+	Stem    string `yaml:"stem,omitempty"`
+	Classes int    `yaml:"classes,omitempty"`
+	// sync_batchnorm (resnet): batch statistics over all ranks. Not yet: true
+	// is refused. BatchNorm's running statistics are buffers, broadcast from
+	// rank 0 at the start and after every optimizer step.
+	SyncBatchNorm bool `yaml:"sync_batchnorm,omitempty"`
 	// checkpoint_keep_attention (GPT, with checkpoint): checkpointed blocks also
 	// keep the fused attention's output (B×T×width) and log-sum-exp, so the
 	// recompute skips the attention kernel (selective checkpointing: more
@@ -136,9 +149,11 @@ type TrainConfig struct {
 
 // DataConfig is the `data:` section.
 type DataConfig struct {
-	// kind: mnist | text | tokens. tokens: token shards in llm.c's format
-	// (`ddpbench tokenize` writes them), memory-mapped; every id must be below
-	// model.vocab_used (or model.vocab).
+	// kind: mnist | text | tokens | synthetic-images. tokens: token shards in
+	// llm.c's format (`ddpbench tokenize` writes them), memory-mapped; every id
+	// must be below model.vocab_used (or model.vocab). synthetic-images: resnet
+	// benchmarks (3×224×224 images of noise, 1000 classes, 12800 training and
+	// 1280 eval samples).
 	Kind DataKind `yaml:"kind"`
 	// path: MNIST: the directory holding the idx files; text: the file; tokens:
 	// a directory of shards or a glob (*_val_* shards are the eval set, the

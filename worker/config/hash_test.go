@@ -63,7 +63,8 @@ func TestHashV1_stableAcrossBuilds(t *testing.T) {
 // here is a format change (bump TrajectoryFormat and say so).
 //
 // Re-pinned once on the day the format was introduced, before any build with it left the tree:
-// model.vocab_used (issue 18) joined the trajectory when the two branches merged.
+// model.vocab_used (issue 18) and the resnet keys (issue 21) joined the trajectory when the
+// branches merged.
 func TestHash_pinned(t *testing.T) {
 	ship := func(n string) string { return filepath.Join("..", "..", "configs", n) }
 	for _, c := range []struct {
@@ -71,13 +72,13 @@ func TestHash_pinned(t *testing.T) {
 		world      int
 		want       string
 	}{
-		{"minimal", "", 0, "dffa89be3880e5ca7aa56b17b19a8255e29e6a170fcbc7ac9afc4fc0d9e418fa"},
-		{"mnist-mlp", ship("mnist-mlp.yaml"), 0, "de172bef41a63f71d153b31a3c426334441dd47f285d3943e58a9249c30b7adc"},
-		{"mnist-mlp world 2", ship("mnist-mlp.yaml"), 2, "f3f2c63936308660238e2c63509dfb914aa558e513793018ed38e7c7d17dcc16"},
-		{"opticks", ship("opticks-gpt-tiny.yaml"), 0, "45569627027900aad94caf1215995a989453268d6ba38d4c964d0bf8684231b3"},
-		{"opticks world 2", ship("opticks-gpt-tiny.yaml"), 2, "1b93e65c6a9bdabc6a5aeb2a90972d32f977e19bce06e4415fc824b401b82dc1"},
-		{"gpt2-124m", ship("gpt2-124m.yaml"), 0, "75faf6d46b4c9126426bf6f3fa1de903796b5e2b0ba369cc8d234b5a030f7394"},
-		{"gpt2-124m world 2", ship("gpt2-124m.yaml"), 2, "a823212c05838eb254e136287a7e2dd381d12a9f2b971c351fe52b4b9bd02a4a"},
+		{"minimal", "", 0, "3cbd53500660162f496f5a8919376009a2be3210b124028b05111500d834d512"},
+		{"mnist-mlp", ship("mnist-mlp.yaml"), 0, "024fe319f017d429259e9d2b412cafeea599c61df662421a9fb15a73873f991e"},
+		{"mnist-mlp world 2", ship("mnist-mlp.yaml"), 2, "037f3173e81309ee0a9ac64eb67366435a1bed2b77abb99ffff073d7f956831e"},
+		{"opticks", ship("opticks-gpt-tiny.yaml"), 0, "8f24ab4795dff9161f1550823ed4c9a36c45b8fd3355afa8c69acefd574d891d"},
+		{"opticks world 2", ship("opticks-gpt-tiny.yaml"), 2, "b77bc03cae87cf82aae5a5b51550ecdb6ded4032ba9f2a9a70b85f9c34eee48b"},
+		{"gpt2-124m", ship("gpt2-124m.yaml"), 0, "8340338f44751a02c83f4eddcce29d74500d5e89673f5070b8eb6b15e596b66b"},
+		{"gpt2-124m world 2", ship("gpt2-124m.yaml"), 2, "b23520d2c5e9df9036d2420735e3cde2e6f2a1f1b143a53b3e2edb7fb54bf925"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			path := c.path
@@ -125,6 +126,7 @@ func TestHash_everyKeyIsClassified(t *testing.T) {
 		"model.kind": "gpt", "model.widths": "[784,64,10]", "model.activation": "gelu", "model.layers": "3",
 		"model.width": "64", "model.heads": "2", "model.context": "16", "model.vocab": "256", "model.tied": "false",
 		"model.dropout": "0.1", "model.attention": "flash", "model.vocab_used": "250",
+		"model.depth": "34", "model.stem": "small", "model.classes": "7", "model.sync_batchnorm": "true",
 		"train.micro_batch": "32", "train.global_batch": "256", "train.lr": "0.02", "train.schedule": "cosine",
 		"train.optimizer": "sgd", "train.weight_decay": "0.1", "train.momentum": "0.9", "train.nesterov": "true",
 		"train.beta1": "0.8", "train.beta2": "0.95", "train.eps": "1e-6", "train.grad_clip": "1",

@@ -74,6 +74,22 @@ func (c *Config) Validate() error {
 		if m.VocabUsed < 0 || m.VocabUsed > m.Vocab {
 			bad("model.vocab_used", "%d: want 0 (= model.vocab) or up to model.vocab %d", m.VocabUsed, m.Vocab)
 		}
+	case ModelResNet:
+		if m.Depth != 18 && m.Depth != 34 && m.Depth != 50 {
+			bad("model.depth", "%d: want 18, 34 or 50 for a resnet", m.Depth)
+		}
+		if m.Stem != "" && m.Stem != "imagenet" && m.Stem != "small" {
+			bad("model.stem", "%q: want imagenet or small (or leave it out: chosen by the input size)", m.Stem)
+		}
+		if m.Width <= 0 {
+			bad("model.width", "%d: want > 0 base channels for a resnet (64 for the real ResNets)", m.Width)
+		}
+		if m.Classes <= 0 {
+			bad("model.classes", "%d: want > 0 for a resnet", m.Classes)
+		}
+		if m.SyncBatchNorm {
+			bad("model.sync_batchnorm", "not yet: SyncBatchNorm (batch statistics over the ring) is not implemented; leave it false (BN statistics are per rank, running statistics broadcast from rank 0)")
+		}
 	}
 	if m.Kind != ModelGPT && m.VocabUsed != 0 {
 		bad("model.vocab_used", "%d: only a gpt model has a vocabulary", m.VocabUsed)
@@ -167,6 +183,12 @@ func (c *Config) Validate() error {
 		bad("data.kind", "mnist with model.kind gpt: a gpt model trains on text")
 	case m.Kind == ModelMLP && (d.Kind == DataText || d.Kind == DataTokens):
 		bad("data.kind", "%s with model.kind mlp: an mlp trains on mnist", d.Kind)
+	case m.Kind != ModelResNet && d.Kind == DataSyntheticImages:
+		bad("data.kind", "synthetic-images with model.kind %s: synthetic images are for a resnet", m.Kind)
+	case m.Kind == ModelResNet && (d.Kind == DataText || d.Kind == DataTokens):
+		bad("data.kind", "%s with model.kind resnet: a resnet trains on images (mnist, synthetic-images)", d.Kind)
+	case m.Kind == ModelResNet && d.Kind == DataMNIST && m.Classes > 0 && m.Classes != 10:
+		bad("model.classes", "%d: MNIST has 10 classes", m.Classes)
 	case m.Kind == ModelMLP && d.Kind == DataMNIST && len(m.Widths) >= 2:
 		if m.Widths[0] != 784 || m.Widths[len(m.Widths)-1] != 10 {
 			bad("model.widths", "%v: MNIST needs 784 inputs and 10 outputs", m.Widths)

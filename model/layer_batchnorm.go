@@ -1,0 +1,70 @@
+package model
+
+import "github.com/goddp/goddp/model/tensor"
+
+// BatchNorm2d normalises x (N,C,H,W) per channel over (N,H,W), PyTorch's BatchNorm2d: in training
+// y = (x − μ_B)·rstd_B·W + B with the batch's statistics (variance biased), which also move the
+// running statistics, run = (1 − Momentum)·run + Momentum·stat (variance unbiased); in
+// evaluation y = (x − RunMean)/√(RunVar + Eps)·W + B.
+//
+// W and B (C) are parameters (f32 even under mixed precision, like LayerNorm's); RunMean and
+// RunVar (C) f32 are buffers: state that no gradient trains, which the model keeps in its buffer
+// slab (Buffers) so DDP can broadcast it (worker: broadcast from rank 0 at the start and after
+// every optimizer step, as PyTorch DDP's broadcast_buffers).
+type BatchNorm2d struct {
+	W, B            *Param         // (C) gain (ones) and shift (zeros), not decayed
+	RunMean, RunVar *tensor.Tensor // (C) f32 views into the model's buffer slab
+	C               int
+	Eps, Momentum   float32
+}
+
+// BatchNorm defaults, PyTorch's.
+const (
+	BatchNormEps      = 1e-5
+	BatchNormMomentum = 0.1
+)
+
+// NewBatchNorm2d registers name+".w" (ones) and name+".b" (zeros), and the buffers
+// name+".running_mean" and name+".running_var" in bufs.
+func NewBatchNorm2d(ps *Params, bufs *Buffers, name string, c int) *BatchNorm2d {
+	bn := &BatchNorm2d{C: c, Eps: BatchNormEps, Momentum: BatchNormMomentum}
+	bn.W = ps.Add(name+".w", Init{Value: 1}, false, c)
+	bn.B = ps.Add(name+".b", Init{}, false, c)
+	bufs.Add(name+".running_mean", 0, c, &bn.RunMean)
+	bufs.Add(name+".running_var", 1, c, &bn.RunVar)
+	return bn
+}
+
+// BatchNormForward (training): y, mean (C) and rstd (C) f32 from x (N,C,H,W), w, b (C) f32;
+// runMean and runVar (C) are updated with momentum unless nil (a checkpoint's recompute passes
+// nil: the statistics moved once, in the first forward).
+func BatchNormForward(dev tensor.Device, y, mean, rstd, runMean, runVar, x, w, b *tensor.Tensor, eps, momentum float32) {
+	conv(dev).BatchNorm(y, mean, rstd, runMean, runVar, x, w, b, eps, momentum)
+}
+
+// BatchNormBackward: dx (N,C,H,W) overwritten, dw and db (C) accumulate, from dy and the
+// training forward's x, w, mean and rstd.
+func BatchNormBackward(dev tensor.Device, dx, dw, db, dy, x, w, mean, rstd *tensor.Tensor) {
+	conv(dev).BatchNormBackward(dx, dw, db, dy, x, w, mean, rstd)
+}
+
+// Forward in training mode (see BatchNormForward); update moves the running statistics.
+func (l *BatchNorm2d) Forward(y, mean, rstd, x *tensor.Tensor, update bool) {
+	rm, rv := l.RunMean, l.RunVar
+	if !update {
+		rm, rv = nil, nil
+	}
+	BatchNormForward(x.Device(), y, mean, rstd, rm, rv, x, l.W.W, l.B.W, l.Eps, l.Momentum)
+}
+
+// Eval is the evaluation-mode forward, with the running statistics.
+func (l *BatchNorm2d) Eval(y, x *tensor.Tensor) {
+	conv(x.Device()).BatchNormInference(y, x, l.W.W, l.B.W, l.RunMean, l.RunVar, l.Eps)
+}
+
+// Backward writes dx and accumulates the gain and shift gradients; then both are ready.
+func (l *BatchNorm2d) Backward(dx, dy, x, mean, rstd *tensor.Tensor) {
+	BatchNormBackward(x.Device(), dx, l.W.G, l.B.G, dy, x, l.W.W, mean, rstd)
+	l.B.Ready()
+	l.W.Ready()
+}

@@ -1,0 +1,104 @@
+package model
+
+import (
+	"math"
+	"math/rand"
+	"strings"
+	"testing"
+
+	"github.com/goddp/goddp/model/cpu"
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// noConv is a device without tensor.ConvDevice (as the CUDA device is for now).
+type noConv struct{ tensor.Device }
+
+func TestResNet_refusesADeviceWithoutConvolution(t *testing.T) {
+	_, err := NewResNet(noConv{cpu.New()}, ResNetConfig{Depth: 18, Stem: "small", Width: 2, Classes: 3, InC: 1, InH: 8, InW: 8}, 1)
+	if err == nil || !strings.Contains(err.Error(), "has no convolution yet") {
+		t.Fatalf("NewResNet on a device without ConvDevice: %v", err)
+	}
+	for _, bad := range []ResNetConfig{
+		{Depth: 20, Stem: "small", Width: 2, Classes: 3, InC: 1, InH: 8, InW: 8},
+		{Depth: 18, Stem: "cifar", Width: 2, Classes: 3, InC: 1, InH: 8, InW: 8},
+		{Depth: 18, Stem: "small", Width: 0, Classes: 3, InC: 1, InH: 8, InW: 8},
+	} {
+		if _, err := NewResNet(cpu.New(), bad, 1); err == nil {
+			t.Errorf("NewResNet(%+v) took it", bad)
+		}
+	}
+}
+
+// A tiny ResNet fits a fixed batch: the loss falls, eval mode (running statistics) agrees with
+// the labels it learned, and every buffer is back at the baseline after Free.
+func TestResNet_trainsLossFalls(t *testing.T) {
+	for _, cfg := range []ResNetConfig{
+		{Depth: 18, Stem: "small", Width: 4, Classes: 3, InC: 1, InH: 12, InW: 12},
+		{Depth: 50, Stem: "imagenet", Width: 2, Classes: 3, InC: 3, InH: 32, InW: 32, Checkpoint: 1},
+	} {
+		dev := cpu.New()
+		base := dev.Stats().Allocated
+		rng := rand.New(rand.NewSource(1))
+		m, err := NewResNet(dev, cfg, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opt, err := NewSGD(m.Params(), SGDConfig{Momentum: 0.9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := resnetInputs(dev, rng, 16, cfg)
+		var first, last float32
+		for step := 0; step < 40; step++ {
+			m.Params().ZeroGrad()
+			l := tensor.ToHost(m.Forward(in, true))[0]
+			m.Backward(1)
+			opt.Step(0.05)
+			if step == 0 {
+				first = l
+			}
+			last = l
+		}
+		if !(last < first/4) || math.IsNaN(float64(last)) {
+			t.Errorf("resnet%d: loss %v → %v after 40 steps on one batch", cfg.Depth, first, last)
+		}
+		t.Logf("resnet%d %s: loss %.4f → %.4f", cfg.Depth, cfg.Stem, first, last)
+		m.Forward(in, false)
+		opt.Free()
+		m.Free()
+		freeAll(dev, in.X, in.Targets)
+		if a := dev.Stats().Allocated; a != base {
+			t.Errorf("resnet%d: %d bytes allocated after Free, baseline %d: %v", cfg.Depth, a, base, dev.Live())
+		}
+	}
+}
+
+// Per-block checkpointing gives the same loss and gradients to the bit with a lower activation
+// peak, and leaves the running statistics where one forward moved them.
+func TestResNet_checkpointSameGradsLessMemory(t *testing.T) {
+	run := func(every int) (float32, []float32, []float32, int64) {
+		dev := cpu.New()
+		rng := rand.New(rand.NewSource(5))
+		cfg := ResNetConfig{Depth: 18, Stem: "small", Width: 4, Classes: 5, InC: 1, InH: 16, InW: 16, Checkpoint: every}
+		m, err := NewResNet(dev, cfg, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := resnetInputs(dev, rng, 8, cfg)
+		base := dev.Stats().Allocated
+		dev.ResetPeak()
+		loss, g := lossAndGrads(m, in, 1)
+		return loss, g, tensor.ToHost(m.Buffers().Data), dev.Stats().Peak - base
+	}
+	refL, refG, refB, refPeak := run(0)
+	for _, every := range []int{1, 3} {
+		l, g, b, peak := run(every)
+		if math.Float32bits(l) != math.Float32bits(refL) || !sameBits(g, refG) || !sameBits(b, refB) {
+			t.Errorf("checkpoint every %d: loss %v vs %v, gradients or running stats differ", every, l, refL)
+		}
+		if peak >= refPeak {
+			t.Errorf("checkpoint every %d: peak %s, not below %s", every, tensor.FormatBytes(peak), tensor.FormatBytes(refPeak))
+		}
+		t.Logf("checkpoint every %d: activation peak %s vs %s without", every, tensor.FormatBytes(peak), tensor.FormatBytes(refPeak))
+	}
+}

@@ -1,0 +1,75 @@
+package tensor
+
+import "fmt"
+
+// ConvDevice is the optional ability of a device to run convolutional networks (issue 21): 2-D
+// convolution, batch normalisation over (N,H,W) per channel, max pooling and global average
+// pooling, each with its backward. It is not part of Device, so a device without it (the CUDA
+// device, for now) still builds; layers find it with AsConv, which says clearly what is missing.
+//
+// Layout: every image tensor is NCHW, row-major: x (N,C,H,W), element (n,c,h,w) at
+// ((n·C+c)·H+h)·W+w. A convolution's weight is (OC, C, KH, KW) as in PyTorch (groups 1).
+// Floating inputs may be f32 or f16 as for Device; statistics (mean, rstd, running mean and
+// variance) and parameter gradients are f32. The operations follow Device's contract (they may
+// run asynchronously; "accumulates" adds into the output).
+type ConvDevice interface {
+	// Conv2d: y (N,OC,OH,OW) = x (N,C,H,W) ⋆ w (OC,C,KH,KW) + b (OC) (b may be nil), with
+	// OH = (H + 2·Pad − KH)/Stride + 1 and the same for OW. y is overwritten.
+	Conv2d(y, x, w, b *Tensor, g ConvGeom)
+	// Conv2dBackward: dx (N,C,H,W) is overwritten with the input gradient (nil skips it);
+	// dw (OC,C,KH,KW) and db (OC) accumulate (db nil skips it); dy is (N,OC,OH,OW), x and w are
+	// the forward's.
+	Conv2dBackward(dx, dw, db, dy, x, w *Tensor, g ConvGeom)
+
+	// BatchNorm in training mode over x (N,C,H,W) per channel c: mean (C) and rstd (C) f32 get
+	// the batch's mean and 1/√(var+eps) (var biased, over N·H·W), and y = (x−mean)·rstd·w + b
+	// with w, b (C) f32. When runMean and runVar (C) f32 are not nil they are updated with
+	// momentum: run = (1−momentum)·run + momentum·stat, the variance unbiased (N·H·W−1), as
+	// PyTorch does.
+	BatchNorm(y, mean, rstd, runMean, runVar, x, w, b *Tensor, eps, momentum float32)
+	// BatchNormInference: y = (x − runMean)/√(runVar+eps)·w + b (evaluation mode).
+	BatchNormInference(y, x, w, b, runMean, runVar *Tensor, eps float32)
+	// BatchNormBackward: dx (N,C,H,W) overwritten; dw, db (C) accumulate; from dy and the
+	// training forward's x, w, mean and rstd.
+	BatchNormBackward(dx, dw, db, dy, x, w, mean, rstd *Tensor)
+
+	// MaxPool2d: y (N,C,OH,OW) = max over each window of x (N,C,H,W) (padding never wins);
+	// arg (N,C,OH,OW) i32 gets the index within its (H,W) plane of the maximum, for the backward.
+	MaxPool2d(y, arg, x *Tensor, g ConvGeom)
+	// MaxPool2dBackward: dx (N,C,H,W) overwritten: dy routed to the forward's maxima.
+	MaxPool2dBackward(dx, dy, arg *Tensor)
+
+	// GlobalAvgPool: y (N,C) = mean of x (N,C,H,W) over H·W.
+	GlobalAvgPool(y, x *Tensor)
+	// GlobalAvgPoolBackward: dx (N,C,H,W) = dy (N,C)/(H·W), overwritten.
+	GlobalAvgPoolBackward(dx, dy *Tensor)
+}
+
+// ConvGeom is a convolution's or pooling window's geometry: a KH×KW window moved by Stride
+// over the input padded by Pad on every side (zeros for a convolution, −∞ for max pooling).
+type ConvGeom struct {
+	KH, KW      int
+	Stride, Pad int
+}
+
+// Out is the output size of an input size in (H or W) along a window side k.
+func (g ConvGeom) Out(in, k int) int { return (in+2*g.Pad-k)/g.Stride + 1 }
+
+// OutHW is the output (OH, OW) for an input of (H, W).
+func (g ConvGeom) OutHW(h, w int) (int, int) { return g.Out(h, g.KH), g.Out(w, g.KW) }
+
+// Valid reports a geometry's error, or nil.
+func (g ConvGeom) Valid() error {
+	if g.KH < 1 || g.KW < 1 || g.Stride < 1 || g.Pad < 0 {
+		return fmt.Errorf("tensor: conv geometry %+v: want kernel ≥ 1, stride ≥ 1, pad ≥ 0", g)
+	}
+	return nil
+}
+
+// AsConv returns dev's ConvDevice, or an error naming the device when it has none.
+func AsConv(dev Device) (ConvDevice, error) {
+	if c, ok := dev.(ConvDevice); ok {
+		return c, nil
+	}
+	return nil, fmt.Errorf("tensor: the %s device has no convolution yet (it does not implement tensor.ConvDevice)", dev.Name())
+}

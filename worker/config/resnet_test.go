@@ -1,0 +1,55 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func resnetConfig(t *testing.T, kv ...string) *Config {
+	t.Helper()
+	c := Default()
+	for _, s := range append([]string{"model.kind=resnet", "model.depth=18", "model.width=8", "model.classes=10",
+		"train.epochs=1", "train.micro_batch=8", "train.lr=0.1", "data.kind=mnist"}, kv...) {
+		if err := c.Set(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c.Resolved()
+}
+
+// model.kind resnet: depth 18|34|50, stem imagenet|small (or unset), width and classes > 0, and
+// sync_batchnorm refused as not yet implemented.
+func TestValidate_resnet(t *testing.T) {
+	if err := resnetConfig(t).Validate(); err != nil {
+		t.Fatalf("a good resnet config: %v", err)
+	}
+	for _, s := range []string{"model.stem=small", "model.stem=imagenet", "model.depth=34", "model.depth=50"} {
+		if err := resnetConfig(t, s).Validate(); err != nil {
+			t.Errorf("%s: %v", s, err)
+		}
+	}
+	for kv, want := range map[string]string{
+		"model.depth=20":            "model.depth: 20: want 18, 34 or 50",
+		"model.stem=cifar":          `model.stem: "cifar": want imagenet or small`,
+		"model.width=0":             "model.width: 0: want > 0",
+		"model.classes=7":           "model.classes: 7: MNIST has 10 classes",
+		"model.sync_batchnorm=true": "model.sync_batchnorm: not yet",
+		"data.kind=text":            "text with model.kind resnet",
+	} {
+		err := resnetConfig(t, kv).Validate()
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error with %q", kv, err, want)
+		}
+	}
+}
+
+// The new keys are omitted when unset, so the hash of every existing config is unchanged
+// (hash_test.go pins a few; this says why they still hold).
+func TestHash_resnetKeysOmittedWhenUnset(t *testing.T) {
+	y := Default().YAML()
+	for _, k := range []string{"depth:", "stem:", "classes:", "sync_batchnorm:"} {
+		if strings.Contains(y, k) {
+			t.Errorf("an unset %s appears in the YAML:\n%s", k, y)
+		}
+	}
+}
