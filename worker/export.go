@@ -201,27 +201,9 @@ func checkTokens(spec model.Spec) ([]int32, error) {
 	return ids, nil
 }
 
-// writeFileAtomic writes b to path through a temporary file beside it, synced, then renamed.
+// writeFileAtomic is data.WriteFileAtomic, its error naming the file.
 func writeFileAtomic(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // after the rename, a no-op
-	_, err = tmp.Write(b)
-	if err == nil {
-		err = tmp.Chmod(0o644) // not CreateTemp's 0600
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
+	if err := data.WriteFileAtomic(path, b); err != nil {
 		return fmt.Errorf("worker: writing %s: %w", path, err)
 	}
 	return nil

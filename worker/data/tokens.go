@@ -98,11 +98,6 @@ func WriteShard(path string, tokens []uint16) error {
 	if len(tokens) > 1<<31-1 {
 		return fmt.Errorf("data: token shard %s: %d tokens do not fit the header's int32", path, len(tokens))
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("data: token shard: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // after the rename, a no-op
 	buf := make([]byte, ShardHeaderSize+2*len(tokens))
 	binary.LittleEndian.PutUint32(buf[0:], ShardMagic)
 	binary.LittleEndian.PutUint32(buf[4:], ShardVersion)
@@ -110,9 +105,24 @@ func WriteShard(path string, tokens []uint16) error {
 	for i, t := range tokens {
 		binary.LittleEndian.PutUint16(buf[ShardHeaderSize+2*i:], t)
 	}
-	_, err = tmp.Write(buf)
+	if err := WriteFileAtomic(path, buf); err != nil {
+		return fmt.Errorf("data: token shard %s: %w", path, err)
+	}
+	return nil
+}
+
+// WriteFileAtomic writes b to path so that a reader sees the old file or the whole new one,
+// never part: a temporary file beside it (mode 0644, not CreateTemp's 0600), synced, then renamed
+// over path.
+func WriteFileAtomic(path string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after the rename, a no-op
+	_, err = tmp.Write(b)
 	if err == nil {
-		err = tmp.Chmod(0o644) // CreateTemp's 0600 would keep the shards from other users
+		err = tmp.Chmod(0o644)
 	}
 	if err == nil {
 		err = tmp.Sync()
@@ -123,10 +133,7 @@ func WriteShard(path string, tokens []uint16) error {
 	if err == nil {
 		err = os.Rename(tmp.Name(), path)
 	}
-	if err != nil {
-		return fmt.Errorf("data: token shard %s: %w", path, err)
-	}
-	return nil
+	return err
 }
 
 // Tokens is a language-modelling data set over token shards: with context T, shard s of n_s
