@@ -27,7 +27,10 @@ for r in $(seq "$ROUNDS"); do
     (cd model && GODDP_BENCH=$BATCH GODDP_BENCH_STEPS=$STEPS "$OUT/$side.model.test" -test.run '^TestCUDA_gpt2Bench$' -test.v) \
       > "$OUT/$side.model.$r.log" 2>&1
     awk -v s="$side" -v r="$r" '/^RESULT/ {print "model", s, r, $6}' "$OUT/$side.model.$r.log" | tee -a "$OUT/runs.txt"
-    "$OUT/$side.bin/ddptrain" --config configs/gpt2-124m.yaml --device cuda --set train.max_steps=$TSTEPS \
+    # each side with its own configs/gpt2-124m.yaml, on the byte-level text (no shards to make)
+    dir=.; [ "$side" = base ] && dir=$base
+    extra=(); grep -q '^  kind: tokens' "$dir/configs/gpt2-124m.yaml" && extra=(--set data.kind=text)
+    "$OUT/$side.bin/ddptrain" --config "$dir/configs/gpt2-124m.yaml" "${extra[@]}" --device cuda --set train.max_steps=$TSTEPS \
       --set checkpoint.dir= --metrics "$OUT/$side.train.$r.jsonl" > "$OUT/$side.train.$r.log" 2>&1
     grep '"event":"step"' "$OUT/$side.train.$r.jsonl" | sed -n '2,$p' | sed 's/.*"step_ms":\([0-9.]*\).*/\1/' | sort -n \
       | awk -v s="$side" -v r="$r" '{a[NR]=$1} END {print "trainer", s, r, a[int((NR+1)/2)]}' | tee -a "$OUT/runs.txt"
