@@ -29,7 +29,7 @@ for r in $(seq "$ROUNDS"); do
     awk -v s="$side" -v r="$r" '/^RESULT/ {print "model", s, r, $6}' "$OUT/$side.model.$r.log" | tee -a "$OUT/runs.txt"
     # each side with its own configs/gpt2-124m.yaml, on the byte-level text (no shards to make)
     dir=.; [ "$side" = base ] && dir=$base
-    extra=(); grep -q '^  kind: tokens' "$dir/configs/gpt2-124m.yaml" && extra=(--set data.kind=text)
+    extra=(); grep -q '^  kind: tokens' "$dir/configs/gpt2-124m.yaml" && extra=(--set data.kind=text --set data.path=)
     "$OUT/$side.bin/ddptrain" --config "$dir/configs/gpt2-124m.yaml" "${extra[@]}" --device cuda --set train.max_steps=$TSTEPS \
       --set checkpoint.dir= --metrics "$OUT/$side.train.$r.jsonl" > "$OUT/$side.train.$r.log" 2>&1
     grep '"event":"step"' "$OUT/$side.train.$r.jsonl" | sed -n '2,$p' | sed 's/.*"step_ms":\([0-9.]*\).*/\1/' | sort -n \

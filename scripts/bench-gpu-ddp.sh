@@ -44,7 +44,7 @@ if [ "$CHANNELS" -gt 1 ]; then
   timeout 90 ./bin/ddpbench allreduce --nproc 2 --wire f16 --sizes 497903616 --iters 3 --warmup 1 --channels "$CHANNELS" --json 2>&1 | tee "$OUT/ring-channels.jsonl" | grep '^{' || true
 fi
 
-common=(--config configs/gpt2-124m.yaml --set data.kind=text --set train.max_steps="$STEPS" --set train.micro_batch="$BATCH"
+common=(--config configs/gpt2-124m.yaml --set data.kind=text --set data.path= --set train.max_steps="$STEPS" --set train.micro_batch="$BATCH"
         --set train.log_every=5 --set train.eval_batches=2)
 
 stamp "ours, one process (--nproc-per-node gpu)"

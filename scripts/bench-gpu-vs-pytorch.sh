@@ -9,6 +9,7 @@
 #   PROFILE=1      also print goddp's per-kernel time for one step
 #   COMPILE=0      skip torch.compile (on by default: the table has both ratios)
 #   TRAINER=0      skip the ddptrain rows (on by default; TSTEPS=60 steps each)
+#   EAGER=0        skip PyTorch eager
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BATCHES=${BATCHES:-16,8}
@@ -20,14 +21,16 @@ OUT=$(cd "$OUT" && pwd)
 bash scripts/cuda-env.sh go test -tags cuda -c -o "$OUT/model.test" ./model/
 (cd model && GODDP_BENCH=$BATCHES GODDP_BENCH_STEPS=$STEPS GODDP_PROFILE=${PROFILE:-} \
   "$OUT/model.test" -test.run '^TestCUDA_gpt2Bench$' -test.v) 2>&1 | tee "$OUT/goddp.log"
-PYTHONUNBUFFERED=1 python3 scripts/bench_gpt2_pytorch.py --batch "$BATCHES" --steps "$STEPS" 2>&1 | tee "$OUT/pytorch.log"
+if [ "${EAGER:-1}" != 0 ]; then
+  PYTHONUNBUFFERED=1 python3 scripts/bench_gpt2_pytorch.py --batch "$BATCHES" --steps "$STEPS" 2>&1 | tee "$OUT/pytorch.log"
+fi
 # The trainer itself (issue 17's target): ddptrain on configs/gpt2-124m.yaml (byte-level text, so
 # no shards are needed: the same model and step), TSTEPS steps per batch, the median of its logged
 # windows after the first, as a RESULT line like the others.
 if [ "${TRAINER:-1}" != 0 ]; then
   bash scripts/cuda-env.sh go build -tags cuda -o "$OUT/bin/" ./cmd/ddptrain
   for b in ${BATCHES//,/ }; do
-    "$OUT/bin/ddptrain" --config configs/gpt2-124m.yaml --set data.kind=text --device cuda --set train.micro_batch=$b \
+    "$OUT/bin/ddptrain" --config configs/gpt2-124m.yaml --set data.kind=text --set data.path= --device cuda --set train.micro_batch=$b \
       --set train.global_batch=$b --set train.max_steps=${TSTEPS:-60} --set train.log_every=10 --set checkpoint.dir= \
       --metrics "$OUT/trainer-$b.jsonl" > "$OUT/trainer-$b.log" 2>&1 || { tail -3 "$OUT/trainer-$b.log"; continue; }
     grep '"event":"step"' "$OUT/trainer-$b.jsonl" | sed -n '2,$p' | sed 's/.*"step_ms":\([0-9.]*\).*/\1/' | sort -n |
