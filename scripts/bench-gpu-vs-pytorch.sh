@@ -45,7 +45,7 @@ fi
 
 echo
 echo "GPT-2 124M train step, T=1024, fp16 AMP, AdamW — $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-grep -h '^RESULT' "$OUT/goddp.log" "$OUT"/pytorch*.log | awk '
+grep -hs '^RESULT' "$OUT/goddp.log" "$OUT"/pytorch*.log | awk '
   { key = $3; impl = $2; tps[impl, key] = $5; ms[impl, key] = $6; gib[impl, key] = $7; if (!(key in seen)) { seen[key] = 1; order[n++] = key } }
   function ratio(a, b) { return (b > 0) ? a / b : 0 }
   END {
