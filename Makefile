@@ -7,12 +7,13 @@ RACE_PKGS := ./allreduce/... ./ddp/... ./launcher/... ./worker/...
 # staticcheck, pinned; `go run` builds it from the Go module proxy the first time (CI included).
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build test test-race test-short demo mnist opticks-tokens bench cuda cuda-test vet lint fmt clean
+.PHONY: help build test demo mnist opticks-tokens bench cuda cuda-test cuda-typecheck vet lint fmt clean
 
 help:
 	@echo "make build      binaries in bin/ (ddptrain, ddplaunch, ddpbench)"
 	@echo "make test       the whole test suite (lint, unit tests, race tests)"
-	@echo "make lint       gofmt, go vet and staticcheck"
+	@echo "make lint       gofmt, go vet, staticcheck, the environment rule and the CUDA type-check"
+	@echo "make cuda-typecheck  vet the cuda-tagged code against scripts/cudastub (no CUDA needed)"
 	@echo "make demo       fetch MNIST through the Go module proxy and train it"
 	@echo "make opticks-tokens  GPT-2 BPE shards of the Opticks text in $(OPTICKS_TOKENS)/"
 	@echo "make bench      Go benchmarks of the hot paths"
@@ -25,11 +26,20 @@ build:
 vet:
 	$(GO) vet $(PKGS)
 
-# gofmt -l must list nothing; then go vet and staticcheck.
+# gofmt -l must list nothing; then go vet and staticcheck; environment variables are read only in
+# a package's *env*.go files (tests excepted); and the cuda-tagged code type-checks.
 lint: vet
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt: not formatted (make fmt):"; echo "$$unformatted"; exit 1; fi
 	$(STATICCHECK) $(PKGS)
+	@reads=$$(git grep -nE 'os\.(Getenv|LookupEnv)\(' -- '*.go' ':!*_test.go' ':!*env*.go'); \
+	if [ -n "$$reads" ]; then echo "environment read outside a *env*.go file:"; echo "$$reads"; exit 1; fi
+	$(MAKE) --no-print-directory cuda-typecheck
+
+# The cuda-tagged code vetted against the pure-Go stubs of gorgonia.org/cu and model/cuda/cudadrv
+# (scripts/cudastub): names, qualifiers and types, on a machine without CUDA.
+cuda-typecheck:
+	bash scripts/cuda-typecheck.sh
 
 test: lint build
 	$(GO) test -count=1 -timeout 20m $(PKGS)
@@ -61,8 +71,12 @@ bench:
 cuda:
 	bash scripts/cuda-env.sh $(GO) build -tags cuda -o $(BIN)/ ./cmd/...
 
+# Every package with cuda-tagged code or tests (found by their build lines, so a new one is never
+# left out); its plain tests run too, now on a build with the CUDA device in it.
+CUDA_TEST_PKGS = $(sort $(addprefix ./,$(dir $(shell git grep -lE '^//go:build .*cuda' -- '*.go' ':!scripts/'))))
+
 cuda-test:
-	bash scripts/cuda-env.sh $(GO) test -count=1 -tags cuda ./model/... ./worker/...
+	bash scripts/cuda-env.sh $(GO) test -count=1 -tags cuda $(CUDA_TEST_PKGS)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -253,7 +253,7 @@ func run(args []string) int {
 		o.Env = append(os.Environ(), env...)
 	}
 	o.VisibleGPUs = gpus
-	if v, ok := os.LookupEnv("CUDA_VISIBLE_DEVICES"); ok {
+	if v, ok := lookupEnv("CUDA_VISIBLE_DEVICES"); ok {
 		o.VisibleDevices = launcher.ParseVisibleDevices(v)
 	}
 	if term.IsTerminal(int(os.Stderr.Fd())) {
