@@ -2,7 +2,7 @@ package model
 
 // weights.go: a model's weights as named tensors, in and out, and the files they live in:
 //
-//	New(dev, spec, seed)     a model of a Spec (spec.go), freshly initialised, in f32
+//	New(dev, spec, seed)     the one factory: the model of a Spec (spec.go), freshly initialised
 //	ReadWeights(path)        the tensors of a safetensors file, a goddp checkpoint or export
 //	                         directory, or a Hugging Face model directory, with the spec or
 //	                         Hugging Face config found beside them
@@ -10,7 +10,8 @@ package model
 //	(*Params).LoadNamed(ts)  set the parameters from them: all or nothing
 //	Open(dev, path)          all of the above: the model a path holds, ready to run
 //
-// NewGPT's and NewMLP's parameter names are the goddp names ("wte", "h.3.attn.qkv.w", "fc.0.w").
+// NewGPT's, NewMLP's and NewResNet's parameter names are the goddp names ("wte",
+// "h.3.attn.qkv.w", "fc.0.w", "layer1.0.u0.conv.w").
 
 import (
 	"encoding/json"
@@ -123,8 +124,11 @@ func gptShapes(cfg GPTConfig) (map[string][]int, error) {
 	return out, nil
 }
 
-// New builds a model of spec on dev in f32 (GPT or MLP), initialised from seed as NewGPT and
-// NewMLP do. Load weights into it with Params().LoadNamed, or use Open.
+// New is the one factory: it builds the model spec describes on dev (a GPT, an MLP or a ResNet),
+// computing in spec.Compute with spec's memory options, initialised from seed exactly as NewGPT,
+// NewMLP and NewResNet do (the same parameters, in the same order, from the same draws). A spec
+// that does not describe a model goddp can build is a one-line error naming the field. Load
+// weights into it with Params().LoadNamed, or use Open.
 func New(dev tensor.Device, spec Spec, seed uint64) (Model, error) {
 	switch spec.Kind {
 	case SpecKindGPT:
@@ -139,8 +143,14 @@ func New(dev tensor.Device, spec Spec, seed uint64) (Model, error) {
 			return nil, err
 		}
 		return NewMLP(dev, cfg, seed)
+	case SpecKindResNet:
+		cfg, err := spec.ResNetConfig()
+		if err != nil {
+			return nil, err
+		}
+		return NewResNet(dev, cfg, seed)
 	}
-	return nil, fmt.Errorf("model: spec kind %q: want gpt or mlp", spec.Kind)
+	return nil, fmt.Errorf("model: spec kind %q: want %s, %s or %s", spec.Kind, SpecKindGPT, SpecKindMLP, SpecKindResNet)
 }
 
 // Weights is what ReadWeights found.
