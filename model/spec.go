@@ -350,6 +350,29 @@ func (s Spec) TargetsPerSample() int {
 // Classifier reports whether spec describes a classifier (Model.Classifier): an MLP or a ResNet.
 func (s Spec) Classifier() bool { return s.Kind == SpecKindMLP || s.Kind == SpecKindResNet }
 
+// Summary is the model in one line, for logs and plot titles: "gpt layers 12 width 768 heads 12
+// context 1024 vocab 50257 padded to 50304", "mlp 784-512-10 relu", "resnet depth 18 stem
+// \"small\" width 64 classes 10".
+func (s Spec) Summary() string {
+	switch s.Kind {
+	case SpecKindGPT:
+		v := fmt.Sprint(s.Vocab)
+		if u := s.VocabUsed; u > 0 && u != s.Vocab {
+			v = fmt.Sprintf("%d padded to %d", u, s.Vocab)
+		}
+		return fmt.Sprintf("gpt layers %d width %d heads %d context %d vocab %s", s.Layers, s.Width, s.Heads, s.Context, v)
+	case SpecKindMLP:
+		w := make([]string, len(s.Widths))
+		for i, x := range s.Widths {
+			w[i] = fmt.Sprint(x)
+		}
+		return "mlp " + strings.Join(w, "-") + " " + s.Activation
+	case SpecKindResNet:
+		return fmt.Sprintf("resnet depth %d stem %q width %d classes %d", s.Depth, s.Stem, s.Width, s.Classes)
+	}
+	return s.Kind
+}
+
 // VocabTokens is the tokenizer's vocabulary: VocabUsed, or Vocab when it pads nothing.
 func (s Spec) VocabTokens() int {
 	if s.VocabUsed > 0 {

@@ -306,3 +306,15 @@ func TestModel_inputsAndTargetsPerKind(t *testing.T) {
 		t.Errorf("a spec of no known kind: %+v", in)
 	}
 }
+
+func TestSpec_summary(t *testing.T) {
+	for kind, want := range map[string]string{
+		SpecKindGPT:    "gpt layers 2 width 32 heads 4 context 16 vocab 60 padded to 64",
+		SpecKindMLP:    "mlp 784-32-10 gelu",
+		SpecKindResNet: `resnet depth 18 stem "small" width 4 classes 10`,
+	} {
+		if got := specsOfEachKind()[kind].Summary(); got != want {
+			t.Errorf("%s: %q, want %q", kind, got, want)
+		}
+	}
+}
