@@ -4,9 +4,9 @@ import "github.com/goddp/goddp/model/tensor"
 
 // Inputs is one micro-batch on the device.
 type Inputs struct {
-	X       *tensor.Tensor // MLP: (B,In) f32
+	X       *tensor.Tensor // MLP: (B,In) f32; ResNet: (B,C·H·W) f32, read as (B,C,H,W) (Model.Input)
 	Tokens  *tensor.Tensor // GPT: (B,T) i32
-	Targets *tensor.Tensor // MLP: (B) i32; GPT: (B,T) i32; negative = ignore
+	Targets *tensor.Tensor // classifiers: (B) i32; GPT: (B,T) i32; negative = ignore (Model.TargetsPerSample)
 
 	// Valid is the number of targets ≥ 0 when the caller knows it (it has them on the host);
 	// 0 makes Forward count them, which waits for the device.
