@@ -180,7 +180,8 @@ func (s Spec) GPTConfig() (GPTConfig, error) {
 	if err := s.check(); err != nil {
 		return GPTConfig{}, err
 	}
-	if err := s.positive("layers", s.Layers, "width", s.Width, "heads", s.Heads, "context", s.Context, "vocab", s.Vocab); err != nil {
+	if err := positiveFields(specInt{"layers", s.Layers}, specInt{"width", s.Width}, specInt{"heads", s.Heads},
+		specInt{"context", s.Context}, specInt{"vocab", s.Vocab}); err != nil {
 		return GPTConfig{}, err
 	}
 	if s.Width%s.Heads != 0 {
@@ -251,7 +252,7 @@ func (s Spec) ResNetConfig() (ResNetConfig, error) {
 	if s.Stem != "imagenet" && s.Stem != "small" {
 		return ResNetConfig{}, fmt.Errorf("model: spec stem %q: want imagenet or small", s.Stem)
 	}
-	if err := s.positive("width", s.Width, "classes", s.Classes); err != nil {
+	if err := positiveFields(specInt{"width", s.Width}, specInt{"classes", s.Classes}); err != nil {
 		return ResNetConfig{}, err
 	}
 	if len(s.Image) != 3 || s.Image[0] <= 0 || s.Image[1] <= 0 || s.Image[2] <= 0 {
@@ -283,11 +284,17 @@ func (s Spec) ResNetConfig() (ResNetConfig, error) {
 		InC: s.Image[0], InH: s.Image[1], InW: s.Image[2], Compute: s.Compute, Checkpoint: s.Checkpoint}, nil
 }
 
-// positive is an error naming the first of (name, value) pairs that is not positive.
-func (s Spec) positive(pairs ...any) error {
-	for i := 0; i+1 < len(pairs); i += 2 {
-		if v := pairs[i+1].(int); v <= 0 {
-			return fmt.Errorf("model: spec %s %d: must be positive", pairs[i], v)
+// specInt is a spec field's JSON name and value.
+type specInt struct {
+	name string
+	v    int
+}
+
+// positiveFields is an error naming the first field that is not positive.
+func positiveFields(fs ...specInt) error {
+	for _, f := range fs {
+		if f.v <= 0 {
+			return fmt.Errorf("model: spec %s %d: must be positive", f.name, f.v)
 		}
 	}
 	return nil
