@@ -1,7 +1,10 @@
 package model
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -316,5 +319,62 @@ func TestSpec_summary(t *testing.T) {
 		if got := specsOfEachKind()[kind].Summary(); got != want {
 			t.Errorf("%s: %q, want %q", kind, got, want)
 		}
+	}
+}
+
+// A ResNet's checkpoint directory (weights with the BatchNorm running statistics beside them,
+// config.json its spec) opens as the model it holds, buffers included; a buffer missing is named.
+func TestOpen_resnetWithBuffers(t *testing.T) {
+	dev := cpu.New()
+	spec := ResNetConfig{Depth: 18, Stem: "small", Width: 4, Classes: 3, InC: 1, InH: 8, InW: 8}.Spec()
+	m, err := New(dev, spec, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	bufs := m.(Buffered).Buffers()
+	stats := make([]float32, bufs.N)
+	for i := range stats {
+		stats[i] = float32(i%7) * 0.25
+	}
+	dev.Upload(bufs.Data, stats)
+	ts := m.Params().NamedWeights()
+	for _, b := range bufs.List {
+		ts = append(ts, NamedTensor{Name: b.Name, DType: tensor.F32, Shape: []int{b.Len}, Data: F32Bytes(tensor.ToHost(b.T))})
+	}
+	write := func(ts []NamedTensor) string {
+		dir := t.TempDir()
+		var buf bytes.Buffer
+		if err := WriteSafetensors(&buf, ts, spec.Metadata()); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, WeightsFile), buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, ConfigFile), spec.JSON(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	back, backSpec, err := Open(dev, write(ts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Free()
+	if backSpec.Kind != SpecKindResNet || back.Params().SHA256() != m.Params().SHA256() {
+		t.Errorf("opened a %s with param hash %s, saved %s", backSpec.Kind, back.Params().SHA256(), m.Params().SHA256())
+	}
+	if got := tensor.ToHost(back.(Buffered).Buffers().Data); !reflect.DeepEqual(got, stats) {
+		t.Errorf("buffers not loaded: %v…", got[:8])
+	}
+	missing := bufs.List[3].Name
+	var less []NamedTensor
+	for _, x := range ts {
+		if x.Name != missing {
+			less = append(less, x)
+		}
+	}
+	if _, _, err := Open(dev, write(less)); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf("buffer %s missing: %v", missing, err)
 	}
 }

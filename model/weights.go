@@ -326,7 +326,8 @@ func (w *Weights) ModelSpec() (Spec, error) {
 }
 
 // Open builds the model the weights at path belong to (ReadWeights, then ModelSpec) on dev, in
-// f32, and loads them: a goddp checkpoint or export, or a Hugging Face GPT-2 directory.
+// f32, and loads them (a ResNet's BatchNorm running statistics too): a goddp checkpoint or
+// export, or a Hugging Face GPT-2 directory.
 func Open(dev tensor.Device, path string) (Model, Spec, error) {
 	w, err := ReadWeights(path)
 	if err != nil {
@@ -344,9 +345,51 @@ func Open(dev tensor.Device, path string) (Model, Spec, error) {
 	if err != nil {
 		return nil, Spec{}, err
 	}
-	if err := m.Params().LoadNamed(ts); err != nil {
+	ts, upload, err := bufferValues(m, ts)
+	if err == nil {
+		err = m.Params().LoadNamed(ts)
+	}
+	if err != nil {
 		m.Free()
 		return nil, Spec{}, fmt.Errorf("%w (%s)", err, path)
 	}
+	upload()
 	return m, spec, nil
+}
+
+// bufferValues takes a Buffered model's buffers (a ResNet's BatchNorm running statistics, which
+// checkpoints save beside the weights) out of ts: it returns the other tensors, and upload, which
+// sets the buffers. Every buffer must be in ts with its size; errors name it.
+func bufferValues(m Model, ts []NamedTensor) (rest []NamedTensor, upload func(), err error) {
+	b, ok := m.(Buffered)
+	if !ok || len(b.Buffers().List) == 0 {
+		return ts, func() {}, nil
+	}
+	bufs := b.Buffers()
+	byName := map[string]NamedTensor{}
+	for _, t := range ts {
+		if bufs.Get(t.Name) != nil {
+			byName[t.Name] = t
+		} else {
+			rest = append(rest, t)
+		}
+	}
+	vals := make([][]float32, len(bufs.List))
+	for i, x := range bufs.List {
+		t, ok := byName[x.Name]
+		if !ok {
+			return nil, nil, fmt.Errorf("model: no values for buffer %q", x.Name)
+		}
+		if vals[i], err = t.Float32s(); err != nil {
+			return nil, nil, err
+		}
+		if len(vals[i]) != x.Len {
+			return nil, nil, fmt.Errorf("model: buffer %q has %d values, the model wants %d", x.Name, len(vals[i]), x.Len)
+		}
+	}
+	return rest, func() {
+		for i, x := range bufs.List {
+			bufs.dev.Upload(x.T, vals[i])
+		}
+	}, nil
 }
