@@ -1,6 +1,7 @@
-// Package half is goddp's one IEEE 754 binary16 ("half", f16) codec: float32 ↔ f16 conversion of
-// one value and of slices, for the CPU device, the tensors' host transfers and the all-reduce's
-// wire codec. It imports nothing of goddp, so every package may use it (allreduce, which must not
+// Package half is goddp's one codec of 16-bit floats, IEEE 754 binary16 ("half", f16) and
+// bfloat16 (bf16.go): float32 ↔ f16/bf16 conversion of one value and of slices, for the CPU
+// device, the tensors' host transfers, safetensors and the all-reduce's wire codecs; Format
+// names either, for code written once for both. It imports nothing of goddp, so every package may use it (allreduce, which must not
 // import model, included).
 //
 // The conversions match github.com/x448/float16 bit for bit (round to nearest even, subnormals
