@@ -16,6 +16,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/goddp/goddp/allreduce/link"
 )
 
 // authPair runs both sides of the handshake over a pipe.
@@ -169,7 +171,7 @@ func (s *squatter) received() []byte {
 func TestTCP_squatterLearnsNothing(t *testing.T) {
 	const token = "the-group-token-0123456789"
 	sq, addr := newSquatter(t, func(a string) string { return unixName(a, token) })
-	tr := &tcpTransport{cfg: Config{Rank: 0, WorldSize: 2, Token: token, Timeout: 3 * time.Second, TransportKind: TransportTCP},
+	tr := &tcpTransport{cfg: Config{Rank: 0, WorldSize: 2, Token: token, Timeout: 3 * time.Second, TransportKind: link.TransportTCP},
 		addrs: []string{"", addr}}
 	_, err := tr.dial(context.Background(), 1)
 	if !errors.Is(err, errAuthListener) {
@@ -348,31 +350,4 @@ func procStatusKB(t *testing.T, key string) int {
 	}
 	t.Fatalf("no %s in /proc/self/status", key)
 	return 0
-}
-
-// Ranks above 0 of a multi-host group bind the address they advertise, not every interface.
-func TestListenAddr_bindsAdvertised(t *testing.T) {
-	got, err := listenAddr(Config{Rank: 1, MasterAddr: "192.0.2.7:29500", AdvertiseAddr: "198.51.100.3:0"})
-	if err != nil || got != "198.51.100.3:0" {
-		t.Fatalf("with AdvertiseAddr: %q, %v", got, err)
-	}
-	var own net.IP
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
-			own = n.IP
-			break
-		}
-	}
-	if own == nil {
-		t.Skip("no non-loopback IPv4 address here")
-	}
-	// Rank 0 on this host's own address: the route to it leaves from that address.
-	got, err = listenAddr(Config{Rank: 1, MasterAddr: net.JoinHostPort(own.String(), "29500")})
-	if err != nil || got != net.JoinHostPort(own.String(), "0") {
-		t.Fatalf("route to %s: %q, %v", own, got, err)
-	}
-	if got, _ := listenAddr(Config{Rank: 1, MasterAddr: "127.0.0.1:29500"}); got != "127.0.0.1:0" {
-		t.Fatalf("loopback: %q", got)
-	}
 }

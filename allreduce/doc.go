@@ -57,6 +57,6 @@
 // shared-memory ring (a sealed memfd, opened by the peer through /proc/PID/fd), and from then
 // on the frames are records in the ring (shm_ring.go), which the receiver reads in place and
 // sleeps on with a futex; the link still authenticates, fails and ends. A data plane offers
-// what the decorator needs through the small shmLinker interface. Every group test runs over
+// what the decorator needs through the small link.Linker interface. Every group test runs over
 // inproc, grpc, grpc-noshm, tcp and tcp-inet.
 package allreduce

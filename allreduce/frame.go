@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/goddp/goddp/allreduce/link"
 )
 
 // Every message between ranks is one frame: a fixed 40-byte little-endian header, then the
@@ -27,9 +29,8 @@ import (
 const (
 	frameMagic      = 0xDD9E
 	frameVersion    = 1
-	frameHeaderSize = 40
-	// maxFramePayload bounds one frame's payload; chunks are far smaller (Config.ChunkBytes).
-	maxFramePayload = 1 << 30
+	frameHeaderSize = link.FrameHeaderSize // 40; the planes know it from link
+	maxFramePayload = link.MaxFramePayload // chunks are far smaller (Config.ChunkBytes)
 )
 
 // frameKind says which collective a frame belongs to.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goddp/goddp/allreduce/link"
 	"github.com/goddp/goddp/model/half"
 )
 
@@ -35,7 +36,7 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 var transportKinds = []string{"inproc", "grpc", "grpc-noshm", "tcp", "tcp-inet"}
 
 // dataPlane is a group's transport under the shared-memory decorator (shm.go).
-func dataPlane(g *Group) Transport {
+func dataPlane(g *Group) link.Transport {
 	if s, ok := g.tr.(*shmTransport); ok {
 		return s.inner
 	}
@@ -397,7 +398,7 @@ func killRank(t *testing.T, kind string, g *Group) {
 	case "inproc":
 		g.tr.Close() // no goodbye: the links just break
 	default:
-		g.tr.(interface{ abort() error }).abort()
+		g.tr.(link.Aborter).Abort()
 	}
 }
 
@@ -519,7 +520,7 @@ func TestGroup_closeTwiceAndAfter(t *testing.T) {
 			if err := g.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if err := g.Barrier(context.Background()); !errors.Is(err, ErrClosed) {
+			if err := g.Barrier(context.Background()); !errors.Is(err, link.ErrClosed) {
 				t.Fatalf("%s: barrier after close: %v", kind, err)
 			}
 		}
@@ -682,7 +683,7 @@ func TestTransportKind_mismatch(t *testing.T) {
 		wg.Go(func() {
 			cfg := Config{Rank: r, WorldSize: 2, MasterAddr: master, Token: "t", Logger: quietLogger(), RendezvousTimeout: 1500 * time.Millisecond}
 			if r == 1 {
-				cfg.TransportKind = TransportTCP
+				cfg.TransportKind = link.TransportTCP
 			}
 			g, err := NewGroup(ctx, cfg)
 			if g != nil {

@@ -13,6 +13,8 @@ import (
 	"unsafe"
 
 	"google.golang.org/grpc/mem"
+
+	"github.com/goddp/goddp/allreduce/link"
 )
 
 // Connections and buffers of the gRPC data plane (transport_grpc.go).
@@ -45,7 +47,7 @@ func grpcListenUnix(tcp net.Listener, cfg Config) net.Listener {
 		return nil
 	}
 	host, _, err := net.SplitHostPort(tcp.Addr().String())
-	if err != nil || !isLoopback(host) {
+	if err != nil || !link.IsLoopback(host) {
 		return nil
 	}
 	ux, err := net.Listen("unix", grpcUnixName(tcp.Addr().String(), cfg.Token))
@@ -60,7 +62,7 @@ func grpcListenUnix(tcp net.Listener, cfg Config) net.Listener {
 func grpcDial(ctx context.Context, addr string, cfg Config) (net.Conn, error) {
 	var d net.Dialer
 	if grpcUseUnix(cfg) {
-		if host, _, err := net.SplitHostPort(addr); err == nil && isLoopback(host) {
+		if host, _, err := net.SplitHostPort(addr); err == nil && link.IsLoopback(host) {
 			if c, err := d.DialContext(ctx, "unix", grpcUnixName(addr, cfg.Token)); err == nil {
 				if uc, ok := c.(*net.UnixConn); ok && cfg.GRPCUnixSendBuf > 0 {
 					uc.SetWriteBuffer(cfg.GRPCUnixSendBuf) // fewer wake-ups per message

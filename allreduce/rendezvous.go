@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/goddp/goddp/allreduce/link"
 )
 
 // The rendezvous: how the ranks of a group learn each other's addresses. Rank 0 serves one
@@ -87,7 +89,7 @@ func (r *rendezvous) run(ctx context.Context) (rdvResult, error) {
 			r.mu.Unlock()
 			return rdvResult{}, fmt.Errorf("allreduce: rendezvous at %s: ranks %v did not join: %w", r.cfg.MasterAddr, missing, ctx.Err())
 		case <-r.closed:
-			return rdvResult{}, ErrClosed
+			return rdvResult{}, link.ErrClosed
 		}
 		r.mu.Lock()
 		a := r.tab.answer()

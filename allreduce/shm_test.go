@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/goddp/goddp/allreduce/link"
 )
 
 // The shared-memory decorator (shm.go) over both data planes it wraps.
@@ -59,7 +61,7 @@ func shmPair(t *testing.T, kind string, timeout time.Duration) ([]*Group, func(c
 	if out, in := shmLinks(gs); out != 2 || in != 2 {
 		t.Fatalf("%d/%d links have a ring, want 2/2", out, in)
 	}
-	send := func(ctx context.Context) error { return gs[0].tr.Send(ctx, 1, bytesPayload(make([]byte, 1500))) }
+	send := func(ctx context.Context) error { return gs[0].tr.Send(ctx, 1, link.Bytes(make([]byte, 1500))) }
 	for i := range 2 {
 		if err := send(context.Background()); err != nil {
 			t.Fatalf("send %d: %v", i, err)
@@ -154,9 +156,9 @@ func TestShm_receiverDiesWhileSenderWaits(t *testing.T) {
 			kill()
 			select {
 			case err := <-done:
-				var pe *PeerError
-				if !errors.As(err, &pe) || pe.Rank != 1 || !errors.Is(err, ErrPeerGone) {
-					t.Fatalf("got %v, want a PeerError naming rank 1 (gone)", err)
+				var pe *link.PeerError
+				if !errors.As(err, &pe) || pe.Rank != 1 || !errors.Is(err, link.ErrPeerGone) {
+					t.Fatalf("got %v, want a link.PeerError naming rank 1 (gone)", err)
 				}
 				t.Logf("noticed after %v", time.Since(start))
 			case <-time.After(timeout / 2):
@@ -178,8 +180,8 @@ func TestShm_waitCancelled(t *testing.T) {
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("got %v, want the context's error", err)
 			}
-			if el := time.Since(start); el < 50*time.Millisecond || el > sendGrace+time.Second {
-				t.Fatalf("gave up after %v (sendGrace %v)", el, sendGrace)
+			if el := time.Since(start); el < 50*time.Millisecond || el > link.SendGrace+time.Second {
+				t.Fatalf("gave up after %v (link.SendGrace %v)", el, link.SendGrace)
 			}
 		})
 	}
@@ -192,7 +194,7 @@ func TestShm_senderDiesAfterPublishing(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			gs := newGroups(t, kind, 2, func(c *Config) { c.Timeout = 5 * time.Second })
 			noErrors(t, each(gs, func(g *Group) error { return g.Barrier(context.Background()) }))
-			if err := gs[0].tr.Send(context.Background(), 1, bytesPayload("last words")); err != nil {
+			if err := gs[0].tr.Send(context.Background(), 1, link.Bytes("last words")); err != nil {
 				t.Fatal(err)
 			}
 			killRank(t, kind, gs[0])
@@ -202,9 +204,9 @@ func TestShm_senderDiesAfterPublishing(t *testing.T) {
 				t.Fatalf("got %q, %v; want what was published first", b, err)
 			}
 			_, err := gs[1].tr.Recv(ctx, 0)
-			var pe *PeerError
-			if !errors.As(err, &pe) || pe.Rank != 0 || !errors.Is(err, ErrPeerGone) {
-				t.Fatalf("got %v, want a PeerError naming rank 0 (gone)", err)
+			var pe *link.PeerError
+			if !errors.As(err, &pe) || pe.Rank != 0 || !errors.Is(err, link.ErrPeerGone) {
+				t.Fatalf("got %v, want a link.PeerError naming rank 0 (gone)", err)
 			}
 		})
 	}
@@ -249,10 +251,10 @@ func TestShm_badRecord(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
 				_, err := gs[1].tr.Recv(ctx, 0)
-				var pe *PeerError
+				var pe *link.PeerError
 				if !errors.As(err, &pe) || pe.Rank != 0 || !errors.Is(err, errShmFrame) ||
 					!strings.Contains(err.Error(), "malformed") || !strings.Contains(err.Error(), tc.expect) {
-					t.Fatalf("got %v, want a malformed-frame PeerError naming rank 0 (%q)", err, tc.expect)
+					t.Fatalf("got %v, want a malformed-frame link.PeerError naming rank 0 (%q)", err, tc.expect)
 				}
 			})
 		}
@@ -267,15 +269,15 @@ func TestShm_helloRequired(t *testing.T) {
 			gs := newGroups(t, kind, 2, nil)
 			frame := make([]byte, frameHeaderSize)
 			putFrameHeader(frame, &frameHeader{kind: kindKeepalive, wire: wireBytes, origin: 0, seq: 1})
-			if err := dataPlane(gs[0]).Send(context.Background(), 1, bytesPayload(frame)); err != nil {
+			if err := dataPlane(gs[0]).Send(context.Background(), 1, link.Bytes(frame)); err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			_, err := gs[1].tr.Recv(ctx, 0)
-			var pe *PeerError
+			var pe *link.PeerError
 			if !errors.As(err, &pe) || pe.Rank != 0 || !errors.Is(err, errShmHello) {
-				t.Fatalf("got %v, want a PeerError naming rank 0 (%v)", err, errShmHello)
+				t.Fatalf("got %v, want a link.PeerError naming rank 0 (%v)", err, errShmHello)
 			}
 		})
 	}
@@ -323,7 +325,7 @@ func shmProcessRank(kind string, rank int, master string) error {
 	cfg := Config{Rank: rank, WorldSize: 2, MasterAddr: master, Token: "secret", Timeout: 20 * time.Second,
 		Logger: quietLogger(), SharedMemBytes: 64 << 10, ChunkBytes: 16 << 10}
 	if kind == "tcp" {
-		cfg.TransportKind = TransportTCP
+		cfg.TransportKind = link.TransportTCP
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -416,7 +418,7 @@ type hostInproc struct {
 	back [][]chan []byte // back[sender][receiver]: answers to the sender's offers
 }
 
-var _ shmLinker = hostInproc{}
+var _ link.Linker = hostInproc{}
 
 func newHostInproc(n int) []hostInproc {
 	nw := NewInprocNetwork(n)
@@ -434,26 +436,26 @@ func newHostInproc(n int) []hostInproc {
 	return eps
 }
 
-func (h hostInproc) linkTo(context.Context, int) (bool, error) { return true, nil }
-func (h hostInproc) linkFromLocal(int) bool                    { return true }
-func (h hostInproc) answer(from int, b []byte) error {
+func (h hostInproc) LinkTo(context.Context, int) (bool, error) { return true, nil }
+func (h hostInproc) LinkFromLocal(int) bool                    { return true }
+func (h hostInproc) Answer(from int, b []byte) error {
 	h.back[from][h.rank] <- append([]byte(nil), b...)
 	return nil
 }
 
-func (h hostInproc) readAnswer(ctx context.Context, to int, b []byte) error {
+func (h hostInproc) ReadAnswer(ctx context.Context, to int, b []byte) error {
 	select {
 	case a := <-h.back[h.rank][to]:
 		copy(b, a)
 		return nil
 	case <-h.nw.eps[to].closed:
-		return &PeerError{Rank: to, Err: ErrPeerGone}
+		return &link.PeerError{Rank: to, Err: link.ErrPeerGone}
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
 }
 
-func (h hostInproc) linkDown(peer int, _ bool) bool {
+func (h hostInproc) LinkDown(peer int, _ bool) bool {
 	select {
 	case <-h.nw.eps[peer].closed:
 		return true
@@ -491,7 +493,7 @@ func TestShm_overInproc(t *testing.T) {
 			big := make([]byte, 3000)
 			big[2999] = 7
 			done := make(chan error, 1)
-			go func() { done <- gs[0].tr.Send(context.Background(), 1, bytesPayload(big)) }()
+			go func() { done <- gs[0].tr.Send(context.Background(), 1, link.Bytes(big)) }()
 			b, err := gs[1].tr.Recv(context.Background(), 0)
 			if err != nil || len(b) != 3000 || b[2999] != 7 || <-done != nil {
 				t.Fatalf("a frame over half the ring: %d bytes, %v", len(b), err)
@@ -499,16 +501,16 @@ func TestShm_overInproc(t *testing.T) {
 			// Fill rank 0's ring toward 1, then rank 1 dies under the waiting sender.
 			var serr error
 			for range 8 {
-				if serr = gs[0].tr.Send(context.Background(), 1, bytesPayload(make([]byte, 1000))); serr != nil {
+				if serr = gs[0].tr.Send(context.Background(), 1, link.Bytes(make([]byte, 1000))); serr != nil {
 					break
 				}
 				if o := gs[0].tr.(*shmTransport).out[1]; !o.r.room(o.tail + 1016) {
 					go func() { time.Sleep(100 * time.Millisecond); eps[1].Close() }()
 				}
 			}
-			var pe *PeerError
+			var pe *link.PeerError
 			if !errors.As(serr, &pe) || pe.Rank != 1 {
-				t.Fatalf("sending into a full ring toward a dead rank: %v, want a PeerError naming rank 1", serr)
+				t.Fatalf("sending into a full ring toward a dead rank: %v, want a link.PeerError naming rank 1", serr)
 			}
 		})
 	}

@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/goddp/goddp/allreduce/link"
 )
 
 // The gRPC transport. Every rank runs one gRPC server (rank 0's at MasterAddr) with a
@@ -45,10 +47,8 @@ import (
 const (
 	serviceName   = "goddp.allreduce.Ring"
 	grpcSockBuf   = 4 << 20 // gRPC's client read buffer per connection, bytes
-	grpcMaxMsg    = frameHeaderSize + maxFramePayload
-	inboxDepth    = 4 // frames a receiving link buffers before gRPC flow control holds the sender
+	inboxDepth    = 4       // frames a receiving link buffers before gRPC flow control holds the sender
 	joinRetryBase = 50 * time.Millisecond
-	sendGrace     = time.Second // how long a cancelled Send may still finish before its stream is cut
 )
 
 var ringServiceDesc = grpc.ServiceDesc{
@@ -89,7 +89,7 @@ type grpcTransport struct {
 	rdv *rendezvous // rendezvous.go; this server hosts rank 0's Join
 }
 
-var _ Transport = (*grpcTransport)(nil)
+var _ link.Transport = (*grpcTransport)(nil)
 
 // inbox holds the frames received from one peer.
 type inbox struct {
@@ -101,7 +101,7 @@ type inbox struct {
 	broken chan struct{}     // closed when err is set
 	active bool              // a Push stream from this peer is being served
 	ended  bool              // push returned: ss is gone
-	ss     grpc.ServerStream // the Push stream, for answers (shmLinker)
+	ss     grpc.ServerStream // the Push stream, for answers (link.Linker)
 	unix   bool              // it came over a Unix-domain socket (a peer on this host)
 }
 
@@ -139,7 +139,7 @@ func newGRPCTransport(ctx context.Context, cfg Config) (*grpcTransport, error) {
 	for i := range t.in {
 		t.in[i] = &inbox{q: make(chan inItem, inboxDepth), free: make(chan []byte, inboxDepth+2), broken: make(chan struct{})}
 	}
-	listen, err := listenAddr(cfg)
+	listen, err := cfg.ListenAddress()
 	if err != nil {
 		return nil, err
 	}
@@ -153,8 +153,8 @@ func newGRPCTransport(ctx context.Context, cfg Config) (*grpcTransport, error) {
 		grpc.InitialWindowSize(int32(cfg.GRPCWindow)),
 		grpc.InitialConnWindowSize(int32(cfg.GRPCWindow)),
 		grpc.WriteBufferSize(max(cfg.GRPCWriteBuf, 0)),
-		grpc.MaxRecvMsgSize(grpcMaxMsg),
-		grpc.MaxSendMsgSize(grpcMaxMsg),
+		grpc.MaxRecvMsgSize(link.MaxMessage),
+		grpc.MaxSendMsgSize(link.MaxMessage),
 		grpc.WaitForHandlers(true),
 	}
 	unary, stream := grpcAuth(t.log)
@@ -209,40 +209,6 @@ func (t *grpcTransport) serveJoin(ctx context.Context, body []byte) ([]byte, err
 	return t.rdv.serveJoin(ctx, body)
 }
 
-// listenAddr picks the data-plane bind address (Config.ListenAddr's rule).
-func listenAddr(cfg Config) (string, error) {
-	if cfg.Rank == 0 {
-		return cfg.MasterAddr, nil
-	}
-	if cfg.ListenAddr != "" {
-		return cfg.ListenAddr, nil
-	}
-	host, _, err := net.SplitHostPort(cfg.MasterAddr)
-	if err != nil {
-		return "", fmt.Errorf("allreduce: MasterAddr %q: %w", cfg.MasterAddr, err)
-	}
-	if host == "localhost" {
-		return "127.0.0.1:0", nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return net.JoinHostPort(host, "0"), nil
-	}
-	// Another host: bind the address other ranks will dial, not every interface. That is the
-	// host of AdvertiseAddr when set, else the local address the route to rank 0 leaves from
-	// (the one rank 0 sees us from, and advertises: join). A UDP "connection" sends nothing.
-	if cfg.AdvertiseAddr != "" {
-		if h, _, err := net.SplitHostPort(cfg.AdvertiseAddr); err == nil && h != "" {
-			return net.JoinHostPort(h, "0"), nil
-		}
-	}
-	c, err := net.Dial("udp", cfg.MasterAddr)
-	if err != nil {
-		return "", fmt.Errorf("allreduce: rank %d: no route to rank 0 at %s to pick a listen address (set ListenAddr): %w", cfg.Rank, cfg.MasterAddr, err)
-	}
-	defer c.Close()
-	return net.JoinHostPort(c.LocalAddr().(*net.UDPAddr).IP.String(), "0"), nil
-}
-
 func (t *grpcTransport) dialOptions() []grpc.DialOption {
 	creds := insecure.NewCredentials()
 	if t.cfg.TLS != nil {
@@ -255,7 +221,7 @@ func (t *grpcTransport) dialOptions() []grpc.DialOption {
 		grpc.WithInitialConnWindowSize(int32(t.cfg.GRPCWindow)),
 		grpc.WithReadBufferSize(grpcSockBuf),
 		grpc.WithWriteBufferSize(max(t.cfg.GRPCWriteBuf, 0)),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}), grpc.MaxCallRecvMsgSize(grpcMaxMsg), grpc.MaxCallSendMsgSize(grpcMaxMsg)),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}), grpc.MaxCallRecvMsgSize(link.MaxMessage), grpc.MaxCallSendMsgSize(link.MaxMessage)),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: joinRetryBase, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: 2 * time.Second,
@@ -366,7 +332,7 @@ func (t *grpcTransport) push(ss grpc.ServerStream) error {
 		select {
 		case in.q <- inItem{b: m.buf}:
 		case <-ctx.Done():
-			in.fail(ErrPeerGone)
+			in.fail(link.ErrPeerGone)
 			return nil
 		case <-t.closed:
 			return nil
@@ -377,9 +343,9 @@ func (t *grpcTransport) push(ss grpc.ServerStream) error {
 // linkError turns a stream error into what a PeerError carries.
 func linkError(err error) error {
 	if s, ok := status.FromError(err); ok && s.Code() != codes.OK && s.Code() != codes.Canceled && s.Code() != codes.Unavailable {
-		return fmt.Errorf("%w: %s", ErrPeerGone, s.Message())
+		return fmt.Errorf("%w: %s", link.ErrPeerGone, s.Message())
 	}
-	return ErrPeerGone
+	return link.ErrPeerGone
 }
 
 func (t *grpcTransport) Recv(ctx context.Context, from int) ([]byte, error) {
@@ -412,17 +378,17 @@ func (t *grpcTransport) recvQueue(ctx context.Context, from int, in *inbox) (inI
 		case it := <-in.q:
 			return it, nil
 		default:
-			return inItem{}, &PeerError{Rank: from, Err: in.err}
+			return inItem{}, &link.PeerError{Rank: from, Err: in.err}
 		}
 	case <-t.closed:
-		return inItem{}, ErrClosed
+		return inItem{}, link.ErrClosed
 	case <-ctx.Done():
 		return inItem{}, context.Cause(ctx)
 	}
 }
 
 func (t *grpcTransport) link(to int) (*outLink, error) {
-	return openLink(&t.outMu, t.out, t.closed, to, func() (*outLink, bool, error) {
+	return link.OpenLink(&t.outMu, t.out, t.closed, to, func() (*outLink, bool, error) {
 		l := &outLink{}
 		conn, err := grpc.NewClient("passthrough:///"+t.addrs[to], append(t.dialOptions(), grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return grpcAuthDial(ctx, addr, t.cfg, func(c net.Conn) {
@@ -431,7 +397,7 @@ func (t *grpcTransport) link(to int) (*outLink, error) {
 			})
 		}))...)
 		if err != nil {
-			l.err = &PeerError{Rank: to, Err: err}
+			l.err = &link.PeerError{Rank: to, Err: err}
 			return l, true, nil
 		}
 		l.conn = conn
@@ -441,13 +407,13 @@ func (t *grpcTransport) link(to int) (*outLink, error) {
 		// may still be starting; the collective's watchdog bounds the wait.
 		l.stream, err = conn.NewStream(sctx, &pushStreamDesc, "/"+serviceName+"/Push", grpc.WaitForReady(true))
 		if err != nil {
-			l.err = &PeerError{Rank: to, Err: err}
+			l.err = &link.PeerError{Rank: to, Err: err}
 		}
 		return l, true, nil
 	})
 }
 
-func (t *grpcTransport) Send(ctx context.Context, to int, p Payload) error {
+func (t *grpcTransport) Send(ctx context.Context, to int, p link.Payload) error {
 	if to < 0 || to >= len(t.out) || to == t.cfg.Rank {
 		return fmt.Errorf("allreduce: send to invalid rank %d", to)
 	}
@@ -478,7 +444,7 @@ func (t *grpcTransport) graced(ctx context.Context, l *outLink, to int, op func(
 		mu.Lock()
 		defer mu.Unlock()
 		if !done {
-			killer = time.AfterFunc(sendGrace, func() {
+			killer = time.AfterFunc(link.SendGrace, func() {
 				mu.Lock()
 				killed = !done
 				mu.Unlock()
@@ -498,7 +464,7 @@ func (t *grpcTransport) graced(ctx context.Context, l *outLink, to int, op func(
 	wasKilled := killed
 	mu.Unlock()
 	if wasKilled {
-		l.err = &PeerError{Rank: to, Err: fmt.Errorf("send abandoned: %w", context.Cause(ctx))}
+		l.err = &link.PeerError{Rank: to, Err: fmt.Errorf("send abandoned: %w", context.Cause(ctx))}
 		return context.Cause(ctx)
 	}
 	if err != nil {
@@ -511,10 +477,10 @@ func (t *grpcTransport) graced(ctx context.Context, l *outLink, to int, op func(
 		if rerr == nil {
 			rerr = err
 		}
-		l.err = &PeerError{Rank: to, Err: linkError(rerr)}
+		l.err = &link.PeerError{Rank: to, Err: linkError(rerr)}
 		select {
 		case <-t.closed:
-			return ErrClosed
+			return link.ErrClosed
 		default:
 		}
 		return l.err
@@ -552,11 +518,11 @@ func (t *grpcTransport) Close() error {
 	}
 	t.outMu.Unlock()
 	wg.Wait()
-	return t.abort()
+	return t.Abort()
 }
 
 // abort closes everything at once, like a process dying (tests use it as a kill).
-func (t *grpcTransport) abort() error {
+func (t *grpcTransport) Abort() error {
 	t.once.Do(func() {
 		close(t.closed)
 		t.rdv.close()
@@ -577,9 +543,9 @@ func (t *grpcTransport) abort() error {
 var errEOF = io.EOF
 
 // The shared-memory decorator's needs (shm.go).
-var _ shmLinker = (*grpcTransport)(nil)
+var _ link.Linker = (*grpcTransport)(nil)
 
-func (t *grpcTransport) linkTo(_ context.Context, to int) (bool, error) {
+func (t *grpcTransport) LinkTo(_ context.Context, to int) (bool, error) {
 	if to < 0 || to >= len(t.out) || to == t.cfg.Rank {
 		return false, fmt.Errorf("allreduce: send to invalid rank %d", to)
 	}
@@ -590,7 +556,7 @@ func (t *grpcTransport) linkTo(_ context.Context, to int) (bool, error) {
 	return l.unix.Load(), nil
 }
 
-func (t *grpcTransport) linkFromLocal(from int) bool {
+func (t *grpcTransport) LinkFromLocal(from int) bool {
 	in := t.in[from]
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -600,17 +566,17 @@ func (t *grpcTransport) linkFromLocal(from int) bool {
 // answer sends b on the peer's Push stream, back to its sender (the stream is bidirectional
 // for this only). gRPC allows it beside the push goroutine's RecvMsg, and not once the handler
 // has returned, which in.mu rules out.
-func (t *grpcTransport) answer(from int, b []byte) error {
+func (t *grpcTransport) Answer(from int, b []byte) error {
 	in := t.in[from]
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.ended || in.ss == nil {
-		return ErrPeerGone
+		return link.ErrPeerGone
 	}
 	return in.ss.SendMsg(&b)
 }
 
-func (t *grpcTransport) readAnswer(ctx context.Context, to int, b []byte) error {
+func (t *grpcTransport) ReadAnswer(ctx context.Context, to int, b []byte) error {
 	l, err := t.link(to)
 	if err != nil {
 		return err
@@ -628,7 +594,7 @@ func (t *grpcTransport) readAnswer(ctx context.Context, to int, b []byte) error 
 	})
 }
 
-func (t *grpcTransport) linkDown(peer int, out bool) bool {
+func (t *grpcTransport) LinkDown(peer int, out bool) bool {
 	if !out {
 		select {
 		case <-t.in[peer].broken:
@@ -645,3 +611,6 @@ func (t *grpcTransport) linkDown(peer int, out bool) bool {
 	}
 	return l.err != nil || l.stream.Context().Err() != nil || l.conn.GetState() != connectivity.Ready
 }
+
+// Failed is the link's sticky error (link.OpenLink).
+func (l *outLink) Failed() error { return l.err }

@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/goddp/goddp/allreduce/link"
 )
 
 // testTLS is a mutual-TLS config with a fresh self-signed certificate that every rank shares
@@ -173,7 +175,7 @@ func TestGRPC_pushWithoutHandshakeRefused(t *testing.T) {
 	defer cancel()
 	st, err := conn.NewStream(ctx, &pushStreamDesc, "/"+serviceName+"/Push")
 	if err == nil {
-		err = st.SendMsg(&outMsg{p: bytesPayload(make([]byte, frameHeaderSize))})
+		err = st.SendMsg(&outMsg{p: link.Bytes(make([]byte, frameHeaderSize))})
 		if err == nil {
 			st.CloseSend()
 			var resp []byte

@@ -14,6 +14,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/goddp/goddp/allreduce/link"
 )
 
 // The raw TCP data plane (Config.TransportKind "tcp", or DDP_TRANSPORT=tcp). The rendezvous is
@@ -48,13 +50,6 @@ import (
 // the socket stays the link (the handshake, the offer's one-byte answer back, the end of the
 // link, and frames too large for the ring).
 
-// Transport kinds (Config.TransportKind, DDP_TRANSPORT).
-const (
-	TransportGRPC    = "grpc"     // default: gRPC streams
-	TransportTCP     = "tcp"      // raw sockets (Unix-domain to loopback peers), gRPC rendezvous
-	TransportTCPInet = "tcp-inet" // raw TCP only
-)
-
 type tcpTransport struct {
 	cfg Config
 	log *slog.Logger
@@ -77,7 +72,7 @@ type tcpTransport struct {
 	once   sync.Once
 }
 
-var _ Transport = (*tcpTransport)(nil)
+var _ link.Transport = (*tcpTransport)(nil)
 
 // tcpIn is the connection a peer sends to this rank on; only Recv reads it.
 type tcpIn struct {
@@ -97,9 +92,9 @@ type tcpOut struct {
 
 func newTCPTransport(ctx context.Context, cfg Config) (*tcpTransport, error) {
 	if cfg.TLS != nil {
-		return nil, fmt.Errorf("allreduce: the tcp transport does not support TLS; use the default gRPC transport (%s=%s)", EnvTransport, TransportGRPC)
+		return nil, fmt.Errorf("allreduce: the tcp transport does not support TLS; use the default gRPC transport (%s=%s)", EnvTransport, link.TransportGRPC)
 	}
-	listen, err := listenAddr(cfg)
+	listen, err := cfg.ListenAddress()
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +112,7 @@ func newTCPTransport(ctx context.Context, cfg Config) (*tcpTransport, error) {
 	for i := range t.in {
 		t.in[i] = &tcpIn{ready: make(chan struct{})}
 	}
-	if cfg.TransportKind == TransportTCP && runtime.GOOS == "linux" && isLoopback(host) {
+	if cfg.TransportKind == link.TransportTCP && runtime.GOOS == "linux" && link.IsLoopback(host) {
 		if ux, err := net.Listen("unix", unixName(lis.Addr().String(), t.cfg.Token)); err == nil {
 			t.ux = ux
 			t.wg.Add(1)
@@ -164,14 +159,6 @@ func newTCPTransport(ctx context.Context, cfg Config) (*tcpTransport, error) {
 func unixName(addr, token string) string {
 	h := sha256.Sum256([]byte("goddp-tcp-unix\x00" + token + "\x00" + addr))
 	return "@goddp-allreduce-" + hex.EncodeToString(h[:12])
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 func (t *tcpTransport) accept(lis net.Listener) {
@@ -263,7 +250,7 @@ func (t *tcpTransport) dial(ctx context.Context, to int) (net.Conn, error) {
 	d := net.Dialer{Timeout: t.cfg.Timeout}
 	var c net.Conn
 	err := errors.New("no Unix-domain socket")
-	if host, _, _ := net.SplitHostPort(t.addrs[to]); t.cfg.TransportKind == TransportTCP && runtime.GOOS == "linux" && isLoopback(host) {
+	if host, _, _ := net.SplitHostPort(t.addrs[to]); t.cfg.TransportKind == link.TransportTCP && runtime.GOOS == "linux" && link.IsLoopback(host) {
 		c, err = d.DialContext(ctx, "unix", unixName(t.addrs[to], t.cfg.Token))
 	}
 	if err != nil {
@@ -286,7 +273,7 @@ func (t *tcpTransport) dial(ctx context.Context, to int) (net.Conn, error) {
 }
 
 func (t *tcpTransport) link(ctx context.Context, to int) (*tcpOut, error) {
-	return openLink(&t.outMu, t.out, t.closed, to, func() (*tcpOut, bool, error) {
+	return link.OpenLink(&t.outMu, t.out, t.closed, to, func() (*tcpOut, bool, error) {
 		l := &tcpOut{}
 		l.conn, l.err = t.dial(ctx, to)
 		if l.err != nil {
@@ -296,13 +283,13 @@ func (t *tcpTransport) link(ctx context.Context, to int) (*tcpOut, error) {
 				// dials afresh.
 				return nil, false, context.Cause(ctx)
 			}
-			l.err = &PeerError{Rank: to, Err: l.err}
+			l.err = &link.PeerError{Rank: to, Err: l.err}
 		}
 		return l, true, nil
 	})
 }
 
-func (t *tcpTransport) Send(ctx context.Context, to int, p Payload) error {
+func (t *tcpTransport) Send(ctx context.Context, to int, p link.Payload) error {
 	if to < 0 || to >= len(t.out) || to == t.cfg.Rank {
 		return fmt.Errorf("allreduce: send to invalid rank %d", to)
 	}
@@ -335,7 +322,7 @@ func graceful(ctx context.Context, setDeadline func(time.Time) error, io func() 
 	stop := context.AfterFunc(ctx, func() {
 		mu.Lock()
 		if !done {
-			setDeadline(time.Now().Add(sendGrace))
+			setDeadline(time.Now().Add(link.SendGrace))
 		}
 		mu.Unlock()
 	})
@@ -353,15 +340,15 @@ func graceful(ctx context.Context, setDeadline func(time.Time) error, io func() 
 func (t *tcpTransport) sendFailed(ctx context.Context, l *tcpOut, to int, err error) error {
 	select {
 	case <-t.closed:
-		l.err = ErrClosed
-		return ErrClosed
+		l.err = link.ErrClosed
+		return link.ErrClosed
 	default:
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil {
-		l.err = &PeerError{Rank: to, Err: fmt.Errorf("send abandoned: %w", context.Cause(ctx))}
+		l.err = &link.PeerError{Rank: to, Err: fmt.Errorf("send abandoned: %w", context.Cause(ctx))}
 		return context.Cause(ctx)
 	}
-	l.err = &PeerError{Rank: to, Err: fmt.Errorf("%w: %v", ErrPeerGone, err)}
+	l.err = &link.PeerError{Rank: to, Err: fmt.Errorf("%w: %v", link.ErrPeerGone, err)}
 	return l.err
 }
 
@@ -376,7 +363,7 @@ func (t *tcpTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 		select {
 		case <-in.ready:
 		case <-t.closed:
-			return nil, ErrClosed
+			return nil, link.ErrClosed
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
 		}
@@ -406,20 +393,20 @@ func (t *tcpTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 	}
 	select {
 	case <-t.closed:
-		return nil, ErrClosed
+		return nil, link.ErrClosed
 	default:
 	}
 	switch {
 	case errors.Is(err, errTCPTooLarge):
-		in.err = &PeerError{Rank: from, Err: fmt.Errorf("malformed frame: %w", err)}
+		in.err = &link.PeerError{Rank: from, Err: fmt.Errorf("malformed frame: %w", err)}
 	case errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil:
 		// The stream may be mid-frame now: the link is unusable after this.
-		in.err = &PeerError{Rank: from, Err: fmt.Errorf("receive abandoned: %w", context.Cause(ctx))}
+		in.err = &link.PeerError{Rank: from, Err: fmt.Errorf("receive abandoned: %w", context.Cause(ctx))}
 		return nil, context.Cause(ctx)
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-		in.err = &PeerError{Rank: from, Err: ErrPeerGone}
+		in.err = &link.PeerError{Rank: from, Err: link.ErrPeerGone}
 	default:
-		in.err = &PeerError{Rank: from, Err: fmt.Errorf("%w: %v", ErrPeerGone, err)}
+		in.err = &link.PeerError{Rank: from, Err: fmt.Errorf("%w: %v", link.ErrPeerGone, err)}
 	}
 	return nil, in.err
 }
@@ -431,7 +418,7 @@ func (in *tcpIn) read() ([]byte, error) {
 		return nil, err
 	}
 	n := int(binary.LittleEndian.Uint32(l[:]))
-	if n > grpcMaxMsg {
+	if n > link.MaxMessage {
 		return nil, fmt.Errorf("%w: message of %d bytes", errTCPTooLarge, n)
 	}
 	if cap(in.buf) < n {
@@ -450,10 +437,10 @@ func (in *tcpIn) read() ([]byte, error) {
 // Close ends every connection: frames already written reach the peer (the kernel sends what is
 // buffered before the FIN), so a rank that leaves right after its last collective does not take
 // them with it.
-func (t *tcpTransport) Close() error { return t.abort() }
+func (t *tcpTransport) Close() error { return t.Abort() }
 
-// abort is Close (a dying process closes its sockets the same way).
-func (t *tcpTransport) abort() error {
+// Abort is Close (a dying process closes its sockets the same way).
+func (t *tcpTransport) Abort() error {
 	t.once.Do(func() {
 		t.connsMu.Lock()
 		close(t.closed)
@@ -485,23 +472,12 @@ func (t *tcpTransport) abort() error {
 	return nil
 }
 
-// transportKind validates a Config.TransportKind ("" is grpc).
-func transportKind(k string) (string, error) {
-	switch k {
-	case "", TransportGRPC:
-		return TransportGRPC, nil
-	case TransportTCP, TransportTCPInet:
-		return k, nil
-	}
-	return "", fmt.Errorf("allreduce: unknown transport kind %q (want %s, %s or %s)", k, TransportGRPC, TransportTCP, TransportTCPInet)
-}
-
 var errTCPTooLarge = errors.New("frame too large")
 
 // The shared-memory decorator's needs (shm.go).
-var _ shmLinker = (*tcpTransport)(nil)
+var _ link.Linker = (*tcpTransport)(nil)
 
-func (t *tcpTransport) linkTo(ctx context.Context, to int) (bool, error) {
+func (t *tcpTransport) LinkTo(ctx context.Context, to int) (bool, error) {
 	if to < 0 || to >= len(t.out) || to == t.cfg.Rank {
 		return false, fmt.Errorf("allreduce: send to invalid rank %d", to)
 	}
@@ -513,7 +489,7 @@ func (t *tcpTransport) linkTo(ctx context.Context, to int) (bool, error) {
 	return local, nil
 }
 
-func (t *tcpTransport) linkFromLocal(from int) bool {
+func (t *tcpTransport) LinkFromLocal(from int) bool {
 	in := t.in[from]
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -523,13 +499,13 @@ func (t *tcpTransport) linkFromLocal(from int) bool {
 
 // answer writes b on the connection the peer sends on: the socket is two-way, and nothing else
 // is ever written back on it.
-func (t *tcpTransport) answer(from int, b []byte) error {
+func (t *tcpTransport) Answer(from int, b []byte) error {
 	in := t.in[from]
 	_, err := in.conn.Write(b)
 	return err
 }
 
-func (t *tcpTransport) readAnswer(ctx context.Context, to int, b []byte) error {
+func (t *tcpTransport) ReadAnswer(ctx context.Context, to int, b []byte) error {
 	l, err := t.link(ctx, to)
 	if err != nil {
 		return err
@@ -541,7 +517,7 @@ func (t *tcpTransport) readAnswer(ctx context.Context, to int, b []byte) error {
 	return nil
 }
 
-func (t *tcpTransport) linkDown(peer int, out bool) bool {
+func (t *tcpTransport) LinkDown(peer int, out bool) bool {
 	if out {
 		t.outMu.Lock()
 		l := t.out[peer]
@@ -554,3 +530,6 @@ func (t *tcpTransport) linkDown(peer int, out bool) bool {
 	in.mu.Unlock()
 	return c != nil && connGone(c)
 }
+
+// Failed is the link's sticky error (link.OpenLink).
+func (l *tcpOut) Failed() error { return l.err }
