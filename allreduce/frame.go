@@ -45,7 +45,9 @@ const (
 	kindBarrier
 	kindAbort     // a rank failed; payload is the reason text, aux-1 the rank blamed
 	kindKeepalive // "still here": sent by an idle sender so its neighbour does not time out
-	kindCount     // not a kind: the number of kinds
+	kindReduceScatter
+	kindAllGatherSegments
+	kindCount // not a kind: the number of kinds
 )
 
 func (k frameKind) String() string {
@@ -62,6 +64,10 @@ func (k frameKind) String() string {
 		return "abort"
 	case kindKeepalive:
 		return "keepalive"
+	case kindReduceScatter:
+		return "reduce-scatter"
+	case kindAllGatherSegments:
+		return "all-gather-segments"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

@@ -51,7 +51,7 @@ type Stats struct {
 // CollectiveError is how every collective fails: which collective, its sequence number (the
 // "step" counted from 1, the same on every rank), the peer blamed, and why.
 type CollectiveError struct {
-	Kind string // "all-reduce", "broadcast", "all-gather", "barrier"
+	Kind string // "all-reduce", "reduce-scatter", "all-gather-segments", "broadcast", "all-gather", "barrier"
 	Seq  uint64
 	Peer int // rank blamed; -1 when no peer is (e.g. the caller's context was cancelled)
 	Err  error
