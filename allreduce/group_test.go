@@ -577,6 +577,10 @@ func (h *recordingHandler) has(sub string) bool {
 	return false
 }
 
+// A rank with the wrong token is refused at the rendezvous, and rank 0 logs it. The joining
+// rank's gRPC client takes a refused handshake for a connection that failed and retries it (rank
+// 0's address may yet be taken by the right listener) until its RendezvousTimeout: one second
+// here, where the test's own ten-second context used to be what ended it.
 func TestGRPC_wrongTokenRefused(t *testing.T) {
 	master := freeAddr(t)
 	rec := &recordingHandler{}
@@ -591,11 +595,12 @@ func TestGRPC_wrongTokenRefused(t *testing.T) {
 			g.Close()
 		}
 	})
-	_, err := NewGroup(ctx, Config{Rank: 1, WorldSize: 2, MasterAddr: master, Token: "wrong", Logger: quietLogger()})
+	_, err := NewGroup(ctx, Config{Rank: 1, WorldSize: 2, MasterAddr: master, Token: "wrong", Logger: quietLogger(), RendezvousTimeout: time.Second})
 	cancel()
 	wg.Wait()
 	if err == nil || !strings.Contains(err.Error(), "token") {
 		t.Fatalf("joining with a wrong token: %v (rank 0: %v)", err, err0)
+
 	}
 	if err0 == nil {
 		t.Fatal("rank 0 formed a group with a refused peer")
