@@ -12,7 +12,7 @@
 //     is the only place the package reads the environment, and every knob is a Config
 //     field). Rank 0 serves the rendezvous at MASTER_ADDR:MASTER_PORT: each other rank calls
 //     Join with its own address, and when all have joined everyone gets the full table
-//     (rendezvous.go; the table itself is rdvTable, a core with no I/O, rendezvous_state.go).
+//     (rendezvous.go; the table itself is table, a core with no I/O, rendezvous_state.go).
 //     The gRPC data plane's server hosts Join; the tcp kind's rank 0 a gRPC server with Join
 //     alone. Every connection, of either data
 //     plane, starts with a handshake in which both ends prove the shared token without sending
@@ -52,7 +52,7 @@
 // per connection, Unix-domain sockets to peers on loopback; it needs far less CPU per byte
 // than gRPC where bytes cross a socket (docs/perf-allreduce.md).
 //
-// Both data planes are wrapped, in the way of memberlist's wrapped transports, by shmTransport
+// Both data planes are wrapped, in the way of memberlist's wrapped transports, by Transport
 // (shm.go): every link starts with its hello; on a link to a peer on this host it offers a
 // shared-memory ring (a sealed memfd, opened by the peer through /proc/PID/fd), and from then
 // on the frames are records in the ring (shm_ring.go), which the receiver reads in place and

@@ -9,7 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goddp/goddp/allreduce/grpcnet"
 	"github.com/goddp/goddp/allreduce/link"
+	"github.com/goddp/goddp/allreduce/rendezvous"
+	"github.com/goddp/goddp/allreduce/shm"
+	"github.com/goddp/goddp/allreduce/tcpnet"
 )
 
 // Group is one rank's membership in a process group. Collectives on a Group must be called
@@ -79,20 +83,41 @@ func NewGroup(ctx context.Context, cfg Config) (*Group, error) {
 	case cfg.WorldSize == 1:
 	case cfg.Transport != nil:
 		g.tr = cfg.Transport
-	case cfg.TransportKind == link.TransportTCP || cfg.TransportKind == link.TransportTCPInet:
-		tr, err := newTCPTransport(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
-		g.tr = newShmTransport(tr, cfg) // shm.go: same-host links on shared memory
 	default:
-		tr, err := newGRPCTransport(ctx, cfg)
-		if err != nil {
+		if g.tr, err = newTransport(ctx, cfg); err != nil {
 			return nil, err
 		}
-		g.tr = newShmTransport(tr, cfg)
 	}
 	return g, nil
+}
+
+// NewTransport builds the network transport NewGroup builds when cfg.Transport is nil, as
+// memberlist builds its NetTransport: the data plane cfg.TransportKind names (grpcnet, or
+// tcpnet for the tcp kinds), which takes part in the rendezvous (package rendezvous) as it
+// starts, wrapped in the shared-memory decorator (package shm). A Group given it in
+// Config.Transport does no rendezvous of its own. A one-rank world needs none.
+func NewTransport(ctx context.Context, cfg Config) (link.Transport, error) {
+	cfg, err := cfg.WithDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return newTransport(ctx, cfg)
+}
+
+func newTransport(ctx context.Context, cfg Config) (link.Transport, error) {
+	newRdv := rendezvous.Maker(cfg, cfg.Logger.With("rank", cfg.Rank))
+	var tr link.Transport
+	var err error
+	switch cfg.TransportKind {
+	case link.TransportTCP, link.TransportTCPInet:
+		tr, err = tcpnet.New(ctx, cfg, newRdv)
+	default:
+		tr, err = grpcnet.New(ctx, cfg, newRdv)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return shm.Wrap(tr, cfg), nil // same-host links on shared memory
 }
 
 // Rank is this process's rank.

@@ -1,4 +1,4 @@
-package allreduce
+package shm
 
 import (
 	"context"
@@ -15,8 +15,8 @@ import (
 )
 
 // Shared memory between ranks of one host, as a decorator of any data plane (in the way of
-// memberlist's labelWrappedTransport): shmTransport wraps a Transport and, on each link to a
-// peer on this host, moves the frames through a shared-memory ring (shm_ring.go) instead of the
+// memberlist's labelWrappedTransport): Transport wraps a Transport and, on each link to a
+// peer on this host, moves the frames through a shared-memory ring (ring.go) instead of the
 // link. The link stays what authenticates, fails and ends: the inner transport's handshake and
 // TLS run on it before anything here, its end is the ring's end, and a frame too large for the
 // ring still travels on it.
@@ -26,7 +26,7 @@ import (
 //	"GDDPSHM2" | pid u64 | fd u64 | size u64 | nonce [16]   (size 0: no ring)
 //
 // A sender whose link is a Unix-domain socket (a peer on this host: link.Linker.LinkTo) and whose
-// Config.SharedMemBytes is positive creates a sealed memfd ring, keeps its descriptor open, and
+// link.Config.SharedMemBytes is positive creates a sealed memfd ring, keeps its descriptor open, and
 // offers it: its PID, the descriptor's number, the ring's size, and a random nonce the ring's
 // control page also holds. The receiver's first Recv from that peer reads the hello; if its
 // link from the peer is a Unix socket too and its own SharedMemBytes is not negative, it opens
@@ -57,12 +57,12 @@ var (
 	errShmHello = errors.New("the link did not start with the shared-memory hello (another build?)")
 )
 
-type shmTransport struct {
+type Transport struct {
 	inner link.Transport
 	lk    link.Linker
-	cfg   Config
+	cfg   link.Config
 	log   *slog.Logger
-	rings *shmRings // every ring mapped here, unmapped by releaseMemory
+	rings *shmRings // every ring mapped here, unmapped by ReleaseMemory
 
 	out []*shmOut
 	in  []*shmIn
@@ -71,7 +71,11 @@ type shmTransport struct {
 	once   sync.Once
 }
 
-var _ link.Transport = (*shmTransport)(nil)
+var (
+	_ link.Transport      = (*Transport)(nil)
+	_ link.Aborter        = (*Transport)(nil)
+	_ link.MemoryReleaser = (*Transport)(nil)
+)
 
 // shmOut is the sending side of a link; only Send uses it.
 type shmOut struct {
@@ -95,14 +99,14 @@ type shmIn struct {
 	r  *shmRing   // the peer's ring, or nil
 }
 
-// newShmTransport wraps inner (a data plane implementing link.Linker; any other is returned as it
+// Wrap wraps inner (a data plane implementing link.Linker; any other is returned as it
 // is). Every rank of a group must wrap alike: the hello is on every link.
-func newShmTransport(inner link.Transport, cfg Config) link.Transport {
+func Wrap(inner link.Transport, cfg link.Config) link.Transport {
 	lk, ok := inner.(link.Linker)
 	if !ok {
 		return inner
 	}
-	s := &shmTransport{inner: inner, lk: lk, cfg: cfg, log: cfg.Logger.With("rank", cfg.Rank), rings: &shmRings{},
+	s := &Transport{inner: inner, lk: lk, cfg: cfg, log: cfg.Logger.With("rank", cfg.Rank), rings: &shmRings{},
 		out: make([]*shmOut, cfg.WorldSize), in: make([]*shmIn, cfg.WorldSize), closed: make(chan struct{})}
 	for i := range s.out {
 		s.out[i], s.in[i] = &shmOut{}, &shmIn{}
@@ -113,9 +117,9 @@ func newShmTransport(inner link.Transport, cfg Config) link.Transport {
 	return s
 }
 
-func (s *shmTransport) peer(r int) bool { return r >= 0 && r < len(s.out) && r != s.cfg.Rank }
+func (s *Transport) peer(r int) bool { return r >= 0 && r < len(s.out) && r != s.cfg.Rank }
 
-func (s *shmTransport) Send(ctx context.Context, to int, p link.Payload) error {
+func (s *Transport) Send(ctx context.Context, to int, p link.Payload) error {
 	if !s.peer(to) {
 		return s.inner.Send(ctx, to, p) // the inner transport names the error
 	}
@@ -136,7 +140,7 @@ func (s *shmTransport) Send(ctx context.Context, to int, p link.Payload) error {
 
 // sendHello makes the link's first message: an offer when the peer is on this host and this
 // rank uses shared memory (then it waits for the answer), an empty hello otherwise.
-func (s *shmTransport) sendHello(ctx context.Context, to int, o *shmOut) error {
+func (s *Transport) sendHello(ctx context.Context, to int, o *shmOut) error {
 	hello := make([]byte, shmHelloSize)
 	copy(hello, shmHelloMagic)
 	var r *shmRing
@@ -190,7 +194,7 @@ func (s *shmTransport) sendHello(ctx context.Context, to int, o *shmOut) error {
 
 // sendRing sends p through the link's ring: a frame record with the frame cast into the ring,
 // or, for a frame too large for it, a stream record and then p as a message on the link.
-func (s *shmTransport) sendRing(ctx context.Context, to int, o *shmOut, p link.Payload) error {
+func (s *Transport) sendRing(ctx context.Context, to int, o *shmOut, p link.Payload) error {
 	r := o.r
 	var why error
 	var cut time.Time
@@ -249,7 +253,7 @@ func (s *shmTransport) sendRing(ctx context.Context, to int, o *shmOut, p link.P
 	return nil
 }
 
-func (s *shmTransport) Recv(ctx context.Context, from int) ([]byte, error) {
+func (s *Transport) Recv(ctx context.Context, from int) ([]byte, error) {
 	if !s.peer(from) {
 		return s.inner.Recv(ctx, from)
 	}
@@ -279,7 +283,7 @@ func (s *shmTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 }
 
 // takeHello reads a link's hello and answers an offer.
-func (s *shmTransport) takeHello(from int, in *shmIn, b []byte) error {
+func (s *Transport) takeHello(from int, in *shmIn, b []byte) error {
 	if len(b) != shmHelloSize || string(b[:8]) != shmHelloMagic {
 		return &link.PeerError{Rank: from, Err: fmt.Errorf("malformed frame: %w", errShmHello)}
 	}
@@ -321,11 +325,11 @@ func (s *shmTransport) takeHello(from int, in *shmIn, b []byte) error {
 
 // recvRing is Recv on a link whose ring orders it: the next record, a view of the ring or the
 // link's next message.
-func (s *shmTransport) recvRing(ctx context.Context, from int, in *shmIn) ([]byte, error) {
+func (s *Transport) recvRing(ctx context.Context, from int, in *shmIn) ([]byte, error) {
 	r := in.r
 	for slept := false; ; slept = true {
 		if tail := r.tail().Load(); tail > in.next {
-			shmCausality.Load() // see its comment (shm_ring.go)
+			shmCausality.Load() // see its comment (ring.go)
 			kind, n, err := r.record(in.next, tail)
 			if err != nil {
 				in.err = &link.PeerError{Rank: from, Err: fmt.Errorf("malformed frame: %w", err)}
@@ -378,16 +382,16 @@ func (s *shmTransport) recvRing(ctx context.Context, from int, in *shmIn) ([]byt
 	}
 }
 
-func (s *shmTransport) markClosed() { s.once.Do(func() { close(s.closed) }) }
+func (s *Transport) markClosed() { s.once.Do(func() { close(s.closed) }) }
 
 // Close ends the waits of this layer and closes the inner transport (which flushes).
-func (s *shmTransport) Close() error {
+func (s *Transport) Close() error {
 	s.markClosed()
 	return s.inner.Close()
 }
 
 // Abort is Close without the inner transport's flush (a dying process; tests use it as a kill).
-func (s *shmTransport) Abort() error {
+func (s *Transport) Abort() error {
 	s.markClosed()
 	if a, ok := s.inner.(link.Aborter); ok {
 		return a.Abort()
@@ -397,9 +401,12 @@ func (s *shmTransport) Abort() error {
 
 // ReleaseMemory unmaps the rings. The Group calls it from Close once no collective can run (a
 // view of a ring may be in use until then); the transport is closed by then.
-func (s *shmTransport) ReleaseMemory() {
+func (s *Transport) ReleaseMemory() {
 	s.rings.release()
 	if m, ok := s.inner.(link.MemoryReleaser); ok {
 		m.ReleaseMemory()
 	}
 }
+
+// Unwrap is the data plane the decorator wraps.
+func (s *Transport) Unwrap() link.Transport { return s.inner }

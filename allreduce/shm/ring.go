@@ -1,4 +1,4 @@
-package allreduce
+package shm
 
 import (
 	"encoding/binary"

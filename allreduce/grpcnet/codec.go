@@ -1,4 +1,4 @@
-package allreduce
+package grpcnet
 
 import (
 	"fmt"
