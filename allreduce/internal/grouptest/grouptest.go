@@ -5,6 +5,8 @@ package grouptest
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -12,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,8 +32,33 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
-// NewGroups builds an n-rank world over the given transport, closed at test end.
+// NewGroups builds an n-rank world over the given transport kind, closed at test end, each
+// group given its transport (allreduce.NewTransport's, or the in-process one) so that tests
+// reach it through Transport and Plane. A master port that another process took between
+// FreeAddr and rank 0's listen (other test binaries run beside this one) is retried on a fresh
+// port: the race is the test's, not the code's.
 func NewGroups(t testing.TB, kind string, n int, mod func(*allreduce.Config)) []*allreduce.Group {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		gs, err := tryNewGroups(t, kind, n, mod)
+		if err == nil {
+			t.Cleanup(func() {
+				for _, g := range gs {
+					g.Close()
+					mu.Lock()
+					delete(transports, g)
+					mu.Unlock()
+				}
+			})
+			return gs
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 3 {
+			t.Fatal(err)
+		}
+	}
+}
+
+func tryNewGroups(t testing.TB, kind string, n int, mod func(*allreduce.Config)) ([]*allreduce.Group, error) {
 	t.Helper()
 	cfgs := make([]allreduce.Config, n)
 	var nw *allreduce.InprocNetwork
@@ -66,31 +94,33 @@ func NewGroups(t testing.TB, kind string, n int, mod func(*allreduce.Config)) []
 			cfg := cfgs[r]
 			if cfg.Transport == nil && n > 1 {
 				if cfg.Transport, errs[r] = allreduce.NewTransport(ctx, cfg); errs[r] != nil {
+					cancel() // the others would wait for the rendezvous until the deadline
 					return
 				}
 			}
-			if gs[r], errs[r] = allreduce.NewGroup(ctx, cfg); errs[r] == nil {
-				mu.Lock()
-				transports[gs[r]] = cfg.Transport
-				mu.Unlock()
+			gs[r], errs[r] = allreduce.NewGroup(ctx, cfg)
+			if errs[r] != nil {
+				cancel()
+				return
 			}
+			mu.Lock()
+			transports[gs[r]] = cfg.Transport
+			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("NewGroup rank %d: %v", r, err)
-		}
-	}
-	t.Cleanup(func() {
+	if err := errors.Join(errs...); err != nil {
 		for _, g := range gs {
-			g.Close()
-			mu.Lock()
-			delete(transports, g)
-			mu.Unlock()
+			if g != nil {
+				g.Close()
+			}
 		}
-	})
-	return gs
+		if errs[0] != nil {
+			return nil, fmt.Errorf("NewGroup rank 0: %w", errs[0])
+		}
+		return nil, fmt.Errorf("NewGroup: %w", err)
+	}
+	return gs, nil
 }
 
 func FreeAddr(t testing.TB) string {
