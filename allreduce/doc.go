@@ -83,5 +83,7 @@
 // the ring, which the receiver reads in place and sleeps on with a futex; the link still
 // authenticates, fails and ends. A data plane offers what the decorator needs through
 // link.Linker. Every group test runs over inproc, grpc, grpc-noshm, tcp and tcp-inet; the
-// planes' own tests build groups through internal/grouptest.
+// planes' own tests build groups through internal/grouptest; tests about a protocol rather
+// than its sockets (the handshake's refusals, TLS) run the gRPC plane and the rendezvous on an
+// in-memory network (internal/memnet over bufconn, Config.GRPCListen and GRPCDial).
 package allreduce

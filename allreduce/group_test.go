@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goddp/goddp/allreduce/internal/memnet"
 	"github.com/goddp/goddp/allreduce/link"
 	"github.com/goddp/goddp/model/half"
 )
@@ -596,12 +597,27 @@ func (h *recordingHandler) has(sub string) bool {
 	return false
 }
 
-// A rank with the wrong token is refused at the rendezvous, and rank 0 logs it. The joining
-// rank's gRPC client takes a refused handshake for a connection that failed and retries it (rank
-// 0's address may yet be taken by the right listener) until its RendezvousTimeout: one second
-// here, where the test's own ten-second context used to be what ended it.
+// The gRPC plane and the rendezvous run on an in-memory network (Config.GRPCListen and
+// GRPCDial), which the protocol tests use instead of sockets: a world forms and all-reduces.
+func TestGRPC_inMemory(t *testing.T) {
+	mn := memnet.New()
+	gs := newGroups(t, "grpc", 3, func(c *Config) {
+		c.MasterAddr = "127.0.0.1:29500"
+		c.GRPCListen, c.GRPCDial = mn.Listen, mn.Dial
+	})
+	for _, wire := range []Wire{WireF32, WireF16} {
+		checkAllReduce(t, gs, 100_003, Sum, wire, wire == WireF32)
+	}
+}
+
+// A rank with the wrong token is refused at the rendezvous, and rank 0 logs it. The protocol is
+// the test, not the sockets: the ranks meet on an in-memory network (memnet, bufconn). The
+// joining rank's gRPC client takes a refused handshake for a connection that failed and retries
+// it (rank 0's address may yet be taken by the right listener) until its RendezvousTimeout: one
+// second here, where the test's own ten-second context used to be what ended it.
 func TestGRPC_wrongTokenRefused(t *testing.T) {
-	master := freeAddr(t)
+	mn := memnet.New()
+	const master = "127.0.0.1:29500"
 	rec := &recordingHandler{}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -609,17 +625,18 @@ func TestGRPC_wrongTokenRefused(t *testing.T) {
 	var err0 error
 	wg.Go(func() {
 		var g *Group
-		g, err0 = NewGroup(ctx, Config{Rank: 0, WorldSize: 2, MasterAddr: master, Token: "right", Logger: slog.New(rec)})
+		g, err0 = NewGroup(ctx, Config{Rank: 0, WorldSize: 2, MasterAddr: master, Token: "right", Logger: slog.New(rec),
+			GRPCListen: mn.Listen, GRPCDial: mn.Dial})
 		if g != nil {
 			g.Close()
 		}
 	})
-	_, err := NewGroup(ctx, Config{Rank: 1, WorldSize: 2, MasterAddr: master, Token: "wrong", Logger: quietLogger(), RendezvousTimeout: time.Second})
+	_, err := NewGroup(ctx, Config{Rank: 1, WorldSize: 2, MasterAddr: master, Token: "wrong", Logger: quietLogger(), RendezvousTimeout: time.Second,
+		GRPCListen: mn.Listen, GRPCDial: mn.Dial})
 	cancel()
 	wg.Wait()
 	if err == nil || !strings.Contains(err.Error(), "token") {
 		t.Fatalf("joining with a wrong token: %v (rank 0: %v)", err, err0)
-
 	}
 	if err0 == nil {
 		t.Fatal("rank 0 formed a group with a refused peer")

@@ -54,20 +54,19 @@ func ListenUnix(tcp net.Listener, cfg link.Config) net.Listener {
 	if err != nil || !link.IsLoopback(host) {
 		return nil
 	}
-	ux, err := net.Listen("unix", GRPCUnixName(tcp.Addr().String(), cfg.Token))
+	ux, err := cfg.ListenGRPC("unix", GRPCUnixName(tcp.Addr().String(), cfg.Token))
 	if err != nil {
 		return nil
 	}
 	return ux
 }
 
-// DialConn connects to the gRPC server at addr, without the handshake (DialGRPC makes it): a peer's Unix socket when its address is
-// loopback and the socket exists, TCP otherwise.
+// DialConn connects to the gRPC server at addr, without the handshake (DialGRPC makes it): a
+// peer's Unix socket when its address is loopback and the socket exists, TCP otherwise.
 func DialConn(ctx context.Context, addr string, cfg link.Config) (net.Conn, error) {
-	var d net.Dialer
 	if UseUnix(cfg) {
 		if host, _, err := net.SplitHostPort(addr); err == nil && link.IsLoopback(host) {
-			if c, err := d.DialContext(ctx, "unix", GRPCUnixName(addr, cfg.Token)); err == nil {
+			if c, err := cfg.DialGRPC(ctx, "unix", GRPCUnixName(addr, cfg.Token)); err == nil {
 				if uc, ok := c.(*net.UnixConn); ok && cfg.GRPCUnixSendBuf > 0 {
 					uc.SetWriteBuffer(cfg.GRPCUnixSendBuf) // fewer wake-ups per message
 				}
@@ -75,7 +74,7 @@ func DialConn(ctx context.Context, addr string, cfg link.Config) (net.Conn, erro
 			}
 		}
 	}
-	return d.DialContext(ctx, "tcp", addr)
+	return cfg.DialGRPC(ctx, "tcp", addr)
 }
 
 // DialGRPC opens a connection to the gRPC server at addr (a same-host peer's Unix socket

@@ -146,7 +146,7 @@ func New(ctx context.Context, cfg link.Config, newRdv link.NewRendezvous) (*Tran
 	if err != nil {
 		return nil, err
 	}
-	lis, err := net.Listen("tcp", listen)
+	lis, err := cfg.ListenGRPC("tcp", listen)
 	if err != nil {
 		return nil, fmt.Errorf("allreduce: rank %d: listen on %s: %w", cfg.Rank, listen, err)
 	}

@@ -1,6 +1,7 @@
 package link
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
@@ -125,6 +126,15 @@ type Config struct {
 	// GRPCSlabBytes is the size of the blocks rxConn reads a connection into, in bytes. 0
 	// means DefaultGRPCSlabBytes (1 MiB); otherwise 64 KiB to 1 GiB. DDP_GRPC_SLAB.
 	GRPCSlabBytes int
+
+	// GRPCListen and GRPCDial, if set, replace net.Listen and the dialler of every connection
+	// of the gRPC plane and of the rendezvous: its server's listener, the Unix-domain twin's,
+	// rank 0's own Join server, the dials of links and of Join. Tests serve them from memory
+	// (allreduce/internal/memnet, over google.golang.org/grpc/test/bufconn) where a test is about
+	// the protocol and not the socket. A listener's Addr must be the address listened at (port
+	// 0: a port of its own), since ranks announce it. Never read from the environment.
+	GRPCListen func(network, addr string) (net.Listener, error)
+	GRPCDial   func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // WithDefaults validates cfg and fills zero fields. NewGroup calls it; a data plane is handed
@@ -235,6 +245,23 @@ func (cfg Config) ListenAddress() (string, error) {
 	}
 	defer c.Close()
 	return net.JoinHostPort(c.LocalAddr().(*net.UDPAddr).IP.String(), "0"), nil
+}
+
+// ListenGRPC listens as the gRPC plane and the rendezvous do: GRPCListen, or net.Listen.
+func (cfg Config) ListenGRPC(network, addr string) (net.Listener, error) {
+	if cfg.GRPCListen != nil {
+		return cfg.GRPCListen(network, addr)
+	}
+	return net.Listen(network, addr)
+}
+
+// DialGRPC dials as the gRPC plane and the rendezvous do: GRPCDial, or a net.Dialer.
+func (cfg Config) DialGRPC(ctx context.Context, network, addr string) (net.Conn, error) {
+	if cfg.GRPCDial != nil {
+		return cfg.GRPCDial(ctx, network, addr)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, addr)
 }
 
 // IsLoopback says whether host (a name or an IP) is this host's loopback: a peer there shares

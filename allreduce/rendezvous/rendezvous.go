@@ -261,7 +261,7 @@ type joinServer struct {
 }
 
 func newJoinServer(r *rendezvous) (*joinServer, error) {
-	lis, err := net.Listen("tcp", r.cfg.MasterAddr)
+	lis, err := r.cfg.ListenGRPC("tcp", r.cfg.MasterAddr)
 	if err != nil {
 		return nil, fmt.Errorf("allreduce: rank 0: rendezvous listen on %s: %w", r.cfg.MasterAddr, err)
 	}
