@@ -67,6 +67,8 @@ var ringServiceDesc = grpc.ServiceDesc{
 
 var pushStreamDesc = grpc.StreamDesc{StreamName: "Push", ClientStreams: true, ServerStreams: true}
 
+// Transport is one rank's gRPC data plane: a link.Transport, a link.Aborter (Abort ends it
+// without the flush Close makes) and a link.Linker for the shared-memory decorator.
 type Transport struct {
 	cfg  link.Config
 	log  *slog.Logger
@@ -133,8 +135,9 @@ type outLink struct {
 	unix atomic.Bool // the connection is a Unix-domain socket (a peer on this host)
 }
 
-// New starts this rank's server, joins the rendezvous and returns a transport
-// that knows every rank's address.
+// New starts this rank's server, joins the rendezvous (newRdv: this server hosts rank 0's
+// Join) and returns a transport that knows every rank's address. cfg has its defaults
+// (link.Config.WithDefaults).
 func New(ctx context.Context, cfg link.Config, newRdv link.NewRendezvous) (*Transport, error) {
 	t := &Transport{cfg: cfg, log: cfg.Logger.With("rank", cfg.Rank), closed: make(chan struct{}),
 		in: make([]*inbox, cfg.WorldSize), out: make([]*outLink, cfg.WorldSize)}

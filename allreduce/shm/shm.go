@@ -57,6 +57,8 @@ var (
 	errShmHello = errors.New("the link did not start with the shared-memory hello (another build?)")
 )
 
+// Transport is the decorator around one data plane (Wrap): a link.Transport, a link.Aborter
+// (the plane's Abort under it) and a link.MemoryReleaser (ReleaseMemory unmaps the rings).
 type Transport struct {
 	inner link.Transport
 	lk    link.Linker

@@ -51,6 +51,9 @@ import (
 // the socket stays the link (the handshake, the offer's one-byte answer back, the end of the
 // link, and frames too large for the ring).
 
+// Transport is one rank's raw-socket data plane: a link.Transport, a link.Aborter (Abort is
+// Close: a dying process closes its sockets the same way) and a link.Linker for the
+// shared-memory decorator.
 type Transport struct {
 	cfg link.Config
 	log *slog.Logger
@@ -93,6 +96,10 @@ type tcpOut struct {
 	err  error
 }
 
+// New listens for this rank's data links, joins the rendezvous (newRdv, which on rank 0 serves
+// Join on a gRPC server of its own at MasterAddr, the listener's port announced as the data
+// port) and returns a transport that knows every rank's data-plane address. cfg has its
+// defaults (link.Config.WithDefaults).
 func New(ctx context.Context, cfg link.Config, newRdv link.NewRendezvous) (*Transport, error) {
 	if cfg.TLS != nil {
 		return nil, fmt.Errorf("allreduce: the tcp transport does not support TLS; use the default gRPC transport (DDP_TRANSPORT=%s)", link.TransportGRPC)
