@@ -128,10 +128,14 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 
 		to := trace.Now()
 		found := scaler.UnscaleCheck(ps)
-		localInf := scaler.Cfg.Enabled && readFlag(dev, found)
-		anyInf, err := eng.AgreeAny(ctx, localInf)
+		localInf := scaler.Checks() && readFlag(dev, found)
+		infRanks, err := eng.RanksWith(ctx, localInf)
 		if err != nil {
 			return nil, fmt.Errorf("worker: step %d: %w", step, err)
+		}
+		anyInf := len(infRanks) > 0
+		if anyInf && !scaler.Cfg.Enabled { // bf16: no scaler, no skipped step
+			return nil, nonFinite(step, infRanks, env.WorldSize, scaler.Update(true))
 		}
 		skipped := anyInf
 		gradNorm := math.NaN() // not measured (or an overflow: the step is skipped)
@@ -306,6 +310,19 @@ func readFlag(dev tensor.Device, t *tensor.Tensor) bool {
 	v := []float32{0}
 	dev.Download(v, t)
 	return v[0] != 0
+}
+
+// nonFinite is a bf16 run's error for an inf or NaN gradient at step: which ranks held one after
+// the all-reduce (every rank when it came through it: then where it began is not known).
+func nonFinite(step int, ranks []int, world int, err error) error {
+	where := fmt.Sprintf("on rank %v", ranks)
+	if len(ranks) > 1 {
+		where = fmt.Sprintf("on ranks %v", ranks)
+	}
+	if len(ranks) == world && world > 1 {
+		where = fmt.Sprintf("on every rank (%d): it came through the all-reduce, from a rank not known", world)
+	}
+	return fmt.Errorf("worker: step %d: inf or NaN gradient after the all-reduce, %s: %w", step, where, err)
 }
 
 // injectInf puts +Inf into the first gradient element (tests of the loss-scaler agreement).
