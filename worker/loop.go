@@ -117,12 +117,12 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 			}
 			trace.Span("backward", "compute", t1, trace.Now(), map[string]any{"step": step, "micro": micro})
 		}
-		if opt.InjectInf != nil && opt.InjectInf(step) {
-			injectInf(dev, ps)
-		}
 		tw := trace.Now()
 		if err := eng.Wait(ctx); err != nil {
 			return nil, fmt.Errorf("worker: step %d: %w", step, err)
+		}
+		if opt.InjectInf != nil && opt.InjectInf(step) {
+			injectInf(dev, ps) // after the all-reduce, which would otherwise write over it
 		}
 		trace.Span("wait for all-reduce", "compute", tw, trace.Now(), nil)
 
@@ -325,7 +325,8 @@ func nonFinite(step int, ranks []int, world int, err error) error {
 	return fmt.Errorf("worker: step %d: inf or NaN gradient after the all-reduce, %s: %w", step, where, err)
 }
 
-// injectInf puts +Inf into the first gradient element (tests of the loss-scaler agreement).
+// injectInf puts +Inf into the first gradient element, after the all-reduce (tests of the
+// loss-scaler agreement and of bf16's error: an inf on one rank only).
 func injectInf(dev tensor.Device, ps *model.Params) {
 	g := ps.Grad.View(0, 1)
 	dev.Upload(g, []float32{float32(math.Inf(1))})
