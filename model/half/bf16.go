@@ -63,13 +63,7 @@ func RoundBF16(x []float32) {
 // read only): loops written once over a table serve both formats (Format.Table).
 func BF16Table() *[1 << 16]float32 { return bf16Table }
 
-var bf16Table = func() *[1 << 16]float32 {
-	var t [1 << 16]float32
-	for i := range t {
-		t[i] = BF16ToFloat32(uint16(i))
-	}
-	return &t
-}()
+var bf16Table = newTable(BF16ToFloat32)
 
 // Format is one of the two 16-bit float formats, for code written once for both: the CPU
 // device's f16 and bf16 tensors, the all-reduce's f16 and bf16 wires.

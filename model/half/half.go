@@ -48,13 +48,16 @@ func ToFloat32(h uint16) float32 {
 // Read only.
 func Table() *[1 << 16]float32 { return table }
 
-var table = func() *[1 << 16]float32 {
+var table = newTable(f16ToF32Slow)
+
+// newTable tabulates widen over every 16-bit pattern (Table, BF16Table).
+func newTable(widen func(uint16) float32) *[1 << 16]float32 {
 	var t [1 << 16]float32
 	for i := range t {
-		t[i] = f16ToF32Slow(uint16(i))
+		t[i] = widen(uint16(i))
 	}
 	return &t
-}()
+}
 
 func f16ToF32Slow(h uint16) float32 {
 	sign := uint32(h&0x8000) << 16
