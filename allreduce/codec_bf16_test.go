@@ -8,17 +8,25 @@ import (
 	"github.com/goddp/goddp/model/half"
 )
 
-// Each 16-bit wire's kernels (Wire.kernels) against the scalar definitions of its format.
+// Each 16-bit wire's kernels (Wire.kernels: assembly on amd64 with AVX2, and the portable Go
+// bodies) against the scalar definitions of its format, on lengths that exercise vector bodies
+// and tails, with specials mixed in (NaNs of both signs, signalling and with payloads).
 func TestHalfWire_kernels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(32, 4))
-	specials := []float32{0, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 3.4e38, -3.39e38, 65520, 1e-40, 6e-5}
+	specials := []float32{0, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 3.4e38, -3.39e38, 65520, 1e-40, 6e-5,
+		math.Float32frombits(0xff800001), math.Float32frombits(0x7fa00000), math.Float32frombits(0xffc12345), float32(math.Copysign(0, -1))}
+	bf16Generic := halfKernels{encodeBF16Generic, half.DecodeBF16, addBF16Generic, addBF16RoundGeneric}
 	for _, c := range []struct {
 		w Wire
 		f half.Format
-	}{{WireF16, half.F16}, {WireBF16, half.BF16}} {
+		k *halfKernels // nil: Wire.kernels (assembly where the CPU has it)
+	}{{WireF16, half.F16, nil}, {WireBF16, half.BF16, nil}, {WireBF16, half.BF16, &bf16Generic}} {
 		k, ok := c.w.kernels()
 		if !ok {
 			t.Fatalf("%s has no kernels", c.w)
+		}
+		if c.k != nil {
+			k = *c.k
 		}
 		for _, n := range []int{0, 1, 7, 8, 9, 33, 1000, 4097} {
 			src, loc, h := make([]float32, n), make([]float32, n), make([]uint16, n)
@@ -40,7 +48,7 @@ func TestHalfWire_kernels(t *testing.T) {
 					if w := c.f.FromFloat32(src[i] * scale); got[i] != w {
 						t.Fatalf("%s encode n=%d scale=%g [%d]: %#04x want %#04x", c.w, n, scale, i, got[i], w)
 					}
-					w := c.f.ToFloat32(h[i]) + loc[i]*scale
+					w := c.f.ToFloat32(h[i]) + float32(loc[i]*scale)
 					if !sameF32(a[i], w) {
 						t.Fatalf("%s add n=%d [%d]: %g want %g", c.w, n, i, a[i], w)
 					}
