@@ -11,12 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/goddp/goddp/allreduce"
+	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/worker/checkpoint"
 	"github.com/goddp/goddp/worker/config"
 )
 
@@ -41,33 +41,17 @@ func (r *EvalReport) String() string {
 	return b.String()
 }
 
-// CheckpointPath is path itself when it is a checkpoint (a step directory with a manifest), or
-// the newest complete checkpoint in it when it is a checkpoint.dir.
-func CheckpointPath(path string) (string, error) {
-	if _, err := os.Stat(filepath.Join(path, ckptManifestFile)); err == nil {
-		return path, nil
-	}
-	latest, err := LatestCheckpoint(path)
-	if err != nil {
-		return "", err
-	}
-	if latest == "" {
-		return "", fmt.Errorf("worker: %s is neither a checkpoint (no %s) nor a directory holding one", path, ckptManifestFile)
-	}
-	return latest, nil
-}
-
 // ConfigFromCheckpoint rebuilds a run's config from the trajectory config its checkpoint records:
 // every trajectory key at the checkpoint's value, the others at their defaults (data.path at this
 // host's default; train.max_steps the checkpoint's step when the schedule leaves the run's length
 // out of the trajectory), then sets applied over it (--set), resolved and validated. A checkpoint from a
 // build before the trajectory config records none: then the config must be given.
 func ConfigFromCheckpoint(path string, sets []string) (*Config, error) {
-	ck, err := LoadCheckpoint(path)
+	ck, err := checkpoint.Load(path)
 	if err != nil {
 		return nil, err
 	}
-	st, err := decodeState(ck)
+	st, err := checkpoint.DecodeState(ck)
 	if err != nil {
 		return nil, err
 	}
@@ -114,15 +98,15 @@ func EvaluateCheckpoint(ctx context.Context, path string, cfg *Config, opt Optio
 	if log == nil {
 		log = slog.Default()
 	}
-	path, err = CheckpointPath(path)
+	path, err = checkpoint.Resolve(path)
 	if err != nil {
 		return nil, err
 	}
-	ck, err := LoadCheckpoint(path)
+	ck, err := checkpoint.Load(path)
 	if err != nil {
 		return nil, err
 	}
-	st, err := decodeState(ck)
+	st, err := checkpoint.DecodeState(ck)
 	if err != nil {
 		return nil, err
 	}
@@ -155,11 +139,13 @@ func EvaluateCheckpoint(ctx context.Context, path string, cfg *Config, opt Optio
 		return nil, err
 	}
 	defer m.Free()
-	loads, err := weightLoads(ck, m.Params())
-	if err != nil {
+	var bufs *model.Buffers // BatchNorm running statistics: the checkpoint's
+	if b, ok := m.(model.Buffered); ok {
+		bufs = b.Buffers()
+	}
+	if err := checkpoint.LoadWeights(ck, m.Params(), bufs); err != nil {
 		return nil, err
 	}
-	uploadAll(m.Params(), loads)
 	group, err := allreduce.NewGroup(ctx, allreduce.Config{Rank: 0, WorldSize: 1})
 	if err != nil {
 		return nil, err

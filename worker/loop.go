@@ -6,6 +6,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/tensor"
+	"github.com/goddp/goddp/worker/checkpoint"
 	"github.com/goddp/goddp/worker/data"
 )
 
@@ -81,7 +83,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		logNow := cfg.Train.LogEvery > 0 && ((step+1)%cfg.Train.LogEvery == 0 || step+1 == total)
 		baseline := dev.Stats().Allocated
 		var memRec *memTimeline // --memory-plot records the second step (the first allocates for good)
-		if opt.MemoryPlot != "" && env.Rank == 0 && step == min(st.firstStep()+1, total-1) {
+		if opt.MemoryPlot != "" && env.Rank == 0 && step == min(st.FirstStep()+1, total-1) {
 			memRec = recordMemory(dev)
 		}
 
@@ -180,7 +182,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 				return nil, err
 			}
 		}
-		if opt.MemoryReport && step == st.firstStep()+1 && env.Rank == 0 {
+		if opt.MemoryReport && step == st.FirstStep()+1 && env.Rank == 0 {
 			fmt.Fprint(os.Stderr, memoryReport(dev, ps, opt2))
 		}
 		commNow, _ := eng.CommStats()
@@ -231,8 +233,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 			t.prom.observeEval(em.EvalLoss, em.EvalAccuracy)
 		}
 		if cfg.Checkpoint.Dir != "" && cfg.Checkpoint.Every > 0 && st.Step%cfg.Checkpoint.Every == 0 && st.Step < total {
-			st.Loader = loader.State()
-			if err := st.save(cfg, env, ps, opt2, scaler, log); err != nil {
+			if err := t.saveCheckpoint(); err != nil {
 				return nil, err
 			}
 		}
@@ -250,7 +251,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	}
 	commSec, hidden := eng.CommStats()
 	secs := time.Since(wall).Seconds()
-	trained := st.Step - st.firstStep()
+	trained := st.Step - st.FirstStep()
 	sum := &SummaryMetrics{
 		Steps: st.Step, FinalLoss: lastLoss, EvalLoss: ev.Loss, PeakMemoryBytes: dev.Stats().Peak,
 		SkippedSteps: st.Skipped, Precision: string(cfg.Precision), WorldSize: env.WorldSize, Rank: env.Rank,
@@ -266,12 +267,13 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	sum.SamplesPerSec = rate
 	t.prom.observeEval(sum.EvalLoss, sum.EvalAccuracy)
 	if cfg.Checkpoint.Dir != "" { // the last checkpoint carries the summary: a run started again after this one prints it
-		st.Loader = loader.State()
-		st.Summary = sum
-		if err := st.save(cfg, env, ps, opt2, scaler, log); err != nil {
+		if st.Summary, err = json.Marshal(sum); err != nil {
+			return nil, fmt.Errorf("checkpoint: encoding the summary: %w", err)
+		}
+		if err := t.saveCheckpoint(); err != nil {
 			return nil, err
 		}
-		if err := st.waitWrite(); err != nil {
+		if err := st.WaitWrite(); err != nil {
 			return nil, err
 		}
 	}
@@ -287,6 +289,17 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	}
 	log.Info("done", append(doneKV, "param_sha256", hash[:16], "wall_s", fmt.Sprintf("%.1f", secs))...)
 	return sum, nil
+}
+
+// saveCheckpoint checkpoints the run's state now, on the ranks that write checkpoints
+// (checkpoint.IsWriter); it returns once the snapshot is taken, the write goes on in the
+// background (checkpoint.State.Save).
+func (t *Trainer) saveCheckpoint() error {
+	t.st.Loader = t.loader.State()
+	if !checkpoint.IsWriter(t.cfg.Checkpoint.PerHost, t.env.Rank, t.env.LocalRank) {
+		return nil
+	}
+	return t.st.Save(t.cfg, t.env.WorldSize, t.ps, t.optim, t.scaler, t.log)
 }
 
 // totalSteps is train.max_steps when set (capped by train.epochs when that is set too),

@@ -7,6 +7,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"github.com/goddp/goddp/ddp"
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/tensor"
+	"github.com/goddp/goddp/worker/checkpoint"
 	"github.com/goddp/goddp/worker/data"
 )
 
@@ -76,7 +78,7 @@ type Trainer struct {
 	scaler  *Scaler
 	trace   *ddp.Trace
 	eng     *ddp.Engine
-	st      runState
+	st      checkpoint.State
 	loader  *data.Loader
 	total   int // optimizer steps of the whole run
 	sched   model.Schedule
@@ -171,7 +173,7 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 	if err != nil {
 		return nil, err
 	}
-	if t.st.spec, err = ModelSpec(cfg); err != nil {
+	if t.st.Spec, err = ModelSpec(cfg); err != nil {
 		return nil, err
 	}
 	if opt.wrapModel != nil {
@@ -227,14 +229,14 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 	// ---- resume, then make every replica identical ----
 	st := &t.st
 	if b, ok := m.(model.Buffered); ok {
-		st.buffers = b.Buffers()
+		st.Buffers = b.Buffers()
 	}
-	t.onClose(st.waitWrite) // a checkpoint still being written (state.go: save) lands before the process goes
+	t.onClose(st.WaitWrite) // a checkpoint still being written (checkpoint.State.Save) lands before the process goes
 	if cfg.Checkpoint.Dir != "" {
-		cfg.Checkpoint.Dir = expandCheckpointDir(cfg.Checkpoint.Dir, env)
+		cfg.Checkpoint.Dir = checkpoint.ExpandDir(cfg.Checkpoint.Dir, env.NodeRank)
 		// Every rank ends up seeing the newest checkpoint any rank has (hosts without a shared
 		// filesystem; a no-op when they share one).
-		if err := syncCheckpoints(ctx, group, cfg.Checkpoint.Dir, env, log); err != nil {
+		if err := checkpoint.Sync(ctx, group, cfg.Checkpoint.Dir, env.Rank, env.LocalRank, log); err != nil {
 			return nil, err
 		}
 	}
@@ -243,7 +245,7 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 		return nil, err
 	}
 	if resumed != "" {
-		if err := st.restore(resumed, where, env.WorldSize, cfg, ps, opt2, scaler, log); err != nil {
+		if err := st.Restore(resumed, where, env.WorldSize, cfg, ps, opt2, scaler, log); err != nil {
 			return nil, err
 		}
 		log.Info("resumed from checkpoint", "path", resumed, "step", st.Step)
@@ -255,7 +257,7 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 	if resumed == "" && cfg.Model.InitFrom != "" {
 		st.InitFrom = cfg.Model.InitFrom
 		if env.Rank == 0 {
-			if err := loadInitFrom(cfg.Model.InitFrom, st.spec, ps, log); err != nil {
+			if err := checkpoint.LoadInitFrom(cfg.Model.InitFrom, st.Spec, ps, log); err != nil {
 				return nil, err
 			}
 		}
@@ -284,7 +286,7 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 		return nil, err
 	}
 	if resumed != "" && st.Step >= t.total { // before the outputs: the finished run's metrics file stays as it was
-		return nil, &FinishedError{Step: st.Step, Total: t.total, Path: resumed, Summary: st.Summary}
+		return nil, &FinishedError{Step: st.Step, Total: t.total, Path: resumed, Summary: savedSummary(st, log)}
 	}
 
 	// ---- outputs, and the device buffers the batches are uploaded into ----
@@ -321,9 +323,9 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 func resumePoint(cfg *Config, from string, env Env, log *slog.Logger) (path, where string, err error) {
 	latest := ""
 	if dir := cfg.Checkpoint.Dir; dir != "" {
-		// ResumeCheckpoint: the newest complete one; when every one is broken, an error naming
+		// checkpoint.Resume: the newest complete one; when every one is broken, an error naming
 		// them, unless checkpoint.fresh_if_broken (then they are set aside and the run starts).
-		if latest, err = ResumeCheckpoint(dir, cfg.Checkpoint.FreshIfBroken, log); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if latest, err = checkpoint.Resume(dir, cfg.Checkpoint.FreshIfBroken, log); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return "", "", err
 		}
 	}
@@ -331,18 +333,18 @@ func resumePoint(cfg *Config, from string, env Env, log *slog.Logger) (path, whe
 	if from == "" {
 		return latest, inDir, nil
 	}
-	if err := VerifyCheckpoint(from); err != nil {
-		if paths, _, _ := stepDirs(from); len(paths) > 0 {
+	if err := checkpoint.Verify(from); err != nil {
+		if paths, _, _ := checkpoint.StepDirs(from); len(paths) > 0 {
 			return "", "", fmt.Errorf("worker: --resume-from %s is a checkpoint directory, not a checkpoint: name one of its step directories, e.g. %s", from, paths[0])
 		}
 		return "", "", fmt.Errorf("worker: --resume-from: %w", err)
 	}
-	fromStep, err := stepOfCheckpoint(from)
+	fromStep, err := checkpoint.StepOf(from)
 	if err != nil {
 		return "", "", err
 	}
 	if latest != "" {
-		newest, err := stepOfCheckpoint(latest)
+		newest, err := checkpoint.StepOf(latest)
 		if err != nil {
 			return "", "", err
 		}
@@ -382,6 +384,19 @@ func (e *FinishedError) Error() string {
 		b.WriteString("; that checkpoint records no summary (it was not written at the end of a run, or an earlier build wrote it)")
 	}
 	return b.String()
+}
+
+// savedSummary is the summary a checkpoint's state carries (the last step's only), or nil.
+func savedSummary(st *checkpoint.State, log *slog.Logger) *SummaryMetrics {
+	if len(st.Summary) == 0 {
+		return nil
+	}
+	var sum SummaryMetrics
+	if err := json.Unmarshal(st.Summary, &sum); err != nil {
+		log.Warn("the checkpoint's summary does not decode", "err", err)
+		return nil
+	}
+	return &sum
 }
 
 // onClose registers f to run at Close, before everything registered earlier.
