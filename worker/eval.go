@@ -18,6 +18,7 @@ import (
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/worker/checkpoint"
 	"github.com/goddp/goddp/worker/config"
+	"github.com/goddp/goddp/worker/observe"
 )
 
 // EvalReport is the result of EvaluateCheckpoint (ddptrain eval --json writes it).
@@ -159,7 +160,7 @@ func EvaluateCheckpoint(ctx context.Context, path string, cfg *Config, opt Optio
 	}
 	r := &EvalReport{Checkpoint: path, Step: ck.Step, EvalLoss: ev.Loss, Samples: ev.Samples, Seconds: time.Since(t0).Seconds()}
 	if cfg.Model.Kind != config.ModelGPT {
-		r.EvalAccuracy = Float(ev.Accuracy)
+		r.EvalAccuracy = observe.Float(ev.Accuracy)
 	}
 	return r, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/goddp/goddp/model/tensor"
 	"github.com/goddp/goddp/worker/checkpoint"
 	"github.com/goddp/goddp/worker/data"
+	"github.com/goddp/goddp/worker/observe"
 )
 
 // Run trains to the end and returns the summary; ctx cancels it. A Trainer runs once; Close it
@@ -31,7 +32,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	cfg, opt, env, log := t.cfg, t.opt, t.env, t.log
 	group, dev, evalSet, m, ps, opt2, scaler := t.group, t.dev, t.evalSet, t.m, t.ps, t.optim, t.scaler
 	trace, eng, st, loader, total, sched := t.trace, t.eng, &t.st, t.loader, t.total, t.sched
-	metrics, prog, in := t.metrics, t.prog, t.in
+	in := t.in
 	wall := t.wall
 	bufs := modelBuffers(m) // nil unless the model has BatchNorm
 
@@ -82,9 +83,9 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		lr := sched(int64(step))
 		logNow := cfg.Train.LogEvery > 0 && ((step+1)%cfg.Train.LogEvery == 0 || step+1 == total)
 		baseline := dev.Stats().Allocated
-		var memRec *memTimeline // --memory-plot records the second step (the first allocates for good)
+		var memRec *observe.MemTimeline // --memory-plot records the second step (the first allocates for good)
 		if opt.MemoryPlot != "" && env.Rank == 0 && step == min(st.FirstStep()+1, total-1) {
-			memRec = recordMemory(dev)
+			memRec = observe.RecordMemory(dev)
 		}
 
 		// ==== TRAINING STEP BEGIN ====
@@ -163,12 +164,12 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		// ==== TRAINING STEP END ====
 		stepTime := time.Since(tStep)
 		if memRec != nil {
-			memRec.stop()
+			memRec.Stop()
 			title := fmt.Sprintf("%s, %s, micro-batch %d × %d: memory over step %d", modelLine(cfg), cfg.Precision, b, k, step)
-			if err := memRec.writePNG(opt.MemoryPlot, title); err != nil {
+			if err := memRec.WritePNG(opt.MemoryPlot, title); err != nil {
 				return nil, err
 			}
-			log.Info("memory plot written", "path", opt.MemoryPlot, "events", len(memRec.events))
+			log.Info("memory plot written", "path", opt.MemoryPlot, "events", memRec.Events())
 		}
 
 		st.Step = step + 1
@@ -178,31 +179,24 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		lastLoss = stepLoss
 		stepsWindow++
 		if opt.CheckLeaks {
-			if err := checkLeaks(dev, baseline, step); err != nil {
+			if err := observe.CheckLeaks(dev, baseline, step); err != nil {
 				return nil, err
 			}
 		}
 		if opt.MemoryReport && step == st.FirstStep()+1 && env.Rank == 0 {
-			fmt.Fprint(os.Stderr, memoryReport(dev, ps, opt2))
+			fmt.Fprint(os.Stderr, observe.MemoryReport(dev, ps, opt2))
 		}
-		commNow, _ := eng.CommStats()
-		if t.prom != nil {
-			t.prom.observeStep(promStep{seconds: stepTime.Seconds(), samples: samplesPerStep, tokensPerSample: tokensPerSample,
-				loss: stepLoss, lossScale: float64(scaler.Scale()), gradNorm: gradNorm, step: st.Step, skipped: skipped,
-				mem: dev.Stats(), eng: eng, groups: t.groups})
-		}
+		commNow, hidden := eng.CommStats()
+		rec := observe.StepRecord{Step: st.Step, Epoch: st.Step / loader.StepsPerEpoch(), Last: st.Step == total,
+			Seconds: stepTime.Seconds(), Samples: samplesPerStep, TokensPerSample: tokensPerSample,
+			Loss: stepLoss, LR: lr, LossScale: float64(scaler.Scale()), GradNorm: gradNorm, Skipped: skipped, SkippedTotal: st.Skipped,
+			Mem: dev.Stats(), CommSeconds: commNow, CommHiddenFraction: hidden}
+		rec.WireSent, rec.WireRecv = wireBytes(t.groups)
 		if logNow {
-			secs := time.Since(tWindow).Seconds()
-			sps := float64(stepsWindow*samplesPerStep) / secs
-			ms := dev.Stats()
-			prog.Update(st.Step, stepLoss, sps, fmt.Sprintf("scale %.0f", scaler.Scale()))
-			metrics.Step(StepMetrics{Step: st.Step, Epoch: st.Step / loader.StepsPerEpoch(), Rank: env.Rank, Time: metricsTime(),
-				Loss: stepLoss, LR: decimalF32(lr), LossScale: float64(scaler.Scale()), GradNorm: finite(gradNorm), Skipped: st.Skipped,
-				SamplesPerSec: sps, TokensPerSec: sps * float64(tokensPerSample), MemAllocatedBytes: ms.Allocated, MemPeakBytes: ms.Peak,
-				CommSeconds: commNow - commAtLine, StepMs: 1000 * secs / float64(stepsWindow),
-				DataMs: float64(dataWindow.Microseconds()) / 1000 / float64(stepsWindow)})
+			rec.Window = &observe.Window{Steps: stepsWindow, Seconds: time.Since(tWindow).Seconds(), Data: dataWindow, CommSeconds: commNow - commAtLine}
 			tWindow, stepsWindow, dataWindow, commAtLine = time.Now(), 0, 0, commNow
 		}
+		t.obs.Step(rec)
 		if cfg.DDP.CheckEvery > 0 && st.Step%cfg.DDP.CheckEvery == 0 {
 			if _, err := eng.CheckReplicas(ctx, st.Step); err != nil {
 				return nil, err
@@ -218,19 +212,12 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 			if err != nil {
 				return nil, err
 			}
-			evalSecs := time.Since(te).Seconds()
-			if cfg.Model.Kind == "gpt" { // a language model: loss in nats per token, no accuracy
-				prog.Log("eval", "step", st.Step, "loss", fmt.Sprintf("%.4f", ev.Loss))
-			} else {
-				prog.Log("eval", "step", st.Step, "loss", fmt.Sprintf("%.4f", ev.Loss), "accuracy", fmt.Sprintf("%.4f", ev.Accuracy))
+			er := observe.EvalRecord{Step: st.Step, Epoch: st.Step / loader.StepsPerEpoch(), Loss: ev.Loss, Samples: ev.Samples,
+				Seconds: time.Since(te).Seconds()}
+			if cfg.Model.Kind != "gpt" { // a language model's loss is in nats per token, and it has no accuracy
+				er.Accuracy = observe.Float(ev.Accuracy)
 			}
-			em := EvalMetrics{Step: st.Step, Epoch: st.Step / loader.StepsPerEpoch(), Rank: env.Rank, Time: metricsTime(),
-				EvalLoss: ev.Loss, Samples: ev.Samples, Seconds: evalSecs}
-			if cfg.Model.Kind != "gpt" {
-				em.EvalAccuracy = Float(ev.Accuracy)
-			}
-			metrics.Eval(em)
-			t.prom.observeEval(em.EvalLoss, em.EvalAccuracy)
+			t.obs.Eval(er)
 		}
 		if cfg.Checkpoint.Dir != "" && cfg.Checkpoint.Every > 0 && st.Step%cfg.Checkpoint.Every == 0 && st.Step < total {
 			if err := t.saveCheckpoint(); err != nil {
@@ -238,7 +225,6 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 			}
 		}
 	}
-	prog.Finish()
 
 	// ---- the end: evaluation, replica check, summary ----
 	ev, err := evaluate(ctx, m, dev, evalSet, cfg, env, group)
@@ -252,7 +238,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	commSec, hidden := eng.CommStats()
 	secs := time.Since(wall).Seconds()
 	trained := st.Step - st.FirstStep()
-	sum := &SummaryMetrics{
+	sum := &observe.SummaryMetrics{
 		Steps: st.Step, FinalLoss: lastLoss, EvalLoss: ev.Loss, PeakMemoryBytes: dev.Stats().Peak,
 		SkippedSteps: st.Skipped, Precision: string(cfg.Precision), WorldSize: env.WorldSize, Rank: env.Rank,
 		WallSeconds: secs, ParamSHA256: hash, MicroBatch: b, GradAccumSteps: k,
@@ -262,10 +248,9 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	if cfg.Model.Kind == "gpt" {
 		sum.TokensPerSec = rate * float64(tokensPerSample)
 	} else {
-		sum.EvalAccuracy = Float(ev.Accuracy)
+		sum.EvalAccuracy = observe.Float(ev.Accuracy)
 	}
 	sum.SamplesPerSec = rate
-	t.prom.observeEval(sum.EvalLoss, sum.EvalAccuracy)
 	if cfg.Checkpoint.Dir != "" { // the last checkpoint carries the summary: a run started again after this one prints it
 		if st.Summary, err = json.Marshal(sum); err != nil {
 			return nil, fmt.Errorf("checkpoint: encoding the summary: %w", err)
@@ -277,9 +262,9 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 	}
-	metrics.Summary(*sum)
+	t.obs.Summary(*sum)
 	if trace != nil {
-		if err := trace.WriteFile(RankPath(opt.TracePath, env.Rank)); err != nil {
+		if err := trace.WriteFile(observe.RankPath(opt.TracePath, env.Rank)); err != nil {
 			return nil, err
 		}
 	}
@@ -300,6 +285,16 @@ func (t *Trainer) saveCheckpoint() error {
 		return nil
 	}
 	return t.st.Save(t.cfg, t.env.WorldSize, t.ps, t.optim, t.scaler, t.log)
+}
+
+// wireBytes are the bytes the groups have sent and received, all collectives so far.
+func wireBytes(groups []*allreduce.Group) (sent, recv int64) {
+	for _, g := range groups {
+		st := g.Stats()
+		sent += st.BytesSent
+		recv += st.BytesRecv
+	}
+	return sent, recv
 }
 
 // totalSteps is train.max_steps when set (capped by train.epochs when that is set too),

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/worker/checkpoint"
 )
 
@@ -218,21 +217,5 @@ func TestEvaluateCheckpoint_scoresLikeTheRun(t *testing.T) {
 	bad, _ := ConfigFromCheckpoint(stepDir(dir, 4), []string{"model.width=32"})
 	if _, err := EvaluateCheckpoint(context.Background(), dir, bad, Options{Logger: quiet()}); err == nil || !strings.Contains(err.Error(), "shape") {
 		t.Errorf("a model of another width: %v", err)
-	}
-}
-
-// The lr of a metrics line is the float32 the optimizer used, written as its shortest decimal.
-func TestDecimalF32(t *testing.T) {
-	if got := decimalF32(float32(0.003)); got != 0.003 {
-		t.Errorf("decimalF32(0.003) = %v", got)
-	}
-	for _, x := range []float32{3e-4, 1e-3, 0.1, 6e-5 * 0.37, 1, 1e-8} {
-		if float32(decimalF32(x)) != x {
-			t.Errorf("float32(decimalF32(%v)) = %v", x, float32(decimalF32(x)))
-		}
-	}
-	b, _ := json.Marshal(StepMetrics{LR: decimalF32(model.ConstantLR(0.003)(0))})
-	if !strings.Contains(string(b), `"lr":0.003,`) {
-		t.Errorf("step line %s", b)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/goddp/goddp/model/tensor"
 	"github.com/goddp/goddp/worker/checkpoint"
 	"github.com/goddp/goddp/worker/data"
+	"github.com/goddp/goddp/worker/observe"
 )
 
 // Options are ddptrain's command-line switches beyond the config, and the test hooks.
@@ -57,7 +58,7 @@ type Options struct {
 }
 
 // Result is what a run ends with (also the metrics summary).
-type Result = SummaryMetrics
+type Result = observe.SummaryMetrics
 
 // Trainer is one training process, set up: the process group, the device, the data, the model
 // with its optimizer and loss scaler, the DDP engine, the data loader, metrics and progress, the
@@ -76,15 +77,16 @@ type Trainer struct {
 	ps      *model.Params
 	optim   Optimizer
 	scaler  *Scaler
-	trace   *ddp.Trace
+	trace   *observe.Trace // nil without --trace
 	eng     *ddp.Engine
 	st      checkpoint.State
 	loader  *data.Loader
 	total   int // optimizer steps of the whole run
 	sched   model.Schedule
-	metrics *MetricsWriter
-	prom    *promMetrics // nil without metrics.listen / --metrics-port
-	prog    *Progress
+	metrics *observe.MetricsWriter // nil without --metrics
+	prom    *observe.Prometheus    // nil without metrics.listen / --metrics-port
+	prog    *observe.Progress
+	obs     observe.Observers // the three above: what the loop reports to
 	in      *inputs
 	groups  []*allreduce.Group // the main group and the channels: their bytes on the wire
 
@@ -205,9 +207,9 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 	} else if cfg.Train.MemoryBudget.Bytes > 0 {
 		dev.SetLimit(cfg.Train.MemoryBudget.Bytes)
 	}
-	var trace *ddp.Trace
+	var trace *observe.Trace
 	if opt.TracePath != "" {
-		trace = ddp.NewTrace(env.Rank)
+		trace = observe.NewTrace(env.Rank)
 	}
 	t.trace = trace
 	channels, err := allreduce.OpenChannels(ctx, group, gcfg, cfg.DDP.Channels)
@@ -222,7 +224,11 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 		}
 		return errors.Join(errs...)
 	})
-	eng := ddp.New(ps, group, ddp.Options{BucketCapMB: cfg.DDP.BucketCapMB, Wire: wireOf(cfg), Trace: trace, Logger: log, Channels: asComms(channels)})
+	dopts := ddp.Options{BucketCapMB: cfg.DDP.BucketCapMB, Wire: wireOf(cfg), Logger: log, Channels: asComms(channels)}
+	if trace != nil { // not a nil *Trace in the interface
+		dopts.Tracer = trace
+	}
+	eng := ddp.New(ps, group, dopts)
 	t.eng = eng
 	t.onClose(func() error { eng.Close(); return nil })
 
@@ -290,7 +296,7 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 	}
 
 	// ---- outputs, and the device buffers the batches are uploaded into ----
-	t.metrics, err = OpenMetrics(opt.MetricsPath, env.Rank)
+	t.metrics, err = observe.OpenMetrics(opt.MetricsPath, env.Rank)
 	if err != nil {
 		return nil, err
 	}
@@ -300,14 +306,21 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 		listen = opt.MetricsListen
 	}
 	if listen != "" {
-		t.prom, err = servePrometheus(listen, env, log)
+		t.prom, err = observe.ServePrometheus(listen, env.Rank, env.LocalRank, env.RestartCount, log)
 		if err != nil {
 			return nil, err
 		}
-		t.onClose(t.prom.close)
+		t.onClose(t.prom.Close)
 	}
-	t.prog = NewProgress(t.total, env.Rank, env.ProgressFD)
+	t.prog = observe.NewProgress(t.total, env.Rank, env.ProgressFD)
 	t.onClose(func() error { t.prog.Finish(); return nil })
+	if t.metrics != nil { // not nil pointers in the interface: the fan-out skips only nil entries
+		t.obs = append(t.obs, t.metrics)
+	}
+	if t.prom != nil {
+		t.obs = append(t.obs, t.prom)
+	}
+	t.obs = append(t.obs, t.prog)
 	in := newInputs(dev, cfg, b)
 	t.in = in
 	t.onClose(func() error { in.free(dev); return nil })
@@ -368,7 +381,7 @@ type FinishedError struct {
 	Step    int    // the checkpoint's step
 	Total   int    // this config's last step
 	Path    string // the checkpoint
-	Summary *SummaryMetrics
+	Summary *observe.SummaryMetrics
 }
 
 func (e *FinishedError) Error() string {
@@ -379,7 +392,7 @@ func (e *FinishedError) Error() string {
 	}
 	fmt.Fprintf(&b, ": nothing to do (checkpoint %s)", e.Path)
 	if e.Summary != nil {
-		fmt.Fprintf(&b, "; the summary of that run is: %s", FormatSummary(e.Summary))
+		fmt.Fprintf(&b, "; the summary of that run is: %s", observe.FormatSummary(e.Summary))
 	} else {
 		b.WriteString("; that checkpoint records no summary (it was not written at the end of a run, or an earlier build wrote it)")
 	}
@@ -387,11 +400,11 @@ func (e *FinishedError) Error() string {
 }
 
 // savedSummary is the summary a checkpoint's state carries (the last step's only), or nil.
-func savedSummary(st *checkpoint.State, log *slog.Logger) *SummaryMetrics {
+func savedSummary(st *checkpoint.State, log *slog.Logger) *observe.SummaryMetrics {
 	if len(st.Summary) == 0 {
 		return nil
 	}
-	var sum SummaryMetrics
+	var sum observe.SummaryMetrics
 	if err := json.Unmarshal(st.Summary, &sum); err != nil {
 		log.Warn("the checkpoint's summary does not decode", "err", err)
 		return nil

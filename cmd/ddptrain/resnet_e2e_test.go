@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/goddp/goddp/worker"
+	"github.com/goddp/goddp/worker/observe"
 )
 
 // Issue 21: a ResNet with batch norm under DDP, world 2 on the CPU. Each rank normalises with its
@@ -25,7 +25,7 @@ func TestLaunch_resnetBatchNormReplicasAgree(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("ddplaunch: %v\n%s", err, out)
 	}
-	a, b := summary(t, m), summary(t, worker.RankPath(m, 1))
+	a, b := summary(t, m), summary(t, observe.RankPath(m, 1))
 	if a.ParamSHA256 == "" || a.ParamSHA256 != b.ParamSHA256 {
 		t.Fatalf("ranks end with %q and %q", a.ParamSHA256, b.ParamSHA256)
 	}
