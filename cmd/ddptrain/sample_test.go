@@ -23,7 +23,7 @@ import (
 	"github.com/goddp/goddp/worker/checkpoint"
 )
 
-// saveRandomGPT writes a checkpoint of step 3 of a fresh GPT into dir (as worker's runState.save
+// saveRandomGPT writes a checkpoint of step 3 of a fresh GPT into dir (as checkpoint.State.Save
 // does: every parameter by name, f32) and a YAML config describing it; it returns the model (on
 // the CPU, for the expected output) and the YAML's path.
 func saveRandomGPT(t *testing.T, dir string, cfg model.GPTConfig) (*model.GPT, string) {
