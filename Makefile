@@ -7,29 +7,44 @@ RACE_PKGS := ./allreduce/... ./ddp/... ./launcher/... ./worker/...
 # staticcheck, pinned; `go run` builds it from the Go module proxy the first time (CI included).
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build test test-race test-short demo mnist opticks-tokens bench cuda cuda-test vet lint fmt clean
+.PHONY: help build test demo mnist opticks-tokens bench soak cuda cuda-test cuda-typecheck vet lint fmt clean
 
 help:
 	@echo "make build      binaries in bin/ (ddptrain, ddplaunch, ddpbench)"
 	@echo "make test       the whole test suite (lint, unit tests, race tests)"
-	@echo "make lint       gofmt, go vet and staticcheck"
+	@echo "make lint       gofmt, go vet, staticcheck, the environment rule and the CUDA type-check"
+	@echo "make cuda-typecheck  vet the cuda-tagged code against scripts/cudastub (no CUDA needed)"
 	@echo "make demo       fetch MNIST through the Go module proxy and train it"
 	@echo "make opticks-tokens  GPT-2 BPE shards of the Opticks text in $(OPTICKS_TOKENS)/"
 	@echo "make bench      Go benchmarks of the hot paths"
-	@echo "make cuda       build with the CUDA device (GPU host, see README)"
+	@echo "make soak       kill random ranks of an MNIST job and check it resumes exactly (SOAK_MINUTES=1 SOAK_KILLS=5)"
+	@echo "make cuda       build with the CUDA device (GPU host, see README); later builds keep the tag until make clean"
 	@echo "make cuda-test  GPU tests (GPU host)"
 
+# After `make cuda`, bin/.cuda marks the binaries as CUDA builds: `make build` (and the targets that
+# need the binaries: demo, opticks-tokens) then rebuilds them with the cuda tag instead of replacing
+# them with a CPU-only build. `make clean` forgets it.
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	@if [ -f $(BIN)/.cuda ]; then echo "bin/ holds a CUDA build (make cuda): rebuilding it with the cuda tag"; $(MAKE) --no-print-directory cuda; \
+	else echo "$(GO) build -o $(BIN)/ ./cmd/..."; $(GO) build -o $(BIN)/ ./cmd/...; fi
 
 vet:
 	$(GO) vet $(PKGS)
 
-# gofmt -l must list nothing; then go vet and staticcheck.
+# gofmt -l must list nothing; then go vet and staticcheck; environment variables are read only in
+# a package's *env*.go files (tests excepted); and the cuda-tagged code type-checks.
 lint: vet
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt: not formatted (make fmt):"; echo "$$unformatted"; exit 1; fi
 	$(STATICCHECK) $(PKGS)
+	@reads=$$(git grep -nE 'os\.(Getenv|LookupEnv)\(' -- '*.go' ':!*_test.go' ':!*env*.go'); \
+	if [ -n "$$reads" ]; then echo "environment read outside a *env*.go file:"; echo "$$reads"; exit 1; fi
+	$(MAKE) --no-print-directory cuda-typecheck
+
+# The cuda-tagged code vetted against the pure-Go stubs of gorgonia.org/cu and model/cuda/cudadrv
+# (scripts/cudastub): names, qualifiers and types, on a machine without CUDA.
+cuda-typecheck:
+	bash scripts/cuda-typecheck.sh
 
 test: lint build
 	$(GO) test -count=1 -timeout 20m $(PKGS)
@@ -58,11 +73,23 @@ opticks-tokens: build
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./model/... ./allreduce/
 
+# scripts/soak.sh, short by default (about 2×SOAK_MINUTES of both cores): SIGKILLs random ranks
+# of a 2-worker MNIST job under --max-restarts, exits 0 only when it ended as an uninterrupted run.
+SOAK_MINUTES ?= 1
+SOAK_KILLS   ?= 5
+soak:
+	MINUTES=$(SOAK_MINUTES) KILLS=$(SOAK_KILLS) bash scripts/soak.sh
+
 cuda:
 	bash scripts/cuda-env.sh $(GO) build -tags cuda -o $(BIN)/ ./cmd/...
+	@touch $(BIN)/.cuda
+
+# Every package with cuda-tagged code or tests (found by their build lines, so a new one is never
+# left out); its plain tests run too, now on a build with the CUDA device in it.
+CUDA_TEST_PKGS = $(sort $(addprefix ./,$(dir $(shell git grep -lE '^//go:build .*cuda' -- '*.go' ':!scripts/'))))
 
 cuda-test:
-	bash scripts/cuda-env.sh $(GO) test -count=1 -tags cuda ./model/... ./worker/...
+	bash scripts/cuda-env.sh $(GO) test -count=1 -tags cuda $(CUDA_TEST_PKGS)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

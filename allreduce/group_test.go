@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,8 +46,28 @@ func dataPlane(g *Group) Transport {
 // networked: a transport over sockets (slower to build; some tests use smaller worlds on it).
 func networked(kind string) bool { return kind != "inproc" }
 
-// newGroups builds an n-rank world over the given transport, closed at test end.
+// newGroups builds an n-rank world over the given transport, closed at test end. A master port
+// that another process took between freeAddr and rank 0's listen (other test binaries run beside
+// this one) is retried on a fresh port: the race is the test's, not the code's.
 func newGroups(t testing.TB, kind string, n int, mod func(*Config)) []*Group {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		gs, err := tryNewGroups(t, kind, n, mod)
+		if err == nil {
+			t.Cleanup(func() {
+				for _, g := range gs {
+					g.Close()
+				}
+			})
+			return gs
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 3 {
+			t.Fatal(err)
+		}
+	}
+}
+
+func tryNewGroups(t testing.TB, kind string, n int, mod func(*Config)) ([]*Group, error) {
 	t.Helper()
 	cfgs := make([]Config, n)
 	var nw *InprocNetwork
@@ -78,20 +99,26 @@ func newGroups(t testing.TB, kind string, n int, mod func(*Config)) []*Group {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for r := range gs {
-		wg.Go(func() { gs[r], errs[r] = NewGroup(ctx, cfgs[r]) })
+		wg.Go(func() {
+			gs[r], errs[r] = NewGroup(ctx, cfgs[r])
+			if errs[r] != nil {
+				cancel() // the others would wait for the rendezvous until the deadline
+			}
+		})
 	}
 	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("NewGroup rank %d: %v", r, err)
-		}
-	}
-	t.Cleanup(func() {
+	if err := errors.Join(errs...); err != nil {
 		for _, g := range gs {
-			g.Close()
+			if g != nil {
+				g.Close()
+			}
 		}
-	})
-	return gs
+		if errs[0] != nil {
+			return nil, fmt.Errorf("NewGroup rank 0: %w", errs[0])
+		}
+		return nil, fmt.Errorf("NewGroup: %w", err)
+	}
+	return gs, nil
 }
 
 func freeAddr(t testing.TB) string {

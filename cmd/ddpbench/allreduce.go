@@ -75,7 +75,7 @@ func (f *benchFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.iters, "iters", 10, "timed iterations per size and wire (the median is reported)")
 	fs.IntVar(&f.warmup, "warmup", 2, "untimed iterations first")
 	fs.StringVar(&f.chunk, "chunk", "1M", "pipeline chunk in wire bytes (allreduce.Config.ChunkBytes)")
-	defTrans := os.Getenv(allreduce.EnvTransport)
+	defTrans := getenv(allreduce.EnvTransport)
 	if defTrans == "" {
 		defTrans = allreduce.TransportGRPC
 	}
@@ -235,7 +235,7 @@ func runAllReduceWorker(args []string) error {
 	if err != nil {
 		return err
 	}
-	if prefix := os.Getenv("DDPBENCH_CPUPROFILE"); prefix != "" { // profiling aid: one file per rank
+	if prefix := getenv("DDPBENCH_CPUPROFILE"); prefix != "" { // profiling aid: one file per rank
 		pf, err := os.Create(fmt.Sprintf("%s.rank%d", prefix, cfg.Rank))
 		if err != nil {
 			return err

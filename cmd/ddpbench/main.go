@@ -5,9 +5,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sort"
+
+	"github.com/spf13/pflag"
 )
 
 // subcommand is one `ddpbench NAME ...`.
@@ -43,21 +46,31 @@ func usage() {
 }
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+	os.Exit(run(os.Args[1:]))
+}
+
+// run is ddpbench with its arguments, returning the exit status: 0 done (and for --help, of
+// ddpbench or of any subcommand), 1 failed, 2 a usage error.
+func run(args []string) int {
+	if len(args) < 1 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage()
-		if len(os.Args) < 2 {
-			os.Exit(2)
+		if len(args) < 1 {
+			return 2
 		}
-		return
+		return 0
 	}
-	sc, ok := subcommands[os.Args[1]]
+	sc, ok := subcommands[args[0]]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "ddpbench: unknown subcommand %q\n\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "ddpbench: unknown subcommand %q\n\n", args[0])
 		usage()
-		os.Exit(2)
+		return 2
 	}
-	if err := sc.run(os.Args[2:]); err != nil {
-		fmt.Fprintf(os.Stderr, "ddpbench %s: %v\n", os.Args[1], err)
-		os.Exit(1)
+	if err := sc.run(args[1:]); err != nil {
+		if errors.Is(err, pflag.ErrHelp) { // the flag set printed its usage
+			return 0
+		}
+		fmt.Fprintf(os.Stderr, "ddpbench %s: %v\n", args[0], err)
+		return 1
 	}
+	return 0
 }

@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/color"
+	"math"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -128,6 +130,11 @@ func plotMetrics(m *runMetrics, title, out string) error {
 		loss.Legend.Add("eval", ev, pts)
 	}
 	loss.Add(plotter.NewGrid())
+	// The legend sits top right, above the data: the y range gets a quarter more room on top.
+	loss.Legend.Top = true
+	loss.Y.Max = headroom(m.train, m.eval)
+	loss.X.Tick.Marker = stepTicks{}
+	loss.Y.Tick.Marker = valueTicks{}
 
 	rate := plot.New()
 	rate.X.Label.Text = "optimizer step"
@@ -139,11 +146,16 @@ func plotMetrics(m *runMetrics, title, out string) error {
 	}
 	rl.Color = color.RGBA{G: 128, A: 255}
 	rate.Add(rl, plotter.NewGrid())
+	rate.X.Tick.Marker = stepTicks{}
+	rate.Y.Tick.Marker = valueTicks{}
+	// One x range for both panels, so a step lines up.
+	rate.X.Min, rate.X.Max = math.Min(loss.X.Min, rate.X.Min), math.Max(loss.X.Max, rate.X.Max)
+	loss.X.Min, loss.X.Max = rate.X.Min, rate.X.Max
 
 	const w, h = 10 * vg.Inch, 8 * vg.Inch
 	img := vgimg.New(w, h)
 	dc := draw.New(img)
-	cells := plot.Align([][]*plot.Plot{{loss}, {rate}}, draw.Tiles{Rows: 2, Cols: 1, PadY: vg.Points(12)}, dc)
+	cells := plot.Align([][]*plot.Plot{{loss}, {rate}}, draw.Tiles{Rows: 2, Cols: 1, PadY: vg.Points(12), PadTop: vg.Points(10), PadRight: vg.Points(16), PadBottom: vg.Points(4), PadLeft: vg.Points(4)}, dc)
 	loss.Draw(cells[0][0])
 	rate.Draw(cells[1][0])
 	f, err := os.Create(out)
@@ -155,4 +167,80 @@ func plotMetrics(m *runMetrics, title, out string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// headroom is the top of the loss panel: a quarter of the data's range above its largest value,
+// where the legend goes.
+func headroom(series ...plotter.XYs) float64 {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, xy := range series {
+		for _, p := range xy {
+			lo, hi = math.Min(lo, p.Y), math.Max(hi, p.Y)
+		}
+	}
+	if math.IsInf(hi, -1) {
+		return 1
+	}
+	if hi == lo {
+		return hi + math.Max(math.Abs(hi)*0.25, 1)
+	}
+	return hi + (hi-lo)*0.25
+}
+
+// niceStep is the tick spacing for about want intervals over span: 1, 2 or 5 times a power of ten.
+func niceStep(span float64, want int) float64 {
+	if span <= 0 || want < 1 {
+		return 1
+	}
+	raw := span / float64(want)
+	p := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= raw {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+// ticks are the major ticks every step from the first multiple at or above min to max, each
+// labelled by label, with four minor ticks between.
+func ticks(min, max, step float64, label func(float64) string) []plot.Tick {
+	var out []plot.Tick
+	first := math.Ceil(min/step) * step
+	for i := 0; ; i++ {
+		v := first + float64(i)*step
+		if v > max+step*1e-9 {
+			break
+		}
+		out = append(out, plot.Tick{Value: v, Label: label(v)})
+		for j := 1; j < 5; j++ {
+			if m := v + float64(j)*step/5; m <= max {
+				out = append(out, plot.Tick{Value: m})
+			}
+		}
+	}
+	return out
+}
+
+// stepTicks labels an axis of optimizer steps: integers ("250", never "250.00"), every major
+// tick labelled, 1-2-5 spacing with at least 1 between ticks.
+type stepTicks struct{}
+
+func (stepTicks) Ticks(min, max float64) []plot.Tick {
+	return ticks(min, max, math.Max(1, niceStep(max-min, 6)), func(v float64) string {
+		return strconv.FormatInt(int64(math.Round(v)), 10)
+	})
+}
+
+// valueTicks labels a value axis (loss, throughput): every major tick, with as many decimals as
+// the spacing needs and no more.
+type valueTicks struct{}
+
+func (valueTicks) Ticks(min, max float64) []plot.Tick {
+	step := niceStep(max-min, 8)
+	dec := 0
+	if step < 1 {
+		dec = int(math.Ceil(-math.Log10(step) - 1e-9))
+	}
+	return ticks(min, max, step, func(v float64) string { return strconv.FormatFloat(v, 'f', dec, 64) })
 }

@@ -226,11 +226,13 @@ func run(args []string) int {
 			return 2
 		}
 	}
+	pyPath := ""
 	if c.viaPython {
-		if err := checkInterpreter(c.opts.Program, c.script); err != nil {
+		if pyPath, err = checkInterpreter(c.opts.Program, c.script); err != nil {
 			fmt.Fprintf(os.Stderr, "ddplaunch: %v\n", err)
 			return launcher.ExitNotFound
 		}
+		fmt.Fprintln(os.Stderr, interpreterLine(c.script, c.opts.Program, pyPath, getenv("PYTHON_EXEC") != ""))
 	}
 	gpus := launcher.DefaultGPUProbe().Count()
 	nproc, err := launcher.ResolveNProc(c.nproc, gpus)
@@ -253,7 +255,7 @@ func run(args []string) int {
 		o.Env = append(os.Environ(), env...)
 	}
 	o.VisibleGPUs = gpus
-	if v, ok := os.LookupEnv("CUDA_VISIBLE_DEVICES"); ok {
+	if v, ok := lookupEnv("CUDA_VISIBLE_DEVICES"); ok {
 		o.VisibleDevices = launcher.ParseVisibleDevices(v)
 	}
 	if term.IsTerminal(int(os.Stderr.Fd())) {
@@ -269,6 +271,9 @@ func run(args []string) int {
 	var se *launcher.SignalError
 	if err != nil && !errors.As(err, &we) && !errors.As(err, &se) {
 		fmt.Fprintf(os.Stderr, "ddplaunch: %v\n", err) // the others are reported by Run
+	}
+	if we != nil && c.viaPython {
+		fmt.Fprintln(os.Stderr, interpreterHint(pyPath))
 	}
 	return launcher.ExitCode(err)
 }

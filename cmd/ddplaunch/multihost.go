@@ -16,9 +16,6 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// getenv reads the environment (SLURM_*, DDP_CLUSTER_KEY); tests replace it.
-var getenv = os.Getenv
-
 // The rendezvous kinds ddplaunch chooses from its flags (multiFlags.resolve).
 const (
 	rdzvLocal  = "local"      // one host: launcher.LocalRendezvous

@@ -296,14 +296,33 @@ func pythonCommand(t torchrunFlags, prog string, args []string, getenv func(stri
 	return py, append(out, args...), true, nil
 }
 
-// checkInterpreter says, when PROGRAM runs through python, what to do if the interpreter is
-// missing (run exits 127 then, as for a program not found).
-func checkInterpreter(py, script string) error {
-	if _, err := exec.LookPath(py); err != nil {
-		return fmt.Errorf("%s runs with the Python interpreter, as torchrun runs it, but %s: %v; install python3, "+
+// checkInterpreter finds the interpreter PROGRAM runs with when it runs through python, and says
+// what to do if there is none (run exits 127 then, as for a program not found). It returns the
+// interpreter's path, which ddplaunch prints (interpreterLine) so a user sees which one ran.
+func checkInterpreter(py, script string) (string, error) {
+	path, err := exec.LookPath(py)
+	if err != nil {
+		return "", fmt.Errorf("%s runs with the Python interpreter, as torchrun runs it, but %s: %v; install python3, "+
 			"set $PYTHON_EXEC to the interpreter, or pass --no-python to run PROGRAM itself", script, py, err)
 	}
-	return nil
+	return path, nil
+}
+
+// interpreterLine is what ddplaunch says before the workers start when PROGRAM runs through
+// python: which interpreter, where it was found, and how to choose another.
+func interpreterLine(script, py, path string, fromEnv bool) string {
+	from := "python3 from $PATH; set $PYTHON_EXEC to use another"
+	if fromEnv {
+		from = "from $PYTHON_EXEC"
+	}
+	return fmt.Sprintf("ddplaunch: %s runs with %s (%s, %s)", script, py, path, from)
+}
+
+// interpreterHint follows a failed job whose PROGRAM ran through python: a script that fails to
+// import torch (ModuleNotFoundError) usually ran with another interpreter than the user's.
+func interpreterHint(path string) string {
+	return fmt.Sprintf("ddplaunch: the workers ran %s; if a module was not found (torch?), set $PYTHON_EXEC to the "+
+		"interpreter that has it, e.g. PYTHON_EXEC=$(command -v python3.12)", path)
 }
 
 // newRunID is --standalone's run id, a random UUID as torchrun's (uuid4).

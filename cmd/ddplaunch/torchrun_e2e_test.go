@@ -193,7 +193,8 @@ func TestDdplaunch_staticMasterUnreachable(t *testing.T) {
 
 // A .py PROGRAM runs through python3 from $PATH (here a stand-in that records its arguments),
 // -m MODULE as python -m, $PYTHON_EXEC overrides the interpreter, --no-python runs the file
-// itself, and no interpreter at all is exit 127 with what to do.
+// itself, and no interpreter at all is exit 127 with what to do. ddplaunch says which interpreter
+// runs the script, and after a failed job how to choose another.
 func TestDdplaunch_pythonPrograms(t *testing.T) {
 	bin := buildLauncher(t)
 	dir := t.TempDir()
@@ -209,14 +210,16 @@ func TestDdplaunch_pythonPrograms(t *testing.T) {
 		env  []string
 		args []string
 		want []string
+		say  string // on stderr
 	}{
 		{"script", []string{path}, []string{"--nproc_per_node", "2", "train.py", "--lr", "0.1"},
-			[]string{"[rank 0] python3 rank 0 args: -u train.py --lr 0.1\n", "[rank 1] python3 rank 1 args: -u train.py --lr 0.1\n"}},
-		{"module", []string{path}, []string{"-m", "pkg.train", "--x", "1"}, []string{"[rank 0] python3 rank 0 args: -u -m pkg.train --x 1\n"}},
-		{"run path", []string{path}, []string{"--run_path", "/abs/train"}, []string{"[rank 0] python3 rank 0 args: -u /abs/train\n"}},
+			[]string{"[rank 0] python3 rank 0 args: -u train.py --lr 0.1\n", "[rank 1] python3 rank 1 args: -u train.py --lr 0.1\n"},
+			"ddplaunch: train.py runs with python3 (" + filepath.Join(fakeBin, "python3") + ", python3 from $PATH; set $PYTHON_EXEC to use another)"},
+		{"module", []string{path}, []string{"-m", "pkg.train", "--x", "1"}, []string{"[rank 0] python3 rank 0 args: -u -m pkg.train --x 1\n"}, "pkg.train runs with python3"},
+		{"run path", []string{path}, []string{"--run_path", "/abs/train"}, []string{"[rank 0] python3 rank 0 args: -u /abs/train\n"}, "/abs/train runs with python3"},
 		{"PYTHON_EXEC", []string{path, "PYTHON_EXEC=" + filepath.Join(dir, "other-python")}, []string{"train.py"},
-			[]string{"[rank 0] other-python args: -u train.py\n"}},
-		{"no python", []string{path}, []string{"--no_python", "./train.py", "a"}, []string{"[rank 0] ran itself with a\n"}},
+			[]string{"[rank 0] other-python args: -u train.py\n"}, "(" + filepath.Join(dir, "other-python") + ", from $PYTHON_EXEC)"},
+		{"no python", []string{path}, []string{"--no_python", "./train.py", "a"}, []string{"[rank 0] ran itself with a\n"}, ""},
 	} {
 		cmd := exec.Command(bin, tt.args...)
 		cmd.Dir, cmd.Env = dir, append(os.Environ(), tt.env...)
@@ -231,9 +234,23 @@ func TestDdplaunch_pythonPrograms(t *testing.T) {
 				t.Errorf("%s: stdout lacks %q:\n%s", tt.name, w, out.String())
 			}
 		}
+		if !strings.Contains(errb.String(), tt.say) {
+			t.Errorf("%s: stderr lacks %q:\n%s", tt.name, tt.say, errb.String())
+		}
+	}
+	// A script that fails as one does under an interpreter without torch: the worker's own exit
+	// code (ddplaunch passes it on, see README's torchrun table), and a hint naming the
+	// interpreter and $PYTHON_EXEC.
+	os.WriteFile(filepath.Join(dir, "no-torch"), []byte("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n"), 0o755)
+	cmd := exec.Command(bin, "train.py")
+	cmd.Dir, cmd.Env = dir, append(os.Environ(), "PYTHON_EXEC="+filepath.Join(dir, "no-torch"))
+	var failed bytes.Buffer
+	cmd.Stderr = &failed
+	if code := exitCode(t, cmd.Run()); code != 1 || !strings.Contains(failed.String(), "the workers ran "+filepath.Join(dir, "no-torch")+"; if a module was not found (torch?), set $PYTHON_EXEC") {
+		t.Errorf("a failing script: exit %d, want 1 with the interpreter hint:\n%s", code, failed.String())
 	}
 	// No interpreter anywhere on $PATH.
-	cmd := exec.Command(bin, "train.py")
+	cmd = exec.Command(bin, "train.py")
 	cmd.Dir, cmd.Env = dir, append(os.Environ(), "PATH="+filepath.Join(dir, "empty"), "PYTHON_EXEC=")
 	var errb bytes.Buffer
 	cmd.Stderr = &errb

@@ -7,8 +7,8 @@
 //	ddptrain export --checkpoint DIR --format hf --out OUT     (subcommands: subcommands.go)
 //
 // Exit status: 0 when the run finished; 1 when it failed; 2 for a usage or config error (nothing
-// was trained); 3 for the failure DDP_FAIL_AT_STEP plants (tests of restarts: see main.go's
-// testHooks), so a test can tell it from a real one.
+// was trained); 3 for the failure DDP_FAIL_AT_STEP plants (tests of restarts, in a binary built
+// with -tags ddptesthooks only: testhooks_env.go), so a test can tell it from a real one.
 package main
 
 import (
@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 
 	"github.com/spf13/pflag"
@@ -32,7 +31,7 @@ import (
 const (
 	exitFailed        = 1
 	exitUsage         = 2 // also a config that does not load
-	exitInjectedFault = 3 // DDP_FAIL_AT_STEP
+	exitInjectedFault = 3 // DDP_FAIL_AT_STEP (-tags ddptesthooks)
 )
 
 func main() {
@@ -92,14 +91,14 @@ func run(args []string) int {
 	defer stop()
 	res, err := worker.Run(ctx, cfg, opt)
 	if fin := (*worker.FinishedError)(nil); errors.As(err, &fin) {
-		if rank, _ := strconv.Atoi(os.Getenv("RANK")); rank == 0 {
+		if envInt("RANK") == 0 {
 			fmt.Println(fin.Error())
 		}
 		return 0
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ddptrain:", err)
-		if errors.Is(err, errInjectedFault) {
+		if injectedFault(err) {
 			return exitInjectedFault
 		}
 		return exitFailed
@@ -108,36 +107,4 @@ func run(args []string) int {
 		fmt.Println(observe.FormatSummary(res))
 	}
 	return 0
-}
-
-// errInjectedFault is the failure DDP_FAIL_AT_STEP plants.
-var errInjectedFault = errors.New("failing on purpose (DDP_FAIL_AT_STEP)")
-
-// testHooks turns the fault-injection variables of the tests into the trainer's hooks:
-//
-//	DDP_FAIL_AT_STEP=N        the first attempt (DDP_RESTART_COUNT 0) fails just before step N:
-//	                          the run stops, closes what it opened, and ddptrain exits 3
-//	DDP_INJECT_INF_STEP=N     rank DDP_INJECT_INF_RANK (default 0) puts +Inf into a gradient at
-//	                          step N (the loss scaler must skip the step on every rank)
-//
-// Unset, they leave the hooks nil.
-func testHooks(opt *worker.Options) {
-	if n := envInt("DDP_FAIL_AT_STEP"); n > 0 && envInt("DDP_RESTART_COUNT") == 0 {
-		opt.FaultHook = func(step int) error {
-			if step == n {
-				return errInjectedFault
-			}
-			return nil
-		}
-	}
-	if n := envInt("DDP_INJECT_INF_STEP"); n > 0 {
-		rank, at := envInt("RANK"), envInt("DDP_INJECT_INF_RANK")
-		opt.InjectInf = func(step int) bool { return step == n && rank == at }
-	}
-}
-
-// envInt reads an integer environment variable; unset or malformed is 0.
-func envInt(name string) int {
-	n, _ := strconv.Atoi(os.Getenv(name))
-	return n
 }

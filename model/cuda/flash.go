@@ -5,7 +5,6 @@ package cuda
 import (
 	"fmt"
 	"math"
-	"os"
 
 	"github.com/goddp/goddp/model/cuda/cudadrv"
 	"github.com/goddp/goddp/model/tensor"
@@ -17,7 +16,7 @@ import (
 
 // loadFlash compiles and loads the fused attention module when the device can run it.
 func (d *Device) loadFlash() error {
-	if d.major < 8 || os.Getenv("GODDP_FLASH") == "0" {
+	if d.major < 8 || flashOff() {
 		return nil
 	}
 	arch := fmt.Sprintf("compute_%d%d", d.major, d.minor)

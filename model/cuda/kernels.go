@@ -809,19 +809,6 @@ func (d *Device) loadKernels() error {
 	return nil
 }
 
-// KernelCacheDir is where compiled kernels are kept.
-func KernelCacheDir() string {
-	base := os.Getenv("XDG_CACHE_HOME")
-	if base == "" {
-		if h, err := os.UserHomeDir(); err == nil {
-			base = filepath.Join(h, ".cache")
-		} else {
-			base = os.TempDir()
-		}
-	}
-	return filepath.Join(base, "goddp", "kernels")
-}
-
 // compileCached returns the PTX of src under opts, from the disk cache when present.
 func compileCached(src string, opts []string) (string, error) {
 	h := sha256.New()

@@ -156,6 +156,9 @@ func TestShard_roundTripAndRefusals(t *testing.T) {
 	binary.LittleEndian.PutUint32(wrong, 12345)
 	bad("magic.bin", wrong, 50257, "magic")
 	bad("vocab.bin", raw, 100, "outside the vocabulary")
+	// An id equal to the vocabulary size is outside it (the largest id is vocab-1): 50256 read with
+	// a vocabulary of 50256 is refused, where 50257 above accepted it.
+	bad("vocab-edge.bin", raw, 50256, "token 50256 at position 3 is outside the vocabulary of 50256")
 	// No temp files left behind.
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
