@@ -32,14 +32,14 @@ type Options struct {
 	TracePath    string // --trace: Chrome trace events
 	MemoryReport bool   // --memory-report
 	CheckLeaks   bool   // --check-leaks
-	MemoryPlot   string // --memory-plot: PNG of device memory over one step (memplot.go)
+	MemoryPlot   string // --memory-plot: PNG of device memory over one step (observe.MemTimeline)
 	// ResumeFrom (--resume-from) is a checkpoint step directory to resume from instead of the
 	// newest in checkpoint.dir (resumePoint says when checkpoint.dir's newest is taken anyway).
 	// Every rank must be able to read it.
 	ResumeFrom string
 	// MetricsListen (--metrics-port N is ":N") is where this process serves Prometheus metrics,
 	// host:port; it overrides metrics.listen. Rank r of a host adds its LOCAL_RANK to the port
-	// (prom.go).
+	// (observe.ServePrometheus).
 	MetricsListen string
 	Logger        *slog.Logger
 
