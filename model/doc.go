@@ -1,9 +1,11 @@
 // Package model is what trains on goddp's devices: layers with explicit forward and backward, the
-// MLP and GPT models, the loss, optimizers, learning-rate schedules, the dynamic loss scaler and
+// MLP, GPT and ResNet models, Spec (the one description of every model, from which New, the one
+// factory, builds it), the loss, optimizers, learning-rate schedules, the dynamic loss scaler and
 // safetensors checkpoints. The devices and what they share live in packages below it:
 //
 //	model/tensor  Tensor, DType, the Device interface (the seam layers call), the caching
-//	              allocator and memory stats, the counter RNG; imports nothing of goddp
+//	              allocator and memory stats, the counter RNG, the shape rules both devices
+//	              follow (GEMMShape); imports nothing of goddp
 //	model/half    the f16 codec (float32 ↔ IEEE half), shared with allreduce's wire codec
 //	model/cpu     the CPU device (plain Go, assembly GEMM): cpu.New()
 //	model/cuda    the CUDA device, build tag cuda: cuda.New(ordinal); its cgo layer cuda/cudadrv
@@ -15,7 +17,8 @@
 //
 //	params.go        Params: one slab each for weights, gradients and the f16 copy
 //	layer_*.go       the layers (below); loss.go the losses and the chunked LM head
-//	mlp.go, gpt.go   the models; model.go the Model interface and Inputs; release.go Releaser
+//	mlp.go, gpt.go   the models; model.go the Model interface (with what a trainer asks of any
+//	                 model: Input, TargetsPerSample, Classifier) and Inputs; release.go Releaser
 //	resnet.go        ResNet 18/34/50 (issue 21): imagenet or small stem, basic or bottleneck
 //	                 blocks, per-block checkpointing; buffers.go the BN running statistics' slab
 //	kvcache.go       Decoder: a GPT's inference forward with a KV cache, one sequence at a time
@@ -23,9 +26,13 @@
 //	optim.go         AdamW and SGD, ClipGradNorm; schedule.go learning-rate schedules
 //	scaler.go        the dynamic loss scaler
 //	safetensors.go   checkpoint tensors in the safetensors format (F32, F16, BF16, I32)
-//	spec.go          Spec: a model's whole architecture, for checkpoints that stand alone
-//	                 (config.json and the safetensors __metadata__)
-//	weights.go       weights in and out: New(dev, spec), ReadWeights, Params.LoadNamed, Open
+//	spec.go          Spec: the one description of every model (GPT, MLP, ResNet): its whole
+//	                 architecture, for checkpoints that stand alone (config.json and the
+//	                 safetensors __metadata__), and how a process runs it (compute dtype,
+//	                 recompute, attention path; never written down); GPTConfig.Spec and the
+//	                 others, Spec.GPTConfig and the others
+//	weights.go       New(dev, spec, seed), the one factory (every kind); weights in and out:
+//	                 ReadWeights, Params.LoadNamed, Open
 //	hf.go            GPT-2 in Hugging Face GPT2LMHeadModel's names and layout, and its config.json
 //	gpt_logits.go    GPT.Logits: the (B,T,V) logits of a prompt
 //
@@ -61,8 +68,9 @@
 // # The training flow
 //
 //	dev := cpu.New()                                           // or cuda.New(0)
-//	m, err := NewGPT(dev, GPTConfig{Layers: 4, Width: 128, Heads: 4, Context: 128, Vocab: 256,
-//		Tied: true, Compute: tensor.F16, Checkpoint: 1}, seed)    // 1. build: params + grads (+ f16 copy)
+//	spec := GPTConfig{Layers: 4, Width: 128, Heads: 4, Context: 128, Vocab: 256, Tied: true,
+//		Compute: tensor.F16, Checkpoint: 1}.Spec()             //    or a ResNetConfig's, an MLPConfig's
+//	m, err := New(dev, spec, seed)                             // 1. build: params + grads (+ f16 copy)
 //	opt, _ := NewAdamW(m.Params(), DefaultAdamW())             //    m, v slabs beside the params
 //	sc, _ := NewScaler(dev, DefaultScaler())                   //    loss scale 65536
 //	lr := WarmupCosine(6e-4, 6e-5, 100, 5000)
@@ -101,7 +109,7 @@
 //
 // # Memory
 //
-// Checkpoint (MLPConfig, GPTConfig) trades compute for memory: a checkpointed block keeps only its
+// Checkpoint (Spec, and MLPConfig, GPTConfig, ResNetConfig) trades compute for memory: a checkpointed block keeps only its
 // output during forward and recomputes its activations from its input in backward, producing the
 // same gradients to the bit on the CPU. The GPT's backward reuses the logits buffer for dlogits,
 // so Predict comes before Backward.

@@ -1,11 +1,23 @@
 package model
 
-// spec.go: a model's architecture written down in full, so that a checkpoint opens without the run
-// configuration that trained it. A Spec goes into every checkpoint twice: flattened into
-// model.safetensors' __metadata__ ("model.kind": "gpt", "model.layers": "12", ...) and as
-// config.json beside it. It names everything the forward computes, also what goddp has no knob
-// for (GELU's tanh form, LayerNorm's ε, pre-LN blocks, learned positions, biases, the MLP ratio,
-// the weights' layout), so a reader needs no knowledge of goddp's defaults.
+// spec.go: the one description of a model, of every kind goddp builds (GPT, MLP, ResNet), from
+// which the one factory, New (weights.go), builds it. A Spec has two parts:
+//
+//   - the architecture, written down in full so that a checkpoint opens without the run
+//     configuration that trained it. It goes into every checkpoint twice: flattened into
+//     model.safetensors' __metadata__ ("model.kind": "gpt", "model.layers": "12", ...) and as
+//     config.json beside it. It names everything the forward computes, also what goddp has no
+//     knob for (GELU's tanh form, LayerNorm's and BatchNorm's ε, pre-LN blocks, learned
+//     positions, biases, the MLP ratio, the weights' layout), so a reader needs no knowledge of
+//     goddp's defaults;
+//   - how this process runs it (Compute, Checkpoint, Attention, CheckpointKeepAttn, LossChunk),
+//     which is not written anywhere (json:"-"): a checkpoint holds the f32 master weights
+//     whatever dtype the run computed in, and recomputing blocks gives the same function and
+//     gradients to the bit, so a reader of the weights chooses its own. The zero values are f32,
+//     no recompute, automatic attention.
+//
+// What a trainer needs of a model without switching on its kind (one sample's Input, the
+// TargetsPerSample, whether it is a Classifier) is a method of the Spec and of every Model.
 
 import (
 	"encoding/json"
@@ -28,9 +40,13 @@ const (
 	SpecLinearLayout = "out_in"       // Spec.LinearLayout: Linear W is (Out,In), y = x·Wᵀ + b
 	SpecKindGPT      = "gpt"          // Spec.Kind
 	SpecKindMLP      = "mlp"          // Spec.Kind
+	SpecKindResNet   = "resnet"       // Spec.Kind
+	SpecBatchNorm    = "batch_norm"   // Spec.Norm of the ResNet: conv → BN (→ ReLU) in every unit
+	SpecConvLayout   = "out_in_kh_kw" // Spec.ConvLayout: a Conv2d's W is (Out,In,KH,KW), PyTorch's
 	specMetaPrefix   = "model."       // __metadata__ keys of a Spec
 	specGELU         = "gelu"         // Activation of the GPT
 	specNormInputs   = "none"         // InputNormalization of the GPT: token ids
+	specReLU         = "relu"         // Activation of the ResNet
 	specDType        = "f32"          // DType: checkpoints hold the f32 master weights
 	specNames        = "goddp"        // Names: goddp's parameter names (params registered by NewGPT/NewMLP)
 	specMLPMetaRatio = 4              // the GPT's MLP hidden width is 4·C
@@ -38,17 +54,21 @@ const (
 	specAttnScale    = "1/sqrt(head)" // AttentionScale of the GPT
 )
 
-// Spec is a model's architecture, complete: what a reader of its weights needs to run them.
-// JSON field names are config.json's.
+// Spec is a model's architecture, complete: what a reader of its weights needs to run them,
+// and how this process runs it (the fields tagged json:"-"). JSON field names are config.json's;
+// every field added since the first checkpoints is omitempty, so a spec written by an earlier
+// build reads back as it was.
 type Spec struct {
 	Format string `json:"format"` // SpecFormat
-	Kind   string `json:"kind"`   // "gpt" or "mlp"
+	Kind   string `json:"kind"`   // "gpt", "mlp" or "resnet"
 	DType  string `json:"dtype"`  // of the stored weights: "f32"
-	Names  string `json:"names"`  // the parameter names: "goddp" (see NewGPT, NewMLP)
+	Names  string `json:"names"`  // the parameter names: "goddp" (see NewGPT, NewMLP, NewResNet)
 
 	// GPT
-	Layers  int `json:"layers,omitempty"`  // transformer blocks L
-	Width   int `json:"width,omitempty"`   // residual width C
+	Layers int `json:"layers,omitempty"` // transformer blocks L
+	// Width is the GPT's residual width C, or the ResNet's first stage's channels (stage s has
+	// Width·2^s; 64 in the real ResNets).
+	Width   int `json:"width,omitempty"`
 	Heads   int `json:"heads,omitempty"`   // attention heads H (head size C/H)
 	Context int `json:"context,omitempty"` // positions in wpe, the longest sequence
 	Vocab   int `json:"vocab,omitempty"`   // rows of wte (and lm_head): the logits' width V
@@ -57,7 +77,7 @@ type Spec struct {
 	// target. 0 means Vocab.
 	VocabUsed      int     `json:"vocab_used,omitempty"`
 	Tied           bool    `json:"tied,omitempty"`            // lm_head is wte (logits = x·wteᵀ)
-	Norm           string  `json:"norm,omitempty"`            // SpecPreLN
+	Norm           string  `json:"norm,omitempty"`            // SpecPreLN (GPT), SpecBatchNorm (ResNet)
 	FinalNorm      string  `json:"final_norm,omitempty"`      // "layer_norm" before the head
 	LayerNormEps   float64 `json:"layer_norm_eps,omitempty"`  // LayerNormEps
 	Positions      string  `json:"positions,omitempty"`       // SpecLearnedPos
@@ -70,7 +90,17 @@ type Spec struct {
 	// MLP
 	Widths []int `json:"widths,omitempty"` // every width, input to classes
 
-	// Both
+	// ResNet (also Width, Norm, Bias: the head's)
+	Depth   int    `json:"depth,omitempty"`   // 18, 34 (basic blocks) or 50 (bottleneck blocks)
+	Stem    string `json:"stem,omitempty"`    // "imagenet" (7×7/2 conv, 3×3/2 max pool) or "small" (3×3/1 conv)
+	Classes int    `json:"classes,omitempty"` // the head's outputs K
+	// Image is one input image (C,H,W), e.g. [1,28,28]: Inputs.X is (B, C·H·W) f32, read NCHW.
+	Image             []int   `json:"image,omitempty"`
+	BatchNormEps      float64 `json:"batch_norm_eps,omitempty"`      // BatchNormEps
+	BatchNormMomentum float64 `json:"batch_norm_momentum,omitempty"` // of the running statistics: BatchNormMomentum
+	ConvLayout        string  `json:"conv_layout,omitempty"`         // SpecConvLayout
+
+	// All
 	Activation   string `json:"activation"`            // "gelu" or "relu"
 	GELUApprox   string `json:"gelu_approx,omitempty"` // SpecGELUTanh when Activation is gelu
 	LinearLayout string `json:"linear_layout"`         // SpecLinearLayout
@@ -78,9 +108,26 @@ type Spec struct {
 	// the formula the data loader applies (MNIST: "(x/255 - 0.1307)/0.3081"). Set by the caller
 	// that knows the data (worker); "" when unknown.
 	InputNormalization string `json:"input_normalization,omitempty"`
+
+	// How this process runs the model (spec.go's header says why none of it is written down).
+
+	// Compute is the dtype the model computes in: F32, or F16 for mixed precision (an f16 copy of
+	// the weights, f16 activations; parameter gradients, norms' statistics and the loss stay
+	// f32). Not DType, which is the stored weights'.
+	Compute tensor.DType `json:"-"`
+	// Checkpoint recomputes blocks (GPT, ResNet) or hidden stages (MLP) in backward instead of
+	// keeping their activations: 0 none, 1 every one, N every Nth (0, N, 2N, …).
+	Checkpoint int `json:"-"`
+	// Attention is the GPT's attention path (GPTConfig.Attention); CheckpointKeepAttn makes its
+	// checkpointed blocks keep the fused attention's output (GPTConfig.CheckpointKeepAttn);
+	// LossChunk is the rows of logits its head holds at a time (GPTConfig.LossChunk, 0 the default).
+	Attention          AttentionMode `json:"-"`
+	CheckpointKeepAttn bool          `json:"-"`
+	LossChunk          int           `json:"-"`
 }
 
-// Spec is the architecture of a GPT of this configuration.
+// Spec is the spec of a GPT of this configuration: its architecture, compute dtype and memory
+// options (New builds the same GPT from it).
 func (c GPTConfig) Spec() Spec {
 	return Spec{
 		Format: SpecFormat, Kind: SpecKindGPT, DType: specDType, Names: specNames,
@@ -89,10 +136,13 @@ func (c GPTConfig) Spec() Spec {
 		MLPRatio: specMLPMetaRatio, Bias: true, AttentionScale: specAttnScale, Dropout: float64(c.Dropout),
 		Activation: specGELU, GELUApprox: SpecGELUTanh, LinearLayout: SpecLinearLayout,
 		InputNormalization: specNormInputs,
+
+		Compute: c.Compute, Checkpoint: c.Checkpoint, Attention: c.Attention,
+		CheckpointKeepAttn: c.CheckpointKeepAttn, LossChunk: c.LossChunk,
 	}
 }
 
-// Spec is the architecture of an MLP of this configuration.
+// Spec is the spec of an MLP of this configuration (New builds the same MLP from it).
 func (c MLPConfig) Spec() Spec {
 	act := c.Activation
 	if act == "" {
@@ -101,7 +151,7 @@ func (c MLPConfig) Spec() Spec {
 	s := Spec{
 		Format: SpecFormat, Kind: SpecKindMLP, DType: specDType, Names: specNames,
 		Widths: append([]int(nil), c.Widths...), Activation: act, LinearLayout: SpecLinearLayout,
-		Bias: true, Dropout: float64(c.Dropout),
+		Bias: true, Dropout: float64(c.Dropout), Compute: c.Compute, Checkpoint: c.Checkpoint,
 	}
 	if act == specGELU {
 		s.GELUApprox = SpecGELUTanh
@@ -109,15 +159,33 @@ func (c MLPConfig) Spec() Spec {
 	return s
 }
 
-// GPTConfig is the GPTConfig of a GPT spec, for a model in f32 (set Compute and the memory
-// options after). A spec whose architecture goddp does not implement (another GELU, ε, norm
-// placement, positions, layout) is an error naming the field.
+// Spec is the spec of a ResNet of this configuration (New builds the same ResNet from it).
+func (c ResNetConfig) Spec() Spec {
+	return Spec{
+		Format: SpecFormat, Kind: SpecKindResNet, DType: specDType, Names: specNames,
+		Depth: c.Depth, Stem: c.Stem, Width: c.Width, Classes: c.Classes, Image: []int{c.InC, c.InH, c.InW},
+		Norm: SpecBatchNorm, BatchNormEps: BatchNormEps, BatchNormMomentum: BatchNormMomentum, ConvLayout: SpecConvLayout,
+		Bias: true, Activation: specReLU, LinearLayout: SpecLinearLayout,
+		Compute: c.Compute, Checkpoint: c.Checkpoint,
+	}
+}
+
+// GPTConfig is the GPTConfig of a GPT spec, with the spec's compute dtype and memory options. A
+// spec whose architecture goddp does not implement (another GELU, ε, norm placement, positions,
+// layout) or whose sizes do not fit is an error naming the field.
 func (s Spec) GPTConfig() (GPTConfig, error) {
 	if s.Kind != SpecKindGPT {
 		return GPTConfig{}, fmt.Errorf("model: spec of a %q model, not a gpt", s.Kind)
 	}
 	if err := s.check(); err != nil {
 		return GPTConfig{}, err
+	}
+	if err := positiveFields(specInt{"layers", s.Layers}, specInt{"width", s.Width}, specInt{"heads", s.Heads},
+		specInt{"context", s.Context}, specInt{"vocab", s.Vocab}); err != nil {
+		return GPTConfig{}, err
+	}
+	if s.Width%s.Heads != 0 {
+		return GPTConfig{}, fmt.Errorf("model: spec heads %d: must divide width %d", s.Heads, s.Width)
 	}
 	for _, f := range []struct{ name, got, want string }{
 		{"activation", s.Activation, specGELU},
@@ -139,11 +207,15 @@ func (s Spec) GPTConfig() (GPTConfig, error) {
 	if s.VocabUsed < 0 || s.VocabUsed > s.Vocab {
 		return GPTConfig{}, fmt.Errorf("model: spec vocab_used %d: want 0 < vocab_used <= vocab %d", s.VocabUsed, s.Vocab)
 	}
+	if s.LossChunk < 0 {
+		return GPTConfig{}, fmt.Errorf("model: spec loss_chunk %d: want rows > 0, or 0 for the default", s.LossChunk)
+	}
 	return GPTConfig{Layers: s.Layers, Width: s.Width, Heads: s.Heads, Context: s.Context, Vocab: s.Vocab,
-		Tied: s.Tied, Dropout: float32(s.Dropout), Compute: tensor.F32}, nil
+		Tied: s.Tied, Dropout: float32(s.Dropout), Compute: s.Compute, Checkpoint: s.Checkpoint,
+		LossChunk: s.LossChunk, Attention: s.Attention, CheckpointKeepAttn: s.CheckpointKeepAttn}, nil
 }
 
-// MLPConfig is the MLPConfig of an MLP spec, in f32.
+// MLPConfig is the MLPConfig of an MLP spec, with the spec's compute dtype and checkpointing.
 func (s Spec) MLPConfig() (MLPConfig, error) {
 	if s.Kind != SpecKindMLP {
 		return MLPConfig{}, fmt.Errorf("model: spec of a %q model, not an mlp", s.Kind)
@@ -152,9 +224,80 @@ func (s Spec) MLPConfig() (MLPConfig, error) {
 		return MLPConfig{}, err
 	}
 	if _, err := ParseActivation(s.Activation); err != nil {
-		return MLPConfig{}, err
+		return MLPConfig{}, fmt.Errorf("model: spec activation: %w", err)
 	}
-	return MLPConfig{Widths: append([]int(nil), s.Widths...), Activation: s.Activation, Dropout: float32(s.Dropout)}, nil
+	if len(s.Widths) < 2 {
+		return MLPConfig{}, fmt.Errorf("model: spec widths %v: want at least the input and output widths", s.Widths)
+	}
+	for i, w := range s.Widths {
+		if w <= 0 {
+			return MLPConfig{}, fmt.Errorf("model: spec widths[%d] = %d: must be positive", i, w)
+		}
+	}
+	return MLPConfig{Widths: append([]int(nil), s.Widths...), Activation: s.Activation, Dropout: float32(s.Dropout),
+		Compute: s.Compute, Checkpoint: s.Checkpoint}, nil
+}
+
+// ResNetConfig is the ResNetConfig of a ResNet spec, with the spec's compute dtype and
+// checkpointing. A spec whose architecture goddp does not implement, or of no size, is an error
+// naming the field. (Specs written before ResNet's were complete hold only the kind: their
+// checkpoints load, but cannot build a model from the spec alone.)
+func (s Spec) ResNetConfig() (ResNetConfig, error) {
+	if s.Kind != SpecKindResNet {
+		return ResNetConfig{}, fmt.Errorf("model: spec of a %q model, not a resnet", s.Kind)
+	}
+	if _, ok := resnetStages[s.Depth]; !ok {
+		return ResNetConfig{}, fmt.Errorf("model: spec depth %d: want 18, 34 or 50", s.Depth)
+	}
+	if s.Stem != "imagenet" && s.Stem != "small" {
+		return ResNetConfig{}, fmt.Errorf("model: spec stem %q: want imagenet or small", s.Stem)
+	}
+	if err := positiveFields(specInt{"width", s.Width}, specInt{"classes", s.Classes}); err != nil {
+		return ResNetConfig{}, err
+	}
+	if len(s.Image) != 3 || s.Image[0] <= 0 || s.Image[1] <= 0 || s.Image[2] <= 0 {
+		return ResNetConfig{}, fmt.Errorf("model: spec image %v: want one image's (C,H,W), all positive", s.Image)
+	}
+	if err := s.check(); err != nil {
+		return ResNetConfig{}, err
+	}
+	for _, f := range []struct{ name, got, want string }{
+		{"activation", s.Activation, specReLU},
+		{"norm", s.Norm, SpecBatchNorm},
+		{"conv_layout", s.ConvLayout, SpecConvLayout},
+	} {
+		if f.got != f.want {
+			return ResNetConfig{}, fmt.Errorf("model: spec %s %q: goddp's ResNet implements %q", f.name, f.got, f.want)
+		}
+	}
+	if math.Abs(s.BatchNormEps-BatchNormEps) > 1e-12 || math.Abs(s.BatchNormMomentum-BatchNormMomentum) > 1e-12 {
+		return ResNetConfig{}, fmt.Errorf("model: spec batch_norm_eps %g, batch_norm_momentum %g: goddp's BatchNorm uses %g, %g",
+			s.BatchNormEps, s.BatchNormMomentum, BatchNormEps, BatchNormMomentum)
+	}
+	if !s.Bias {
+		return ResNetConfig{}, fmt.Errorf("model: spec bias false: goddp's ResNet head has a bias")
+	}
+	if s.Dropout != 0 {
+		return ResNetConfig{}, fmt.Errorf("model: spec dropout %g: goddp's ResNet has no dropout", s.Dropout)
+	}
+	return ResNetConfig{Depth: s.Depth, Stem: s.Stem, Width: s.Width, Classes: s.Classes,
+		InC: s.Image[0], InH: s.Image[1], InW: s.Image[2], Compute: s.Compute, Checkpoint: s.Checkpoint}, nil
+}
+
+// specInt is a spec field's JSON name and value.
+type specInt struct {
+	name string
+	v    int
+}
+
+// positiveFields is an error naming the first field that is not positive.
+func positiveFields(fs ...specInt) error {
+	for _, f := range fs {
+		if f.v <= 0 {
+			return fmt.Errorf("model: spec %s %d: must be positive", f.name, f.v)
+		}
+	}
+	return nil
 }
 
 // check is what every spec must say the same way as this build.
@@ -171,7 +314,70 @@ func (s Spec) check() error {
 	if s.Names != specNames {
 		return fmt.Errorf("model: spec names %q: want goddp's (%q)", s.Names, specNames)
 	}
+	if !(s.Dropout >= 0 && s.Dropout < 1) {
+		return fmt.Errorf("model: spec dropout %g: want a probability in [0,1)", s.Dropout)
+	}
+	if s.Compute != tensor.F32 && s.Compute != tensor.F16 {
+		return fmt.Errorf("model: spec compute %s: want f32 or f16", s.Compute)
+	}
+	if s.Checkpoint < 0 {
+		return fmt.Errorf("model: spec checkpoint %d: want 0 (none), 1 (every block) or N (every Nth)", s.Checkpoint)
+	}
 	return nil
+}
+
+// Input is one sample's input to the model spec describes (Model.Input): Context token ids
+// for a GPT, Widths[0] floats for an MLP, one Image for a ResNet. The zero Input for a spec of
+// no known kind (or no size).
+func (s Spec) Input() Input {
+	switch s.Kind {
+	case SpecKindGPT:
+		return Input{Tokens: s.Context}
+	case SpecKindMLP:
+		if len(s.Widths) > 0 {
+			return Input{Shape: []int{s.Widths[0]}}
+		}
+	case SpecKindResNet:
+		if len(s.Image) > 0 {
+			return Input{Shape: append([]int(nil), s.Image...)}
+		}
+	}
+	return Input{}
+}
+
+// TargetsPerSample is the targets per sample of the model spec describes (Model.TargetsPerSample):
+// Context for a GPT, 1 for a classifier.
+func (s Spec) TargetsPerSample() int {
+	if s.Kind == SpecKindGPT {
+		return s.Context
+	}
+	return 1
+}
+
+// Classifier reports whether spec describes a classifier (Model.Classifier): an MLP or a ResNet.
+func (s Spec) Classifier() bool { return s.Kind == SpecKindMLP || s.Kind == SpecKindResNet }
+
+// Summary is the model in one line, for logs and plot titles: "gpt layers 12 width 768 heads 12
+// context 1024 vocab 50257 padded to 50304", "mlp 784-512-10 relu", "resnet depth 18 stem
+// \"small\" width 64 classes 10".
+func (s Spec) Summary() string {
+	switch s.Kind {
+	case SpecKindGPT:
+		v := fmt.Sprint(s.Vocab)
+		if u := s.VocabUsed; u > 0 && u != s.Vocab {
+			v = fmt.Sprintf("%d padded to %d", u, s.Vocab)
+		}
+		return fmt.Sprintf("gpt layers %d width %d heads %d context %d vocab %s", s.Layers, s.Width, s.Heads, s.Context, v)
+	case SpecKindMLP:
+		w := make([]string, len(s.Widths))
+		for i, x := range s.Widths {
+			w[i] = fmt.Sprint(x)
+		}
+		return "mlp " + strings.Join(w, "-") + " " + s.Activation
+	case SpecKindResNet:
+		return fmt.Sprintf("resnet depth %d stem %q width %d classes %d", s.Depth, s.Stem, s.Width, s.Classes)
+	}
+	return s.Kind
 }
 
 // VocabTokens is the tokenizer's vocabulary: VocabUsed, or Vocab when it pads nothing.

@@ -2,7 +2,7 @@ package model
 
 // weights.go: a model's weights as named tensors, in and out, and the files they live in:
 //
-//	New(dev, spec, seed)     a model of a Spec (spec.go), freshly initialised, in f32
+//	New(dev, spec, seed)     the one factory: the model of a Spec (spec.go), freshly initialised
 //	ReadWeights(path)        the tensors of a safetensors file, a goddp checkpoint or export
 //	                         directory, or a Hugging Face model directory, with the spec or
 //	                         Hugging Face config found beside them
@@ -10,7 +10,8 @@ package model
 //	(*Params).LoadNamed(ts)  set the parameters from them: all or nothing
 //	Open(dev, path)          all of the above: the model a path holds, ready to run
 //
-// NewGPT's and NewMLP's parameter names are the goddp names ("wte", "h.3.attn.qkv.w", "fc.0.w").
+// NewGPT's, NewMLP's and NewResNet's parameter names are the goddp names ("wte",
+// "h.3.attn.qkv.w", "fc.0.w", "layer1.0.u0.conv.w").
 
 import (
 	"encoding/json"
@@ -123,8 +124,11 @@ func gptShapes(cfg GPTConfig) (map[string][]int, error) {
 	return out, nil
 }
 
-// New builds a model of spec on dev in f32 (GPT or MLP), initialised from seed as NewGPT and
-// NewMLP do. Load weights into it with Params().LoadNamed, or use Open.
+// New is the one factory: it builds the model spec describes on dev (a GPT, an MLP or a ResNet),
+// computing in spec.Compute with spec's memory options, initialised from seed exactly as NewGPT,
+// NewMLP and NewResNet do (the same parameters, in the same order, from the same draws). A spec
+// that does not describe a model goddp can build is a one-line error naming the field. Load
+// weights into it with Params().LoadNamed, or use Open.
 func New(dev tensor.Device, spec Spec, seed uint64) (Model, error) {
 	switch spec.Kind {
 	case SpecKindGPT:
@@ -139,8 +143,14 @@ func New(dev tensor.Device, spec Spec, seed uint64) (Model, error) {
 			return nil, err
 		}
 		return NewMLP(dev, cfg, seed)
+	case SpecKindResNet:
+		cfg, err := spec.ResNetConfig()
+		if err != nil {
+			return nil, err
+		}
+		return NewResNet(dev, cfg, seed)
 	}
-	return nil, fmt.Errorf("model: spec kind %q: want gpt or mlp", spec.Kind)
+	return nil, fmt.Errorf("model: spec kind %q: want %s, %s or %s", spec.Kind, SpecKindGPT, SpecKindMLP, SpecKindResNet)
 }
 
 // Weights is what ReadWeights found.
@@ -316,7 +326,8 @@ func (w *Weights) ModelSpec() (Spec, error) {
 }
 
 // Open builds the model the weights at path belong to (ReadWeights, then ModelSpec) on dev, in
-// f32, and loads them: a goddp checkpoint or export, or a Hugging Face GPT-2 directory.
+// f32, and loads them (a ResNet's BatchNorm running statistics too): a goddp checkpoint or
+// export, or a Hugging Face GPT-2 directory.
 func Open(dev tensor.Device, path string) (Model, Spec, error) {
 	w, err := ReadWeights(path)
 	if err != nil {
@@ -334,9 +345,51 @@ func Open(dev tensor.Device, path string) (Model, Spec, error) {
 	if err != nil {
 		return nil, Spec{}, err
 	}
-	if err := m.Params().LoadNamed(ts); err != nil {
+	ts, upload, err := bufferValues(m, ts)
+	if err == nil {
+		err = m.Params().LoadNamed(ts)
+	}
+	if err != nil {
 		m.Free()
 		return nil, Spec{}, fmt.Errorf("%w (%s)", err, path)
 	}
+	upload()
 	return m, spec, nil
+}
+
+// bufferValues takes a Buffered model's buffers (a ResNet's BatchNorm running statistics, which
+// checkpoints save beside the weights) out of ts: it returns the other tensors, and upload, which
+// sets the buffers. Every buffer must be in ts with its size; errors name it.
+func bufferValues(m Model, ts []NamedTensor) (rest []NamedTensor, upload func(), err error) {
+	b, ok := m.(Buffered)
+	if !ok || len(b.Buffers().List) == 0 {
+		return ts, func() {}, nil
+	}
+	bufs := b.Buffers()
+	byName := map[string]NamedTensor{}
+	for _, t := range ts {
+		if bufs.Get(t.Name) != nil {
+			byName[t.Name] = t
+		} else {
+			rest = append(rest, t)
+		}
+	}
+	vals := make([][]float32, len(bufs.List))
+	for i, x := range bufs.List {
+		t, ok := byName[x.Name]
+		if !ok {
+			return nil, nil, fmt.Errorf("model: no values for buffer %q", x.Name)
+		}
+		if vals[i], err = t.Float32s(); err != nil {
+			return nil, nil, err
+		}
+		if len(vals[i]) != x.Len {
+			return nil, nil, fmt.Errorf("model: buffer %q has %d values, the model wants %d", x.Name, len(vals[i]), x.Len)
+		}
+	}
+	return rest, func() {
+		for i, x := range bufs.List {
+			bufs.dev.Upload(x.T, vals[i])
+		}
+	}, nil
 }

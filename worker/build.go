@@ -58,14 +58,19 @@ func loadData(cfg *Config) (train, eval data.Dataset, err error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		if cfg.Model.Kind == "resnet" {
+		spec, err := ModelSpec(cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		in := spec.Input()
+		if c, h, w, ok := in.Image(); ok {
 			// (1,28,28) images, the same X as the MLP's read as NCHW; training samples get a
 			// random crop (pad 2, crop 28) in the loader's workers. No flip: digits are not
 			// mirror-symmetric.
-			return data.RandomCrop(tr, 1, 28, 28, 2, uint64(cfg.Seed)), te, nil
+			return data.RandomCrop(tr, c, h, w, 2, uint64(cfg.Seed)), te, nil
 		}
-		if tr.Features != cfg.Model.Widths[0] {
-			return nil, nil, fmt.Errorf("worker: model.widths[0] is %d but MNIST images have %d pixels", cfg.Model.Widths[0], tr.Features)
+		if tr.Features != in.Features() {
+			return nil, nil, fmt.Errorf("worker: model.widths[0] is %d but MNIST images have %d pixels", in.Features(), tr.Features)
 		}
 		return tr, te, nil
 	case "synthetic-images":
@@ -106,9 +111,10 @@ func vocabTokens(cfg *Config) int {
 	return cfg.Model.Vocab
 }
 
-// ModelSpec is the spec of cfg's model (model.Spec), which every checkpoint carries: the model's
-// architecture with the padded vocabulary and the inputs' normalisation, which the model alone
-// does not know.
+// ModelSpec is the one description of cfg's model (model.Spec), derived from the config once:
+// the architecture every checkpoint carries, with the padded vocabulary and the inputs'
+// normalisation, which the model alone does not know, and how this process runs it (the compute
+// dtype, checkpointing, the attention path). model.New builds the model from it.
 func ModelSpec(cfg *Config) (model.Spec, error) {
 	var s model.Spec
 	switch cfg.Model.Kind {
@@ -117,8 +123,8 @@ func ModelSpec(cfg *Config) (model.Spec, error) {
 		s.VocabUsed = cfg.Model.VocabUsed
 	case "mlp":
 		s = mlpConfig(cfg).Spec()
-	case "resnet": // carried for the record; no export format reads it yet
-		s = model.Spec{Format: model.SpecFormat, Kind: "resnet", DType: "f32", Names: "goddp"}
+	case "resnet":
+		s = resnetConfig(cfg).Spec()
 	default:
 		return model.Spec{}, fmt.Errorf("worker: model.kind %q: want mlp, gpt or resnet", cfg.Model.Kind)
 	}
@@ -143,26 +149,13 @@ func computeDType(cfg *Config) tensor.DType {
 	return tensor.F32
 }
 
+// buildModel builds cfg's model: model.New of ModelSpec, seeded with the run's seed.
 func buildModel(dev tensor.Device, cfg *Config) (model.Model, error) {
-	seed := uint64(cfg.Seed)
-	switch cfg.Model.Kind {
-	case "mlp":
-		return model.NewMLP(dev, mlpConfig(cfg), seed)
-	case "gpt":
-		return model.NewGPT(dev, gptConfig(cfg), seed)
-	case "resnet":
-		c, h, wd := imageShape(cfg)
-		stem := cfg.Model.Stem
-		if stem == "" {
-			stem = "imagenet"
-			if wd <= 64 {
-				stem = "small"
-			}
-		}
-		return model.NewResNet(dev, model.ResNetConfig{Depth: cfg.Model.Depth, Stem: stem, Width: cfg.Model.Width,
-			Classes: cfg.Model.Classes, InC: c, InH: h, InW: wd, Compute: computeDType(cfg), Checkpoint: cfg.Model.Checkpoint.Every}, seed)
+	spec, err := ModelSpec(cfg)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("worker: model.kind %q: want mlp, gpt or resnet", cfg.Model.Kind)
+	return model.New(dev, spec, uint64(cfg.Seed))
 }
 
 // imageShape is one input image (C,H,W) of an image model: MNIST's 1×28×28, or ImageNet's
@@ -174,13 +167,14 @@ func imageShape(cfg *Config) (c, h, w int) {
 	return 1, 28, 28
 }
 
-// inputFeatures is the float inputs per sample of a classification model.
+// inputFeatures is the float inputs per sample of a classification model (model.Input.Features
+// of its spec; 0 for token inputs or a config of no known kind).
 func inputFeatures(cfg *Config) int {
-	if cfg.Model.Kind == "resnet" {
-		c, h, w := imageShape(cfg)
-		return c * h * w
+	spec, err := ModelSpec(cfg)
+	if err != nil {
+		return 0
 	}
-	return cfg.Model.Widths[0]
+	return spec.Input().Features()
 }
 
 // modelBuffers are a model's buffers (BatchNorm running statistics), nil for none: broadcast
@@ -195,6 +189,21 @@ func modelBuffers(m model.Model) []*tensor.Tensor {
 func mlpConfig(cfg *Config) model.MLPConfig {
 	return model.MLPConfig{Widths: cfg.Model.Widths, Activation: string(cfg.Model.Activation),
 		Dropout: float32(cfg.Model.Dropout), Compute: computeDType(cfg), Checkpoint: cfg.Model.Checkpoint.Every}
+}
+
+// resnetConfig is cfg's ResNet; model.stem left out is chosen by the input size: "small" for
+// images of at most 64 pixels across, else "imagenet".
+func resnetConfig(cfg *Config) model.ResNetConfig {
+	c, h, w := imageShape(cfg)
+	stem := cfg.Model.Stem
+	if stem == "" {
+		stem = "imagenet"
+		if w <= 64 {
+			stem = "small"
+		}
+	}
+	return model.ResNetConfig{Depth: cfg.Model.Depth, Stem: stem, Width: cfg.Model.Width, Classes: cfg.Model.Classes,
+		InC: c, InH: h, InW: w, Compute: computeDType(cfg), Checkpoint: cfg.Model.Checkpoint.Every}
 }
 
 func gptConfig(cfg *Config) model.GPTConfig {
@@ -231,22 +240,13 @@ func printSettings(cfg *Config, env Env, dev tensor.Device, ps *model.Params, to
 	fmt.Fprint(os.Stderr, b.String())
 }
 
+// modelLine is the model in one line (model.Spec.Summary).
 func modelLine(cfg *Config) string {
-	if cfg.Model.Kind == "resnet" {
-		return fmt.Sprintf("resnet depth %d stem %q width %d classes %d", cfg.Model.Depth, cfg.Model.Stem, cfg.Model.Width, cfg.Model.Classes)
+	spec, err := ModelSpec(cfg)
+	if err != nil {
+		return string(cfg.Model.Kind)
 	}
-	if cfg.Model.Kind == "gpt" {
-		v := fmt.Sprint(cfg.Model.Vocab)
-		if u := cfg.Model.VocabUsed; u > 0 && u != cfg.Model.Vocab {
-			v = fmt.Sprintf("%d padded to %d", u, cfg.Model.Vocab)
-		}
-		return fmt.Sprintf("gpt layers %d width %d heads %d context %d vocab %s", cfg.Model.Layers, cfg.Model.Width, cfg.Model.Heads, cfg.Model.Context, v)
-	}
-	w := make([]string, len(cfg.Model.Widths))
-	for i, x := range cfg.Model.Widths {
-		w[i] = fmt.Sprint(x)
-	}
-	return "mlp " + strings.Join(w, "-") + " " + string(cfg.Model.Activation)
+	return spec.Summary()
 }
 
 // Optimizer, Scaler and ScalerState are the model package's, named here for the loop's signatures.

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 
+	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/cpu"
+	"github.com/goddp/goddp/model/tensor"
+	"github.com/goddp/goddp/worker/checkpoint"
 	"github.com/goddp/goddp/worker/observe"
 )
 
@@ -60,5 +65,42 @@ func TestTrain_resnetResumeIsExact(t *testing.T) {
 	a, b := summary(t, straight), summary(t, resumed)
 	if a.ParamSHA256 != b.ParamSHA256 || a.EvalLoss != b.EvalLoss {
 		t.Fatalf("resumed: %s eval loss %v; uninterrupted: %s eval loss %v", b.ParamSHA256, b.EvalLoss, a.ParamSHA256, a.EvalLoss)
+	}
+}
+
+// A ResNet checkpoint stands alone: its config.json is the whole architecture (depth, stem,
+// image, ...), so model.Open builds the trained network from the directory alone, weights and
+// BatchNorm running statistics loaded, and its parameters hash as the run's did at its end.
+func TestTrain_resnetCheckpointOpensAlone(t *testing.T) {
+	dir := t.TempDir()
+	ck, m := filepath.Join(dir, "ck"), filepath.Join(dir, "m.jsonl")
+	if out, err := runTrain(t, nil, "--config", "../../configs/mnist-resnet.yaml", "--set", "model.width=4", "--set", "train.max_steps=3",
+		"--set", "train.global_batch=16", "--set", "train.eval_batches=1", "--set", "data.path="+mnistDir(t),
+		"--set", "checkpoint.dir="+ck, "--metrics", m); err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	last, err := checkpoint.Latest(ck)
+	if err != nil || last == "" {
+		t.Fatalf("no checkpoint in %s: %v", ck, err)
+	}
+	net, spec, err := model.Open(cpu.New(), last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer net.Free()
+	if spec.Kind != model.SpecKindResNet || spec.Depth != 18 || spec.Stem != "small" || spec.Width != 4 || spec.Classes != 10 ||
+		fmt.Sprint(spec.Image) != "[1 28 28]" {
+		t.Errorf("config.json: %+v", spec)
+	}
+	if got, want := net.Params().SHA256(), summary(t, m).ParamSHA256; got != want {
+		t.Errorf("opened parameters hash %s, the run ended with %s", got, want)
+	}
+	first := net.(model.Buffered).Buffers().List[0] // the stem's BN running mean or variance
+	moved := false
+	for _, v := range tensor.ToHost(first.T) {
+		moved = moved || v != first.Init
+	}
+	if !moved {
+		t.Errorf("%s is still its initial %v: the running statistics were not loaded", first.Name, first.Init)
 	}
 }

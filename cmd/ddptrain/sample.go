@@ -193,11 +193,14 @@ func loadModelForSampling(dev tensor.Device, dir, configPath string) (*model.GPT
 		if err != nil {
 			return nil, src, err
 		}
-		if c.Model.Kind != config.ModelGPT {
-			return nil, src, fmt.Errorf("%s: model.kind is %q: sampling needs a gpt", configPath, c.Model.Kind)
+		spec, err := worker.ModelSpec(c)
+		if err != nil {
+			return nil, src, err
 		}
-		m := c.Model
-		yamlCfg = &model.GPTConfig{Layers: m.Layers, Width: m.Width, Heads: m.Heads, Context: m.Context, Vocab: m.Vocab, Tied: m.Tied}
+		if spec.Classifier() {
+			return nil, src, fmt.Errorf("%s: model.kind is %q, a classifier: sampling needs a gpt", configPath, spec.Kind)
+		}
+		yamlCfg = &model.GPTConfig{Layers: spec.Layers, Width: spec.Width, Heads: spec.Heads, Context: spec.Context, Vocab: spec.Vocab, Tied: spec.Tied}
 	}
 	switch {
 	case cfg == nil && yamlCfg == nil:

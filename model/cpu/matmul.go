@@ -9,50 +9,27 @@ import (
 // Matrix products on the CPU: shapes are checked here, the work is the packed, blocked SGEMM of
 // gemm.go (f16 operands are widened while packing; an f16 C goes through a pooled f32 scratch).
 
+// MatMul and BatchedMatMul: shapes by tensor.CheckGEMM (the rules both devices share).
 func (c *Device) MatMul(C, A, B *tensor.Tensor, transA, transB bool, alpha, beta float32) {
-	ar, ac := tensor.MatDims(A)
-	br, bc := tensor.MatDims(B)
-	m, k := ar, ac
-	if transA {
-		m, k = ac, ar
-	}
-	k2, n := br, bc
-	if transB {
-		k2, n = bc, br
-	}
-	cr, cc := tensor.MatDims(C)
-	if k != k2 || cr != m || cc != n {
-		panic(fmt.Sprintf("cpu: MatMul shapes: C %s = op(A %s, trans=%v) · op(B %s, trans=%v)", C, A, transA, B, transB))
-	}
+	g := tensor.CheckGEMM("cpu: MatMul", C, A, B, transA, transB, false)
 	out, done := gemmOut(C, beta != 0)
-	c.gemm(m, n, k, gemmOperand(A, 0, ar, ac, transA), gemmOperand(B, 0, br, bc, transB), out, alpha, beta)
+	c.gemm(g.M, g.N, g.K, gemmOperand(A, 0, g.ARows, g.ACols, transA), gemmOperand(B, 0, g.BRows, g.BCols, transB), out, alpha, beta)
 	done()
 }
 
 func (c *Device) BatchedMatMul(C, A, B *tensor.Tensor, transA, transB bool, alpha, beta float32) {
-	if len(A.Shape()) != 3 || len(B.Shape()) != 3 || len(C.Shape()) != 3 || A.Shape()[0] != B.Shape()[0] || A.Shape()[0] != C.Shape()[0] {
-		panic(fmt.Sprintf("cpu: BatchedMatMul wants 3-D tensors with one batch count: C %s, A %s, B %s", C, A, B))
-	}
-	nb := A.Shape()[0]
-	ar, ac := A.Shape()[1], A.Shape()[2]
-	br, bc := B.Shape()[1], B.Shape()[2]
-	m, k := ar, ac
-	if transA {
-		m, k = ac, ar
-	}
-	k2, n := br, bc
-	if transB {
-		k2, n = bc, br
-	}
-	if k != k2 || C.Shape()[1] != m || C.Shape()[2] != n {
-		panic(fmt.Sprintf("cpu: BatchedMatMul shapes: C %s = op(A %s, trans=%v) · op(B %s, trans=%v)", C, A, transA, B, transB))
-	}
+	g := tensor.CheckGEMM("cpu: BatchedMatMul", C, A, B, transA, transB, true)
 	out, done := gemmOut(C, beta != 0)
-	sa, sb, sc := ar*ac, br*bc, m*n
+	nb, m, n, k := g.Batch, g.M, g.N, g.K
+	sa, sb, sc := g.StrideA, g.StrideB, g.StrideC
+	operands := func(i int) (gemmSrc, gemmSrc) {
+		return gemmOperand(A, i*sa, g.ARows, g.ACols, transA), gemmOperand(B, i*sb, g.BRows, g.BCols, transB)
+	}
 	if nb < c.threads || nb*m*n*k < 1<<17 {
 		// Few batches (or tiny ones): each product uses all the threads (or just this one).
 		for i := 0; i < nb; i++ {
-			c.gemm(m, n, k, gemmOperand(A, i*sa, ar, ac, transA), gemmOperand(B, i*sb, br, bc, transB), out[i*sc:(i+1)*sc], alpha, beta)
+			a, b := operands(i)
+			c.gemm(m, n, k, a, b, out[i*sc:(i+1)*sc], alpha, beta)
 		}
 		done()
 		return
@@ -60,7 +37,8 @@ func (c *Device) BatchedMatMul(C, A, B *tensor.Tensor, transA, transB bool, alph
 	c.parallel(nb, 1, func(lo, hi int) {
 		w := gemmPool.Get().(*gemmWS)
 		for i := lo; i < hi; i++ {
-			w.gemm(0, m, 0, n, k, gemmOperand(A, i*sa, ar, ac, transA), gemmOperand(B, i*sb, br, bc, transB), out[i*sc:(i+1)*sc], n, alpha, beta)
+			a, b := operands(i)
+			w.gemm(0, m, 0, n, k, a, b, out[i*sc:(i+1)*sc], n, alpha, beta)
 		}
 		gemmPool.Put(w)
 	})

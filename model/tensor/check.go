@@ -16,16 +16,7 @@ func CheckLen(op string, ts ...*Tensor) {
 
 // MatDims returns (rows, cols) of t seen as a matrix: the product of the leading dimensions and
 // the last one (so a 2×0 tensor is 2 rows of nothing, which K = 0 products need).
-func MatDims(t *Tensor) (int, int) {
-	if len(t.Shape()) == 0 {
-		return 1, 1
-	}
-	r := 1
-	for _, d := range t.Shape()[:len(t.Shape())-1] {
-		r *= d
-	}
-	return r, t.Shape()[len(t.Shape())-1]
-}
+func MatDims(t *Tensor) (int, int) { return matDims(t.Shape()) }
 
 // CheckFloat panics unless every non-nil tensor is f32 or f16.
 func CheckFloat(op string, ts ...*Tensor) {

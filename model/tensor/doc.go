@@ -20,6 +20,8 @@
 //	rng.go      the counter-based generator (Normal, Uniform01, DeriveSeed): element i under seed s
 //	            is the same on every device
 //	check.go    the shape checks both devices run before an operation
+//	gemm.go     GEMM and GEMMShape: the shape rules of MatMul and BatchedMatMul (transposes,
+//	            leading dimensions, batch strides), CheckGEMM the devices' check
 //
 // Dimensions are named as in package model: B batch, T sequence, C width, H heads, hs head size,
 // V vocabulary, R rows (all leading dimensions of a tensor read as a matrix).
