@@ -18,7 +18,7 @@ func (g *Group) AllReduce(ctx context.Context, buf []float32, op Op, wire Wire) 
 }
 
 // AllReduceF16 reduces a buffer of IEEE half bits in place (e.g. gradients staged from a GPU,
-// already divided by the world size, with op Sum). Additions happen in float32; each partial sum
+// already multiplied by AvgScale before their cast to half, with op Sum: Avg's arithmetic). Additions happen in float32; each partial sum
 // is rounded to half as it goes on the wire, and every rank ends with the same half bits.
 func (g *Group) AllReduceF16(ctx context.Context, buf []uint16, op Op) error {
 	return g.allReduce(ctx, &f16Buf{buf: buf}, op, WireF16)
@@ -32,11 +32,62 @@ func (g *Group) allReduce(ctx context.Context, rb reduceBuf, op Op, wire Wire) e
 	if c == nil {
 		return err
 	}
-	return c.end(c.ringAllReduce(rb, op, wire))
+	return c.end(c.ring(rb, op, wire, 0, 2*(g.size-1)))
 }
 
-// ringAllReduce runs reduce-scatter then all-gather (ring.go), pipelined by chunks.
-func (c *collective) ringAllReduce(rb reduceBuf, op Op, wire Wire) error {
+// ReduceScatter is the first half of AllReduce, a collective of its own: afterwards rank r's
+// segment of buf, [Segment(len(buf), Size(), r)), holds the sum (or average) of every rank's
+// values there, bit-identical to what AllReduce would leave in it; the rest of buf is scratch
+// (partial sums). buf's length, op and wire must match on every rank.
+func (g *Group) ReduceScatter(ctx context.Context, buf []float32, op Op, wire Wire) error {
+	if wire != WireF32 && wire != WireF16 {
+		return fmt.Errorf("allreduce: reduce-scatter: unsupported wire %s", wire)
+	}
+	if op != Sum && op != Avg {
+		return fmt.Errorf("allreduce: reduce-scatter: unknown op %d", op)
+	}
+	c, err := g.begin(ctx, kindReduceScatter)
+	if c == nil {
+		return err
+	}
+	return c.end(c.ring(&f32Buf{buf: buf, wire: wire}, op, wire, 0, g.size-1))
+}
+
+// AllGatherSegments is the second half of AllReduce, a collective of its own: every rank
+// contributes its segment of buf, [Segment(len(buf), Size(), rank)), and afterwards every rank
+// holds every segment. After ReduceScatter with the same wire it leaves buf bit-identical to
+// AllReduce. With WireF16 the segments travel as half values: a segment that is not already of
+// half precision (as ReduceScatter's f16 result is) is rounded on the other ranks but not on
+// its owner. buf's length and wire must match on every rank.
+func (g *Group) AllGatherSegments(ctx context.Context, buf []float32, wire Wire) error {
+	if wire != WireF32 && wire != WireF16 {
+		return fmt.Errorf("allreduce: all-gather of segments: unsupported wire %s", wire)
+	}
+	c, err := g.begin(ctx, kindAllGatherSegments)
+	if c == nil {
+		return err
+	}
+	return c.end(c.ring(&f32Buf{buf: buf, wire: wire}, Sum, wire, g.size-1, 2*(g.size-1)))
+}
+
+// Segment is the element range [lo, hi) of an n-element buffer that rank owns in a world of
+// size ranks: the one ReduceScatter leaves reduced on it and AllGatherSegments takes from it
+// (the ring's owned segment, ring.go). The segments of all ranks tile [0, n); their sizes differ
+// by at most one.
+func Segment(n, size, rank int) (lo, hi int) {
+	return segment(n, size, ownedSeg(rank, size))
+}
+
+// AvgScale is what Avg multiplies every rank's contribution by before the f16 cast: 1/size. A
+// caller that casts to half itself (the staged GPU path) multiplies by it before its cast and
+// then all-reduces with Sum (AllReduceF16), which is Avg's arithmetic on the f16 wire.
+func AvgScale(size int) float32 { return 1 / float32(size) }
+
+// ring runs steps [from, to) of the ring all-reduce (ring.go), pipelined by chunks: steps
+// 0..n-2 are reduce-scatter, n-1..2n-3 all-gather (the step is aux on the wire). All-reduce runs
+// them all at once, so each chunk is forwarded the moment it is reduced; ReduceScatter and
+// AllGatherSegments run one half each.
+func (c *collective) ring(rb reduceBuf, op Op, wire Wire, from, to int) error {
 	g := c.g
 	n, r := g.size, g.rank
 	count := rb.len()
@@ -48,27 +99,31 @@ func (c *collective) ringAllReduce(rb reduceBuf, op Op, wire Wire) error {
 	scale, div := float32(1), float32(1)
 	if op == Avg {
 		if wire == WireF16 {
-			scale = 1 / float32(n)
+			scale = AvgScale(n)
 		} else {
 			div = float32(n)
 		}
 	}
-	hdr := frameHeader{kind: kindAllReduce, wire: wire, op: op, origin: r, seq: c.seq, count: uint64(count)}
+	hdr := frameHeader{kind: c.kind, wire: wire, op: op, origin: r, seq: c.seq, count: uint64(count)}
 	send := func(lo, hi, step int, sc float32) {
 		h := hdr
 		h.offset, h.n, h.aux = uint64(lo), uint32(hi-lo), uint32(step)
 		c.queue(sendJob{hdr: h, rb: rb, lo: lo, scale: sc})
 	}
-	want := expect{kind: kindAllReduce, wire: wire, op: op, count: uint64(count), origin: -1}
+	want := expect{kind: c.kind, wire: wire, op: op, count: uint64(count), origin: -1}
 
-	// Reduce-scatter step 0 sends this rank's own values.
-	lo, hi := segment(count, n, reduceScatterSendSeg(r, n, 0))
+	// The first step sends this rank's own values: at reduce-scatter step 0 its segment
+	// (scaled), at all-gather step 0 the segment it owns.
+	seg, sc := reduceScatterSendSeg(r, n, 0), scale
+	if from == n-1 {
+		seg, sc = allGatherSendSeg(r, n, 0), 1
+	}
+	lo, hi := segment(count, n, seg)
 	for k := range numChunks(hi-lo, chunk) {
 		clo, chi := chunkRange(lo, hi, chunk, k)
-		send(clo, chi, 0, scale)
+		send(clo, chi, from, sc)
 	}
-	// Steps 0..n-2 of reduce-scatter, then n-1..2n-3 of all-gather (aux on the wire).
-	for s := 0; s < 2*(n-1); s++ {
+	for s := from; s < to; s++ {
 		var seg int
 		if s < n-1 {
 			seg = reduceScatterRecvSeg(r, n, s)
@@ -89,7 +144,7 @@ func (c *collective) ringAllReduce(rb reduceBuf, op Op, wire Wire) error {
 			default:
 				rb.store(payload, clo, chi)
 			}
-			if s < 2*(n-1)-1 {
+			if s < to-1 {
 				send(clo, chi, s+1, 1)
 			}
 		}

@@ -3,6 +3,8 @@ package allreduce
 import (
 	"context"
 	"fmt"
+
+	"github.com/goddp/goddp/allreduce/link"
 )
 
 // Broadcast copies root's buf into every rank's buf (same length everywhere), pipelined
@@ -119,7 +121,7 @@ func (c *collective) allGather(send []byte) ([][]byte, error) {
 			}
 			if k == 0 {
 				if h.count > uint64(maxFramePayload)*64 {
-					return nil, &PeerError{Rank: c.prev, Err: fmt.Errorf("all-gather block of %d bytes is too large", h.count)}
+					return nil, &link.PeerError{Rank: c.prev, Err: fmt.Errorf("all-gather block of %d bytes is too large", h.count)}
 				}
 				block = make([]byte, h.count)
 				out[owner] = block
@@ -127,7 +129,7 @@ func (c *collective) allGather(send []byte) ([][]byte, error) {
 			}
 			lo, hi := chunkRange(0, len(block), chunk, k)
 			if h.count != uint64(len(block)) || h.offset != uint64(lo) || int(h.n) != hi-lo || h.aux != uint32(s) {
-				return nil, &PeerError{Rank: c.prev, Err: fmt.Errorf("out of order: all-gather chunk [%d,+%d) of %d bytes step %d, expected [%d,%d) of %d step %d",
+				return nil, &link.PeerError{Rank: c.prev, Err: fmt.Errorf("out of order: all-gather chunk [%d,+%d) of %d bytes step %d, expected [%d,%d) of %d step %d",
 					h.offset, h.n, h.count, h.aux, lo, hi, len(block), s)}
 			}
 			copy(block[lo:hi], payload)

@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"strconv"
+
+	"github.com/goddp/goddp/allreduce/link"
 )
 
 // The environment, read here and nowhere else in the package: ConfigFromEnv turns it into a
@@ -108,7 +110,7 @@ func ConfigFromEnv() (Config, error) {
 	}
 	cfg.Token = os.Getenv("DDP_TOKEN")
 	cfg.TransportKind = os.Getenv(EnvTransport)
-	if _, err := transportKind(cfg.TransportKind); err != nil {
+	if _, err := link.ParseTransportKind(cfg.TransportKind); err != nil {
 		return cfg, fmt.Errorf("%w (environment variable %s)", err, EnvTransport)
 	}
 	if v, ok := os.LookupEnv(EnvSharedMem); ok && v != "" {

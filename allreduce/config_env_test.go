@@ -3,6 +3,8 @@ package allreduce
 import (
 	"strings"
 	"testing"
+
+	"github.com/goddp/goddp/allreduce/link"
 )
 
 // ConfigFromEnv reads DDP_SHM_BYTES; a bad value names the variable.
@@ -38,9 +40,9 @@ func TestConfigFromEnv_knobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d, err := cfg.withDefaults(); err != nil || d.GRPCNoUnix || d.GRPCNoRxInPlace || d.GRPCUnixSendBuf != DefaultUnixSendBuf ||
-		d.TCPUnixSendBuf != DefaultUnixSendBuf || d.GRPCWindow != DefaultGRPCWindow || d.GRPCWriteBuf != DefaultGRPCWriteBuf ||
-		d.GRPCReadBuf != DefaultGRPCReadBuf || d.GRPCSlabBytes != DefaultGRPCSlabBytes {
+	if d, err := cfg.WithDefaults(); err != nil || d.GRPCNoUnix || d.GRPCNoRxInPlace || d.GRPCUnixSendBuf != link.DefaultUnixSendBuf ||
+		d.TCPUnixSendBuf != link.DefaultUnixSendBuf || d.GRPCWindow != link.DefaultGRPCWindow || d.GRPCWriteBuf != link.DefaultGRPCWriteBuf ||
+		d.GRPCReadBuf != link.DefaultGRPCReadBuf || d.GRPCSlabBytes != link.DefaultGRPCSlabBytes {
 		t.Fatalf("defaults: %+v, %v", d, err)
 	}
 	for _, tc := range []struct {
@@ -69,7 +71,7 @@ func TestConfigFromEnv_knobs(t *testing.T) {
 			if got := tc.get(cfg); got != tc.want {
 				t.Fatalf("got %v, want %v", got, tc.want)
 			}
-			if _, err := cfg.withDefaults(); err != nil {
+			if _, err := cfg.WithDefaults(); err != nil {
 				t.Fatalf("withDefaults: %v", err)
 			}
 		})
@@ -102,11 +104,11 @@ func TestConfig_knobsValidated(t *testing.T) {
 	} {
 		cfg := Config{WorldSize: 1}
 		tc.set(&cfg)
-		if _, err := cfg.withDefaults(); err == nil || !strings.Contains(err.Error(), "Config."+tc.field) {
+		if _, err := cfg.WithDefaults(); err == nil || !strings.Contains(err.Error(), "Config."+tc.field) {
 			t.Errorf("%s: got %v, want an error naming Config.%s", tc.field, err, tc.field)
 		}
 	}
-	cfg, err := Config{WorldSize: 1, GRPCUnixSendBuf: -7, GRPCReadBuf: -1}.withDefaults()
+	cfg, err := Config{WorldSize: 1, GRPCUnixSendBuf: -7, GRPCReadBuf: -1}.WithDefaults()
 	if err != nil || cfg.GRPCUnixSendBuf != -1 || cfg.GRPCReadBuf != -1 {
 		t.Fatalf("negative (none) values: %+v, %v", cfg, err)
 	}

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/goddp/goddp/allreduce/link"
 )
 
 // Every message between ranks is one frame: a fixed 40-byte little-endian header, then the
@@ -27,9 +29,8 @@ import (
 const (
 	frameMagic      = 0xDD9E
 	frameVersion    = 1
-	frameHeaderSize = 40
-	// maxFramePayload bounds one frame's payload; chunks are far smaller (Config.ChunkBytes).
-	maxFramePayload = 1 << 30
+	frameHeaderSize = link.FrameHeaderSize // 40; the planes know it from link
+	maxFramePayload = link.MaxFramePayload // chunks are far smaller (Config.ChunkBytes)
 )
 
 // frameKind says which collective a frame belongs to.
@@ -44,7 +45,9 @@ const (
 	kindBarrier
 	kindAbort     // a rank failed; payload is the reason text, aux-1 the rank blamed
 	kindKeepalive // "still here": sent by an idle sender so its neighbour does not time out
-	kindCount     // not a kind: the number of kinds
+	kindReduceScatter
+	kindAllGatherSegments
+	kindCount // not a kind: the number of kinds
 )
 
 func (k frameKind) String() string {
@@ -61,6 +64,10 @@ func (k frameKind) String() string {
 		return "abort"
 	case kindKeepalive:
 		return "keepalive"
+	case kindReduceScatter:
+		return "reduce-scatter"
+	case kindAllGatherSegments:
+		return "all-gather-segments"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

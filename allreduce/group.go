@@ -8,6 +8,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/goddp/goddp/allreduce/grpcnet"
+	"github.com/goddp/goddp/allreduce/link"
+	"github.com/goddp/goddp/allreduce/rendezvous"
+	"github.com/goddp/goddp/allreduce/shm"
+	"github.com/goddp/goddp/allreduce/tcpnet"
 )
 
 // Group is one rank's membership in a process group. Collectives on a Group must be called
@@ -19,7 +25,7 @@ type Group struct {
 	cfg  Config
 	rank int
 	size int
-	tr   Transport
+	tr   link.Transport
 	log  *slog.Logger
 
 	mu     sync.Mutex // held for the whole of each collective
@@ -49,7 +55,7 @@ type Stats struct {
 // CollectiveError is how every collective fails: which collective, its sequence number (the
 // "step" counted from 1, the same on every rank), the peer blamed, and why.
 type CollectiveError struct {
-	Kind string // "all-reduce", "broadcast", "all-gather", "barrier"
+	Kind string // "all-reduce", "reduce-scatter", "all-gather-segments", "broadcast", "all-gather", "barrier"
 	Seq  uint64
 	Peer int // rank blamed; -1 when no peer is (e.g. the caller's context was cancelled)
 	Err  error
@@ -68,7 +74,7 @@ func (e *CollectiveError) Unwrap() error { return e.Err }
 // it starts this rank's server, registers with rank 0 at cfg.MasterAddr and waits until every
 // rank has (cfg.RendezvousTimeout or ctx). A one-rank world needs nothing.
 func NewGroup(ctx context.Context, cfg Config) (*Group, error) {
-	cfg, err := cfg.withDefaults()
+	cfg, err := cfg.WithDefaults()
 	if err != nil {
 		return nil, err
 	}
@@ -77,20 +83,41 @@ func NewGroup(ctx context.Context, cfg Config) (*Group, error) {
 	case cfg.WorldSize == 1:
 	case cfg.Transport != nil:
 		g.tr = cfg.Transport
-	case cfg.TransportKind == TransportTCP || cfg.TransportKind == TransportTCPInet:
-		tr, err := newTCPTransport(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
-		g.tr = newShmTransport(tr, cfg) // shm.go: same-host links on shared memory
 	default:
-		tr, err := newGRPCTransport(ctx, cfg)
-		if err != nil {
+		if g.tr, err = newTransport(ctx, cfg); err != nil {
 			return nil, err
 		}
-		g.tr = newShmTransport(tr, cfg)
 	}
 	return g, nil
+}
+
+// NewTransport builds the network transport NewGroup builds when cfg.Transport is nil, as
+// memberlist builds its NetTransport: the data plane cfg.TransportKind names (grpcnet, or
+// tcpnet for the tcp kinds), which takes part in the rendezvous (package rendezvous) as it
+// starts, wrapped in the shared-memory decorator (package shm). A Group given it in
+// Config.Transport does no rendezvous of its own. A one-rank world needs none.
+func NewTransport(ctx context.Context, cfg Config) (link.Transport, error) {
+	cfg, err := cfg.WithDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return newTransport(ctx, cfg)
+}
+
+func newTransport(ctx context.Context, cfg Config) (link.Transport, error) {
+	newRdv := rendezvous.Maker(cfg, cfg.Logger.With("rank", cfg.Rank))
+	var tr link.Transport
+	var err error
+	switch cfg.TransportKind {
+	case link.TransportTCP, link.TransportTCPInet:
+		tr, err = tcpnet.New(ctx, cfg, newRdv)
+	default:
+		tr, err = grpcnet.New(ctx, cfg, newRdv)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return shm.Wrap(tr, cfg), nil // same-host links on shared memory
 }
 
 // Rank is this process's rank.
@@ -119,19 +146,19 @@ func (g *Group) Close() error {
 			g.mu.Unlock()
 		}
 		if g.tr != nil {
-			if a, ok := g.tr.(interface{ abort() error }); ok && !idle {
+			if a, ok := g.tr.(link.Aborter); ok && !idle {
 				// A collective is running (and sending): no graceful flush, it fails now.
-				g.closeErr = a.abort()
+				g.closeErr = a.Abort()
 			} else {
 				g.closeErr = g.tr.Close()
 			}
 		}
 		g.mu.Lock() // wait for an in-flight collective to unwind
 		if g.broken == nil {
-			g.broken = ErrClosed
+			g.broken = link.ErrClosed
 		}
-		if m, ok := g.tr.(interface{ releaseMemory() }); ok {
-			m.releaseMemory() // shared memory a collective may have been reading: none runs now
+		if m, ok := g.tr.(link.MemoryReleaser); ok {
+			m.ReleaseMemory() // shared memory a collective may have been reading: none runs now
 		}
 		g.mu.Unlock()
 	})
@@ -158,7 +185,7 @@ type collective struct {
 // the watchdog. A nil collective with a nil error means a one-rank world: nothing to do.
 func (g *Group) begin(ctx context.Context, kind frameKind) (*collective, error) {
 	if g.closed.Load() {
-		return nil, ErrClosed
+		return nil, link.ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("allreduce: %s: %w", kind, err)
@@ -179,7 +206,7 @@ func (g *Group) begin(ctx context.Context, kind frameKind) (*collective, error) 
 	c.wait.Store(int64(c.prev))
 	timeout := g.cfg.Timeout
 	c.dog = time.AfterFunc(timeout, func() {
-		c.cancel(&PeerError{Rank: int(c.wait.Load()), Err: fmt.Errorf("no progress for %v (timeout)", timeout)})
+		c.cancel(&link.PeerError{Rank: int(c.wait.Load()), Err: fmt.Errorf("no progress for %v (timeout)", timeout)})
 	})
 	return c, nil
 }
@@ -194,7 +221,7 @@ func (c *collective) fail(err error) *CollectiveError {
 		return ce
 	}
 	peer := -1
-	var pe *PeerError
+	var pe *link.PeerError
 	if errors.As(err, &pe) {
 		peer, err = pe.Rank, pe.Err
 	}
@@ -214,7 +241,7 @@ func (c *collective) end(err error) error {
 	if err != nil {
 		if cause := context.Cause(c.ctx); cause != nil && c.ctx.Err() != nil && !errors.Is(err, cause) {
 			// The sender or the watchdog cancelled: their cause is the real error.
-			var pe *PeerError
+			var pe *link.PeerError
 			if errors.As(cause, &pe) {
 				err = cause
 			}
@@ -232,7 +259,7 @@ func (c *collective) end(err error) error {
 	}
 	ce := c.fail(err)
 	if g.closed.Load() && ce.Peer < 0 {
-		ce.Err = ErrClosed
+		ce.Err = link.ErrClosed
 	}
 	g.broken = ce
 	g.log.Error("allreduce: collective failed; group is broken", "kind", ce.Kind, "step", ce.Seq, "peer", ce.Peer, "err", ce.Err)
@@ -256,7 +283,7 @@ func (c *collective) sendAbort(ce *CollectiveError) {
 	copy(b[frameHeaderSize:], reason)
 	ctx, cancel := context.WithTimeout(context.Background(), min(g.cfg.Timeout, 2*time.Second))
 	defer cancel()
-	if err := g.tr.Send(ctx, c.next, bytesPayload(b)); err != nil {
+	if err := g.tr.Send(ctx, c.next, link.Bytes(b)); err != nil {
 		g.log.Debug("allreduce: abort not delivered", "to", c.next, "err", err)
 	}
 }
@@ -280,8 +307,8 @@ func (c *collective) recvFrame(want *expect) ([]byte, frameHeader, error) {
 	for {
 		b, err := g.tr.Recv(c.ctx, c.prev)
 		if err != nil {
-			if pe := (*PeerError)(nil); !errors.As(err, &pe) && c.ctx.Err() == nil {
-				err = &PeerError{Rank: c.prev, Err: err}
+			if pe := (*link.PeerError)(nil); !errors.As(err, &pe) && c.ctx.Err() == nil {
+				err = &link.PeerError{Rank: c.prev, Err: err}
 			}
 			return nil, frameHeader{}, err
 		}
@@ -289,7 +316,7 @@ func (c *collective) recvFrame(want *expect) ([]byte, frameHeader, error) {
 		c.progress()
 		h, payload, err := decodeFrame(b)
 		if err != nil {
-			return nil, h, &PeerError{Rank: c.prev, Err: fmt.Errorf("malformed frame: %w", err)}
+			return nil, h, &link.PeerError{Rank: c.prev, Err: fmt.Errorf("malformed frame: %w", err)}
 		}
 		switch {
 		case h.kind == kindKeepalive:
@@ -303,17 +330,17 @@ func (c *collective) recvFrame(want *expect) ([]byte, frameHeader, error) {
 			if culprit == g.rank {
 				culprit = h.origin
 			}
-			return nil, h, &PeerError{Rank: culprit, Err: fmt.Errorf("reported by rank %d: %s", h.origin, reason)}
+			return nil, h, &link.PeerError{Rank: culprit, Err: fmt.Errorf("reported by rank %d: %s", h.origin, reason)}
 		case h.seq != c.seq || h.kind != want.kind:
-			return nil, h, &PeerError{Rank: c.prev, Err: fmt.Errorf("mismatched collectives: it sent %s step %d, this rank is in %s step %d", h.kind, h.seq, want.kind, c.seq)}
+			return nil, h, &link.PeerError{Rank: c.prev, Err: fmt.Errorf("mismatched collectives: it sent %s step %d, this rank is in %s step %d", h.kind, h.seq, want.kind, c.seq)}
 		case h.wire != want.wire || h.op != want.op:
-			return nil, h, &PeerError{Rank: c.prev, Err: fmt.Errorf("mismatched arguments: it uses wire %s op %s, this rank wire %s op %s", h.wire, h.op, want.wire, want.op)}
+			return nil, h, &link.PeerError{Rank: c.prev, Err: fmt.Errorf("mismatched arguments: it uses wire %s op %s, this rank wire %s op %s", h.wire, h.op, want.wire, want.op)}
 		case want.count != ^uint64(0) && h.count != want.count:
-			return nil, h, &PeerError{Rank: c.prev, Err: fmt.Errorf("mismatched sizes: it has %d elements, this rank %d", h.count, want.count)}
+			return nil, h, &link.PeerError{Rank: c.prev, Err: fmt.Errorf("mismatched sizes: it has %d elements, this rank %d", h.count, want.count)}
 		case want.origin >= 0 && h.origin != want.origin:
-			return nil, h, &PeerError{Rank: c.prev, Err: fmt.Errorf("out of order: frame of rank %d's data, expected rank %d's", h.origin, want.origin)}
+			return nil, h, &link.PeerError{Rank: c.prev, Err: fmt.Errorf("out of order: frame of rank %d's data, expected rank %d's", h.origin, want.origin)}
 		case want.count != ^uint64(0) && (h.offset != want.offset || h.n != want.n || h.aux != want.aux):
-			return nil, h, &PeerError{Rank: c.prev, Err: fmt.Errorf("out of order: chunk [%d,+%d) step %d, expected [%d,+%d) step %d", h.offset, h.n, h.aux, want.offset, want.n, want.aux)}
+			return nil, h, &link.PeerError{Rank: c.prev, Err: fmt.Errorf("out of order: chunk [%d,+%d) step %d, expected [%d,+%d) step %d", h.offset, h.n, h.aux, want.offset, want.n, want.aux)}
 		}
 		return payload, h, nil
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/goddp/goddp/allreduce/link"
 )
 
 // Every collective has one sender goroutine: the caller's goroutine receives, reduces and
@@ -118,7 +120,7 @@ func (c *collective) runSender(q *jobQueue) error {
 			case <-tick.C:
 				kb := make([]byte, frameHeaderSize)
 				putFrameHeader(kb, &keepalive)
-				if err := g.tr.Send(c.ctx, c.next, bytesPayload(kb)); err != nil {
+				if err := g.tr.Send(c.ctx, c.next, link.Bytes(kb)); err != nil {
 					return c.sendErr(err)
 				}
 			case <-c.ctx.Done():
@@ -142,9 +144,9 @@ func (c *collective) sendErr(err error) error {
 	if c.ctx.Err() != nil {
 		return nil
 	}
-	var pe *PeerError
-	if !errors.As(err, &pe) && !errors.Is(err, ErrClosed) && !errors.Is(err, context.Canceled) {
-		err = &PeerError{Rank: c.next, Err: err}
+	var pe *link.PeerError
+	if !errors.As(err, &pe) && !errors.Is(err, link.ErrClosed) && !errors.Is(err, context.Canceled) {
+		err = &link.PeerError{Rank: c.next, Err: err}
 	}
 	return err
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/goddp/goddp/allreduce/link"
 )
 
 // InprocNetwork connects n in-process transports with bounded channels: the same contract as
@@ -39,7 +41,7 @@ func NewInprocNetwork(n int) *InprocNetwork {
 }
 
 // Transport returns rank's endpoint.
-func (nw *InprocNetwork) Transport(rank int) Transport { return nw.eps[rank] }
+func (nw *InprocNetwork) Transport(rank int) link.Transport { return nw.eps[rank] }
 
 // Kill closes rank's endpoint as if its process died: no goodbye, links to it break.
 func (nw *InprocNetwork) Kill(rank int) { nw.eps[rank].Close() }
@@ -52,15 +54,15 @@ type inprocTransport struct {
 	last      [][]byte // last[from]: buffer returned by the previous Recv, recycled by the next
 }
 
-var _ Transport = (*inprocTransport)(nil)
+var _ link.Transport = (*inprocTransport)(nil)
 
-func (t *inprocTransport) Send(ctx context.Context, to int, p Payload) error {
+func (t *inprocTransport) Send(ctx context.Context, to int, p link.Payload) error {
 	if to < 0 || to >= t.nw.n || to == t.rank {
 		return fmt.Errorf("allreduce: inproc send to invalid rank %d", to)
 	}
 	select {
 	case <-t.closed:
-		return ErrClosed
+		return link.ErrClosed
 	default:
 	}
 	l := t.nw.links[t.rank][to]
@@ -80,9 +82,9 @@ func (t *inprocTransport) Send(ctx context.Context, to int, p Payload) error {
 	case l.q <- b:
 		return nil
 	case <-peer.closed:
-		return &PeerError{Rank: to, Err: ErrPeerGone}
+		return &link.PeerError{Rank: to, Err: link.ErrPeerGone}
 	case <-t.closed:
-		return ErrClosed
+		return link.ErrClosed
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
@@ -111,10 +113,10 @@ func (t *inprocTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 			select { // deliver what was sent before the peer went away
 			case b = <-l.q:
 			default:
-				return nil, &PeerError{Rank: from, Err: ErrPeerGone}
+				return nil, &link.PeerError{Rank: from, Err: link.ErrPeerGone}
 			}
 		case <-t.closed:
-			return nil, ErrClosed
+			return nil, link.ErrClosed
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
 		}

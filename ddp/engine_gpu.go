@@ -10,11 +10,12 @@ import (
 
 // The staged path: on a device that can stage gradients (tensor.GradStager, the CUDA device) and
 // with the f16 wire, a complete bucket never passes through a host f32 buffer. The training
-// goroutine enqueues a fused cast (f32 · 1/W → f16, on the compute stream) and an event-ordered
-// copy to pinned host memory (on a copy stream), and goes straight back to backward. The comm
-// goroutine waits for that one copy's event, all-reduces the pinned half buffer in place
-// (AllReduceF16 with Sum: the values are already divided by the world size; partial sums are f32,
-// the result is half and bit-identical on every rank), then enqueues the copy back and the widen
+// goroutine enqueues a fused cast (f32 · allreduce.AvgScale(W) → f16, on the compute stream)
+// and an event-ordered copy to pinned host memory (on a copy stream), and goes straight back to
+// backward. The comm goroutine waits for that one copy's event, all-reduces the pinned half
+// buffer in place (AllReduceF16 with Sum: the values are already scaled as allreduce's Avg
+// scales them, allreduce owning the factor; partial sums are f32, the result is half and
+// bit-identical on every rank), then enqueues the copy back and the widen
 // into the gradient slab on a return stream. Wait, once every bucket is back, makes the compute
 // stream wait for the return stream by event: the optimizer step is the first thing on the
 // compute stream that depends on communication.
@@ -67,7 +68,7 @@ func (e *Engine) initStaging() {
 		e.log.Warn("ddp: staging gradients on the device failed; using the host path", "err", err)
 		return
 	}
-	e.gpu = &gpuPath{stg: stg, red: red, scale: 1 / float32(e.comm.Size()), waitFrom: make([]int64, len(e.buckets)), elems: elems}
+	e.gpu = &gpuPath{stg: stg, red: red, scale: allreduce.AvgScale(e.comm.Size()), waitFrom: make([]int64, len(e.buckets)), elems: elems}
 	for _, b := range e.buckets {
 		b.host = nil // the host path's f32 buffers are not used
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/goddp/goddp/allreduce"
+	"github.com/goddp/goddp/allreduce/link"
 )
 
 // `ddpbench allreduce` starts N processes of itself over loopback (the hidden
@@ -77,7 +78,7 @@ func (f *benchFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.chunk, "chunk", "1M", "pipeline chunk in wire bytes (allreduce.Config.ChunkBytes)")
 	defTrans := getenv(allreduce.EnvTransport)
 	if defTrans == "" {
-		defTrans = allreduce.TransportGRPC
+		defTrans = link.TransportGRPC
 	}
 	fs.StringVar(&f.trans, "transport", defTrans, "data plane: grpc (default) or tcp (raw TCP, gRPC rendezvous); default from "+allreduce.EnvTransport)
 	fs.IntVar(&f.chans, "channels", 1, "process groups over the same ranks; the buffer is cut into this many pieces, all-reduced at once, one per group (as ddp.channels does with buckets)")

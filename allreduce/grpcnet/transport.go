@@ -1,4 +1,4 @@
-package allreduce
+package grpcnet
 
 import (
 	"context"
@@ -20,60 +20,62 @@ import (
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/goddp/goddp/allreduce/auth"
+	"github.com/goddp/goddp/allreduce/link"
 )
 
 // The gRPC transport. Every rank runs one gRPC server (rank 0's at MasterAddr) with a
-// hand-written service (no protobuf generation; raw-bytes codec, codec_raw.go):
+// hand-written service (no protobuf generation; raw-bytes codec, codec.go):
 //
-//	/goddp.allreduce.Ring/Join  unary, rank 0 only: the rendezvous (rendezvous.go).
+//	/goddp.allreduce.Ring/Join  unary, rank 0 only: the rendezvous (package rendezvous, through link.Rendezvous).
 //	/goddp.allreduce.Ring/Push  client stream: the frames one rank sends another, in order.
 //
 // A rank sending to a peer opens one Push stream to it, lazily, and keeps it for the group's
-// life. Every connection, either way, starts with the handshake of auth.go, which proves the
+// life. Every connection, either way, starts with the handshake of package auth, which proves the
 // token without sending it and tells the server the caller's rank; the server's listener hands
 // gRPC only connections that completed it, so nothing unauthenticated is ever decoded, and a
 // call on any other connection is refused with Unauthenticated and logged.
 //
 // Same-host peers are reached over a Unix-domain twin of the server's listener, and the server
 // reads plaintext connections through rxConn, which lets gRPC's framer read DATA payloads in
-// place (grpc_conn.go; docs/perf-allreduce.md has the measurements).
+// place (conn.go; docs/perf-allreduce.md has the measurements).
 //
-// On a same-host link the shared-memory decorator (shm.go) moves the frames through a ring;
+// On a same-host link the shared-memory decorator (package shm) moves the frames through a ring;
 // the Push stream stays the link (its first message the decorator's hello, one answer back,
 // its end the link's end, and frames too large for the ring).
 
 const (
-	serviceName   = "goddp.allreduce.Ring"
 	grpcSockBuf   = 4 << 20 // gRPC's client read buffer per connection, bytes
-	grpcMaxMsg    = frameHeaderSize + maxFramePayload
-	inboxDepth    = 4 // frames a receiving link buffers before gRPC flow control holds the sender
+	inboxDepth    = 4       // frames a receiving link buffers before gRPC flow control holds the sender
 	joinRetryBase = 50 * time.Millisecond
-	sendGrace     = time.Second // how long a cancelled Send may still finish before its stream is cut
 )
 
 var ringServiceDesc = grpc.ServiceDesc{
-	ServiceName: serviceName,
+	ServiceName: link.ServiceName,
 	HandlerType: (*any)(nil),
-	Methods:     []grpc.MethodDesc{joinMethod}, // rendezvous.go
+	Methods:     []grpc.MethodDesc{joinMethod}, // rank 0's rendezvous
 	Streams: []grpc.StreamDesc{{
 		StreamName:    "Push",
 		ClientStreams: true,
-		ServerStreams: true, // answers back along the link (shm.go's offer), nothing else
+		ServerStreams: true, // answers back along the link (package shm's offer), nothing else
 		Handler: func(srv any, stream grpc.ServerStream) error {
-			return srv.(*grpcTransport).push(stream)
+			return srv.(*Transport).push(stream)
 		},
 	}},
 }
 
 var pushStreamDesc = grpc.StreamDesc{StreamName: "Push", ClientStreams: true, ServerStreams: true}
 
-type grpcTransport struct {
-	cfg  Config
+// Transport is one rank's gRPC data plane: a link.Transport, a link.Aborter (Abort ends it
+// without the flush Close makes) and a link.Linker for the shared-memory decorator.
+type Transport struct {
+	cfg  link.Config
 	log  *slog.Logger
 	srv  *grpc.Server
 	lis  net.Listener
-	ux   net.Listener // Unix-domain twin of lis for same-host peers (grpc_conn.go); nil if none
-	rx   *rxPool      // the server's receive buffers (grpc_conn.go); nil with TLS
+	ux   net.Listener // Unix-domain twin of lis for same-host peers (auth.ListenUnix); nil if none
+	rx   *rxPool      // the server's receive buffers (conn.go); nil with TLS
 	serv sync.WaitGroup
 
 	ctx    context.Context // cancelled by Close: ends every stream
@@ -86,10 +88,13 @@ type grpcTransport struct {
 	closed chan struct{}
 	once   sync.Once
 
-	rdv *rendezvous // rendezvous.go; this server hosts rank 0's Join
+	rdv link.Rendezvous // this server hosts rank 0's Join (joinMethod)
 }
 
-var _ Transport = (*grpcTransport)(nil)
+var (
+	_ link.Transport = (*Transport)(nil)
+	_ link.Aborter   = (*Transport)(nil)
+)
 
 // inbox holds the frames received from one peer.
 type inbox struct {
@@ -101,7 +106,7 @@ type inbox struct {
 	broken chan struct{}     // closed when err is set
 	active bool              // a Push stream from this peer is being served
 	ended  bool              // push returned: ss is gone
-	ss     grpc.ServerStream // the Push stream, for answers (shmLinker)
+	ss     grpc.ServerStream // the Push stream, for answers (link.Linker)
 	unix   bool              // it came over a Unix-domain socket (a peer on this host)
 }
 
@@ -130,20 +135,21 @@ type outLink struct {
 	unix atomic.Bool // the connection is a Unix-domain socket (a peer on this host)
 }
 
-// newGRPCTransport starts this rank's server, joins the rendezvous and returns a transport
-// that knows every rank's address.
-func newGRPCTransport(ctx context.Context, cfg Config) (*grpcTransport, error) {
-	t := &grpcTransport{cfg: cfg, log: cfg.Logger.With("rank", cfg.Rank), closed: make(chan struct{}),
+// New starts this rank's server, joins the rendezvous (newRdv: this server hosts rank 0's
+// Join) and returns a transport that knows every rank's address. cfg has its defaults
+// (link.Config.WithDefaults).
+func New(ctx context.Context, cfg link.Config, newRdv link.NewRendezvous) (*Transport, error) {
+	t := &Transport{cfg: cfg, log: cfg.Logger.With("rank", cfg.Rank), closed: make(chan struct{}),
 		in: make([]*inbox, cfg.WorldSize), out: make([]*outLink, cfg.WorldSize)}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for i := range t.in {
 		t.in[i] = &inbox{q: make(chan inItem, inboxDepth), free: make(chan []byte, inboxDepth+2), broken: make(chan struct{})}
 	}
-	listen, err := listenAddr(cfg)
+	listen, err := cfg.ListenAddress()
 	if err != nil {
 		return nil, err
 	}
-	lis, err := net.Listen("tcp", listen)
+	lis, err := cfg.ListenGRPC("tcp", listen)
 	if err != nil {
 		return nil, fmt.Errorf("allreduce: rank %d: listen on %s: %w", cfg.Rank, listen, err)
 	}
@@ -153,11 +159,11 @@ func newGRPCTransport(ctx context.Context, cfg Config) (*grpcTransport, error) {
 		grpc.InitialWindowSize(int32(cfg.GRPCWindow)),
 		grpc.InitialConnWindowSize(int32(cfg.GRPCWindow)),
 		grpc.WriteBufferSize(max(cfg.GRPCWriteBuf, 0)),
-		grpc.MaxRecvMsgSize(grpcMaxMsg),
-		grpc.MaxSendMsgSize(grpcMaxMsg),
+		grpc.MaxRecvMsgSize(link.MaxMessage),
+		grpc.MaxSendMsgSize(link.MaxMessage),
 		grpc.WaitForHandlers(true),
 	}
-	unary, stream := grpcAuth(t.log)
+	unary, stream := auth.Interceptors(t.log)
 	opts = append(opts, grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
@@ -177,13 +183,16 @@ func newGRPCTransport(ctx context.Context, cfg Config) (*grpcTransport, error) {
 	} else if adv == "" {
 		adv = lis.Addr().String()
 	}
-	t.rdv = newRendezvous(cfg, t.log, adv, 0)
-	t.ux = grpcListenUnix(lis, cfg)
+	if t.rdv, err = newRdv(adv, 0, false); err != nil {
+		lis.Close()
+		return nil, err
+	}
+	t.ux = auth.ListenUnix(lis, cfg)
 	for _, l := range []net.Listener{lis, t.ux} {
 		if l == nil {
 			continue
 		}
-		l = newAuthListener(l, cfg, t.log) // auth.go: nothing unauthenticated reaches gRPC
+		l = auth.NewListener(l, cfg, t.log) // package auth: nothing unauthenticated reaches gRPC
 		if t.rx != nil {
 			l = rxListener{Listener: l, p: t.rx}
 		}
@@ -194,68 +203,50 @@ func newGRPCTransport(ctx context.Context, cfg Config) (*grpcTransport, error) {
 		}()
 	}
 
-	res, err := t.rdv.run(ctx)
+	res, err := t.rdv.Run(ctx)
 	if err != nil {
 		t.Close()
 		return nil, err
 	}
-	t.addrs = res.addrs
+	t.addrs = res.Addrs
 	t.log.Debug("allreduce: group formed", "addrs", t.addrs)
 	return t, nil
 }
 
-// serveJoin hosts rank 0's rendezvous on this server (joinHost).
-func (t *grpcTransport) serveJoin(ctx context.Context, body []byte) ([]byte, error) {
-	return t.rdv.serveJoin(ctx, body)
-}
-
-// listenAddr picks the data-plane bind address (Config.ListenAddr's rule).
-func listenAddr(cfg Config) (string, error) {
-	if cfg.Rank == 0 {
-		return cfg.MasterAddr, nil
-	}
-	if cfg.ListenAddr != "" {
-		return cfg.ListenAddr, nil
-	}
-	host, _, err := net.SplitHostPort(cfg.MasterAddr)
-	if err != nil {
-		return "", fmt.Errorf("allreduce: MasterAddr %q: %w", cfg.MasterAddr, err)
-	}
-	if host == "localhost" {
-		return "127.0.0.1:0", nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return net.JoinHostPort(host, "0"), nil
-	}
-	// Another host: bind the address other ranks will dial, not every interface. That is the
-	// host of AdvertiseAddr when set, else the local address the route to rank 0 leaves from
-	// (the one rank 0 sees us from, and advertises: join). A UDP "connection" sends nothing.
-	if cfg.AdvertiseAddr != "" {
-		if h, _, err := net.SplitHostPort(cfg.AdvertiseAddr); err == nil && h != "" {
-			return net.JoinHostPort(h, "0"), nil
+// joinMethod is the Ring service's Join: rank 0's rendezvous (link.Rendezvous.ServeJoin) on
+// this server, behind the auth interceptor like Push.
+var joinMethod = grpc.MethodDesc{
+	MethodName: "Join",
+	Handler: func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+		var req []byte
+		if err := dec(&req); err != nil {
+			return nil, err
 		}
-	}
-	c, err := net.Dial("udp", cfg.MasterAddr)
-	if err != nil {
-		return "", fmt.Errorf("allreduce: rank %d: no route to rank 0 at %s to pick a listen address (set ListenAddr): %w", cfg.Rank, cfg.MasterAddr, err)
-	}
-	defer c.Close()
-	return net.JoinHostPort(c.LocalAddr().(*net.UDPAddr).IP.String(), "0"), nil
+		h := func(ctx context.Context, req any) (any, error) {
+			resp, err := srv.(*Transport).rdv.ServeJoin(ctx, *req.(*[]byte))
+			if err != nil {
+				return nil, err
+			}
+			return &resp, nil
+		}
+		info := &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + link.ServiceName + "/Join"}
+		return icpt(ctx, &req, info, h) // the server always has the auth interceptor
+	},
 }
 
-func (t *grpcTransport) dialOptions() []grpc.DialOption {
+func (t *Transport) dialOptions() []grpc.DialOption {
 	creds := insecure.NewCredentials()
 	if t.cfg.TLS != nil {
 		creds = credentials.NewTLS(t.cfg.TLS)
 	}
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return grpcAuthDial(ctx, addr, t.cfg, nil) }),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return auth.DialGRPC(ctx, addr, t.cfg, nil) }),
 		grpc.WithInitialWindowSize(int32(t.cfg.GRPCWindow)),
 		grpc.WithInitialConnWindowSize(int32(t.cfg.GRPCWindow)),
 		grpc.WithReadBufferSize(grpcSockBuf),
 		grpc.WithWriteBufferSize(max(t.cfg.GRPCWriteBuf, 0)),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}), grpc.MaxCallRecvMsgSize(grpcMaxMsg), grpc.MaxCallSendMsgSize(grpcMaxMsg)),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}), grpc.MaxCallRecvMsgSize(link.MaxMessage), grpc.MaxCallSendMsgSize(link.MaxMessage)),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: joinRetryBase, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: 2 * time.Second,
@@ -263,80 +254,12 @@ func (t *grpcTransport) dialOptions() []grpc.DialOption {
 	}
 }
 
-// grpcAuthDial opens a connection to the gRPC server at addr (a same-host peer's Unix socket
-// where there is one) and runs the handshake (auth.go) on it; onConn, if set, sees the raw
-// connection first.
-func grpcAuthDial(ctx context.Context, addr string, cfg Config, onConn func(net.Conn)) (net.Conn, error) {
-	c, err := grpcDial(ctx, addr, cfg)
-	if err != nil {
-		return nil, err
-	}
-	if onConn != nil {
-		onConn(c)
-	}
-	deadline := time.Now().Add(min(authDeadline, cfg.Timeout))
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	c.SetDeadline(deadline)
-	if err := authDial(c, cfg.Token, planeGRPC, cfg.Rank, cfg.WorldSize); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("handshake with %s: %w", addr, err)
-	}
-	c.SetDeadline(time.Time{})
-	return c, nil
-}
-
-// grpcAuth is a gRPC server's pair of interceptors: a call is served only on a connection
-// whose handshake (auth.go) proved the caller's rank, which the handler then finds in its
-// context (rankKey) or stream (rankStream); any other call is refused with Unauthenticated, and
-// the refusal logged.
-func grpcAuth(log *slog.Logger) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
-	auth := func(ctx context.Context, method string) (int, error) {
-		p, ok := peer.FromContext(ctx)
-		if ok {
-			if a, ok := p.Addr.(authAddr); ok {
-				return a.rank, nil
-			}
-		}
-		from := "unknown"
-		if ok && p.Addr != nil {
-			from = p.Addr.String()
-		}
-		log.Warn("allreduce: refused a call on an unauthenticated connection", "remote", from, "method", method)
-		return -1, status.Error(codes.Unauthenticated, "allreduce: unauthenticated connection")
-	}
-	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		rank, err := auth(ctx, info.FullMethod)
-		if err != nil {
-			return nil, err
-		}
-		return h(context.WithValue(ctx, rankKey{}, rank), req)
-	}
-	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		rank, err := auth(ss.Context(), info.FullMethod)
-		if err != nil {
-			return err
-		}
-		return h(srv, &rankStream{ServerStream: ss, rank: rank})
-	}
-	return unary, stream
-}
-
-type rankKey struct{}
-
-type rankStream struct {
-	grpc.ServerStream
-	rank int
-}
-
 // push serves one peer's Push stream: frames go into that peer's inbox.
-func (t *grpcTransport) push(ss grpc.ServerStream) error {
-	rs, ok := ss.(*rankStream)
+func (t *Transport) push(ss grpc.ServerStream) error {
+	from, ok := auth.StreamRank(ss)
 	if !ok {
 		return status.Error(codes.Internal, "allreduce: unauthenticated stream")
 	}
-	from := rs.rank
 	in := t.in[from]
 	in.mu.Lock()
 	if in.active || in.err != nil {
@@ -366,7 +289,7 @@ func (t *grpcTransport) push(ss grpc.ServerStream) error {
 		select {
 		case in.q <- inItem{b: m.buf}:
 		case <-ctx.Done():
-			in.fail(ErrPeerGone)
+			in.fail(link.ErrPeerGone)
 			return nil
 		case <-t.closed:
 			return nil
@@ -377,12 +300,12 @@ func (t *grpcTransport) push(ss grpc.ServerStream) error {
 // linkError turns a stream error into what a PeerError carries.
 func linkError(err error) error {
 	if s, ok := status.FromError(err); ok && s.Code() != codes.OK && s.Code() != codes.Canceled && s.Code() != codes.Unavailable {
-		return fmt.Errorf("%w: %s", ErrPeerGone, s.Message())
+		return fmt.Errorf("%w: %s", link.ErrPeerGone, s.Message())
 	}
-	return ErrPeerGone
+	return link.ErrPeerGone
 }
 
-func (t *grpcTransport) Recv(ctx context.Context, from int) ([]byte, error) {
+func (t *Transport) Recv(ctx context.Context, from int) ([]byte, error) {
 	if from < 0 || from >= len(t.in) || from == t.cfg.Rank {
 		return nil, fmt.Errorf("allreduce: recv from invalid rank %d", from)
 	}
@@ -403,7 +326,7 @@ func (t *grpcTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 }
 
 // recvQueue takes the next item the push goroutine queued for this peer.
-func (t *grpcTransport) recvQueue(ctx context.Context, from int, in *inbox) (inItem, error) {
+func (t *Transport) recvQueue(ctx context.Context, from int, in *inbox) (inItem, error) {
 	select {
 	case it := <-in.q:
 		return it, nil
@@ -412,26 +335,26 @@ func (t *grpcTransport) recvQueue(ctx context.Context, from int, in *inbox) (inI
 		case it := <-in.q:
 			return it, nil
 		default:
-			return inItem{}, &PeerError{Rank: from, Err: in.err}
+			return inItem{}, &link.PeerError{Rank: from, Err: in.err}
 		}
 	case <-t.closed:
-		return inItem{}, ErrClosed
+		return inItem{}, link.ErrClosed
 	case <-ctx.Done():
 		return inItem{}, context.Cause(ctx)
 	}
 }
 
-func (t *grpcTransport) link(to int) (*outLink, error) {
-	return openLink(&t.outMu, t.out, t.closed, to, func() (*outLink, bool, error) {
+func (t *Transport) link(to int) (*outLink, error) {
+	return link.OpenLink(&t.outMu, t.out, t.closed, to, func() (*outLink, bool, error) {
 		l := &outLink{}
 		conn, err := grpc.NewClient("passthrough:///"+t.addrs[to], append(t.dialOptions(), grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return grpcAuthDial(ctx, addr, t.cfg, func(c net.Conn) {
+			return auth.DialGRPC(ctx, addr, t.cfg, func(c net.Conn) {
 				_, isUnix := c.(*net.UnixConn)
 				l.unix.Store(isUnix)
 			})
 		}))...)
 		if err != nil {
-			l.err = &PeerError{Rank: to, Err: err}
+			l.err = &link.PeerError{Rank: to, Err: err}
 			return l, true, nil
 		}
 		l.conn = conn
@@ -439,15 +362,15 @@ func (t *grpcTransport) link(to int) (*outLink, error) {
 		l.cancel = cancel
 		// WaitForReady: the peer's server is up (it listened before joining) but the connection
 		// may still be starting; the collective's watchdog bounds the wait.
-		l.stream, err = conn.NewStream(sctx, &pushStreamDesc, "/"+serviceName+"/Push", grpc.WaitForReady(true))
+		l.stream, err = conn.NewStream(sctx, &pushStreamDesc, "/"+link.ServiceName+"/Push", grpc.WaitForReady(true))
 		if err != nil {
-			l.err = &PeerError{Rank: to, Err: err}
+			l.err = &link.PeerError{Rank: to, Err: err}
 		}
 		return l, true, nil
 	})
 }
 
-func (t *grpcTransport) Send(ctx context.Context, to int, p Payload) error {
+func (t *Transport) Send(ctx context.Context, to int, p link.Payload) error {
 	if to < 0 || to >= len(t.out) || to == t.cfg.Rank {
 		return fmt.Errorf("allreduce: send to invalid rank %d", to)
 	}
@@ -467,7 +390,7 @@ func (t *grpcTransport) Send(ctx context.Context, to int, p Payload) error {
 // ctx ends while it waits (for flow control, or for the peer), the stream ends, but only after
 // a grace period: a send that is merely in progress when a collective fails completes and the
 // link stays usable for the abort frame that follows. A failure is the link's sticky error.
-func (t *grpcTransport) graced(ctx context.Context, l *outLink, to int, op func() error) error {
+func (t *Transport) graced(ctx context.Context, l *outLink, to int, op func() error) error {
 	var (
 		mu     sync.Mutex
 		done   bool
@@ -478,7 +401,7 @@ func (t *grpcTransport) graced(ctx context.Context, l *outLink, to int, op func(
 		mu.Lock()
 		defer mu.Unlock()
 		if !done {
-			killer = time.AfterFunc(sendGrace, func() {
+			killer = time.AfterFunc(link.SendGrace, func() {
 				mu.Lock()
 				killed = !done
 				mu.Unlock()
@@ -498,7 +421,7 @@ func (t *grpcTransport) graced(ctx context.Context, l *outLink, to int, op func(
 	wasKilled := killed
 	mu.Unlock()
 	if wasKilled {
-		l.err = &PeerError{Rank: to, Err: fmt.Errorf("send abandoned: %w", context.Cause(ctx))}
+		l.err = &link.PeerError{Rank: to, Err: fmt.Errorf("send abandoned: %w", context.Cause(ctx))}
 		return context.Cause(ctx)
 	}
 	if err != nil {
@@ -511,10 +434,10 @@ func (t *grpcTransport) graced(ctx context.Context, l *outLink, to int, op func(
 		if rerr == nil {
 			rerr = err
 		}
-		l.err = &PeerError{Rank: to, Err: linkError(rerr)}
+		l.err = &link.PeerError{Rank: to, Err: linkError(rerr)}
 		select {
 		case <-t.closed:
-			return ErrClosed
+			return link.ErrClosed
 		default:
 		}
 		return l.err
@@ -525,7 +448,7 @@ func (t *grpcTransport) graced(ctx context.Context, l *outLink, to int, op func(
 // Close first flushes: it half-closes every outgoing stream and waits (a few seconds at most)
 // until the peer has read everything sent, because SendMsg returns before the bytes are on the
 // wire and a rank that leaves right after its last collective must not take them with it.
-func (t *grpcTransport) Close() error {
+func (t *Transport) Close() error {
 	t.outMu.Lock()
 	var wg sync.WaitGroup
 	for _, l := range t.out {
@@ -552,14 +475,14 @@ func (t *grpcTransport) Close() error {
 	}
 	t.outMu.Unlock()
 	wg.Wait()
-	return t.abort()
+	return t.Abort()
 }
 
 // abort closes everything at once, like a process dying (tests use it as a kill).
-func (t *grpcTransport) abort() error {
+func (t *Transport) Abort() error {
 	t.once.Do(func() {
 		close(t.closed)
-		t.rdv.close()
+		t.rdv.Close()
 		t.cancel()
 		t.outMu.Lock()
 		for _, l := range t.out {
@@ -576,10 +499,10 @@ func (t *grpcTransport) abort() error {
 
 var errEOF = io.EOF
 
-// The shared-memory decorator's needs (shm.go).
-var _ shmLinker = (*grpcTransport)(nil)
+// The shared-memory decorator's needs (package shm).
+var _ link.Linker = (*Transport)(nil)
 
-func (t *grpcTransport) linkTo(_ context.Context, to int) (bool, error) {
+func (t *Transport) LinkTo(_ context.Context, to int) (bool, error) {
 	if to < 0 || to >= len(t.out) || to == t.cfg.Rank {
 		return false, fmt.Errorf("allreduce: send to invalid rank %d", to)
 	}
@@ -590,7 +513,7 @@ func (t *grpcTransport) linkTo(_ context.Context, to int) (bool, error) {
 	return l.unix.Load(), nil
 }
 
-func (t *grpcTransport) linkFromLocal(from int) bool {
+func (t *Transport) LinkFromLocal(from int) bool {
 	in := t.in[from]
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -600,17 +523,17 @@ func (t *grpcTransport) linkFromLocal(from int) bool {
 // answer sends b on the peer's Push stream, back to its sender (the stream is bidirectional
 // for this only). gRPC allows it beside the push goroutine's RecvMsg, and not once the handler
 // has returned, which in.mu rules out.
-func (t *grpcTransport) answer(from int, b []byte) error {
+func (t *Transport) Answer(from int, b []byte) error {
 	in := t.in[from]
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.ended || in.ss == nil {
-		return ErrPeerGone
+		return link.ErrPeerGone
 	}
 	return in.ss.SendMsg(&b)
 }
 
-func (t *grpcTransport) readAnswer(ctx context.Context, to int, b []byte) error {
+func (t *Transport) ReadAnswer(ctx context.Context, to int, b []byte) error {
 	l, err := t.link(to)
 	if err != nil {
 		return err
@@ -628,7 +551,7 @@ func (t *grpcTransport) readAnswer(ctx context.Context, to int, b []byte) error 
 	})
 }
 
-func (t *grpcTransport) linkDown(peer int, out bool) bool {
+func (t *Transport) LinkDown(peer int, out bool) bool {
 	if !out {
 		select {
 		case <-t.in[peer].broken:
@@ -645,3 +568,6 @@ func (t *grpcTransport) linkDown(peer int, out bool) bool {
 	}
 	return l.err != nil || l.stream.Context().Err() != nil || l.conn.GetState() != connectivity.Ready
 }
+
+// Failed is the link's sticky error (link.OpenLink).
+func (l *outLink) Failed() error { return l.err }

@@ -1,4 +1,4 @@
-package allreduce
+package rendezvous
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 // tcp kind's also every data-plane address, on the host each rank was recorded at.
 func TestRdvTable_joinsInAnyOrder(t *testing.T) {
 	for _, order := range [][]int{{1, 2, 3}, {3, 1, 2}, {2, 3, 1}} {
-		tab := newRdvTable(4, "10.0.0.1:29500", 0)
+		tab := newTable(4, "10.0.0.1:29500", 0)
 		if tab.complete() || !slices.Equal(tab.missing(), []int{1, 2, 3}) {
 			t.Fatalf("fresh table: complete %v, missing %v", tab.complete(), tab.missing())
 		}
@@ -28,7 +28,7 @@ func TestRdvTable_joinsInAnyOrder(t *testing.T) {
 			t.Fatalf("order %v: answer %+v, want %v and no data addresses", order, a, want)
 		}
 	}
-	tab := newRdvTable(3, "127.0.0.1:29500", 41000)
+	tab := newTable(3, "127.0.0.1:29500", 41000)
 	for r := 1; r < 3; r++ {
 		if _, err := tab.join(r, joinRequest{Rank: r, World: 3, Addr: "127.0.0.1:0", DataPort: 41000 + r}, ""); err != nil {
 			t.Fatal(err)
@@ -38,14 +38,14 @@ func TestRdvTable_joinsInAnyOrder(t *testing.T) {
 		t.Fatalf("data addresses %v", d)
 	}
 	// A world of one is complete from the start.
-	if !newRdvTable(1, "x:1", 0).complete() {
+	if !newTable(1, "x:1", 0).complete() {
 		t.Fatal("a world of one waits for somebody")
 	}
 }
 
 // An unspecified host becomes the one the request came from; a known host stays.
 func TestRdvTable_unspecifiedHost(t *testing.T) {
-	tab := newRdvTable(4, "10.0.0.1:29500", 0)
+	tab := newTable(4, "10.0.0.1:29500", 0)
 	for _, tc := range []struct {
 		rank       int
 		addr, seen string
@@ -84,7 +84,7 @@ func TestRdvTable_refusals(t *testing.T) {
 		{"no port", 0, 1, joinRequest{Rank: 1, World: 3, Addr: "h"}, errJoinInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tab := newRdvTable(3, "h:0", tc.dataPort)
+			tab := newTable(3, "h:0", tc.dataPort)
 			if _, err := tab.join(tc.from, tc.req, "10.0.0.9"); !errors.Is(err, tc.want) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
@@ -93,7 +93,7 @@ func TestRdvTable_refusals(t *testing.T) {
 			}
 		})
 	}
-	tab := newRdvTable(3, "h:0", 0)
+	tab := newTable(3, "h:0", 0)
 	req := joinRequest{Rank: 1, World: 3, Addr: "10.0.0.2:7000"}
 	for i := range 2 {
 		if _, err := tab.join(1, req, ""); err != nil {

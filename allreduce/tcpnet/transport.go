@@ -1,4 +1,4 @@
-package allreduce
+package tcpnet
 
 import (
 	"context"
@@ -14,10 +14,13 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/goddp/goddp/allreduce/auth"
+	"github.com/goddp/goddp/allreduce/link"
 )
 
-// The raw TCP data plane (Config.TransportKind "tcp", or DDP_TRANSPORT=tcp). The rendezvous is
-// the gRPC one (rendezvous.go: rank 0's Join at MasterAddr, behind the handshake), which also
+// The raw TCP data plane (link.Config.TransportKind "tcp", or DDP_TRANSPORT=tcp). The rendezvous is
+// the gRPC one (package rendezvous: rank 0's Join at MasterAddr, behind the handshake), which also
 // collects every rank's data-plane port; rank 0 serves it on a gRPC server with Join alone, and
 // the other ranks serve no gRPC. Frames then travel on one plain TCP connection per ordered
 // pair of ring neighbours, each message a 4-byte little-endian length and the frame.
@@ -30,7 +33,7 @@ import (
 // caller's goroutine straight into a buffer the reduction then reads: the kernel's socket
 // buffers are the only queue and the flow control.
 //
-// Every connection starts with the handshake of auth.go (both sides prove the token without
+// Every connection starts with the handshake of package auth (both sides prove the token without
 // sending it; the dialler names its rank and world), and the accepting rank checks the rank and
 // world, answers a status and a reason, and logs a refusal, as the gRPC transport does. Failure semantics
 // are the gRPC transport's: a broken or closed connection is a *PeerError (ErrPeerGone) after
@@ -44,22 +47,17 @@ import (
 // with the same handshake; TCP is the fallback when that fails. Unix sockets skip the TCP/IP
 // stack: on the 2-core test VM a 1 MiB-write stream carried 5.7–6.7 GB/s against TCP
 // loopback's 2.25 (docs/perf-allreduce.md). Kind "tcp-inet" never uses them (for measuring).
-// On such a link the shared-memory decorator (shm.go) then moves the frames through a ring;
+// On such a link the shared-memory decorator (package shm) then moves the frames through a ring;
 // the socket stays the link (the handshake, the offer's one-byte answer back, the end of the
 // link, and frames too large for the ring).
 
-// Transport kinds (Config.TransportKind, DDP_TRANSPORT).
-const (
-	TransportGRPC    = "grpc"     // default: gRPC streams
-	TransportTCP     = "tcp"      // raw sockets (Unix-domain to loopback peers), gRPC rendezvous
-	TransportTCPInet = "tcp-inet" // raw TCP only
-)
-
-type tcpTransport struct {
-	cfg Config
+// Transport is one rank's raw-socket data plane: a link.Transport, a link.Aborter (Abort is
+// Close: a dying process closes its sockets the same way) and a link.Linker for the
+// shared-memory decorator.
+type Transport struct {
+	cfg link.Config
 	log *slog.Logger
-	rdv *rendezvous // rendezvous.go
-	js  *joinServer // rank 0: serves Join at MasterAddr
+	rdv link.Rendezvous // rank 0's serves Join at MasterAddr on a gRPC server of its own
 	lis net.Listener
 	ux  net.Listener // abstract Unix socket for same-host peers; nil if none
 	wg  sync.WaitGroup
@@ -71,13 +69,16 @@ type tcpTransport struct {
 
 	connsMu sync.Mutex
 	conns   map[net.Conn]struct{} // accepted connections (handshaking or serving)
-	pending chan struct{}         // a slot per handshake in progress (at most authMaxPending)
+	pending chan struct{}         // a slot per handshake in progress (at most auth.MaxPending)
 
 	closed chan struct{}
 	once   sync.Once
 }
 
-var _ Transport = (*tcpTransport)(nil)
+var (
+	_ link.Transport = (*Transport)(nil)
+	_ link.Aborter   = (*Transport)(nil)
+)
 
 // tcpIn is the connection a peer sends to this rank on; only Recv reads it.
 type tcpIn struct {
@@ -95,11 +96,15 @@ type tcpOut struct {
 	err  error
 }
 
-func newTCPTransport(ctx context.Context, cfg Config) (*tcpTransport, error) {
+// New listens for this rank's data links, joins the rendezvous (newRdv, which on rank 0 serves
+// Join on a gRPC server of its own at MasterAddr, the listener's port announced as the data
+// port) and returns a transport that knows every rank's data-plane address. cfg has its
+// defaults (link.Config.WithDefaults).
+func New(ctx context.Context, cfg link.Config, newRdv link.NewRendezvous) (*Transport, error) {
 	if cfg.TLS != nil {
-		return nil, fmt.Errorf("allreduce: the tcp transport does not support TLS; use the default gRPC transport (%s=%s)", EnvTransport, TransportGRPC)
+		return nil, fmt.Errorf("allreduce: the tcp transport does not support TLS; use the default gRPC transport (DDP_TRANSPORT=%s)", link.TransportGRPC)
 	}
-	listen, err := listenAddr(cfg)
+	listen, err := cfg.ListenAddress()
 	if err != nil {
 		return nil, err
 	}
@@ -111,13 +116,13 @@ func newTCPTransport(ctx context.Context, cfg Config) (*tcpTransport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("allreduce: rank %d: data-plane listen on %s: %w", cfg.Rank, host, err)
 	}
-	t := &tcpTransport{cfg: cfg, log: cfg.Logger.With("rank", cfg.Rank), lis: lis,
+	t := &Transport{cfg: cfg, log: cfg.Logger.With("rank", cfg.Rank), lis: lis,
 		in: make([]*tcpIn, cfg.WorldSize), out: make([]*tcpOut, cfg.WorldSize),
-		conns: map[net.Conn]struct{}{}, pending: make(chan struct{}, authMaxPending), closed: make(chan struct{})}
+		conns: map[net.Conn]struct{}{}, pending: make(chan struct{}, auth.MaxPending), closed: make(chan struct{})}
 	for i := range t.in {
 		t.in[i] = &tcpIn{ready: make(chan struct{})}
 	}
-	if cfg.TransportKind == TransportTCP && runtime.GOOS == "linux" && isLoopback(host) {
+	if cfg.TransportKind == link.TransportTCP && runtime.GOOS == "linux" && link.IsLoopback(host) {
 		if ux, err := net.Listen("unix", unixName(lis.Addr().String(), t.cfg.Token)); err == nil {
 			t.ux = ux
 			t.wg.Add(1)
@@ -137,44 +142,33 @@ func newTCPTransport(ctx context.Context, cfg Config) (*tcpTransport, error) {
 	} else if adv == "" {
 		adv = lis.Addr().String()
 	}
-	t.rdv = newRendezvous(cfg, t.log, adv, port)
-	if cfg.Rank == 0 {
-		if t.js, err = newJoinServer(t.rdv); err != nil {
-			t.Close()
-			return nil, err
-		}
+	if t.rdv, err = newRdv(adv, port, true); err != nil {
+		t.Close()
+		return nil, err
 	}
-	res, err := t.rdv.run(ctx)
+	res, err := t.rdv.Run(ctx)
 	if err != nil {
 		t.Close()
 		return nil, err
 	}
-	t.addrs = res.data
+	t.addrs = res.Data
 	if len(t.addrs) != cfg.WorldSize {
 		t.Close()
-		return nil, fmt.Errorf("allreduce: rank %d: rendezvous gave no data-plane addresses (%s differs between ranks?)", cfg.Rank, EnvTransport)
+		return nil, fmt.Errorf("allreduce: rank %d: rendezvous gave no data-plane addresses (DDP_TRANSPORT differs between ranks?)", cfg.Rank)
 	}
 	return t, nil
 }
 
 // unixName is the abstract Unix socket of the rank whose TCP data plane is at addr, in a group
-// with this token. The token is in the name, as for the gRPC plane's (grpcUnixName), so a local
-// process without it cannot know the name to take it first; and the handshake (auth.go) never
+// with this token. The token is in the name, as for the gRPC plane's (GRPCUnixName), so a local
+// process without it cannot know the name to take it first; and the handshake (package auth) never
 // sends the token, so even one that does learns nothing from the peers that dial it.
 func unixName(addr, token string) string {
 	h := sha256.Sum256([]byte("goddp-tcp-unix\x00" + token + "\x00" + addr))
 	return "@goddp-allreduce-" + hex.EncodeToString(h[:12])
 }
 
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
-func (t *tcpTransport) accept(lis net.Listener) {
+func (t *Transport) accept(lis net.Listener) {
 	defer t.wg.Done()
 	for {
 		c, err := lis.Accept()
@@ -214,18 +208,18 @@ func (t *tcpTransport) accept(lis net.Listener) {
 	}
 }
 
-// handshake authenticates a connecting peer (auth.go); on success the connection becomes that
+// handshake authenticates a connecting peer (package auth); on success the connection becomes that
 // peer's inbox.
-func (t *tcpTransport) handshake(c net.Conn) bool {
-	c.SetDeadline(time.Now().Add(min(authDeadline, t.cfg.Timeout)))
+func (t *Transport) handshake(c net.Conn) bool {
+	c.SetDeadline(time.Now().Add(min(auth.Deadline, t.cfg.Timeout)))
 	remote := c.RemoteAddr().String()
-	rank, world, err := authAccept(c, t.cfg.Token, planeTCP)
+	rank, world, err := auth.Accept(c, t.cfg.Token, auth.PlaneTCP)
 	switch {
 	case err == nil:
-	case errors.Is(err, errAuthDialer):
+	case errors.Is(err, auth.ErrDialer):
 		t.log.Warn("allreduce: refused connection with a wrong or missing token", "remote", remote, "transport", "tcp")
 		return false
-	case errors.Is(err, errAuthMagic):
+	case errors.Is(err, auth.ErrMagic):
 		t.log.Warn("allreduce: refused a data-plane connection that is not goddp's", "remote", remote)
 		return false
 	default:
@@ -233,10 +227,10 @@ func (t *tcpTransport) handshake(c net.Conn) bool {
 		return false
 	}
 	refuse := func(err error) bool {
-		authReply(c, err)
+		auth.Reply(c, err)
 		return false
 	}
-	if err := checkPeer(t.cfg, rank, world); err != nil {
+	if err := auth.CheckPeer(t.cfg, rank, world); err != nil {
 		t.log.Warn("allreduce: refused connection from a peer of another world", "remote", remote, "transport", "tcp", "claimed_rank", rank, "claimed_world", world)
 		return refuse(err)
 	}
@@ -247,7 +241,7 @@ func (t *tcpTransport) handshake(c net.Conn) bool {
 		t.log.Warn("allreduce: refused a second stream from a peer", "peer", rank, "transport", "tcp")
 		return refuse(fmt.Errorf("rank %d already has a stream to rank %d", rank, t.cfg.Rank))
 	}
-	if authReply(c, nil) != nil {
+	if auth.Reply(c, nil) != nil {
 		in.mu.Unlock()
 		return false
 	}
@@ -259,11 +253,11 @@ func (t *tcpTransport) handshake(c net.Conn) bool {
 }
 
 // dial opens the link to a peer and runs the handshake.
-func (t *tcpTransport) dial(ctx context.Context, to int) (net.Conn, error) {
+func (t *Transport) dial(ctx context.Context, to int) (net.Conn, error) {
 	d := net.Dialer{Timeout: t.cfg.Timeout}
 	var c net.Conn
 	err := errors.New("no Unix-domain socket")
-	if host, _, _ := net.SplitHostPort(t.addrs[to]); t.cfg.TransportKind == TransportTCP && runtime.GOOS == "linux" && isLoopback(host) {
+	if host, _, _ := net.SplitHostPort(t.addrs[to]); t.cfg.TransportKind == link.TransportTCP && runtime.GOOS == "linux" && link.IsLoopback(host) {
 		c, err = d.DialContext(ctx, "unix", unixName(t.addrs[to], t.cfg.Token))
 	}
 	if err != nil {
@@ -271,8 +265,8 @@ func (t *tcpTransport) dial(ctx context.Context, to int) (net.Conn, error) {
 			return nil, err
 		}
 	}
-	c.SetDeadline(time.Now().Add(min(authDeadline, t.cfg.Timeout)))
-	if err := authDial(c, t.cfg.Token, planeTCP, t.cfg.Rank, t.cfg.WorldSize); err != nil {
+	c.SetDeadline(time.Now().Add(min(auth.Deadline, t.cfg.Timeout)))
+	if err := auth.Dial(c, t.cfg.Token, auth.PlaneTCP, t.cfg.Rank, t.cfg.WorldSize); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("data-plane handshake: %w", err)
 	}
@@ -285,8 +279,8 @@ func (t *tcpTransport) dial(ctx context.Context, to int) (net.Conn, error) {
 	return c, nil
 }
 
-func (t *tcpTransport) link(ctx context.Context, to int) (*tcpOut, error) {
-	return openLink(&t.outMu, t.out, t.closed, to, func() (*tcpOut, bool, error) {
+func (t *Transport) link(ctx context.Context, to int) (*tcpOut, error) {
+	return link.OpenLink(&t.outMu, t.out, t.closed, to, func() (*tcpOut, bool, error) {
 		l := &tcpOut{}
 		l.conn, l.err = t.dial(ctx, to)
 		if l.err != nil {
@@ -296,13 +290,13 @@ func (t *tcpTransport) link(ctx context.Context, to int) (*tcpOut, error) {
 				// dials afresh.
 				return nil, false, context.Cause(ctx)
 			}
-			l.err = &PeerError{Rank: to, Err: l.err}
+			l.err = &link.PeerError{Rank: to, Err: l.err}
 		}
 		return l, true, nil
 	})
 }
 
-func (t *tcpTransport) Send(ctx context.Context, to int, p Payload) error {
+func (t *Transport) Send(ctx context.Context, to int, p link.Payload) error {
 	if to < 0 || to >= len(t.out) || to == t.cfg.Rank {
 		return fmt.Errorf("allreduce: send to invalid rank %d", to)
 	}
@@ -335,7 +329,7 @@ func graceful(ctx context.Context, setDeadline func(time.Time) error, io func() 
 	stop := context.AfterFunc(ctx, func() {
 		mu.Lock()
 		if !done {
-			setDeadline(time.Now().Add(sendGrace))
+			setDeadline(time.Now().Add(link.SendGrace))
 		}
 		mu.Unlock()
 	})
@@ -350,22 +344,22 @@ func graceful(ctx context.Context, setDeadline func(time.Time) error, io func() 
 }
 
 // sendFailed makes a failed write (or read of an answer) the link's sticky error.
-func (t *tcpTransport) sendFailed(ctx context.Context, l *tcpOut, to int, err error) error {
+func (t *Transport) sendFailed(ctx context.Context, l *tcpOut, to int, err error) error {
 	select {
 	case <-t.closed:
-		l.err = ErrClosed
-		return ErrClosed
+		l.err = link.ErrClosed
+		return link.ErrClosed
 	default:
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil {
-		l.err = &PeerError{Rank: to, Err: fmt.Errorf("send abandoned: %w", context.Cause(ctx))}
+		l.err = &link.PeerError{Rank: to, Err: fmt.Errorf("send abandoned: %w", context.Cause(ctx))}
 		return context.Cause(ctx)
 	}
-	l.err = &PeerError{Rank: to, Err: fmt.Errorf("%w: %v", ErrPeerGone, err)}
+	l.err = &link.PeerError{Rank: to, Err: fmt.Errorf("%w: %v", link.ErrPeerGone, err)}
 	return l.err
 }
 
-func (t *tcpTransport) Recv(ctx context.Context, from int) ([]byte, error) {
+func (t *Transport) Recv(ctx context.Context, from int) ([]byte, error) {
 	if from < 0 || from >= len(t.in) || from == t.cfg.Rank {
 		return nil, fmt.Errorf("allreduce: recv from invalid rank %d", from)
 	}
@@ -376,7 +370,7 @@ func (t *tcpTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 		select {
 		case <-in.ready:
 		case <-t.closed:
-			return nil, ErrClosed
+			return nil, link.ErrClosed
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
 		}
@@ -406,20 +400,20 @@ func (t *tcpTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 	}
 	select {
 	case <-t.closed:
-		return nil, ErrClosed
+		return nil, link.ErrClosed
 	default:
 	}
 	switch {
 	case errors.Is(err, errTCPTooLarge):
-		in.err = &PeerError{Rank: from, Err: fmt.Errorf("malformed frame: %w", err)}
+		in.err = &link.PeerError{Rank: from, Err: fmt.Errorf("malformed frame: %w", err)}
 	case errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil:
 		// The stream may be mid-frame now: the link is unusable after this.
-		in.err = &PeerError{Rank: from, Err: fmt.Errorf("receive abandoned: %w", context.Cause(ctx))}
+		in.err = &link.PeerError{Rank: from, Err: fmt.Errorf("receive abandoned: %w", context.Cause(ctx))}
 		return nil, context.Cause(ctx)
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-		in.err = &PeerError{Rank: from, Err: ErrPeerGone}
+		in.err = &link.PeerError{Rank: from, Err: link.ErrPeerGone}
 	default:
-		in.err = &PeerError{Rank: from, Err: fmt.Errorf("%w: %v", ErrPeerGone, err)}
+		in.err = &link.PeerError{Rank: from, Err: fmt.Errorf("%w: %v", link.ErrPeerGone, err)}
 	}
 	return nil, in.err
 }
@@ -431,7 +425,7 @@ func (in *tcpIn) read() ([]byte, error) {
 		return nil, err
 	}
 	n := int(binary.LittleEndian.Uint32(l[:]))
-	if n > grpcMaxMsg {
+	if n > link.MaxMessage {
 		return nil, fmt.Errorf("%w: message of %d bytes", errTCPTooLarge, n)
 	}
 	if cap(in.buf) < n {
@@ -450,10 +444,10 @@ func (in *tcpIn) read() ([]byte, error) {
 // Close ends every connection: frames already written reach the peer (the kernel sends what is
 // buffered before the FIN), so a rank that leaves right after its last collective does not take
 // them with it.
-func (t *tcpTransport) Close() error { return t.abort() }
+func (t *Transport) Close() error { return t.Abort() }
 
-// abort is Close (a dying process closes its sockets the same way).
-func (t *tcpTransport) abort() error {
+// Abort is Close (a dying process closes its sockets the same way).
+func (t *Transport) Abort() error {
 	t.once.Do(func() {
 		t.connsMu.Lock()
 		close(t.closed)
@@ -476,32 +470,18 @@ func (t *tcpTransport) abort() error {
 		t.connsMu.Unlock()
 		t.wg.Wait()
 		if t.rdv != nil {
-			t.rdv.close()
-		}
-		if t.js != nil {
-			t.js.stop()
+			t.rdv.Close()
 		}
 	})
 	return nil
 }
 
-// transportKind validates a Config.TransportKind ("" is grpc).
-func transportKind(k string) (string, error) {
-	switch k {
-	case "", TransportGRPC:
-		return TransportGRPC, nil
-	case TransportTCP, TransportTCPInet:
-		return k, nil
-	}
-	return "", fmt.Errorf("allreduce: unknown transport kind %q (want %s, %s or %s)", k, TransportGRPC, TransportTCP, TransportTCPInet)
-}
-
 var errTCPTooLarge = errors.New("frame too large")
 
-// The shared-memory decorator's needs (shm.go).
-var _ shmLinker = (*tcpTransport)(nil)
+// The shared-memory decorator's needs (package shm).
+var _ link.Linker = (*Transport)(nil)
 
-func (t *tcpTransport) linkTo(ctx context.Context, to int) (bool, error) {
+func (t *Transport) LinkTo(ctx context.Context, to int) (bool, error) {
 	if to < 0 || to >= len(t.out) || to == t.cfg.Rank {
 		return false, fmt.Errorf("allreduce: send to invalid rank %d", to)
 	}
@@ -513,7 +493,7 @@ func (t *tcpTransport) linkTo(ctx context.Context, to int) (bool, error) {
 	return local, nil
 }
 
-func (t *tcpTransport) linkFromLocal(from int) bool {
+func (t *Transport) LinkFromLocal(from int) bool {
 	in := t.in[from]
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -523,13 +503,13 @@ func (t *tcpTransport) linkFromLocal(from int) bool {
 
 // answer writes b on the connection the peer sends on: the socket is two-way, and nothing else
 // is ever written back on it.
-func (t *tcpTransport) answer(from int, b []byte) error {
+func (t *Transport) Answer(from int, b []byte) error {
 	in := t.in[from]
 	_, err := in.conn.Write(b)
 	return err
 }
 
-func (t *tcpTransport) readAnswer(ctx context.Context, to int, b []byte) error {
+func (t *Transport) ReadAnswer(ctx context.Context, to int, b []byte) error {
 	l, err := t.link(ctx, to)
 	if err != nil {
 		return err
@@ -541,7 +521,7 @@ func (t *tcpTransport) readAnswer(ctx context.Context, to int, b []byte) error {
 	return nil
 }
 
-func (t *tcpTransport) linkDown(peer int, out bool) bool {
+func (t *Transport) LinkDown(peer int, out bool) bool {
 	if out {
 		t.outMu.Lock()
 		l := t.out[peer]
@@ -554,3 +534,6 @@ func (t *tcpTransport) linkDown(peer int, out bool) bool {
 	in.mu.Unlock()
 	return c != nil && connGone(c)
 }
+
+// Failed is the link's sticky error (link.OpenLink).
+func (l *tcpOut) Failed() error { return l.err }

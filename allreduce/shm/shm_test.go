@@ -1,6 +1,6 @@
 //go:build linux
 
-package allreduce
+package shm_test
 
 import (
 	"bytes"
@@ -11,38 +11,26 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
-	"unsafe"
+
+	"github.com/goddp/goddp/allreduce"
+	"github.com/goddp/goddp/allreduce/internal/grouptest"
+	"github.com/goddp/goddp/allreduce/link"
+	"github.com/goddp/goddp/allreduce/shm"
 )
 
-// The shared-memory decorator (shm.go) over both data planes it wraps.
+// The shared-memory decorator over both data planes it wraps, and over in-process links.
 
 // shmKinds are the transport kinds whose same-host links carry shared-memory rings.
 var shmKinds = []string{"grpc", "tcp"}
 
-// shmLinks counts the links of a world that carry a shared-memory ring, out and in. (A world
-// that finished a collective has every ring it will have: the first Send of a link waits for
-// the answer to its offer.)
-func shmLinks(gs []*Group) (out, in int) {
+// shmLinks counts the links of a world that carry a shared-memory ring, out and in.
+func shmLinks(gs []*allreduce.Group) (out, in int) {
 	for _, g := range gs {
-		s, ok := g.tr.(*shmTransport)
-		if !ok {
-			continue
-		}
-		for r := range s.out {
-			o, i := s.out[r], s.in[r]
-			o.mu.Lock()
-			i.mu.Lock()
-			if o.r != nil {
-				out++
-			}
-			if i.r != nil {
-				in++
-			}
-			i.mu.Unlock()
-			o.mu.Unlock()
-		}
+		o, i := shm.RingLinks(grouptest.Transport(g))
+		out, in = out+o, in+i
 	}
 	return out, in
 }
@@ -52,20 +40,22 @@ func shmLinks(gs []*Group) (out, in int) {
 // barrier left the tail a few bytes in, two frames of 1500 B fit behind it, the third does not
 // fit before the end of the lap, and the next lap needs rank 1 to release the first. It
 // returns the world, rank 0's Send to rank 1, and a kill of rank 1.
-func shmPair(t *testing.T, kind string, timeout time.Duration) ([]*Group, func(context.Context) error, func()) {
+func shmPair(t *testing.T, kind string, timeout time.Duration) ([]*allreduce.Group, func(context.Context) error, func()) {
 	t.Helper()
-	gs := newGroups(t, kind, 2, func(c *Config) { c.Timeout = timeout; c.SharedMemBytes = 4096 })
-	noErrors(t, each(gs, func(g *Group) error { return g.Barrier(context.Background()) }))
+	gs := grouptest.NewGroups(t, kind, 2, func(c *allreduce.Config) { c.Timeout = timeout; c.SharedMemBytes = 4096 })
+	grouptest.NoErrors(t, grouptest.Each(gs, func(g *allreduce.Group) error { return g.Barrier(context.Background()) }))
 	if out, in := shmLinks(gs); out != 2 || in != 2 {
 		t.Fatalf("%d/%d links have a ring, want 2/2", out, in)
 	}
-	send := func(ctx context.Context) error { return gs[0].tr.Send(ctx, 1, bytesPayload(make([]byte, 1500))) }
+	send := func(ctx context.Context) error {
+		return grouptest.Transport(gs[0]).Send(ctx, 1, link.Bytes(make([]byte, 1500)))
+	}
 	for i := range 2 {
 		if err := send(context.Background()); err != nil {
 			t.Fatalf("send %d: %v", i, err)
 		}
 	}
-	return gs, send, func() { killRank(t, kind, gs[1]) }
+	return gs, send, func() { grouptest.KillRank(t, kind, gs[1]) }
 }
 
 // Same-host links of both data planes set up a ring each way they are used, and the results
@@ -83,10 +73,10 @@ func TestShm_linksAndResults(t *testing.T) {
 			{"rank1 off", func(r int) int { return map[bool]int{true: -1, false: 0}[r == 1] }, 1}, // 2->0 only
 		} {
 			t.Run(kind+"/"+tc.name, func(t *testing.T) {
-				gs := newGroups(t, kind, 3, func(c *Config) { c.SharedMemBytes = tc.shm(c.Rank) })
-				for _, wire := range []Wire{WireF32, WireF16} {
-					checkAllReduce(t, gs, 3<<18+5, Sum, wire, wire == WireF32)
-					checkAllReduce(t, gs, 1000, Avg, wire, false)
+				gs := grouptest.NewGroups(t, kind, 3, func(c *allreduce.Config) { c.SharedMemBytes = tc.shm(c.Rank) })
+				for _, wire := range []allreduce.Wire{allreduce.WireF32, allreduce.WireF16} {
+					grouptest.CheckAllReduce(t, gs, 3<<18+5, allreduce.Sum, wire, wire == allreduce.WireF32)
+					grouptest.CheckAllReduce(t, gs, 1000, allreduce.Avg, wire, false)
 				}
 				if out, in := shmLinks(gs); out != tc.want || in != tc.want {
 					t.Fatalf("%d outgoing and %d incoming links with a ring, want %d and %d", out, in, tc.want, tc.want)
@@ -95,8 +85,8 @@ func TestShm_linksAndResults(t *testing.T) {
 		}
 	}
 	// Between hosts (here: TCP without Unix sockets) no link offers.
-	gs := newGroups(t, "tcp-inet", 2, nil)
-	checkAllReduce(t, gs, 1000, Avg, WireF16, false)
+	gs := grouptest.NewGroups(t, "tcp-inet", 2, nil)
+	grouptest.CheckAllReduce(t, gs, 1000, allreduce.Avg, allreduce.WireF16, false)
 	if out, in := shmLinks(gs); out != 0 || in != 0 {
 		t.Fatalf("tcp-inet: %d/%d links with a ring", out, in)
 	}
@@ -110,15 +100,15 @@ func TestShm_smallRingWrapsAndWaits(t *testing.T) {
 		for _, n := range []int{2, 3, 4} {
 			for _, sz := range []struct{ ring, chunk int }{{3 * 4096, 2500}, {4096, 3000}} {
 				t.Run(fmt.Sprintf("%s/n%d/ring%d-chunk%d", kind, n, sz.ring, sz.chunk), func(t *testing.T) {
-					gs := newGroups(t, kind, n, func(c *Config) { c.SharedMemBytes = sz.ring; c.ChunkBytes = sz.chunk })
+					gs := grouptest.NewGroups(t, kind, n, func(c *allreduce.Config) { c.SharedMemBytes = sz.ring; c.ChunkBytes = sz.chunk })
 					for _, size := range []int{1, 1000, 1 << 16, 200003} {
-						checkAllReduce(t, gs, size, Sum, WireF32, true)
-						checkAllReduce(t, gs, size, Avg, WireF16, false)
+						grouptest.CheckAllReduce(t, gs, size, allreduce.Sum, allreduce.WireF32, true)
+						grouptest.CheckAllReduce(t, gs, size, allreduce.Avg, allreduce.WireF16, false)
 					}
 					// Broadcast and all-gather frames of other sizes share the same rings.
 					ctx := context.Background()
-					src := inputs(n, 50000, 9, true)
-					noErrors(t, each(gs, func(g *Group) error { return g.BroadcastF32(ctx, src[g.Rank()], 1) }))
+					src := grouptest.Inputs(n, 50000, 9, true)
+					grouptest.NoErrors(t, grouptest.Each(gs, func(g *allreduce.Group) error { return g.BroadcastF32(ctx, src[g.Rank()], 1) }))
 					for r := range n {
 						for i := range src[r] {
 							if src[r][i] != src[1][i] {
@@ -154,9 +144,9 @@ func TestShm_receiverDiesWhileSenderWaits(t *testing.T) {
 			kill()
 			select {
 			case err := <-done:
-				var pe *PeerError
-				if !errors.As(err, &pe) || pe.Rank != 1 || !errors.Is(err, ErrPeerGone) {
-					t.Fatalf("got %v, want a PeerError naming rank 1 (gone)", err)
+				var pe *link.PeerError
+				if !errors.As(err, &pe) || pe.Rank != 1 || !errors.Is(err, link.ErrPeerGone) {
+					t.Fatalf("got %v, want a link.PeerError naming rank 1 (gone)", err)
 				}
 				t.Logf("noticed after %v", time.Since(start))
 			case <-time.After(timeout / 2):
@@ -178,8 +168,8 @@ func TestShm_waitCancelled(t *testing.T) {
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("got %v, want the context's error", err)
 			}
-			if el := time.Since(start); el < 50*time.Millisecond || el > sendGrace+time.Second {
-				t.Fatalf("gave up after %v (sendGrace %v)", el, sendGrace)
+			if el := time.Since(start); el < 50*time.Millisecond || el > link.SendGrace+time.Second {
+				t.Fatalf("gave up after %v (link.SendGrace %v)", el, link.SendGrace)
 			}
 		})
 	}
@@ -190,21 +180,21 @@ func TestShm_waitCancelled(t *testing.T) {
 func TestShm_senderDiesAfterPublishing(t *testing.T) {
 	for _, kind := range shmKinds {
 		t.Run(kind, func(t *testing.T) {
-			gs := newGroups(t, kind, 2, func(c *Config) { c.Timeout = 5 * time.Second })
-			noErrors(t, each(gs, func(g *Group) error { return g.Barrier(context.Background()) }))
-			if err := gs[0].tr.Send(context.Background(), 1, bytesPayload("last words")); err != nil {
+			gs := grouptest.NewGroups(t, kind, 2, func(c *allreduce.Config) { c.Timeout = 5 * time.Second })
+			grouptest.NoErrors(t, grouptest.Each(gs, func(g *allreduce.Group) error { return g.Barrier(context.Background()) }))
+			if err := grouptest.Transport(gs[0]).Send(context.Background(), 1, link.Bytes("last words")); err != nil {
 				t.Fatal(err)
 			}
-			killRank(t, kind, gs[0])
+			grouptest.KillRank(t, kind, gs[0])
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
-			if b, err := gs[1].tr.Recv(ctx, 0); err != nil || string(b) != "last words" {
+			if b, err := grouptest.Transport(gs[1]).Recv(ctx, 0); err != nil || string(b) != "last words" {
 				t.Fatalf("got %q, %v; want what was published first", b, err)
 			}
-			_, err := gs[1].tr.Recv(ctx, 0)
-			var pe *PeerError
-			if !errors.As(err, &pe) || pe.Rank != 0 || !errors.Is(err, ErrPeerGone) {
-				t.Fatalf("got %v, want a PeerError naming rank 0 (gone)", err)
+			_, err := grouptest.Transport(gs[1]).Recv(ctx, 0)
+			var pe *link.PeerError
+			if !errors.As(err, &pe) || pe.Rank != 0 || !errors.Is(err, link.ErrPeerGone) {
+				t.Fatalf("got %v, want a link.PeerError naming rank 0 (gone)", err)
 			}
 		})
 	}
@@ -217,42 +207,40 @@ func TestShm_badRecord(t *testing.T) {
 	for _, kind := range shmKinds {
 		for _, tc := range []struct {
 			name   string
-			write  func(r *shmRing, pos uint64) uint64 // writes at pos, returns the tail to publish
+			write  func(r *shm.TestRing, pos uint64) uint64 // writes at pos, returns the tail to publish
 			expect string
 		}{
-			{"unknown kind", func(r *shmRing, pos uint64) uint64 { r.putRecord(pos, 9, 16); return pos + 24 }, "kind 9"},
-			{"empty frame", func(r *shmRing, pos uint64) uint64 { r.putRecord(pos, recFrame, 0); return pos + 8 }, "frame of 0"},
-			{"past the tail", func(r *shmRing, pos uint64) uint64 { r.putRecord(pos, recFrame, 64); return pos + 16 }, "published up to"},
-			{"past the lap", func(r *shmRing, pos uint64) uint64 {
-				r.putRecord(pos, recFrame, int(r.size))
-				return pos + recHeader + r.size
+			{"unknown kind", func(r *shm.TestRing, pos uint64) uint64 { r.PutRecord(pos, 9, 16); return pos + 24 }, "kind 9"},
+			{"empty frame", func(r *shm.TestRing, pos uint64) uint64 { r.PutRecord(pos, shm.RecFrame, 0); return pos + 8 }, "frame of 0"},
+			{"past the tail", func(r *shm.TestRing, pos uint64) uint64 { r.PutRecord(pos, shm.RecFrame, 64); return pos + 16 }, "published up to"},
+			{"past the lap", func(r *shm.TestRing, pos uint64) uint64 {
+				r.PutRecord(pos, shm.RecFrame, int(r.Size()))
+				return pos + shm.RecHeader + r.Size()
 			}, "ring"},
-			{"skip at a lap's start", func(r *shmRing, pos uint64) uint64 {
-				if pos%r.size != 0 {
-					r.putRecord(pos, recSkip, 0)
-					pos += r.size - pos%r.size
+			{"skip at a lap's start", func(r *shm.TestRing, pos uint64) uint64 {
+				if pos%r.Size() != 0 {
+					r.PutRecord(pos, shm.RecSkip, 0)
+					pos += r.Size() - pos%r.Size()
 				}
-				r.putRecord(pos, recSkip, 0)
+				r.PutRecord(pos, shm.RecSkip, 0)
 				return pos + 8
 			}, "start of a lap"},
 		} {
 			t.Run(kind+"/"+tc.name, func(t *testing.T) {
-				gs := newGroups(t, kind, 2, func(c *Config) { c.SharedMemBytes = 4096 })
-				noErrors(t, each(gs, func(g *Group) error { return g.Barrier(context.Background()) }))
-				o := gs[0].tr.(*shmTransport).out[1]
-				if o.r == nil {
+				gs := grouptest.NewGroups(t, kind, 2, func(c *allreduce.Config) { c.SharedMemBytes = 4096 })
+				grouptest.NoErrors(t, grouptest.Each(gs, func(g *allreduce.Group) error { return g.Barrier(context.Background()) }))
+				r := shm.OutRing(grouptest.Transport(gs[0]), 1)
+				if r == nil {
 					t.Fatal("link 0->1 has no ring")
 				}
-				tail := tc.write(o.r, o.tail)
-				o.tail = tail
-				o.r.publish(tail)
+				r.Publish(tc.write(r, r.Tail()))
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
-				_, err := gs[1].tr.Recv(ctx, 0)
-				var pe *PeerError
-				if !errors.As(err, &pe) || pe.Rank != 0 || !errors.Is(err, errShmFrame) ||
+				_, err := grouptest.Transport(gs[1]).Recv(ctx, 0)
+				var pe *link.PeerError
+				if !errors.As(err, &pe) || pe.Rank != 0 || !errors.Is(err, shm.ErrFrame) ||
 					!strings.Contains(err.Error(), "malformed") || !strings.Contains(err.Error(), tc.expect) {
-					t.Fatalf("got %v, want a malformed-frame PeerError naming rank 0 (%q)", err, tc.expect)
+					t.Fatalf("got %v, want a malformed-frame link.PeerError naming rank 0 (%q)", err, tc.expect)
 				}
 			})
 		}
@@ -264,18 +252,19 @@ func TestShm_badRecord(t *testing.T) {
 func TestShm_helloRequired(t *testing.T) {
 	for _, kind := range []string{"grpc", "grpc-noshm", "tcp", "tcp-inet"} {
 		t.Run(kind, func(t *testing.T) {
-			gs := newGroups(t, kind, 2, nil)
-			frame := make([]byte, frameHeaderSize)
-			putFrameHeader(frame, &frameHeader{kind: kindKeepalive, wire: wireBytes, origin: 0, seq: 1})
-			if err := dataPlane(gs[0]).Send(context.Background(), 1, bytesPayload(frame)); err != nil {
+			gs := grouptest.NewGroups(t, kind, 2, nil)
+			// A keepalive frame (the core's frame.go): magic, version 1, kind 6, wire bytes, seq 1.
+			frame := make([]byte, link.FrameHeaderSize)
+			copy(frame, []byte{0x9E, 0xDD, 1, 6, 2, 0, 0, 0, 1})
+			if err := grouptest.Plane(gs[0]).Send(context.Background(), 1, link.Bytes(frame)); err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			_, err := gs[1].tr.Recv(ctx, 0)
-			var pe *PeerError
-			if !errors.As(err, &pe) || pe.Rank != 0 || !errors.Is(err, errShmHello) {
-				t.Fatalf("got %v, want a PeerError naming rank 0 (%v)", err, errShmHello)
+			_, err := grouptest.Transport(gs[1]).Recv(ctx, 0)
+			var pe *link.PeerError
+			if !errors.As(err, &pe) || pe.Rank != 0 || !errors.Is(err, shm.ErrHello) {
+				t.Fatalf("got %v, want a link.PeerError naming rank 0 (%v)", err, shm.ErrHello)
 			}
 		})
 	}
@@ -289,7 +278,7 @@ func TestShm_acrossProcesses(t *testing.T) {
 	}
 	for _, kind := range shmKinds {
 		t.Run(kind, func(t *testing.T) {
-			master := freeAddr(t)
+			master := grouptest.FreeAddr(t)
 			var out bytes.Buffer
 			cmd := exec.Command(os.Args[0], "-test.run=^TestShmChildProcess$", "-test.v", "-test.count=1")
 			cmd.Env = append(os.Environ(), "GODDP_SHM_CHILD="+kind, "GODDP_SHM_MASTER="+master)
@@ -320,14 +309,19 @@ func TestShmChildProcess(t *testing.T) {
 // shmProcessRank is one rank of a two-process world: an all-reduce of exact values through
 // rings of 64 KiB (many wraps and waits), checked, and both of its links on a ring.
 func shmProcessRank(kind string, rank int, master string) error {
-	cfg := Config{Rank: rank, WorldSize: 2, MasterAddr: master, Token: "secret", Timeout: 20 * time.Second,
-		Logger: quietLogger(), SharedMemBytes: 64 << 10, ChunkBytes: 16 << 10}
+	cfg := link.Config{Rank: rank, WorldSize: 2, MasterAddr: master, Token: "secret", Timeout: 20 * time.Second,
+		Logger: grouptest.QuietLogger(), SharedMemBytes: 64 << 10, ChunkBytes: 16 << 10}
 	if kind == "tcp" {
-		cfg.TransportKind = TransportTCP
+		cfg.TransportKind = link.TransportTCP
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	g, err := NewGroup(ctx, cfg)
+	tr, err := allreduce.NewTransport(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	cfg.Transport = tr
+	g, err := allreduce.NewGroup(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -337,14 +331,14 @@ func shmProcessRank(kind string, rank int, master string) error {
 	for i := range buf {
 		buf[i] = float32(i%1000 + rank*1000) // sums exact in f32
 	}
-	for _, wire := range []Wire{WireF32, WireF16} {
+	for _, wire := range []allreduce.Wire{allreduce.WireF32, allreduce.WireF16} {
 		b := append([]float32{}, buf...)
-		if err := g.AllReduce(ctx, b, Sum, wire); err != nil {
+		if err := g.AllReduce(ctx, b, allreduce.Sum, wire); err != nil {
 			return fmt.Errorf("all-reduce over %s: %v", wire, err)
 		}
 		for i, v := range b {
 			want := float32(2*(i%1000) + 1000)
-			if wire == WireF16 {
+			if wire == allreduce.WireF16 {
 				if math.Abs(float64(v-want)) > 0.002*float64(want) {
 					return fmt.Errorf("%s: [%d] = %g, want about %g", wire, i, v, want)
 				}
@@ -353,109 +347,70 @@ func shmProcessRank(kind string, rank int, master string) error {
 			}
 		}
 	}
-	if out, in := shmLinks([]*Group{g}); out != 1 || in != 1 {
+	if out, in := shm.RingLinks(tr); out != 1 || in != 1 {
 		return fmt.Errorf("rank %d: %d outgoing and %d incoming links with a ring, want 1 and 1", rank, out, in)
 	}
 	return g.Barrier(ctx)
 }
 
-// FuzzShmRecord feeds arbitrary record headers at arbitrary positions and published tails to
-// the receiver's check: a record is accepted only if its frame lies inside the ring and below
-// the tail, and anything else is an error, never a panic or a view out of bounds.
-// (go test -fuzz FuzzShmRecord ./allreduce/)
-func FuzzShmRecord(f *testing.F) {
-	r, file, err := newOfferedRing(3 * 4096) // not a power of two: positions near 2^64 do not wrap evenly
-	if err != nil {
-		f.Skipf("no shared memory here: %v", err)
-	}
-	file.Close()
-	defer r.unmap()
-	for _, c := range []struct {
-		pos, tail uint64
-		n, kind   uint32
-	}{
-		{0, 72, 64, recFrame}, {8, 16, 0, recSkip}, {12280, 12288, 0, recSkip}, {0, 8, 4096, recStream},
-		{16, 24, 0, recFrame}, {0, 1 << 40, 1 << 31, recFrame}, {^uint64(0) - 15, ^uint64(0), 8, recFrame},
-		{4096, 4200, 100, 7}, {12288, 12296, 0, recSkip},
-	} {
-		f.Add(c.pos, c.tail, c.n, c.kind)
-	}
-	f.Fuzz(func(t *testing.T, pos, tail uint64, n, kind uint32) {
-		pos &^= 7 // the receiver only ever reads at multiples of 8
-		if tail <= pos {
-			return // nothing published: not read
-		}
-		r.putRecord(pos, kind, int(n))
-		k, got, err := r.record(pos, tail)
-		if err != nil {
-			if !errors.Is(err, errShmFrame) {
-				t.Fatalf("error %v is not errShmFrame", err)
-			}
-			return
-		}
-		if k != kind || (k != recSkip && uint32(got) != n) {
-			t.Fatalf("record (%d, %d) read as (%d, %d)", kind, n, k, got)
-		}
-		if k == recFrame {
-			if pos%r.size+recHeader+uint64(got) > r.size || recHeader+align8(got) > tail-pos {
-				t.Fatalf("accepted a frame of %d bytes at %d, tail %d, ring %d", got, pos, tail, r.size)
-			}
-			v := r.at(pos+recHeader, got)
-			off := uintptr(unsafe.Pointer(&v[0])) - uintptr(unsafe.Pointer(&r.data[0]))
-			if off+uintptr(got) > uintptr(len(r.data)) {
-				t.Fatalf("view [%d,+%d) outside the ring of %d", off, got, len(r.data))
-			}
-		}
-	})
-}
-
 // hostInproc is an in-process endpoint that tells the decorator its links are same-host ones,
 // with a back channel per link: the decorator over a data plane without sockets.
 type hostInproc struct {
-	*inprocTransport
+	link.Transport
+	rank int
 	back [][]chan []byte // back[sender][receiver]: answers to the sender's offers
+	dead []chan struct{} // closed when that rank's endpoint is
+	once []*sync.Once
 }
 
-var _ shmLinker = hostInproc{}
+var _ link.Linker = hostInproc{}
 
 func newHostInproc(n int) []hostInproc {
-	nw := NewInprocNetwork(n)
+	nw := allreduce.NewInprocNetwork(n)
 	back := make([][]chan []byte, n)
+	dead := make([]chan struct{}, n)
+	once := make([]*sync.Once, n)
 	for i := range back {
 		back[i] = make([]chan []byte, n)
 		for j := range back[i] {
 			back[i][j] = make(chan []byte, 1)
 		}
+		dead[i], once[i] = make(chan struct{}), &sync.Once{}
 	}
 	eps := make([]hostInproc, n)
 	for r := range eps {
-		eps[r] = hostInproc{nw.eps[r], back}
+		eps[r] = hostInproc{nw.Transport(r), r, back, dead, once}
 	}
 	return eps
 }
 
-func (h hostInproc) linkTo(context.Context, int) (bool, error) { return true, nil }
-func (h hostInproc) linkFromLocal(int) bool                    { return true }
-func (h hostInproc) answer(from int, b []byte) error {
+func (h hostInproc) Close() error {
+	h.once[h.rank].Do(func() { close(h.dead[h.rank]) })
+	return h.Transport.Close()
+}
+
+func (h hostInproc) LinkTo(context.Context, int) (bool, error) { return true, nil }
+func (h hostInproc) LinkFromLocal(int) bool                    { return true }
+func (h hostInproc) Answer(from int, b []byte) error {
 	h.back[from][h.rank] <- append([]byte(nil), b...)
 	return nil
 }
 
-func (h hostInproc) readAnswer(ctx context.Context, to int, b []byte) error {
+func (h hostInproc) ReadAnswer(ctx context.Context, to int, b []byte) error {
 	select {
 	case a := <-h.back[h.rank][to]:
 		copy(b, a)
 		return nil
-	case <-h.nw.eps[to].closed:
-		return &PeerError{Rank: to, Err: ErrPeerGone}
+	case <-h.dead[to]:
+		return &link.PeerError{Rank: to, Err: link.ErrPeerGone}
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
 }
 
-func (h hostInproc) linkDown(peer int, _ bool) bool {
+func (h hostInproc) LinkDown(peer int, _ bool) bool {
 	select {
-	case <-h.nw.eps[peer].closed:
+	case <-h.dead[peer]:
 		return true
 	default:
 		return false
@@ -469,11 +424,13 @@ func TestShm_overInproc(t *testing.T) {
 	for _, n := range []int{2, 3, 5} {
 		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
 			eps := newHostInproc(n)
-			gs := make([]*Group, n)
+			gs := make([]*allreduce.Group, n)
+			trs := make([]link.Transport, n)
 			for r := range gs {
-				cfg := Config{Rank: r, WorldSize: n, Timeout: 5 * time.Second, Logger: quietLogger(), SharedMemBytes: 4096, ChunkBytes: 1500}
-				cfg.Transport = newShmTransport(eps[r], cfg)
-				g, err := NewGroup(context.Background(), cfg)
+				cfg := link.Config{Rank: r, WorldSize: n, Timeout: 5 * time.Second, Logger: grouptest.QuietLogger(), SharedMemBytes: 4096, ChunkBytes: 1500}
+				cfg.Transport = shm.Wrap(eps[r], cfg)
+				trs[r] = cfg.Transport
+				g, err := allreduce.NewGroup(context.Background(), cfg)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -481,34 +438,39 @@ func TestShm_overInproc(t *testing.T) {
 				t.Cleanup(func() { g.Close() })
 			}
 			for _, size := range []int{1, 3000, 100_003} {
-				checkAllReduce(t, gs, size, Sum, WireF32, true)
-				checkAllReduce(t, gs, size, Avg, WireF16, false)
+				grouptest.CheckAllReduce(t, gs, size, allreduce.Sum, allreduce.WireF32, true)
+				grouptest.CheckAllReduce(t, gs, size, allreduce.Avg, allreduce.WireF16, false)
 			}
-			if out, in := shmLinks(gs); out != n || in != n {
+			var out, in int
+			for _, tr := range trs {
+				o, i := shm.RingLinks(tr)
+				out, in = out+o, in+i
+			}
+			if out != n || in != n {
 				t.Fatalf("%d/%d links have a ring, want %d", out, in, n)
 			}
 			// Over half the ring: a stream record, then the frame as a message.
 			big := make([]byte, 3000)
 			big[2999] = 7
 			done := make(chan error, 1)
-			go func() { done <- gs[0].tr.Send(context.Background(), 1, bytesPayload(big)) }()
-			b, err := gs[1].tr.Recv(context.Background(), 0)
+			go func() { done <- trs[0].Send(context.Background(), 1, link.Bytes(big)) }()
+			b, err := trs[1].Recv(context.Background(), 0)
 			if err != nil || len(b) != 3000 || b[2999] != 7 || <-done != nil {
 				t.Fatalf("a frame over half the ring: %d bytes, %v", len(b), err)
 			}
 			// Fill rank 0's ring toward 1, then rank 1 dies under the waiting sender.
 			var serr error
 			for range 8 {
-				if serr = gs[0].tr.Send(context.Background(), 1, bytesPayload(make([]byte, 1000))); serr != nil {
+				if serr = trs[0].Send(context.Background(), 1, link.Bytes(make([]byte, 1000))); serr != nil {
 					break
 				}
-				if o := gs[0].tr.(*shmTransport).out[1]; !o.r.room(o.tail + 1016) {
+				if r := shm.OutRing(trs[0], 1); !r.Room(r.Tail() + 1016) {
 					go func() { time.Sleep(100 * time.Millisecond); eps[1].Close() }()
 				}
 			}
-			var pe *PeerError
+			var pe *link.PeerError
 			if !errors.As(serr, &pe) || pe.Rank != 1 {
-				t.Fatalf("sending into a full ring toward a dead rank: %v, want a PeerError naming rank 1", serr)
+				t.Fatalf("sending into a full ring toward a dead rank: %v, want a link.PeerError naming rank 1", serr)
 			}
 		})
 	}

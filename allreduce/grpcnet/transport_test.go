@@ -1,4 +1,4 @@
-package allreduce
+package grpcnet_test
 
 import (
 	"context"
@@ -18,6 +18,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/goddp/goddp/allreduce"
+	"github.com/goddp/goddp/allreduce/auth"
+	"github.com/goddp/goddp/allreduce/grpcnet"
+	"github.com/goddp/goddp/allreduce/internal/grouptest"
+	"github.com/goddp/goddp/allreduce/internal/memnet"
+	"github.com/goddp/goddp/allreduce/link"
 )
 
 // testTLS is a mutual-TLS config with a fresh self-signed certificate that every rank shares
@@ -60,11 +67,11 @@ func testTLS(t *testing.T) *tls.Config {
 // Linux) the links run TLS over them.
 func TestGRPC_TLS(t *testing.T) {
 	tc := testTLS(t)
-	gs := newGroups(t, "grpc", 3, func(c *Config) { c.TLS = tc; c.ChunkBytes = 64 << 10 })
-	for _, wire := range []Wire{WireF32, WireF16} {
-		checkAllReduce(t, gs, 300_001, Sum, wire, wire == WireF32)
+	gs := grouptest.NewGroups(t, "grpc", 3, func(c *allreduce.Config) { c.TLS = tc; c.ChunkBytes = 64 << 10 })
+	for _, wire := range []allreduce.Wire{allreduce.WireF32, allreduce.WireF16} {
+		grouptest.CheckAllReduce(t, gs, 300_001, allreduce.Sum, wire, wire == allreduce.WireF32)
 	}
-	noErrors(t, each(gs, func(g *Group) error {
+	grouptest.NoErrors(t, grouptest.Each(gs, func(g *allreduce.Group) error {
 		b := make([]byte, 100_000)
 		if g.Rank() == 1 {
 			for i := range b {
@@ -84,21 +91,25 @@ func TestGRPC_TLS(t *testing.T) {
 	}))
 }
 
-// A rank without TLS cannot join a TLS world.
+// A rank without TLS cannot join a TLS world. (On an in-memory network: the handshakes are
+// the test, not the sockets.)
 func TestGRPC_TLSRequired(t *testing.T) {
-	master := freeAddr(t)
+	mn := memnet.New()
+	const master = "127.0.0.1:29500"
 	tc := testTLS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		g, err := NewGroup(ctx, Config{Rank: 0, WorldSize: 2, MasterAddr: master, Token: "t", TLS: tc, Logger: quietLogger(), RendezvousTimeout: 2 * time.Second})
+		g, err := allreduce.NewGroup(ctx, link.Config{Rank: 0, WorldSize: 2, MasterAddr: master, Token: "t", TLS: tc, Logger: grouptest.QuietLogger(), RendezvousTimeout: 2 * time.Second,
+			GRPCListen: mn.Listen, GRPCDial: mn.Dial})
 		if g != nil {
 			g.Close()
 		}
 		done <- err
 	}()
-	_, err := NewGroup(ctx, Config{Rank: 1, WorldSize: 2, MasterAddr: master, Token: "t", Logger: quietLogger(), RendezvousTimeout: 2 * time.Second})
+	_, err := allreduce.NewGroup(ctx, link.Config{Rank: 1, WorldSize: 2, MasterAddr: master, Token: "t", Logger: grouptest.QuietLogger(), RendezvousTimeout: 2 * time.Second,
+		GRPCListen: mn.Listen, GRPCDial: mn.Dial})
 	if err == nil {
 		t.Fatal("a plaintext rank joined a TLS world")
 	}
@@ -109,15 +120,15 @@ func TestGRPC_TLSRequired(t *testing.T) {
 
 // Loopback peers get a Unix-domain twin of the gRPC listener, and data links dial it.
 func TestGRPC_unixDataLink(t *testing.T) {
-	if !grpcUseUnix(Config{}) {
+	if !auth.UseUnix(link.Config{}) {
 		t.Skip("no Unix-domain data links on this platform")
 	}
-	gs := newGroups(t, "grpc", 2, nil)
-	tr := dataPlane(gs[1]).(*grpcTransport)
-	if tr.ux == nil {
+	gs := grouptest.NewGroups(t, "grpc", 2, nil)
+	tr := grpcnet.Plane(grouptest.Plane(gs[1]))
+	if !tr.HasUnixListener() {
 		t.Fatal("rank 1 listens on loopback but has no Unix-domain listener")
 	}
-	c, err := grpcDial(context.Background(), tr.lis.Addr().String(), tr.cfg)
+	c, err := auth.DialConn(context.Background(), tr.ListenAddr(), tr.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +137,7 @@ func TestGRPC_unixDataLink(t *testing.T) {
 		t.Fatalf("data link to a loopback peer is %T, want a Unix socket", c)
 	}
 	// Without the group's token, the socket's name is another: the dial falls back to TCP.
-	c2, err := grpcDial(context.Background(), tr.lis.Addr().String(), Config{Token: "other"})
+	c2, err := auth.DialConn(context.Background(), tr.ListenAddr(), link.Config{Token: "other"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,46 +145,44 @@ func TestGRPC_unixDataLink(t *testing.T) {
 	if _, ok := c2.(*net.TCPConn); !ok {
 		t.Fatalf("a dial with another token reached %T, want TCP", c2)
 	}
-	checkAllReduce(t, gs, 100_003, Avg, WireF16, false)
+	grouptest.CheckAllReduce(t, gs, 100_003, allreduce.Avg, allreduce.WireF16, false)
 
-	// Config.GRPCNoUnix: no twin listener, and links over TCP.
-	gs = newGroups(t, "grpc", 2, func(c *Config) { c.GRPCNoUnix = true })
-	if tr := dataPlane(gs[1]).(*grpcTransport); tr.ux != nil {
+	// link.Config.GRPCNoUnix: no twin listener, and links over TCP.
+	gs = grouptest.NewGroups(t, "grpc", 2, func(c *allreduce.Config) { c.GRPCNoUnix = true })
+	if tr := grpcnet.Plane(grouptest.Plane(gs[1])); tr.HasUnixListener() {
 		t.Fatal("a rank with GRPCNoUnix serves a Unix socket")
 	}
-	checkAllReduce(t, gs, 100_003, Avg, WireF16, false)
+	grouptest.CheckAllReduce(t, gs, 100_003, allreduce.Avg, allreduce.WireF16, false)
 	for r, g := range gs {
-		for to, l := range dataPlane(g).(*grpcTransport).out {
-			if l != nil && l.unix.Load() {
-				t.Fatalf("GRPCNoUnix: link %d->%d is a Unix socket", r, to)
-			}
+		if to := grpcnet.Plane(grouptest.Plane(g)).UnixOut(); len(to) > 0 {
+			t.Fatalf("GRPCNoUnix: links %d->%v are Unix sockets", r, to)
 		}
 	}
 }
 
-// A gRPC client that does not make the handshake (auth.go) reaches nothing, even on the right
+// A gRPC client that does not make the handshake (package auth) reaches nothing, even on the right
 // Unix socket: the listener refuses the connection before gRPC reads it, and logs it.
 func TestGRPC_pushWithoutHandshakeRefused(t *testing.T) {
-	rec := &recordingHandler{}
-	gs := newGroups(t, "grpc", 2, func(c *Config) {
+	rec := &grouptest.RecordingHandler{}
+	gs := grouptest.NewGroups(t, "grpc", 2, func(c *allreduce.Config) {
 		if c.Rank == 1 {
 			c.Logger = slog.New(rec)
 		}
 	})
-	tr := dataPlane(gs[1]).(*grpcTransport)
-	conn, err := grpc.NewClient("passthrough:///"+tr.lis.Addr().String(),
+	tr := grpcnet.Plane(grouptest.Plane(gs[1]))
+	conn, err := grpc.NewClient("passthrough:///"+tr.ListenAddr(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return grpcDial(ctx, addr, tr.cfg) }),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return auth.DialConn(ctx, addr, tr.Config()) }),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(grpcnet.RawCodec)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	st, err := conn.NewStream(ctx, &pushStreamDesc, "/"+serviceName+"/Push")
+	st, err := conn.NewStream(ctx, grpcnet.PushStreamDesc, "/"+link.ServiceName+"/Push")
 	if err == nil {
-		err = st.SendMsg(&outMsg{p: bytesPayload(make([]byte, frameHeaderSize))})
+		err = st.SendMsg(grpcnet.PushMsg(make([]byte, link.FrameHeaderSize)))
 		if err == nil {
 			st.CloseSend()
 			var resp []byte
@@ -183,8 +192,8 @@ func TestGRPC_pushWithoutHandshakeRefused(t *testing.T) {
 	if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
 		t.Fatalf("push without the handshake: %v, want the connection refused", err)
 	}
-	if !rec.has("not goddp's") {
-		t.Fatalf("refusal not logged: %v", rec.msgs)
+	if !rec.Has("not goddp's") {
+		t.Fatalf("refusal not logged: %v", rec.Msgs())
 	}
 }
 
@@ -194,17 +203,16 @@ func TestGRPC_pushWithoutHandshakeRefused(t *testing.T) {
 func TestGRPC_receiveInPlace(t *testing.T) {
 	for _, chunk := range []int{1 << 20, 16<<10 - 45, 100_003} {
 		// The gRPC read path itself: no shared memory.
-		gs := newGroups(t, "grpc-noshm", 3, func(c *Config) { c.ChunkBytes = chunk })
-		for _, wire := range []Wire{WireF32, WireF16} {
-			checkAllReduce(t, gs, 1_500_007, Sum, wire, wire == WireF32)
+		gs := grouptest.NewGroups(t, "grpc-noshm", 3, func(c *allreduce.Config) { c.ChunkBytes = chunk })
+		for _, wire := range []allreduce.Wire{allreduce.WireF32, allreduce.WireF16} {
+			grouptest.CheckAllReduce(t, gs, 1_500_007, allreduce.Sum, wire, wire == allreduce.WireF32)
 		}
-		p := dataPlane(gs[1]).(*grpcTransport).rx
-		a, c := p.aliased.Load(), p.copied.Load()
+		a, c, slabs := grpcnet.Plane(grouptest.Plane(gs[1])).RxCounts()
 		t.Logf("chunk %d: %d payloads read in place, %d copied", chunk, a, c)
 		if a == 0 || c > a/10 {
 			t.Errorf("chunk %d: %d payloads read in place, %d copied", chunk, a, c)
 		}
-		if n := p.slabs.Load(); n > rxSlabsSpare {
+		if n := slabs; n > grpcnet.RxSlabsSpare {
 			t.Errorf("chunk %d: %d slabs allocated: they are not reused", chunk, n)
 		}
 	}

@@ -1,4 +1,4 @@
-package allreduce
+package rendezvous
 
 import (
 	"context"
@@ -15,8 +15,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/goddp/goddp/allreduce/auth"
+	"github.com/goddp/goddp/allreduce/link"
 )
 
 // The rendezvous: how the ranks of a group learn each other's addresses. Rank 0 serves one
@@ -25,57 +29,76 @@ import (
 //	/goddp.allreduce.Ring/Join  unary: "I am rank r of n, reach me at addr (and data port p)";
 //	                            answered, once all n have joined, with every rank's address.
 //
-// and every other rank calls it once. The connection starts with the handshake of auth.go like
+// and every other rank calls it once. The connection starts with the handshake of package auth like
 // every other, so only a rank that proves the token is heard, and the rank it proved is the only
-// one it may join as. The table of who joined is rdvTable (rendezvous_state.go), a core with no
+// one it may join as. The table of who joined is table (table.go), a core with no
 // I/O; this file is its I/O: the handler, the wait, the client call.
 //
 // Who serves Join: the gRPC data plane's server, which listens at MasterAddr on rank 0 anyway
-// (transport_grpc.go registers Join beside Push); for the tcp kind, whose frames never touch
+// (package grpcnet registers Join beside Push); for the tcp kind, whose frames never touch
 // gRPC, a gRPC server of its own on rank 0 with Join alone (joinServer). Ranks above 0 of the
 // tcp kind serve no gRPC at all.
 
 // rendezvous is one rank's side of it.
 type rendezvous struct {
-	cfg  Config
+	cfg  link.Config
 	log  *slog.Logger
 	self joinRequest // what this rank announces
 
 	// rank 0
 	mu     sync.Mutex
-	tab    *rdvTable
+	tab    *table
 	allIn  chan struct{} // closed when tab is complete
 	closed chan struct{} // closed by close: pending Join handlers return
 	once   sync.Once
+	js     *joinServer // rank 0's own Join server (New's serve)
 }
 
-// rdvResult is what the rendezvous tells a rank: every rank's address and, for the tcp kind,
-// every rank's data-plane address.
-type rdvResult struct {
-	addrs, data []string
-}
+var _ link.Rendezvous = (*rendezvous)(nil)
 
-// newRendezvous prepares this rank's side: it will announce addr (rank 0: MasterAddr) and, for
-// the tcp kind, dataPort (0 for grpc).
-func newRendezvous(cfg Config, log *slog.Logger, addr string, dataPort int) *rendezvous {
+// New prepares this rank's side of the rendezvous: it will announce addr (rank 0: MasterAddr)
+// and, for a plane whose frames do not travel on its gRPC server, dataPort (0 otherwise). With
+// serve, rank 0 starts a gRPC server at MasterAddr that serves Join alone (joinServer).
+func New(cfg link.Config, log *slog.Logger, addr string, dataPort int, serve bool) (link.Rendezvous, error) {
 	r := &rendezvous{cfg: cfg, log: log, closed: make(chan struct{}),
 		self: joinRequest{Rank: cfg.Rank, World: cfg.WorldSize, Addr: addr, DataPort: dataPort}}
 	if cfg.Rank == 0 {
-		r.tab = newRdvTable(cfg.WorldSize, addr, dataPort)
+		r.tab = newTable(cfg.WorldSize, addr, dataPort)
 		r.allIn = make(chan struct{})
 		if r.tab.complete() {
 			close(r.allIn)
 		}
+		if serve {
+			js, err := newJoinServer(r)
+			if err != nil {
+				return nil, err
+			}
+			r.js = js
+		}
 	}
-	return r
+	return r, nil
 }
 
-// close ends the Join handlers still waiting (rank 0); idempotent.
-func (r *rendezvous) close() { r.once.Do(func() { close(r.closed) }) }
+// Maker is New as a link.NewRendezvous for cfg: what the core hands a data plane.
+func Maker(cfg link.Config, log *slog.Logger) link.NewRendezvous {
+	return func(addr string, dataPort int, serve bool) (link.Rendezvous, error) {
+		return New(cfg, log, addr, dataPort, serve)
+	}
+}
 
-// run takes part in the rendezvous within Config.RendezvousTimeout: rank 0 waits until every
+// Close ends the Join handlers still waiting and rank 0's own Join server; idempotent.
+func (r *rendezvous) Close() {
+	r.once.Do(func() {
+		close(r.closed)
+		if r.js != nil {
+			r.js.stop()
+		}
+	})
+}
+
+// Run takes part in the rendezvous within link.Config.RendezvousTimeout: rank 0 waits until every
 // rank has joined (its server must be serving Join), the others call Join.
-func (r *rendezvous) run(ctx context.Context) (rdvResult, error) {
+func (r *rendezvous) Run(ctx context.Context) (link.Table, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.RendezvousTimeout)
 	defer cancel()
 	if r.cfg.Rank == 0 {
@@ -85,49 +108,49 @@ func (r *rendezvous) run(ctx context.Context) (rdvResult, error) {
 			r.mu.Lock()
 			missing := r.tab.missing()
 			r.mu.Unlock()
-			return rdvResult{}, fmt.Errorf("allreduce: rendezvous at %s: ranks %v did not join: %w", r.cfg.MasterAddr, missing, ctx.Err())
+			return link.Table{}, fmt.Errorf("allreduce: rendezvous at %s: ranks %v did not join: %w", r.cfg.MasterAddr, missing, ctx.Err())
 		case <-r.closed:
-			return rdvResult{}, ErrClosed
+			return link.Table{}, link.ErrClosed
 		}
 		r.mu.Lock()
 		a := r.tab.answer()
 		r.mu.Unlock()
-		return rdvResult{addrs: a.Addrs, data: a.Data}, nil
+		return link.Table{Addrs: a.Addrs, Data: a.Data}, nil
 	}
 	return r.join(ctx)
 }
 
 // join is a rank above 0 calling rank 0's Join.
-func (r *rendezvous) join(ctx context.Context) (rdvResult, error) {
+func (r *rendezvous) join(ctx context.Context) (link.Table, error) {
 	n, master := r.cfg.WorldSize, r.cfg.MasterAddr
 	req, _ := json.Marshal(r.self)
 	conn, err := grpc.NewClient(master, rdvDialOptions(r.cfg)...)
 	if err != nil {
-		return rdvResult{}, fmt.Errorf("allreduce: rendezvous at %s: %w", master, err)
+		return link.Table{}, fmt.Errorf("allreduce: rendezvous at %s: %w", master, err)
 	}
 	defer conn.Close()
 	var resp []byte
-	err = conn.Invoke(ctx, "/"+serviceName+"/Join", &req, &resp, grpc.WaitForReady(true))
+	err = conn.Invoke(ctx, "/"+link.ServiceName+"/Join", &req, &resp, grpc.WaitForReady(true))
 	if err != nil {
-		return rdvResult{}, fmt.Errorf("allreduce: rank %d: rendezvous at %s (MASTER_ADDR:MASTER_PORT): %w", r.cfg.Rank, master, err)
+		return link.Table{}, fmt.Errorf("allreduce: rank %d: rendezvous at %s (MASTER_ADDR:MASTER_PORT): %w", r.cfg.Rank, master, err)
 	}
 	var jr joinResponse
 	if err := json.Unmarshal(resp, &jr); err != nil || len(jr.Addrs) != n {
-		return rdvResult{}, fmt.Errorf("allreduce: rank %d: bad rendezvous answer from %s", r.cfg.Rank, master)
+		return link.Table{}, fmt.Errorf("allreduce: rank %d: bad rendezvous answer from %s", r.cfg.Rank, master)
 	}
 	if r.self.DataPort > 0 && len(jr.Data) != n {
-		return rdvResult{}, fmt.Errorf("allreduce: rank %d: rendezvous answer from %s has no data-plane addresses (%s differs between ranks?)", r.cfg.Rank, master, EnvTransport)
+		return link.Table{}, fmt.Errorf("allreduce: rank %d: rendezvous answer from %s has no data-plane addresses (DDP_TRANSPORT differs between ranks?)", r.cfg.Rank, master)
 	}
-	return rdvResult{addrs: jr.Addrs, data: jr.Data}, nil
+	return link.Table{Addrs: jr.Addrs, Data: jr.Data}, nil
 }
 
-// serveJoin is rank 0's Join handler: it records the caller, whose rank the connection's
+// ServeJoin is rank 0's Join handler: it records the caller, whose rank the connection's
 // handshake proved (rankKey, set by the auth interceptor), and answers once everyone is in.
-func (r *rendezvous) serveJoin(ctx context.Context, body []byte) ([]byte, error) {
+func (r *rendezvous) ServeJoin(ctx context.Context, body []byte) ([]byte, error) {
 	if r.tab == nil {
 		return nil, status.Error(codes.FailedPrecondition, "allreduce: join sent to a rank other than 0")
 	}
-	from, ok := ctx.Value(rankKey{}).(int)
+	from, ok := auth.Rank(ctx)
 	if !ok {
 		return nil, status.Error(codes.Unauthenticated, "allreduce: unauthenticated connection")
 	}
@@ -176,11 +199,6 @@ func (r *rendezvous) serveJoin(ctx context.Context, body []byte) ([]byte, error)
 	return b, nil
 }
 
-// joinHost is what serves Join: the rendezvous itself (joinServer) or the gRPC data plane.
-type joinHost interface {
-	serveJoin(ctx context.Context, body []byte) ([]byte, error)
-}
-
 // joinMethod is the Ring service's Join method.
 var joinMethod = grpc.MethodDesc{
 	MethodName: "Join",
@@ -190,25 +208,50 @@ var joinMethod = grpc.MethodDesc{
 			return nil, err
 		}
 		h := func(ctx context.Context, req any) (any, error) {
-			resp, err := srv.(joinHost).serveJoin(ctx, *req.(*[]byte))
+			resp, err := srv.(link.Rendezvous).ServeJoin(ctx, *req.(*[]byte))
 			if err != nil {
 				return nil, err
 			}
 			return &resp, nil
 		}
-		info := &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + serviceName + "/Join"}
+		info := &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + link.ServiceName + "/Join"}
 		return icpt(ctx, &req, info, h) // the server always has the auth interceptor
 	},
 }
 
 // joinOnlyDesc is the Ring service with Join alone (joinServer).
 var joinOnlyDesc = grpc.ServiceDesc{
-	ServiceName: serviceName,
+	ServiceName: link.ServiceName,
 	HandlerType: (*any)(nil),
 	Methods:     []grpc.MethodDesc{joinMethod},
 }
 
-const rdvMaxMsg = 16 << 20 // a join request or answer: the addresses of a world of 2^15 ranks fit
+const (
+	rdvMaxMsg = 16 << 20              // a join request or answer: the addresses of a world of 2^15 ranks fit
+	retryBase = 50 * time.Millisecond // the client's first wait before it dials rank 0 again
+)
+
+// bytesCodec is the rendezvous's gRPC codec: messages are bytes, no protobuf. It bears the
+// name of the gRPC data plane's codec (grpcnet's rawCodec), which also serves Join, so both
+// servers see the same content subtype on the wire.
+type bytesCodec struct{}
+
+func (bytesCodec) Name() string { return "goddp-raw" }
+
+func (bytesCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if m, ok := v.(*[]byte); ok {
+		return mem.BufferSlice{mem.SliceBuffer(*m)}, nil
+	}
+	return nil, fmt.Errorf("allreduce: rendezvous codec cannot marshal %T", v)
+}
+
+func (bytesCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if m, ok := v.(*[]byte); ok {
+		*m = data.Materialize()
+		return nil
+	}
+	return fmt.Errorf("allreduce: rendezvous codec cannot unmarshal into %T", v)
+}
 
 // joinServer is rank 0's rendezvous server for the tcp kind: gRPC at MasterAddr with Join only,
 // behind the handshake.
@@ -218,15 +261,15 @@ type joinServer struct {
 }
 
 func newJoinServer(r *rendezvous) (*joinServer, error) {
-	lis, err := net.Listen("tcp", r.cfg.MasterAddr)
+	lis, err := r.cfg.ListenGRPC("tcp", r.cfg.MasterAddr)
 	if err != nil {
 		return nil, fmt.Errorf("allreduce: rank 0: rendezvous listen on %s: %w", r.cfg.MasterAddr, err)
 	}
-	unary, _ := grpcAuth(r.log)
-	s := &joinServer{srv: grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}), grpc.UnaryInterceptor(unary),
+	unary, _ := auth.Interceptors(r.log)
+	s := &joinServer{srv: grpc.NewServer(grpc.ForceServerCodecV2(bytesCodec{}), grpc.UnaryInterceptor(unary),
 		grpc.MaxRecvMsgSize(rdvMaxMsg), grpc.MaxSendMsgSize(rdvMaxMsg), grpc.WaitForHandlers(true))}
 	s.srv.RegisterService(&joinOnlyDesc, r)
-	l := newAuthListener(lis, r.cfg, r.log) // auth.go: nothing unauthenticated reaches gRPC
+	l := auth.NewListener(lis, r.cfg, r.log) // package auth: nothing unauthenticated reaches gRPC
 	s.wg.Go(func() { _ = s.srv.Serve(l) })
 	return s, nil
 }
@@ -237,9 +280,9 @@ func (s *joinServer) stop() {
 	s.wg.Wait()
 }
 
-// rdvDialOptions are the rendezvous client's: the handshake on each connection (grpcAuthDial),
+// rdvDialOptions are the rendezvous client's: the handshake on each connection (DialGRPC),
 // TLS where configured, the raw codec, and quick retries while rank 0 comes up.
-func rdvDialOptions(cfg Config) []grpc.DialOption {
+func rdvDialOptions(cfg link.Config) []grpc.DialOption {
 	creds := insecure.NewCredentials()
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(cfg.TLS)
@@ -247,11 +290,11 @@ func rdvDialOptions(cfg Config) []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return grpcAuthDial(ctx, addr, cfg, nil)
+			return auth.DialGRPC(ctx, addr, cfg, nil)
 		}),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}), grpc.MaxCallRecvMsgSize(rdvMaxMsg), grpc.MaxCallSendMsgSize(rdvMaxMsg)),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(bytesCodec{}), grpc.MaxCallRecvMsgSize(rdvMaxMsg), grpc.MaxCallSendMsgSize(rdvMaxMsg)),
 		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: joinRetryBase, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			Backoff:           backoff.Config{BaseDelay: retryBase, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: 2 * time.Second,
 		}),
 	}

@@ -1,4 +1,4 @@
-package allreduce
+package shm
 
 import (
 	"encoding/binary"
@@ -178,7 +178,7 @@ func (r *shmRing) record(pos, tail uint64) (kind uint32, n int, err error) {
 }
 
 // shmRings are the rings a transport mapped; they outlive Close (a collective may still be
-// reading a view when the transport is aborted) until releaseMemory or the transport's cleanup.
+// reading a view when the transport is aborted) until ReleaseMemory or the transport's cleanup.
 type shmRings struct {
 	mu    sync.Mutex
 	rings []*shmRing

@@ -1,10 +1,12 @@
-package allreduce
+package grpcnet
 
 import (
 	"fmt"
 
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+
+	"github.com/goddp/goddp/allreduce/link"
 )
 
 // rawCodec is the gRPC codec of the data plane: messages are bytes, no protobuf. Sending, the
@@ -18,7 +20,7 @@ const rawCodecName = "goddp-raw"
 func init() { encoding.RegisterCodecV2(rawCodec{}) }
 
 // outMsg is what the data plane sends: a Payload, encoded by Marshal.
-type outMsg struct{ p Payload }
+type outMsg struct{ p link.Payload }
 
 // inMsg is what it receives into: buf is reused message after message.
 type inMsg struct{ buf []byte }

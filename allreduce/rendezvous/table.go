@@ -1,4 +1,4 @@
-package allreduce
+package rendezvous
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"strconv"
 )
 
-// rdvTable is rank 0's rendezvous table as a core with no I/O, in the way of etcd's raft: no
+// table is rank 0's rendezvous table as a core with no I/O, in the way of etcd's raft: no
 // clock, no network, no goroutine, no lock. rendezvous.go feeds it the Join requests it
 // receives, with the rank the connection's handshake proved and the host the request came from,
 // and asks it when the table is complete and what to answer. Tests drive it by hand
@@ -17,14 +17,14 @@ import (
 // The rules:
 //
 //  1. A request names a rank 1..world-1 of the same world, and the rank its connection proved
-//     (auth.go): a rank cannot join for another.
+//     (package auth): a rank cannot join for another.
 //  2. Every rank of a group uses one transport kind: with the tcp kind each announces a data
 //     port, with grpc none; a rank whose request differs from rank 0 in this is refused.
 //  3. An address with an unspecified host ("", 0.0.0.0, ::) takes the host the request came from.
 //  4. A rank may join again with the same address (a retried call); another address is refused.
 //  5. The table is complete when every rank has joined; the answer is then every rank's address
 //     and, for the tcp kind, every rank's data-plane address (the host of its address, its port).
-type rdvTable struct {
+type table struct {
 	world int
 	data  bool           // ranks announce data ports (the tcp kind)
 	addrs map[int]string // by rank
@@ -38,10 +38,10 @@ var (
 	errJoinKind    = errors.New("allreduce: another transport kind (DDP_TRANSPORT must match)")
 )
 
-// newRdvTable is rank 0's table, holding rank 0 itself: its address (MasterAddr) and, for the
+// newTable is rank 0's table, holding rank 0 itself: its address (MasterAddr) and, for the
 // tcp kind, its data-plane port (0: the grpc kind, no data ports).
-func newRdvTable(world int, addr string, dataPort int) *rdvTable {
-	t := &rdvTable{world: world, data: dataPort > 0, addrs: map[int]string{0: addr}, ports: map[int]int{}}
+func newTable(world int, addr string, dataPort int) *table {
+	t := &table{world: world, data: dataPort > 0, addrs: map[int]string{0: addr}, ports: map[int]int{}}
 	if t.data {
 		t.ports[0] = dataPort
 	}
@@ -50,7 +50,7 @@ func newRdvTable(world int, addr string, dataPort int) *rdvTable {
 
 // join records req, sent over a connection that proved rank from and came from host seen ("" if
 // unknown). It returns the address recorded, or why the request is refused.
-func (t *rdvTable) join(from int, req joinRequest, seen string) (string, error) {
+func (t *table) join(from int, req joinRequest, seen string) (string, error) {
 	if req.World != t.world || req.Rank <= 0 || req.Rank >= t.world {
 		return "", fmt.Errorf("%w: rank %d of world %d cannot join a world of %d", errJoinInvalid, req.Rank, req.World, t.world)
 	}
@@ -82,10 +82,10 @@ func (t *rdvTable) join(from int, req joinRequest, seen string) (string, error) 
 }
 
 // complete says whether every rank has joined.
-func (t *rdvTable) complete() bool { return len(t.addrs) == t.world }
+func (t *table) complete() bool { return len(t.addrs) == t.world }
 
 // missing lists the ranks that have not joined, in order.
-func (t *rdvTable) missing() []int {
+func (t *table) missing() []int {
 	var m []int
 	for r := range t.world {
 		if _, ok := t.addrs[r]; !ok {
@@ -96,7 +96,7 @@ func (t *rdvTable) missing() []int {
 }
 
 // answer is what every rank learns once the table is complete.
-func (t *rdvTable) answer() joinResponse {
+func (t *table) answer() joinResponse {
 	resp := joinResponse{Addrs: make([]string, t.world)}
 	for r, a := range t.addrs {
 		resp.Addrs[r] = a

@@ -1,4 +1,4 @@
-package allreduce
+package auth
 
 import (
 	"crypto/hmac"
@@ -12,6 +12,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/goddp/goddp/allreduce/link"
 )
 
 // The connection handshake. Every connection into a rank — gRPC or raw socket, TCP or Unix
@@ -32,40 +34,40 @@ import (
 // MAC covers them) and answers a status; a refusal carries its reason to the dialer, which
 // returns it as an error naming the peer.
 //
-// authListener runs the listener's side for the gRPC server: Accept returns only connections
-// that completed it, at most authMaxPending handshakes run at once (more are closed at once),
-// each bounded by authDeadline. The tcp transport runs authAccept in its own accept loop.
+// listener runs the listener's side for the gRPC server: Accept returns only connections
+// that completed it, at most MaxPending handshakes run at once (more are closed at once),
+// each bounded by Deadline. The tcp transport runs Accept in its own accept loop.
 
 const (
-	authMagic      = "GDDPAUT1"
-	authHelloSize  = len(authMagic) + 1 + 2 + 2 + authNonceSize
-	authNonceSize  = 32
-	authMACSize    = sha256.Size
-	authMaxReason  = 1024
-	authMaxPending = 64               // concurrent unauthenticated connections a listener serves
-	authDeadline   = 10 * time.Second // bound on one handshake
-	authStatusOK   = 0
-	authStatusNo   = 1
+	magic      = "GDDPAUT1"
+	helloSize  = len(magic) + 1 + 2 + 2 + nonceSize
+	nonceSize  = 32
+	macSize    = sha256.Size
+	maxReason  = 1024
+	MaxPending = 64               // concurrent unauthenticated connections a listener serves
+	Deadline   = 10 * time.Second // bound on one handshake
+	statusOK   = 0
+	statusNo   = 1
 
-	planeGRPC byte = 'g' // connections of the gRPC server (rendezvous and Push streams)
-	planeTCP  byte = 't' // raw-socket data links (transport_tcp.go)
+	PlaneGRPC byte = 'g' // connections of the gRPC server (rendezvous and Push streams)
+	PlaneTCP  byte = 't' // raw-socket data links (package tcpnet)
 )
 
 var (
-	// errAuthListener: the listening side did not prove the token (another job, or a squatter).
-	errAuthListener = errors.New("the listener did not prove the group token (DDP_TOKEN): another job, or a local process holding the peer's address")
-	// errAuthDialer: the dialling side did not prove the token.
-	errAuthDialer = errors.New("wrong or missing token (DDP_TOKEN)")
-	errAuthMagic  = errors.New("not a goddp connection")
-	errAuthPlane  = errors.New("a connection for another data plane (DDP_TRANSPORT differs between ranks?)")
+	// ErrListener: the listening side did not prove the token (another job, or a squatter).
+	ErrListener = errors.New("the listener did not prove the group token (DDP_TOKEN): another job, or a local process holding the peer's address")
+	// ErrDialer: the dialling side did not prove the token.
+	ErrDialer = errors.New("wrong or missing token (DDP_TOKEN)")
+	ErrMagic  = errors.New("not a goddp connection")
+	ErrPlane  = errors.New("a connection for another data plane (DDP_TRANSPORT differs between ranks?)")
 )
 
-func authKey(token string) []byte {
+func tokenKey(token string) []byte {
 	k := sha256.Sum256([]byte("goddp-auth\x00" + token))
 	return k[:]
 }
 
-func authMAC(key []byte, role string, hello, nonce []byte) []byte {
+func tokenMAC(key []byte, role string, hello, nonce []byte) []byte {
 	m := hmac.New(sha256.New, key)
 	m.Write([]byte(role))
 	m.Write(hello)
@@ -73,30 +75,30 @@ func authMAC(key []byte, role string, hello, nonce []byte) []byte {
 	return m.Sum(nil)
 }
 
-// authDial runs the dialer's side on a fresh connection: this rank of world, on plane. The
+// Dial runs the dialer's side on a fresh connection: this rank of world, on plane. The
 // caller sets the connection's deadline. An error is a refusal or a failed proof; the caller
 // closes the connection.
-func authDial(c net.Conn, token string, plane byte, rank, world int) error {
-	hello := make([]byte, 0, authHelloSize)
-	hello = append(hello, authMagic...)
+func Dial(c net.Conn, token string, plane byte, rank, world int) error {
+	hello := make([]byte, 0, helloSize)
+	hello = append(hello, magic...)
 	hello = append(hello, plane)
 	hello = binary.LittleEndian.AppendUint16(hello, uint16(rank))
 	hello = binary.LittleEndian.AppendUint16(hello, uint16(world))
-	hello = hello[:authHelloSize]
-	rand.Read(hello[authHelloSize-authNonceSize:])
+	hello = hello[:helloSize]
+	rand.Read(hello[helloSize-nonceSize:])
 	if _, err := c.Write(hello); err != nil {
 		return err
 	}
-	var resp [authNonceSize + authMACSize]byte
+	var resp [nonceSize + macSize]byte
 	if _, err := io.ReadFull(c, resp[:]); err != nil {
 		return err
 	}
-	key := authKey(token)
-	nonce := resp[:authNonceSize]
-	proven := hmac.Equal(resp[authNonceSize:], authMAC(key, "listener", hello, nonce))
-	proof := make([]byte, authMACSize) // zeros: "you did not prove the token", and nothing else
+	key := tokenKey(token)
+	nonce := resp[:nonceSize]
+	proven := hmac.Equal(resp[nonceSize:], tokenMAC(key, "listener", hello, nonce))
+	proof := make([]byte, macSize) // zeros: "you did not prove the token", and nothing else
 	if proven {
-		proof = authMAC(key, "dialer", hello, nonce)
+		proof = tokenMAC(key, "dialer", hello, nonce)
 	}
 	if _, err := c.Write(proof); err != nil {
 		return err
@@ -105,100 +107,100 @@ func authDial(c net.Conn, token string, plane byte, rank, world int) error {
 	_, err := io.ReadFull(c, st[:])
 	switch {
 	case !proven:
-		return errAuthListener // whatever it answers
+		return ErrListener // whatever it answers
 	case err != nil:
 		return err
-	case st[0] == authStatusOK:
+	case st[0] == statusOK:
 		return nil
 	}
-	msg := make([]byte, min(int(binary.LittleEndian.Uint16(st[1:])), authMaxReason))
+	msg := make([]byte, min(int(binary.LittleEndian.Uint16(st[1:])), maxReason))
 	io.ReadFull(c, msg)
 	return fmt.Errorf("refused: %s", msg)
 }
 
-// authAccept runs the listener's side up to the dialer's proof and returns the rank and world
+// Accept runs the listener's side up to the dialer's proof and returns the rank and world
 // it claimed (authenticated by the MAC). The caller then checks them and answers with
-// authReply. The caller sets the connection's deadline.
-func authAccept(c net.Conn, token string, plane byte) (rank, world int, err error) {
-	var hello [authHelloSize]byte
-	if _, err := io.ReadFull(c, hello[:len(authMagic)]); err != nil {
+// Reply. The caller sets the connection's deadline.
+func Accept(c net.Conn, token string, plane byte) (rank, world int, err error) {
+	var hello [helloSize]byte
+	if _, err := io.ReadFull(c, hello[:len(magic)]); err != nil {
 		return 0, 0, err
 	}
-	if string(hello[:len(authMagic)]) != authMagic {
-		return 0, 0, errAuthMagic
+	if string(hello[:len(magic)]) != magic {
+		return 0, 0, ErrMagic
 	}
-	if _, err := io.ReadFull(c, hello[len(authMagic):]); err != nil {
+	if _, err := io.ReadFull(c, hello[len(magic):]); err != nil {
 		return 0, 0, err
 	}
-	key := authKey(token)
-	var out [authNonceSize + authMACSize]byte
-	rand.Read(out[:authNonceSize])
-	copy(out[authNonceSize:], authMAC(key, "listener", hello[:], out[:authNonceSize]))
+	key := tokenKey(token)
+	var out [nonceSize + macSize]byte
+	rand.Read(out[:nonceSize])
+	copy(out[nonceSize:], tokenMAC(key, "listener", hello[:], out[:nonceSize]))
 	if _, err := c.Write(out[:]); err != nil {
 		return 0, 0, err
 	}
-	var mac [authMACSize]byte
+	var mac [macSize]byte
 	if _, err := io.ReadFull(c, mac[:]); err != nil {
 		return 0, 0, err
 	}
-	if !hmac.Equal(mac[:], authMAC(key, "dialer", hello[:], out[:authNonceSize])) {
-		authReply(c, errAuthDialer)
-		return 0, 0, errAuthDialer
+	if !hmac.Equal(mac[:], tokenMAC(key, "dialer", hello[:], out[:nonceSize])) {
+		Reply(c, ErrDialer)
+		return 0, 0, ErrDialer
 	}
-	if hello[len(authMagic)] != plane {
-		authReply(c, errAuthPlane)
-		return 0, 0, errAuthPlane
+	if hello[len(magic)] != plane {
+		Reply(c, ErrPlane)
+		return 0, 0, ErrPlane
 	}
-	rank = int(binary.LittleEndian.Uint16(hello[len(authMagic)+1:]))
-	world = int(binary.LittleEndian.Uint16(hello[len(authMagic)+3:]))
+	rank = int(binary.LittleEndian.Uint16(hello[len(magic)+1:]))
+	world = int(binary.LittleEndian.Uint16(hello[len(magic)+3:]))
 	return rank, world, nil
 }
 
-// authReply answers an authenticated hello: nil accepts, an error refuses with its text.
-func authReply(c net.Conn, refuse error) error {
+// Reply answers an authenticated hello: nil accepts, an error refuses with its text.
+func Reply(c net.Conn, refuse error) error {
 	if refuse == nil {
-		_, err := c.Write([]byte{authStatusOK, 0, 0})
+		_, err := c.Write([]byte{statusOK, 0, 0})
 		return err
 	}
 	msg := "allreduce: " + refuse.Error()
-	if len(msg) > authMaxReason {
-		msg = msg[:authMaxReason]
+	if len(msg) > maxReason {
+		msg = msg[:maxReason]
 	}
 	b := make([]byte, 3, 3+len(msg))
-	b[0] = authStatusNo
+	b[0] = statusNo
 	binary.LittleEndian.PutUint16(b[1:], uint16(len(msg)))
 	_, err := c.Write(append(b, msg...))
 	return err
 }
 
-// checkPeer is the rank and world check both planes make of an authenticated hello.
-func checkPeer(cfg Config, rank, world int) error {
+// CheckPeer is the rank and world check both planes make of an authenticated hello.
+func CheckPeer(cfg link.Config, rank, world int) error {
 	if world != cfg.WorldSize || rank < 0 || rank >= cfg.WorldSize || rank == cfg.Rank {
 		return fmt.Errorf("rank %d of world %d does not fit this world of %d", rank, world, cfg.WorldSize)
 	}
 	return nil
 }
 
-// authAddr is the remote address of an authenticated connection: the peer's own address, and
+// Addr is the remote address of an authenticated connection: the peer's own address, and
 // the rank the handshake proved. The gRPC server sees it as the peer's address (peer.Addr), so
 // the interceptors learn the caller's rank from the connection, not from what a call claims.
-type authAddr struct {
+type Addr struct {
 	net.Addr
 	rank int
 }
 
-type authConn struct {
+type conn struct {
 	net.Conn
-	addr authAddr
+	addr Addr
 }
 
-func (c *authConn) RemoteAddr() net.Addr { return c.addr }
+func (c *conn) RemoteAddr() net.Addr { return c.addr }
 
-// authListener is a listener whose Accept returns only connections that completed the
+// listener is a listener whose Accept returns only connections that completed the
 // handshake on plane (see above).
-type authListener struct {
+type listener struct {
 	net.Listener
-	cfg  Config
+	cfg  link.Config
 	log  *slog.Logger
 	sem  chan struct{}
 	out  chan net.Conn
@@ -208,15 +210,15 @@ type authListener struct {
 	wg   sync.WaitGroup
 }
 
-func newAuthListener(l net.Listener, cfg Config, log *slog.Logger) *authListener {
-	a := &authListener{Listener: l, cfg: cfg, log: log, sem: make(chan struct{}, authMaxPending),
+func NewListener(l net.Listener, cfg link.Config, log *slog.Logger) *listener {
+	a := &listener{Listener: l, cfg: cfg, log: log, sem: make(chan struct{}, MaxPending),
 		out: make(chan net.Conn), done: make(chan struct{})}
 	a.wg.Add(1)
 	go a.loop()
 	return a
 }
 
-func (a *authListener) loop() {
+func (a *listener) loop() {
 	defer a.wg.Done()
 	defer close(a.out)
 	for {
@@ -251,21 +253,21 @@ func (a *authListener) loop() {
 }
 
 // handshake authenticates raw; nil when it did not complete.
-func (a *authListener) handshake(raw net.Conn) *authConn {
-	raw.SetDeadline(time.Now().Add(min(authDeadline, a.cfg.Timeout)))
-	rank, world, err := authAccept(raw, a.cfg.Token, planeGRPC)
+func (a *listener) handshake(raw net.Conn) *conn {
+	raw.SetDeadline(time.Now().Add(min(Deadline, a.cfg.Timeout)))
+	rank, world, err := Accept(raw, a.cfg.Token, PlaneGRPC)
 	if err == nil {
-		err = checkPeer(a.cfg, rank, world)
-		if rerr := authReply(raw, err); err == nil {
+		err = CheckPeer(a.cfg, rank, world)
+		if rerr := Reply(raw, err); err == nil {
 			err = rerr
 		}
 	}
 	remote := raw.RemoteAddr().String()
 	if err != nil {
 		switch {
-		case errors.Is(err, errAuthDialer):
+		case errors.Is(err, ErrDialer):
 			a.log.Warn("allreduce: refused connection with a wrong or missing token", "remote", remote)
-		case errors.Is(err, errAuthMagic):
+		case errors.Is(err, ErrMagic):
 			a.log.Warn("allreduce: refused a connection that is not goddp's", "remote", remote)
 		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 			a.log.Debug("allreduce: connection closed during the handshake", "remote", remote)
@@ -275,11 +277,11 @@ func (a *authListener) handshake(raw net.Conn) *authConn {
 		return nil
 	}
 	raw.SetDeadline(time.Time{})
-	return &authConn{Conn: raw, addr: authAddr{Addr: raw.RemoteAddr(), rank: rank}}
+	return &conn{Conn: raw, addr: Addr{Addr: raw.RemoteAddr(), rank: rank}}
 }
 
 // Accept returns the next authenticated connection.
-func (a *authListener) Accept() (net.Conn, error) {
+func (a *listener) Accept() (net.Conn, error) {
 	c, ok := <-a.out
 	if !ok {
 		return nil, a.err
@@ -288,7 +290,7 @@ func (a *authListener) Accept() (net.Conn, error) {
 }
 
 // Close stops accepting and waits for the handshakes in progress.
-func (a *authListener) Close() error {
+func (a *listener) Close() error {
 	err := a.Listener.Close()
 	a.once.Do(func() { close(a.done) })
 	a.wg.Wait()

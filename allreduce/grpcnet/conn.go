@@ -1,13 +1,9 @@
-package allreduce
+package grpcnet
 
 import (
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"io"
 	"net"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -15,62 +11,8 @@ import (
 	"google.golang.org/grpc/mem"
 )
 
-// Connections and buffers of the gRPC data plane (transport_grpc.go).
-//
-// Same host: a rank whose gRPC server listens on a loopback address also serves the same
-// gRPC service on a Unix-domain stream socket in Linux's abstract namespace (which belongs to
-// the network namespace, as loopback does), named after its TCP address and the group's token;
-// a rank dialling a loopback peer's data link tries that socket first and falls back to TCP.
-// The token is in the name so that a local process without it cannot take the name first
-// (abstract names, unlike ports, are free until bound) and collect the token peers present. It is still HTTP/2
-// through grpc-go, with the same credentials (TLS runs over the Unix socket as over TCP) and
-// the same token check; only the kernel path changes: a Unix stream skips the TCP/IP stack
-// (docs/perf-allreduce.md measured 2.25 GB/s for TCP loopback against 5.7–6.7 GB/s for a Unix
-// socket on the 2-core VM). Config.GRPCNoUnix (DDP_GRPC_UNIX=0) turns it off.
-
-// grpcUnixName is the abstract Unix socket of the rank whose gRPC server listens at addr, in a
-// group with this token.
-func grpcUnixName(addr, token string) string {
-	h := sha256.Sum256([]byte("goddp-grpc-unix\x00" + token + "\x00" + addr))
-	return "@goddp-grpc-" + hex.EncodeToString(h[:12])
-}
-
-// grpcUseUnix says whether loopback peers are reached through Unix sockets.
-func grpcUseUnix(cfg Config) bool { return runtime.GOOS == "linux" && !cfg.GRPCNoUnix }
-
-// grpcListenUnix opens the Unix-domain listener beside a loopback TCP listener; nil if the
-// TCP address is not loopback or the socket cannot be made (then peers use TCP).
-func grpcListenUnix(tcp net.Listener, cfg Config) net.Listener {
-	if !grpcUseUnix(cfg) {
-		return nil
-	}
-	host, _, err := net.SplitHostPort(tcp.Addr().String())
-	if err != nil || !isLoopback(host) {
-		return nil
-	}
-	ux, err := net.Listen("unix", grpcUnixName(tcp.Addr().String(), cfg.Token))
-	if err != nil {
-		return nil
-	}
-	return ux
-}
-
-// grpcDial connects to the gRPC server at addr: a peer's Unix socket when its address is
-// loopback and the socket exists, TCP otherwise.
-func grpcDial(ctx context.Context, addr string, cfg Config) (net.Conn, error) {
-	var d net.Dialer
-	if grpcUseUnix(cfg) {
-		if host, _, err := net.SplitHostPort(addr); err == nil && isLoopback(host) {
-			if c, err := d.DialContext(ctx, "unix", grpcUnixName(addr, cfg.Token)); err == nil {
-				if uc, ok := c.(*net.UnixConn); ok && cfg.GRPCUnixSendBuf > 0 {
-					uc.SetWriteBuffer(cfg.GRPCUnixSendBuf) // fewer wake-ups per message
-				}
-				return c, nil
-			}
-		}
-	}
-	return d.DialContext(ctx, "tcp", addr)
-}
+// Buffers of the gRPC data plane (transport.go). The connections themselves, and the Unix-domain
+// twin of the server's listener, are auth's (auth/grpc.go).
 
 // sendPool is the buffer pool Marshal encodes outgoing frames into. Unlike gRPC's default pool
 // it does not clear a buffer it hands out (Encode overwrites every byte), and it keeps a few
@@ -191,7 +133,7 @@ type rxSlab struct {
 
 // rxPool is the server's buffer pool and the registry of its rxConns.
 type rxPool struct {
-	slab   int // bytes of a slab (Config.GRPCSlabBytes)
+	slab   int // bytes of a slab (link.Config.GRPCSlabBytes)
 	mu     sync.Mutex
 	conns  int
 	armed  *rxConn // the connection that just served a DATA frame header

@@ -1,4 +1,4 @@
-package allreduce
+package shm
 
 import (
 	"context"
@@ -10,11 +10,13 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/goddp/goddp/allreduce/link"
 )
 
 // Shared memory between ranks of one host, as a decorator of any data plane (in the way of
-// memberlist's labelWrappedTransport): shmTransport wraps a Transport and, on each link to a
-// peer on this host, moves the frames through a shared-memory ring (shm_ring.go) instead of the
+// memberlist's labelWrappedTransport): Transport wraps a Transport and, on each link to a
+// peer on this host, moves the frames through a shared-memory ring (ring.go) instead of the
 // link. The link stays what authenticates, fails and ends: the inner transport's handshake and
 // TLS run on it before anything here, its end is the ring's end, and a frame too large for the
 // ring still travels on it.
@@ -23,13 +25,13 @@ import (
 //
 //	"GDDPSHM2" | pid u64 | fd u64 | size u64 | nonce [16]   (size 0: no ring)
 //
-// A sender whose link is a Unix-domain socket (a peer on this host: shmLinker.linkTo) and whose
-// Config.SharedMemBytes is positive creates a sealed memfd ring, keeps its descriptor open, and
+// A sender whose link is a Unix-domain socket (a peer on this host: link.Linker.LinkTo) and whose
+// link.Config.SharedMemBytes is positive creates a sealed memfd ring, keeps its descriptor open, and
 // offers it: its PID, the descriptor's number, the ring's size, and a random nonce the ring's
 // control page also holds. The receiver's first Recv from that peer reads the hello; if its
 // link from the peer is a Unix socket too and its own SharedMemBytes is not negative, it opens
 // /proc/PID/fd/N (the same user in the same PID namespace), checks the seals, the size and the
-// nonce, and maps it; either way it answers one byte back along the link (shmLinker.answer: 1
+// nonce, and maps it; either way it answers one byte back along the link (link.Linker.Answer: 1
 // mapped, 0 not). The sender's first Send waits for that answer (bounded by its context, as any
 // Send), and with a 0, or no offer, the link carries frames as messages, as between hosts.
 //
@@ -37,34 +39,13 @@ import (
 // receiver's Recv reads directly (a view of the ring, released at the next Recv, as the
 // Transport contract allows) and sleeps on with a futex when there is none; a frame over half
 // the ring is a stream record and follows as a message on the link. A waiting side checks,
-// between sleeps of a few milliseconds, whether the link has ended (shmLinker.linkDown: a dead
+// between sleeps of a few milliseconds, whether the link has ended (link.Linker.LinkDown: a dead
 // peer is noticed within them), its context, and Close; records published before the link
 // ended are delivered first.
 //
 // Trust: the peer shares the pages, so a peer could scribble on a frame after sending it; a
 // peer is authenticated by the inner transport before any hello is read. The group checks
 // every frame's header as it does for frames that came as messages.
-
-// shmLinker is what a data plane offers the decorator: whether a link is a same-host one, a few
-// bytes back along a link, and whether a link has ended. A Transport without it is not
-// wrapped (newShmTransport returns it as it is).
-type shmLinker interface {
-	// linkTo sets up the link to peer to, as a first Send would, and says whether it is a
-	// Unix-domain socket (a peer on this host).
-	linkTo(ctx context.Context, to int) (local bool, err error)
-	// linkFromLocal says whether the link from peer from is a Unix-domain socket. It is known
-	// once a Recv from that peer has returned a message.
-	linkFromLocal(from int) bool
-	// answer sends b back along the link from peer from, to its sender (not concurrently
-	// with another answer on that link).
-	answer(from int, b []byte) error
-	// readAnswer reads len(b) bytes sent back along the link to peer to. When ctx ends it gets
-	// sendGrace more, as a Send does, and then the link is unusable.
-	readAnswer(ctx context.Context, to int, b []byte) error
-	// linkDown says, without blocking, whether the link to (out) or from peer has ended: the
-	// peer closed it or died, or it was cut.
-	linkDown(peer int, out bool) bool
-}
 
 const (
 	shmHelloMagic = "GDDPSHM2"
@@ -76,12 +57,14 @@ var (
 	errShmHello = errors.New("the link did not start with the shared-memory hello (another build?)")
 )
 
-type shmTransport struct {
-	inner Transport
-	link  shmLinker
-	cfg   Config
+// Transport is the decorator around one data plane (Wrap): a link.Transport, a link.Aborter
+// (the plane's Abort under it) and a link.MemoryReleaser (ReleaseMemory unmaps the rings).
+type Transport struct {
+	inner link.Transport
+	lk    link.Linker
+	cfg   link.Config
 	log   *slog.Logger
-	rings *shmRings // every ring mapped here, unmapped by releaseMemory
+	rings *shmRings // every ring mapped here, unmapped by ReleaseMemory
 
 	out []*shmOut
 	in  []*shmIn
@@ -90,7 +73,11 @@ type shmTransport struct {
 	once   sync.Once
 }
 
-var _ Transport = (*shmTransport)(nil)
+var (
+	_ link.Transport      = (*Transport)(nil)
+	_ link.Aborter        = (*Transport)(nil)
+	_ link.MemoryReleaser = (*Transport)(nil)
+)
 
 // shmOut is the sending side of a link; only Send uses it.
 type shmOut struct {
@@ -114,27 +101,27 @@ type shmIn struct {
 	r  *shmRing   // the peer's ring, or nil
 }
 
-// newShmTransport wraps inner (a data plane implementing shmLinker; any other is returned as it
+// Wrap wraps inner (a data plane implementing link.Linker; any other is returned as it
 // is). Every rank of a group must wrap alike: the hello is on every link.
-func newShmTransport(inner Transport, cfg Config) Transport {
-	link, ok := inner.(shmLinker)
+func Wrap(inner link.Transport, cfg link.Config) link.Transport {
+	lk, ok := inner.(link.Linker)
 	if !ok {
 		return inner
 	}
-	s := &shmTransport{inner: inner, link: link, cfg: cfg, log: cfg.Logger.With("rank", cfg.Rank), rings: &shmRings{},
+	s := &Transport{inner: inner, lk: lk, cfg: cfg, log: cfg.Logger.With("rank", cfg.Rank), rings: &shmRings{},
 		out: make([]*shmOut, cfg.WorldSize), in: make([]*shmIn, cfg.WorldSize), closed: make(chan struct{})}
 	for i := range s.out {
 		s.out[i], s.in[i] = &shmOut{}, &shmIn{}
 	}
-	// The rings are unmapped by the Group once no collective can use them (releaseMemory); for
+	// The rings are unmapped by the Group once no collective can use them (ReleaseMemory); for
 	// a transport dropped without that, when it is garbage.
 	runtime.AddCleanup(s, func(r *shmRings) { r.release() }, s.rings)
 	return s
 }
 
-func (s *shmTransport) peer(r int) bool { return r >= 0 && r < len(s.out) && r != s.cfg.Rank }
+func (s *Transport) peer(r int) bool { return r >= 0 && r < len(s.out) && r != s.cfg.Rank }
 
-func (s *shmTransport) Send(ctx context.Context, to int, p Payload) error {
+func (s *Transport) Send(ctx context.Context, to int, p link.Payload) error {
 	if !s.peer(to) {
 		return s.inner.Send(ctx, to, p) // the inner transport names the error
 	}
@@ -155,13 +142,13 @@ func (s *shmTransport) Send(ctx context.Context, to int, p Payload) error {
 
 // sendHello makes the link's first message: an offer when the peer is on this host and this
 // rank uses shared memory (then it waits for the answer), an empty hello otherwise.
-func (s *shmTransport) sendHello(ctx context.Context, to int, o *shmOut) error {
+func (s *Transport) sendHello(ctx context.Context, to int, o *shmOut) error {
 	hello := make([]byte, shmHelloSize)
 	copy(hello, shmHelloMagic)
 	var r *shmRing
 	var f *os.File
 	if s.cfg.SharedMemBytes > 0 {
-		local, err := s.link.linkTo(ctx, to)
+		local, err := s.lk.LinkTo(ctx, to)
 		if err != nil {
 			return err
 		}
@@ -177,7 +164,7 @@ func (s *shmTransport) sendHello(ctx context.Context, to int, o *shmOut) error {
 			}
 		}
 	}
-	if err := s.inner.Send(ctx, to, bytesPayload(hello)); err != nil {
+	if err := s.inner.Send(ctx, to, link.Bytes(hello)); err != nil {
 		if r != nil {
 			r.unmap()
 		}
@@ -188,7 +175,7 @@ func (s *shmTransport) sendHello(ctx context.Context, to int, o *shmOut) error {
 		return nil
 	}
 	var ack [1]byte
-	if err := s.link.readAnswer(ctx, to, ack[:]); err != nil {
+	if err := s.lk.ReadAnswer(ctx, to, ack[:]); err != nil {
 		r.unmap()
 		o.err = err // the peer may have mapped it: the link cannot fall back to messages
 		return err
@@ -198,8 +185,8 @@ func (s *shmTransport) sendHello(ctx context.Context, to int, o *shmOut) error {
 		return nil // declined: the frames are messages
 	}
 	if !s.rings.add(r) {
-		o.err = ErrClosed
-		return ErrClosed
+		o.err = link.ErrClosed
+		return link.ErrClosed
 	}
 	o.mu.Lock()
 	o.r = r
@@ -209,19 +196,19 @@ func (s *shmTransport) sendHello(ctx context.Context, to int, o *shmOut) error {
 
 // sendRing sends p through the link's ring: a frame record with the frame cast into the ring,
 // or, for a frame too large for it, a stream record and then p as a message on the link.
-func (s *shmTransport) sendRing(ctx context.Context, to int, o *shmOut, p Payload) error {
+func (s *Transport) sendRing(ctx context.Context, to int, o *shmOut, p link.Payload) error {
 	r := o.r
 	var why error
 	var cut time.Time
 	gone := func() bool {
 		select {
 		case <-s.closed:
-			why = ErrClosed
+			why = link.ErrClosed
 			return true
 		default:
 		}
-		if s.link.linkDown(to, true) {
-			why = &PeerError{Rank: to, Err: ErrPeerGone}
+		if s.lk.LinkDown(to, true) {
+			why = &link.PeerError{Rank: to, Err: link.ErrPeerGone}
 			o.err = why
 			return true
 		}
@@ -229,10 +216,10 @@ func (s *shmTransport) sendRing(ctx context.Context, to int, o *shmOut, p Payloa
 			// A Send whose ctx ends waits for sendGrace more (a send merely in progress when a
 			// collective fails completes, and the abort frame can follow), then gives up.
 			if cut.IsZero() {
-				cut = time.Now().Add(sendGrace)
+				cut = time.Now().Add(link.SendGrace)
 			} else if time.Now().After(cut) {
 				why = context.Cause(ctx)
-				o.err = &PeerError{Rank: to, Err: fmt.Errorf("send abandoned: %w", why)}
+				o.err = &link.PeerError{Rank: to, Err: fmt.Errorf("send abandoned: %w", why)}
 				return true
 			}
 		}
@@ -268,7 +255,7 @@ func (s *shmTransport) sendRing(ctx context.Context, to int, o *shmOut, p Payloa
 	return nil
 }
 
-func (s *shmTransport) Recv(ctx context.Context, from int) ([]byte, error) {
+func (s *Transport) Recv(ctx context.Context, from int) ([]byte, error) {
 	if !s.peer(from) {
 		return s.inner.Recv(ctx, from)
 	}
@@ -298,9 +285,9 @@ func (s *shmTransport) Recv(ctx context.Context, from int) ([]byte, error) {
 }
 
 // takeHello reads a link's hello and answers an offer.
-func (s *shmTransport) takeHello(from int, in *shmIn, b []byte) error {
+func (s *Transport) takeHello(from int, in *shmIn, b []byte) error {
 	if len(b) != shmHelloSize || string(b[:8]) != shmHelloMagic {
-		return &PeerError{Rank: from, Err: fmt.Errorf("malformed frame: %w", errShmHello)}
+		return &link.PeerError{Rank: from, Err: fmt.Errorf("malformed frame: %w", errShmHello)}
 	}
 	pid := binary.LittleEndian.Uint64(b[8:])
 	fd := binary.LittleEndian.Uint64(b[16:])
@@ -313,7 +300,7 @@ func (s *shmTransport) takeHello(from int, in *shmIn, b []byte) error {
 	switch {
 	case s.cfg.SharedMemBytes < 0:
 		why = errors.New("shared memory is off here")
-	case !s.link.linkFromLocal(from):
+	case !s.lk.LinkFromLocal(from):
 		why = errors.New("the peer is not on this host")
 	case pid == 0 || pid > 1<<31 || fd > 1<<31:
 		why = fmt.Errorf("offer names pid %d, descriptor %d", pid, fd)
@@ -321,7 +308,7 @@ func (s *shmTransport) takeHello(from int, in *shmIn, b []byte) error {
 		r, why = openPeerRing(int(pid), int(fd), size, b[32:32+shmNonceSize])
 	}
 	if r != nil && !s.rings.add(r) {
-		return ErrClosed
+		return link.ErrClosed
 	}
 	ack := []byte{0}
 	if r != nil {
@@ -329,8 +316,8 @@ func (s *shmTransport) takeHello(from int, in *shmIn, b []byte) error {
 	} else {
 		s.log.Info("allreduce: declined a shared-memory ring from a peer", "peer", from, "why", why)
 	}
-	if err := s.link.answer(from, ack); err != nil {
-		return &PeerError{Rank: from, Err: fmt.Errorf("%w: answering its shared-memory offer: %v", ErrPeerGone, err)}
+	if err := s.lk.Answer(from, ack); err != nil {
+		return &link.PeerError{Rank: from, Err: fmt.Errorf("%w: answering its shared-memory offer: %v", link.ErrPeerGone, err)}
 	}
 	in.mu.Lock()
 	in.r = r
@@ -340,14 +327,14 @@ func (s *shmTransport) takeHello(from int, in *shmIn, b []byte) error {
 
 // recvRing is Recv on a link whose ring orders it: the next record, a view of the ring or the
 // link's next message.
-func (s *shmTransport) recvRing(ctx context.Context, from int, in *shmIn) ([]byte, error) {
+func (s *Transport) recvRing(ctx context.Context, from int, in *shmIn) ([]byte, error) {
 	r := in.r
 	for slept := false; ; slept = true {
 		if tail := r.tail().Load(); tail > in.next {
-			shmCausality.Load() // see its comment (shm_ring.go)
+			shmCausality.Load() // see its comment (ring.go)
 			kind, n, err := r.record(in.next, tail)
 			if err != nil {
-				in.err = &PeerError{Rank: from, Err: fmt.Errorf("malformed frame: %w", err)}
+				in.err = &link.PeerError{Rank: from, Err: fmt.Errorf("malformed frame: %w", err)}
 				return nil, in.err
 			}
 			switch kind {
@@ -365,7 +352,7 @@ func (s *shmTransport) recvRing(ctx context.Context, from int, in *shmIn) ([]byt
 			r.releaseWake(in.next)
 			b, err := s.inner.Recv(ctx, from)
 			if err == nil && len(b) != n {
-				err = &PeerError{Rank: from, Err: fmt.Errorf("malformed frame: %w: stream record of %d bytes, message of %d", errShmFrame, n, len(b))}
+				err = &link.PeerError{Rank: from, Err: fmt.Errorf("malformed frame: %w: stream record of %d bytes, message of %d", errShmFrame, n, len(b))}
 			}
 			if err != nil {
 				// Past the record but without its message: this link cannot go on.
@@ -376,19 +363,19 @@ func (s *shmTransport) recvRing(ctx context.Context, from int, in *shmIn) ([]byt
 		}
 		select {
 		case <-s.closed:
-			return nil, ErrClosed
+			return nil, link.ErrClosed
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
 		default:
 		}
-		if slept && s.link.linkDown(from, false) {
+		if slept && s.lk.LinkDown(from, false) {
 			if r.tail().Load() > in.next {
 				continue // published before the link ended: delivered first
 			}
 			// The link ended; the inner transport says why.
 			_, err := s.inner.Recv(ctx, from)
 			if err == nil {
-				err = &PeerError{Rank: from, Err: fmt.Errorf("malformed frame: %w: a message without a stream record", errShmFrame)}
+				err = &link.PeerError{Rank: from, Err: fmt.Errorf("malformed frame: %w: a message without a stream record", errShmFrame)}
 			}
 			in.err = err
 			return nil, err
@@ -397,28 +384,31 @@ func (s *shmTransport) recvRing(ctx context.Context, from int, in *shmIn) ([]byt
 	}
 }
 
-func (s *shmTransport) markClosed() { s.once.Do(func() { close(s.closed) }) }
+func (s *Transport) markClosed() { s.once.Do(func() { close(s.closed) }) }
 
 // Close ends the waits of this layer and closes the inner transport (which flushes).
-func (s *shmTransport) Close() error {
+func (s *Transport) Close() error {
 	s.markClosed()
 	return s.inner.Close()
 }
 
-// abort is Close without the inner transport's flush (a dying process; tests use it as a kill).
-func (s *shmTransport) abort() error {
+// Abort is Close without the inner transport's flush (a dying process; tests use it as a kill).
+func (s *Transport) Abort() error {
 	s.markClosed()
-	if a, ok := s.inner.(interface{ abort() error }); ok {
-		return a.abort()
+	if a, ok := s.inner.(link.Aborter); ok {
+		return a.Abort()
 	}
 	return s.inner.Close()
 }
 
-// releaseMemory unmaps the rings. The Group calls it from Close once no collective can run (a
+// ReleaseMemory unmaps the rings. The Group calls it from Close once no collective can run (a
 // view of a ring may be in use until then); the transport is closed by then.
-func (s *shmTransport) releaseMemory() {
+func (s *Transport) ReleaseMemory() {
 	s.rings.release()
-	if m, ok := s.inner.(interface{ releaseMemory() }); ok {
-		m.releaseMemory()
+	if m, ok := s.inner.(link.MemoryReleaser); ok {
+		m.ReleaseMemory()
 	}
 }
+
+// Unwrap is the data plane the decorator wraps.
+func (s *Transport) Unwrap() link.Transport { return s.inner }
