@@ -49,6 +49,10 @@ type Batch struct {
 	T       int
 	Tokens  []int32
 	Targets []int32
+
+	// Err is set by a Dataset whose Fill failed (an image folder's unreadable file, named in
+	// it); Loader.Next returns it instead of the batch.
+	Err error
 }
 
 // Layout is the per-sample shape of a data set, so that batch buffers can be
@@ -68,7 +72,7 @@ type Dataset interface {
 	Layout() Layout
 	// Fill writes the samples idx (each in [0, Len())) into b's buffers at
 	// positions 0..len(idx)-1 and sets b.Size. b's buffers have room for at
-	// least len(idx) samples.
+	// least len(idx) samples. A Fill that can fail (reading files) sets b.Err.
 	Fill(b *Batch, idx []int)
 }
 
