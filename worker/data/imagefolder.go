@@ -252,12 +252,23 @@ func toPlanes(buf []float32, img image.Image) []float32 {
 				R[y*W+x], G[y*W+x], B[y*W+x] = float32(row[4*x])*k, float32(row[4*x+1])*k, float32(row[4*x+2])*k
 			}
 		}
-	case *image.YCbCr:
+	case *image.YCbCr: // JPEG: color.YCbCrToRGB's fixed-point arithmetic, inlined
+		clamp := func(v int32) float32 {
+			if uint32(v)&0xff000000 == 0 {
+				return float32(v>>16) * k
+			}
+			return float32(uint8(^(v >> 31))) * k
+		}
 		for y := 0; y < H; y++ {
+			yrow := m.Y[m.YOffset(r.Min.X, y+r.Min.Y):]
 			for x := 0; x < W; x++ {
-				yi, ci := m.YOffset(x+r.Min.X, y+r.Min.Y), m.COffset(x+r.Min.X, y+r.Min.Y)
-				rr, gg, bb := color.YCbCrToRGB(m.Y[yi], m.Cb[ci], m.Cr[ci])
-				R[y*W+x], G[y*W+x], B[y*W+x] = float32(rr)*k, float32(gg)*k, float32(bb)*k
+				ci := m.COffset(x+r.Min.X, y+r.Min.Y)
+				yy1 := int32(yrow[x]) * 0x10101
+				cb1, cr1 := int32(m.Cb[ci])-128, int32(m.Cr[ci])-128
+				o := y*W + x
+				R[o] = clamp(yy1 + 91881*cr1)
+				G[o] = clamp(yy1 - 22554*cb1 - 46802*cr1)
+				B[o] = clamp(yy1 + 116130*cb1)
 			}
 		}
 	default:

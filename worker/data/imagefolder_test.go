@@ -220,3 +220,22 @@ func TestImageFolder_badLayouts(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkImageFolder_sample decodes and transforms one image per op from the folder in
+// $GODDP_BENCH_IMAGES (e.g. `ddpbench images --synthetic-jpeg`), skipped without it.
+func BenchmarkImageFolder_sample(b *testing.B) {
+	root := os.Getenv("GODDP_BENCH_IMAGES")
+	if root == "" {
+		b.Skip("GODDP_BENCH_IMAGES is not set")
+	}
+	tr, _, err := LoadImageFolder(root, ImageFolderConfig{Size: 224, Mean: ImageNetMean, Std: ImageNetStd, Seed: 1, Train: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	dst := make([]float32, 3*224*224)
+	for i := 0; i < b.N; i++ {
+		if err := tr.Sample(dst, 0, i%tr.Len()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
