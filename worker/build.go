@@ -216,6 +216,14 @@ func inputFeatures(cfg *Config) int {
 	return spec.Input().Features()
 }
 
+// buffersHash is the sha256 of m's buffers (model.HashF32 of the slab), "" without any.
+func buffersHash(m model.Model) string {
+	if b, ok := m.(model.Buffered); ok && b.Buffers().Data != nil {
+		return model.HashF32(tensor.ToHost(b.Buffers().Data))
+	}
+	return ""
+}
+
 // modelBuffers are a model's buffers (BatchNorm running statistics), nil for none: broadcast
 // from rank 0 with the parameters at the start and after every optimizer step.
 func modelBuffers(m model.Model) []*tensor.Tensor {

@@ -109,6 +109,9 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 			eng.BeginMicro(micro, k)
 			eng.BeginBackward()
 			m.Backward(gscale)
+			if err := model.SyncErr(m); err != nil { // SyncBatchNorm's reductions (none unless set)
+				return nil, fmt.Errorf("worker: step %d micro %d: %w", step, micro, err)
+			}
 			if trace != nil {
 				dev.Sync() // the trace's spans are host times: let them cover the device's work
 				eng.EndBackward()
@@ -146,7 +149,10 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		if err := scaler.Update(anyInf); err != nil {
 			return nil, fmt.Errorf("worker: step %d: %w", step, err)
 		}
-		if bufs != nil { // BatchNorm running statistics: rank 0's, every step (broadcast_buffers)
+		// BatchNorm running statistics: rank 0's, every step (broadcast_buffers). Not with
+		// SyncBatchNorm: every rank computes the same statistics bit for bit (model's combine in
+		// rank order), which the summary's buffers_sha256 of each rank shows.
+		if bufs != nil && !t.syncBN {
 			if err := eng.BroadcastTensors(ctx, bufs); err != nil {
 				return nil, fmt.Errorf("worker: step %d: buffers: %w", step, err)
 			}
@@ -254,7 +260,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	sum := &SummaryMetrics{
 		Steps: st.Step, FinalLoss: lastLoss, EvalLoss: ev.Loss, PeakMemoryBytes: dev.Stats().Peak,
 		SkippedSteps: st.Skipped, Precision: string(cfg.Precision), WorldSize: env.WorldSize, Rank: env.Rank,
-		WallSeconds: secs, ParamSHA256: hash, MicroBatch: b, GradAccumSteps: k,
+		WallSeconds: secs, ParamSHA256: hash, BuffersSHA256: buffersHash(m), MicroBatch: b, GradAccumSteps: k,
 		CommSeconds: commSec, CommHiddenFraction: hidden,
 	}
 	rate := float64(trained*samplesPerStep) / secs

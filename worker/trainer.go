@@ -68,6 +68,7 @@ type Trainer struct {
 	wall time.Time // when New started: the summary's wall_seconds
 
 	group   *allreduce.Group
+	syncBN  bool // model.sync_batchnorm over world > 1: BN statistics reduced over the ranks
 	dev     tensor.Device
 	evalSet data.Dataset // the training set is the loader's
 	m       model.Model
@@ -220,6 +221,9 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 		}
 		return errors.Join(errs...)
 	})
+	if err := t.syncBatchNorm(ctx, cfg, env, m, group, gcfg); err != nil {
+		return nil, err
+	}
 	eng := ddp.New(ps, group, ddp.Options{BucketCapMB: cfg.DDP.BucketCapMB, Wire: wireOf(cfg), Trace: trace, Logger: log, Channels: asComms(channels)})
 	t.eng = eng
 	t.onClose(func() error { eng.Close(); return nil })
@@ -416,4 +420,28 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// syncBatchNorm sets model.sync_batchnorm up: with world > 1 the BatchNorm layers reduce their
+// statistics (model.StatReducer) over a process group of their own — a channel beside the main
+// group, since DDP's gradient all-reduce runs on the main one during the backward, when the
+// layers reduce Σdy and Σdy·x̂. Set after micro_batch: auto's search, which runs the model on
+// each rank alone. World 1: nothing to synchronise, the layers stay local.
+func (t *Trainer) syncBatchNorm(ctx context.Context, cfg *Config, env Env, m model.Model, group *allreduce.Group, gcfg allreduce.Config) error {
+	if !cfg.Model.SyncBatchNorm || env.WorldSize == 1 {
+		return nil
+	}
+	chs, err := allreduce.OpenChannels(ctx, group, gcfg, 2)
+	if err != nil {
+		return fmt.Errorf("worker: model.sync_batchnorm: opening its process group: %w", err)
+	}
+	t.onClose(chs[0].Close)
+	if !model.SetStatReducer(m, ddp.StatReducer(ctx, chs[0])) {
+		return fmt.Errorf("worker: model.sync_batchnorm: model.kind %s has no BatchNorm", cfg.Model.Kind)
+	}
+	t.syncBN = true
+	if env.Rank == 0 {
+		t.log.Info("sync_batchnorm: BatchNorm statistics over every rank, on a process group of their own", "world", env.WorldSize)
+	}
+	return nil
 }
