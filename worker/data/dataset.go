@@ -5,6 +5,9 @@
 //  1. A loader function reads a data set into memory once: LoadMNIST gives two
 //     *Classification sets (images normalised to float32, labels int32),
 //     LoadText gives two *Text sets (raw bytes, a held-out tail for eval).
+//     LoadImageFolder (imagefolder.go) only lists ROOT/{train,val}/CLASS/*.jpg|png:
+//     its samples are decoded, augmented and normalised in Fill, on the
+//     loader's workers, and a file that cannot be read fails the batch (Batch.Err).
 //  2. A Dataset says how many samples it has and fills a Batch with any list
 //     of sample indices. Text becomes a Dataset by choosing the context
 //     length: text.WithContext(T).
