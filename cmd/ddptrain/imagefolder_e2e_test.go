@@ -78,3 +78,38 @@ func TestLaunch_syncBatchNormBuffersAgree(t *testing.T) {
 		t.Fatalf("summary %+v", a)
 	}
 }
+
+// An image-folder run killed after a checkpoint and resumed ends as the uninterrupted one: the
+// loader's position is in the checkpoint and every crop and flip is a function of (seed, epoch,
+// sample), so the resumed run sees the same pixels.
+func TestTrain_imageFolderResumeIsExact(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "folder")
+	bench := exec.Command(filepath.Join(binaries(t), "ddpbench"), "images", "--from-mnist", root, "--limit", "200", "--mnist", mnistDir(t))
+	if out, err := bench.CombinedOutput(); err != nil {
+		t.Fatalf("ddpbench images: %v\n%s", err, out)
+	}
+	run := func(ck string) []string {
+		return []string{"--config", "../../configs/mnist-folder-resnet.yaml", "--set", "model.width=4", "--set", "train.epochs=2", "--set", "train.max_steps=16",
+			"--set", "train.global_batch=16", "--set", "train.eval_batches=2", "--set", "data.path=" + root,
+			"--set", "checkpoint.dir=" + ck, "--set", "checkpoint.every=5"}
+	}
+	straight := filepath.Join(dir, "straight.jsonl")
+	if out, err := runTrain(t, nil, append(run(filepath.Join(dir, "ck-a")), "--metrics", straight)...); err != nil {
+		t.Fatalf("straight run: %v\n%s", err, out)
+	}
+	ck := filepath.Join(dir, "ck-b")
+	// Step 14 is in the second epoch (12 steps of 16 per epoch of 200 images).
+	out, err := runTrain(t, []string{"DDP_FAIL_AT_STEP=14"}, append(run(ck), "--metrics", filepath.Join(dir, "broken.jsonl"))...)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+		t.Fatalf("the failing run should exit 3, got %v\n%s", err, out)
+	}
+	resumed := filepath.Join(dir, "resumed.jsonl")
+	if out, err = runTrain(t, []string{"DDP_RESTART_COUNT=1"}, append(run(ck), "--metrics", resumed)...); err != nil {
+		t.Fatalf("resumed run: %v\n%s", err, out)
+	}
+	a, b := summary(t, straight), summary(t, resumed)
+	if a.ParamSHA256 != b.ParamSHA256 || a.BuffersSHA256 != b.BuffersSHA256 || a.EvalLoss != b.EvalLoss {
+		t.Fatalf("resumed: %s %s eval loss %v; uninterrupted: %s %s eval loss %v", b.ParamSHA256, b.BuffersSHA256, b.EvalLoss, a.ParamSHA256, a.BuffersSHA256, a.EvalLoss)
+	}
+}
