@@ -32,6 +32,9 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	metrics, prog, in := t.metrics, t.prog, t.in
 	wall := t.wall
 	bufs := modelBuffers(m) // nil unless the model has BatchNorm
+	if t.syncBN != nil {
+		t.syncBN.SetContext(ctx) // SyncBatchNorm's reductions end with the run, not the setup
+	}
 
 	if env.Rank == 0 {
 		printSettings(cfg, env, dev, ps, total, loader.StepsPerEpoch(), eng)
@@ -152,7 +155,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		// BatchNorm running statistics: rank 0's, every step (broadcast_buffers). Not with
 		// SyncBatchNorm: every rank computes the same statistics bit for bit (model's combine in
 		// rank order), which the summary's buffers_sha256 of each rank shows.
-		if bufs != nil && !t.syncBN {
+		if bufs != nil && t.syncBN == nil {
 			if err := eng.BroadcastTensors(ctx, bufs); err != nil {
 				return nil, fmt.Errorf("worker: step %d: buffers: %w", step, err)
 			}

@@ -68,7 +68,7 @@ type Trainer struct {
 	wall time.Time // when New started: the summary's wall_seconds
 
 	group   *allreduce.Group
-	syncBN  bool // model.sync_batchnorm over world > 1: BN statistics reduced over the ranks
+	syncBN  *ddp.StatReduce // model.sync_batchnorm over world > 1: BN statistics reduced over the ranks
 	dev     tensor.Device
 	evalSet data.Dataset // the training set is the loader's
 	m       model.Model
@@ -436,10 +436,11 @@ func (t *Trainer) syncBatchNorm(ctx context.Context, cfg *Config, env Env, m mod
 		return fmt.Errorf("worker: model.sync_batchnorm: opening its process group: %w", err)
 	}
 	t.onClose(chs[0].Close)
-	if !model.SetStatReducer(m, ddp.StatReducer(ctx, chs[0])) {
+	red := ddp.StatReducer(ctx, chs[0]) // Run gives it the loop's context
+	if !model.SetStatReducer(m, red) {
 		return fmt.Errorf("worker: model.sync_batchnorm: model.kind %s has no BatchNorm", cfg.Model.Kind)
 	}
-	t.syncBN = true
+	t.syncBN = red
 	if env.Rank == 0 {
 		t.log.Info("sync_batchnorm: BatchNorm statistics over every rank, on a process group of their own", "world", env.WorldSize)
 	}
