@@ -69,28 +69,25 @@ type EvalMetrics struct {
 
 // SummaryMetrics is the last line, {"event":"summary"}.
 type SummaryMetrics struct {
-	Event           string   `json:"event"` // "summary" (filled by Summary)
-	Steps           int      `json:"steps"`
-	FinalLoss       float64  `json:"final_loss"`
-	EvalLoss        float64  `json:"eval_loss"`
-	EvalAccuracy    *float64 `json:"eval_accuracy,omitempty"` // classification only
-	SamplesPerSec   float64  `json:"samples_per_sec"`
-	TokensPerSec    float64  `json:"tokens_per_sec,omitempty"` // language models only
-	PeakMemoryBytes int64    `json:"peak_memory_bytes"`
-	SkippedSteps    int      `json:"skipped_steps"`
-	Precision       string   `json:"precision"`
-	WorldSize       int      `json:"world_size"`
-	Rank            int      `json:"rank"`
-	WallSeconds     float64  `json:"wall_seconds"`
-	ParamSHA256     string   `json:"param_sha256"` // sha256 of the final FP32 parameters
-	// BuffersSHA256 is the sha256 of the final buffers (BatchNorm running statistics), this
-	// rank's; "" for a model without buffers. Equal on every rank (broadcast from rank 0, or
-	// computed alike under model.sync_batchnorm).
-	BuffersSHA256      string  `json:"buffers_sha256,omitempty"`
-	MicroBatch         int     `json:"micro_batch"`
-	GradAccumSteps     int     `json:"grad_accum_steps"`
-	CommSeconds        float64 `json:"comm_seconds"`
-	CommHiddenFraction float64 `json:"comm_hidden_fraction"` // share of all-reduce time overlapped with backward
+	Event              string   `json:"event"` // "summary" (filled by Summary)
+	Steps              int      `json:"steps"`
+	FinalLoss          float64  `json:"final_loss"`
+	EvalLoss           float64  `json:"eval_loss"`
+	EvalAccuracy       *float64 `json:"eval_accuracy,omitempty"` // classification only
+	SamplesPerSec      float64  `json:"samples_per_sec"`
+	TokensPerSec       float64  `json:"tokens_per_sec,omitempty"` // language models only
+	PeakMemoryBytes    int64    `json:"peak_memory_bytes"`
+	SkippedSteps       int      `json:"skipped_steps"`
+	Precision          string   `json:"precision"`
+	WorldSize          int      `json:"world_size"`
+	Rank               int      `json:"rank"`
+	WallSeconds        float64  `json:"wall_seconds"`
+	ParamSHA256        string   `json:"param_sha256"`             // sha256 of the final FP32 parameters
+	BuffersSHA256      string   `json:"buffers_sha256,omitempty"` // sha256 of this rank's final buffers (BN running statistics), equal on every rank
+	MicroBatch         int      `json:"micro_batch"`
+	GradAccumSteps     int      `json:"grad_accum_steps"`
+	CommSeconds        float64  `json:"comm_seconds"`
+	CommHiddenFraction float64  `json:"comm_hidden_fraction"` // share of all-reduce time overlapped with backward
 }
 
 // Float returns a pointer to v, for the optional fields (EvalAccuracy).

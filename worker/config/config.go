@@ -84,9 +84,9 @@ type ModelConfig struct {
 	// ranks (PyTorch's SyncBatchNorm: per-channel statistics gathered in the
 	// forward, Σdy and Σdy·x̂ all-reduced in the backward), so world W × micro
 	// batch b normalises as one process with W·b. Default false: statistics per
-	// rank. Either way the running statistics are buffers, broadcast from rank
-	// 0 at the start and after every optimizer step (with sync they are already
-	// equal on every rank).
+	// rank. The running statistics are buffers, broadcast from rank 0 at the
+	// start and, without sync, after every optimizer step (with sync every rank
+	// computes the same ones).
 	SyncBatchNorm bool `yaml:"sync_batchnorm,omitempty"`
 	// checkpoint_keep_attention (GPT, with checkpoint): checkpointed blocks also
 	// keep the fused attention's output (B×T×width) and log-sum-exp, so the
