@@ -92,7 +92,9 @@ func short(names []string) string {
 	return strings.Join(names, ", ")
 }
 
-// ScanImageFolder lists one split: dir/CLASS/*.{jpg,jpeg,png}.
+// ScanImageFolder lists one split: dir/CLASS/*.{jpg,jpeg,png}. Symbolic links are followed;
+// directories whose names start with "." (.ipynb_checkpoints, .git) are not classes, where
+// torchvision would count them.
 func ScanImageFolder(dir string, cfg ImageFolderConfig) (*ImageFolder, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -100,7 +102,7 @@ func ScanImageFolder(dir string, cfg ImageFolderConfig) (*ImageFolder, error) {
 	}
 	f := &ImageFolder{Dir: dir, cfg: cfg}
 	for _, e := range ents {
-		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+		if isDir(dir, e) && !strings.HasPrefix(e.Name(), ".") {
 			f.Classes = append(f.Classes, e.Name())
 		}
 	}
@@ -116,7 +118,7 @@ func ScanImageFolder(dir string, cfg ImageFolderConfig) (*ImageFolder, error) {
 		}
 		n := 0
 		for _, fe := range files {
-			if fe.IsDir() || !isImage(fe.Name()) {
+			if !isImage(fe.Name()) || isDir(cdir, fe) {
 				continue
 			}
 			f.Files = append(f.Files, filepath.Join(cdir, fe.Name())) // ReadDir sorts by name
@@ -128,6 +130,16 @@ func ScanImageFolder(dir string, cfg ImageFolderConfig) (*ImageFolder, error) {
 		}
 	}
 	return f, nil
+}
+
+// isDir reports whether e in dir is a directory, following a symbolic link (as Python's
+// os.scandir does for torchvision: data sets are often trees of links).
+func isDir(dir string, e os.DirEntry) bool {
+	if e.Type()&os.ModeSymlink == 0 {
+		return e.IsDir()
+	}
+	fi, err := os.Stat(filepath.Join(dir, e.Name()))
+	return err == nil && fi.IsDir()
 }
 
 func isImage(name string) bool {

@@ -60,8 +60,9 @@ func writeFolder(t *testing.T, root string, classes []string, perClass int) {
 			}
 		}
 	}
-	// Not images: ignored.
+	// Not images, not classes: ignored.
 	os.WriteFile(filepath.Join(root, "train", classes[0], "README.txt"), []byte("x"), 0o644)
+	os.MkdirAll(filepath.Join(root, "train", ".ipynb_checkpoints"), 0o755)
 }
 
 func folderCfg(size int) ImageFolderConfig {
@@ -168,6 +169,27 @@ func TestRandomResizedCrop_inBoundsAndFallback(t *testing.T) {
 	top, left, h, w := randomResizedCrop(&rng, 1, 100)
 	if h != 1 || w != 1 || top != 0 || left != 49 {
 		t.Fatalf("fallback crop top %d left %d %dx%d, want the centre 1x1", top, left, h, w)
+	}
+}
+
+// Classes and images reached through symbolic links count (trees of links are common).
+func TestImageFolder_followsSymlinks(t *testing.T) {
+	src, root := t.TempDir(), t.TempDir()
+	writeFolder(t, src, []string{"a", "b"}, 2)
+	for _, split := range []string{"train", "val"} {
+		os.MkdirAll(filepath.Join(root, split, "a"), 0o755)
+		os.Symlink(filepath.Join(src, split, "b"), filepath.Join(root, split, "b"))
+		ents, _ := os.ReadDir(filepath.Join(src, split, "a"))
+		for _, e := range ents {
+			os.Symlink(filepath.Join(src, split, "a", e.Name()), filepath.Join(root, split, "a", e.Name()))
+		}
+	}
+	tr, _, err := LoadImageFolder(root, folderCfg(8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Len() != 4 || strings.Join(tr.Classes, ",") != "a,b" {
+		t.Fatalf("%d images in %v, want 4 in a,b", tr.Len(), tr.Classes)
 	}
 }
 
