@@ -73,7 +73,7 @@ func runBN(x, dy []float32, n, c, hw int, sync StatReducer) bnRun {
 	dev := cpu.New()
 	ps, bufs := NewParams(dev), NewBuffers(dev)
 	bn := NewBatchNorm2d(ps, bufs, "bn", c)
-	ps.Build(false)
+	ps.Build(tensor.F32)
 	bufs.Build()
 	w := make([]float32, c)
 	for i := range w {
