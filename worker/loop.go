@@ -35,6 +35,9 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	}
 	t.ran = true
 	cfg, env, dev, ps, st := t.cfg, t.env, t.dev, t.ps, &t.st
+	if t.syncBN != nil {
+		t.syncBN.SetContext(ctx) // SyncBatchNorm's reductions end with the run, not the setup
+	}
 	if env.Rank == 0 {
 		printSettings(cfg, env, dev, ps, t.total, t.loader.StepsPerEpoch(), t.eng)
 	}
@@ -173,6 +176,9 @@ func (t *Trainer) microStep(ctx context.Context, ls *loopState, step, micro int)
 	eng.BeginMicro(micro, k)
 	eng.BeginBackward()
 	t.m.Backward(gscale)
+	if err := model.SyncErr(t.m); err != nil { // SyncBatchNorm's reductions (none unless set)
+		return fmt.Errorf("worker: step %d micro %d: %w", step, micro, err)
+	}
 	if trace != nil {
 		dev.Sync() // the trace's spans are host times: let them cover the device's work
 		eng.EndBackward()
@@ -229,7 +235,10 @@ func (t *Trainer) update(ctx context.Context, ls *loopState, step int, lr float3
 	if err := scaler.Update(anyInf); err != nil {
 		return stepResult{}, fmt.Errorf("worker: step %d: %w", step, err)
 	}
-	if bufs := modelBuffers(t.m); bufs != nil { // BatchNorm running statistics: rank 0's, every step (broadcast_buffers)
+	// BatchNorm running statistics: rank 0's, every step (broadcast_buffers). Not with
+	// SyncBatchNorm: every rank computes the same statistics bit for bit (model's combine in rank
+	// order), which the summary's buffers_sha256 of each rank shows.
+	if bufs := modelBuffers(t.m); bufs != nil && t.syncBN == nil {
 		if err := eng.BroadcastTensors(ctx, bufs); err != nil {
 			return stepResult{}, fmt.Errorf("worker: step %d: buffers: %w", step, err)
 		}
@@ -363,7 +372,7 @@ func (t *Trainer) finish(ctx context.Context, ls *loopState) (*Result, error) {
 	sum := &observe.SummaryMetrics{
 		Steps: st.Step, FinalLoss: ls.lastLoss, EvalLoss: ev.Loss, PeakMemoryBytes: t.dev.Stats().Peak,
 		SkippedSteps: st.Skipped, Precision: string(cfg.Precision), WorldSize: env.WorldSize, Rank: env.Rank,
-		WallSeconds: secs, ParamSHA256: hash, MicroBatch: cfg.Train.MicroBatch, GradAccumSteps: cfg.Train.GradAccumSteps,
+		WallSeconds: secs, ParamSHA256: hash, BuffersSHA256: buffersHash(t.m), MicroBatch: cfg.Train.MicroBatch, GradAccumSteps: cfg.Train.GradAccumSteps,
 		CommSeconds: commSec, CommHiddenFraction: hidden,
 	}
 	rate := float64(trained*t.samplesPerStep()) / secs

@@ -71,6 +71,7 @@ type Trainer struct {
 	wall time.Time // when New started: the summary's wall_seconds
 
 	group   *allreduce.Group
+	syncBN  *ddp.StatReduce // model.sync_batchnorm over world > 1: BN statistics reduced over the ranks
 	dev     tensor.Device
 	evalSet data.Dataset // the training set is the loader's
 	m       model.Model
@@ -283,6 +284,9 @@ func (t *Trainer) startEngine(ctx context.Context, gcfg allreduce.Config) error 
 		}
 		return errors.Join(errs...)
 	})
+	if err := t.syncBatchNorm(ctx, cfg, t.env, t.m, t.group, gcfg); err != nil {
+		return err
+	}
 	dopts := ddp.Options{BucketCapMB: cfg.DDP.BucketCapMB, Wire: wireOf(cfg), Logger: t.log, Channels: asComms(channels)}
 	if t.trace != nil { // not a nil *Trace in the interface
 		dopts.Tracer = t.trace
@@ -515,4 +519,29 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// syncBatchNorm sets model.sync_batchnorm up: with world > 1 the BatchNorm layers reduce their
+// statistics (model.StatReducer) over a process group of their own — a channel beside the main
+// group, since DDP's gradient all-reduce runs on the main one during the backward, when the
+// layers reduce Σdy and Σdy·x̂. Set after micro_batch: auto's search, which runs the model on
+// each rank alone. World 1: nothing to synchronise, the layers stay local.
+func (t *Trainer) syncBatchNorm(ctx context.Context, cfg *Config, env Env, m model.Model, group *allreduce.Group, gcfg allreduce.Config) error {
+	if !cfg.Model.SyncBatchNorm || env.WorldSize == 1 {
+		return nil
+	}
+	chs, err := allreduce.OpenChannels(ctx, group, gcfg, 2)
+	if err != nil {
+		return fmt.Errorf("worker: model.sync_batchnorm: opening its process group: %w", err)
+	}
+	t.onClose(chs[0].Close)
+	red := ddp.StatReducer(ctx, chs[0]) // Run gives it the loop's context
+	if !model.SetStatReducer(m, red) {
+		return fmt.Errorf("worker: model.sync_batchnorm: model.kind %s has no BatchNorm", cfg.Model.Kind)
+	}
+	t.syncBN = red
+	if env.Rank == 0 {
+		t.log.Info("sync_batchnorm: BatchNorm statistics over every rank, on a process group of their own", "world", env.WorldSize)
+	}
+	return nil
 }
