@@ -158,3 +158,26 @@ func TestLaunch_stoppedRankFoundByHeartbeat(t *testing.T) {
 	}
 	t.Logf("rank 1 SIGSTOPped: ddplaunch ended in %v, naming its silence (default limit %v)", took.Round(time.Millisecond), launcher.DefaultSilence)
 }
+
+// Issue 30, item 6: a config error names its key and is printed once under the launcher, not
+// once per worker and again in the failure report: --set ddp.timeout=-5s (a valid Go duration,
+// but negative), and a global batch that the world does not divide (which needs the world).
+func TestLaunch_configErrorsNameTheKeyOnce(t *testing.T) {
+	for _, c := range []struct{ set, say string }{
+		{"ddp.timeout=-5s", "ddp.timeout: -5s: must be positive"},
+		{"train.global_batch=7", "train.global_batch not divisible"},
+	} {
+		cmd := exec.Command(filepath.Join(binaries(t), "ddplaunch"), "--nproc-per-node", "2", "--config", "../../configs/mnist-mlp.yaml", "--set", c.set)
+		out, err := cmd.CombinedOutput()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 2 {
+			t.Errorf("--set %s: %v, want exit 2 (a config error)", c.set, err)
+		}
+		if n := strings.Count(string(out), c.say); n != 1 {
+			t.Errorf("--set %s: %q printed %d times, want once:\n%s", c.set, c.say, n, out)
+		}
+		if strings.Contains(string(out), "[rank ") {
+			t.Errorf("--set %s: workers started:\n%s", c.set, out)
+		}
+	}
+}
