@@ -8,10 +8,10 @@ import (
 
 // AllReduce reduces buf across all ranks in place: afterwards every rank holds the same
 // (bit-identical) sum, or average, of every rank's buf. wire says how values travel; with
-// WireF16 each hop rounds partial sums to half while adding in float32, and the result is a
-// half value (stored as float32). buf's length, op and wire must match on every rank.
+// WireF16 (WireBF16) each hop rounds partial sums to half (bfloat16) while adding in float32,
+// and the result is a half (bfloat16) value, stored as float32. buf's length, op and wire must match on every rank.
 func (g *Group) AllReduce(ctx context.Context, buf []float32, op Op, wire Wire) error {
-	if wire != WireF32 && wire != WireF16 {
+	if !wire.float() {
 		return fmt.Errorf("allreduce: all-reduce: unsupported wire %s", wire)
 	}
 	return g.allReduce(ctx, &f32Buf{buf: buf, wire: wire}, op, wire)
@@ -40,7 +40,7 @@ func (g *Group) allReduce(ctx context.Context, rb reduceBuf, op Op, wire Wire) e
 // values there, bit-identical to what AllReduce would leave in it; the rest of buf is scratch
 // (partial sums). buf's length, op and wire must match on every rank.
 func (g *Group) ReduceScatter(ctx context.Context, buf []float32, op Op, wire Wire) error {
-	if wire != WireF32 && wire != WireF16 {
+	if !wire.float() {
 		return fmt.Errorf("allreduce: reduce-scatter: unsupported wire %s", wire)
 	}
 	if op != Sum && op != Avg {
@@ -56,11 +56,11 @@ func (g *Group) ReduceScatter(ctx context.Context, buf []float32, op Op, wire Wi
 // AllGatherSegments is the second half of AllReduce, a collective of its own: every rank
 // contributes its segment of buf, [Segment(len(buf), Size(), rank)), and afterwards every rank
 // holds every segment. After ReduceScatter with the same wire it leaves buf bit-identical to
-// AllReduce. With WireF16 the segments travel as half values: a segment that is not already of
-// half precision (as ReduceScatter's f16 result is) is rounded on the other ranks but not on
-// its owner. buf's length and wire must match on every rank.
+// AllReduce. With WireF16 (WireBF16) the segments travel as half (bfloat16) values: a segment
+// that is not already of that precision (as ReduceScatter's result is) is rounded on the other
+// ranks but not on its owner. buf's length and wire must match on every rank.
 func (g *Group) AllGatherSegments(ctx context.Context, buf []float32, wire Wire) error {
-	if wire != WireF32 && wire != WireF16 {
+	if !wire.float() {
 		return fmt.Errorf("allreduce: all-gather of segments: unsupported wire %s", wire)
 	}
 	c, err := g.begin(ctx, kindAllGatherSegments)
@@ -94,11 +94,11 @@ func (c *collective) ring(rb reduceBuf, op Op, wire Wire, from, to int) error {
 	chunk := max(1, g.cfg.ChunkBytes/wire.elemSize())
 	c.startSender()
 
-	// With the f16 wire, Avg divides every rank's contribution before it is cast (scale); with
+	// With a 16-bit wire, Avg divides every rank's contribution before it is cast (scale); with
 	// f32 the owner divides the full sum (rb.reduce, final step).
 	scale, div := float32(1), float32(1)
 	if op == Avg {
-		if wire == WireF16 {
+		if _, h16 := wire.kernels(); h16 {
 			scale = AvgScale(n)
 		} else {
 			div = float32(n)
@@ -165,7 +165,7 @@ type reduceBuf interface {
 	store(src []byte, lo, hi int)
 }
 
-// f32Buf is a float32 buffer with either wire.
+// f32Buf is a float32 buffer with any float wire (f32, f16, bf16).
 type f32Buf struct {
 	buf  []float32
 	wire Wire
@@ -174,8 +174,8 @@ type f32Buf struct {
 func (b *f32Buf) len() int { return len(b.buf) }
 
 func (b *f32Buf) encode(dst []byte, lo, hi int, scale float32) {
-	if b.wire == WireF16 {
-		encodeF16(asU16(dst), b.buf[lo:hi], scale)
+	if k, ok := b.wire.kernels(); ok {
+		k.encode(asU16(dst), b.buf[lo:hi], scale)
 		return
 	}
 	copy(dst, f32Bytes(b.buf[lo:hi])) // scale is 1 with the f32 wire
@@ -183,11 +183,11 @@ func (b *f32Buf) encode(dst []byte, lo, hi int, scale float32) {
 
 func (b *f32Buf) reduce(src []byte, lo, hi int, scale float32, final bool, div float32) {
 	x := b.buf[lo:hi]
-	if b.wire == WireF16 {
+	if k, ok := b.wire.kernels(); ok {
 		if final {
-			addF16Round(x, asU16(src), scale)
+			k.addRound(x, asU16(src), scale)
 		} else {
-			addF16(x, asU16(src), scale)
+			k.add(x, asU16(src), scale)
 		}
 		return
 	}
@@ -200,8 +200,8 @@ func (b *f32Buf) reduce(src []byte, lo, hi int, scale float32, final bool, div f
 }
 
 func (b *f32Buf) store(src []byte, lo, hi int) {
-	if b.wire == WireF16 {
-		decodeF16(b.buf[lo:hi], asU16(src))
+	if k, ok := b.wire.kernels(); ok {
+		k.decode(b.buf[lo:hi], asU16(src))
 		return
 	}
 	copy(f32Bytes(b.buf[lo:hi]), src)

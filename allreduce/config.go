@@ -40,7 +40,13 @@ const (
 	WireF16
 	// wireBytes is raw bytes (broadcast, all-gather, barrier).
 	wireBytes
+	// WireBF16 sends bfloat16 (round to nearest even, inf and NaN carried): half the bytes, f32's
+	// range, about 2 decimal digits per hop; partial sums in float32 as with WireF16.
+	WireBF16
 )
+
+// float reports a wire for float buffers (AllReduce, ReduceScatter, AllGatherSegments).
+func (w Wire) float() bool { return w == WireF32 || w == WireF16 || w == WireBF16 }
 
 func (w Wire) String() string {
 	switch w {
@@ -50,16 +56,22 @@ func (w Wire) String() string {
 		return "f16"
 	case wireBytes:
 		return "bytes"
+	case WireBF16:
+		return "bf16"
 	}
 	return fmt.Sprintf("wire(%d)", uint8(w))
 }
+
+// ElemBytes is the bytes one element takes on the wire: 4 for WireF32, 2 for WireF16 and
+// WireBF16; 0 for an unknown wire.
+func (w Wire) ElemBytes() int { return w.elemSize() }
 
 // elemSize is the bytes per element on the wire; 0 for an unknown wire.
 func (w Wire) elemSize() int {
 	switch w {
 	case WireF32:
 		return 4
-	case WireF16:
+	case WireF16, WireBF16:
 		return 2
 	case wireBytes:
 		return 1
@@ -67,15 +79,17 @@ func (w Wire) elemSize() int {
 	return 0
 }
 
-// ParseWire parses "f32" or "f16".
+// ParseWire parses "f32", "f16" or "bf16".
 func ParseWire(s string) (Wire, error) {
 	switch s {
 	case "f32", "fp32", "float32":
 		return WireF32, nil
 	case "f16", "fp16", "float16", "half":
 		return WireF16, nil
+	case "bf16", "bfloat16":
+		return WireBF16, nil
 	}
-	return 0, fmt.Errorf("allreduce: unknown wire format %q (want f32 or f16)", s)
+	return 0, fmt.Errorf("allreduce: unknown wire format %q (want f32, f16 or bf16)", s)
 }
 
 // Config describes one rank's place in a group: NewGroup's argument. It is defined in the

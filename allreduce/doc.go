@@ -1,13 +1,14 @@
 // Package allreduce is goddp's communication engine: process groups and the collectives the
 // data-parallel trainer exchanges gradients through — ring all-reduce (sum, average) with an
-// f32 or f16 wire, its two halves reduce-scatter and all-gather as collectives of their own,
+// f32, f16 or bf16 wire, its two halves reduce-scatter and all-gather as collectives of their own,
 // broadcast, all-gather of blocks and barrier — over pluggable transports. It knows buffers
 // and ranks, never models.
 //
 // # The layout
 //
 // This package is the core: Group, the ring schedule (ring.go, pure functions), frames
-// (frame.go), the sender (sender.go), the f32/f16 codecs and kernels (codec_f16.go), the
+// (frame.go), the sender (sender.go), the f32/f16/bf16 codecs and kernels (codec_f16.go,
+// codec_bf16.go: Wire.kernels, one path for both 16-bit wires), the
 // collectives (allreduce.go, collectives.go), averaging (Avg and AvgScale: its one owner; the
 // staged GPU path in ddp scales by AvgScale before its cast), the environment (config_env.go,
 // the only place any package under allreduce/ reads it) and the in-process transport for tests
@@ -51,10 +52,10 @@
 //     Config.ChunkBytes; the caller's goroutine receives a chunk, adds its own values
 //     (float32, kernels in codec_f16.go, F16C/AVX on amd64) and queues it for the next step
 //     at once, while a sender goroutine (sender.go) casts queued chunks straight into the
-//     transport's buffers and sends them. With the f16 wire each hop rounds the partial sum to
-//     half; the segment's owner rounds the full sum and keeps exactly what it sends, so every
-//     rank ends bit-identical. Avg multiplies each contribution by AvgScale before the cast
-//     (f16) or divides the full sum once (f32). ReduceScatter and AllGatherSegments run the
+//     transport's buffers and sends them. With the f16 (bf16) wire each hop rounds the partial
+//     sum to half (bfloat16); the segment's owner rounds the full sum and keeps exactly what it
+//     sends, so every rank ends bit-identical. Avg multiplies each contribution by AvgScale
+//     before the cast (f16, bf16) or divides the full sum once (f32). ReduceScatter and AllGatherSegments run the
 //     two halves as collectives of their own, each rank owning Segment(n, size, rank) in
 //     between; one after the other they equal AllReduce bit for bit, which runs them fused.
 //

@@ -173,7 +173,7 @@ func sum64(in [][]float32, i int) (s, abs float64) {
 
 // checkAllReduce runs one all-reduce and checks: bit-identical across ranks; f32 equal to the
 // float64 sum (exact on dyadic data, within n-1 float32 roundings otherwise); f16 with relative
-// L2 error at most 1e-3.
+// L2 error at most 1e-3, bf16 8e-3.
 func checkAllReduce(t *testing.T, gs []*Group, size int, op Op, wire Wire, dyadic bool) {
 	t.Helper()
 	n := len(gs)
@@ -214,19 +214,24 @@ func checkAllReduce(t *testing.T, gs []*Group, size int, op Op, wire Wire, dyadi
 		errSq += (float64(got) - want) * (float64(got) - want)
 		refSq += want * want
 	}
-	if wire == WireF16 && size < 1000 {
+	// A 16-bit wire's unit roundoff, and the relative L2 error allowed over many values.
+	u, maxRel := 1.0/(1<<11), 1e-3
+	if wire == WireBF16 {
+		u, maxRel = 1.0/(1<<8), 8e-3
+	}
+	if wire != WireF32 && size < 1000 {
 		// Too few values for a statistical bound: each element within its own rounding budget
-		// (one half rounding per hop, relative to the magnitudes added).
+		// (one rounding per hop, relative to the magnitudes added).
 		for i, got := range bufs[0] {
 			s, abs := sum64(in, i)
-			if d := math.Abs(float64(got) - s/div); d > float64(n+1)*abs/div*(1.0/(1<<11)) {
-				t.Fatalf("n=%d size=%d [%d]: f16 result %g, float64 sum %g", n, size, i, got, s/div)
+			if d := math.Abs(float64(got) - s/div); d > float64(n+1)*abs/div*u {
+				t.Fatalf("n=%d size=%d [%d]: %s result %g, float64 sum %g", n, size, i, wire, got, s/div)
 			}
 		}
 	}
-	if wire == WireF16 && size >= 1000 && refSq > 0 {
-		if rel := math.Sqrt(errSq / refSq); rel > 1e-3 {
-			t.Fatalf("n=%d size=%d %s: relative L2 error %.2e > 1e-3", n, size, op, rel)
+	if wire != WireF32 && size >= 1000 && refSq > 0 {
+		if rel := math.Sqrt(errSq / refSq); rel > maxRel {
+			t.Fatalf("n=%d size=%d %s %s: relative L2 error %.2e > %g", n, size, wire, op, rel, maxRel)
 		}
 	}
 }
@@ -236,7 +241,7 @@ func TestAllReduce_inproc(t *testing.T) {
 		gs := newGroups(t, "inproc", n, func(c *Config) { c.ChunkBytes = 4096 })
 		big := newGroups(t, "inproc", n, nil)
 		for _, size := range []int{1, 2, 5, 1000, 3 * 1027, 100003} {
-			for _, wire := range []Wire{WireF32, WireF16} {
+			for _, wire := range []Wire{WireF32, WireF16, WireBF16} {
 				t.Run(fmt.Sprintf("n%d/size%d/%s", n, size, wire), func(t *testing.T) {
 					checkAllReduce(t, gs, size, Sum, wire, true)
 					checkAllReduce(t, gs, size, Avg, wire, false)
@@ -248,7 +253,7 @@ func TestAllReduce_inproc(t *testing.T) {
 		if n == 7 {
 			size = 1<<20 + 3
 		}
-		for _, wire := range []Wire{WireF32, WireF16} {
+		for _, wire := range []Wire{WireF32, WireF16, WireBF16} {
 			t.Run(fmt.Sprintf("n%d/size%d/%s", n, size, wire), func(t *testing.T) {
 				checkAllReduce(t, big, size, Sum, wire, wire == WireF32)
 			})
@@ -261,7 +266,7 @@ func TestAllReduce_network(t *testing.T) {
 		for _, n := range []int{2, 3, 4} {
 			gs := newGroups(t, kind, n, func(c *Config) { c.ChunkBytes = 64 << 10 })
 			for _, size := range []int{1, 7, 1000, 1 << 18} {
-				for _, wire := range []Wire{WireF32, WireF16} {
+				for _, wire := range []Wire{WireF32, WireF16, WireBF16} {
 					t.Run(fmt.Sprintf("%s/n%d/size%d/%s", kind, n, size, wire), func(t *testing.T) {
 						checkAllReduce(t, gs, size, Sum, wire, true)
 						checkAllReduce(t, gs, size, Avg, wire, false)
@@ -317,6 +322,24 @@ func TestAllReduce_specialsF16(t *testing.T) {
 	for r, b := range bufs {
 		if b[0] != 3 || !math.IsInf(float64(b[1]), 1) || !math.IsNaN(float64(b[2])) || !math.IsInf(float64(b[3]), 1) {
 			t.Fatalf("rank %d: %v", r, b)
+		}
+	}
+}
+
+// The bf16 wire carries Inf and NaN, keeps f32's range (60000·3 and 1e38 are no overflow; the
+// sum of three 2e38s is), and leaves every rank the same bits.
+func TestAllReduce_specialsBF16(t *testing.T) {
+	gs := newGroups(t, "inproc", 3, nil)
+	bufs := [][]float32{{1, float32(math.Inf(1)), 2, 60000, 1e38, 2e38}, {1, 1, float32(math.NaN()), 60000, 1e-38, 2e38}, {1, 1, 1, 60000, 0, 2e38}}
+	noErrors(t, each(gs, func(g *Group) error { return g.AllReduce(context.Background(), bufs[g.Rank()], Sum, WireBF16) }))
+	for r, b := range bufs {
+		if b[0] != 3 || !math.IsInf(float64(b[1]), 1) || !math.IsNaN(float64(b[2])) || b[3] != 180224 || math.Abs(float64(b[4])-1e38) > 1e36 || !math.IsInf(float64(b[5]), 1) {
+			t.Fatalf("rank %d: %v", r, b)
+		}
+		for i := range b {
+			if math.Float32bits(b[i]) != math.Float32bits(bufs[0][i]) {
+				t.Fatalf("rank %d [%d] = %#08x, rank 0 %#08x", r, i, math.Float32bits(b[i]), math.Float32bits(bufs[0][i]))
+			}
 		}
 	}
 }
@@ -605,7 +628,7 @@ func TestGRPC_inMemory(t *testing.T) {
 		c.MasterAddr = "127.0.0.1:29500"
 		c.GRPCListen, c.GRPCDial = mn.Listen, mn.Dial
 	})
-	for _, wire := range []Wire{WireF32, WireF16} {
+	for _, wire := range []Wire{WireF32, WireF16, WireBF16} {
 		checkAllReduce(t, gs, 100_003, Sum, wire, wire == WireF32)
 	}
 }

@@ -157,3 +157,132 @@ f8:
 fdone:
 	VZEROUPPER
 	RET
+
+// ---- bf16 (AVX2) ----
+//
+// AVX2 versions of codec_bf16.go's kernels, 8 elements per step, bit-identical to the Go ones
+// (codec_bf16_test.go): narrowing adds 0x7fff plus the lowest kept bit and keeps the top 16
+// bits; a NaN keeps its sign and top payload with the quiet bit set (VCMPPS unordered selects
+// it); widening is a zero-extend and a shift. Multiplies and adds are separate instructions.
+
+// func cpuidAVX2() bool
+TEXT ·cpuidAVX2(SB), NOSPLIT, $0-1
+	XORL AX, AX
+	XORL CX, CX
+	CPUID
+	CMPL AX, $7
+	JL   noavx2
+	MOVL $7, AX
+	XORL CX, CX
+	CPUID
+	SHRL $5, BX
+	ANDL $1, BX
+	MOVB BX, ret+0(FP)
+	RET
+noavx2:
+	MOVB $0, ret+0(FP)
+	RET
+
+// func encodeBF16AVX(dst *uint16, src *float32, n int, scale float32)
+TEXT ·encodeBF16AVX(SB), NOSPLIT, $0-28
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS scale+24(FP), Y7
+	MOVL $0x7fff, AX
+	MOVQ AX, X6
+	VPBROADCASTD X6, Y6
+	MOVL $1, AX
+	MOVQ AX, X5
+	VPBROADCASTD X5, Y5
+	MOVL $0x00400000, AX
+	MOVQ AX, X4
+	VPBROADCASTD X4, Y4
+bfenc8:
+	CMPQ CX, $8
+	JL   bfencdone
+	VMULPS (SI), Y7, Y0
+	VPSRLD $16, Y0, Y1
+	VPAND Y5, Y1, Y1
+	VPADDD Y6, Y1, Y1
+	VPADDD Y0, Y1, Y1
+	VCMPPS $3, Y0, Y0, Y2
+	VPOR Y4, Y0, Y3
+	VBLENDVPS Y2, Y3, Y1, Y1
+	VPSRLD $16, Y1, Y1
+	VEXTRACTI128 $1, Y1, X2
+	VPACKUSDW X2, X1, X1
+	VMOVDQU X1, (DI)
+	ADDQ $32, SI
+	ADDQ $16, DI
+	SUBQ $8, CX
+	JMP  bfenc8
+bfencdone:
+	VZEROUPPER
+	RET
+
+// func decodeBF16AVX(dst *float32, src *uint16, n int)
+TEXT ·decodeBF16AVX(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+bfdec8:
+	CMPQ CX, $8
+	JL   bfdecdone
+	VPMOVZXWD (SI), Y0
+	VPSLLD $16, Y0, Y0
+	VMOVDQU Y0, (DI)
+	ADDQ $16, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JMP  bfdec8
+bfdecdone:
+	VZEROUPPER
+	RET
+
+// func addBF16AVX(dst *float32, src *uint16, n int, scale float32, round bool)
+// dst = f32(src) + dst*scale, then (round) to the nearest bfloat16 value.
+TEXT ·addBF16AVX(SB), NOSPLIT, $0-29
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS scale+24(FP), Y7
+	MOVBLZX round+28(FP), DX
+	MOVL $0x7fff, AX
+	MOVQ AX, X6
+	VPBROADCASTD X6, Y6
+	MOVL $1, AX
+	MOVQ AX, X5
+	VPBROADCASTD X5, Y5
+	MOVL $0x00400000, AX
+	MOVQ AX, X4
+	VPBROADCASTD X4, Y4
+	MOVL $0xffff0000, AX
+	MOVQ AX, X8
+	VPBROADCASTD X8, Y8
+bfadd8:
+	CMPQ CX, $8
+	JL   bfadddone
+	VPMOVZXWD (SI), Y0
+	VPSLLD $16, Y0, Y0
+	VMULPS (DI), Y7, Y1
+	VADDPS Y1, Y0, Y0
+	TESTQ DX, DX
+	JZ   bfaddstore
+	VPSRLD $16, Y0, Y1
+	VPAND Y5, Y1, Y1
+	VPADDD Y6, Y1, Y1
+	VPADDD Y0, Y1, Y1
+	VCMPPS $3, Y0, Y0, Y2
+	VPOR Y4, Y0, Y3
+	VBLENDVPS Y2, Y3, Y1, Y1
+	VPAND Y8, Y1, Y0
+bfaddstore:
+	VMOVUPS Y0, (DI)
+	ADDQ $16, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JMP  bfadd8
+bfadddone:
+	VZEROUPPER
+	RET

@@ -49,7 +49,7 @@ func TestReduceScatterAllGather_isAllReduce(t *testing.T) {
 		for _, n := range worlds {
 			gs := newGroups(t, kind, n, func(c *Config) { c.ChunkBytes = 4096 })
 			for _, size := range []int{1, 5, 1000, 3*1027 + 1, 100003} {
-				for _, wire := range []Wire{WireF32, WireF16} {
+				for _, wire := range []Wire{WireF32, WireF16, WireBF16} {
 					for _, op := range []Op{Sum, Avg} {
 						t.Run(fmt.Sprintf("%s/n%d/size%d/%s/%s", kind, n, size, wire, op), func(t *testing.T) {
 							checkShardedIsAllReduce(t, gs, size, op, wire)

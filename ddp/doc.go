@@ -14,7 +14,8 @@
 //     issues the same collectives in the same order) while backward goes on.
 //  3. Engine.Wait: waits for every bucket, copies the averaged gradients back into the slab.
 //  4. The loss scaler checks for inf/NaN; Engine.AgreeAny makes every rank take the same
-//     decision, then the optimizer steps.
+//     decision, then the optimizer steps (under bf16, with no scaler, Engine.RanksWith names the
+//     ranks that held one, for the error that stops the run).
 //
 // Parameters (and on resume optimizer/scaler state) are broadcast from rank 0 at the start, and
 // every ddp.check_every steps CheckReplicas compares a hash of the parameters across ranks.

@@ -332,17 +332,30 @@ func (e *Engine) CommStats() (commSeconds, hiddenFraction float64) {
 // AgreeAny returns true on every rank when flag is true on any rank (the loss scaler's
 // found-inf decision, so every replica skips or steps together).
 func (e *Engine) AgreeAny(ctx context.Context, flag bool) (bool, error) {
-	if e.comm.Size() == 1 {
-		return flag, nil
-	}
-	v := []float32{0}
+	ranks, err := e.RanksWith(ctx, flag)
+	return len(ranks) > 0, err
+}
+
+// RanksWith returns, on every rank, the ranks whose flag is true, in rank order (none: nil):
+// AgreeAny's agreement with names, for an error that says where an inf or NaN gradient was
+// seen (precision bf16 has no scaler to skip the step). A collective, like AgreeAny.
+func (e *Engine) RanksWith(ctx context.Context, flag bool) ([]int, error) {
+	v := make([]float32, e.comm.Size())
 	if flag {
-		v[0] = 1
+		v[e.comm.Rank()] = 1
 	}
-	if err := e.comm.AllReduce(ctx, v, allreduce.Sum, allreduce.WireF32); err != nil {
-		return false, fmt.Errorf("ddp: agreeing on the overflow check: %w", err)
+	if len(v) > 1 {
+		if err := e.comm.AllReduce(ctx, v, allreduce.Sum, allreduce.WireF32); err != nil {
+			return nil, fmt.Errorf("ddp: agreeing on the overflow check: %w", err)
+		}
 	}
-	return v[0] > 0, nil
+	var ranks []int
+	for r, x := range v {
+		if x > 0 {
+			ranks = append(ranks, r)
+		}
+	}
+	return ranks, nil
 }
 
 // BroadcastParams makes every replica start from rank 0's weights (and refreshes the f16 copy).

@@ -102,10 +102,7 @@ func (e *Engine) BytesPerStep() (pcie, ring int64) {
 	for _, b := range e.buckets {
 		elems += int64(b.hi - b.lo)
 	}
-	w := int64(4)
-	if e.opts.Wire == allreduce.WireF16 {
-		w = 2
-	}
+	w := int64(e.opts.Wire.ElemBytes())
 	ring = w * elems * 2 * (n - 1) / n
 	if e.gpu != nil {
 		pcie = 4 * elems

@@ -125,7 +125,7 @@ func averageOnce(t *testing.T, W int, sizes []int, bucketMB float64, newDev newD
 		for i, n := range sizes {
 			ps.Add(fmt.Sprintf("p%d", i), model.Init{Value: 0}, false, n)
 		}
-		ps.Build(false)
+		ps.Build(tensor.F32)
 		defer ps.Free()
 		e := New(ps, g, Options{BucketCapMB: bucketMB, Wire: allreduce.WireF16, HostStaging: hostStaging})
 		defer e.Close()
@@ -221,7 +221,7 @@ func TestEngineStaged_onlyWithF16WireAndStager(t *testing.T) {
 	}{{stagingCPU{cpu.New()}, allreduce.WireF16, true}, {stagingCPU{cpu.New()}, allreduce.WireF32, false}, {cpu.New(), allreduce.WireF16, false}} {
 		ps := model.NewParams(c.dev)
 		ps.Add("w", model.Init{Value: 1}, false, 10)
-		ps.Build(false)
+		ps.Build(tensor.F32)
 		// A group of size 2 whose peer never runs: New only plans, nothing is sent.
 		g2, err := allreduce.NewGroup(context.Background(), allreduce.Config{Rank: 0, WorldSize: 2, Transport: nw.Transport(0)})
 		if err != nil {

@@ -79,7 +79,7 @@ func TestCUDA_adamwMultiMatchesPerRun(t *testing.T) {
 			// decay alternates, with a few neighbours of equal flag (merged into one run)
 			ps.Add(string(rune('a'+i)), Init{Std: 0.5}, i%3 != 1, n)
 		}
-		ps.Build(true)
+		ps.Build(tensor.F16)
 		ps.Init(11)
 		return ps, ps.Free
 	})

@@ -107,6 +107,11 @@
 // The Scaler multiplies the loss so small f16 gradients do not underflow, and skips a step whose
 // gradients overflow.
 //
+// With Compute BF16 the same holds in bfloat16 (f32's exponent range, 8 significant bits): the
+// layers that keep f32 under F16 keep it under BF16, and there is no loss scaling (a Scaler with
+// CheckFinite: an inf or NaN gradient is an error, ErrNonFinite). The CUDA device does not
+// compute in bf16 yet (tensor.CheckCompute refuses it by name).
+//
 // # Memory
 //
 // Checkpoint (Spec, and MLPConfig, GPTConfig, ResNetConfig) trades compute for memory: a checkpointed block keeps only its

@@ -12,7 +12,7 @@ import (
 // The fused attention path (the CPU's reference FlashAttention) gives the materialised path's
 // output, input gradient and parameter gradients: to f32 rounding in f32, to f16 rounding in f16.
 func TestFlashAttention_matchesMaterialized(t *testing.T) {
-	for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 		for _, sh := range [][4]int{{1, 1, 8, 1}, {2, 37, 24, 3}, {3, 70, 32, 2}} {
 			B, T, C, H := sh[0], sh[1], sh[2], sh[3]
 			name := fmt.Sprintf("%s/B%d.T%d.C%d.H%d", dt, B, T, C, H)
@@ -20,14 +20,14 @@ func TestFlashAttention_matchesMaterialized(t *testing.T) {
 			dev := cpu.New()
 			ps := NewParams(dev)
 			at := NewAttention(ps, "attn", C, H, 0.3, 0.3, 0)
-			ps.Build(dt == tensor.F16)
+			ps.Build(dt)
 			ps.Init(3)
 			dev.RandNormal(at.QKV.B.W, 0.2, 5)
 			ps.SyncHalf()
 			x := randT(dev, rng, "x", 1, B, T, C)
 			dout := randT(dev, rng, "dout", 1, B, T, C)
-			if dt == tensor.F16 {
-				x, dout = toF16(dev, x), toF16(dev, dout)
+			if dt != tensor.F32 {
+				x, dout = toHalf(dev, dt, x), toHalf(dev, dt, dout)
 			}
 			run := func(mode AttentionMode) (out, dx, grads []float32) {
 				at.Mode = mode
@@ -50,10 +50,7 @@ func TestFlashAttention_matchesMaterialized(t *testing.T) {
 			}
 			o1, dx1, g1 := run(AttnMaterialized)
 			o2, dx2, g2 := run(AttnFlash)
-			tol := 2e-6
-			if dt == tensor.F16 {
-				tol = 1e-2
-			}
+			tol := map[tensor.DType]float64{tensor.F32: 2e-6, tensor.F16: 1e-2, tensor.BF16: 5e-2}[dt]
 			for _, c := range []struct {
 				what      string
 				got, want []float32
@@ -66,8 +63,8 @@ func TestFlashAttention_matchesMaterialized(t *testing.T) {
 	}
 }
 
-func toF16(dev tensor.Device, x *tensor.Tensor) *tensor.Tensor {
-	h := dev.Alloc(tensor.F16, x.Tag(), x.Shape()...)
+func toHalf(dev tensor.Device, dt tensor.DType, x *tensor.Tensor) *tensor.Tensor {
+	h := dev.Alloc(dt, x.Tag(), x.Shape()...)
 	dev.Copy(h, x)
 	dev.Free(x)
 	return h

@@ -16,7 +16,7 @@ type GPTConfig struct {
 	Vocab   int          // V
 	Tied    bool         // logits = x·wteᵀ (no separate lm_head)
 	Dropout float32      // on embeddings, attention probabilities and both residual branches
-	Compute tensor.DType // F32, or F16 for mixed precision
+	Compute tensor.DType // F32, or F16 or BF16 for mixed precision
 	// Checkpoint recomputes blocks in backward: 0 none, 1 every block, N every Nth (0, N, 2N, …).
 	// A checkpointed block keeps only its output (the next block's input).
 	Checkpoint int
@@ -260,7 +260,7 @@ func NewGPT(dev tensor.Device, cfg GPTConfig, seed uint64) (*GPT, error) {
 	if cfg.Width%cfg.Heads != 0 {
 		return nil, fmt.Errorf("model: GPTConfig.Heads = %d does not divide Width = %d", cfg.Heads, cfg.Width)
 	}
-	if err := checkCommon("GPTConfig", cfg.Dropout, cfg.Compute, cfg.Checkpoint); err != nil {
+	if err := checkCommon(dev, "GPTConfig", cfg.Dropout, cfg.Compute, cfg.Checkpoint); err != nil {
 		return nil, err
 	}
 	if cfg.Attention == AttnFlash && cfg.Dropout > 0 {
@@ -291,7 +291,7 @@ func NewGPT(dev tensor.Device, cfg GPTConfig, seed uint64) (*GPT, error) {
 	if !cfg.Tied {
 		m.Head = NewLinear(m.ps, "lm_head", C, cfg.Vocab, std, false)
 	}
-	m.ps.Build(cfg.Compute == tensor.F16)
+	m.ps.Build(cfg.Compute)
 	m.ps.Init(seed)
 	m.loss = dev.Alloc(tensor.F32, "loss", 1)
 	dev.Fill(m.loss, 0)

@@ -132,7 +132,7 @@ func TestGradLinear(t *testing.T) {
 		R, In, Out := 2+rng.Intn(5), 1+rng.Intn(6), 1+rng.Intn(6)
 		ps := NewParams(dev)
 		l := NewLinear(ps, "lin", In, Out, 0.5, true)
-		ps.Build(false)
+		ps.Build(tensor.F32)
 		ps.Init(uint64(seed))
 		dev.RandNormal(l.B.W, 0.3, 7)
 		x := randT(dev, rng, "x", 1, R, In)
@@ -223,7 +223,7 @@ func TestGradLayerNorm(t *testing.T) {
 		R, C := 1+rng.Intn(6), 2+rng.Intn(10)
 		ps := NewParams(dev)
 		ln := NewLayerNorm(ps, "ln", C)
-		ps.Build(false)
+		ps.Build(tensor.F32)
 		ps.Init(1)
 		dev.RandNormal(ln.W.W, 0.5, 3)
 		dev.RandNormal(ln.B.W, 0.5, 4)
@@ -256,7 +256,7 @@ func TestGradEmbedding(t *testing.T) {
 		B, T, V, C := 1+rng.Intn(3), 1+rng.Intn(5), 3+rng.Intn(5), 1+rng.Intn(6)
 		ps := NewParams(dev)
 		e := NewEmbedding(ps, V, T+2, C, 0.5)
-		ps.Build(false)
+		ps.Build(tensor.F32)
 		ps.Init(uint64(seed))
 		ids := make([]int32, B*T) // small V: repeated ids accumulate
 		for i := range ids {
@@ -343,7 +343,7 @@ func TestGradAttention(t *testing.T) {
 			ps := NewParams(dev)
 			at := NewAttention(ps, "attn", C, H, 0.4, 0.4, p)
 			at.Mode = pm.mode
-			ps.Build(false)
+			ps.Build(tensor.F32)
 			ps.Init(uint64(seed))
 			dev.RandNormal(at.QKV.B.W, 0.2, 5)
 			dev.RandNormal(at.Proj.B.W, 0.2, 6)
@@ -383,7 +383,7 @@ func TestGradBlock(t *testing.T) {
 			B, T, C, H := 2, 1+rng.Intn(4), 4, 2
 			ps := NewParams(dev)
 			b := NewBlock(ps, "h.0", C, H, 0.3, 0.3, p)
-			ps.Build(false)
+			ps.Build(tensor.F32)
 			ps.Init(uint64(seed))
 			for _, q := range ps.List { // non-trivial LayerNorm gains and biases
 				if q.Init.Std == 0 {

@@ -14,7 +14,7 @@ type MLPConfig struct {
 	Widths     []int
 	Activation string       // "relu" (default) or "gelu"
 	Dropout    float32      // probability after each hidden activation, in [0,1)
-	Compute    tensor.DType // F32, or F16 for mixed precision (f16 weights copy and activations)
+	Compute    tensor.DType // F32, or F16 or BF16 for mixed precision (a 16-bit weights copy and activations)
 	// Checkpoint recomputes hidden stages in backward instead of keeping their activations:
 	// 0 none, 1 every stage, N every Nth stage (0, N, 2N, …). A checkpointed stage keeps only its
 	// output (the next stage's input).
@@ -79,7 +79,7 @@ func NewMLP(dev tensor.Device, cfg MLPConfig, seed uint64) (*MLP, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model: MLPConfig.Activation: %w", err)
 	}
-	if err := checkCommon("MLPConfig", cfg.Dropout, cfg.Compute, cfg.Checkpoint); err != nil {
+	if err := checkCommon(dev, "MLPConfig", cfg.Dropout, cfg.Compute, cfg.Checkpoint); err != nil {
 		return nil, err
 	}
 	m := &MLP{Cfg: cfg, act: act, dev: dev, ps: NewParams(dev), seed: seed}
@@ -94,19 +94,19 @@ func NewMLP(dev tensor.Device, cfg MLPConfig, seed uint64) (*MLP, error) {
 		m.names = append(m.names, fmt.Sprintf("fc.%d", j))
 		m.sites = append(m.sites, fmt.Sprintf("fc.%d.drop", j))
 	}
-	m.ps.Build(cfg.Compute == tensor.F16)
+	m.ps.Build(cfg.Compute)
 	m.ps.Init(seed)
 	m.loss = dev.Alloc(tensor.F32, "loss", 1)
 	dev.Fill(m.loss, 0)
 	return m, nil
 }
 
-func checkCommon(cfg string, dropout float32, compute tensor.DType, checkpoint int) error {
+func checkCommon(dev tensor.Device, cfg string, dropout float32, compute tensor.DType, checkpoint int) error {
 	if !(dropout >= 0 && dropout < 1) {
 		return fmt.Errorf("model: %s.Dropout = %v: want a probability in [0,1)", cfg, dropout)
 	}
-	if compute != tensor.F32 && compute != tensor.F16 {
-		return fmt.Errorf("model: %s.Compute = %s: want f32 or f16", cfg, compute)
+	if err := tensor.CheckCompute(dev, compute); err != nil {
+		return fmt.Errorf("model: %s.Compute = %s: %w", cfg, compute, err)
 	}
 	if checkpoint < 0 {
 		return fmt.Errorf("model: %s.Checkpoint = %d: want 0 (none), 1 (every) or N (every Nth)", cfg, checkpoint)

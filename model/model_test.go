@@ -34,15 +34,19 @@ func lossAndGrads(m Model, in Inputs, scale float32) (float32, []float32) {
 	return loss, g
 }
 
-// F16 compute against F32, same weights and data. Tolerance: loss within 1e-2 relative; the whole
-// gradient within 1e-2 relative L2 error and every parameter's within 5e-2 (f16 keeps 11
-// significant bits; activations, logits and activation gradients are all rounded to it).
+// F16 and BF16 compute against F32, same weights and data. Tolerance: loss within 1e-2 (bf16 2e-2)
+// relative; the whole gradient within 1e-2 (bf16 2e-2) relative L2 error and every parameter's
+// within 5e-2 (bf16 0.1) (f16 keeps 11 significant bits, bf16 8; activations, logits and
+// activation gradients are all rounded to it). This is the model's gradient check in bf16: the
+// f32 gradients are the ones gradcheck_test.go checks against finite differences.
 func TestMixedPrecision_closeToF32(t *testing.T) {
+	dts := []tensor.DType{tensor.F32, tensor.F16, tensor.BF16}
+	tols := [][3]float64{{}, {1e-2, 1e-2, 5e-2}, {2e-2, 2e-2, 0.1}} // loss, gradient, one parameter's
 	for _, kind := range []string{"mlp", "gpt"} {
-		var loss [2]float32
-		var grads [2][]float32
+		var loss [3]float32
+		var grads [3][]float32
 		var ps *Params
-		for k, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+		for k, dt := range dts {
 			dev := cpu.New()
 			rng := rand.New(rand.NewSource(3))
 			var m Model
@@ -63,18 +67,21 @@ func TestMixedPrecision_closeToF32(t *testing.T) {
 			loss[k], grads[k] = lossAndGrads(m, in, 1024)
 			ps = m.Params()
 		}
-		if e := math.Abs(float64(loss[1]-loss[0])) / float64(loss[0]); e > 1e-2 {
-			t.Errorf("%s: f16 loss %v vs f32 %v", kind, loss[1], loss[0])
-		}
-		if e := relNorm(grads[1], grads[0]); e > 1e-2 {
-			t.Errorf("%s: f16 gradient relative error %.3g", kind, e)
-		} else {
-			t.Logf("%s: loss f32 %.6f f16 %.6f, gradient relative error %.3g", kind, loss[0], loss[1], e)
-		}
-		for _, p := range ps.List {
-			a, b := grads[1][p.Offset:p.Offset+p.W.Len()], grads[0][p.Offset:p.Offset+p.W.Len()]
-			if e := relNorm(a, b); e > 5e-2 {
-				t.Errorf("%s: %s f16 gradient relative error %.3g", kind, p.Name, e)
+		for k := 1; k < len(dts); k++ {
+			dt, tol := dts[k], tols[k]
+			if e := math.Abs(float64(loss[k]-loss[0])) / float64(loss[0]); e > tol[0] {
+				t.Errorf("%s: %s loss %v vs f32 %v", kind, dt, loss[k], loss[0])
+			}
+			if e := relNorm(grads[k], grads[0]); e > tol[1] {
+				t.Errorf("%s: %s gradient relative error %.3g", kind, dt, e)
+			} else {
+				t.Logf("%s: loss f32 %.6f %s %.6f, gradient relative error %.3g", kind, loss[0], dt, loss[k], e)
+			}
+			for _, p := range ps.List {
+				a, b := grads[k][p.Offset:p.Offset+p.W.Len()], grads[0][p.Offset:p.Offset+p.W.Len()]
+				if e := relNorm(a, b); e > tol[2] {
+					t.Errorf("%s: %s %s gradient relative error %.3g", kind, p.Name, dt, e)
+				}
 			}
 		}
 	}

@@ -14,13 +14,13 @@ import (
 // gradients, a decayed and a non-decayed parameter, and the f16 copy. Tolerance: |w − ref| ≤
 // 1e-5·max(1,|ref|) (f32 arithmetic on values of order 1); the f16 copy equals the rounded master.
 
-func optimParams(t *testing.T, half bool) (*cpu.Device, *Params) {
+func optimParams(t *testing.T, compute tensor.DType) (*cpu.Device, *Params) {
 	dev := cpu.New()
 	ps := NewParams(dev)
 	ps.Add("w", Init{Std: 1}, true, 3, 4)
 	ps.Add("b", Init{Std: 1}, false, 5)
 	ps.Add("w2", Init{Std: 1}, true, 7)
-	ps.Build(half)
+	ps.Build(compute)
 	ps.Init(3)
 	return dev, ps
 }
@@ -39,14 +39,24 @@ func checkHalf(t *testing.T, ps *Params) {
 	w := ps.Host()
 	h := tensor.ToHost(ps.Half)
 	for i := range w {
-		if h[i] != half.ToFloat32(half.FromFloat32(w[i])) {
-			t.Fatalf("f16 copy [%d] = %v, master %v", i, h[i], w[i])
+		f := half.F16
+		if ps.Half.DType() == tensor.BF16 {
+			f = half.BF16
+		}
+		if h[i] != f.ToFloat32(f.FromFloat32(w[i])) {
+			t.Fatalf("%s copy [%d] = %v, master %v", ps.Half.DType(), i, h[i], w[i])
 		}
 	}
 }
 
 func TestAdamW_matchesReference(t *testing.T) {
-	dev, ps := optimParams(t, true)
+	for _, dt := range []tensor.DType{tensor.F16, tensor.BF16} {
+		t.Run(dt.String(), func(t *testing.T) { testAdamW(t, dt) })
+	}
+}
+
+func testAdamW(t *testing.T, compute tensor.DType) {
+	dev, ps := optimParams(t, compute)
 	cfg := AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
 	opt, err := NewAdamW(ps, cfg)
 	if err != nil {
@@ -101,7 +111,7 @@ func TestSGD_matchesReference(t *testing.T) {
 		{Momentum: 0.9, WeightDecay: 0.01},
 		{Momentum: 0.8, Nesterov: true, WeightDecay: 0.05},
 	} {
-		dev, ps := optimParams(t, false)
+		dev, ps := optimParams(t, tensor.F32)
 		opt, err := NewSGD(ps, cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -148,7 +158,7 @@ func TestSGD_matchesReference(t *testing.T) {
 }
 
 func TestClipGradNorm(t *testing.T) {
-	dev, ps := optimParams(t, false)
+	dev, ps := optimParams(t, tensor.F32)
 	g := make([]float32, ps.N)
 	var sq float64
 	for i := range g {
@@ -264,7 +274,7 @@ func TestAdamW_multiMatchesPerRun(t *testing.T) {
 		ps.Add("g", Init{Value: 1}, false, 2)
 		ps.Add("w2", Init{Std: 1}, true, 7)
 		ps.Add("b2", Init{Std: 1}, false, 1)
-		ps.Build(true)
+		ps.Build(tensor.F16)
 		ps.Init(3)
 		opt, err := NewAdamW(ps, AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.3})
 		if err != nil {

@@ -11,7 +11,7 @@ import (
 )
 
 // Params holds a model's parameters in llm.c's layout: one f32 slab each for the master weights,
-// the gradients and (with mixed precision) the f16 compute copy, and a named view per parameter
+// the gradients and (with mixed precision) the f16 or bf16 compute copy, and a named view per parameter
 // into each. Registration order is the order of the views in the slabs; backward finishes
 // parameters roughly in reverse of it, which is the order DDP buckets them.
 //
@@ -23,7 +23,7 @@ type Params struct {
 	byName map[string]*Param
 	Data   *tensor.Tensor // (N) f32 master weights
 	Grad   *tensor.Tensor // (N) f32 gradients
-	Half   *tensor.Tensor // (N) f16 copy used by forward/backward under fp16; nil under fp32
+	Half   *tensor.Tensor // (N) f16 (bf16) copy used by forward/backward under fp16 (bf16); nil under fp32
 	N      int            // total elements
 
 	// OnGradReady, when set, is called by layers as soon as a parameter's gradient for this
@@ -39,7 +39,7 @@ type Param struct {
 	Offset int            // element offset in the slabs
 	W      *tensor.Tensor // f32 master view
 	G      *tensor.Tensor // f32 gradient view
-	H      *tensor.Tensor // f16 view (nil under fp32)
+	H      *tensor.Tensor // f16 or bf16 view (nil under fp32)
 	Decay  bool           // weight decay applies (matrices and embeddings; not biases or norm gains)
 	Init   Init
 	ps     *Params
@@ -75,12 +75,14 @@ func (ps *Params) Add(name string, init Init, decay bool, shape ...int) *Param {
 // Get returns the named parameter or nil.
 func (ps *Params) Get(name string) *Param { return ps.byName[name] }
 
-// Build allocates the slabs and points every parameter into them. half asks for the f16 copy.
-func (ps *Params) Build(half bool) {
+// Build allocates the slabs and points every parameter into them. A compute dtype of F16 or BF16
+// asks for the 16-bit copy (tagged params.f16 or params.bf16); F32 for none.
+func (ps *Params) Build(compute tensor.DType) {
+	half := compute.Half()
 	ps.Data = ps.dev.Alloc(tensor.F32, "params", ps.N)
 	ps.Grad = ps.dev.Alloc(tensor.F32, "grads", ps.N)
 	if half {
-		ps.Half = ps.dev.Alloc(tensor.F16, "params.f16", ps.N)
+		ps.Half = ps.dev.Alloc(compute, "params."+compute.String(), ps.N)
 	}
 	for _, p := range ps.List {
 		p.W = ps.Data.View(p.Offset, p.Shape...)

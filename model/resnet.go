@@ -21,7 +21,7 @@ type ResNetConfig struct {
 	// InC, InH, InW is one input image, e.g. 1×28×28 (MNIST) or 3×224×224. Inputs.X is
 	// (B, InC·InH·InW) f32, read as (B,InC,InH,InW).
 	InC, InH, InW int
-	Compute       tensor.DType // F32 or F16 (activations; BN statistics, gains and buffers stay f32)
+	Compute       tensor.DType // F32, F16 or BF16 (activations; BN statistics, gains and buffers stay f32)
 	// Checkpoint recomputes residual blocks in backward: 0 none, 1 every block, N every Nth.
 	// A checkpointed block keeps only its output; the recompute does not move the BN running
 	// statistics again.
@@ -247,7 +247,7 @@ func NewResNet(dev tensor.Device, cfg ResNetConfig, seed uint64) (*ResNet, error
 	if cfg.Width <= 0 || cfg.Classes <= 0 || cfg.InC <= 0 || cfg.InH <= 0 || cfg.InW <= 0 {
 		return nil, fmt.Errorf("model: ResNetConfig width %d, classes %d, input %d×%d×%d: want all > 0", cfg.Width, cfg.Classes, cfg.InC, cfg.InH, cfg.InW)
 	}
-	if err := checkCommon("ResNetConfig", 0, cfg.Compute, cfg.Checkpoint); err != nil {
+	if err := checkCommon(dev, "ResNetConfig", 0, cfg.Compute, cfg.Checkpoint); err != nil {
 		return nil, err
 	}
 	m := &ResNet{Cfg: cfg, dev: dev, ps: NewParams(dev), bufs: NewBuffers(dev)}
@@ -289,7 +289,7 @@ func NewResNet(dev tensor.Device, cfg ResNetConfig, seed uint64) (*ResNet, error
 	}
 	m.feat = in
 	m.head = NewLinear(m.ps, "fc", in, cfg.Classes, float32(math.Sqrt(1/float64(in))), true)
-	m.ps.Build(cfg.Compute == tensor.F16)
+	m.ps.Build(cfg.Compute)
 	m.ps.Init(seed)
 	m.bufs.Build()
 	m.loss = dev.Alloc(tensor.F32, "loss", 1)

@@ -18,7 +18,7 @@ func BenchmarkConv2d3x3(b *testing.B) {
 			rng := rand.New(rand.NewSource(1))
 			ps := NewParams(dev)
 			c := NewConv2d(ps, "c", sz.C, sz.C, 3, 1, 1, false)
-			ps.Build(false)
+			ps.Build(tensor.F32)
 			ps.Init(1)
 			x := randT(dev, rng, "x", 1, sz.N, sz.C, sz.H, sz.H)
 			y := dev.Alloc(tensor.F32, "y", c.OutShape(x)...)

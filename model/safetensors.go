@@ -296,18 +296,9 @@ func F16Bytes(v []float32) []byte {
 func BF16Bytes(v []float32) []byte {
 	b := make([]byte, 2*len(v))
 	for i, x := range v {
-		binary.LittleEndian.PutUint16(b[2*i:], bf16FromF32(x))
+		binary.LittleEndian.PutUint16(b[2*i:], half.BF16FromFloat32(x))
 	}
 	return b
-}
-
-func bf16FromF32(f float32) uint16 {
-	u := math.Float32bits(f)
-	if u&0x7fffffff > 0x7f800000 { // NaN: keep the sign and the top payload, set the quiet bit
-		return uint16(u>>16) | 0x40
-	}
-	u += 0x7fff + (u>>16)&1 // round to nearest even (a carry into the exponent is correct rounding)
-	return uint16(u >> 16)
 }
 
 // Float32s widens the tensor to float32 (a new slice): F32 as it is, F16 and BF16 exactly (every
@@ -329,7 +320,7 @@ func (t NamedTensor) Float32s() ([]float32, error) {
 	case tensor.BF16:
 		v := make([]float32, n)
 		for i := range v {
-			v[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(t.Data[2*i:])) << 16)
+			v[i] = half.BF16ToFloat32(binary.LittleEndian.Uint16(t.Data[2*i:]))
 		}
 		return v, nil
 	}

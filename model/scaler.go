@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -19,6 +20,10 @@ import (
 //
 // Update fails once the scale has fallen below MinScale: gradients overflow at every scale, the
 // run has diverged.
+//
+// Under bf16 (f32's range) there is no scaling and no skipped step: a disabled scaler with
+// CheckFinite still checks the gradients (UnscaleCheck at scale 1, nothing unscaled), and
+// Update(true) is an error (ErrNonFinite), as PyTorch users expect without a GradScaler.
 type Scaler struct {
 	Cfg   ScalerConfig
 	dev   tensor.Device
@@ -28,12 +33,15 @@ type Scaler struct {
 
 // ScalerConfig: torch's GradScaler defaults plus a floor.
 type ScalerConfig struct {
-	Enabled  bool    // false: scale 1, no unscaling, never skips (f32 training)
+	Enabled  bool    // false: scale 1, no unscaling, never skips (f32 and bf16 training)
 	Init     float32 // 65536
 	Growth   float32 // 2
 	Backoff  float32 // 0.5
 	Interval int     // 2000 clean steps between growths
 	MinScale float32 // 1: falling below it is an error
+	// CheckFinite, with Enabled false: UnscaleCheck still looks for inf/NaN (bf16), and an
+	// inf or NaN gradient is an error (Update), never a skipped step.
+	CheckFinite bool
 }
 
 // DefaultScaler is GradScaler's configuration, enabled.
@@ -81,14 +89,20 @@ func (s *Scaler) Skipped() int64 { return s.state.Skipped }
 
 // UnscaleCheck divides the gradient slab by the scale and returns a device flag (1) f32 that is 1
 // when any gradient is inf or NaN, 0 otherwise. The flag is the scaler's own buffer, valid until
-// the next call. Disabled: nothing is unscaled or checked and the flag is 0.
+// the next call. Disabled: nothing is unscaled, and only CheckFinite checks (else the flag is 0).
 func (s *Scaler) UnscaleCheck(ps *Params) *tensor.Tensor {
 	s.dev.Fill(s.flag, 0)
-	if s.Cfg.Enabled {
-		s.dev.UnscaleCheck(ps.Grad, 1/s.state.Scale, s.flag)
+	if s.Checks() {
+		s.dev.UnscaleCheck(ps.Grad, 1/s.state.Scale, s.flag) // disabled: scale 1, x·1 is x
 	}
 	return s.flag
 }
+
+// Checks reports whether UnscaleCheck looks for inf/NaN: a dynamic scaler, or CheckFinite.
+func (s *Scaler) Checks() bool { return s.Cfg.Enabled || s.Cfg.CheckFinite }
+
+// ErrNonFinite is Update's error for an inf or NaN gradient under CheckFinite.
+var ErrNonFinite = errors.New("model: an inf or NaN gradient, and no loss scaler to skip the step (precision bf16 checks and stops)")
 
 // FoundInf reads a flag from UnscaleCheck (after DDP has combined it across ranks); it waits.
 func (s *Scaler) FoundInf(flag *tensor.Tensor) bool {
@@ -100,6 +114,9 @@ func (s *Scaler) FoundInf(flag *tensor.Tensor) bool {
 // Update advances the scale after a step: found means the step was skipped.
 func (s *Scaler) Update(found bool) error {
 	if !s.Cfg.Enabled {
+		if found && s.Cfg.CheckFinite {
+			return ErrNonFinite
+		}
 		return nil
 	}
 	st := &s.state

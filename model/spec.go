@@ -317,8 +317,8 @@ func (s Spec) check() error {
 	if !(s.Dropout >= 0 && s.Dropout < 1) {
 		return fmt.Errorf("model: spec dropout %g: want a probability in [0,1)", s.Dropout)
 	}
-	if s.Compute != tensor.F32 && s.Compute != tensor.F16 {
-		return fmt.Errorf("model: spec compute %s: want f32 or f16", s.Compute)
+	if s.Compute != tensor.F32 && !s.Compute.Half() {
+		return fmt.Errorf("model: spec compute %s: want f32, f16 or bf16", s.Compute)
 	}
 	if s.Checkpoint < 0 {
 		return fmt.Errorf("model: spec checkpoint %d: want 0 (none), 1 (every block) or N (every Nth)", s.Checkpoint)

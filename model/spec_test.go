@@ -244,7 +244,7 @@ func TestNew_badSpecNamesTheField(t *testing.T) {
 		{"resnet bn eps", SpecKindResNet, func(s *Spec) { s.BatchNormEps = 1e-3 }, "spec batch_norm_eps"},
 		{"resnet conv layout", SpecKindResNet, func(s *Spec) { s.ConvLayout = "out_kh_kw_in" }, "spec conv_layout"},
 		{"resnet linear layout", SpecKindResNet, func(s *Spec) { s.LinearLayout = "in_out" }, "spec linear_layout"},
-		{"resnet compute", SpecKindResNet, func(s *Spec) { s.Compute = tensor.BF16 }, "spec compute bf16"},
+		{"resnet compute", SpecKindResNet, func(s *Spec) { s.Compute = tensor.I32 }, "spec compute i32"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -3,13 +3,13 @@ package model
 import (
 	"bytes"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/goddp/goddp/model/cpu"
+	"github.com/goddp/goddp/model/half"
 	"github.com/goddp/goddp/model/tensor"
 )
 
@@ -217,7 +217,7 @@ func TestOpen_hfDirectoryGivesTheSameLogits(t *testing.T) {
 	w := m.ps.Host()
 	rounded := make([]float32, len(w))
 	for i, x := range w {
-		rounded[i] = math.Float32frombits(uint32(bf16FromF32(x)) << 16)
+		rounded[i] = half.BF16ToFloat32(half.BF16FromFloat32(x))
 	}
 	if got := bm.Params().Host(); HashF32(got) != HashF32(rounded) {
 		t.Error("BF16 weights did not load as the bf16-rounded f32 weights")

@@ -11,6 +11,7 @@ import (
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/model/tensor"
+	"github.com/goddp/goddp/worker/config"
 	"github.com/goddp/goddp/worker/data"
 )
 
@@ -143,8 +144,11 @@ func ModelSpec(cfg *Config) (model.Spec, error) {
 
 // computeDType is the dtype of activations and the weight copy matmuls read.
 func computeDType(cfg *Config) tensor.DType {
-	if cfg.Precision == "fp16" {
+	switch cfg.Precision {
+	case config.FP16:
 		return tensor.F16
+	case config.BF16:
+		return tensor.BF16
 	}
 	return tensor.F32
 }
@@ -316,10 +320,11 @@ func optimizerTensors(o Optimizer) []*tensor.Tensor {
 	return ts
 }
 
-// buildScaler: dynamic loss scaling under fp16; a disabled scaler (scale 1) under fp32.
+// buildScaler: dynamic loss scaling under fp16; a disabled scaler (scale 1) under fp32, and
+// under bf16 one that checks every step's gradients for inf/NaN (an error, not a skipped step).
 func buildScaler(dev tensor.Device, cfg *Config) (*Scaler, error) {
 	ls := cfg.LossScale
-	return model.NewScaler(dev, model.ScalerConfig{Enabled: cfg.Precision == "fp16", Init: float32(ls.Init),
+	return model.NewScaler(dev, model.ScalerConfig{Enabled: cfg.Precision == config.FP16, CheckFinite: cfg.Precision == config.BF16, Init: float32(ls.Init),
 		Growth: float32(ls.GrowthFactor), Backoff: float32(ls.Backoff), Interval: ls.GrowthInterval, MinScale: float32(ls.Min)})
 }
 

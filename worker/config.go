@@ -56,8 +56,11 @@ func attentionMode(a config.Attention) model.AttentionMode {
 
 // wireOf is ddp.wire, resolved (Config.WireFormat), as the all-reduce's wire format.
 func wireOf(cfg *Config) allreduce.Wire {
-	if cfg.WireFormat() == config.WireF16 {
+	switch cfg.WireFormat() {
+	case config.WireF16:
 		return allreduce.WireF16
+	case config.WireBF16:
+		return allreduce.WireBF16
 	}
 	return allreduce.WireF32
 }

@@ -117,21 +117,25 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 			}
 			trace.Span("backward", "compute", t1, trace.Now(), map[string]any{"step": step, "micro": micro})
 		}
-		if opt.InjectInf != nil && opt.InjectInf(step) {
-			injectInf(dev, ps)
-		}
 		tw := trace.Now()
 		if err := eng.Wait(ctx); err != nil {
 			return nil, fmt.Errorf("worker: step %d: %w", step, err)
+		}
+		if opt.InjectInf != nil && opt.InjectInf(step) {
+			injectInf(dev, ps) // after the all-reduce, which would otherwise write over it
 		}
 		trace.Span("wait for all-reduce", "compute", tw, trace.Now(), nil)
 
 		to := trace.Now()
 		found := scaler.UnscaleCheck(ps)
-		localInf := scaler.Cfg.Enabled && readFlag(dev, found)
-		anyInf, err := eng.AgreeAny(ctx, localInf)
+		localInf := scaler.Checks() && readFlag(dev, found)
+		infRanks, err := eng.RanksWith(ctx, localInf)
 		if err != nil {
 			return nil, fmt.Errorf("worker: step %d: %w", step, err)
+		}
+		anyInf := len(infRanks) > 0
+		if anyInf && !scaler.Cfg.Enabled { // bf16: no scaler, no skipped step
+			return nil, nonFinite(step, infRanks, env.WorldSize, scaler.Update(true))
 		}
 		skipped := anyInf
 		gradNorm := math.NaN() // not measured (or an overflow: the step is skipped)
@@ -308,7 +312,21 @@ func readFlag(dev tensor.Device, t *tensor.Tensor) bool {
 	return v[0] != 0
 }
 
-// injectInf puts +Inf into the first gradient element (tests of the loss-scaler agreement).
+// nonFinite is a bf16 run's error for an inf or NaN gradient at step: which ranks held one after
+// the all-reduce (every rank when it came through it: then where it began is not known).
+func nonFinite(step int, ranks []int, world int, err error) error {
+	where := fmt.Sprintf("on rank %v", ranks)
+	if len(ranks) > 1 {
+		where = fmt.Sprintf("on ranks %v", ranks)
+	}
+	if len(ranks) == world && world > 1 {
+		where = fmt.Sprintf("on every rank (%d): it came through the all-reduce, from a rank not known", world)
+	}
+	return fmt.Errorf("worker: step %d: inf or NaN gradient after the all-reduce, %s: %w", step, where, err)
+}
+
+// injectInf puts +Inf into the first gradient element, after the all-reduce (tests of the
+// loss-scaler agreement and of bf16's error: an inf on one rank only).
 func injectInf(dev tensor.Device, ps *model.Params) {
 	g := ps.Grad.View(0, 1)
 	dev.Upload(g, []float32{float32(math.Inf(1))})

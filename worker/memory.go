@@ -40,7 +40,11 @@ func memoryReport(dev tensor.Device, ps *model.Params, opt Optimizer) string {
 		}
 		fmt.Fprintf(&b, "  %-34s %12s  %5.1f%% of peak\n", k, tensor.FormatBytes(v), pct)
 	}
-	row("parameters (compute copy)", weights)
+	copyRow := "parameters (compute copy)"
+	if ps.Half != nil {
+		copyRow = "parameters (" + ps.Half.DType().String() + " compute copy)"
+	}
+	row(copyRow, weights)
 	if master > 0 {
 		row("master weights (f32)", master)
 	}

@@ -110,7 +110,7 @@ func servePrometheus(listen string, env Env, log *slog.Logger) (*promMetrics, er
 	p.samplesPerSec = gauge("samples_per_second", "Samples per second of the whole job over the last step (global batch / step time).")
 	p.tokensPerSec = gauge("tokens_per_second", "Tokens per second of the whole job over the last step (language models; 0 for classifiers).")
 	p.loss = gauge("loss", "Training loss of the last step.")
-	p.lossScale = gauge("loss_scale", "The loss scaler's scale after the last step (1 under fp32).")
+	p.lossScale = gauge("loss_scale", "The loss scaler's scale after the last step (1 under fp32 and bf16).")
 	p.gradNorm = gauge("grad_norm", "Global L2 norm of the last measured step's gradients, unscaled and before clipping (every step with train.grad_clip, else every train.log_every steps).")
 	p.memAllocated = gauge("memory_allocated_bytes", "Device bytes held by live tensors.")
 	p.memReserved = gauge("memory_reserved_bytes", "Device bytes obtained by the caching allocator (allocated plus cached free blocks).")

@@ -47,8 +47,8 @@ type Options struct {
 	// returns it wrapped, so errors.Is finds it), after which Close releases everything as after
 	// any other failure.
 	FaultHook func(step int) error
-	// InjectInf, when set, is asked after each step's backward whether to put +Inf into this
-	// rank's first gradient element (tests of the loss-scaler agreement).
+	// InjectInf, when set, is asked after each step's all-reduce whether to put +Inf into this
+	// rank's first gradient element (tests of the loss-scaler agreement and bf16's error).
 	InjectInf func(step int) bool
 	// wrapModel, when set, wraps the model the run builds (tests: a planted leak).
 	wrapModel func(model.Model) model.Model

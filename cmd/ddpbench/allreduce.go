@@ -116,7 +116,7 @@ func runAllReduceBench(args []string) error {
 	var f benchFlags
 	f.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: ddpbench allreduce --nproc N --sizes 1M,16M,64M,256M --wire f32,f16 [--json] [--iters K]")
+		fmt.Fprintln(os.Stderr, "usage: ddpbench allreduce --nproc N --sizes 1M,16M,64M,256M --wire f32,f16,bf16 [--json] [--iters K]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -314,10 +314,7 @@ func runAllReduceWorker(args []string) error {
 			}
 			alg := float64(nbytes) / med / 1e9
 			bus := alg * 2 * float64(n-1) / float64(n)
-			wireBytes := 4.0
-			if wire == allreduce.WireF16 {
-				wireBytes = 2
-			}
+			wireBytes := float64(wire.ElemBytes())
 			row := benchRow{World: n, Bytes: nbytes, Wire: wire.String(), Sec: med, AlgBW: alg, BusBW: bus,
 				WireBusBW: bus * wireBytes / 4, MinSec: worst[0], Iters: f.iters, ChunkBytes: cfg.ChunkBytes, BytesPerRank: sentPerIter,
 				Transport: f.trans, Channels: len(groups)}

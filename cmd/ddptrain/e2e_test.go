@@ -472,3 +472,25 @@ func TestLaunch_channelsAreBitIdentical(t *testing.T) {
 		t.Fatalf("3 channels end with %s, 1 channel with %s", hashes[1], hashes[0])
 	}
 }
+
+// precision bf16 has no loss scaler: an inf gradient on one rank of two (after the all-reduce)
+// stops the job with an error naming the step and the rank, where fp16 skips the step.
+func TestLaunch_bf16InfGradientNamesStepAndRank(t *testing.T) {
+	run := func(precision string) (string, error) {
+		args := []string{"--nproc-per-node", "2", "--grace", "3s", filepath.Join(binaries(t), "ddptrain"),
+			"--config", "../../configs/mnist-mlp.yaml", "--set", "model.widths=[784,32,10]", "--set", "train.max_steps=6",
+			"--set", "train.eval_batches=2", "--set", "data.path=" + mnistDir(t), "--set", "precision=" + precision}
+		cmd := exec.Command(filepath.Join(binaries(t), "ddplaunch"), args...)
+		cmd.Env = append(os.Environ(), "DDP_INJECT_INF_STEP=3", "DDP_INJECT_INF_RANK=1")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run("bf16")
+	if err == nil || !strings.Contains(out, "step 3: inf or NaN gradient after the all-reduce, on rank [1]") {
+		t.Fatalf("bf16 with an inf at step 3 on rank 1: %v\n%s", err, out)
+	}
+	out, err = run("fp16")
+	if err != nil || !strings.Contains(out, "skipped 1") {
+		t.Fatalf("fp16 with an inf at step 3 on rank 1 should skip it: %v\n%s", err, out)
+	}
+}

@@ -20,7 +20,8 @@ var errInjectedFault = errors.New("failing on purpose (DDP_FAIL_AT_STEP)")
 //	DDP_FAIL_AT_STEP=N        the first attempt (DDP_RESTART_COUNT 0) fails just before step N:
 //	                          the run stops, closes what it opened, and ddptrain exits 3
 //	DDP_INJECT_INF_STEP=N     rank DDP_INJECT_INF_RANK (default 0) puts +Inf into a gradient at
-//	                          step N (the loss scaler must skip the step on every rank)
+//	                          step N, after the all-reduce (the loss scaler must skip the step
+//	                          on every rank; under bf16 the run stops, naming step and rank)
 //
 // Unset, they leave the hooks nil.
 func testHooks(opt *worker.Options) {

@@ -23,7 +23,7 @@ var (
 	_ tensor.Observable = (*Device)(nil)
 )
 
-// cpuBuf is one block: float32 words, seen as f16 or i32 through unsafe views.
+// cpuBuf is one block: float32 words, seen as f16, bf16 or i32 through unsafe views.
 type cpuBuf struct {
 	w []float32
 }
@@ -70,9 +70,21 @@ func f32s(t *tensor.Tensor) []float32 {
 	return words(t)[t.Offset() : t.Offset()+t.Len()]
 }
 
-func f16s(t *tensor.Tensor) []uint16 {
-	if t.DType() != tensor.F16 {
-		panic(fmt.Sprintf("cpu: %s is not f16", t))
+// isHalf reports a 16-bit float dtype (f16 or bf16): stored as uint16s, computed in float32.
+func isHalf(d tensor.DType) bool { return d == tensor.F16 || d == tensor.BF16 }
+
+// formatOf is the half format of a 16-bit float dtype.
+func formatOf(d tensor.DType) half.Format {
+	if d == tensor.BF16 {
+		return half.BF16
+	}
+	return half.F16
+}
+
+// h16s is t's elements when t is f16 or bf16 (formatOf(t.DType()) says which).
+func h16s(t *tensor.Tensor) []uint16 {
+	if !isHalf(t.DType()) {
+		panic(fmt.Sprintf("cpu: %s is not f16 or bf16", t))
 	}
 	w := words(t)
 	all := unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(w))), len(w)*2)
@@ -89,27 +101,27 @@ func i32s(t *tensor.Tensor) []int32 {
 }
 
 // read returns t's elements as float32: t's own memory when f32 (do not write it unless t is the
-// output), a converted copy when f16.
+// output), a converted copy when f16 or bf16.
 func read(t *tensor.Tensor) []float32 {
-	switch t.DType() {
-	case tensor.F32:
+	switch d := t.DType(); {
+	case d == tensor.F32:
 		return f32s(t)
-	case tensor.F16:
+	case isHalf(d):
 		out := make([]float32, t.Len())
-		half.Decode(out, f16s(t))
+		formatOf(d).Decode(out, h16s(t))
 		return out
 	}
 	panic(fmt.Sprintf("cpu: %s is not a float tensor", t))
 }
 
-// out returns a float32 slice to write t's result into; commit stores it (rounding to f16 when t is
-// f16). When t is f32 the slice is t's memory and commit does nothing. keep loads t's current
-// values (for accumulating outputs).
+// out returns a float32 slice to write t's result into; commit stores it (rounding to nearest
+// even when t is f16 or bf16). When t is f32 the slice is t's memory and commit does nothing.
+// keep loads t's current values (for accumulating outputs).
 func outBuf(t *tensor.Tensor, keep bool) []float32 {
-	switch t.DType() {
-	case tensor.F32:
+	switch d := t.DType(); {
+	case d == tensor.F32:
 		return f32s(t)
-	case tensor.F16:
+	case isHalf(d):
 		if keep {
 			return read(t)
 		}
@@ -119,8 +131,8 @@ func outBuf(t *tensor.Tensor, keep bool) []float32 {
 }
 
 func commit(t *tensor.Tensor, v []float32) {
-	if t.DType() == tensor.F16 {
-		half.Encode(f16s(t), v)
+	if d := t.DType(); isHalf(d) {
+		formatOf(d).Encode(h16s(t), v)
 	}
 }
 
@@ -167,11 +179,11 @@ func (c *Device) Upload(dst *tensor.Tensor, src []float32) {
 	if len(src) != dst.Len() {
 		panic(fmt.Sprintf("cpu: Upload of %d values into %s", len(src), dst))
 	}
-	switch dst.DType() {
-	case tensor.F32:
+	switch d := dst.DType(); {
+	case d == tensor.F32:
 		copy(f32s(dst), src)
-	case tensor.F16:
-		half.Encode(f16s(dst), src)
+	case isHalf(d):
+		formatOf(d).Encode(h16s(dst), src)
 	default:
 		panic(fmt.Sprintf("cpu: Upload into %s", dst))
 	}
@@ -188,12 +200,12 @@ func (c *Device) Download(dst []float32, src *tensor.Tensor) {
 	if len(dst) != src.Len() {
 		panic(fmt.Sprintf("cpu: Download of %s into %d values", src, len(dst)))
 	}
-	switch src.DType() {
-	case tensor.F32:
+	switch d := src.DType(); {
+	case d == tensor.F32:
 		copy(dst, f32s(src))
-	case tensor.F16:
-		half.Decode(dst, f16s(src))
-	case tensor.I32:
+	case isHalf(d):
+		formatOf(d).Decode(dst, h16s(src))
+	case d == tensor.I32:
 		for i, v := range i32s(src) {
 			dst[i] = float32(v)
 		}
@@ -210,19 +222,19 @@ func (c *Device) DownloadI32(dst []int32, src *tensor.Tensor) {
 // ---- fills, copies, elementwise ----
 
 func (c *Device) Fill(t *tensor.Tensor, v float32) {
-	switch t.DType() {
-	case tensor.F32:
+	switch d := t.DType(); {
+	case d == tensor.F32:
 		x := f32s(t)
 		for i := range x {
 			x[i] = v
 		}
-	case tensor.F16:
-		h := half.FromFloat32(v)
-		x := f16s(t)
+	case isHalf(d):
+		h := formatOf(d).FromFloat32(v)
+		x := h16s(t)
 		for i := range x {
 			x[i] = h
 		}
-	case tensor.I32:
+	case d == tensor.I32:
 		x := i32s(t)
 		for i := range x {
 			x[i] = int32(v)
@@ -232,19 +244,20 @@ func (c *Device) Fill(t *tensor.Tensor, v float32) {
 
 func (c *Device) Copy(dst, src *tensor.Tensor) {
 	tensor.CheckLen("Copy", dst, src)
+	dd, sd := dst.DType(), src.DType()
 	switch {
-	case dst.DType() == src.DType() && dst.DType() == tensor.F32:
+	case dd == sd && dd == tensor.F32:
 		copy(f32s(dst), f32s(src))
-	case dst.DType() == src.DType() && dst.DType() == tensor.F16:
-		copy(f16s(dst), f16s(src))
-	case dst.DType() == src.DType() && dst.DType() == tensor.I32:
+	case dd == sd && isHalf(dd):
+		copy(h16s(dst), h16s(src))
+	case dd == sd && dd == tensor.I32:
 		copy(i32s(dst), i32s(src))
-	case dst.DType() == tensor.F16 && src.DType() == tensor.F32:
-		d, s := f16s(dst), f32s(src)
-		c.parallel(len(s), 1<<15, func(lo, hi int) { half.Encode(d[lo:hi], s[lo:hi]) })
-	case dst.DType() == tensor.F32 && src.DType() == tensor.F16:
-		d, s := f32s(dst), f16s(src)
-		c.parallel(len(s), 1<<15, func(lo, hi int) { half.Decode(d[lo:hi], s[lo:hi]) })
+	case isHalf(dd) && sd == tensor.F32:
+		d, s, f := h16s(dst), f32s(src), formatOf(dd)
+		c.parallel(len(s), 1<<15, func(lo, hi int) { f.Encode(d[lo:hi], s[lo:hi]) })
+	case dd == tensor.F32 && isHalf(sd):
+		d, s, f := f32s(dst), h16s(src), formatOf(sd)
+		c.parallel(len(s), 1<<15, func(lo, hi int) { f.Decode(d[lo:hi], s[lo:hi]) })
 	default:
 		panic(fmt.Sprintf("cpu: Copy %s into %s", src, dst))
 	}

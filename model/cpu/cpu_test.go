@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/goddp/goddp/model/half"
 	"github.com/goddp/goddp/model/tensor"
 )
 
@@ -60,12 +59,10 @@ func TestCPU_matMulAllTransposes(t *testing.T) {
 		m, n, k := sh[0], sh[1], sh[2]
 		for _, ta := range []bool{false, true} {
 			for _, tb := range []bool{false, true} {
-				for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+				for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 					a, b, c := randVec(r, m*k), randVec(r, k*n), randVec(r, m*n)
-					if dt == tensor.F16 {
-						half.Round(a)
-						half.Round(b)
-					}
+					roundTo(dt, a)
+					roundTo(dt, b)
 					ashape := []int{m, k}
 					if ta {
 						ashape = []int{k, m}

@@ -8,11 +8,15 @@
 //	ops.go         activations, dropout, layer norm, embeddings, softmax and the attention layout,
 //	               cross-entropy, reductions, the loss scaler's check, AdamW and SGD
 //	matmul.go      MatMul, BatchedMatMul, AddBias, BiasGrad: shapes checked, work done by gemm.go
-//	gemm.go        a packed, blocked SGEMM organised like BLIS (f16 operands widened while packing)
+//	gemm.go        a packed, blocked SGEMM organised like BLIS (f16 and bf16 operands widened while
+//	               packing)
 //	gemm_amd64.go  the AVX-512 and AVX2+FMA micro-kernels in gemm_amd64.s, written by
 //	               gemm_asmgen.go (go generate ./model/cpu/); gemm_other.go elsewhere
 //	math.go        float32 exp and GELU, a few ulp from float64
 //	flash.go       the reference FlashAttention (FlashAttentionFast is false here)
+//
+// f16 and bf16 tensors are stored as their 16 bits and computed in f32: read widens, commit
+// rounds to nearest even (half.Format: one code path for both formats).
 //
 // It imports only model/tensor and model/half. Results are deterministic: reductions keep one
 // partial per chunk and combine them in a fixed order, so they do not depend on timing.

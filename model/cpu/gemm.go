@@ -33,10 +33,11 @@ const (
 )
 
 // gemmSrc is an operand seen as op(X): element (i, j) is at off + i*rs + j*cs of f32 (or, when
-// f32 is nil, of the f16 halves in f16).
+// f32 is nil, of the 16-bit floats in f16, of format hf: f16 or bf16).
 type gemmSrc struct {
 	f32    []float32
 	f16    []uint16
+	hf     half.Format
 	off    int
 	rs, cs int
 }
@@ -47,11 +48,11 @@ func gemmOperand(t *tensor.Tensor, off, rows, cols int, trans bool) gemmSrc {
 	if trans {
 		s.rs, s.cs = 1, cols
 	}
-	switch t.DType() {
-	case tensor.F32:
+	switch d := t.DType(); {
+	case d == tensor.F32:
 		s.f32 = f32s(t)
-	case tensor.F16:
-		s.f16 = f16s(t)
+	case isHalf(d):
+		s.f16, s.hf = h16s(t), formatOf(d)
 	default:
 		panic("cpu: MatMul of " + t.String())
 	}
@@ -179,7 +180,7 @@ func packA(dst []float32, s gemmSrc, i0, mc, p0, kc int) {
 					}
 				} else {
 					src := s.f16[base : base+kc]
-					t := half.Table()
+					t := s.hf.Table()
 					for p, h := range src {
 						d[p*gemmMR+r] = t[h]
 					}
@@ -199,7 +200,7 @@ func packA(dst []float32, s gemmSrc, i0, mc, p0, kc int) {
 			if s.f32 != nil {
 				copy(dp[:rows], s.f32[base:base+rows])
 			} else {
-				half.Decode(dp[:rows], s.f16[base:base+rows])
+				s.hf.Decode(dp[:rows], s.f16[base:base+rows])
 			}
 			clear(dp[rows:])
 		}
@@ -227,7 +228,7 @@ func packB(dst []float32, s gemmSrc, p0, kc, j0, nc int) {
 				if s.f32 != nil {
 					copy(dp[:cols], s.f32[base:base+cols])
 				} else {
-					half.Decode(dp[:cols], s.f16[base:base+cols])
+					s.hf.Decode(dp[:cols], s.f16[base:base+cols])
 				}
 				clear(dp[cols:])
 			}
@@ -240,7 +241,7 @@ func packB(dst []float32, s gemmSrc, p0, kc, j0, nc int) {
 			if s.f32 != nil {
 				transpose8(d[j:], s.f32[base:], s.cs, gemmNR, kc)
 			} else {
-				packBT8h(d[j:], s.f16[base:], s.cs, kc)
+				packBT8h(d[j:], s.f16[base:], s.hf.Table(), s.cs, kc)
 			}
 		}
 		for ; j < cols; j++ {
@@ -252,7 +253,7 @@ func packB(dst []float32, s gemmSrc, p0, kc, j0, nc int) {
 				}
 			} else {
 				src := s.f16[base : base+kc]
-				t := half.Table()
+				t := s.hf.Table()
 				for p, h := range src {
 					d[p*gemmNR+j] = t[h]
 				}
@@ -289,8 +290,7 @@ func transpose8Go(d, s []float32, cs, ldd, kc int) {
 	}
 }
 
-func packBT8h(d []float32, s []uint16, cs, kc int) {
-	t := half.Table()
+func packBT8h(d []float32, s []uint16, t *[1 << 16]float32, cs, kc int) {
 	for c := 0; c < 8; c++ {
 		src := s[c*cs : c*cs+kc]
 		for p, h := range src {
@@ -400,10 +400,10 @@ func (c *Device) gemm(m, n, k int, A, B gemmSrc, C []float32, alpha, beta float3
 }
 
 // gemmOut returns the f32 slice a product writes C through and the function that finishes C:
-// C's own memory when f32; for f16 a pooled f32 scratch (holding C's values when keep), rounded
-// into C by done. No allocation per call either way.
+// C's own memory when f32; for f16 or bf16 a pooled f32 scratch (holding C's values when keep),
+// rounded into C by done. No allocation per call either way.
 func gemmOut(C *tensor.Tensor, keep bool) (out []float32, done func()) {
-	if C.DType() != tensor.F16 {
+	if !isHalf(C.DType()) {
 		return outBuf(C, keep), func() {}
 	}
 	p, _ := gemmScratch.Get().(*[]float32)
@@ -412,11 +412,12 @@ func gemmOut(C *tensor.Tensor, keep bool) (out []float32, done func()) {
 	}
 	*p = grow(*p, C.Len())
 	out = *p
+	f := formatOf(C.DType())
 	if keep {
-		half.Decode(out, f16s(C))
+		f.Decode(out, h16s(C))
 	}
 	return out, func() {
-		half.Encode(f16s(C), out)
+		f.Encode(h16s(C), out)
 		gemmScratch.Put(p)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goddp/goddp/model/half"
 	"github.com/goddp/goddp/model/tensor"
 )
 
@@ -30,15 +29,9 @@ func withKernel(t *testing.T, f func(t *testing.T)) {
 func checkGemm(t *testing.T, dev *Device, r *rand.Rand, m, n, k int, ta, tb bool, adt, bdt, cdt tensor.DType, alpha, beta float32, nanC bool) {
 	t.Helper()
 	a, b, c := randVec(r, m*k), randVec(r, k*n), randVec(r, m*n)
-	if adt == tensor.F16 {
-		half.Round(a)
-	}
-	if bdt == tensor.F16 {
-		half.Round(b)
-	}
-	if cdt == tensor.F16 {
-		half.Round(c)
-	}
+	roundTo(adt, a)
+	roundTo(bdt, b)
+	roundTo(cdt, c)
 	if nanC {
 		for i := range c {
 			c[i] = float32(math.NaN())
@@ -62,8 +55,11 @@ func checkGemm(t *testing.T, dev *Device, r *rand.Rand, m, n, k int, ta, tb bool
 	want := naiveMatMul(a, b, cref, m, n, k, ta, tb, float64(alpha), float64(beta))
 	got := tensor.ToHost(C)
 	tol := 2e-5 * math.Sqrt(float64(k)+1)
-	if cdt == tensor.F16 {
-		tol = 2e-3
+	switch cdt {
+	case tensor.F16:
+		tol = 2e-3 // 11 significant bits
+	case tensor.BF16:
+		tol = 1e-2 // 8 significant bits: one rounding is ≤ 2^-9 relative
 	}
 	for i, g := range got {
 		if math.IsNaN(float64(g)) || math.IsInf(float64(g), 0) {
@@ -97,17 +93,27 @@ func TestGemm_shapesTransposesAlphaBeta(t *testing.T) {
 	})
 }
 
-func TestGemm_f16Operands(t *testing.T) {
+// roundTo rounds v to what a tensor of dtype dt holds (f16 or bf16; f32 as it is).
+func roundTo(dt tensor.DType, v []float32) {
+	if dt.Half() {
+		formatOf(dt).Round(v)
+	}
+}
+
+// f16 and bf16 operands (widened while packing) and results (rounded from the f32 scratch).
+func TestGemm_halfOperands(t *testing.T) {
 	withKernel(t, func(t *testing.T) {
 		dev := New()
 		r := rand.New(rand.NewPCG(9, 10))
-		for _, sh := range [][3]int{{1, 1, 1}, {13, 45, 19}, {40, 70, 300}} {
-			for _, ta := range []bool{false, true} {
-				for _, tb := range []bool{false, true} {
-					checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, tensor.F16, tensor.F16, tensor.F32, 1, 0, true)
-					checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, tensor.F16, tensor.F32, tensor.F32, 0.5, 1, false)
-					checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, tensor.F32, tensor.F16, tensor.F16, 1, 0.5, false)
-					checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, tensor.F16, tensor.F16, tensor.F16, 1, 0, true)
+		for _, h := range []tensor.DType{tensor.F16, tensor.BF16} {
+			for _, sh := range [][3]int{{1, 1, 1}, {13, 45, 19}, {40, 70, 300}} {
+				for _, ta := range []bool{false, true} {
+					for _, tb := range []bool{false, true} {
+						checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, h, h, tensor.F32, 1, 0, true)
+						checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, h, tensor.F32, tensor.F32, 0.5, 1, false)
+						checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, tensor.F32, h, h, 1, 0.5, false)
+						checkGemm(t, dev, r, sh[0], sh[1], sh[2], ta, tb, h, h, h, 1, 0, true)
+					}
 				}
 			}
 		}
@@ -137,13 +143,11 @@ func TestGemm_zeroK(t *testing.T) {
 func TestGemm_views(t *testing.T) {
 	dev := New()
 	r := rand.New(rand.NewPCG(17, 18))
-	for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 		const m, n, k = 2 * 13, 37, 45
 		a, b := randVec(r, 7+m*k+3), randVec(r, 5+n*k)
-		if dt == tensor.F16 {
-			half.Round(a)
-			half.Round(b)
-		}
+		roundTo(dt, a)
+		roundTo(dt, b)
 		Abig, Bbig := tensor.FromHost(dev, dt, "a", a, len(a)), tensor.FromHost(dev, dt, "b", b, len(b))
 		Cbig := dev.Alloc(tensor.F32, "c", 11+m*n)
 		dev.Fill(Cbig, float32(math.NaN()))

@@ -505,9 +505,10 @@ func (c *Device) AdamW(p, g, m, v, halfW *tensor.Tensor, a tensor.AdamWArgs) {
 	tensor.CheckLen("AdamW", p, g, m, v)
 	ps, gs, ms, vs := f32s(p), f32s(g), f32s(m), f32s(v)
 	var hs []uint16
+	var hf half.Format
 	if halfW != nil {
 		tensor.CheckLen("AdamW", p, halfW)
-		hs = f16s(halfW)
+		hs, hf = h16s(halfW), formatOf(halfW.DType())
 	}
 	b1, b2, lr, eps, wd := a.Beta1, a.Beta2, a.LR, a.Eps, a.WeightDecay
 	ibc1, ibc2 := 1/a.BiasCorr1, 1/a.BiasCorr2
@@ -525,7 +526,7 @@ func (c *Device) AdamW(p, g, m, v, halfW *tensor.Tensor, a tensor.AdamWArgs) {
 			p[i] = w - lr*(mi*ibc1/denom+wd*w)
 		}
 		if hs != nil {
-			half.Encode(hs[lo:hi], p)
+			hf.Encode(hs[lo:hi], p)
 		}
 	})
 }
@@ -539,8 +540,9 @@ func (c *Device) SGD(p, g, mom, halfW *tensor.Tensor, a tensor.SGDArgs) {
 		ms = f32s(mom)
 	}
 	var hs []uint16
+	var hf half.Format
 	if halfW != nil {
-		hs = f16s(halfW)
+		hs, hf = h16s(halfW), formatOf(halfW.DType())
 	}
 	mu, lr, wd := a.Momentum, a.LR, a.WeightDecay
 	c.parallel(len(ps), 1<<13, func(lo, hi int) {
@@ -568,7 +570,7 @@ func (c *Device) SGD(p, g, mom, halfW *tensor.Tensor, a tensor.SGDArgs) {
 			}
 		}
 		if hs != nil {
-			half.Encode(hs[lo:hi], p)
+			hf.Encode(hs[lo:hi], p)
 		}
 	})
 }

@@ -66,9 +66,18 @@ type profEntry struct {
 }
 
 var (
-	_ tensor.Device     = (*Device)(nil)
-	_ tensor.Observable = (*Device)(nil)
+	_ tensor.Device         = (*Device)(nil)
+	_ tensor.Observable     = (*Device)(nil)
+	_ tensor.ComputeChecker = (*Device)(nil)
 )
+
+// CheckCompute refuses bf16: the kernels read f32 and f16 only (issue 32's stage 2 adds bf16).
+func (d *Device) CheckCompute(dt tensor.DType) error {
+	if dt == tensor.BF16 {
+		return fmt.Errorf("cuda: bf16 on CUDA is not implemented yet: use precision fp16 or fp32 on the GPU, or bf16 with --device cpu")
+	}
+	return nil
+}
 
 // cudaBuf is one cuMemAlloc block.
 type cudaBuf struct {

@@ -1,6 +1,7 @@
-// Package half is goddp's one IEEE 754 binary16 ("half", f16) codec: float32 ↔ f16 conversion of
-// one value and of slices, for the CPU device, the tensors' host transfers and the all-reduce's
-// wire codec. It imports nothing of goddp, so every package may use it (allreduce, which must not
+// Package half is goddp's one codec of 16-bit floats, IEEE 754 binary16 ("half", f16) and
+// bfloat16 (bf16.go): float32 ↔ f16/bf16 conversion of one value and of slices, for the CPU
+// device, the tensors' host transfers, safetensors and the all-reduce's wire codecs; Format
+// names either, for code written once for both. It imports nothing of goddp, so every package may use it (allreduce, which must not
 // import model, included).
 //
 // The conversions match github.com/x448/float16 bit for bit (round to nearest even, subnormals
@@ -47,13 +48,16 @@ func ToFloat32(h uint16) float32 {
 // Read only.
 func Table() *[1 << 16]float32 { return table }
 
-var table = func() *[1 << 16]float32 {
+var table = newTable(f16ToF32Slow)
+
+// newTable tabulates widen over every 16-bit pattern (Table, BF16Table).
+func newTable(widen func(uint16) float32) *[1 << 16]float32 {
 	var t [1 << 16]float32
 	for i := range t {
-		t[i] = f16ToF32Slow(uint16(i))
+		t[i] = widen(uint16(i))
 	}
 	return &t
-}()
+}
 
 func f16ToF32Slow(h uint16) float32 {
 	sign := uint32(h&0x8000) << 16

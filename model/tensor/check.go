@@ -18,10 +18,10 @@ func CheckLen(op string, ts ...*Tensor) {
 // the last one (so a 2×0 tensor is 2 rows of nothing, which K = 0 products need).
 func MatDims(t *Tensor) (int, int) { return matDims(t.Shape()) }
 
-// CheckFloat panics unless every non-nil tensor is f32 or f16.
+// CheckFloat panics unless every non-nil tensor is f32, f16 or bf16.
 func CheckFloat(op string, ts ...*Tensor) {
 	for _, t := range ts {
-		if t != nil && t.DType() != F32 && t.DType() != F16 {
+		if t != nil && t.DType() != F32 && !t.DType().Half() {
 			panic(fmt.Sprintf("tensor: %s: %s is not a float tensor", op, t))
 		}
 	}

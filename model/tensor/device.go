@@ -10,8 +10,9 @@ package tensor
 //     is done.
 //   - Tensors of more than two dimensions are read as matrices where an operation says "(R,C)": the
 //     last dimension is C, the product of the others R.
-//   - Floating inputs may be f32 or f16 in any mix, unless stated; arithmetic is f32 inside and results
-//     are rounded to the output tensor's dtype. Shapes must agree exactly as documented; a mismatch
+//   - Floating inputs may be f32 or f16 (or bf16, where the device computes in it: CheckCompute) in
+//     any mix, unless stated; arithmetic is f32 inside and results are rounded (to nearest even) to
+//     the output tensor's dtype. Shapes must agree exactly as documented; a mismatch
 //     panics with a message naming the operation and the tensors (a programming error, not bad input).
 //   - "accumulates" means the result is added to what the output holds; otherwise it is overwritten.
 //     All parameter-gradient outputs accumulate, so gradient accumulation over micro-steps needs no
@@ -39,9 +40,9 @@ type Device interface {
 
 	// ---- host transfer ----
 
-	Upload(dst *Tensor, src []float32)   // dst f32 or f16; len(src) == dst.Len()
+	Upload(dst *Tensor, src []float32)   // dst f32, f16 or bf16; len(src) == dst.Len()
 	UploadI32(dst *Tensor, src []int32)  // dst i32
-	Download(dst []float32, src *Tensor) // waits; src f32 or f16
+	Download(dst []float32, src *Tensor) // waits; src f32, f16 or bf16
 	DownloadI32(dst []int32, src *Tensor)
 	Sync() // waits until all enqueued work is done
 
@@ -53,7 +54,7 @@ type Device interface {
 	// ---- fills, copies, elementwise ----
 
 	Fill(t *Tensor, v float32)
-	// Copy copies src into dst (same length), converting between f32 and f16.
+	// Copy copies src into dst (same length), converting between f32 and f16 or bf16.
 	Copy(dst, src *Tensor)
 	// RandNormal fills t with N(0, std²) from a counter-based generator: element i of a tensor filled
 	// with seed s is the same on every device and every run.

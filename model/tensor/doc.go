@@ -4,7 +4,8 @@
 // it, so a layer cannot reach a device's memory except through Device.
 //
 //	tensor.go   Tensor: a typed, shaped window onto a device Buffer; View, Reshape, ToHost, FromHost
-//	dtype.go    DType: F32, F16 (stored as its 16 bits), I32
+//	dtype.go    DType: F32, F16 and BF16 (stored as their 16 bits), I32; ComputeChecker, an
+//	            optional ability: a device refusing a compute dtype (CUDA and bf16, for now)
 //	device.go   Device, the interface every layer calls (memory, transfers, elementwise, matmul,
 //	            activations, normalisation, embeddings, softmax and attention, loss, reductions,
 //	            optimizers) and its argument types; Fence, a point in a device's stream of work

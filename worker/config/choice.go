@@ -20,6 +20,9 @@ type Precision string
 const (
 	FP32 Precision = "fp32" // everything in float32
 	FP16 Precision = "fp16" // FP16 matmuls and activations, FP32 master weights, a dynamic loss scaler
+	// BF16: bfloat16 matmuls and activations (f32's range in 16 bits), FP32 master weights,
+	// no loss scaler: an inf or NaN gradient is an error naming the step.
+	BF16 Precision = "bf16"
 )
 
 // ModelKind is `model.kind`.
@@ -81,9 +84,10 @@ const (
 type Wire string
 
 const (
-	WireAuto Wire = "auto" // f16 under precision fp16, else f32
+	WireAuto Wire = "auto" // follows precision: f16 under fp16, bf16 under bf16, else f32
 	WireF32  Wire = "f32"
 	WireF16  Wire = "f16"
+	WireBF16 Wire = "bf16"
 )
 
 // ChoiceError is a value outside a key's set.
@@ -121,7 +125,7 @@ func (c choices[T]) parse(s string) (T, error) {
 }
 
 var (
-	precisions  = choices[Precision]{key: "precision", values: []Precision{FP32, FP16}}
+	precisions  = choices[Precision]{key: "precision", values: []Precision{FP32, FP16, BF16}}
 	modelKinds  = choices[ModelKind]{key: "model.kind", values: []ModelKind{ModelMLP, ModelGPT, ModelResNet}}
 	activations = choices[Activation]{key: "model.activation", values: []Activation{ActReLU, ActGELU}}
 	attentions  = choices[Attention]{key: "model.attention", values: []Attention{AttnAuto, AttnFlash, AttnMaterialized},
@@ -129,10 +133,10 @@ var (
 	schedules  = choices[Schedule]{key: "train.schedule", values: []Schedule{ScheduleConstant, ScheduleCosine}}
 	optimizers = choices[Optimizer]{key: "train.optimizer", values: []Optimizer{OptAdamW, OptSGD}}
 	dataKinds  = choices[DataKind]{key: "data.kind", values: []DataKind{DataMNIST, DataText, DataTokens, DataSyntheticImages}}
-	wires      = choices[Wire]{key: "ddp.wire", values: []Wire{WireAuto, WireF32, WireF16}}
+	wires      = choices[Wire]{key: "ddp.wire", values: []Wire{WireAuto, WireF32, WireF16, WireBF16}}
 )
 
-// ParsePrecision reads `precision`: fp32 or fp16.
+// ParsePrecision reads `precision`: fp32, fp16 or bf16.
 func ParsePrecision(s string) (Precision, error) { return precisions.parse(s) }
 
 // ParseModelKind reads `model.kind`: mlp, gpt or resnet.
@@ -154,7 +158,7 @@ func ParseOptimizer(s string) (Optimizer, error) { return optimizers.parse(s) }
 // ParseDataKind reads `data.kind`: mnist, text, tokens or synthetic-images.
 func ParseDataKind(s string) (DataKind, error) { return dataKinds.parse(s) }
 
-// ParseWire reads `ddp.wire`: auto, f32 or f16.
+// ParseWire reads `ddp.wire`: auto, f32, f16 or bf16.
 func ParseWire(s string) (Wire, error) { return wires.parse(s) }
 
 // Checkpointing is `model.checkpoint`, activation checkpointing: none, blocks or every_N.

@@ -52,7 +52,7 @@ func TestChoices_parse(t *testing.T) {
 	}
 	_, err := ParseWire("f8")
 	var ce *ChoiceError
-	if !errors.As(err, &ce) || ce.Key != "ddp.wire" || ce.Value != "f8" || strings.Join(ce.Want, ",") != "auto,f32,f16" {
+	if !errors.As(err, &ce) || ce.Key != "ddp.wire" || ce.Value != "f8" || strings.Join(ce.Want, ",") != "auto,f32,f16,bf16" {
 		t.Errorf("ParseWire(f8) = %#v", err)
 	}
 	for s, every := range map[string]int{"": 0, "none": 0, "blocks": 1, "every_1": 1, "every_3": 3} {

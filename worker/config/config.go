@@ -4,9 +4,11 @@ package config
 
 // Config is one training run.
 type Config struct {
-	// precision: fp32 | fp16. fp16 keeps FP32 master weights and optimizer
-	// state, runs matmuls and activations in FP16 and scales the loss
-	// dynamically (see LossScale). Default fp32.
+	// precision: fp32 | fp16 | bf16. fp16 keeps FP32 master weights and
+	// optimizer state, runs matmuls and activations in FP16 and scales the
+	// loss dynamically (see LossScale). bf16 does the same in bfloat16
+	// without a loss scaler: an inf or NaN gradient stops the run with an
+	// error naming the step. Default fp32.
 	Precision Precision `yaml:"precision"`
 	// seed: the one seed of the run: parameter init, dropout and the data
 	// order (the shuffle of epoch e is a function of (seed, e)). Default 1.
@@ -198,8 +200,9 @@ type CheckpointConfig struct {
 type DDPConfig struct {
 	// bucket_cap_mb: gradient bucket size in MiB. Default 25.
 	BucketCapMB float64 `yaml:"bucket_cap_mb"`
-	// wire: auto | f32 | f16: the all-reduce wire format; auto = f16 when
-	// precision is fp16, else f32. See Config.WireFormat.
+	// wire: auto | f32 | f16 | bf16: the all-reduce wire format; auto
+	// follows precision: f16 under fp16, bf16 under bf16, else f32. See
+	// Config.WireFormat.
 	Wire Wire `yaml:"wire"`
 	// check_every: steps between replica-consistency hash checks. Default 100.
 	CheckEvery int `yaml:"check_every"`
@@ -277,11 +280,15 @@ func (c *Config) Clone() *Config {
 	return &cc
 }
 
-// WireFormat resolves ddp.wire: WireF16 or WireF32 (auto: f16 under fp16, else f32).
+// WireFormat resolves ddp.wire: WireF32, WireF16 or WireBF16 (auto: f16 under fp16, bf16 under
+// bf16, else f32).
 func (c *Config) WireFormat() Wire {
 	if c.DDP.Wire == WireAuto || c.DDP.Wire == "" {
-		if c.Precision == FP16 {
+		switch c.Precision {
+		case FP16:
 			return WireF16
+		case BF16:
+			return WireBF16
 		}
 		return WireF32
 	}

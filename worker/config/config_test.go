@@ -79,6 +79,42 @@ func TestConfig_defaultsAndDerived(t *testing.T) {
 	}
 }
 
+// precision bf16: the wire follows it (auto is bf16), an explicit wire wins (bf16 under fp32 too,
+// as f16 is), and the trajectory tells a bf16 run from an fp16 one by precision and ddp.wire.
+func TestConfig_bf16(t *testing.T) {
+	load := func(sets ...string) *Config {
+		t.Helper()
+		c, err := Load(writeYAML(t, minimalMLP), sets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	bf, fp := load("precision=bf16"), load("precision=fp16")
+	if bf.Precision != BF16 || bf.WireFormat() != WireBF16 {
+		t.Errorf("precision bf16: %s, wire %s", bf.Precision, bf.WireFormat())
+	}
+	for _, c := range []struct {
+		sets []string
+		want Wire
+	}{{[]string{"precision=bf16", "ddp.wire=f32"}, WireF32}, {[]string{"precision=fp32", "ddp.wire=bf16"}, WireBF16},
+		{[]string{"precision=fp16", "ddp.wire=bf16"}, WireBF16}, {[]string{"precision=bf16", "ddp.wire=f16"}, WireF16}} {
+		if got := load(c.sets...).WireFormat(); got != c.want {
+			t.Errorf("%v: wire %s, want %s", c.sets, got, c.want)
+		}
+	}
+	tb, tf := bf.Trajectory(), fp.Trajectory()
+	if tb["precision"] != "bf16" || tb["ddp.wire"] != "bf16" || tf["precision"] != "fp16" || tf["ddp.wire"] != "f16" {
+		t.Errorf("trajectories: bf16 %s/%s, fp16 %s/%s", tb["precision"], tb["ddp.wire"], tf["precision"], tf["ddp.wire"])
+	}
+	if bf.Hash() == fp.Hash() {
+		t.Error("a bf16 run hashes as an fp16 one")
+	}
+	if bf16Auto, bf16Set := load("precision=bf16"), load("precision=bf16", "ddp.wire=bf16"); bf16Auto.Hash() != bf16Set.Hash() {
+		t.Error("ddp.wire auto and bf16 under precision bf16 hash differently: the same arithmetic")
+	}
+}
+
 func TestConfig_unknownKey(t *testing.T) {
 	p := writeYAML(t, minimalMLP+"  shuffel: false\n")
 	_, err := Load(p, nil)

@@ -76,7 +76,7 @@ const TrajectoryFormat = "goddp trajectory 1"
 // Trajectory returns the canonical trajectory config: every key the trajectory depends on (every
 // key of the schema but notTrajectory's), with its value as YAML writes it (0.003, fp16, true,
 // [784, 32, 10]; numbers to 15 significant digits; train.micro_batch "auto" or a number;
-// model.attention "" as auto; ddp.wire resolved, auto as f16 or f32). Call it on
+// model.attention "" as auto; ddp.wire resolved, auto as f16, bf16 or f32). Call it on
 // a config whose batch is resolved (TrainConfig.WithBatch) to describe a run: global_batch then
 // carries the world size.
 func (c *Config) Trajectory() map[string]string {
@@ -123,7 +123,7 @@ func (c *Config) valueText(root reflect.Value, key string) string {
 			return string(AttnAuto)
 		}
 	case "ddp.wire":
-		return string(c.WireFormat()) // auto is f16 under fp16, else f32: the same arithmetic
+		return string(c.WireFormat()) // auto is f16 under fp16, bf16 under bf16, else f32: the same arithmetic
 	}
 	f, ok := fieldByKey(root, strings.Split(key, "."))
 	if !ok {
