@@ -28,6 +28,7 @@ import (
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/worker"
 	"github.com/goddp/goddp/worker/config"
+	"github.com/goddp/goddp/worker/observe"
 )
 
 // Exit statuses.
@@ -111,7 +112,7 @@ func run(args []string) int {
 		return exitFailed
 	}
 	if res.Rank == 0 {
-		fmt.Println(worker.FormatSummary(res))
+		fmt.Println(observe.FormatSummary(res))
 	}
 	return 0
 }

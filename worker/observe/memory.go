@@ -1,16 +1,19 @@
-package worker
+package observe
+
+// memory.go: --memory-report, where the peak of device memory went, and --check-leaks.
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/tensor"
 )
 
-// memoryReport is --memory-report's breakdown of device memory after the first steps: where the
+// MemoryReport is --memory-report's breakdown of device memory after the first steps: where the
 // peak went, by kind, and the device's own summary.
-func memoryReport(dev tensor.Device, ps *model.Params, opt Optimizer) string {
+func MemoryReport(dev tensor.Device, ps *model.Params, opt model.Optimizer) string {
 	st := dev.Stats()
 	var master, weights, grads, optState int64
 	grads = tensor.SizeClass(ps.Grad.Bytes())
@@ -59,4 +62,24 @@ func memoryReport(dev tensor.Device, ps *model.Params, opt Optimizer) string {
 	}
 	b.WriteString(tensor.MemorySummary(dev))
 	return b.String()
+}
+
+// CheckLeaks (--check-leaks) fails when allocated memory is not back at the step's baseline, naming the tags of
+// the blocks still alive beyond it.
+func CheckLeaks(dev tensor.Device, baseline int64, step int) error {
+	now := dev.Stats().Allocated
+	if now <= baseline {
+		return nil
+	}
+	tags := map[string]int64{}
+	for _, l := range dev.Live() {
+		tags[l.Tag] += l.Bytes
+	}
+	var names []string
+	for t, n := range tags {
+		names = append(names, fmt.Sprintf("%s (%s)", t, tensor.FormatBytes(n)))
+	}
+	sort.Strings(names)
+	return fmt.Errorf("worker: memory leak at step %d: %s allocated above the step's baseline; live blocks: %s",
+		step, tensor.FormatBytes(now-baseline), strings.Join(names, ", "))
 }
