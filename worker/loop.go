@@ -346,6 +346,15 @@ func (t *Trainer) afterStep(ctx context.Context) error {
 		t.obs.Eval(er)
 	}
 	if cfg.Checkpoint.Dir != "" && cfg.Checkpoint.Every > 0 && st.Step%cfg.Checkpoint.Every == 0 && st.Step < t.total {
+		if writing, busy := st.Writing(t.checkpointPatience()); busy {
+			// The disk is much slower than the interval: skip this one rather than wait longer,
+			// which would hold this rank out of the next collective until its peers time out.
+			t.ckptSkipped++
+			t.log.Warn("checkpoint skipped: the previous one is still being written", "step", st.Step,
+				"writing_step", writing, "skipped_so_far", t.ckptSkipped)
+			t.prom.CheckpointSkipped()
+			return nil
+		}
 		if err := t.saveCheckpoint(); err != nil {
 			return err
 		}
@@ -465,4 +474,18 @@ func nonFinite(step int, ranks []int, world int, err error) error {
 func injectInf(dev tensor.Device, ps *model.Params) {
 	g := ps.Grad.View(0, 1)
 	dev.Upload(g, []float32{float32(math.Inf(1))})
+}
+
+// checkpointPatience is how long a checkpoint due while the previous one is still being written
+// waits for it before it is skipped: half the collective timeout, which the peers spend waiting
+// in the next collective meanwhile; without peers, as long as it takes.
+func (t *Trainer) checkpointPatience() time.Duration {
+	if t.env.WorldSize <= 1 {
+		return time.Duration(math.MaxInt64)
+	}
+	d := t.cfg.DDP.Timeout.D
+	if d <= 0 {
+		d = 30 * time.Second // allreduce's default (link.DefaultTimeout)
+	}
+	return d / 2
 }

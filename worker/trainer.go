@@ -53,6 +53,9 @@ type Options struct {
 	// InjectInf, when set, is asked after each step's all-reduce whether to put +Inf into this
 	// rank's first gradient element (tests of the loss-scaler agreement and bf16's error).
 	InjectInf func(step int) bool
+	// SlowCheckpoint, when set, is called by the background checkpoint writer before each write
+	// (tests of a slow disk: checkpoint.State.BeforeWrite).
+	SlowCheckpoint func(step int)
 	// wrapModel, when set, wraps the model the run builds (tests: a planted leak).
 	wrapModel func(model.Model) model.Model
 }
@@ -90,6 +93,8 @@ type Trainer struct {
 	obs     observe.Observers // the three above: what the loop reports to
 	in      *inputs
 	groups  []*allreduce.Group // the main group and the channels: their bytes on the wire
+
+	ckptSkipped int // checkpoints skipped while the previous one was still being written
 
 	closers []func() error // what New opened, in order
 	closed  bool
@@ -292,6 +297,7 @@ func (t *Trainer) startEngine(ctx context.Context, gcfg allreduce.Config) error 
 		dopts.Tracer = t.trace
 	}
 	eng := ddp.New(t.ps, t.group, dopts)
+	eng.SetBuffers(modelBuffers(t.m)) // the replica check covers the BatchNorm running statistics
 	t.eng = eng
 	t.onClose(func() error { eng.Close(); return nil })
 	return nil
@@ -307,6 +313,7 @@ func (t *Trainer) resumeOrInit(ctx context.Context) (string, error) {
 	if b, ok := t.m.(model.Buffered); ok {
 		st.Buffers = b.Buffers()
 	}
+	st.BeforeWrite = t.opt.SlowCheckpoint
 	t.onClose(st.WaitWrite) // a checkpoint still being written (checkpoint.State.Save) lands before the process goes
 	if cfg.Checkpoint.Dir != "" {
 		cfg.Checkpoint.Dir = checkpoint.ExpandDir(cfg.Checkpoint.Dir, env.NodeRank)

@@ -333,8 +333,11 @@ func (d *Duration) setText(s string) error {
 		return nil
 	}
 	v, err := time.ParseDuration(s)
-	if err != nil || v < 0 {
+	if err != nil {
 		return fmt.Errorf("%q is not a duration (e.g. 30s, 5m)", s)
+	}
+	if v < 0 {
+		return fmt.Errorf("%s: must be positive (or \"\" for the default)", s)
 	}
 	*d = Duration{D: v}
 	return nil
