@@ -129,6 +129,19 @@ func TestTrain_resumeIsExact(t *testing.T) {
 	if c := summary(t, again); c.ParamSHA256 != a.ParamSHA256 {
 		t.Fatalf("the run from --resume-from step 40 ends with %s, uninterrupted %s", c.ParamSHA256, a.ParamSHA256)
 	}
+	// Going back to step 40 of the same run, in its own checkpoint.dir (issue 29, item 3): not
+	// "another run"; the newer checkpoints are set aside, and the run ends as the straight one.
+	back := filepath.Join(dir, "back.jsonl")
+	out, err = runTrain(t, nil, append(smallRun(t, filepath.Join(dir, "ck-a")), "--resume-from", filepath.Join(dir, "ck-a", "step-00000040"), "--metrics", back)...)
+	if err != nil || !strings.Contains(out, "resumed from checkpoint") {
+		t.Fatalf("--resume-from an earlier step of the same run: %v\n%s", err, out)
+	}
+	if c := summary(t, back); c.ParamSHA256 != a.ParamSHA256 {
+		t.Fatalf("the run gone back to step 40 ends with %s, uninterrupted %s", c.ParamSHA256, a.ParamSHA256)
+	}
+	if aside, _ := filepath.Glob(filepath.Join(dir, "ck-a", "abandoned-*-step-00000048")); len(aside) != 1 {
+		t.Fatalf("the abandoned step 48 was not set aside: %v", aside)
+	}
 }
 
 func TestTrain_refusesBadCheckpointAndConfig(t *testing.T) {
