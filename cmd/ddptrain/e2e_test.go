@@ -507,3 +507,20 @@ func TestLaunch_bf16InfGradientNamesStepAndRank(t *testing.T) {
 		t.Fatalf("fp16 with an inf at step 3 on rank 1 should skip it: %v\n%s", err, out)
 	}
 }
+
+// --check-leaks passes on the shipped MNIST configs (issue 29, item 2): the logits a model keeps
+// from one step to the next (Predict reads them) are not a leak.
+func TestTrain_checkLeaksOnShippedConfigs(t *testing.T) {
+	for _, c := range []struct{ name, config, precision string }{
+		{"mlp", "../../configs/mnist-mlp.yaml", "fp32"},
+		{"mlp-fp16", "../../configs/mnist-mlp.yaml", "fp16"},
+		{"resnet", "../../configs/mnist-resnet.yaml", "fp32"},
+	} {
+		out, err := runTrain(t, nil, "--config", c.config, "--set", "train.max_steps=3", "--set", "train.micro_batch=16",
+			"--set", "data.path="+mnistDir(t), "--set", "checkpoint.dir="+filepath.Join(t.TempDir(), "ck"),
+			"--set", "precision="+c.precision, "--set", "train.eval_batches=1", "--check-leaks")
+		if err != nil {
+			t.Errorf("%s --check-leaks: %v\n%s", c.name, err, out)
+		}
+	}
+}

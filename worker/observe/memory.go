@@ -64,8 +64,8 @@ func MemoryReport(dev tensor.Device, ps *model.Params, opt model.Optimizer) stri
 	return b.String()
 }
 
-// CheckLeaks (--check-leaks) fails when allocated memory is not back at the step's baseline, naming the tags of
-// the blocks still alive beyond it.
+// CheckLeaks (--check-leaks) fails when allocated memory is above baseline (what the end of the
+// run's first step held) at the end of step, naming the tags of the live blocks.
 func CheckLeaks(dev tensor.Device, baseline int64, step int) error {
 	now := dev.Stats().Allocated
 	if now <= baseline {
@@ -80,6 +80,6 @@ func CheckLeaks(dev tensor.Device, baseline int64, step int) error {
 		names = append(names, fmt.Sprintf("%s (%s)", t, tensor.FormatBytes(n)))
 	}
 	sort.Strings(names)
-	return fmt.Errorf("worker: memory leak at step %d: %s allocated above the step's baseline; live blocks: %s",
+	return fmt.Errorf("worker: memory leak at step %d: %s allocated above the end of the run's first step; live blocks: %s",
 		step, tensor.FormatBytes(now-baseline), strings.Join(names, ", "))
 }
