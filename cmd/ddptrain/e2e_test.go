@@ -425,6 +425,12 @@ func TestTrain_tokensThenExportHF(t *testing.T) {
 	if s := summary(t, m); s.Steps != 4 || !(s.EvalLoss > 5 && s.EvalLoss < 12) {
 		t.Fatalf("summary %+v", s)
 	}
+	// ddptrain eval on the run's checkpoint alone (issue 29, item 1): the checkpoint knows its
+	// data (data.path is not part of the trajectory config, so it is recorded beside it).
+	out2, err := exec.Command(filepath.Join(binaries(t), "ddptrain"), "eval", "--checkpoint", ck, "--set", "train.eval_batches=2", "--json").CombinedOutput()
+	if err != nil || !strings.Contains(string(out2), `"eval_loss"`) {
+		t.Fatalf("ddptrain eval --checkpoint %s (no --config): %v\n%s", ck, err, out2)
+	}
 	hf := filepath.Join(dir, "hf")
 	cmd := exec.Command(filepath.Join(binaries(t), "ddptrain"), "export", "--checkpoint", ck, "--format", "hf", "--out", hf, "--check-logits")
 	if b, err := cmd.CombinedOutput(); err != nil {
