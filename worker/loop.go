@@ -373,10 +373,19 @@ func (t *Trainer) afterStep(ctx context.Context) error {
 // summary and the trace file.
 func (t *Trainer) finish(ctx context.Context, ls *loopState) (*Result, error) {
 	cfg, env, st := t.cfg, t.env, &t.st
+	te := time.Now()
 	ev, err := evaluate(ctx, t.m, t.dev, t.evalSet, cfg, env, t.group)
 	if err != nil {
 		return nil, err
 	}
+	// The end of training is an evaluation: its eval line too (afterStep's stop before the last
+	// step), so a 3-epoch run has 3 and `ddpbench plot` draws the last.
+	er := observe.EvalRecord{Step: st.Step, Epoch: st.Step / t.loader.StepsPerEpoch(), Loss: ev.Loss, Samples: ev.Samples,
+		Seconds: time.Since(te).Seconds()}
+	if cfg.Model.Kind != "gpt" {
+		er.Accuracy = observe.Float(ev.Accuracy)
+	}
+	t.obs.Eval(er)
 	hash, err := t.eng.CheckReplicas(ctx, st.Step)
 	if err != nil {
 		return nil, err

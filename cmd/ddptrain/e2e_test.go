@@ -95,6 +95,17 @@ func TestTrain_resumeIsExact(t *testing.T) {
 	if out, err := runTrain(t, nil, append(smallRun(t, filepath.Join(dir, "ck-a")), "--metrics", straight)...); err != nil {
 		t.Fatalf("straight run: %v\n%s", err, out)
 	}
+	// The end of training is an evaluation (issue 29, item 4): its eval line is the summary's,
+	// and ddpbench plot draws it.
+	if m, err := observe.ReadMetrics(straight); err != nil || len(m.Evals) == 0 || m.Evals[len(m.Evals)-1].Step != 48 ||
+		m.Summary == nil || m.Evals[len(m.Evals)-1].EvalLoss != m.Summary.EvalLoss {
+		t.Fatalf("the straight run's metrics end without the last evaluation at step 48 (%v)", err)
+	}
+	png := filepath.Join(dir, "curves.png")
+	if b, err := exec.Command(filepath.Join(binaries(t), "ddpbench"), "plot", straight, "-o", png).CombinedOutput(); err != nil ||
+		!strings.Contains(string(b), "1 evaluations") {
+		t.Fatalf("ddpbench plot of the straight run: %v\n%s", err, b)
+	}
 	// The same job, killed at step 25 (after the checkpoint of step 20), then started again.
 	ck := filepath.Join(dir, "ck-b")
 	broken := filepath.Join(dir, "broken.jsonl")
