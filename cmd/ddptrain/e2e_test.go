@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -539,5 +540,22 @@ func TestTrain_checkLeaksOnShippedConfigs(t *testing.T) {
 		if err != nil {
 			t.Errorf("%s --check-leaks: %v\n%s", c.name, err, out)
 		}
+	}
+}
+
+// --memory-report shows the parameters as the settings line does (issue 29, item 11): the
+// tensors' own bytes in one unit, the allocator's rounding a row of its own.
+func TestTrain_memoryReportMatchesSettings(t *testing.T) {
+	out, err := runTrain(t, nil, append(smallRun(t, filepath.Join(t.TempDir(), "ck")), "--set", "train.max_steps=3", "--set", "precision=fp32", "--memory-report")...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`\d+ \(([0-9.]+ [KMG]iB) f32\)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no parameters in the settings line:\n%s", out)
+	}
+	row := regexp.MustCompile(`parameters \(compute copy\)\s+([0-9.]+ [KMG]iB)`).FindStringSubmatch(out)
+	if row == nil || row[1] != m[1] {
+		t.Fatalf("the settings line says %s of parameters, the memory report %v:\n%s", m[1], row, out)
 	}
 }

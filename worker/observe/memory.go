@@ -15,18 +15,25 @@ import (
 // peak went, by kind, and the device's own summary.
 func MemoryReport(dev tensor.Device, ps *model.Params, opt model.Optimizer) string {
 	st := dev.Stats()
-	var master, weights, grads, optState int64
-	grads = tensor.SizeClass(ps.Grad.Bytes())
+	// The rows show the tensors' own bytes, as the settings line does (parameters 27.60 MiB
+	// there and here); the allocator's rounding of the slabs to its block sizes is a row of its own.
+	var master, weights, grads, optState, rounding int64
+	grads = ps.Grad.Bytes()
 	if ps.Half != nil {
-		master = tensor.SizeClass(ps.Data.Bytes())
-		weights = tensor.SizeClass(ps.Half.Bytes())
+		master = ps.Data.Bytes()
+		weights = ps.Half.Bytes()
 	} else {
-		weights = tensor.SizeClass(ps.Data.Bytes())
+		weights = ps.Data.Bytes()
+	}
+	for _, b := range []int64{master, weights, grads} {
+		if b > 0 {
+			rounding += tensor.SizeClass(b) - b
+		}
 	}
 	for _, s := range opt.State() {
 		optState += s.T.Bytes()
 	}
-	static := master + weights + grads + optState
+	static := master + weights + grads + optState + rounding
 	var batch int64
 	for _, l := range dev.Live() {
 		if strings.HasPrefix(l.Tag, "batch.") {
@@ -53,6 +60,9 @@ func MemoryReport(dev tensor.Device, ps *model.Params, opt model.Optimizer) stri
 	}
 	row("gradients (f32)", grads)
 	row("optimizer state", optState)
+	if rounding > 0 {
+		row("allocator rounding of the slabs", rounding)
+	}
 	row("input batch", batch)
 	row("activations + workspace at peak", activations)
 	fmt.Fprintf(&b, "  %-34s %12s\n", "peak allocated", tensor.FormatBytes(st.Peak))
