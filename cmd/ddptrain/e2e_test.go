@@ -475,6 +475,12 @@ func TestTrain_tokensThenExportHF(t *testing.T) {
 			}
 		}
 	}
+	// ddptrain sample reads the Hugging Face directory (issue 29, item 9): what a user tries
+	// first with a downloaded GPT-2.
+	if b, err := exec.Command(filepath.Join(binaries(t), "ddptrain"), "sample", "--checkpoint", hf, "--prompt", "The light",
+		"--max-new-tokens", "3", "--temperature", "0", "--json").CombinedOutput(); err != nil || !strings.Contains(string(b), `"completion"`) {
+		t.Fatalf("ddptrain sample --checkpoint %s (Hugging Face): %v\n%s", hf, err, b)
+	}
 	// A bad --format is a usage error, exit 1 after nothing was written.
 	if err := exec.Command(filepath.Join(binaries(t), "ddptrain"), "export", "--checkpoint", ck, "--format", "onnx", "--out", hf).Run(); err == nil {
 		t.Error("export --format onnx succeeded")
