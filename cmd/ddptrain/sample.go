@@ -59,7 +59,7 @@ func runSample(args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("ddptrain sample", pflag.ContinueOnError)
 	fs.SortFlags = false
 	fs.SetOutput(stderr)
-	ckpt := fs.String("checkpoint", "", "checkpoint directory (step-N/) or a checkpoint.dir (its newest checkpoint)")
+	ckpt := fs.String("checkpoint", "", "checkpoint directory (step-N/), a checkpoint.dir (its newest checkpoint), or a Hugging Face GPT-2 directory")
 	configPath := fs.String("config", "", "the run's YAML config, for a checkpoint without config.json")
 	prompt := fs.String("prompt", "", "text to continue")
 	maxNew := fs.Int("max-new-tokens", 128, "tokens to generate")
