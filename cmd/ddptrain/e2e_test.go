@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"image/png"
 	"net"
 	"os"
 	"os/exec"
@@ -552,9 +553,28 @@ func TestTrain_checkLeaksOnShippedConfigs(t *testing.T) {
 // --memory-report shows the parameters as the settings line does (issue 29, item 11): the
 // tensors' own bytes in one unit, the allocator's rounding a row of its own.
 func TestTrain_memoryReportMatchesSettings(t *testing.T) {
-	out, err := runTrain(t, nil, append(smallRun(t, filepath.Join(t.TempDir(), "ck")), "--set", "train.max_steps=3", "--set", "precision=fp32", "--memory-report")...)
+	mem := filepath.Join(t.TempDir(), "mem.png")
+	out, err := runTrain(t, nil, append(smallRun(t, filepath.Join(t.TempDir(), "ck")), "--set", "train.max_steps=3", "--set", "precision=fp32",
+		"--memory-report", "--memory-plot", mem)...)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
+	}
+	// The memory plot's title keeps off the top edge (issue 29, item 7): its first rows are blank.
+	f, err := os.Open(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for y := img.Bounds().Min.Y; y < img.Bounds().Min.Y+8; y++ {
+		for x := img.Bounds().Min.X; x < img.Bounds().Max.X; x++ {
+			if r, g, b, _ := img.At(x, y).RGBA(); r != 0xffff || g != 0xffff || b != 0xffff {
+				t.Fatalf("the memory plot draws at (%d,%d), in the top margin: its title touches the edge", x, y)
+			}
+		}
 	}
 	m := regexp.MustCompile(`\d+ \(([0-9.]+ [KMG]iB) f32\)`).FindStringSubmatch(out)
 	if m == nil {
