@@ -50,6 +50,14 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	measureNorm := t.opt.MetricsPath != "" || t.prom != nil
 	dev.ResetPeak()
 	leakBase := int64(-1) // --check-leaks: allocated at the end of the run's first step
+	if env.Rank == 0 && st.Step < t.total {
+		kv := []any{"step", st.Step, "of", t.total}
+		if le := cfg.Train.LogEvery; le > 0 {
+			kv = append(kv, "first_log_at_step", min((st.Step/le+1)*le, t.total))
+		}
+		t.log.Info("training: the first step (it allocates for good and may take longer)", kv...)
+	}
+	t.prog.Start(st.Step) // the ETA from the rate of this process's steps, after the setup
 
 	for step := st.Step; step < t.total; step++ {
 		if err := t.beforeStep(ctx, step); err != nil {

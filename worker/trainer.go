@@ -122,6 +122,10 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 	if err != nil {
 		return nil, err
 	}
+	if t.env.Rank == 0 {
+		t.log.Info("setting up: opening the device, loading the data, building the model", "model", t.cfg.Model.Kind,
+			"data", string(t.cfg.Data.Kind), "data_path", t.cfg.Data.Path)
+	}
 	trainSet, err := t.buildModel()
 	if err != nil {
 		return nil, err

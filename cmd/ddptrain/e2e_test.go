@@ -123,6 +123,12 @@ func TestTrain_resumeIsExact(t *testing.T) {
 	if !strings.Contains(out, "resumed from checkpoint") {
 		t.Fatalf("the second run did not resume:\n%s", out)
 	}
+	// What happens before the first log step is said (issue 29, item 6): the setup, then the
+	// first step (the resumed one), then the steps.
+	setup, first, train := strings.Index(out, "setting up:"), strings.Index(out, "training: the first step"), strings.Index(out, "msg=train ")
+	if setup < 0 || first < setup || train < first || !strings.Contains(out[first:], "step=20 of=48 first_log_at_step=24") {
+		t.Fatalf("the resumed run does not say what it does before its first log step:\n%s", out)
+	}
 	a, b := summary(t, straight), summary(t, resumed)
 	if a.ParamSHA256 != b.ParamSHA256 || a.Steps != b.Steps {
 		t.Fatalf("resumed run ends with %s after %d steps, uninterrupted %s after %d", b.ParamSHA256, b.Steps, a.ParamSHA256, a.Steps)
