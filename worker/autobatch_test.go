@@ -66,7 +66,7 @@ func TestAutoBatch_findsLargestUnderBudget(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		opt, err := buildOptimizer(cfg, m.Params())
+		opt, err := buildOptimizer(cfg, m.Params(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

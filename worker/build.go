@@ -300,15 +300,28 @@ type (
 	ScalerState = model.ScalerState
 )
 
-func buildOptimizer(cfg *Config, ps *model.Params) (Optimizer, error) {
+// buildOptimizer builds train.optimizer over ps; shard (ddp.shard_optimizer) keeps AdamW's
+// state for those elements only.
+func buildOptimizer(cfg *Config, ps *model.Params, shard *model.Shard) (Optimizer, error) {
 	t := cfg.Train
+	if shard != nil && t.Optimizer != "adamw" {
+		return nil, fmt.Errorf("worker: ddp.shard_optimizer: train.optimizer %q is not sharded (adamw only)", t.Optimizer)
+	}
 	switch t.Optimizer {
 	case "adamw":
-		return model.NewAdamW(ps, model.AdamWConfig{Beta1: float32(t.Beta1), Beta2: float32(t.Beta2), Eps: float32(t.Eps), WeightDecay: float32(t.WeightDecay)})
+		return model.NewAdamWShard(ps, model.AdamWConfig{Beta1: float32(t.Beta1), Beta2: float32(t.Beta2), Eps: float32(t.Eps), WeightDecay: float32(t.WeightDecay)}, shard)
 	case "sgd":
 		return model.NewSGD(ps, model.SGDConfig{Momentum: float32(t.Momentum), Nesterov: t.Nesterov, WeightDecay: float32(t.WeightDecay)})
 	}
 	return nil, fmt.Errorf("worker: train.optimizer %q: want adamw or sgd", t.Optimizer)
+}
+
+// optimizerShard is the shard an optimizer was built on (ddp.shard_optimizer), or nil.
+func optimizerShard(o Optimizer) *model.Shard {
+	if a, ok := o.(*model.AdamW); ok {
+		return a.Shard()
+	}
+	return nil
 }
 
 // optimizerTensors are the optimizer's state tensors (broadcast from rank 0 after a resume).

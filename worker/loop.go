@@ -122,12 +122,12 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 			return nil, fmt.Errorf("worker: step %d: %w", step, err)
 		}
 		if opt.InjectInf != nil && opt.InjectInf(step) {
-			injectInf(dev, ps) // after the all-reduce, which would otherwise write over it
+			injectInf(dev, ps, eng.Shard()) // after the all-reduce, which would otherwise write over it
 		}
 		trace.Span("wait for all-reduce", "compute", tw, trace.Now(), nil)
 
 		to := trace.Now()
-		found := scaler.UnscaleCheck(ps)
+		found := scaler.UnscaleCheckShard(ps, eng.Shard()) // sharded: the averaged part only
 		localInf := scaler.Checks() && readFlag(dev, found)
 		infRanks, err := eng.RanksWith(ctx, localInf)
 		if err != nil {
@@ -140,12 +140,20 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		skipped := anyInf
 		gradNorm := math.NaN() // not measured (or an overflow: the step is skipped)
 		if !skipped {
-			if cfg.Train.GradClip > 0 {
-				gradNorm = float64(model.ClipGradNorm(ps, float32(cfg.Train.GradClip)))
-			} else if measureNorm && logNow {
-				gradNorm = float64(model.ClipGradNorm(ps, 0)) // max 0: measures, changes nothing
+			// Sharded, the norm is a collective: measured at every logging step on every rank
+			// (measureNorm may differ between ranks), whatever the metrics outputs.
+			measure := logNow && (measureNorm || eng.Shard() != nil)
+			if cfg.Train.GradClip > 0 || measure { // max 0: measures, changes nothing
+				n, err := eng.ClipGradNorm(ctx, float32(max(cfg.Train.GradClip, 0))) // sharded: the global norm
+				if err != nil {
+					return nil, fmt.Errorf("worker: step %d: %w", step, err)
+				}
+				gradNorm = float64(n)
 			}
 			opt2.Step(lr)
+			if err := eng.GatherParams(ctx); err != nil { // sharded: every rank's updated segments
+				return nil, fmt.Errorf("worker: step %d: %w", step, err)
+			}
 		}
 		if err := scaler.Update(anyInf); err != nil {
 			return nil, fmt.Errorf("worker: step %d: %w", step, err)
@@ -236,6 +244,9 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		}
 		if cfg.Checkpoint.Dir != "" && cfg.Checkpoint.Every > 0 && st.Step%cfg.Checkpoint.Every == 0 && st.Step < total {
 			st.Loader = loader.State()
+			if err := t.gatherOptimState(ctx); err != nil {
+				return nil, err
+			}
 			if err := st.save(cfg, env, ps, opt2, scaler, log); err != nil {
 				return nil, err
 			}
@@ -272,6 +283,9 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	if cfg.Checkpoint.Dir != "" { // the last checkpoint carries the summary: a run started again after this one prints it
 		st.Loader = loader.State()
 		st.Summary = sum
+		if err := t.gatherOptimState(ctx); err != nil {
+			return nil, err
+		}
 		if err := st.save(cfg, env, ps, opt2, scaler, log); err != nil {
 			return nil, err
 		}
@@ -326,10 +340,34 @@ func nonFinite(step int, ranks []int, world int, err error) error {
 }
 
 // injectInf puts +Inf into the first gradient element, after the all-reduce (tests of the
-// loss-scaler agreement and of bf16's error: an inf on one rank only).
-func injectInf(dev tensor.Device, ps *model.Params) {
-	g := ps.Grad.View(0, 1)
+// loss-scaler agreement and of bf16's error: an inf on one rank only); sharded, into the first
+// element of this rank's shard, the part it checks.
+func injectInf(dev tensor.Device, ps *model.Params, sh *model.Shard) {
+	at := 0
+	if sh != nil && len(sh.Ranges) > 0 {
+		at = sh.Ranges[0][0]
+	}
+	g := ps.Grad.View(at, 1)
 	dev.Upload(g, []float32{float32(math.Inf(1))})
+}
+
+// gatherOptimState: under ddp.shard_optimizer every rank joins in gathering the optimizer state
+// whole (a collective) for the checkpoint the writer saves next, so a checkpoint reads at any
+// world size, sharded or not (PyTorch's consolidate_state_dict). Unsharded it does nothing.
+func (t *Trainer) gatherOptimState(ctx context.Context) error {
+	if t.eng.Shard() == nil {
+		return nil
+	}
+	var whole []model.NamedTensor
+	for _, s := range t.optim.State() {
+		v, err := t.eng.GatherState(ctx, s.T)
+		if err != nil {
+			return fmt.Errorf("worker: checkpoint of step %d: %w", t.st.Step, err)
+		}
+		whole = append(whole, model.NamedTensor{Name: s.Name, DType: tensor.F32, Shape: []int{len(v)}, Data: model.F32Bytes(v)})
+	}
+	t.st.wholeOptim = whole
+	return nil
 }
 
 // ---- evaluation ----

@@ -40,6 +40,9 @@ type runState struct {
 	resumedAt int
 	spec      model.Spec // the model's, written with every checkpoint (model.Spec)
 	writing   *ckptWrite // the checkpoint write in flight (save), or nil
+	// wholeOptim: under ddp.shard_optimizer, the optimizer state gathered whole for the next
+	// save (nil: opt.State() is whole already)
+	wholeOptim []model.NamedTensor
 	// buffers are the model's buffers (BatchNorm running statistics), saved with the weights
 	// under their names; nil for a model without any.
 	buffers *model.Buffers
@@ -53,6 +56,8 @@ func (s *runState) firstStep() int { return s.resumedAt }
 // collective timeout); other ranks return at once. One write is in flight at a time: save first
 // waits for the previous one and returns its error. waitWrite waits for the last.
 func (s *runState) save(cfg *Config, env Env, ps *model.Params, opt Optimizer, sc *Scaler, log *slog.Logger) error {
+	whole := s.wholeOptim // ddp.shard_optimizer: gathered by every rank (Trainer.gatherOptimState)
+	s.wholeOptim = nil
 	if !checkpointWriter(cfg, env) {
 		return nil
 	}
@@ -70,9 +75,11 @@ func (s *runState) save(cfg *Config, env Env, ps *model.Params, opt Optimizer, s
 			weights = append(weights, tensorToNamed(b.Name, b.T))
 		}
 	}
-	var optim []model.NamedTensor
-	for _, st := range opt.State() {
-		optim = append(optim, tensorToNamed(st.Name, st.T))
+	optim := whole
+	if whole == nil {
+		for _, st := range opt.State() {
+			optim = append(optim, tensorToNamed(st.Name, st.T))
+		}
 	}
 	state, err := json.Marshal(s) // now: s moves on while the write runs
 	if err != nil {
@@ -164,12 +171,23 @@ func (s *runState) restore(path, where string, world int, cfg *Config, ps *model
 	for _, t := range ck.Optim {
 		optByName[t.Name] = t
 	}
+	// A checkpoint holds the whole optimizer state, sharded run or not (Trainer.gatherOptimState):
+	// under ddp.shard_optimizer each rank takes its own shard of it, at any world size.
+	shard := optimizerShard(opt)
 	for _, st := range opt.State() {
 		nt, ok := optByName[st.Name]
 		if !ok {
 			return fmt.Errorf("checkpoint: %s has no optimizer state %q (another optimizer?)", path, st.Name)
 		}
-		v, err := namedToF32(nt, st.T)
+		var v []float32
+		if shard != nil {
+			v, err = namedToF32Shape(nt, []int{ps.N})
+			if err == nil {
+				v = shard.Pack(v)
+			}
+		} else {
+			v, err = namedToF32(nt, st.T)
+		}
 		if err != nil {
 			return fmt.Errorf("checkpoint: %s: %w", path, err)
 		}
@@ -277,6 +295,10 @@ func tensorToNamed(name string, t *tensor.Tensor) model.NamedTensor {
 }
 
 func namedToF32(nt model.NamedTensor, want *tensor.Tensor) ([]float32, error) {
+	return namedToF32Shape(nt, want.Shape())
+}
+
+func namedToF32Shape(nt model.NamedTensor, shape []int) ([]float32, error) {
 	if nt.DType != tensor.F32 {
 		return nil, fmt.Errorf("tensor %q is %s, want f32", nt.Name, nt.DType)
 	}
@@ -284,8 +306,8 @@ func namedToF32(nt model.NamedTensor, want *tensor.Tensor) ([]float32, error) {
 	for _, d := range nt.Shape {
 		n *= d
 	}
-	if n != want.Len() || fmt.Sprint(nt.Shape) != fmt.Sprint(want.Shape()) {
-		return nil, fmt.Errorf("tensor %q has shape %v, the model wants %v", nt.Name, nt.Shape, want.Shape())
+	if n != tensor.Numel(shape) || fmt.Sprint(nt.Shape) != fmt.Sprint(shape) {
+		return nil, fmt.Errorf("tensor %q has shape %v, the model wants %v", nt.Name, nt.Shape, shape)
 	}
 	return model.BytesF32(nt.Data), nil
 }

@@ -181,7 +181,16 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 	t.onClose(func() error { m.Free(); return nil })
 	ps := m.Params()
 	t.ps = ps
-	opt2, err := buildOptimizer(cfg, ps)
+	// ddp.shard_optimizer: the optimizer keeps this rank's shard only (ddp/shard.go); the engine
+	// below plans the same shard from the same buckets.
+	var shard *model.Shard
+	if cfg.DDP.ShardOptimizer && env.WorldSize > 1 {
+		if dev.Name() != "cpu" {
+			return nil, fmt.Errorf("worker: ddp.shard_optimizer is not yet on CUDA (device %s): the CPU device only (issue 31, stage 2)", dev.Name())
+		}
+		shard = ddp.PlanShard(ps, cfg.DDP.BucketCapMB, env.WorldSize, env.Rank)
+	}
+	opt2, err := buildOptimizer(cfg, ps, shard)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +229,8 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 		}
 		return errors.Join(errs...)
 	})
-	eng := ddp.New(ps, group, ddp.Options{BucketCapMB: cfg.DDP.BucketCapMB, Wire: wireOf(cfg), Trace: trace, Logger: log, Channels: asComms(channels)})
+	eng := ddp.New(ps, group, ddp.Options{BucketCapMB: cfg.DDP.BucketCapMB, Wire: wireOf(cfg), Trace: trace, Logger: log, Channels: asComms(channels),
+		ShardOptimizer: shard != nil})
 	t.eng = eng
 	t.onClose(func() error { eng.Close(); return nil })
 
@@ -260,7 +270,11 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 			}
 		}
 	}
-	if err := eng.BroadcastTensors(ctx, append(append([]*tensor.Tensor{ps.Data}, optimizerTensors(opt2)...), modelBuffers(m)...)); err != nil {
+	optState := optimizerTensors(opt2)
+	if shard != nil { // each rank's own shard: zeros, or its part of the checkpoint's whole state
+		optState = nil
+	}
+	if err := eng.BroadcastTensors(ctx, append(append([]*tensor.Tensor{ps.Data}, optState...), modelBuffers(m)...)); err != nil {
 		return nil, err
 	}
 	if resumed == "" && cfg.Model.InitFrom != "" {

@@ -44,6 +44,7 @@ var notTrajectory = []struct {
 	{key: "checkpoint.per_host", why: "which ranks write checkpoints"},
 	{key: "ddp.check_every", why: "how often the replicas are compared"},
 	{key: "ddp.channels", why: "bit-identical results for any number of channels"},
+	{key: "ddp.shard_optimizer", why: "bit-identical results sharded or not (ddp's shard_test.go); checkpoints hold the whole optimizer state"},
 	{key: "ddp.timeout", why: "a bound on waiting, not part of the arithmetic"},
 	{key: "train.log_every", why: "how often progress and metrics lines are written"},
 	{key: "train.eval_every", why: "how often the run evaluates (evaluation changes no weight)"},
@@ -217,6 +218,7 @@ func (c *Config) HashV1() string {
 	cc.Model.InitFrom = ""
 	cc.DDP.Channels = 0
 	cc.DDP.Timeout = Duration{}
+	cc.DDP.ShardOptimizer = false
 	if cc.Train.GlobalBatch > 0 {
 		cc.Train.GradAccumSteps = 0
 	}
