@@ -21,7 +21,9 @@
 // instead: each rank keeps the averaged gradients of its ring segment of every bucket (Shard,
 // PlanShard), its optimizer holds m and v for those elements only (model.NewAdamWShard) and
 // updates them, ClipGradNorm takes the global norm from the shards' sums of squares, and
-// GatherParams all-gathers the updated f32 master weights before the next forward. The
+// GatherParams all-gathers the updated weights before the next forward (the 16-bit copy under
+// mixed precision, whose f32 master GatherMaster gathers where it is read whole; f32 under
+// fp32). The
 // reduce-scatter leaves on a segment's owner the very bits the all-reduce would, so the sharded
 // run ends bit-identical to the unsharded one (shard_test.go). The host path only; CUDA not yet.
 //

@@ -58,7 +58,8 @@ type Engine struct {
 
 	gpu *gpuPath // the staged path (engine_gpu.go); nil on the host path
 
-	shard *model.Shard // this rank's part under ddp.shard_optimizer (shard.go); nil: unsharded
+	shard       *model.Shard // this rank's part under ddp.shard_optimizer (shard.go); nil: unsharded
+	masterStale bool         // other ranks' segments of the f32 master are stale (GatherMaster)
 
 	comms     []Comm         // the main group, then Options.Channels
 	jobs      []chan *bucket // one per channel: bucket i goes to channel i mod len(comms)
@@ -365,7 +366,7 @@ func (e *Engine) BroadcastParams(ctx context.Context) error {
 }
 
 // BroadcastTensors copies rank 0's values of f32 device tensors to every rank (parameters,
-// optimizer state on resume).
+// optimizer state on resume); the 16-bit copy is refreshed when the parameters are among them.
 func (e *Engine) BroadcastTensors(ctx context.Context, ts []*tensor.Tensor) error {
 	if e.comm.Size() == 1 {
 		return nil
@@ -377,8 +378,10 @@ func (e *Engine) BroadcastTensors(ctx context.Context, ts []*tensor.Tensor) erro
 			return fmt.Errorf("ddp: broadcasting %s from rank 0: %w", t, err)
 		}
 		e.dev.Upload(t, host)
+		if t == e.ps.Data {
+			e.ps.SyncHalf()
+		}
 	}
-	e.ps.SyncHalf()
 	return nil
 }
 
@@ -388,6 +391,9 @@ var ErrReplicaMismatch = errors.New("ddp: replicas diverged")
 // CheckReplicas compares the sha256 of every rank's parameters; a mismatch is an error naming
 // the ranks that differ from rank 0. It returns the hash.
 func (e *Engine) CheckReplicas(ctx context.Context, step int) (string, error) {
+	if err := e.GatherMaster(ctx); err != nil {
+		return "", err
+	}
 	h := e.ps.SHA256()
 	if e.comm.Size() == 1 {
 		return h, nil

@@ -13,9 +13,12 @@ package ddp
 //     on the result as without sharding. ClipGradNorm takes the global norm from the shards'
 //     float64 sums of squares, gathered and added in rank order.
 //  3. The optimizer (model.NewAdamWShard on Shard()) steps the shard's master weights.
-//  4. GatherParams all-gathers every bucket's updated master weights (f32, whatever the
-//     gradient wire: every rank keeps the full f32 master, so param_sha256, checkpoints and
-//     CheckReplicas are as without sharding) and refreshes the 16-bit compute copy from them.
+//  4. GatherParams all-gathers what the next forward reads: under fp16 (bf16) the 16-bit
+//     compute copy that AdamW wrote beside the shard's master weights, on the f16 (bf16) wire,
+//     which carries those values exactly — the bytes of the all-reduce's second half, so the
+//     sharded step moves no more than the all-reduce; under fp32 the f32 master weights. The
+//     other ranks' segments of the f32 master are then stale here; GatherMaster all-gathers
+//     them (f32) where the whole master is read: CheckReplicas (param_sha256) and checkpoints.
 //
 // Accumulation micro-steps send nothing, as without sharding. The saving is the optimizer
 // state: m and v hold about N/W elements per rank instead of N.
@@ -139,31 +142,60 @@ func (e *Engine) ClipGradNorm(ctx context.Context, maxNorm float32) (float32, er
 	return norm, nil
 }
 
-// GatherParams all-gathers the master weights after a sharded optimizer step: every rank
-// contributes its updated segment of each bucket and receives the others', in f32, then the
-// 16-bit compute copy is refreshed from them (the same rounding AdamW applies in its pass). The
-// buckets go over the channels as the reduce-scatters did. Unsharded it does nothing. A
-// collective.
+// GatherParams all-gathers the weights the next forward reads after a sharded optimizer step:
+// the 16-bit compute copy under mixed precision (on its own 16-bit wire: exact), the f32 master
+// weights under fp32. Unsharded it does nothing. A collective.
 func (e *Engine) GatherParams(ctx context.Context) error {
 	if e.shard == nil {
 		return nil
 	}
-	for _, b := range e.buckets {
-		e.dev.Download(b.host, e.ps.Data.View(b.lo, b.hi-b.lo))
+	if e.ps.Half == nil {
+		return e.gatherSlab(ctx, e.ps.Data, allreduce.WireF32, "master weights")
 	}
-	if err := e.gatherHost(ctx, "master weights"); err != nil {
+	wire := allreduce.WireF16
+	if e.ps.Half.DType() == tensor.BF16 {
+		wire = allreduce.WireBF16
+	}
+	if err := e.gatherSlab(ctx, e.ps.Half, wire, e.ps.Half.DType().String()+" weights"); err != nil {
+		return err
+	}
+	e.masterStale = true
+	return nil
+}
+
+// GatherMaster all-gathers the f32 master weights when GatherParams left other ranks' segments
+// stale (mixed precision, sharded): before anything reads the whole master (CheckReplicas does
+// it itself; a checkpoint's writer). Otherwise it does nothing. A collective: every rank calls
+// it at the same points.
+func (e *Engine) GatherMaster(ctx context.Context) error {
+	if !e.masterStale {
+		return nil
+	}
+	if err := e.gatherSlab(ctx, e.ps.Data, allreduce.WireF32, "master weights"); err != nil {
+		return err
+	}
+	e.masterStale = false
+	return nil
+}
+
+// gatherSlab all-gathers every bucket's range of slab t (the master weights or their 16-bit
+// copy) through the buckets' host buffers.
+func (e *Engine) gatherSlab(ctx context.Context, t *tensor.Tensor, wire allreduce.Wire, what string) error {
+	for _, b := range e.buckets {
+		e.dev.Download(b.host, t.View(b.lo, b.hi-b.lo))
+	}
+	if err := e.gatherHost(ctx, what, wire); err != nil {
 		return err
 	}
 	for _, b := range e.buckets {
-		e.dev.Upload(e.ps.Data.View(b.lo, b.hi-b.lo), b.host)
+		e.dev.Upload(t.View(b.lo, b.hi-b.lo), b.host)
 	}
-	e.ps.SyncHalf()
 	return nil
 }
 
 // gatherHost all-gathers the owned segments of every bucket's host buffer, channel by channel
-// at once (buckets dealt as in the step), the f32 wire.
-func (e *Engine) gatherHost(ctx context.Context, what string) error {
+// at once (buckets dealt as in the step).
+func (e *Engine) gatherHost(ctx context.Context, what string, wire allreduce.Wire) error {
 	errs := make([]error, len(e.comms))
 	var wg sync.WaitGroup
 	for ch, c := range e.comms {
@@ -172,7 +204,7 @@ func (e *Engine) gatherHost(ctx context.Context, what string) error {
 			defer wg.Done()
 			for i := ch; i < len(e.buckets); i += len(e.comms) {
 				b := e.buckets[i]
-				if err := c.AllGatherSegments(ctx, b.host, allreduce.WireF32); err != nil {
+				if err := c.AllGatherSegments(ctx, b.host, wire); err != nil {
 					errs[ch] = fmt.Errorf("ddp: all-gather of the %s of bucket %d (%s): %w", what, b.index, b.params[0].Name, err)
 					return
 				}
@@ -204,7 +236,7 @@ func (e *Engine) GatherState(ctx context.Context, t *tensor.Tensor) ([]float32, 
 	for _, b := range e.buckets {
 		copy(b.host, full[b.lo:b.hi])
 	}
-	if err := e.gatherHost(ctx, "optimizer state"); err != nil {
+	if err := e.gatherHost(ctx, "optimizer state", allreduce.WireF32); err != nil {
 		return nil, err
 	}
 	for _, b := range e.buckets {

@@ -352,11 +352,14 @@ func injectInf(dev tensor.Device, ps *model.Params, sh *model.Shard) {
 }
 
 // gatherOptimState: under ddp.shard_optimizer every rank joins in gathering the optimizer state
-// whole (a collective) for the checkpoint the writer saves next, so a checkpoint reads at any
+// and the f32 master weights whole (collectives) for the checkpoint the writer saves next, so a checkpoint reads at any
 // world size, sharded or not (PyTorch's consolidate_state_dict). Unsharded it does nothing.
 func (t *Trainer) gatherOptimState(ctx context.Context) error {
 	if t.eng.Shard() == nil {
 		return nil
+	}
+	if err := t.eng.GatherMaster(ctx); err != nil { // the weights the writer saves, whole
+		return fmt.Errorf("worker: checkpoint of step %d: %w", t.st.Step, err)
 	}
 	var whole []model.NamedTensor
 	for _, s := range t.optim.State() {
