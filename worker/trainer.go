@@ -183,12 +183,9 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 	t.ps = ps
 	// ddp.shard_optimizer: the optimizer keeps this rank's shard only (ddp/shard.go); the engine
 	// below plans the same shard from the same buckets.
-	var shard *model.Shard
-	if cfg.DDP.ShardOptimizer && env.WorldSize > 1 {
-		if dev.Name() != "cpu" {
-			return nil, fmt.Errorf("worker: ddp.shard_optimizer is not yet on CUDA (device %s): the CPU device only (issue 31, stage 2)", dev.Name())
-		}
-		shard = ddp.PlanShard(ps, cfg.DDP.BucketCapMB, env.WorldSize, env.Rank)
+	shard, err := optimizerShardFor(cfg, env, dev, ps)
+	if err != nil {
+		return nil, err
 	}
 	opt2, err := buildOptimizer(cfg, ps, shard)
 	if err != nil {
