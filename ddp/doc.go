@@ -2,7 +2,8 @@
 // trains on its own shard, by averaging gradients across ranks after every optimizer step's last
 // micro-batch.
 //
-// One optimizer step, as the trainer drives it (worker/loop.go):
+// One optimizer step, as the trainer drives it (worker/loop.go; --trace hands the engine a Tracer,
+// trace.go, for its all-reduce spans):
 //
 //  1. Engine.BeginMicro(micro, accum): micro-steps 0..k-2 are no-sync (gradients accumulate
 //     locally, nothing is sent); the last one syncs.

@@ -27,8 +27,8 @@ type Options struct {
 	// several all-reduces run at once and use more cores (NCCL calls these channels). Results are
 	// bit-identical to one channel: each bucket is reduced by the same ring algorithm.
 	Channels []Comm
-	// Trace, when set, receives forward/backward/all-reduce/optimizer spans.
-	Trace  *Trace
+	// Tracer, when set, receives the all-reduce spans and sets the engine's clock (trace.go).
+	Tracer Tracer
 	Logger *slog.Logger
 	// HostStaging keeps gradients on the host path (Download, all-reduce, Upload) even on a
 	// device that can stage them as f16 through pinned memory (engine_gpu.go).
@@ -88,9 +88,6 @@ func New(ps *model.Params, comm Comm, opts Options) *Engine {
 	}
 	e := &Engine{ps: ps, dev: ps.Device(), comm: comm, opts: opts, log: opts.Logger, epoch: time.Now()}
 	e.comms = append([]Comm{comm}, opts.Channels...)
-	if opts.Trace != nil {
-		e.epoch = opts.Trace.epoch
-	}
 	e.paramBuckets = make([][]int, len(ps.List))
 	for _, sp := range bucketPlan(ps, opts.BucketCapMB) {
 		b := &bucket{index: len(e.buckets), lo: sp.lo, hi: sp.hi, params: ps.List[sp.first : sp.last+1]}
@@ -134,7 +131,14 @@ func (e *Engine) Buckets() []string {
 	return out
 }
 
-func (e *Engine) now() int64 { return int64(time.Since(e.epoch)) }
+// now is the engine's clock in ns: the tracer's when there is one (its spans line up with the
+// caller's), else time since New.
+func (e *Engine) now() int64 {
+	if e.opts.Tracer != nil {
+		return e.opts.Tracer.Now()
+	}
+	return int64(time.Since(e.epoch))
+}
 
 // Close stops the comm goroutine. It does not close the Comm.
 func (e *Engine) Close() {
@@ -303,8 +307,8 @@ func (e *Engine) Wait(ctx context.Context) error {
 		e.traceStaged(b)
 		comm += b.end - b.start
 		hidden += overlap(b.start, b.end, e.bwdStart, e.bwdEnd)
-		if e.opts.Trace != nil {
-			e.opts.Trace.Span(fmt.Sprintf("%s bucket %d", e.collective(), b.index), "comm", b.start, b.end,
+		if e.opts.Tracer != nil {
+			e.opts.Tracer.Span(e.spanName(b), "comm", b.start, b.end,
 				map[string]any{"bytes": (b.hi - b.lo) * 4, "wire": e.opts.Wire.String(), "params": len(b.params)})
 		}
 	}

@@ -129,9 +129,9 @@ func (e *Engine) reduceStaged(ch int, b *bucket) error {
 
 // traceStaged adds the wait for bucket b's copy to pinned memory to the trace.
 func (e *Engine) traceStaged(b *bucket) {
-	if e.opts.Trace == nil || e.gpu == nil {
+	if e.opts.Tracer == nil || e.gpu == nil {
 		return
 	}
-	e.opts.Trace.Span(fmt.Sprintf("d2h wait bucket %d", b.index), "comm", e.gpu.waitFrom[b.index], b.start,
+	e.opts.Tracer.Span(fmt.Sprintf("d2h wait bucket %d", b.index), "comm", e.gpu.waitFrom[b.index], b.start,
 		map[string]any{"bytes": (b.hi - b.lo) * 2})
 }

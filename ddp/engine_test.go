@@ -49,6 +49,7 @@ type runCfg struct {
 	injectInfRank  int // inject +Inf into this rank's gradients after the all-reduce of step injectStep
 	injectStep     int
 	channels       int // process groups the buckets are dealt over (0 or 1: the main one only)
+	traced         bool
 }
 
 type rankResult struct {
@@ -59,6 +60,7 @@ type rankResult struct {
 	scale   float32
 	hash    string
 	comm    float64
+	spans   []span // with traced
 }
 
 func trainRank(t *testing.T, rc runCfg, rank int, comm Comm, d dataset, extra ...Comm) rankResult {
@@ -79,7 +81,13 @@ func trainRank(t *testing.T, rc runCfg, rank int, comm Comm, d dataset, extra ..
 		t.Fatal(err)
 	}
 	defer sc.Free()
-	eng := New(ps, comm, Options{BucketCapMB: rc.bucketMB, Wire: rc.wire, Channels: extra})
+	opts := Options{BucketCapMB: rc.bucketMB, Wire: rc.wire, Channels: extra}
+	var tr *recTracer
+	if rc.traced {
+		tr = &recTracer{}
+		opts.Tracer = tr
+	}
+	eng := New(ps, comm, opts)
 	defer eng.Close()
 	ctx := context.Background()
 	if err := eng.BroadcastParams(ctx); err != nil {
@@ -149,6 +157,9 @@ func trainRank(t *testing.T, rc runCfg, rank int, comm Comm, d dataset, extra ..
 	res.weights = ps.Host()
 	res.scale = sc.Scale()
 	res.comm, _ = eng.CommStats()
+	if tr != nil {
+		res.spans = tr.spans
+	}
 	return res
 }
 

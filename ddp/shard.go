@@ -93,6 +93,15 @@ func (e *Engine) ownedSeg(b *bucket) (lo, hi int) {
 	return allreduce.Segment(b.hi-b.lo, e.comm.Size(), e.comm.Rank())
 }
 
+// spanName is a bucket's comm span in the trace: "allreduce bucket 3", or sharded
+// "reduce-scatter bucket 3".
+func (e *Engine) spanName(b *bucket) string {
+	if e.shard != nil {
+		return fmt.Sprintf("reduce-scatter bucket %d", b.index)
+	}
+	return fmt.Sprintf("allreduce bucket %d", b.index)
+}
+
 func (e *Engine) collective() string {
 	if e.shard != nil {
 		return "reduce-scatter"

@@ -1,81 +1,18 @@
 package ddp
 
-import (
-	"encoding/json"
-	"fmt"
-	"os"
-	"sync"
-	"time"
-)
-
-// Trace collects spans and writes them as Chrome trace-event JSON (open in Perfetto or
-// chrome://tracing): one process per rank, a "compute" and a "comm" thread, so all-reduces can be
-// seen running under backward. Safe for concurrent use.
-type Trace struct {
-	mu     sync.Mutex
-	rank   int
-	epoch  time.Time
-	events []traceEvent
-}
-
-type traceEvent struct {
-	Name string         `json:"name"`
-	Ph   string         `json:"ph"`
-	Ts   float64        `json:"ts"`  // µs
-	Dur  float64        `json:"dur"` // µs
-	Pid  int            `json:"pid"`
-	Tid  int            `json:"tid"`
-	Args map[string]any `json:"args,omitempty"`
-}
-
-// NewTrace starts a trace for rank; times are counted from now.
-func NewTrace(rank int) *Trace { return &Trace{rank: rank, epoch: time.Now()} }
-
-// Now is the trace clock in ns (0 on a nil trace: tracing off).
-func (t *Trace) Now() int64 {
-	if t == nil {
-		return 0
-	}
-	return int64(time.Since(t.epoch))
-}
-
-// Span records [start, end) ns on the named thread ("compute" or "comm").
-func (t *Trace) Span(name, thread string, start, end int64, args map[string]any) {
-	if t == nil {
-		return
-	}
-	tid := 0
-	if thread == "comm" {
-		tid = 1
-	}
-	t.mu.Lock()
-	t.events = append(t.events, traceEvent{Name: name, Ph: "X", Ts: float64(start) / 1e3, Dur: float64(end-start) / 1e3, Pid: t.rank, Tid: tid, Args: args})
-	t.mu.Unlock()
-}
-
-// WriteFile writes the trace, with thread names, to path.
-func (t *Trace) WriteFile(path string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	meta := []map[string]any{
-		{"name": "process_name", "ph": "M", "pid": t.rank, "args": map[string]any{"name": fmt.Sprintf("rank %d", t.rank)}},
-		{"name": "thread_name", "ph": "M", "pid": t.rank, "tid": 0, "args": map[string]any{"name": "compute"}},
-		{"name": "thread_name", "ph": "M", "pid": t.rank, "tid": 1, "args": map[string]any{"name": "comm"}},
-	}
-	all := make([]any, 0, len(meta)+len(t.events))
-	for _, m := range meta {
-		all = append(all, m)
-	}
-	for _, e := range t.events {
-		all = append(all, e)
-	}
-	b, err := json.Marshal(map[string]any{"traceEvents": all, "displayTimeUnit": "ms"})
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return fmt.Errorf("ddp: writing trace %s: %w", path, err)
-	}
-	return os.Rename(tmp, path)
+// Tracer receives the engine's spans: the all-reduce of each bucket, and on the staged GPU path
+// the wait for each bucket's copy to pinned memory, on the "comm" thread. The engine opens no
+// file: worker/observe's Trace writes them (with the trainer's forward, backward and optimizer
+// spans) as Chrome trace events. A nil Options.Tracer traces nothing.
+type Tracer interface {
+	// Now is the tracer's clock in nanoseconds, counted from an origin of its choosing and never
+	// going back; spans are given on it, and the engine times its buckets and backward with it
+	// (the comm statistics too), so that they line up with the caller's spans. The engine calls
+	// it from the training goroutine and from its comm goroutines at once.
+	Now() int64
+	// Span records [start, end) on the named thread ("compute" or "comm"), with optional args
+	// (the tracer may keep the map). The engine calls it from the training goroutine (in Wait);
+	// the caller may call it from others at the same time. Both methods must be safe for
+	// concurrent use and quick: no I/O.
+	Span(name, thread string, start, end int64, args map[string]any)
 }

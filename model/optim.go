@@ -102,6 +102,14 @@ func (s *Shard) Views(t *tensor.Tensor) []*tensor.Tensor {
 	return out
 }
 
+// ShardOf is the shard an optimizer was built on (NewAdamWShard), or nil: the whole slab.
+func ShardOf(o Optimizer) *Shard {
+	if s, ok := o.(interface{ Shard() *Shard }); ok {
+		return s.Shard()
+	}
+	return nil
+}
+
 // shardRuns cuts the decay runs to the shard: the pieces inside its ranges, with their packed
 // state offsets. A run and a range may each span several of the other.
 func shardRuns(runs []decayRun, sh *Shard) []decayRun {

@@ -10,6 +10,7 @@ import (
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/model/tensor"
+	"github.com/goddp/goddp/worker/observe"
 )
 
 // precision bf16 builds a model computing in bf16 (a bf16 weight copy beside the f32 master
@@ -42,7 +43,7 @@ func TestBF16_buildsBF16(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer opt.Free()
-	if r := memoryReport(dev, ps, opt); !strings.Contains(r, "parameters (bf16 compute copy)") || !strings.Contains(r, "master weights (f32)") {
+	if r := observe.MemoryReport(dev, ps, opt); !strings.Contains(r, "parameters (bf16 compute copy)") || !strings.Contains(r, "master weights (f32)") {
 		t.Errorf("memory report under bf16:\n%s", r)
 	}
 }

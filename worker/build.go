@@ -253,46 +253,6 @@ func modelLine(cfg *Config) string {
 	return spec.Summary()
 }
 
-// checkLeaks fails when allocated memory is not back at the step's baseline, naming the tags of
-// the blocks still alive beyond it.
-func checkLeaks(dev tensor.Device, baseline int64, step int) error {
-	now := dev.Stats().Allocated
-	if now <= baseline {
-		return nil
-	}
-	tags := map[string]int64{}
-	for _, l := range dev.Live() {
-		tags[l.Tag] += l.Bytes
-	}
-	var names []string
-	for t, n := range tags {
-		names = append(names, fmt.Sprintf("%s (%s)", t, tensor.FormatBytes(n)))
-	}
-	sort.Strings(names)
-	return fmt.Errorf("worker: memory leak at step %d: %s allocated above the step's baseline; live blocks: %s",
-		step, tensor.FormatBytes(now-baseline), strings.Join(names, ", "))
-}
-
-// FormatSummary is the human line ddptrain prints at the end.
-func FormatSummary(s *SummaryMetrics) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "steps %d  final loss %.4f  eval loss %.4f", s.Steps, s.FinalLoss, s.EvalLoss)
-	if s.EvalAccuracy != nil {
-		fmt.Fprintf(&b, "  eval accuracy %.2f%%", 100**s.EvalAccuracy)
-	}
-	if s.TokensPerSec > 0 {
-		fmt.Fprintf(&b, "  %.0f tokens/s", s.TokensPerSec)
-	} else {
-		fmt.Fprintf(&b, "  %.0f samples/s", s.SamplesPerSec)
-	}
-	fmt.Fprintf(&b, "  peak mem %s  skipped %d  %s  world %d  %.1fs  param_sha256 %s",
-		tensor.FormatBytes(s.PeakMemoryBytes), s.SkippedSteps, s.Precision, s.WorldSize, s.WallSeconds, s.ParamSHA256)
-	if s.WorldSize > 1 {
-		fmt.Fprintf(&b, "  comm %.2fs (%.0f%% hidden)", s.CommSeconds, 100*s.CommHiddenFraction)
-	}
-	return b.String()
-}
-
 // Optimizer, Scaler and ScalerState are the model package's, named here for the loop's signatures.
 type (
 	Optimizer   = model.Optimizer
@@ -329,14 +289,6 @@ func buildOptimizer(cfg *Config, ps *model.Params, shard *model.Shard) (Optimize
 	return nil, fmt.Errorf("worker: train.optimizer %q: want adamw or sgd", t.Optimizer)
 }
 
-// optimizerShard is the shard an optimizer was built on (ddp.shard_optimizer), or nil.
-func optimizerShard(o Optimizer) *model.Shard {
-	if a, ok := o.(*model.AdamW); ok {
-		return a.Shard()
-	}
-	return nil
-}
-
 // optimizerTensors are the optimizer's state tensors (broadcast from rank 0 after a resume).
 func optimizerTensors(o Optimizer) []*tensor.Tensor {
 	var ts []*tensor.Tensor
@@ -358,22 +310,4 @@ func buildSchedule(cfg *Config, total int) (model.Schedule, error) {
 	t := cfg.Train
 	return model.NewSchedule(model.ScheduleConfig{Kind: string(t.Schedule), LR: float32(t.LR), MinLR: float32(t.MinLR),
 		Warmup: int64(t.WarmupSteps), Total: int64(max(total, t.WarmupSteps+1))})
-}
-
-// OpenMetrics opens --metrics for this rank: rank 0 writes path itself, rank r > 0 writes
-// path with ".rank<r>" before its extension (every rank's summary carries its param_sha256).
-func OpenMetrics(path string, rank int) (*MetricsWriter, error) {
-	if path == "" || rank == 0 {
-		return NewMetricsWriter(path)
-	}
-	return NewMetricsWriter(RankPath(path, rank))
-}
-
-// RankPath is where rank r's copy of a per-rank output file goes: m.jsonl → m.rank1.jsonl.
-func RankPath(path string, rank int) string {
-	if rank == 0 {
-		return path
-	}
-	ext := filepath.Ext(path)
-	return strings.TrimSuffix(path, ext) + fmt.Sprintf(".rank%d", rank) + ext
 }

@@ -10,51 +10,8 @@ import (
 
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/cpu"
+	"github.com/goddp/goddp/worker/checkpoint"
 )
-
-// ResumeCheckpoint: nothing to resume from is "", a good checkpoint behind a broken newer one
-// is resumed, and a directory whose every checkpoint is broken is an error naming each broken
-// file, unless fresh.
-func TestResumeCheckpoint_allBrokenFails(t *testing.T) {
-	dir := t.TempDir()
-	if p, err := ResumeCheckpoint(filepath.Join(dir, "none"), false, quiet()); p != "" || err != nil {
-		t.Fatalf("no directory: %q, %v", p, err)
-	}
-	good := saveTest(t, dir, 10)
-	bad := saveTest(t, dir, 20)
-	os.Truncate(filepath.Join(bad, ckptOptimFile), 3)
-	if p, err := ResumeCheckpoint(dir, false, quiet()); p != good || err != nil {
-		t.Fatalf("one good, one broken: %q, %v", p, err)
-	}
-	b, _ := os.ReadFile(filepath.Join(good, ckptWeightsFile))
-	b[len(b)-1] ^= 1
-	os.WriteFile(filepath.Join(good, ckptWeightsFile), b, 0o644)
-	os.MkdirAll(filepath.Join(dir, ".tmp-step-00000030-x"), 0o755) // an interrupted save: not a checkpoint
-	_, err := ResumeCheckpoint(dir, false, quiet())
-	if !errors.Is(err, ErrAllCheckpointsBroken) {
-		t.Fatalf("every checkpoint broken: %v", err)
-	}
-	for _, want := range []string{filepath.Join(bad, ckptOptimFile), filepath.Join(good, ckptWeightsFile), "checkpoint.fresh_if_broken"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("the error does not name %s: %v", want, err)
-		}
-	}
-	if p, err := ResumeCheckpoint(dir, true, quiet()); p != "" || err != nil {
-		t.Errorf("fresh: %q, %v", p, err)
-	}
-	// A fresh start sets the broken ones aside: nothing left to resume, count or prune.
-	if paths, _, _ := stepDirs(dir); len(paths) != 0 {
-		t.Errorf("step directories left after a fresh start: %v", paths)
-	}
-	for _, b := range []string{"broken-step-00000010", "broken-step-00000020"} {
-		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
-			t.Errorf("%s: %v", b, err)
-		}
-	}
-	if p, err := ResumeCheckpoint(dir, false, quiet()); p != "" || err != nil {
-		t.Errorf("after the fresh start: %q, %v", p, err)
-	}
-}
 
 // Through the trainer: a checkpoint directory holding only a corrupted checkpoint stops New
 // instead of training from random weights; checkpoint.fresh_if_broken starts from step 0.
@@ -63,16 +20,16 @@ func TestTrainer_allCheckpointsBrokenRefused(t *testing.T) {
 	if _, err := Run(context.Background(), tinyGPT(t, "train.micro_batch=4", "checkpoint.dir="+ck), Options{Logger: quiet()}); err != nil {
 		t.Fatal(err)
 	}
-	paths, _, _ := stepDirs(ck)
+	paths, _, _ := checkpoint.StepDirs(ck)
 	if len(paths) != 1 {
 		t.Fatalf("checkpoints %v", paths)
 	}
-	w := filepath.Join(paths[0], ckptWeightsFile)
+	w := filepath.Join(paths[0], checkpoint.FileWeights)
 	b, _ := os.ReadFile(w)
 	b[len(b)/2] ^= 0x40
 	os.WriteFile(w, b, 0o644)
 	_, err := New(context.Background(), tinyGPT(t, "train.micro_batch=4", "checkpoint.dir="+ck), Options{Logger: quiet()})
-	if !errors.Is(err, ErrAllCheckpointsBroken) || !strings.Contains(err.Error(), w) {
+	if !errors.Is(err, checkpoint.ErrAllBroken) || !strings.Contains(err.Error(), w) {
 		t.Fatalf("New = %v, want every checkpoint broken, naming %s", err, w)
 	}
 	tr, err := New(context.Background(), tinyGPT(t, "train.micro_batch=4", "checkpoint.dir="+ck, "checkpoint.fresh_if_broken=true"), Options{Logger: quiet()})
@@ -94,8 +51,8 @@ func TestCheckpoint_standsAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _ := LatestCheckpoint(ck)
-	c, err := LoadCheckpoint(p)
+	p, _ := checkpoint.Latest(ck)
+	c, err := checkpoint.Load(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +63,7 @@ func TestCheckpoint_standsAlone(t *testing.T) {
 	if c.Spec.VocabUsed != 256 || c.Spec.GELUApprox != "tanh" || c.Spec.LayerNormEps != 1e-5 || c.Spec.Heads != 4 {
 		t.Errorf("spec %+v", c.Spec)
 	}
-	_, meta, _ := model.ParseSafetensors(mustRead(t, filepath.Join(p, ckptWeightsFile)))
+	_, meta, _ := model.ParseSafetensors(mustRead(t, filepath.Join(p, checkpoint.FileWeights)))
 	if fromMeta, ok, err := model.SpecFromMetadata(meta); !ok || err != nil || string(fromMeta.JSON()) != string(want.JSON()) {
 		t.Errorf("__metadata__ spec %+v %v %v", fromMeta, ok, err)
 	}

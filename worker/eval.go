@@ -1,23 +1,29 @@
 package worker
 
-// eval.go: scoring a checkpoint on the eval split without training (ddptrain eval). One process
-// on one device: the model is built from the config, its weights loaded from the checkpoint by
-// name and shape, and the eval split run as the training loop's evaluations run it (evaluate).
-// The config is the one the checkpoint records (its trajectory config; the other keys at their
-// defaults) unless the caller gives one.
+// eval.go: evaluation. evaluate runs the eval split, sharded by rank and averaged over the ranks,
+// during a run and at its end (loop.go). EvaluateCheckpoint scores a checkpoint on it without
+// training (ddptrain eval): one process on one device, the model built from the config, its
+// weights loaded from the checkpoint (checkpoint.LoadWeights). The config is the one the
+// checkpoint records (its trajectory config; the other keys at their defaults) unless the
+// caller gives one.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
+	"math"
 	"strings"
 	"time"
 
 	"github.com/goddp/goddp/allreduce"
+	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/tensor"
+	"github.com/goddp/goddp/worker/checkpoint"
 	"github.com/goddp/goddp/worker/config"
+	"github.com/goddp/goddp/worker/data"
+	"github.com/goddp/goddp/worker/observe"
 )
 
 // EvalReport is the result of EvaluateCheckpoint (ddptrain eval --json writes it).
@@ -41,33 +47,17 @@ func (r *EvalReport) String() string {
 	return b.String()
 }
 
-// CheckpointPath is path itself when it is a checkpoint (a step directory with a manifest), or
-// the newest complete checkpoint in it when it is a checkpoint.dir.
-func CheckpointPath(path string) (string, error) {
-	if _, err := os.Stat(filepath.Join(path, ckptManifestFile)); err == nil {
-		return path, nil
-	}
-	latest, err := LatestCheckpoint(path)
-	if err != nil {
-		return "", err
-	}
-	if latest == "" {
-		return "", fmt.Errorf("worker: %s is neither a checkpoint (no %s) nor a directory holding one", path, ckptManifestFile)
-	}
-	return latest, nil
-}
-
 // ConfigFromCheckpoint rebuilds a run's config from the trajectory config its checkpoint records:
 // every trajectory key at the checkpoint's value, the others at their defaults (data.path at this
 // host's default; train.max_steps the checkpoint's step when the schedule leaves the run's length
 // out of the trajectory), then sets applied over it (--set), resolved and validated. A checkpoint from a
 // build before the trajectory config records none: then the config must be given.
 func ConfigFromCheckpoint(path string, sets []string) (*Config, error) {
-	ck, err := LoadCheckpoint(path)
+	ck, err := checkpoint.Load(path)
 	if err != nil {
 		return nil, err
 	}
-	st, err := decodeState(ck)
+	st, err := checkpoint.DecodeState(ck)
 	if err != nil {
 		return nil, err
 	}
@@ -114,15 +104,15 @@ func EvaluateCheckpoint(ctx context.Context, path string, cfg *Config, opt Optio
 	if log == nil {
 		log = slog.Default()
 	}
-	path, err = CheckpointPath(path)
+	path, err = checkpoint.Resolve(path)
 	if err != nil {
 		return nil, err
 	}
-	ck, err := LoadCheckpoint(path)
+	ck, err := checkpoint.Load(path)
 	if err != nil {
 		return nil, err
 	}
-	st, err := decodeState(ck)
+	st, err := checkpoint.DecodeState(ck)
 	if err != nil {
 		return nil, err
 	}
@@ -155,11 +145,13 @@ func EvaluateCheckpoint(ctx context.Context, path string, cfg *Config, opt Optio
 		return nil, err
 	}
 	defer m.Free()
-	loads, err := weightLoads(ck, m.Params())
-	if err != nil {
+	var bufs *model.Buffers // BatchNorm running statistics: the checkpoint's
+	if b, ok := m.(model.Buffered); ok {
+		bufs = b.Buffers()
+	}
+	if err := checkpoint.LoadWeights(ck, m.Params(), bufs); err != nil {
 		return nil, err
 	}
-	uploadAll(m.Params(), loads)
 	group, err := allreduce.NewGroup(ctx, allreduce.Config{Rank: 0, WorldSize: 1})
 	if err != nil {
 		return nil, err
@@ -173,7 +165,66 @@ func EvaluateCheckpoint(ctx context.Context, path string, cfg *Config, opt Optio
 	}
 	r := &EvalReport{Checkpoint: path, Step: ck.Step, EvalLoss: ev.Loss, Samples: ev.Samples, Seconds: time.Since(t0).Seconds()}
 	if cfg.Model.Kind != config.ModelGPT {
-		r.EvalAccuracy = Float(ev.Accuracy)
+		r.EvalAccuracy = observe.Float(ev.Accuracy)
 	}
 	return r, nil
+}
+
+type evalResult struct {
+	Loss, Accuracy float64
+	Samples        int // over all ranks
+}
+
+// evaluate runs the held-out set (sharded by rank) and averages over all ranks.
+func evaluate(ctx context.Context, m model.Model, dev tensor.Device, ds data.Dataset, cfg *Config, env Env, g *allreduce.Group) (evalResult, error) {
+	b := cfg.Train.MicroBatch
+	l, err := data.NewEvalLoader(ds, data.LoaderConfig{MicroBatch: b, Rank: env.Rank, World: env.WorldSize,
+		Workers: cfg.Data.Workers, Prefetch: cfg.Data.Prefetch, MaxBatches: cfg.Train.EvalBatches})
+	if err != nil {
+		return evalResult{}, err
+	}
+	defer l.Close()
+	in := newInputs(dev, cfg, b)
+	defer in.free(dev)
+	var lossSum, correct, count float64 // count: targets (samples or tokens)
+	lossHost := []float32{0}
+	for {
+		batch, err := l.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return evalResult{}, err
+		}
+		n := in.upload(dev, batch, 0)
+		loss := m.Forward(in.Inputs, false)
+		dev.Download(lossHost, loss)
+		lossSum += float64(lossHost[0]) * float64(n)
+		count += float64(n)
+		if cfg.Model.Kind != "gpt" {
+			pred := in.pred.View(0, batch.Size)
+			m.Predict(pred)
+			got := make([]int32, batch.Size)
+			dev.DownloadI32(got, pred)
+			for i := 0; i < batch.Size; i++ {
+				if got[i] == batch.Y[i] {
+					correct++
+				}
+			}
+		}
+		l.Release(batch)
+	}
+	v := []float32{float32(lossSum), float32(correct), float32(count)}
+	if err := g.AllReduce(ctx, v, allreduce.Sum, allreduce.WireF32); err != nil {
+		return evalResult{}, fmt.Errorf("worker: averaging evaluation: %w", err)
+	}
+	if v[2] == 0 {
+		return evalResult{}, fmt.Errorf("worker: the evaluation set is empty")
+	}
+	perSample := 1.0 // targets per sample: a language model's sample has one per position
+	if cfg.Model.Kind == "gpt" {
+		perSample = float64(cfg.Model.Context)
+	}
+	return evalResult{Loss: float64(v[0]) / float64(v[2]), Accuracy: float64(v[1]) / float64(v[2]),
+		Samples: int(math.Round(float64(v[2]) / perSample))}, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/cpu"
+	"github.com/goddp/goddp/worker/checkpoint"
 )
 
 // Export writes Hugging Face GPT2LMHeadModel's layout: config.json with gpt2's fields, no
@@ -21,7 +22,7 @@ func TestExport_hf(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "hf")
-	res, err := Export(ck, ExportOptions{Format: "hf", Out: out, CheckLogits: true})
+	res, err := checkpoint.Export(ck, checkpoint.ExportOptions{Format: "hf", Out: out, CheckLogits: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestExport_hf(t *testing.T) {
 		t.Fatal(err)
 	}
 	T := len(ref.Tokens)
-	if T != 32 || ref.Shape[1] != T || ref.Shape[2] != 64 || len(ref.Logits) != T || len(ref.Logits[0]) != 64 || !strings.HasPrefix(CheckPrompt, ref.Prompt[:10]) {
+	if T != 32 || ref.Shape[1] != T || ref.Shape[2] != 64 || len(ref.Logits) != T || len(ref.Logits[0]) != 64 || !strings.HasPrefix(checkpoint.CheckPrompt, ref.Prompt[:10]) {
 		t.Fatalf("goddp_logits.json: %d tokens, shape %v", T, ref.Shape)
 	}
 	m, spec, err := model.Open(cpu.New(), out)
@@ -91,7 +92,7 @@ func TestExport_hf(t *testing.T) {
 			}
 		}
 	}
-	if _, err := Export(ck, ExportOptions{Format: "onnx", Out: out}); err == nil || !strings.Contains(err.Error(), "onnx") {
+	if _, err := checkpoint.Export(ck, checkpoint.ExportOptions{Format: "onnx", Out: out}); err == nil || !strings.Contains(err.Error(), "onnx") {
 		t.Errorf("unknown format: %v", err)
 	}
 }

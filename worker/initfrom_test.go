@@ -13,6 +13,7 @@ import (
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/model/tensor"
+	"github.com/goddp/goddp/worker/checkpoint"
 )
 
 // sourceGPT is a GPT of cfg's shape with random weights everywhere (gains and biases too), and
@@ -155,15 +156,15 @@ func TestInitFrom_resumeContinuesWithoutTheFile(t *testing.T) {
 	if resumed.ParamSHA256 != straight.ParamSHA256 {
 		t.Errorf("resumed run ends with %.12s, uninterrupted %.12s", resumed.ParamSHA256, straight.ParamSHA256)
 	}
-	ckPath, err := LatestCheckpoint(ck)
+	ckPath, err := checkpoint.Latest(ck)
 	if err != nil || ckPath == "" {
 		t.Fatal(ckPath, err)
 	}
-	c, err := LoadCheckpoint(ckPath)
+	c, err := checkpoint.Load(ckPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st runState
+	var st checkpoint.State
 	json.Unmarshal(c.State, &st)
 	if st.InitFrom != hfDir || len(st.InitSHA256) != 64 {
 		t.Errorf("state.json: init_from %q, init_sha256 %q", st.InitFrom, st.InitSHA256)

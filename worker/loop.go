@@ -6,9 +6,9 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"time"
@@ -16,286 +16,384 @@ import (
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/tensor"
+	"github.com/goddp/goddp/worker/checkpoint"
 	"github.com/goddp/goddp/worker/data"
+	"github.com/goddp/goddp/worker/observe"
 )
 
 // Run trains to the end and returns the summary; ctx cancels it. A Trainer runs once; Close it
 // after, whatever Run returned.
+//
+// It reads like llm.c's main: the settings once, then per step the fault hook, the step between
+// the TRAINING STEP BEGIN/END markers (micro-steps, the all-reduce, the loss scaler's agreement,
+// norm, lr and update, the loss read back), and after END the diagnostics: the step's record to
+// the observers, replica checks, evaluation, checkpoints. The end: a last evaluation, replica
+// check, checkpoint and the summary (finish).
 func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	if t.ran || t.closed {
 		return nil, errors.New("worker: Trainer.Run called twice, or after Close")
 	}
 	t.ran = true
-	cfg, opt, env, log := t.cfg, t.opt, t.env, t.log
-	group, dev, evalSet, m, ps, opt2, scaler := t.group, t.dev, t.evalSet, t.m, t.ps, t.optim, t.scaler
-	trace, eng, st, loader, total, sched := t.trace, t.eng, &t.st, t.loader, t.total, t.sched
-	metrics, prog, in := t.metrics, t.prog, t.in
-	wall := t.wall
-	bufs := modelBuffers(m) // nil unless the model has BatchNorm
-
+	cfg, env, dev, ps, st := t.cfg, t.env, t.dev, t.ps, &t.st
 	if env.Rank == 0 {
-		printSettings(cfg, env, dev, ps, total, loader.StepsPerEpoch(), eng)
+		printSettings(cfg, env, dev, ps, t.total, t.loader.StepsPerEpoch(), t.eng)
 	}
-	b, k, W := cfg.Train.MicroBatch, cfg.Train.GradAccumSteps, env.WorldSize
-	// The micro-batches' losses stay on the device until the step's end (one read per step); a
-	// micro-batch's host buffers go back to the loader once a fence after its upload has passed.
-	lossDev := dev.Alloc(tensor.F32, "step losses", k)
-	defer dev.Free(lossDev)
-	lossHost := make([]float32, k)
-	var held *data.Batch       // the last micro-batch's host buffers, until fenced
-	var heldFence tensor.Fence // recorded after its upload
-	release := func() {
-		if held != nil {
-			heldFence.Wait() // a point already behind the device's queue: not a drain
-			loader.Release(held)
-			held = nil
-		}
-	}
-	defer release()
-	samplesPerStep := b * k * W
-	tokensPerSample := 0
-	if cfg.Model.Kind == "gpt" {
-		tokensPerSample = cfg.Model.Context
-	}
-	var lastLoss float64
-	tWindow, stepsWindow := time.Now(), 0
-	var dataWindow time.Duration // time the loop spent in loader.Next and issuing uploads
-	var commAtLine float64       // eng.CommStats' all-reduce seconds at the last metrics line
+	k := cfg.Train.GradAccumSteps
+	ls := t.newLoopState()
+	defer ls.free()
 	// The gradient norm: grad clipping computes it anyway; without clipping it is measured only
 	// when metrics are asked for (--metrics, metrics.listen), at the steps that write a line
-	// (metrics.go: GradNorm says what that costs).
-	measureNorm := opt.MetricsPath != "" || t.prom != nil
+	// (observe.StepMetrics: GradNorm says what that costs).
+	measureNorm := t.opt.MetricsPath != "" || t.prom != nil
 	dev.ResetPeak()
 
-	for step := st.Step; step < total; step++ {
-		if opt.FaultHook != nil {
-			if err := opt.FaultHook(step); err != nil {
-				return nil, fmt.Errorf("worker: before step %d: %w", step, err)
-			}
-		}
-		if err := ctx.Err(); err != nil {
+	for step := st.Step; step < t.total; step++ {
+		if err := t.beforeStep(ctx, step); err != nil {
 			return nil, err
 		}
 		tStep := time.Now()
-		lr := sched(int64(step))
-		logNow := cfg.Train.LogEvery > 0 && ((step+1)%cfg.Train.LogEvery == 0 || step+1 == total)
+		lr := t.sched(int64(step))
+		logNow := cfg.Train.LogEvery > 0 && ((step+1)%cfg.Train.LogEvery == 0 || step+1 == t.total)
 		baseline := dev.Stats().Allocated
-		var memRec *memTimeline // --memory-plot records the second step (the first allocates for good)
-		if opt.MemoryPlot != "" && env.Rank == 0 && step == min(st.firstStep()+1, total-1) {
-			memRec = recordMemory(dev)
-		}
+		memRec := t.startMemoryPlot(step)
 
 		// ==== TRAINING STEP BEGIN ====
 		ps.ZeroGrad()
 		for micro := 0; micro < k; micro++ {
-			td := time.Now()
-			release()
-			batch, err := loader.Next(ctx)
-			if err != nil {
-				return nil, fmt.Errorf("worker: reading batch for step %d: %w", step, err)
+			if err := t.microStep(ctx, ls, step, micro); err != nil {
+				return nil, err
 			}
-			in.upload(dev, batch, tensor.DeriveSeed(uint64(cfg.Seed), fmt.Sprint("drop", step, micro, env.Rank)))
-			held, heldFence = batch, dev.Fence() // the (asynchronous) upload reads batch until then
-			dataWindow += time.Since(td)
-
-			t0 := trace.Now()
-			gscale := float32(scaler.Scale()) / float32(k)
-			in.Inputs.GradScale = gscale // lets the GPT run its loss head's backward in the forward
-			loss := m.Forward(in.Inputs, true)
-			dev.Copy(lossDev.View(micro, 1), loss)
-			t1 := trace.Now()
-			trace.Span("forward", "compute", t0, t1, map[string]any{"step": step, "micro": micro})
-
-			eng.BeginMicro(micro, k)
-			eng.BeginBackward()
-			m.Backward(gscale)
-			if trace != nil {
-				dev.Sync() // the trace's spans are host times: let them cover the device's work
-				eng.EndBackward()
-			} else {
-				eng.EndBackwardAt(dev.Fence()) // no wait: the engine learns when backward ended
-			}
-			trace.Span("backward", "compute", t1, trace.Now(), map[string]any{"step": step, "micro": micro})
 		}
-		tw := trace.Now()
-		if err := eng.Wait(ctx); err != nil {
-			return nil, fmt.Errorf("worker: step %d: %w", step, err)
+		if err := t.waitAllReduce(ctx, step); err != nil {
+			return nil, err
 		}
-		if opt.InjectInf != nil && opt.InjectInf(step) {
-			injectInf(dev, ps, eng.Shard()) // after the all-reduce, which would otherwise write over it
+		if t.opt.InjectInf != nil && t.opt.InjectInf(step) {
+			injectInf(dev, ps, t.eng.Shard()) // after the all-reduce, which would otherwise write over it
 		}
-		trace.Span("wait for all-reduce", "compute", tw, trace.Now(), nil)
-
-		to := trace.Now()
-		found := scaler.UnscaleCheckShard(ps, eng.Shard()) // sharded: the averaged part only
-		localInf := scaler.Checks() && readFlag(dev, found)
-		infRanks, err := eng.RanksWith(ctx, localInf)
+		// Sharded, the norm is a collective: measured at every logging step on every rank
+		// (measureNorm may differ between ranks), whatever the metrics outputs.
+		res, err := t.update(ctx, ls, step, lr, logNow && (measureNorm || t.eng.Shard() != nil))
 		if err != nil {
-			return nil, fmt.Errorf("worker: step %d: %w", step, err)
+			return nil, err
 		}
-		anyInf := len(infRanks) > 0
-		if anyInf && !scaler.Cfg.Enabled { // bf16: no scaler, no skipped step
-			return nil, nonFinite(step, infRanks, env.WorldSize, scaler.Update(true))
-		}
-		skipped := anyInf
-		gradNorm := math.NaN() // not measured (or an overflow: the step is skipped)
-		if !skipped {
-			// Sharded, the norm is a collective: measured at every logging step on every rank
-			// (measureNorm may differ between ranks), whatever the metrics outputs.
-			measure := logNow && (measureNorm || eng.Shard() != nil)
-			if cfg.Train.GradClip > 0 || measure { // max 0: measures, changes nothing
-				n, err := eng.ClipGradNorm(ctx, float32(max(cfg.Train.GradClip, 0))) // sharded: the global norm
-				if err != nil {
-					return nil, fmt.Errorf("worker: step %d: %w", step, err)
-				}
-				gradNorm = float64(n)
-			}
-			opt2.Step(lr)
-			if err := eng.GatherParams(ctx); err != nil { // sharded: every rank's updated segments
-				return nil, fmt.Errorf("worker: step %d: %w", step, err)
-			}
-		}
-		if err := scaler.Update(anyInf); err != nil {
-			return nil, fmt.Errorf("worker: step %d: %w", step, err)
-		}
-		if bufs != nil { // BatchNorm running statistics: rank 0's, every step (broadcast_buffers)
-			if err := eng.BroadcastTensors(ctx, bufs); err != nil {
-				return nil, fmt.Errorf("worker: step %d: buffers: %w", step, err)
-			}
-		}
-		dev.Sync()                      // the step's one wait (micro-steps make none)
-		dev.Download(lossHost, lossDev) // done by now
-		var stepLoss float64
-		for _, l := range lossHost {
-			stepLoss += float64(l) / float64(k)
-		}
-		trace.Span("optimizer", "compute", to, trace.Now(), map[string]any{"skipped": skipped})
 		// ==== TRAINING STEP END ====
 		stepTime := time.Since(tStep)
-		if memRec != nil {
-			memRec.stop()
-			title := fmt.Sprintf("%s, %s, micro-batch %d × %d: memory over step %d", modelLine(cfg), cfg.Precision, b, k, step)
-			if err := memRec.writePNG(opt.MemoryPlot, title); err != nil {
-				return nil, err
-			}
-			log.Info("memory plot written", "path", opt.MemoryPlot, "events", len(memRec.events))
+		if err := t.finishMemoryPlot(memRec, step); err != nil {
+			return nil, err
 		}
-
 		st.Step = step + 1
-		if skipped {
+		if res.skipped {
 			st.Skipped++
 		}
-		lastLoss = stepLoss
-		stepsWindow++
-		if opt.CheckLeaks {
-			if err := checkLeaks(dev, baseline, step); err != nil {
-				return nil, err
-			}
+		ls.lastLoss = res.loss
+		ls.window.steps++
+		if err := t.checkMemory(step, baseline); err != nil {
+			return nil, err
 		}
-		if opt.MemoryReport && step == st.firstStep()+1 && env.Rank == 0 {
-			fmt.Fprint(os.Stderr, memoryReport(dev, ps, opt2))
-		}
-		commNow, _ := eng.CommStats()
-		if t.prom != nil {
-			t.prom.observeStep(promStep{seconds: stepTime.Seconds(), samples: samplesPerStep, tokensPerSample: tokensPerSample,
-				loss: stepLoss, lossScale: float64(scaler.Scale()), gradNorm: gradNorm, step: st.Step, skipped: skipped,
-				mem: dev.Stats(), eng: eng, groups: t.groups})
-		}
-		if logNow {
-			secs := time.Since(tWindow).Seconds()
-			sps := float64(stepsWindow*samplesPerStep) / secs
-			ms := dev.Stats()
-			prog.Update(st.Step, stepLoss, sps, fmt.Sprintf("scale %.0f", scaler.Scale()))
-			metrics.Step(StepMetrics{Step: st.Step, Epoch: st.Step / loader.StepsPerEpoch(), Rank: env.Rank, Time: metricsTime(),
-				Loss: stepLoss, LR: decimalF32(lr), LossScale: float64(scaler.Scale()), GradNorm: finite(gradNorm), Skipped: st.Skipped,
-				SamplesPerSec: sps, TokensPerSec: sps * float64(tokensPerSample), MemAllocatedBytes: ms.Allocated, MemPeakBytes: ms.Peak,
-				CommSeconds: commNow - commAtLine, StepMs: 1000 * secs / float64(stepsWindow),
-				DataMs: float64(dataWindow.Microseconds()) / 1000 / float64(stepsWindow)})
-			tWindow, stepsWindow, dataWindow, commAtLine = time.Now(), 0, 0, commNow
-		}
-		if cfg.DDP.CheckEvery > 0 && st.Step%cfg.DDP.CheckEvery == 0 {
-			if _, err := eng.CheckReplicas(ctx, st.Step); err != nil {
-				return nil, err
-			}
-		}
-		evalEvery := cfg.Train.EvalEvery
-		if evalEvery == 0 { // train.eval_every 0: at each epoch's end
-			evalEvery = loader.StepsPerEpoch()
-		}
-		if st.Step%evalEvery == 0 && st.Step < total {
-			te := time.Now()
-			ev, err := evaluate(ctx, m, dev, evalSet, cfg, env, group)
-			if err != nil {
-				return nil, err
-			}
-			evalSecs := time.Since(te).Seconds()
-			if cfg.Model.Kind == "gpt" { // a language model: loss in nats per token, no accuracy
-				prog.Log("eval", "step", st.Step, "loss", fmt.Sprintf("%.4f", ev.Loss))
-			} else {
-				prog.Log("eval", "step", st.Step, "loss", fmt.Sprintf("%.4f", ev.Loss), "accuracy", fmt.Sprintf("%.4f", ev.Accuracy))
-			}
-			em := EvalMetrics{Step: st.Step, Epoch: st.Step / loader.StepsPerEpoch(), Rank: env.Rank, Time: metricsTime(),
-				EvalLoss: ev.Loss, Samples: ev.Samples, Seconds: evalSecs}
-			if cfg.Model.Kind != "gpt" {
-				em.EvalAccuracy = Float(ev.Accuracy)
-			}
-			metrics.Eval(em)
-			t.prom.observeEval(em.EvalLoss, em.EvalAccuracy)
-		}
-		if cfg.Checkpoint.Dir != "" && cfg.Checkpoint.Every > 0 && st.Step%cfg.Checkpoint.Every == 0 && st.Step < total {
-			st.Loader = loader.State()
-			if err := t.gatherOptimState(ctx); err != nil {
-				return nil, err
-			}
-			if err := st.save(cfg, env, ps, opt2, scaler, log); err != nil {
-				return nil, err
-			}
+		t.obs.Step(t.stepRecord(ls, res, lr, stepTime, logNow))
+		if err := t.afterStep(ctx); err != nil {
+			return nil, err
 		}
 	}
-	prog.Finish()
+	return t.finish(ctx, ls)
+}
 
-	// ---- the end: evaluation, replica check, summary ----
-	ev, err := evaluate(ctx, m, dev, evalSet, cfg, env, group)
+// loopState is what one Run keeps from step to step: the device buffer of the step's losses,
+// the micro-batch whose upload may still be reading its host buffers, and the metrics window.
+type loopState struct {
+	t *Trainer
+	// The micro-batches' losses stay on the device until the step's end (one read per step).
+	lossDev  *tensor.Tensor // (k)
+	lossHost []float32      // (k)
+	// A micro-batch's host buffers go back to the loader once a fence after its upload has passed.
+	held      *data.Batch  // the last micro-batch's host buffers, until fenced
+	heldFence tensor.Fence // recorded after its upload
+	lastLoss  float64      // the last step's loss: the summary's final_loss
+	window    struct {     // since the last metrics line / progress update
+		start  time.Time
+		steps  int
+		data   time.Duration // time the loop spent in loader.Next and issuing uploads
+		commAt float64       // eng.CommStats' all-reduce seconds at the window's start
+	}
+}
+
+func (t *Trainer) newLoopState() *loopState {
+	k := t.cfg.Train.GradAccumSteps
+	ls := &loopState{t: t, lossDev: t.dev.Alloc(tensor.F32, "step losses", k), lossHost: make([]float32, k)}
+	ls.window.start = time.Now()
+	return ls
+}
+
+// release gives the held micro-batch back to the loader once the device has read it.
+func (ls *loopState) release() {
+	if ls.held != nil {
+		ls.heldFence.Wait() // a point already behind the device's queue: not a drain
+		ls.t.loader.Release(ls.held)
+		ls.held = nil
+	}
+}
+
+func (ls *loopState) free() {
+	ls.release()
+	ls.t.dev.Free(ls.lossDev)
+}
+
+// beforeStep runs the test hook (Options.FaultHook) and stops on a cancelled ctx.
+func (t *Trainer) beforeStep(ctx context.Context, step int) error {
+	if t.opt.FaultHook != nil {
+		if err := t.opt.FaultHook(step); err != nil {
+			return fmt.Errorf("worker: before step %d: %w", step, err)
+		}
+	}
+	return ctx.Err()
+}
+
+// microStep is one micro-batch of step: the batch uploaded, forward (its loss kept on the
+// device), backward with the DDP engine told where the step stands (it all-reduces the buckets
+// on the step's last micro-step, overlapped with backward).
+func (t *Trainer) microStep(ctx context.Context, ls *loopState, step, micro int) error {
+	cfg, dev, trace, eng, in := t.cfg, t.dev, t.trace, t.eng, t.in
+	k := cfg.Train.GradAccumSteps
+	td := time.Now()
+	ls.release()
+	batch, err := t.loader.Next(ctx)
+	if err != nil {
+		return fmt.Errorf("worker: reading batch for step %d: %w", step, err)
+	}
+	in.upload(dev, batch, tensor.DeriveSeed(uint64(cfg.Seed), fmt.Sprint("drop", step, micro, t.env.Rank)))
+	ls.held, ls.heldFence = batch, dev.Fence() // the (asynchronous) upload reads batch until then
+	ls.window.data += time.Since(td)
+
+	t0 := trace.Now()
+	gscale := float32(t.scaler.Scale()) / float32(k)
+	in.Inputs.GradScale = gscale // lets the GPT run its loss head's backward in the forward
+	loss := t.m.Forward(in.Inputs, true)
+	dev.Copy(ls.lossDev.View(micro, 1), loss)
+	t1 := trace.Now()
+	trace.Span("forward", "compute", t0, t1, map[string]any{"step": step, "micro": micro})
+
+	eng.BeginMicro(micro, k)
+	eng.BeginBackward()
+	t.m.Backward(gscale)
+	if trace != nil {
+		dev.Sync() // the trace's spans are host times: let them cover the device's work
+		eng.EndBackward()
+	} else {
+		eng.EndBackwardAt(dev.Fence()) // no wait: the engine learns when backward ended
+	}
+	trace.Span("backward", "compute", t1, trace.Now(), map[string]any{"step": step, "micro": micro})
+	return nil
+}
+
+// waitAllReduce waits for the step's averaged gradients (ddp.Engine.Wait).
+func (t *Trainer) waitAllReduce(ctx context.Context, step int) error {
+	tw := t.trace.Now()
+	if err := t.eng.Wait(ctx); err != nil {
+		return fmt.Errorf("worker: step %d: %w", step, err)
+	}
+	t.trace.Span("wait for all-reduce", "compute", tw, t.trace.Now(), nil)
+	return nil
+}
+
+// stepResult is what a step's update reports.
+type stepResult struct {
+	loss     float64 // mean over the micro-batches
+	gradNorm float64 // NaN when not measured (or an overflow: the step is skipped)
+	skipped  bool    // a gradient overflowed on some rank: no update
+}
+
+// update is the step's end: the loss scaler unscales and checks the gradients, every rank agrees
+// whether any overflowed (then the step is skipped), the gradient norm (clipped with
+// train.grad_clip, else measured when measureNorm), the optimizer at lr, the scaler's update, the
+// model's buffers from rank 0, and the step's loss read back: the step's one wait.
+func (t *Trainer) update(ctx context.Context, ls *loopState, step int, lr float32, measureNorm bool) (stepResult, error) {
+	cfg, dev, ps, scaler, eng := t.cfg, t.dev, t.ps, t.scaler, t.eng
+	to := t.trace.Now()
+	found := scaler.UnscaleCheckShard(ps, eng.Shard()) // sharded: the averaged part only
+	localInf := scaler.Checks() && readFlag(dev, found)
+	infRanks, err := eng.RanksWith(ctx, localInf)
+	if err != nil {
+		return stepResult{}, fmt.Errorf("worker: step %d: %w", step, err)
+	}
+	anyInf := len(infRanks) > 0
+	if anyInf && !scaler.Cfg.Enabled { // bf16: no scaler, no skipped step
+		return stepResult{}, nonFinite(step, infRanks, t.env.WorldSize, scaler.Update(true))
+	}
+	res := stepResult{skipped: anyInf, gradNorm: math.NaN()}
+	if !res.skipped {
+		if cfg.Train.GradClip > 0 || measureNorm { // max 0: measures, changes nothing
+			n, err := eng.ClipGradNorm(ctx, float32(max(cfg.Train.GradClip, 0))) // sharded: the global norm
+			if err != nil {
+				return stepResult{}, fmt.Errorf("worker: step %d: %w", step, err)
+			}
+			res.gradNorm = float64(n)
+		}
+		t.optim.Step(lr)
+		if err := eng.GatherParams(ctx); err != nil { // sharded: every rank's updated segments
+			return stepResult{}, fmt.Errorf("worker: step %d: %w", step, err)
+		}
+	}
+	if err := scaler.Update(anyInf); err != nil {
+		return stepResult{}, fmt.Errorf("worker: step %d: %w", step, err)
+	}
+	if bufs := modelBuffers(t.m); bufs != nil { // BatchNorm running statistics: rank 0's, every step (broadcast_buffers)
+		if err := eng.BroadcastTensors(ctx, bufs); err != nil {
+			return stepResult{}, fmt.Errorf("worker: step %d: buffers: %w", step, err)
+		}
+	}
+	dev.Sync()                            // the step's one wait (micro-steps make none)
+	dev.Download(ls.lossHost, ls.lossDev) // done by now
+	k := len(ls.lossHost)
+	for _, l := range ls.lossHost {
+		res.loss += float64(l) / float64(k)
+	}
+	t.trace.Span("optimizer", "compute", to, t.trace.Now(), map[string]any{"skipped": res.skipped})
+	return res, nil
+}
+
+// startMemoryPlot starts --memory-plot's recording on the step it draws: the second of the run
+// (the first allocates for good), on rank 0. nil on other steps.
+func (t *Trainer) startMemoryPlot(step int) *observe.MemTimeline {
+	if t.opt.MemoryPlot != "" && t.env.Rank == 0 && step == min(t.st.FirstStep()+1, t.total-1) {
+		return observe.RecordMemory(t.dev)
+	}
+	return nil
+}
+
+// finishMemoryPlot stops the recording and draws it (nothing without one).
+func (t *Trainer) finishMemoryPlot(memRec *observe.MemTimeline, step int) error {
+	if memRec == nil {
+		return nil
+	}
+	memRec.Stop()
+	cfg := t.cfg
+	title := fmt.Sprintf("%s, %s, micro-batch %d × %d: memory over step %d", modelLine(cfg), cfg.Precision, cfg.Train.MicroBatch, cfg.Train.GradAccumSteps, step)
+	if err := memRec.WritePNG(t.opt.MemoryPlot, title); err != nil {
+		return err
+	}
+	t.log.Info("memory plot written", "path", t.opt.MemoryPlot, "events", memRec.Events())
+	return nil
+}
+
+// checkMemory is --check-leaks (allocated memory back at the step's baseline) and, after the
+// run's second step, --memory-report on rank 0.
+func (t *Trainer) checkMemory(step int, baseline int64) error {
+	if t.opt.CheckLeaks {
+		if err := observe.CheckLeaks(t.dev, baseline, step); err != nil {
+			return err
+		}
+	}
+	if t.opt.MemoryReport && step == t.st.FirstStep()+1 && t.env.Rank == 0 {
+		fmt.Fprint(os.Stderr, observe.MemoryReport(t.dev, t.ps, t.optim))
+	}
+	return nil
+}
+
+// stepRecord is the step just done, for the observers; with logNow it closes the metrics window
+// and starts the next.
+func (t *Trainer) stepRecord(ls *loopState, res stepResult, lr float32, stepTime time.Duration, logNow bool) observe.StepRecord {
+	cfg, st := t.cfg, &t.st
+	tokensPerSample := 0
+	if cfg.Model.Kind == "gpt" {
+		tokensPerSample = cfg.Model.Context
+	}
+	commNow, hidden := t.eng.CommStats()
+	rec := observe.StepRecord{Step: st.Step, Epoch: st.Step / t.loader.StepsPerEpoch(), Last: st.Step == t.total,
+		Seconds: stepTime.Seconds(), Samples: t.samplesPerStep(), TokensPerSample: tokensPerSample,
+		Loss: res.loss, LR: lr, LossScale: float64(t.scaler.Scale()), GradNorm: res.gradNorm, Skipped: res.skipped, SkippedTotal: st.Skipped,
+		Mem: t.dev.Stats(), CommSeconds: commNow, CommHiddenFraction: hidden}
+	rec.WireSent, rec.WireRecv = wireBytes(t.groups)
+	if logNow {
+		w := &ls.window
+		rec.Window = &observe.Window{Steps: w.steps, Seconds: time.Since(w.start).Seconds(), Data: w.data, CommSeconds: commNow - w.commAt}
+		w.start, w.steps, w.data, w.commAt = time.Now(), 0, 0, commNow
+	}
+	return rec
+}
+
+// samplesPerStep is the global batch: micro_batch × grad_accum_steps × world size.
+func (t *Trainer) samplesPerStep() int {
+	return t.cfg.Train.MicroBatch * t.cfg.Train.GradAccumSteps * t.env.WorldSize
+}
+
+// afterStep is what comes every so many steps, until the last: the replica check
+// (ddp.check_every), an evaluation (train.eval_every; 0 is each epoch's end) and a checkpoint
+// (checkpoint.every).
+func (t *Trainer) afterStep(ctx context.Context) error {
+	cfg, st := t.cfg, &t.st
+	if cfg.DDP.CheckEvery > 0 && st.Step%cfg.DDP.CheckEvery == 0 {
+		if _, err := t.eng.CheckReplicas(ctx, st.Step); err != nil {
+			return err
+		}
+	}
+	evalEvery := cfg.Train.EvalEvery
+	if evalEvery == 0 { // train.eval_every 0: at each epoch's end
+		evalEvery = t.loader.StepsPerEpoch()
+	}
+	if st.Step%evalEvery == 0 && st.Step < t.total {
+		te := time.Now()
+		ev, err := evaluate(ctx, t.m, t.dev, t.evalSet, cfg, t.env, t.group)
+		if err != nil {
+			return err
+		}
+		er := observe.EvalRecord{Step: st.Step, Epoch: st.Step / t.loader.StepsPerEpoch(), Loss: ev.Loss, Samples: ev.Samples,
+			Seconds: time.Since(te).Seconds()}
+		if cfg.Model.Kind != "gpt" { // a language model's loss is in nats per token, and it has no accuracy
+			er.Accuracy = observe.Float(ev.Accuracy)
+		}
+		t.obs.Eval(er)
+	}
+	if cfg.Checkpoint.Dir != "" && cfg.Checkpoint.Every > 0 && st.Step%cfg.Checkpoint.Every == 0 && st.Step < t.total {
+		if err := t.saveCheckpoint(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finish is the run's end: the last evaluation, the replica check whose hash is the summary's
+// param_sha256, the summary, the last checkpoint (which carries the summary), the observers'
+// summary and the trace file.
+func (t *Trainer) finish(ctx context.Context, ls *loopState) (*Result, error) {
+	cfg, env, st := t.cfg, t.env, &t.st
+	ev, err := evaluate(ctx, t.m, t.dev, t.evalSet, cfg, env, t.group)
 	if err != nil {
 		return nil, err
 	}
-	hash, err := eng.CheckReplicas(ctx, st.Step)
+	hash, err := t.eng.CheckReplicas(ctx, st.Step)
 	if err != nil {
 		return nil, err
 	}
-	commSec, hidden := eng.CommStats()
-	secs := time.Since(wall).Seconds()
-	trained := st.Step - st.firstStep()
-	sum := &SummaryMetrics{
-		Steps: st.Step, FinalLoss: lastLoss, EvalLoss: ev.Loss, PeakMemoryBytes: dev.Stats().Peak,
+	commSec, hidden := t.eng.CommStats()
+	secs := time.Since(t.wall).Seconds()
+	trained := st.Step - st.FirstStep()
+	sum := &observe.SummaryMetrics{
+		Steps: st.Step, FinalLoss: ls.lastLoss, EvalLoss: ev.Loss, PeakMemoryBytes: t.dev.Stats().Peak,
 		SkippedSteps: st.Skipped, Precision: string(cfg.Precision), WorldSize: env.WorldSize, Rank: env.Rank,
-		WallSeconds: secs, ParamSHA256: hash, MicroBatch: b, GradAccumSteps: k,
+		WallSeconds: secs, ParamSHA256: hash, MicroBatch: cfg.Train.MicroBatch, GradAccumSteps: cfg.Train.GradAccumSteps,
 		CommSeconds: commSec, CommHiddenFraction: hidden,
 	}
-	rate := float64(trained*samplesPerStep) / secs
+	rate := float64(trained*t.samplesPerStep()) / secs
 	if cfg.Model.Kind == "gpt" {
-		sum.TokensPerSec = rate * float64(tokensPerSample)
+		sum.TokensPerSec = rate * float64(cfg.Model.Context)
 	} else {
-		sum.EvalAccuracy = Float(ev.Accuracy)
+		sum.EvalAccuracy = observe.Float(ev.Accuracy)
 	}
 	sum.SamplesPerSec = rate
-	t.prom.observeEval(sum.EvalLoss, sum.EvalAccuracy)
 	if cfg.Checkpoint.Dir != "" { // the last checkpoint carries the summary: a run started again after this one prints it
-		st.Loader = loader.State()
-		st.Summary = sum
-		if err := t.gatherOptimState(ctx); err != nil {
+		if st.Summary, err = json.Marshal(sum); err != nil {
+			return nil, fmt.Errorf("checkpoint: encoding the summary: %w", err)
+		}
+		if err := t.saveCheckpoint(ctx); err != nil {
 			return nil, err
 		}
-		if err := st.save(cfg, env, ps, opt2, scaler, log); err != nil {
-			return nil, err
-		}
-		if err := st.waitWrite(); err != nil {
+		if err := st.WaitWrite(); err != nil {
 			return nil, err
 		}
 	}
-	metrics.Summary(*sum)
-	if trace != nil {
-		if err := trace.WriteFile(RankPath(opt.TracePath, env.Rank)); err != nil {
+	t.obs.Summary(*sum)
+	if t.trace != nil {
+		if err := t.trace.WriteFile(observe.RankPath(t.opt.TracePath, env.Rank)); err != nil {
 			return nil, err
 		}
 	}
@@ -303,8 +401,55 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	if cfg.Model.Kind != "gpt" {
 		doneKV = append(doneKV, "eval_accuracy", fmt.Sprintf("%.4f", ev.Accuracy))
 	}
-	log.Info("done", append(doneKV, "param_sha256", hash[:16], "wall_s", fmt.Sprintf("%.1f", secs))...)
+	t.log.Info("done", append(doneKV, "param_sha256", hash[:16], "wall_s", fmt.Sprintf("%.1f", secs))...)
 	return sum, nil
+}
+
+// saveCheckpoint checkpoints the run's state now, on the ranks that write checkpoints
+// (checkpoint.IsWriter); it returns once the snapshot is taken, the write goes on in the
+// background (checkpoint.State.Save).
+func (t *Trainer) saveCheckpoint(ctx context.Context) error {
+	t.st.Loader = t.loader.State()
+	whole, err := t.gatherOptimState(ctx) // every rank, before the writer check: collectives
+	if err != nil {
+		return err
+	}
+	if !checkpoint.IsWriter(t.cfg.Checkpoint.PerHost, t.env.Rank, t.env.LocalRank) {
+		return nil
+	}
+	return t.st.Save(t.cfg, t.env.WorldSize, t.ps, t.optim, whole, t.scaler, t.log)
+}
+
+// gatherOptimState: under ddp.shard_optimizer every rank joins in gathering the f32 master
+// weights and the optimizer state whole (collectives) for the checkpoint the writer saves next,
+// so a checkpoint reads at any world size, sharded or not (PyTorch's consolidate_state_dict).
+// Unsharded it returns nil: the optimizer's own state is whole.
+func (t *Trainer) gatherOptimState(ctx context.Context) ([]model.NamedTensor, error) {
+	if t.eng.Shard() == nil {
+		return nil, nil
+	}
+	if err := t.eng.GatherMaster(ctx); err != nil { // the weights the writer saves, whole
+		return nil, fmt.Errorf("worker: checkpoint of step %d: %w", t.st.Step, err)
+	}
+	var whole []model.NamedTensor
+	for _, s := range t.optim.State() {
+		v, err := t.eng.GatherState(ctx, s.T)
+		if err != nil {
+			return nil, fmt.Errorf("worker: checkpoint of step %d: %w", t.st.Step, err)
+		}
+		whole = append(whole, model.NamedTensor{Name: s.Name, DType: tensor.F32, Shape: []int{len(v)}, Data: model.F32Bytes(v)})
+	}
+	return whole, nil
+}
+
+// wireBytes are the bytes the groups have sent and received, all collectives so far.
+func wireBytes(groups []*allreduce.Group) (sent, recv int64) {
+	for _, g := range groups {
+		st := g.Stats()
+		sent += st.BytesSent
+		recv += st.BytesRecv
+	}
+	return sent, recv
 }
 
 // totalSteps is train.max_steps when set (capped by train.epochs when that is set too),
@@ -349,87 +494,4 @@ func injectInf(dev tensor.Device, ps *model.Params, sh *model.Shard) {
 	}
 	g := ps.Grad.View(at, 1)
 	dev.Upload(g, []float32{float32(math.Inf(1))})
-}
-
-// gatherOptimState: under ddp.shard_optimizer every rank joins in gathering the optimizer state
-// and the f32 master weights whole (collectives) for the checkpoint the writer saves next, so a checkpoint reads at any
-// world size, sharded or not (PyTorch's consolidate_state_dict). Unsharded it does nothing.
-func (t *Trainer) gatherOptimState(ctx context.Context) error {
-	if t.eng.Shard() == nil {
-		return nil
-	}
-	if err := t.eng.GatherMaster(ctx); err != nil { // the weights the writer saves, whole
-		return fmt.Errorf("worker: checkpoint of step %d: %w", t.st.Step, err)
-	}
-	var whole []model.NamedTensor
-	for _, s := range t.optim.State() {
-		v, err := t.eng.GatherState(ctx, s.T)
-		if err != nil {
-			return fmt.Errorf("worker: checkpoint of step %d: %w", t.st.Step, err)
-		}
-		whole = append(whole, model.NamedTensor{Name: s.Name, DType: tensor.F32, Shape: []int{len(v)}, Data: model.F32Bytes(v)})
-	}
-	t.st.wholeOptim = whole
-	return nil
-}
-
-// ---- evaluation ----
-
-type evalResult struct {
-	Loss, Accuracy float64
-	Samples        int // over all ranks
-}
-
-// evaluate runs the held-out set (sharded by rank) and averages over all ranks.
-func evaluate(ctx context.Context, m model.Model, dev tensor.Device, ds data.Dataset, cfg *Config, env Env, g *allreduce.Group) (evalResult, error) {
-	b := cfg.Train.MicroBatch
-	l, err := data.NewEvalLoader(ds, data.LoaderConfig{MicroBatch: b, Rank: env.Rank, World: env.WorldSize,
-		Workers: cfg.Data.Workers, Prefetch: cfg.Data.Prefetch, MaxBatches: cfg.Train.EvalBatches})
-	if err != nil {
-		return evalResult{}, err
-	}
-	defer l.Close()
-	in := newInputs(dev, cfg, b)
-	defer in.free(dev)
-	var lossSum, correct, count float64 // count: targets (samples or tokens)
-	lossHost := []float32{0}
-	for {
-		batch, err := l.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return evalResult{}, err
-		}
-		n := in.upload(dev, batch, 0)
-		loss := m.Forward(in.Inputs, false)
-		dev.Download(lossHost, loss)
-		lossSum += float64(lossHost[0]) * float64(n)
-		count += float64(n)
-		if cfg.Model.Kind != "gpt" {
-			pred := in.pred.View(0, batch.Size)
-			m.Predict(pred)
-			got := make([]int32, batch.Size)
-			dev.DownloadI32(got, pred)
-			for i := 0; i < batch.Size; i++ {
-				if got[i] == batch.Y[i] {
-					correct++
-				}
-			}
-		}
-		l.Release(batch)
-	}
-	v := []float32{float32(lossSum), float32(correct), float32(count)}
-	if err := g.AllReduce(ctx, v, allreduce.Sum, allreduce.WireF32); err != nil {
-		return evalResult{}, fmt.Errorf("worker: averaging evaluation: %w", err)
-	}
-	if v[2] == 0 {
-		return evalResult{}, fmt.Errorf("worker: the evaluation set is empty")
-	}
-	perSample := 1.0 // targets per sample: a language model's sample has one per position
-	if cfg.Model.Kind == "gpt" {
-		perSample = float64(cfg.Model.Context)
-	}
-	return evalResult{Loss: float64(v[0]) / float64(v[2]), Accuracy: float64(v[1]) / float64(v[2]),
-		Samples: int(math.Round(float64(v[2]) / perSample))}, nil
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goddp/goddp/worker/observe"
 )
 
 // promNames are the metrics docs/metrics.md lists.
@@ -103,28 +105,6 @@ func TestPrometheus_servesNamedMetrics(t *testing.T) {
 	}
 }
 
-// Rank r of a host listens on the port plus its LOCAL_RANK; port 0 stays 0.
-func TestPromAddr(t *testing.T) {
-	for _, c := range []struct {
-		listen string
-		local  int
-		want   string
-	}{{":9100", 0, ":9100"}, {":9100", 3, ":9103"}, {"127.0.0.1:9100", 1, "127.0.0.1:9101"}, {"127.0.0.1:0", 5, "127.0.0.1:0"},
-		{"[::1]:9000", 2, "[::1]:9002"}} {
-		if got, err := promAddr(c.listen, c.local); err != nil || got != c.want {
-			t.Errorf("promAddr(%q, %d) = %q, %v; want %q", c.listen, c.local, got, err, c.want)
-		}
-	}
-	for _, bad := range []string{"9100", ":http", ":70000"} {
-		if _, err := promAddr(bad, 0); err == nil {
-			t.Errorf("promAddr(%q) accepted", bad)
-		}
-	}
-	if _, err := promAddr(":65535", 1); err == nil {
-		t.Error("port 65535 + LOCAL_RANK 1 accepted")
-	}
-}
-
 // JSONL lines: step lines carry the rank, a timestamp, the gradient norm (with grad clipping, and
 // without it when metrics are written) and lr without float32 noise; eval lines samples and seconds.
 func TestMetrics_stepAndEvalFields(t *testing.T) {
@@ -137,7 +117,7 @@ func TestMetrics_stepAndEvalFields(t *testing.T) {
 		if !strings.Contains(string(raw), `"lr":0.003,`) {
 			t.Errorf("grad_clip %s: lr is not written as 0.003:\n%s", clip, raw)
 		}
-		f, err := ReadMetrics(p)
+		f, err := observe.ReadMetrics(p)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,13 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/worker/checkpoint"
 )
 
 // resumable is a tiny GPT run under the constant schedule (so train.max_steps is not part of its
@@ -34,7 +33,7 @@ func mustRun(t *testing.T, cfg *Config, opt Options) *Result {
 }
 
 func stepDir(dir string, step int) string {
-	return filepath.Join(dir, fmt.Sprintf(ckptStepDirPattern, step))
+	return checkpoint.StepDir(dir, step)
 }
 
 // Keys the trajectory does not depend on may change between a run and its resume: the resumed run
@@ -78,11 +77,11 @@ func TestResume_refusalNamesEachKey(t *testing.T) {
 		}
 	}
 	// A changed world size shows as global_batch, with the hint.
-	saved := &runState{Step: 2, Trajectory: resumable(t, dir).Trajectory(), WorldSize: 2}
+	saved := &checkpoint.State{Step: 2, Trajectory: resumable(t, dir).Trajectory(), WorldSize: 2}
 	cfg := resumable(t, dir)
 	cfg.Train.GlobalBatch = 4
 	saved.Trajectory["train.global_batch"] = "8"
-	err = checkTrajectory(saved, cfg, "checkpoint.dir "+dir, 1)
+	err = checkpoint.CheckTrajectory(saved, cfg, "checkpoint.dir "+dir, 1)
 	if err == nil || !strings.Contains(err.Error(), "train.global_batch=8, this run has train.global_batch=4 (global_batch = micro_batch × grad_accum_steps × world size, and the world size was 2, now 1") {
 		t.Errorf("world-size refusal: %v", err)
 	}
@@ -103,7 +102,7 @@ func TestResume_earlierBuildCheckpoint(t *testing.T) {
 	tr.Close()
 
 	// Rewrite step 2 as that build wrote it.
-	ck, err := LoadCheckpoint(stepDir(dir, 2))
+	ck, err := checkpoint.Load(stepDir(dir, 2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +114,7 @@ func TestResume_earlierBuildCheckpoint(t *testing.T) {
 	delete(state, "summary")
 	state["config_hash"] = v1
 	old := filepath.Join(t.TempDir(), "old")
-	if _, err := SaveCheckpoint(old, 2, ck.Weights, ck.Optim, state); err != nil {
+	if _, err := checkpoint.Save(old, 2, ck.Weights, ck.Optim, state); err != nil {
 		t.Fatal(err)
 	}
 
@@ -218,21 +217,5 @@ func TestEvaluateCheckpoint_scoresLikeTheRun(t *testing.T) {
 	bad, _ := ConfigFromCheckpoint(stepDir(dir, 4), []string{"model.width=32"})
 	if _, err := EvaluateCheckpoint(context.Background(), dir, bad, Options{Logger: quiet()}); err == nil || !strings.Contains(err.Error(), "shape") {
 		t.Errorf("a model of another width: %v", err)
-	}
-}
-
-// The lr of a metrics line is the float32 the optimizer used, written as its shortest decimal.
-func TestDecimalF32(t *testing.T) {
-	if got := decimalF32(float32(0.003)); got != 0.003 {
-		t.Errorf("decimalF32(0.003) = %v", got)
-	}
-	for _, x := range []float32{3e-4, 1e-3, 0.1, 6e-5 * 0.37, 1, 1e-8} {
-		if float32(decimalF32(x)) != x {
-			t.Errorf("float32(decimalF32(%v)) = %v", x, float32(decimalF32(x)))
-		}
-	}
-	b, _ := json.Marshal(StepMetrics{LR: decimalF32(model.ConstantLR(0.003)(0))})
-	if !strings.Contains(string(b), `"lr":0.003,`) {
-		t.Errorf("step line %s", b)
 	}
 }

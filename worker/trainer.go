@@ -7,6 +7,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,7 +20,9 @@ import (
 	"github.com/goddp/goddp/ddp"
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/tensor"
+	"github.com/goddp/goddp/worker/checkpoint"
 	"github.com/goddp/goddp/worker/data"
+	"github.com/goddp/goddp/worker/observe"
 )
 
 // Options are ddptrain's command-line switches beyond the config, and the test hooks.
@@ -29,14 +32,14 @@ type Options struct {
 	TracePath    string // --trace: Chrome trace events
 	MemoryReport bool   // --memory-report
 	CheckLeaks   bool   // --check-leaks
-	MemoryPlot   string // --memory-plot: PNG of device memory over one step (memplot.go)
+	MemoryPlot   string // --memory-plot: PNG of device memory over one step (observe.MemTimeline)
 	// ResumeFrom (--resume-from) is a checkpoint step directory to resume from instead of the
 	// newest in checkpoint.dir (resumePoint says when checkpoint.dir's newest is taken anyway).
 	// Every rank must be able to read it.
 	ResumeFrom string
 	// MetricsListen (--metrics-port N is ":N") is where this process serves Prometheus metrics,
 	// host:port; it overrides metrics.listen. Rank r of a host adds its LOCAL_RANK to the port
-	// (prom.go).
+	// (observe.ServePrometheus).
 	MetricsListen string
 	Logger        *slog.Logger
 
@@ -55,7 +58,7 @@ type Options struct {
 }
 
 // Result is what a run ends with (also the metrics summary).
-type Result = SummaryMetrics
+type Result = observe.SummaryMetrics
 
 // Trainer is one training process, set up: the process group, the device, the data, the model
 // with its optimizer and loss scaler, the DDP engine, the data loader, metrics and progress, the
@@ -74,15 +77,16 @@ type Trainer struct {
 	ps      *model.Params
 	optim   Optimizer
 	scaler  *Scaler
-	trace   *ddp.Trace
+	trace   *observe.Trace // nil without --trace
 	eng     *ddp.Engine
-	st      runState
+	st      checkpoint.State
 	loader  *data.Loader
 	total   int // optimizer steps of the whole run
 	sched   model.Schedule
-	metrics *MetricsWriter
-	prom    *promMetrics // nil without metrics.listen / --metrics-port
-	prog    *Progress
+	metrics *observe.MetricsWriter // nil without --metrics
+	prom    *observe.Prometheus    // nil without metrics.listen / --metrics-port
+	prog    *observe.Progress
+	obs     observe.Observers // the three above: what the loop reports to
 	in      *inputs
 	groups  []*allreduce.Group // the main group and the channels: their bytes on the wire
 
@@ -95,7 +99,8 @@ type Trainer struct {
 // it joins the process group, opens the device, loads the data, builds the model, optimizer and
 // scaler, resolves the batch (searching it for micro_batch: auto), resumes from the newest
 // checkpoint and makes every replica identical. cfg is not changed. ctx cancels the setup's
-// blocking calls (the group's rendezvous, the collectives).
+// blocking calls (the group's rendezvous, the collectives). Each step below registers what it
+// opens with onClose, so a failure partway closes what was opened, in reverse order.
 func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) {
 	t := &Trainer{opt: opt, wall: time.Now()}
 	defer func() {
@@ -103,13 +108,49 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 			err = errors.Join(err, t.Close())
 		}
 	}()
-	log := opt.Logger
+	if err := t.readEnv(cfg); err != nil {
+		return nil, err
+	}
+	gcfg, err := t.joinGroup(ctx)
+	if err != nil {
+		return nil, err
+	}
+	trainSet, err := t.buildModel()
+	if err != nil {
+		return nil, err
+	}
+	if err := t.fitMemory(ctx, trainSet); err != nil {
+		return nil, err
+	}
+	if err := t.startEngine(ctx, gcfg); err != nil {
+		return nil, err
+	}
+	resumed, err := t.resumeOrInit(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.openLoader(trainSet, resumed); err != nil {
+		return nil, err
+	}
+	if resumed != "" && t.st.Step >= t.total { // before the outputs: the finished run's metrics file stays as it was
+		return nil, &FinishedError{Step: t.st.Step, Total: t.total, Path: resumed, Summary: savedSummary(&t.st, t.log)}
+	}
+	if err := t.openOutputs(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// readEnv reads the environment (Env), starts the launcher's heartbeat, and takes the trainer's
+// own copy of cfg with data.path filled in.
+func (t *Trainer) readEnv(cfg *Config) error {
+	log := t.opt.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	env, err := EnvFromOS()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	log = log.With("rank", env.Rank)
 	if env.HeartbeatFD >= 0 {
@@ -117,42 +158,54 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 	}
 	cfg = cfg.Clone()
 	if err := fillDataPath(cfg); err != nil {
-		return nil, err
+		return err
 	}
 	t.cfg, t.env, t.log = cfg, env, log
+	return nil
+}
 
-	// ---- the process group ----
+// joinGroup joins the process group (one of its own for a single process) and, unless
+// micro_batch is auto (fitMemory searches it), resolves the batch for the world size. It returns
+// the main group's config, which the channels copy.
+func (t *Trainer) joinGroup(ctx context.Context) (allreduce.Config, error) {
+	cfg, env := t.cfg, t.env
 	var group *allreduce.Group
-	var gcfg allreduce.Config // the main group's, which the channels copy
+	var gcfg allreduce.Config
+	var err error
 	if env.WorldSize > 1 {
 		gcfg, err = allreduce.ConfigFromEnv()
 		if err != nil {
-			return nil, err
+			return gcfg, err
 		}
-		gcfg.Logger = log
+		gcfg.Logger = t.log
 		gcfg.Timeout = cfg.DDP.Timeout.D // 0: allreduce's default
 		group, err = allreduce.NewGroup(ctx, gcfg)
 		if err != nil {
-			return nil, fmt.Errorf("worker: joining the process group: %w", err)
+			return gcfg, fmt.Errorf("worker: joining the process group: %w", err)
 		}
 	} else {
 		group, err = allreduce.NewGroup(ctx, allreduce.Config{Rank: 0, WorldSize: 1})
 		if err != nil {
-			return nil, err
+			return gcfg, err
 		}
 	}
 	t.group = group
 	t.onClose(group.Close)
-	if !cfg.Train.MicroBatchAuto { // auto: resolved by the search below (autobatch.go)
+	if !cfg.Train.MicroBatchAuto { // auto: resolved by the search (fitMemory)
 		b, err := cfg.Train.ResolveBatch(env.WorldSize)
 		if err != nil {
-			return nil, err
+			return gcfg, err
 		}
 		cfg.Train = cfg.Train.WithBatch(b)
 	}
+	return gcfg, nil
+}
 
-	// ---- device, data, model, optimizer ----
-	dev, err := OpenDevice(opt.Device, env.LocalRank)
+// buildModel opens the device, loads the data sets (returning the training set, which the
+// loader takes later) and builds the model, its spec, the optimizer and the loss scaler.
+func (t *Trainer) buildModel() (data.Dataset, error) {
+	cfg := t.cfg
+	dev, err := OpenDevice(t.opt.Device, t.env.LocalRank)
 	if err != nil {
 		return nil, err
 	}
@@ -171,11 +224,11 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 	if err != nil {
 		return nil, err
 	}
-	if t.st.spec, err = ModelSpec(cfg); err != nil {
+	if t.st.Spec, err = ModelSpec(cfg); err != nil {
 		return nil, err
 	}
-	if opt.wrapModel != nil {
-		m = opt.wrapModel(m)
+	if t.opt.wrapModel != nil {
+		m = t.opt.wrapModel(m)
 	}
 	t.m = m
 	t.onClose(func() error { m.Free(); return nil })
@@ -183,7 +236,7 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 	t.ps = ps
 	// ddp.shard_optimizer: the optimizer keeps this rank's shard only (ddp/shard.go); the engine
 	// below plans the same shard from the same buckets.
-	shard, err := optimizerShardFor(cfg, env, dev, ps)
+	shard, err := optimizerShardFor(cfg, t.env, dev, ps)
 	if err != nil {
 		return nil, err
 	}
@@ -199,26 +252,36 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 	}
 	t.scaler = scaler
 	t.onClose(func() error { scaler.Free(); return nil })
-	// ---- memory: the budget, and micro_batch: auto (autobatch.go) before any state is loaded ----
+	return trainSet, nil
+}
+
+// fitMemory is the memory budget: micro_batch: auto searched for it (autobatch.go) before any
+// state is loaded, or train.memory_budget set as the device's limit.
+func (t *Trainer) fitMemory(ctx context.Context, trainSet data.Dataset) error {
+	cfg := t.cfg
 	if cfg.Train.MicroBatchAuto {
-		b, err := autoMicroBatch(ctx, dev, cfg, m, opt2, scaler, group, trainSet.Len()/env.WorldSize, log)
+		b, err := autoMicroBatch(ctx, t.dev, cfg, t.m, t.optim, t.scaler, t.group, trainSet.Len()/t.env.WorldSize, t.log)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		cfg.Train = cfg.Train.WithBatch(b)
 	} else if cfg.Train.MemoryBudget.Bytes > 0 {
-		dev.SetLimit(cfg.Train.MemoryBudget.Bytes)
+		t.dev.SetLimit(cfg.Train.MemoryBudget.Bytes)
 	}
-	var trace *ddp.Trace
-	if opt.TracePath != "" {
-		trace = ddp.NewTrace(env.Rank)
+	return nil
+}
+
+// startEngine opens the trace (--trace), the extra channels (ddp.channels) and the DDP engine.
+func (t *Trainer) startEngine(ctx context.Context, gcfg allreduce.Config) error {
+	cfg := t.cfg
+	if t.opt.TracePath != "" {
+		t.trace = observe.NewTrace(t.env.Rank)
 	}
-	t.trace = trace
-	channels, err := allreduce.OpenChannels(ctx, group, gcfg, cfg.DDP.Channels)
+	channels, err := allreduce.OpenChannels(ctx, t.group, gcfg, cfg.DDP.Channels)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	t.groups = append([]*allreduce.Group{group}, channels...)
+	t.groups = append([]*allreduce.Group{t.group}, channels...)
 	t.onClose(func() error {
 		var errs []error
 		for _, g := range channels {
@@ -226,101 +289,124 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 		}
 		return errors.Join(errs...)
 	})
-	eng := ddp.New(ps, group, ddp.Options{BucketCapMB: cfg.DDP.BucketCapMB, Wire: wireOf(cfg), Trace: trace, Logger: log, Channels: asComms(channels),
-		ShardOptimizer: shard != nil})
+	dopts := ddp.Options{BucketCapMB: cfg.DDP.BucketCapMB, Wire: wireOf(cfg), Logger: t.log, Channels: asComms(channels),
+		ShardOptimizer: model.ShardOf(t.optim) != nil} // the shard the optimizer was built on
+	if t.trace != nil { // not a nil *Trace in the interface
+		dopts.Tracer = t.trace
+	}
+	eng := ddp.New(t.ps, t.group, dopts)
 	t.eng = eng
 	t.onClose(func() error { eng.Close(); return nil })
+	return nil
+}
 
-	// ---- resume, then make every replica identical ----
+// resumeOrInit resumes from the newest checkpoint any rank has (or --resume-from's), or else
+// starts from model.init_from's weights (rank 0 reads them), and then makes every replica
+// identical: rank 0's parameters, optimizer state and buffers broadcast to all. It returns the
+// checkpoint resumed from, "" for a fresh start.
+func (t *Trainer) resumeOrInit(ctx context.Context) (string, error) {
+	cfg, env, log, ps := t.cfg, t.env, t.log, t.ps
 	st := &t.st
-	if b, ok := m.(model.Buffered); ok {
-		st.buffers = b.Buffers()
+	if b, ok := t.m.(model.Buffered); ok {
+		st.Buffers = b.Buffers()
 	}
-	t.onClose(st.waitWrite) // a checkpoint still being written (state.go: save) lands before the process goes
+	t.onClose(st.WaitWrite) // a checkpoint still being written (checkpoint.State.Save) lands before the process goes
 	if cfg.Checkpoint.Dir != "" {
-		cfg.Checkpoint.Dir = expandCheckpointDir(cfg.Checkpoint.Dir, env)
+		cfg.Checkpoint.Dir = checkpoint.ExpandDir(cfg.Checkpoint.Dir, env.NodeRank)
 		// Every rank ends up seeing the newest checkpoint any rank has (hosts without a shared
 		// filesystem; a no-op when they share one).
-		if err := syncCheckpoints(ctx, group, cfg.Checkpoint.Dir, env, log); err != nil {
-			return nil, err
+		if err := checkpoint.Sync(ctx, t.group, cfg.Checkpoint.Dir, env.Rank, env.LocalRank, log); err != nil {
+			return "", err
 		}
 	}
-	resumed, where, err := resumePoint(cfg, opt.ResumeFrom, env, log)
+	resumed, where, err := resumePoint(cfg, t.opt.ResumeFrom, env, log)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	if resumed != "" {
-		if err := st.restore(resumed, where, env.WorldSize, cfg, ps, opt2, scaler, log); err != nil {
-			return nil, err
+		if err := st.Restore(resumed, where, env.WorldSize, cfg, ps, t.optim, t.scaler, log); err != nil {
+			return "", err
 		}
 		log.Info("resumed from checkpoint", "path", resumed, "step", st.Step)
 		if cfg.Model.InitFrom != "" {
 			log.Info("model.init_from is not read: the checkpoint's weights supersede it", "init_from", cfg.Model.InitFrom, "run_started_from", st.InitFrom)
 		}
 	}
-	// ---- or start from model.init_from's weights (rank 0 reads them; the broadcast below) ----
-	if resumed == "" && cfg.Model.InitFrom != "" {
+	if resumed == "" && cfg.Model.InitFrom != "" { // rank 0 reads the weights; the broadcast below
 		st.InitFrom = cfg.Model.InitFrom
 		if env.Rank == 0 {
-			if err := loadInitFrom(cfg.Model.InitFrom, st.spec, ps, log); err != nil {
-				return nil, err
+			if err := checkpoint.LoadInitFrom(cfg.Model.InitFrom, st.Spec, ps, log); err != nil {
+				return "", err
 			}
 		}
 	}
-	optState := optimizerTensors(opt2)
-	if shard != nil { // each rank's own shard: zeros, or its part of the checkpoint's whole state
+	optState := optimizerTensors(t.optim)
+	if model.ShardOf(t.optim) != nil { // each rank's own shard: zeros, or its part of the checkpoint's whole state
 		optState = nil
 	}
-	if err := eng.BroadcastTensors(ctx, append(append([]*tensor.Tensor{ps.Data}, optState...), modelBuffers(m)...)); err != nil {
-		return nil, err
+	if err := t.eng.BroadcastTensors(ctx, append(append([]*tensor.Tensor{ps.Data}, optState...), modelBuffers(t.m)...)); err != nil {
+		return "", err
 	}
 	if resumed == "" && cfg.Model.InitFrom != "" {
 		st.InitSHA256 = ps.SHA256()
 	}
+	return resumed, nil
+}
 
-	b, k, W := cfg.Train.MicroBatch, cfg.Train.GradAccumSteps, env.WorldSize
+// openLoader starts the training data loader where the state says (the resumed position), and
+// sets the run's length and learning-rate schedule.
+func (t *Trainer) openLoader(trainSet data.Dataset, resumed string) error {
+	cfg, env := t.cfg, t.env
 	loader, err := data.NewLoader(trainSet, data.LoaderConfig{
-		MicroBatch: b, Accum: k, Rank: env.Rank, World: W, Seed: uint64(cfg.Seed),
-		Shuffle: cfg.Data.Shuffle, Workers: cfg.Data.Workers, Prefetch: cfg.Data.Prefetch, Start: st.Loader,
-		Alloc: batchAllocator(dev), // pinned host memory on a GPU (pinned.go)
+		MicroBatch: cfg.Train.MicroBatch, Accum: cfg.Train.GradAccumSteps, Rank: env.Rank, World: env.WorldSize, Seed: uint64(cfg.Seed),
+		Shuffle: cfg.Data.Shuffle, Workers: cfg.Data.Workers, Prefetch: cfg.Data.Prefetch, Start: t.st.Loader,
+		Alloc: batchAllocator(t.dev), // pinned host memory on a GPU (pinned.go)
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	t.loader = loader
 	t.onClose(func() error { loader.Close(); return nil })
 	t.total = totalSteps(cfg, loader.StepsPerEpoch())
 	t.sched, err = buildSchedule(cfg, t.total)
-	if err != nil {
-		return nil, err
-	}
-	if resumed != "" && st.Step >= t.total { // before the outputs: the finished run's metrics file stays as it was
-		return nil, &FinishedError{Step: st.Step, Total: t.total, Path: resumed, Summary: st.Summary}
-	}
+	return err
+}
 
-	// ---- outputs, and the device buffers the batches are uploaded into ----
-	t.metrics, err = OpenMetrics(opt.MetricsPath, env.Rank)
+// openOutputs opens what the run reports to, the observers: the metrics file (--metrics), the
+// Prometheus server (metrics.listen, --metrics-port) and the progress display; and the device
+// buffers the batches are uploaded into.
+func (t *Trainer) openOutputs() error {
+	cfg, env := t.cfg, t.env
+	var err error
+	t.metrics, err = observe.OpenMetrics(t.opt.MetricsPath, env.Rank)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	t.onClose(t.metrics.Close)
 	listen := cfg.Metrics.Listen
-	if opt.MetricsListen != "" {
-		listen = opt.MetricsListen
+	if t.opt.MetricsListen != "" {
+		listen = t.opt.MetricsListen
 	}
 	if listen != "" {
-		t.prom, err = servePrometheus(listen, env, log)
+		t.prom, err = observe.ServePrometheus(listen, env.Rank, env.LocalRank, env.RestartCount, t.log)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		t.onClose(t.prom.close)
+		t.onClose(t.prom.Close)
 	}
-	t.prog = NewProgress(t.total, env.Rank, env.ProgressFD)
+	t.prog = observe.NewProgress(t.total, env.Rank, env.ProgressFD)
 	t.onClose(func() error { t.prog.Finish(); return nil })
-	in := newInputs(dev, cfg, b)
+	if t.metrics != nil { // not nil pointers in the interface: the fan-out skips only nil entries
+		t.obs = append(t.obs, t.metrics)
+	}
+	if t.prom != nil {
+		t.obs = append(t.obs, t.prom)
+	}
+	t.obs = append(t.obs, t.prog)
+	in := newInputs(t.dev, cfg, cfg.Train.MicroBatch)
 	t.in = in
-	t.onClose(func() error { in.free(dev); return nil })
-	return t, nil
+	t.onClose(func() error { in.free(t.dev); return nil })
+	return nil
 }
 
 // resumePoint says which checkpoint a run resumes from, and where it was found (for messages):
@@ -332,9 +418,9 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 func resumePoint(cfg *Config, from string, env Env, log *slog.Logger) (path, where string, err error) {
 	latest := ""
 	if dir := cfg.Checkpoint.Dir; dir != "" {
-		// ResumeCheckpoint: the newest complete one; when every one is broken, an error naming
+		// checkpoint.Resume: the newest complete one; when every one is broken, an error naming
 		// them, unless checkpoint.fresh_if_broken (then they are set aside and the run starts).
-		if latest, err = ResumeCheckpoint(dir, cfg.Checkpoint.FreshIfBroken, log); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if latest, err = checkpoint.Resume(dir, cfg.Checkpoint.FreshIfBroken, log); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return "", "", err
 		}
 	}
@@ -342,18 +428,18 @@ func resumePoint(cfg *Config, from string, env Env, log *slog.Logger) (path, whe
 	if from == "" {
 		return latest, inDir, nil
 	}
-	if err := VerifyCheckpoint(from); err != nil {
-		if paths, _, _ := stepDirs(from); len(paths) > 0 {
+	if err := checkpoint.Verify(from); err != nil {
+		if paths, _, _ := checkpoint.StepDirs(from); len(paths) > 0 {
 			return "", "", fmt.Errorf("worker: --resume-from %s is a checkpoint directory, not a checkpoint: name one of its step directories, e.g. %s", from, paths[0])
 		}
 		return "", "", fmt.Errorf("worker: --resume-from: %w", err)
 	}
-	fromStep, err := stepOfCheckpoint(from)
+	fromStep, err := checkpoint.StepOf(from)
 	if err != nil {
 		return "", "", err
 	}
 	if latest != "" {
-		newest, err := stepOfCheckpoint(latest)
+		newest, err := checkpoint.StepOf(latest)
 		if err != nil {
 			return "", "", err
 		}
@@ -377,7 +463,7 @@ type FinishedError struct {
 	Step    int    // the checkpoint's step
 	Total   int    // this config's last step
 	Path    string // the checkpoint
-	Summary *SummaryMetrics
+	Summary *observe.SummaryMetrics
 }
 
 func (e *FinishedError) Error() string {
@@ -388,11 +474,24 @@ func (e *FinishedError) Error() string {
 	}
 	fmt.Fprintf(&b, ": nothing to do (checkpoint %s)", e.Path)
 	if e.Summary != nil {
-		fmt.Fprintf(&b, "; the summary of that run is: %s", FormatSummary(e.Summary))
+		fmt.Fprintf(&b, "; the summary of that run is: %s", observe.FormatSummary(e.Summary))
 	} else {
 		b.WriteString("; that checkpoint records no summary (it was not written at the end of a run, or an earlier build wrote it)")
 	}
 	return b.String()
+}
+
+// savedSummary is the summary a checkpoint's state carries (the last step's only), or nil.
+func savedSummary(st *checkpoint.State, log *slog.Logger) *observe.SummaryMetrics {
+	if len(st.Summary) == 0 {
+		return nil
+	}
+	var sum observe.SummaryMetrics
+	if err := json.Unmarshal(st.Summary, &sum); err != nil {
+		log.Warn("the checkpoint's summary does not decode", "err", err)
+		return nil
+	}
+	return &sum
 }
 
 // onClose registers f to run at Close, before everything registered earlier.

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -95,54 +94,6 @@ func TestTrainer_faultHookStopsTheRun(t *testing.T) {
 	}
 	if cfg.YAML() != before || cfg.Train.MicroBatch != 0 || strings.Contains(cfg.Checkpoint.Dir, "ck-0") {
 		t.Errorf("Run changed its config:\n%s\nbecame\n%s", before, cfg.YAML())
-	}
-}
-
-// A checkpoint is written in the background: save returns while the disk is still busy (a slow
-// fsync used to hold rank 0 while the other ranks ran into the collective timeout), the next
-// save and Close wait for it, and what lands is a complete checkpoint of the step it was taken at.
-func TestTrainer_checkpointWriteDoesNotBlockTheStep(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "ck")
-	cfg := tinyGPT(t, "train.micro_batch=4", "checkpoint.dir="+dir)
-	tr, err := New(context.Background(), cfg, Options{Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	release := make(chan struct{})
-	old := syncFile
-	syncFile = func(f *os.File) error { <-release; return f.Sync() }
-	defer func() { syncFile = old }()
-	tr.st.Step = 7
-	done := make(chan error, 1)
-	go func() { done <- tr.st.save(tr.cfg, tr.env, tr.ps, tr.optim, tr.scaler, quiet()) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("save waited for the disk")
-	}
-	tr.st.Step = 8 // the run moves on while the write is in flight
-	if p, _ := LatestCheckpoint(tr.cfg.Checkpoint.Dir); p != "" {
-		t.Fatalf("a checkpoint is complete before its files are synced: %s", p)
-	}
-	close(release)
-	if err := tr.st.waitWrite(); err != nil {
-		t.Fatal(err)
-	}
-	p, err := LatestCheckpoint(tr.cfg.Checkpoint.Dir)
-	if err != nil || filepath.Base(p) != "step-00000007" {
-		t.Fatalf("latest checkpoint %q, %v; want step 7's", p, err)
-	}
-	ck, err := LoadCheckpoint(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st runState
-	if err := json.Unmarshal(ck.State, &st); err != nil || st.Step != 7 {
-		t.Fatalf("state.json says step %d (%v), want the snapshot's 7", st.Step, err)
 	}
 }
 

@@ -49,7 +49,7 @@ func runPlot(args []string) error {
 	return nil
 }
 
-// metricLine is the part of a metrics line the plot reads (worker/metrics.go writes them).
+// metricLine is the part of a metrics line the plot reads (worker/observe/metrics.go writes them).
 type metricLine struct {
 	Event         string  `json:"event"`
 	Step          int     `json:"step"`

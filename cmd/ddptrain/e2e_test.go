@@ -23,8 +23,8 @@ import (
 
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/cpu"
-	"github.com/goddp/goddp/worker"
 	"github.com/goddp/goddp/worker/data"
+	"github.com/goddp/goddp/worker/observe"
 )
 
 var (
@@ -70,9 +70,9 @@ func smallRun(t *testing.T, ckdir string) []string {
 		"--set", "checkpoint.dir=" + ckdir, "--set", "checkpoint.every=10", "--set", "precision=fp16"}
 }
 
-func summary(t *testing.T, metrics string) worker.SummaryMetrics {
+func summary(t *testing.T, metrics string) observe.SummaryMetrics {
 	t.Helper()
-	m, err := worker.ReadMetrics(metrics)
+	m, err := observe.ReadMetrics(metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,13 +243,13 @@ func TestLaunch_maxRestartsResumesExactly(t *testing.T) {
 		t.Fatalf("the restart did not resume from a checkpoint:\n%s", out)
 	}
 	for r := 0; r < 2; r++ {
-		a := summary(t, worker.RankPath(straight, r))
-		b := summary(t, worker.RankPath(restarted, r))
+		a := summary(t, observe.RankPath(straight, r))
+		b := summary(t, observe.RankPath(restarted, r))
 		if a.ParamSHA256 != b.ParamSHA256 {
 			t.Fatalf("rank %d: restarted job ends with %s, uninterrupted %s", r, b.ParamSHA256, a.ParamSHA256)
 		}
 	}
-	if a, b := summary(t, straight), summary(t, worker.RankPath(straight, 1)); a.ParamSHA256 != b.ParamSHA256 {
+	if a, b := summary(t, straight), summary(t, observe.RankPath(straight, 1)); a.ParamSHA256 != b.ParamSHA256 {
 		t.Fatalf("ranks disagree: %s vs %s", a.ParamSHA256, b.ParamSHA256)
 	}
 }
@@ -370,7 +370,7 @@ func TestTrain_restartTakesTheNewestCheckpointAnyHostHas(t *testing.T) {
 		t.Fatalf("rank 0 did not receive step 20 from rank 1 and resume:\n%s", outs[0])
 	}
 	for r := 0; r < 2; r++ {
-		a, b := summary(t, worker.RankPath(straight, r)), summary(t, worker.RankPath(resumed, r))
+		a, b := summary(t, observe.RankPath(straight, r)), summary(t, observe.RankPath(resumed, r))
 		if a.ParamSHA256 != b.ParamSHA256 {
 			t.Fatalf("rank %d: restarted job ends with %s, uninterrupted %s", r, b.ParamSHA256, a.ParamSHA256)
 		}
@@ -462,7 +462,7 @@ func TestLaunch_channelsAreBitIdentical(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("channels %s: %v\n%s", ch, err, out)
 		}
-		a, b := summary(t, m), summary(t, worker.RankPath(m, 1))
+		a, b := summary(t, m), summary(t, observe.RankPath(m, 1))
 		if a.ParamSHA256 != b.ParamSHA256 {
 			t.Fatalf("channels %s: ranks disagree", ch)
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/goddp/goddp/worker"
+	"github.com/goddp/goddp/worker/checkpoint"
 )
 
 func init() {
@@ -54,7 +55,7 @@ func runEval(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	opt.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	path, err := worker.CheckpointPath(*ckpt)
+	path, err := checkpoint.Resolve(*ckpt)
 	if err != nil {
 		fmt.Fprintln(stderr, "ddptrain eval:", err)
 		return exitUsage

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/goddp/goddp/worker"
+	"github.com/goddp/goddp/worker/checkpoint"
 )
 
 func init() {
@@ -19,7 +20,7 @@ func runExport(args []string) int {
 	fs := pflag.NewFlagSet("export", pflag.ContinueOnError)
 	fs.SortFlags = false
 	ckpt := fs.String("checkpoint", "", "a checkpoint step directory, or a checkpoint.dir (its newest checkpoint that verifies)")
-	var opt worker.ExportOptions
+	var opt checkpoint.ExportOptions
 	fs.StringVar(&opt.Format, "format", "hf", "hf: Hugging Face GPT2LMHeadModel (model.safetensors + config.json)")
 	fs.StringVar(&opt.Out, "out", "", "directory to write")
 	fs.BoolVar(&opt.CheckLogits, "check-logits", false, "also write goddp_logits.json (goddp's logits of a fixed prompt) for scripts/check_hf_export.py")
@@ -51,7 +52,7 @@ func runExport(args []string) int {
 	} else if len(*sets) > 0 {
 		return fail("export", exitUsage, errors.New("--set needs --config"))
 	}
-	res, err := worker.Export(*ckpt, opt)
+	res, err := checkpoint.Export(*ckpt, opt)
 	if err != nil {
 		return fail("export", exitFailed, err)
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/goddp/goddp/worker"
 	"github.com/goddp/goddp/worker/config"
+	"github.com/goddp/goddp/worker/observe"
 )
 
 // Exit statuses.
@@ -103,7 +104,7 @@ func run(args []string) int {
 		return exitFailed
 	}
 	if res.Rank == 0 {
-		fmt.Println(worker.FormatSummary(res))
+		fmt.Println(observe.FormatSummary(res))
 	}
 	return 0
 }

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/goddp/goddp/worker"
+	"github.com/goddp/goddp/worker/observe"
 )
 
 // Trajectory pins: short versions of the runs the README shows (MNIST's MLP in fp32, fp16 and
@@ -75,7 +75,7 @@ func TestPins_endOfRunParamSHA256(t *testing.T) {
 			}
 			got := summary(t, m)
 			if p.world == 2 {
-				if b := summary(t, worker.RankPath(m, 1)); b.ParamSHA256 != got.ParamSHA256 {
+				if b := summary(t, observe.RankPath(m, 1)); b.ParamSHA256 != got.ParamSHA256 {
 					t.Fatalf("ranks disagree: %s and %s", got.ParamSHA256, b.ParamSHA256)
 				}
 			}

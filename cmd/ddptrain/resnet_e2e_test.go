@@ -10,7 +10,8 @@ import (
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/model/tensor"
-	"github.com/goddp/goddp/worker"
+	"github.com/goddp/goddp/worker/checkpoint"
+	"github.com/goddp/goddp/worker/observe"
 )
 
 // Issue 21: a ResNet with batch norm under DDP, world 2 on the CPU. Each rank normalises with its
@@ -29,7 +30,7 @@ func TestLaunch_resnetBatchNormReplicasAgree(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("ddplaunch: %v\n%s", err, out)
 	}
-	a, b := summary(t, m), summary(t, worker.RankPath(m, 1))
+	a, b := summary(t, m), summary(t, observe.RankPath(m, 1))
 	if a.ParamSHA256 == "" || a.ParamSHA256 != b.ParamSHA256 {
 		t.Fatalf("ranks end with %q and %q", a.ParamSHA256, b.ParamSHA256)
 	}
@@ -78,7 +79,7 @@ func TestTrain_resnetCheckpointOpensAlone(t *testing.T) {
 		"--set", "checkpoint.dir="+ck, "--metrics", m); err != nil {
 		t.Fatalf("run: %v\n%s", err, out)
 	}
-	last, err := worker.LatestCheckpoint(ck)
+	last, err := checkpoint.Latest(ck)
 	if err != nil || last == "" {
 		t.Fatalf("no checkpoint in %s: %v", ck, err)
 	}

@@ -19,10 +19,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -30,6 +28,7 @@ import (
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/tensor"
 	"github.com/goddp/goddp/worker"
+	"github.com/goddp/goddp/worker/checkpoint"
 	"github.com/goddp/goddp/worker/config"
 	"github.com/goddp/goddp/worker/data"
 )
@@ -167,7 +166,7 @@ func loadModelForSampling(dev tensor.Device, dir, configPath string) (*model.GPT
 	var src sampleSource
 	path := dir
 	if _, err := os.Stat(filepath.Join(dir, "MANIFEST.json")); err != nil {
-		latest, err := worker.LatestCheckpoint(dir)
+		latest, err := checkpoint.Latest(dir)
 		if err != nil {
 			return nil, src, err
 		}
@@ -212,7 +211,7 @@ func loadModelForSampling(dev tensor.Device, dir, configPath string) (*model.GPT
 		return nil, src, fmt.Errorf("--config %s describes %s, but %s says %s", configPath, gptShape(*yamlCfg), src.config, gptShape(*cfg))
 	}
 
-	ck, err := worker.LoadCheckpoint(path)
+	ck, err := checkpoint.Load(path)
 	if err != nil {
 		return nil, src, err
 	}
@@ -221,40 +220,11 @@ func loadModelForSampling(dev tensor.Device, dir, configPath string) (*model.GPT
 	if err != nil {
 		return nil, src, err
 	}
-	if err := loadWeights(m.Params(), ck); err != nil {
+	if err := checkpoint.LoadWeights(ck, m.Params(), nil); err != nil {
 		m.Free()
 		return nil, src, fmt.Errorf("%s (model %s from %s): %w", path, gptShape(*cfg), src.config, err)
 	}
 	return m, src, nil
-}
-
-// loadWeights uploads the checkpoint's f32 weights into ps, checking names and shapes first.
-func loadWeights(ps *model.Params, ck *worker.Checkpoint) error {
-	byName := map[string]model.NamedTensor{}
-	for _, t := range ck.Weights {
-		byName[t.Name] = t
-	}
-	vals := make([][]float32, len(ps.List))
-	for i, p := range ps.List {
-		t, ok := byName[p.Name]
-		if !ok {
-			return fmt.Errorf("no weights for parameter %q", p.Name)
-		}
-		if t.DType != tensor.F32 || fmt.Sprint(t.Shape) != fmt.Sprint(p.Shape) {
-			return fmt.Errorf("tensor %q is %s %v, the model wants f32 %v", p.Name, t.DType, t.Shape, p.Shape)
-		}
-		vals[i] = model.BytesF32(t.Data)
-		delete(byName, p.Name)
-	}
-	if len(byName) > 0 {
-		extra := slices.Sorted(maps.Keys(byName))
-		return fmt.Errorf("tensor %q is not a parameter of this model (another shape or head?)", extra[0])
-	}
-	for i, p := range ps.List {
-		ps.Device().Upload(p.W, vals[i])
-	}
-	ps.SyncHalf()
-	return nil
 }
 
 func gptShape(c model.GPTConfig) string {

@@ -20,9 +20,10 @@ import (
 	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/model/tensor"
 	"github.com/goddp/goddp/worker"
+	"github.com/goddp/goddp/worker/checkpoint"
 )
 
-// saveRandomGPT writes a checkpoint of step 3 of a fresh GPT into dir (as worker's runState.save
+// saveRandomGPT writes a checkpoint of step 3 of a fresh GPT into dir (as checkpoint.State.Save
 // does: every parameter by name, f32) and a YAML config describing it; it returns the model (on
 // the CPU, for the expected output) and the YAML's path.
 func saveRandomGPT(t *testing.T, dir string, cfg model.GPTConfig) (*model.GPT, string) {
@@ -36,7 +37,7 @@ func saveRandomGPT(t *testing.T, dir string, cfg model.GPTConfig) (*model.GPT, s
 	for _, p := range m.Params().List {
 		weights = append(weights, model.NamedTensor{Name: p.Name, DType: tensor.F32, Shape: p.Shape, Data: model.F32Bytes(tensor.ToHost(p.W))})
 	}
-	if _, err := worker.SaveCheckpoint(dir, 3, weights, nil, map[string]int{"step": 3}); err != nil {
+	if _, err := checkpoint.Save(dir, 3, weights, nil, map[string]int{"step": 3}); err != nil {
 		t.Fatal(err)
 	}
 	yaml := filepath.Join(t.TempDir(), "run.yaml")

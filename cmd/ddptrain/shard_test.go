@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goddp/goddp/worker"
+	"github.com/goddp/goddp/worker/observe"
 )
 
 // ddp.shard_optimizer through the real binaries: sharded runs end with the param_sha256 of the
@@ -18,7 +18,7 @@ import (
 
 // launchN runs ddptrain on nproc workers with the pins' short MNIST job and extra --set
 // values, and returns every rank's summary.
-func launchN(t *testing.T, nproc int, env []string, sets ...string) []worker.SummaryMetrics {
+func launchN(t *testing.T, nproc int, env []string, sets ...string) []observe.SummaryMetrics {
 	t.Helper()
 	m := filepath.Join(t.TempDir(), "m.jsonl")
 	args := []string{"--nproc-per-node", fmt.Sprint(nproc), "--grace", "3s", filepath.Join(binaries(t), "ddptrain"),
@@ -32,9 +32,9 @@ func launchN(t *testing.T, nproc int, env []string, sets ...string) []worker.Sum
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("ddplaunch %v: %v\n%s", sets, err, out)
 	}
-	var out []worker.SummaryMetrics
+	var out []observe.SummaryMetrics
 	for r := 0; r < nproc; r++ {
-		out = append(out, summary(t, worker.RankPath(m, r)))
+		out = append(out, summary(t, observe.RankPath(m, r)))
 	}
 	return out
 }
@@ -96,7 +96,7 @@ func TestLaunch_shardedMaxRestartsResumesExactly(t *testing.T) {
 		if len(env) > 0 && !strings.Contains(string(out), "resumed from checkpoint") {
 			t.Fatalf("%s: the restart did not resume from a checkpoint:\n%s", name, out)
 		}
-		return []string{summary(t, m).ParamSHA256, summary(t, worker.RankPath(m, 1)).ParamSHA256}
+		return []string{summary(t, m).ParamSHA256, summary(t, observe.RankPath(m, 1)).ParamSHA256}
 	}
 	straight := run("straight", nil)
 	restarted := run("restarted", []string{"DDP_FAIL_AT_STEP=25"}, "--max-restarts", "1")
@@ -163,7 +163,7 @@ func TestTrain_shardedCheckpointResumesAtAnotherWorldSize(t *testing.T) {
 		}
 		h := summary(t, m).ParamSHA256
 		for r := 1; r < 4; r++ {
-			if hr := summary(t, worker.RankPath(m, r)).ParamSHA256; hr != h {
+			if hr := summary(t, observe.RankPath(m, r)).ParamSHA256; hr != h {
 				t.Fatalf("world 4 (%s): rank %d ends with %s, rank 0 %s", name, r, hr, h)
 			}
 		}

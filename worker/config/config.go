@@ -185,7 +185,7 @@ type CheckpointConfig struct {
 	// per_host: hosts do not share dir (each has its own disk): local rank 0 of every host writes
 	// its own copy, not only global rank 0, so any surviving host can restart the job. At resume
 	// the ranks always agree on the newest complete checkpoint any of them has and send it to
-	// those that lack it (worker/ckpt_sync.go). dir may contain {node}, replaced by NODE_RANK.
+	// those that lack it (worker/checkpoint/sync.go). dir may contain {node}, replaced by NODE_RANK.
 	// Default false.
 	PerHost bool `yaml:"per_host"`
 	// fresh_if_broken: when dir holds checkpoints but not one of them verifies (every one

@@ -7,7 +7,7 @@ package config
 // Trajectory is the flat key → value map of the keys that matter, Hash its sha256: ranks and
 // hosts compare it to be sure they train the same thing (ddplaunch's rendezvous), a resume to be
 // sure it continues the same run, and a checkpoint stores the map, so a refused resume names each
-// key that differs with its old and new value (worker/state.go).
+// key that differs with its old and new value (worker/checkpoint/state.go).
 
 import (
 	"bytes"
@@ -207,7 +207,7 @@ func DiffTrajectory(old, cur map[string]string) []KeyDiff {
 // c094bc3): a sha256 of the whole config's YAML without data.path, data.workers, data.prefetch,
 // checkpoint.dir, checkpoint.per_host, ddp.channels, ddp.timeout, train.log_every and
 // train.memory_budget (and grad_accum_steps when global_batch is set). A checkpoint they wrote
-// carries only it; worker/state.go accepts one when this config's HashV1 matches. It is frozen:
+// carries only it; worker/checkpoint/state.go accepts one when this config's HashV1 matches. It is frozen:
 // keys added since are cleared before it is computed (they are omitempty, so an unset one writes
 // nothing), and hash_test.go pins it.
 func (c *Config) HashV1() string {

@@ -32,233 +32,271 @@ func recheck[T ~string](v T, parse func(string) (T, error)) error {
 
 // Validate checks every value and the combinations that matter, without
 // changing c (call it on a Resolved config). Errors name the key and what it
-// should be; all problems are reported at once.
+// should be; all problems are reported at once, section by section in the
+// order of the schema.
 func (c *Config) Validate() error {
-	var errs []string
-	bad := func(key string, format string, args ...any) {
-		errs = append(errs, key+": "+fmt.Sprintf(format, args...))
+	var p problems
+	p.choice(recheck(c.Precision, ParsePrecision))
+	c.validateModel(&p)
+	c.validateTrain(&p)
+	c.validateData(&p)
+	c.validateCheckpoint(&p)
+	c.validateDDP(&p)
+	c.validateLossScale(&p)
+	c.validateMetrics(&p)
+	if len(p) > 0 {
+		return errors.New("config: " + strings.Join(p, "; "))
 	}
-	// A choice is parsed when it is decoded; checked again here for a Config built in Go.
-	choice := func(err error) {
-		if err != nil {
-			errs = append(errs, err.Error())
-		}
-	}
-	choice(recheck(c.Precision, ParsePrecision))
+	return nil
+}
 
+// problems collects what Validate finds, in order: each names a key and what it should be.
+type problems []string
+
+// bad records a problem with key.
+func (p *problems) bad(key string, format string, args ...any) {
+	*p = append(*p, key+": "+fmt.Sprintf(format, args...))
+}
+
+// choice records a choice's parse error, if any. A choice is parsed when it is decoded; it is
+// checked again here for a Config built in Go.
+func (p *problems) choice(err error) {
+	if err != nil {
+		*p = append(*p, err.Error())
+	}
+}
+
+// validateModel checks model.*: each kind's sizes, and the keys only some kinds or attention
+// modes take.
+func (c *Config) validateModel(p *problems) {
 	m := c.Model
-	choice(recheck(m.Kind, ParseModelKind))
+	p.choice(recheck(m.Kind, ParseModelKind))
 	switch m.Kind {
 	case ModelMLP:
 		if len(m.Widths) < 2 {
-			bad("model.widths", "%v: an MLP needs at least input and output widths", m.Widths)
+			p.bad("model.widths", "%v: an MLP needs at least input and output widths", m.Widths)
 		}
 		for i, w := range m.Widths {
 			if w <= 0 {
-				bad("model.widths", "width %d is %d: want > 0", i, w)
+				p.bad("model.widths", "width %d is %d: want > 0", i, w)
 			}
 		}
-		choice(recheck(m.Activation, ParseActivation))
+		p.choice(recheck(m.Activation, ParseActivation))
 	case ModelGPT:
 		for _, kv := range []struct {
 			k string
 			v int
 		}{{"model.layers", m.Layers}, {"model.width", m.Width}, {"model.heads", m.Heads}, {"model.context", m.Context}, {"model.vocab", m.Vocab}} {
 			if kv.v <= 0 {
-				bad(kv.k, "%d: want > 0 for a gpt model", kv.v)
+				p.bad(kv.k, "%d: want > 0 for a gpt model", kv.v)
 			}
 		}
 		if m.Heads > 0 && m.Width%m.Heads != 0 {
-			bad("model.width", "%d is not divisible by model.heads %d", m.Width, m.Heads)
+			p.bad("model.width", "%d is not divisible by model.heads %d", m.Width, m.Heads)
 		}
 		if m.VocabUsed < 0 || m.VocabUsed > m.Vocab {
-			bad("model.vocab_used", "%d: want 0 (= model.vocab) or up to model.vocab %d", m.VocabUsed, m.Vocab)
+			p.bad("model.vocab_used", "%d: want 0 (= model.vocab) or up to model.vocab %d", m.VocabUsed, m.Vocab)
 		}
 	case ModelResNet:
 		if m.Depth != 18 && m.Depth != 34 && m.Depth != 50 {
-			bad("model.depth", "%d: want 18, 34 or 50 for a resnet", m.Depth)
+			p.bad("model.depth", "%d: want 18, 34 or 50 for a resnet", m.Depth)
 		}
 		if m.Stem != "" && m.Stem != "imagenet" && m.Stem != "small" {
-			bad("model.stem", "%q: want imagenet or small (or leave it out: chosen by the input size)", m.Stem)
+			p.bad("model.stem", "%q: want imagenet or small (or leave it out: chosen by the input size)", m.Stem)
 		}
 		if m.Width <= 0 {
-			bad("model.width", "%d: want > 0 base channels for a resnet (64 for the real ResNets)", m.Width)
+			p.bad("model.width", "%d: want > 0 base channels for a resnet (64 for the real ResNets)", m.Width)
 		}
 		if m.Classes <= 0 {
-			bad("model.classes", "%d: want > 0 for a resnet", m.Classes)
+			p.bad("model.classes", "%d: want > 0 for a resnet", m.Classes)
 		}
 		if m.SyncBatchNorm {
-			bad("model.sync_batchnorm", "not yet: SyncBatchNorm (batch statistics over the ring) is not implemented; leave it false (BN statistics are per rank, running statistics broadcast from rank 0)")
+			p.bad("model.sync_batchnorm", "not yet: SyncBatchNorm (batch statistics over the ring) is not implemented; leave it false (BN statistics are per rank, running statistics broadcast from rank 0)")
 		}
 	}
 	if m.Kind != ModelGPT && m.VocabUsed != 0 {
-		bad("model.vocab_used", "%d: only a gpt model has a vocabulary", m.VocabUsed)
+		p.bad("model.vocab_used", "%d: only a gpt model has a vocabulary", m.VocabUsed)
 	}
 	if m.Dropout < 0 || m.Dropout >= 1 {
-		bad("model.dropout", "%g: want 0 <= p < 1", m.Dropout)
+		p.bad("model.dropout", "%g: want 0 <= p < 1", m.Dropout)
 	}
 	if m.Checkpoint.Every < 0 {
-		bad("model.checkpoint", "period %d: want none, blocks or every_N (N >= 1)", m.Checkpoint.Every)
+		p.bad("model.checkpoint", "period %d: want none, blocks or every_N (N >= 1)", m.Checkpoint.Every)
 	}
 	if m.Checkpoint.Every == 0 && m.CheckpointKeepAttention {
-		bad("model.checkpoint_keep_attention", "true without checkpointing: set model.checkpoint to blocks or every_N")
+		p.bad("model.checkpoint_keep_attention", "true without checkpointing: set model.checkpoint to blocks or every_N")
 	}
 	if attn, err := ParseAttention(string(m.Attention)); err != nil {
-		choice(err)
+		p.choice(err)
 	} else if attn == AttnFlash && m.Dropout > 0 {
-		bad("model.attention", "flash has no attention dropout: set model.dropout 0 or model.attention auto")
+		p.bad("model.attention", "flash has no attention dropout: set model.dropout 0 or model.attention auto")
 	}
+}
 
+// validateTrain checks train.*: the run's length, the batch, the optimizer and its schedule,
+// the intervals.
+func (c *Config) validateTrain(p *problems) {
 	t := c.Train
 	if t.Epochs < 0 {
-		bad("train.epochs", "%d: want >= 0", t.Epochs)
+		p.bad("train.epochs", "%d: want >= 0", t.Epochs)
 	}
 	if t.MaxSteps < 0 {
-		bad("train.max_steps", "%d: want >= 0", t.MaxSteps)
+		p.bad("train.max_steps", "%d: want >= 0", t.MaxSteps)
 	}
 	if t.Epochs == 0 && t.MaxSteps == 0 {
-		bad("train.epochs", "train.epochs and train.max_steps are both 0: set one")
+		p.bad("train.epochs", "train.epochs and train.max_steps are both 0: set one")
 	}
 	if !t.MicroBatchAuto && t.MicroBatch < 0 {
-		bad("train.micro_batch", "%d: want > 0 or \"auto\"", t.MicroBatch)
+		p.bad("train.micro_batch", "%d: want > 0 or \"auto\"", t.MicroBatch)
 	}
 	if !t.MicroBatchAuto && t.MicroBatch == 0 && t.GlobalBatch == 0 {
-		bad("train.micro_batch", "not set: give train.micro_batch (a number or \"auto\") or train.global_batch")
+		p.bad("train.micro_batch", "not set: give train.micro_batch (a number or \"auto\") or train.global_batch")
 	}
 	if t.GlobalBatch < 0 {
-		bad("train.global_batch", "%d: want >= 0", t.GlobalBatch)
+		p.bad("train.global_batch", "%d: want >= 0", t.GlobalBatch)
 	}
 	if t.GradAccumSteps < 0 {
-		bad("train.grad_accum_steps", "%d: want >= 0", t.GradAccumSteps)
+		p.bad("train.grad_accum_steps", "%d: want >= 0", t.GradAccumSteps)
 	}
 	if t.LR <= 0 {
-		bad("train.lr", "%g: want > 0", t.LR)
+		p.bad("train.lr", "%g: want > 0", t.LR)
 	}
 	if t.MinLR < 0 || t.MinLR > t.LR {
-		bad("train.min_lr", "%g: want 0 <= min_lr <= train.lr (%g)", t.MinLR, t.LR)
+		p.bad("train.min_lr", "%g: want 0 <= min_lr <= train.lr (%g)", t.MinLR, t.LR)
 	}
-	choice(recheck(t.Schedule, ParseSchedule))
+	p.choice(recheck(t.Schedule, ParseSchedule))
 	if t.WarmupSteps < 0 {
-		bad("train.warmup_steps", "%d: want >= 0", t.WarmupSteps)
+		p.bad("train.warmup_steps", "%d: want >= 0", t.WarmupSteps)
 	}
-	choice(recheck(t.Optimizer, ParseOptimizer))
+	p.choice(recheck(t.Optimizer, ParseOptimizer))
 	if t.WeightDecay < 0 {
-		bad("train.weight_decay", "%g: want >= 0", t.WeightDecay)
+		p.bad("train.weight_decay", "%g: want >= 0", t.WeightDecay)
 	}
 	if t.Momentum < 0 || t.Momentum >= 1 {
-		bad("train.momentum", "%g: want 0 <= momentum < 1", t.Momentum)
+		p.bad("train.momentum", "%g: want 0 <= momentum < 1", t.Momentum)
 	}
 	if t.Nesterov && t.Momentum == 0 && t.Optimizer == OptSGD {
-		bad("train.nesterov", "true needs train.momentum > 0")
+		p.bad("train.nesterov", "true needs train.momentum > 0")
 	}
 	if t.Beta1 < 0 || t.Beta1 >= 1 {
-		bad("train.beta1", "%g: want 0 <= beta1 < 1", t.Beta1)
+		p.bad("train.beta1", "%g: want 0 <= beta1 < 1", t.Beta1)
 	}
 	if t.Beta2 < 0 || t.Beta2 >= 1 {
-		bad("train.beta2", "%g: want 0 <= beta2 < 1", t.Beta2)
+		p.bad("train.beta2", "%g: want 0 <= beta2 < 1", t.Beta2)
 	}
 	if t.Eps <= 0 {
-		bad("train.eps", "%g: want > 0", t.Eps)
+		p.bad("train.eps", "%g: want > 0", t.Eps)
 	}
 	if t.GradClip < 0 {
-		bad("train.grad_clip", "%g: want >= 0 (0 = off)", t.GradClip)
+		p.bad("train.grad_clip", "%g: want >= 0 (0 = off)", t.GradClip)
 	}
 	if t.LogEvery <= 0 {
-		bad("train.log_every", "%d: want > 0", t.LogEvery)
+		p.bad("train.log_every", "%d: want > 0", t.LogEvery)
 	}
 	if t.EvalEvery < 0 {
-		bad("train.eval_every", "%d: want >= 0", t.EvalEvery)
+		p.bad("train.eval_every", "%d: want >= 0", t.EvalEvery)
 	}
 	if t.EvalBatches < 0 {
-		bad("train.eval_batches", "%d: want >= 0", t.EvalBatches)
+		p.bad("train.eval_batches", "%d: want >= 0", t.EvalBatches)
 	}
 	if t.MemoryBudget.Bytes < 0 {
-		bad("train.memory_budget", "%d bytes: want >= 0", t.MemoryBudget.Bytes)
+		p.bad("train.memory_budget", "%d bytes: want >= 0", t.MemoryBudget.Bytes)
 	}
+}
 
+// validateData checks data.* and that the data set suits the model.
+func (c *Config) validateData(p *problems) {
+	m := c.Model
 	d := c.Data
-	choice(recheck(d.Kind, ParseDataKind))
+	p.choice(recheck(d.Kind, ParseDataKind))
 	switch {
 	case m.Kind == ModelGPT && d.Kind == DataMNIST:
-		bad("data.kind", "mnist with model.kind gpt: a gpt model trains on text")
+		p.bad("data.kind", "mnist with model.kind gpt: a gpt model trains on text")
 	case m.Kind == ModelMLP && (d.Kind == DataText || d.Kind == DataTokens):
-		bad("data.kind", "%s with model.kind mlp: an mlp trains on mnist", d.Kind)
+		p.bad("data.kind", "%s with model.kind mlp: an mlp trains on mnist", d.Kind)
 	case m.Kind != ModelResNet && d.Kind == DataSyntheticImages:
-		bad("data.kind", "synthetic-images with model.kind %s: synthetic images are for a resnet", m.Kind)
+		p.bad("data.kind", "synthetic-images with model.kind %s: synthetic images are for a resnet", m.Kind)
 	case m.Kind == ModelResNet && (d.Kind == DataText || d.Kind == DataTokens):
-		bad("data.kind", "%s with model.kind resnet: a resnet trains on images (mnist, synthetic-images)", d.Kind)
+		p.bad("data.kind", "%s with model.kind resnet: a resnet trains on images (mnist, synthetic-images)", d.Kind)
 	case m.Kind == ModelResNet && d.Kind == DataMNIST && m.Classes > 0 && m.Classes != 10:
-		bad("model.classes", "%d: MNIST has 10 classes", m.Classes)
+		p.bad("model.classes", "%d: MNIST has 10 classes", m.Classes)
 	case m.Kind == ModelMLP && d.Kind == DataMNIST && len(m.Widths) >= 2:
 		if m.Widths[0] != 784 || m.Widths[len(m.Widths)-1] != 10 {
-			bad("model.widths", "%v: MNIST needs 784 inputs and 10 outputs", m.Widths)
+			p.bad("model.widths", "%v: MNIST needs 784 inputs and 10 outputs", m.Widths)
 		}
 	case m.Kind == ModelGPT && d.Kind == DataText && m.Vocab > 0 && m.Vocab < 256:
-		bad("model.vocab", "%d: byte-level text needs 256", m.Vocab)
+		p.bad("model.vocab", "%d: byte-level text needs 256", m.Vocab)
 	case m.Kind == ModelGPT && d.Kind == DataText && m.VocabUsed > 0 && m.VocabUsed < 256:
-		bad("model.vocab_used", "%d: byte-level text uses 256 ids", m.VocabUsed)
+		p.bad("model.vocab_used", "%d: byte-level text uses 256 ids", m.VocabUsed)
 	}
 	if d.Kind == DataTokens && d.Path == "" {
-		bad("data.path", "empty: data.kind tokens needs the shards' directory or a glob (`ddpbench tokenize` writes them; `make opticks-tokens` the Opticks ones)")
+		p.bad("data.path", "empty: data.kind tokens needs the shards' directory or a glob (`ddpbench tokenize` writes them; `make opticks-tokens` the Opticks ones)")
 	}
 	if d.Workers < 1 {
-		bad("data.workers", "%d: want >= 1", d.Workers)
+		p.bad("data.workers", "%d: want >= 1", d.Workers)
 	}
 	if d.Prefetch < 1 {
-		bad("data.prefetch", "%d: want >= 1", d.Prefetch)
+		p.bad("data.prefetch", "%d: want >= 1", d.Prefetch)
 	}
 	if d.EvalFraction <= 0 || d.EvalFraction >= 1 {
-		bad("data.eval_fraction", "%g: want 0 < f < 1", d.EvalFraction)
+		p.bad("data.eval_fraction", "%g: want 0 < f < 1", d.EvalFraction)
 	}
+}
 
+// validateCheckpoint checks checkpoint.*.
+func (c *Config) validateCheckpoint(p *problems) {
 	if c.Checkpoint.Every < 0 {
-		bad("checkpoint.every", "%d: want >= 0", c.Checkpoint.Every)
+		p.bad("checkpoint.every", "%d: want >= 0", c.Checkpoint.Every)
 	}
 	if c.Checkpoint.Keep < 1 {
-		bad("checkpoint.keep", "%d: want >= 1", c.Checkpoint.Keep)
+		p.bad("checkpoint.keep", "%d: want >= 1", c.Checkpoint.Keep)
 	}
+}
 
+// validateDDP checks ddp.*.
+func (c *Config) validateDDP(p *problems) {
 	if c.DDP.BucketCapMB <= 0 {
-		bad("ddp.bucket_cap_mb", "%g: want > 0", c.DDP.BucketCapMB)
+		p.bad("ddp.bucket_cap_mb", "%g: want > 0", c.DDP.BucketCapMB)
 	}
-	choice(recheck(c.DDP.Wire, ParseWire))
+	p.choice(recheck(c.DDP.Wire, ParseWire))
 	if c.DDP.Channels < 1 || c.DDP.Channels > 16 {
-		bad("ddp.channels", "%d: want 1 to 16", c.DDP.Channels)
+		p.bad("ddp.channels", "%d: want 1 to 16", c.DDP.Channels)
 	}
 	if c.DDP.ShardOptimizer && c.Train.Optimizer != "adamw" {
-		bad("ddp.shard_optimizer", "true with train.optimizer %s: sharding is implemented for adamw only", c.Train.Optimizer)
+		p.bad("ddp.shard_optimizer", "true with train.optimizer %s: sharding is implemented for adamw only", c.Train.Optimizer)
 	}
 	if c.DDP.CheckEvery < 0 {
-		bad("ddp.check_every", "%d: want >= 0 (0 = only at the end)", c.DDP.CheckEvery)
+		p.bad("ddp.check_every", "%d: want >= 0 (0 = only at the end)", c.DDP.CheckEvery)
 	}
+}
 
+// validateLossScale checks loss_scale.*: the dynamic loss scaler of fp16.
+func (c *Config) validateLossScale(p *problems) {
 	ls := c.LossScale
 	if ls.Init <= 0 {
-		bad("loss_scale.init", "%g: want > 0", ls.Init)
+		p.bad("loss_scale.init", "%g: want > 0", ls.Init)
 	}
 	if ls.GrowthInterval < 1 {
-		bad("loss_scale.growth_interval", "%d: want >= 1", ls.GrowthInterval)
+		p.bad("loss_scale.growth_interval", "%d: want >= 1", ls.GrowthInterval)
 	}
 	if ls.GrowthFactor < 1 {
-		bad("loss_scale.growth_factor", "%g: want >= 1", ls.GrowthFactor)
+		p.bad("loss_scale.growth_factor", "%g: want >= 1", ls.GrowthFactor)
 	}
 	if ls.Backoff <= 0 || ls.Backoff >= 1 {
-		bad("loss_scale.backoff", "%g: want 0 < backoff < 1", ls.Backoff)
+		p.bad("loss_scale.backoff", "%g: want 0 < backoff < 1", ls.Backoff)
 	}
 	if ls.Min <= 0 || ls.Min > ls.Init {
-		bad("loss_scale.min", "%g: want 0 < min <= loss_scale.init (%g)", ls.Min, ls.Init)
+		p.bad("loss_scale.min", "%g: want 0 < min <= loss_scale.init (%g)", ls.Min, ls.Init)
 	}
+}
 
+// validateMetrics checks metrics.listen, the Prometheus address.
+func (c *Config) validateMetrics(p *problems) {
 	if l := c.Metrics.Listen; l != "" {
 		if _, port, err := net.SplitHostPort(l); err != nil {
-			bad("metrics.listen", "%q: want host:port, e.g. :9100 or 127.0.0.1:9100", l)
+			p.bad("metrics.listen", "%q: want host:port, e.g. :9100 or 127.0.0.1:9100", l)
 		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-			bad("metrics.listen", "%q: port %q: want 0 to 65535", l, port)
+			p.bad("metrics.listen", "%q: port %q: want 0 to 65535", l, port)
 		}
 	}
-
-	if len(errs) > 0 {
-		return errors.New("config: " + strings.Join(errs, "; "))
-	}
-	return nil
 }

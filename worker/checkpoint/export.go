@@ -1,4 +1,4 @@
-package worker
+package checkpoint
 
 // export.go: `ddptrain export`, a checkpoint's weights in another layout. Hugging Face
 // GPT2LMHeadModel's (format hf) is the one: OUT/model.safetensors and OUT/config.json, loadable
@@ -56,7 +56,7 @@ func Export(path string, opt ExportOptions) (*ExportResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	ck, err := LoadCheckpoint(src)
+	ck, err := Load(src)
 	if err != nil {
 		return nil, err
 	}
@@ -116,18 +116,18 @@ func Export(path string, opt ExportOptions) (*ExportResult, error) {
 // exportSource is path itself when it is a checkpoint (a MANIFEST.json inside), else the newest
 // checkpoint that verifies in it.
 func exportSource(path string) (string, error) {
-	if _, err := os.Stat(filepath.Join(path, ckptManifestFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(path, FileManifest)); err == nil {
 		return path, nil
 	}
 	if _, err := os.Stat(path); err != nil {
 		return "", fmt.Errorf("worker: export: %w", err)
 	}
-	latest, err := ResumeCheckpoint(path, false, slog.Default())
+	latest, err := Resume(path, false, slog.Default())
 	if err != nil {
 		return "", fmt.Errorf("worker: export: %w", err)
 	}
 	if latest == "" {
-		return "", fmt.Errorf("worker: export: %s is neither a checkpoint (no %s) nor a directory of them", path, ckptManifestFile)
+		return "", fmt.Errorf("worker: export: %s is neither a checkpoint (no %s) nor a directory of them", path, FileManifest)
 	}
 	return latest, nil
 }

@@ -1,16 +1,19 @@
-package worker
+package observe
+
+// memory.go: --memory-report, where the peak of device memory went, and --check-leaks.
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/tensor"
 )
 
-// memoryReport is --memory-report's breakdown of device memory after the first steps: where the
+// MemoryReport is --memory-report's breakdown of device memory after the first steps: where the
 // peak went, by kind, and the device's own summary.
-func memoryReport(dev tensor.Device, ps *model.Params, opt Optimizer) string {
+func MemoryReport(dev tensor.Device, ps *model.Params, opt model.Optimizer) string {
 	st := dev.Stats()
 	var master, weights, grads, optState int64
 	grads = tensor.SizeClass(ps.Grad.Bytes())
@@ -49,7 +52,7 @@ func memoryReport(dev tensor.Device, ps *model.Params, opt Optimizer) string {
 		row("master weights (f32)", master)
 	}
 	row("gradients (f32)", grads)
-	if sh := optimizerShard(opt); sh != nil { // ddp.shard_optimizer: this rank's part only
+	if sh := model.ShardOf(opt); sh != nil { // ddp.shard_optimizer: this rank's part only
 		row("optimizer state (rank's shard)", optState)
 		whole := optState / int64(max(1, sh.N())) * int64(ps.N)
 		fmt.Fprintf(&b, "  %-34s %12s  (the shard holds %d of %d elements: %s saved)\n", "optimizer state unsharded", tensor.FormatBytes(whole),
@@ -66,4 +69,24 @@ func memoryReport(dev tensor.Device, ps *model.Params, opt Optimizer) string {
 	}
 	b.WriteString(tensor.MemorySummary(dev))
 	return b.String()
+}
+
+// CheckLeaks (--check-leaks) fails when allocated memory is not back at the step's baseline, naming the tags of
+// the blocks still alive beyond it.
+func CheckLeaks(dev tensor.Device, baseline int64, step int) error {
+	now := dev.Stats().Allocated
+	if now <= baseline {
+		return nil
+	}
+	tags := map[string]int64{}
+	for _, l := range dev.Live() {
+		tags[l.Tag] += l.Bytes
+	}
+	var names []string
+	for t, n := range tags {
+		names = append(names, fmt.Sprintf("%s (%s)", t, tensor.FormatBytes(n)))
+	}
+	sort.Strings(names)
+	return fmt.Errorf("worker: memory leak at step %d: %s allocated above the step's baseline; live blocks: %s",
+		step, tensor.FormatBytes(now-baseline), strings.Join(names, ", "))
 }

@@ -1,4 +1,4 @@
-package worker
+package checkpoint
 
 // checkpoint.go: saving and loading training checkpoints.
 //
@@ -23,7 +23,7 @@ package worker
 // each file is fsynced, the manifest is written last and fsynced, the
 // directory is renamed to its final name and the parent directory fsynced. A
 // crash leaves either no step-… directory or a complete one; .tmp-… leftovers
-// are ignored by readers and cleared by PruneCheckpoints. commitCheckpoint is
+// are ignored by readers and cleared by Prune. commitCheckpoint is
 // that write, for a save and for a checkpoint received from another host
 // (ckpt_sync.go) alike.
 //
@@ -50,33 +50,38 @@ import (
 	"github.com/goddp/goddp/model"
 )
 
-// Checkpoint file names and the manifest format. Bump CheckpointFormat on any
-// incompatible change; readers refuse versions they do not know.
+// Checkpoint file names and the manifest format. Bump Format on any incompatible change; readers
+// refuse versions they do not know.
 const (
-	CheckpointFormat   = 1
-	ckptWeightsFile    = "model.safetensors"
-	ckptOptimFile      = "optim.safetensors"
-	ckptStateFile      = "state.json"
-	ckptManifestFile   = "MANIFEST.json"
-	ckptDirPrefix      = "step-"
-	ckptTmpPrefix      = ".tmp-"
-	ckptStepDirPattern = "step-%08d"
+	Format       = 1
+	FileWeights  = "model.safetensors"
+	FileOptim    = "optim.safetensors"
+	FileState    = "state.json"
+	FileManifest = "MANIFEST.json"
+	// FileConfig is the model's spec (model.Spec.JSON).
+	FileConfig = model.ConfigFile
+
+	dirPrefix      = "step-"
+	tmpPrefix      = ".tmp-"
+	stepDirPattern = "step-%08d"
 )
 
-// ckptFiles are the files a manifest must list, in write order; ckptOptionalFiles those it may
+// requiredFiles are the files a manifest must list, in write order; optionalFiles those it may
 // list (then verified and copied like the others).
 var (
-	ckptFiles         = []string{ckptWeightsFile, ckptOptimFile, ckptStateFile}
-	ckptOptionalFiles = []string{ckptConfigFile}
+	requiredFiles = []string{FileWeights, FileOptim, FileState}
+	optionalFiles = []string{FileConfig}
 )
 
-// ckptConfigFile is the model's spec (model.Spec.JSON).
-const ckptConfigFile = model.ConfigFile
+// StepDir is the directory of step's checkpoint in dir: dir/step-00001234.
+func StepDir(dir string, step int) string {
+	return filepath.Join(dir, fmt.Sprintf(stepDirPattern, step))
+}
 
 // listedFiles are the data files m lists: the required ones and the optional ones it has.
 func (m *Manifest) listedFiles() []string {
-	fs := append([]string(nil), ckptFiles...)
-	for _, f := range ckptOptionalFiles {
+	fs := append([]string(nil), requiredFiles...)
+	for _, f := range optionalFiles {
 		if _, ok := m.Files[f]; ok {
 			fs = append(fs, f)
 		}
@@ -109,17 +114,17 @@ type ManifestFile struct {
 	SHA256 string `json:"sha256"`
 }
 
-// SaveCheckpoint writes a checkpoint of step into dir (created if needed)
+// Save writes a checkpoint of step into dir (created if needed)
 // and returns the final directory. state is marshalled to state.json. An
 // existing checkpoint of the same step is replaced. It writes no model spec:
-// SaveModelCheckpoint does.
-func SaveCheckpoint(dir string, step int, weights, optim []model.NamedTensor, state any) (path string, err error) {
+// SaveModel does.
+func Save(dir string, step int, weights, optim []model.NamedTensor, state any) (path string, err error) {
 	return saveCheckpoint(dir, step, nil, weights, optim, state)
 }
 
-// SaveModelCheckpoint is SaveCheckpoint with the model's spec in the weights'
+// SaveModel is Save with the model's spec in the weights'
 // __metadata__ and in config.json, so that the checkpoint stands alone.
-func SaveModelCheckpoint(dir string, step int, spec model.Spec, weights, optim []model.NamedTensor, state any) (path string, err error) {
+func SaveModel(dir string, step int, spec model.Spec, weights, optim []model.NamedTensor, state any) (path string, err error) {
 	return saveCheckpoint(dir, step, &spec, weights, optim, state)
 }
 
@@ -133,22 +138,22 @@ func saveCheckpoint(dir string, step int, spec *model.Spec, weights, optim []mod
 	}
 	meta := map[string]string{"format": "pt", "step": strconv.Itoa(step)}
 	wmeta := meta
-	names := ckptFiles
+	names := requiredFiles
 	if spec != nil {
 		wmeta = spec.Metadata()
 		for k, v := range meta {
 			wmeta[k] = v
 		}
-		names = append(append([]string(nil), ckptFiles...), ckptConfigFile)
+		names = append(append([]string(nil), requiredFiles...), FileConfig)
 	}
 	contents := map[string]func() ([]byte, error){
-		ckptWeightsFile: func() ([]byte, error) { return encodeSafetensors(weights, wmeta) },
-		ckptOptimFile:   func() ([]byte, error) { return encodeSafetensors(optim, meta) },
-		ckptStateFile:   func() ([]byte, error) { return append(stateJSON, '\n'), nil },
-		ckptConfigFile:  func() ([]byte, error) { return spec.JSON(), nil },
+		FileWeights: func() ([]byte, error) { return encodeSafetensors(weights, wmeta) },
+		FileOptim:   func() ([]byte, error) { return encodeSafetensors(optim, meta) },
+		FileState:   func() ([]byte, error) { return append(stateJSON, '\n'), nil },
+		FileConfig:  func() ([]byte, error) { return spec.JSON(), nil },
 	}
 	files := map[string][]byte{}
-	man := Manifest{Format: CheckpointFormat, Step: step, Files: map[string]ManifestFile{}}
+	man := Manifest{Format: Format, Step: step, Files: map[string]ManifestFile{}}
 	for _, f := range names {
 		b, err := contents[f]()
 		if err != nil {
@@ -159,17 +164,17 @@ func saveCheckpoint(dir string, step int, spec *model.Spec, weights, optim []mod
 		man.Files[f] = ManifestFile{Size: int64(len(b)), SHA256: hex.EncodeToString(sum[:])}
 	}
 	mb, _ := json.MarshalIndent(man, "", "  ")
-	files[ckptManifestFile] = append(mb, '\n')
+	files[FileManifest] = append(mb, '\n')
 	return commitCheckpoint(dir, step, files, false)
 }
 
-// commitCheckpoint is the one atomic write of a checkpoint directory, for SaveCheckpoint and for
-// one received from another rank (ckpt_sync.go). files holds the data files (ckptFiles, and those
-// of ckptOptionalFiles the checkpoint has) and MANIFEST.json. They go into a fresh
+// commitCheckpoint is the one atomic write of a checkpoint directory, for Save and for
+// one received from another rank (ckpt_sync.go). files holds the data files (requiredFiles, and those
+// of optionalFiles the checkpoint has) and MANIFEST.json. They go into a fresh
 // <dir>/.tmp-step-N-… directory, each fsynced, the manifest last (a directory with a manifest
 // is complete); the directory is fsynced; with verify, it is
 // read back and checked against its manifest; then it is renamed to <dir>/step-N — an existing
-// directory of that step (an older save, or a broken copy LatestCheckpoint skipped) is moved
+// directory of that step (an older save, or a broken copy Latest skipped) is moved
 // aside first, since a rename cannot replace a non-empty directory, and removed once the new one
 // is in place — and dir is fsynced. On any error the temporary directory is removed and an
 // existing step-N is left as it was.
@@ -177,8 +182,8 @@ func commitCheckpoint(dir string, step int, files map[string][]byte, verify bool
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
-	name := fmt.Sprintf(ckptStepDirPattern, step)
-	tmp, err := os.MkdirTemp(dir, ckptTmpPrefix+name+"-"+tmpOwner()+"-")
+	name := fmt.Sprintf(stepDirPattern, step)
+	tmp, err := os.MkdirTemp(dir, tmpPrefix+name+"-"+tmpOwner()+"-")
 	if err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
@@ -188,12 +193,12 @@ func commitCheckpoint(dir string, step int, files map[string][]byte, verify bool
 		}
 	}()
 	var optional []string
-	for _, f := range ckptOptionalFiles {
+	for _, f := range optionalFiles {
 		if _, ok := files[f]; ok {
 			optional = append(optional, f)
 		}
 	}
-	for _, f := range append(append(append([]string(nil), ckptFiles...), optional...), ckptManifestFile) {
+	for _, f := range append(append(append([]string(nil), requiredFiles...), optional...), FileManifest) {
 		b, ok := files[f]
 		if !ok {
 			return "", fmt.Errorf("checkpoint: step %d: no %s to write", step, f)
@@ -206,7 +211,7 @@ func commitCheckpoint(dir string, step int, files map[string][]byte, verify bool
 		return "", err
 	}
 	if verify {
-		if err := VerifyCheckpoint(tmp); err != nil {
+		if err := Verify(tmp); err != nil {
 			return "", err
 		}
 	}
@@ -279,23 +284,23 @@ func syncDir(dir string) error {
 
 // readManifest reads and checks the shape of path/MANIFEST.json.
 func readManifest(path string) (*Manifest, error) {
-	b, err := os.ReadFile(filepath.Join(path, ckptManifestFile))
+	b, err := os.ReadFile(filepath.Join(path, FileManifest))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("checkpoint: %s: %s missing (an incomplete checkpoint)", path, ckptManifestFile)
+		return nil, fmt.Errorf("checkpoint: %s: %s missing (an incomplete checkpoint)", path, FileManifest)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("checkpoint: %s/%s: not valid JSON: %v", path, ckptManifestFile, err)
+		return nil, fmt.Errorf("checkpoint: %s/%s: not valid JSON: %v", path, FileManifest, err)
 	}
-	if m.Format != CheckpointFormat {
-		return nil, fmt.Errorf("checkpoint: %s/%s: format version %d, this build reads %d", path, ckptManifestFile, m.Format, CheckpointFormat)
+	if m.Format != Format {
+		return nil, fmt.Errorf("checkpoint: %s/%s: format version %d, this build reads %d", path, FileManifest, m.Format, Format)
 	}
-	for _, f := range ckptFiles {
+	for _, f := range requiredFiles {
 		if _, ok := m.Files[f]; !ok {
-			return nil, fmt.Errorf("checkpoint: %s/%s does not list %s", path, ckptManifestFile, f)
+			return nil, fmt.Errorf("checkpoint: %s/%s does not list %s", path, FileManifest, f)
 		}
 	}
 	return &m, nil
@@ -328,10 +333,10 @@ func short(s string) string {
 	return s
 }
 
-// LoadCheckpoint reads the checkpoint directory path, verifying every file
+// Load reads the checkpoint directory path, verifying every file
 // against the manifest before decoding any. A missing, truncated or
 // corrupted file is an error naming it; nothing is returned half-loaded.
-func LoadCheckpoint(path string) (*Checkpoint, error) {
+func Load(path string) (*Checkpoint, error) {
 	m, err := readManifest(path)
 	if err != nil {
 		return nil, err
@@ -344,33 +349,33 @@ func LoadCheckpoint(path string) (*Checkpoint, error) {
 	}
 	c := &Checkpoint{Path: path, Step: m.Step}
 	var meta map[string]string
-	if c.Weights, meta, err = model.ParseSafetensors(raw[ckptWeightsFile]); err != nil {
-		return nil, fmt.Errorf("checkpoint: %s/%s: %w", path, ckptWeightsFile, err)
+	if c.Weights, meta, err = model.ParseSafetensors(raw[FileWeights]); err != nil {
+		return nil, fmt.Errorf("checkpoint: %s/%s: %w", path, FileWeights, err)
 	}
-	if b, ok := raw[ckptConfigFile]; ok {
+	if b, ok := raw[FileConfig]; ok {
 		s, err := model.ParseSpec(b)
 		if err != nil {
-			return nil, fmt.Errorf("checkpoint: %s/%s: %w", path, ckptConfigFile, err)
+			return nil, fmt.Errorf("checkpoint: %s/%s: %w", path, FileConfig, err)
 		}
 		c.Spec = &s
 	} else if s, ok, err := model.SpecFromMetadata(meta); err != nil {
-		return nil, fmt.Errorf("checkpoint: %s/%s: %w", path, ckptWeightsFile, err)
+		return nil, fmt.Errorf("checkpoint: %s/%s: %w", path, FileWeights, err)
 	} else if ok {
 		c.Spec = &s
 	}
-	if c.Optim, _, err = model.ParseSafetensors(raw[ckptOptimFile]); err != nil {
-		return nil, fmt.Errorf("checkpoint: %s/%s: %w", path, ckptOptimFile, err)
+	if c.Optim, _, err = model.ParseSafetensors(raw[FileOptim]); err != nil {
+		return nil, fmt.Errorf("checkpoint: %s/%s: %w", path, FileOptim, err)
 	}
-	if !json.Valid(raw[ckptStateFile]) {
-		return nil, fmt.Errorf("checkpoint: %s/%s: not valid JSON", path, ckptStateFile)
+	if !json.Valid(raw[FileState]) {
+		return nil, fmt.Errorf("checkpoint: %s/%s: not valid JSON", path, FileState)
 	}
-	c.State = json.RawMessage(bytes.TrimSpace(raw[ckptStateFile]))
+	c.State = json.RawMessage(bytes.TrimSpace(raw[FileState]))
 	return c, nil
 }
 
-// VerifyCheckpoint checks the manifest and every file's size and sha256
+// Verify checks the manifest and every file's size and sha256
 // without decoding.
-func VerifyCheckpoint(path string) error {
+func Verify(path string) error {
 	m, err := readManifest(path)
 	if err != nil {
 		return err
@@ -383,9 +388,9 @@ func VerifyCheckpoint(path string) error {
 	return nil
 }
 
-// stepDirs lists dir's step-NNNNNNNN directories, newest (highest step)
+// StepDirs lists dir's step-NNNNNNNN directories, newest (highest step)
 // first. A missing dir is an empty list.
-func stepDirs(dir string) ([]string, []int, error) {
+func StepDirs(dir string) ([]string, []int, error) {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, nil
@@ -399,10 +404,10 @@ func stepDirs(dir string) ([]string, []int, error) {
 	}
 	var ds []sd
 	for _, e := range ents {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), ckptDirPrefix) {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), dirPrefix) {
 			continue
 		}
-		n, err := strconv.Atoi(strings.TrimPrefix(e.Name(), ckptDirPrefix))
+		n, err := strconv.Atoi(strings.TrimPrefix(e.Name(), dirPrefix))
 		if err != nil || n < 0 {
 			continue
 		}
@@ -416,23 +421,23 @@ func stepDirs(dir string) ([]string, []int, error) {
 	return names, steps, nil
 }
 
-// LatestCheckpoint returns the newest checkpoint in dir that verifies, or ""
+// Latest returns the newest checkpoint in dir that verifies, or ""
 // when there is none (including when dir does not exist). Broken ones are
 // logged and skipped; .tmp-… directories are never considered.
-func LatestCheckpoint(dir string) (path string, err error) {
-	path, _, err = latestCheckpoint(dir)
+func Latest(dir string) (path string, err error) {
+	path, _, err = newestVerified(dir)
 	return path, err
 }
 
-// latestCheckpoint is LatestCheckpoint, also returning why each newer step
+// newestVerified is Latest, also returning why each newer step
 // directory was skipped.
-func latestCheckpoint(dir string) (path string, broken []error, err error) {
-	paths, _, err := stepDirs(dir)
+func newestVerified(dir string) (path string, broken []error, err error) {
+	paths, _, err := StepDirs(dir)
 	if err != nil {
 		return "", nil, err
 	}
 	for _, p := range paths {
-		if err := VerifyCheckpoint(p); err != nil {
+		if err := Verify(p); err != nil {
 			slog.Warn("checkpoint: skipping a broken checkpoint", "path", p, "err", err)
 			broken = append(broken, err)
 			continue
@@ -442,37 +447,37 @@ func latestCheckpoint(dir string) (path string, broken []error, err error) {
 	return "", broken, nil
 }
 
-// ErrAllCheckpointsBroken is the error of ResumeCheckpoint when a directory holds
+// ErrAllBroken is the error of Resume when a directory holds
 // checkpoints and not one of them verifies.
-var ErrAllCheckpointsBroken = errors.New("checkpoint: every checkpoint is broken")
+var ErrAllBroken = errors.New("checkpoint: every checkpoint is broken")
 
-// ckptBrokenPrefix names a broken checkpoint set aside by a fresh start: no longer a
+// brokenPrefix names a broken checkpoint set aside by a fresh start: no longer a
 // step-… directory, so never resumed, counted or pruned.
-const ckptBrokenPrefix = "broken-"
+const brokenPrefix = "broken-"
 
-// ResumeCheckpoint is the checkpoint a run in dir resumes from: the newest that
-// verifies (LatestCheckpoint), or "" when dir holds none. When dir holds step
+// Resume is the checkpoint a run in dir resumes from: the newest that
+// verifies (Latest), or "" when dir holds none. When dir holds step
 // directories but none of them verifies, starting from step 0 would throw the
 // run's progress away without a word, so it is an error wrapping
-// ErrAllCheckpointsBroken and naming every broken file. With fresh
+// ErrAllBroken and naming every broken file. With fresh
 // (checkpoint.fresh_if_broken) it logs them, renames each step-N to broken-step-N
-// (kept for a look, and out of the way: PruneCheckpoints' cheap size check could
+// (kept for a look, and out of the way: Prune' cheap size check could
 // otherwise count a corrupted newer one as complete and prune the new run's
 // checkpoints in its favour) and returns "".
-func ResumeCheckpoint(dir string, fresh bool, log *slog.Logger) (string, error) {
-	path, broken, err := latestCheckpoint(dir)
+func Resume(dir string, fresh bool, log *slog.Logger) (string, error) {
+	path, broken, err := newestVerified(dir)
 	if err != nil || path != "" || len(broken) == 0 {
 		return path, err
 	}
 	if fresh {
-		paths, _, _ := stepDirs(dir)
+		paths, _, _ := StepDirs(dir)
 		for _, p := range paths {
-			aside := filepath.Join(dir, ckptBrokenPrefix+filepath.Base(p))
+			aside := filepath.Join(dir, brokenPrefix+filepath.Base(p))
 			if err := os.Rename(p, aside); err != nil && !errors.Is(err, fs.ErrNotExist) { // another rank may have moved it
 				log.Warn("checkpoint: could not set a broken checkpoint aside", "path", p, "err", err)
 			}
 		}
-		log.Warn("checkpoint: every checkpoint is broken; starting from step 0 (checkpoint.fresh_if_broken), the broken ones renamed "+ckptBrokenPrefix+"step-…",
+		log.Warn("checkpoint: every checkpoint is broken; starting from step 0 (checkpoint.fresh_if_broken), the broken ones renamed "+brokenPrefix+"step-…",
 			"dir", dir, "broken", len(broken))
 		return "", nil
 	}
@@ -481,20 +486,20 @@ func ResumeCheckpoint(dir string, fresh bool, log *slog.Logger) (string, error) 
 		msgs[i] = b.Error()
 	}
 	return "", fmt.Errorf("%w in %s, so there is nothing to resume from: %s; move them away, or set checkpoint.fresh_if_broken to start from step 0",
-		ErrAllCheckpointsBroken, dir, strings.Join(msgs, "; "))
+		ErrAllBroken, dir, strings.Join(msgs, "; "))
 }
 
-// PruneCheckpoints keeps the keep newest complete checkpoints in dir and
+// Prune keeps the keep newest complete checkpoints in dir and
 // removes older ones, and removes leftover .tmp-… directories of interrupted
 // saves. "Complete" here is the cheap check (manifest readable, every file of
 // its recorded size); incomplete step directories newer than the kept ones
-// are left for LatestCheckpoint to skip. Do not run it concurrently with
-// SaveCheckpoint on the same dir.
-func PruneCheckpoints(dir string, keep int) error {
+// are left for Latest to skip. Do not run it concurrently with
+// Save on the same dir.
+func Prune(dir string, keep int) error {
 	if keep < 1 {
 		return fmt.Errorf("checkpoint: keep %d: want >= 1", keep)
 	}
-	paths, _, err := stepDirs(dir)
+	paths, _, err := StepDirs(dir)
 	if err != nil {
 		return err
 	}
@@ -513,7 +518,7 @@ func PruneCheckpoints(dir string, keep int) error {
 	}
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
-		if e.IsDir() && strings.HasPrefix(e.Name(), ckptTmpPrefix) && tmpIsOursOrStale(e.Name()) {
+		if e.IsDir() && strings.HasPrefix(e.Name(), tmpPrefix) && tmpIsOursOrStale(e.Name()) {
 			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
 				errs = append(errs, fmt.Errorf("checkpoint: removing %s: %w", e.Name(), err))
 			}
@@ -544,7 +549,7 @@ func hostTag() string {
 // tmpIsOursOrStale says whether a temporary directory name is this process's, or a dead process's
 // of this host. Names it cannot read are left alone.
 func tmpIsOursOrStale(name string) bool {
-	rest := strings.TrimPrefix(name, ckptTmpPrefix)
+	rest := strings.TrimPrefix(name, tmpPrefix)
 	// rest: step-NNNNNNNN-<host>-<pid>-<random>[-old]
 	rest = strings.TrimSuffix(rest, "-old")
 	parts := strings.Split(rest, "-")
@@ -577,4 +582,20 @@ func sizesMatch(path string) bool {
 		}
 	}
 	return true
+}
+
+// Resolve is path itself when it is a checkpoint (a step directory with a manifest), or the
+// newest complete checkpoint in it when it is a checkpoint.dir.
+func Resolve(path string) (string, error) {
+	if _, err := os.Stat(filepath.Join(path, FileManifest)); err == nil {
+		return path, nil
+	}
+	latest, err := Latest(path)
+	if err != nil {
+		return "", err
+	}
+	if latest == "" {
+		return "", fmt.Errorf("worker: %s is neither a checkpoint (no %s) nor a directory holding one", path, FileManifest)
+	}
+	return latest, nil
 }

@@ -1,8 +1,11 @@
-package worker
+package checkpoint
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,7 +38,7 @@ func saveTest(t *testing.T, dir string, step int) string {
 	w, o := ckptTensors(float32(step))
 	st := testState{Step: step, Scale: 1024}
 	st.Loader.Epoch, st.Loader.Step = 1, step
-	p, err := SaveCheckpoint(dir, step, w, o, st)
+	p, err := Save(dir, step, w, o, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +51,7 @@ func TestCheckpoint_roundTrip(t *testing.T) {
 	if filepath.Base(p) != "step-00000042" {
 		t.Errorf("path %s", p)
 	}
-	c, err := LoadCheckpoint(p)
+	c, err := Load(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,10 +66,10 @@ func TestCheckpoint_roundTrip(t *testing.T) {
 		t.Errorf("state %s: %v", c.State, err)
 	}
 	// Re-saving the same step replaces it.
-	if _, err := SaveCheckpoint(dir, 42, c.Weights, c.Optim, map[string]int{"step": 42}); err != nil {
+	if _, err := Save(dir, 42, c.Weights, c.Optim, map[string]int{"step": 42}); err != nil {
 		t.Fatal(err)
 	}
-	if c2, err := LoadCheckpoint(p); err != nil || string(c2.State) != "{\n  \"step\": 42\n}" {
+	if c2, err := Load(p); err != nil || string(c2.State) != "{\n  \"step\": 42\n}" {
 		t.Errorf("replaced: %v %s", err, c2.State)
 	}
 	ents, _ := os.ReadDir(dir)
@@ -106,7 +109,7 @@ func TestCheckpoint_damage(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			p := saveTest(t, t.TempDir(), 7)
 			c.damage(p)
-			got, err := LoadCheckpoint(p)
+			got, err := Load(p)
 			if err == nil || got != nil {
 				t.Fatalf("damaged checkpoint loaded: %+v", got)
 			}
@@ -124,7 +127,7 @@ func TestCheckpoint_damage(t *testing.T) {
 
 func TestCheckpoint_latestSkipsBrokenAndTmp(t *testing.T) {
 	dir := t.TempDir()
-	if p, err := LatestCheckpoint(filepath.Join(dir, "none")); p != "" || err != nil {
+	if p, err := Latest(filepath.Join(dir, "none")); p != "" || err != nil {
 		t.Errorf("missing dir: %q %v", p, err)
 	}
 	saveTest(t, dir, 100)
@@ -134,9 +137,9 @@ func TestCheckpoint_latestSkipsBrokenAndTmp(t *testing.T) {
 	// A save interrupted before its rename: a newer .tmp directory.
 	os.MkdirAll(filepath.Join(dir, ".tmp-step-00000400-123"), 0o755)
 	os.WriteFile(filepath.Join(dir, "step-notanumber"), nil, 0o644)
-	p, err := LatestCheckpoint(dir)
+	p, err := Latest(dir)
 	if err != nil || p != good {
-		t.Errorf("LatestCheckpoint = %q, %v; want %q", p, err, good)
+		t.Errorf("Latest = %q, %v; want %q", p, err, good)
 	}
 }
 
@@ -161,7 +164,7 @@ func TestCheckpoint_prune(t *testing.T) {
 	for name := range tmps {
 		os.MkdirAll(filepath.Join(dir, name), 0o755)
 	}
-	if err := PruneCheckpoints(dir, 2); err != nil {
+	if err := Prune(dir, 2); err != nil {
 		t.Fatal(err)
 	}
 	ents, _ := os.ReadDir(dir)
@@ -184,7 +187,7 @@ func TestCheckpoint_prune(t *testing.T) {
 	if strings.Join(names, ",") != "step-00000004,step-00000005,step-00000006" {
 		t.Errorf("after prune: %v", names)
 	}
-	if p, _ := LatestCheckpoint(dir); filepath.Base(p) != "step-00000005" {
+	if p, _ := Latest(dir); filepath.Base(p) != "step-00000005" {
 		t.Errorf("latest after prune %q", p)
 	}
 }
@@ -208,8 +211,8 @@ func TestCheckpoint_receivedCopy(t *testing.T) {
 	if err != nil || filepath.Base(got) != "step-00000020" {
 		t.Fatalf("writeCheckpointFiles = %q, %v", got, err)
 	}
-	a, errA := LoadCheckpoint(src)
-	b, errB := LoadCheckpoint(got)
+	a, errA := Load(src)
+	b, errB := Load(got)
 	if errA != nil || errB != nil || string(a.State) != string(b.State) || len(a.Weights) != len(b.Weights) {
 		t.Fatalf("the copy differs: %v %v", errA, errB)
 	}
@@ -230,10 +233,57 @@ func TestCheckpoint_receivedCopy(t *testing.T) {
 	if _, err := writeCheckpointFiles(dir, 20, damaged); err == nil {
 		t.Fatal("a damaged copy replaced a good one")
 	}
-	if err := VerifyCheckpoint(got); err != nil {
+	if err := Verify(got); err != nil {
 		t.Errorf("the good copy after a refused one: %v", err)
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
 		t.Errorf("dir after a refused copy: %v", ents)
 	}
 }
+
+// Resume: nothing to resume from is "", a good checkpoint behind a broken newer one
+// is resumed, and a directory whose every checkpoint is broken is an error naming each broken
+// file, unless fresh.
+func TestResume_allBrokenFails(t *testing.T) {
+	dir := t.TempDir()
+	if p, err := Resume(filepath.Join(dir, "none"), false, quiet()); p != "" || err != nil {
+		t.Fatalf("no directory: %q, %v", p, err)
+	}
+	good := saveTest(t, dir, 10)
+	bad := saveTest(t, dir, 20)
+	os.Truncate(filepath.Join(bad, FileOptim), 3)
+	if p, err := Resume(dir, false, quiet()); p != good || err != nil {
+		t.Fatalf("one good, one broken: %q, %v", p, err)
+	}
+	b, _ := os.ReadFile(filepath.Join(good, FileWeights))
+	b[len(b)-1] ^= 1
+	os.WriteFile(filepath.Join(good, FileWeights), b, 0o644)
+	os.MkdirAll(filepath.Join(dir, ".tmp-step-00000030-x"), 0o755) // an interrupted save: not a checkpoint
+	_, err := Resume(dir, false, quiet())
+	if !errors.Is(err, ErrAllBroken) {
+		t.Fatalf("every checkpoint broken: %v", err)
+	}
+	for _, want := range []string{filepath.Join(bad, FileOptim), filepath.Join(good, FileWeights), "checkpoint.fresh_if_broken"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not name %s: %v", want, err)
+		}
+	}
+	if p, err := Resume(dir, true, quiet()); p != "" || err != nil {
+		t.Errorf("fresh: %q, %v", p, err)
+	}
+	// A fresh start sets the broken ones aside: nothing left to resume, count or prune.
+	if paths, _, _ := StepDirs(dir); len(paths) != 0 {
+		t.Errorf("step directories left after a fresh start: %v", paths)
+	}
+	for _, b := range []string{"broken-step-00000010", "broken-step-00000020"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			t.Errorf("%s: %v", b, err)
+		}
+	}
+	if p, err := Resume(dir, false, quiet()); p != "" || err != nil {
+		t.Errorf("after the fresh start: %q, %v", p, err)
+	}
+}
+
+// quiet is a logger that drops everything.
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

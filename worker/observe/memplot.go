@@ -1,4 +1,4 @@
-package worker
+package observe
 
 // memplot.go: --memory-plot FILE.png, device memory over one training step. While the step runs,
 // the device reports every allocation and free (tensor.Observable); the plot has the allocated
@@ -20,20 +20,20 @@ import (
 	"github.com/goddp/goddp/model/tensor"
 )
 
-// memTimeline records a device's allocation events.
-type memTimeline struct {
+// MemTimeline records a device's allocation events.
+type MemTimeline struct {
 	dev    tensor.Device
 	start  int64 // allocated bytes before the first event
 	events []tensor.AllocEvent
 }
 
-// recordMemory starts recording dev's allocation events (nil when the device cannot report them).
-func recordMemory(dev tensor.Device) *memTimeline {
+// RecordMemory starts recording dev's allocation events (nil when the device cannot report them).
+func RecordMemory(dev tensor.Device) *MemTimeline {
 	obs, ok := dev.(tensor.Observable)
 	if !ok {
 		return nil
 	}
-	tl := &memTimeline{dev: dev, start: dev.Stats().Allocated}
+	tl := &MemTimeline{dev: dev, start: dev.Stats().Allocated}
 	obs.SetObserver(func(e tensor.AllocEvent) {
 		e.Buffer = nil // the timeline keeps no blocks alive in the caller's mind
 		tl.events = append(tl.events, e)
@@ -41,8 +41,8 @@ func recordMemory(dev tensor.Device) *memTimeline {
 	return tl
 }
 
-// stop ends the recording.
-func (tl *memTimeline) stop() {
+// Stop ends the recording.
+func (tl *MemTimeline) Stop() {
 	if tl != nil {
 		tl.dev.(tensor.Observable).SetObserver(nil)
 	}
@@ -60,7 +60,7 @@ func layerOf(tag string) string {
 
 // series turns the events into the allocated total and the live bytes per layer after each
 // event (index 0 is before the first), with the layers ordered by their highest live bytes.
-func (tl *memTimeline) series() (total []float64, layers map[string][]float64, order []string) {
+func (tl *MemTimeline) series() (total []float64, layers map[string][]float64, order []string) {
 	n := len(tl.events) + 1
 	total = make([]float64, n)
 	layers = map[string][]float64{}
@@ -95,9 +95,9 @@ func (tl *memTimeline) series() (total []float64, layers map[string][]float64, o
 	return total, layers, order
 }
 
-// writePNG draws the timeline: at most maxLayers layers get their own line (the largest), the
+// WritePNG draws the timeline: at most maxLayers layers get their own line (the largest), the
 // rest are left to the total.
-func (tl *memTimeline) writePNG(path, title string) error {
+func (tl *MemTimeline) WritePNG(path, title string) error {
 	const maxLayers = 16
 	total, layers, order := tl.series()
 	const gib = 1 << 30
@@ -151,3 +151,6 @@ func maxOf(xs []float64) float64 {
 	}
 	return m
 }
+
+// Events is the number of allocation events recorded.
+func (tl *MemTimeline) Events() int { return len(tl.events) }

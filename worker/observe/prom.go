@@ -1,11 +1,11 @@
-package worker
+package observe
 
 // prom.go: Prometheus metrics over HTTP. With metrics.listen (or ddptrain --metrics-port N, which
 // is listen ":N") every rank serves GET /metrics from its own registry (not the client library's
 // global one), each series labelled with the rank and the host. Rank r of a host listens on the
 // port plus its LOCAL_RANK, so under ddplaunch --nproc-per-node 4 --metrics-port 9100 a host's
 // ranks listen on 9100..9103, on every host; port 0 takes a port the system picks (logged). The
-// loop sets the values after every step (observeStep) and evaluation (observeEval); the HTTP
+// loop sets the values after every step and evaluation (Prometheus is an Observer); the HTTP
 // server reads them when scraped. docs/metrics.md lists the metrics with a scrape config.
 
 import (
@@ -23,16 +23,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/goddp/goddp/allreduce"
-	"github.com/goddp/goddp/ddp"
-	"github.com/goddp/goddp/model/tensor"
 )
 
-// promMetrics is one rank's metrics and the server that serves them. A nil *promMetrics is valid
-// and does nothing, so the loop calls it unconditionally. observeStep and observeEval are called
-// by the loop only; the metrics themselves are safe for the server to read meanwhile.
-type promMetrics struct {
+// Prometheus is one rank's metrics and the server that serves them. A nil *Prometheus is valid
+// and does nothing. Its Observer methods are called by the loop only (Observer's contract); the
+// metrics themselves are safe for the server to read meanwhile.
+type Prometheus struct {
 	srv  *http.Server
 	addr string        // where it listens, port resolved
 	done chan struct{} // closed when Serve has returned
@@ -51,19 +47,7 @@ type promMetrics struct {
 	lastSent, lastRecv   int64
 }
 
-// promStep is what one training step reports.
-type promStep struct {
-	seconds         float64 // the step's wall time
-	samples         int     // samples per optimizer step over all ranks
-	tokensPerSample int     // 0 for a classifier
-	loss, lossScale float64
-	gradNorm        float64 // NaN when not measured this step
-	step            int     // optimizer steps done in the run
-	skipped         bool
-	mem             tensor.MemStats
-	eng             *ddp.Engine        // its cumulative all-reduce time
-	groups          []*allreduce.Group // their cumulative bytes
-}
+var _ Observer = (*Prometheus)(nil)
 
 // promAddr is the address rank localRank of a host listens on: listen's port plus localRank
 // (port 0 stays 0: the system picks one).
@@ -85,17 +69,18 @@ func promAddr(listen string, localRank int) (string, error) {
 	return net.JoinHostPort(host, strconv.Itoa(p)), nil
 }
 
-// servePrometheus registers the metrics and starts serving them on listen (promAddr). The
-// restart count is the environment's (DDP_RESTART_COUNT or TORCHELASTIC_RESTART_COUNT).
-func servePrometheus(listen string, env Env, log *slog.Logger) (*promMetrics, error) {
-	addr, err := promAddr(listen, env.LocalRank)
+// ServePrometheus registers the metrics and starts serving them on listen (promAddr); rank,
+// localRank and restarts are the environment's (RANK, LOCAL_RANK, DDP_RESTART_COUNT or
+// TORCHELASTIC_RESTART_COUNT). Close stops the server.
+func ServePrometheus(listen string, rank, localRank, restarts int, log *slog.Logger) (*Prometheus, error) {
+	addr, err := promAddr(listen, localRank)
 	if err != nil {
 		return nil, err
 	}
 	host, _ := os.Hostname()
 	reg := prometheus.NewRegistry()
-	r := prometheus.WrapRegistererWith(prometheus.Labels{"rank": strconv.Itoa(env.Rank), "host": host}, reg)
-	p := &promMetrics{done: make(chan struct{})}
+	r := prometheus.WrapRegistererWith(prometheus.Labels{"rank": strconv.Itoa(rank), "host": host}, reg)
+	p := &Prometheus{done: make(chan struct{})}
 	gauge := func(name, help string) prometheus.Gauge {
 		g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "goddp", Name: name, Help: help})
 		r.MustRegister(g)
@@ -126,7 +111,7 @@ func servePrometheus(listen string, env Env, log *slog.Logger) (*promMetrics, er
 	p.wireSent = counter("wire_sent_bytes_total", "Bytes this rank handed to the transport in collectives, frame headers included.")
 	p.wireRecv = counter("wire_received_bytes_total", "Bytes this rank received in collectives, frame headers included.")
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p.restarts.Set(float64(env.RestartCount))
+	p.restarts.Set(float64(restarts))
 
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -140,7 +125,7 @@ func servePrometheus(listen string, env Env, log *slog.Logger) (*promMetrics, er
 			http.NotFound(w, req)
 			return
 		}
-		fmt.Fprintln(w, "goddp rank", env.Rank, "on", host, "— metrics at /metrics")
+		fmt.Fprintln(w, "goddp rank", rank, "on", host, "— metrics at /metrics")
 	})
 	p.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
@@ -154,59 +139,57 @@ func servePrometheus(listen string, env Env, log *slog.Logger) (*promMetrics, er
 }
 
 // Addr is where the metrics are served, host:port (the port the system picked for port 0).
-func (p *promMetrics) Addr() string {
+func (p *Prometheus) Addr() string {
 	if p == nil {
 		return ""
 	}
 	return p.addr
 }
 
-// observeStep records a finished training step.
-func (p *promMetrics) observeStep(s promStep) {
+// Step records a finished training step (Observer).
+func (p *Prometheus) Step(s StepRecord) {
 	if p == nil {
 		return
 	}
-	p.stepSeconds.Set(s.seconds)
-	if s.seconds > 0 {
-		sps := float64(s.samples) / s.seconds
+	p.stepSeconds.Set(s.Seconds)
+	if s.Seconds > 0 {
+		sps := float64(s.Samples) / s.Seconds
 		p.samplesPerSec.Set(sps)
-		p.tokensPerSec.Set(sps * float64(s.tokensPerSample))
+		p.tokensPerSec.Set(sps * float64(s.TokensPerSample))
 	}
-	if !math.IsNaN(s.loss) {
-		p.loss.Set(s.loss)
+	if !math.IsNaN(s.Loss) {
+		p.loss.Set(s.Loss)
 	}
-	p.lossScale.Set(s.lossScale)
-	if !math.IsNaN(s.gradNorm) && !math.IsInf(s.gradNorm, 0) {
-		p.gradNorm.Set(s.gradNorm)
+	p.lossScale.Set(s.LossScale)
+	if !math.IsNaN(s.GradNorm) && !math.IsInf(s.GradNorm, 0) {
+		p.gradNorm.Set(s.GradNorm)
 	}
-	p.memAllocated.Set(float64(s.mem.Allocated))
-	p.memReserved.Set(float64(s.mem.Reserved))
-	p.memPeak.Set(float64(s.mem.Peak))
-	p.step.Set(float64(s.step))
+	p.memAllocated.Set(float64(s.Mem.Allocated))
+	p.memReserved.Set(float64(s.Mem.Reserved))
+	p.memPeak.Set(float64(s.Mem.Peak))
+	p.step.Set(float64(s.Step))
 	p.steps.Inc()
-	if s.skipped {
+	if s.Skipped {
 		p.skipped.Inc()
 	}
-	if s.eng != nil {
-		comm, frac := s.eng.CommStats()
-		hidden := comm * frac
-		p.commSeconds.Add(max(0, comm-p.lastComm))
-		p.commHidden.Add(max(0, hidden-p.lastHidden))
-		p.lastComm, p.lastHidden = comm, hidden
-	}
-	var sent, recv int64
-	for _, g := range s.groups {
-		st := g.Stats()
-		sent += st.BytesSent
-		recv += st.BytesRecv
-	}
+	comm, hidden := s.CommSeconds, s.CommSeconds*s.CommHiddenFraction
+	p.commSeconds.Add(max(0, comm-p.lastComm))
+	p.commHidden.Add(max(0, hidden-p.lastHidden))
+	p.lastComm, p.lastHidden = comm, hidden
+	sent, recv := s.WireSent, s.WireRecv
 	p.wireSent.Add(float64(max(0, sent-p.lastSent)))
 	p.wireRecv.Add(float64(max(0, recv-p.lastRecv)))
 	p.lastSent, p.lastRecv = sent, recv
 }
 
-// observeEval records an evaluation; accuracy is nil for a language model.
-func (p *promMetrics) observeEval(loss float64, accuracy *float64) {
+// Eval records an evaluation during training (Observer).
+func (p *Prometheus) Eval(r EvalRecord) { p.setEval(r.Loss, r.Accuracy) }
+
+// Summary records the run's last evaluation (Observer).
+func (p *Prometheus) Summary(s SummaryMetrics) { p.setEval(s.EvalLoss, s.EvalAccuracy) }
+
+// setEval records an evaluation; accuracy is nil for a language model.
+func (p *Prometheus) setEval(loss float64, accuracy *float64) {
 	if p == nil {
 		return
 	}
@@ -216,8 +199,8 @@ func (p *promMetrics) observeEval(loss float64, accuracy *float64) {
 	}
 }
 
-// close stops the server: a scrape in progress may finish (for a second), then it returns.
-func (p *promMetrics) close() error {
+// Close stops the server: a scrape in progress may finish (for a second), then it returns.
+func (p *Prometheus) Close() error {
 	if p == nil {
 		return nil
 	}

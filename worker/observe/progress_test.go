@@ -1,4 +1,4 @@
-package worker
+package observe
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package worker
+package checkpoint
 
 // ckpt_sync.go: before a resume, the ranks agree on the newest complete checkpoint any of them can
 // see and copy it to those whose checkpoint.dir lacks it. On one host, or hosts sharing a
@@ -24,29 +24,31 @@ import (
 	"github.com/goddp/goddp/allreduce"
 )
 
-// expandCheckpointDir replaces {node} in checkpoint.dir with this host's NODE_RANK.
-func expandCheckpointDir(dir string, env Env) string {
-	return strings.ReplaceAll(dir, "{node}", strconv.Itoa(env.NodeRank))
+// ExpandDir replaces {node} in checkpoint.dir with this host's NODE_RANK.
+func ExpandDir(dir string, nodeRank int) string {
+	return strings.ReplaceAll(dir, "{node}", strconv.Itoa(nodeRank))
 }
 
-// checkpointWriter says whether this rank writes checkpoints: global rank 0 always; with
+// IsWriter says whether a rank writes checkpoints (State.Save): global rank 0 always; with
 // checkpoint.per_host, local rank 0 of every host too.
-func checkpointWriter(cfg *Config, env Env) bool {
-	return env.Rank == 0 || (cfg.Checkpoint.PerHost && env.LocalRank == 0)
+func IsWriter(perHost bool, rank, localRank int) bool {
+	return rank == 0 || (perHost && localRank == 0)
 }
 
-// syncCheckpoints runs on every rank of a multi-rank job before the resume.
-func syncCheckpoints(ctx context.Context, g *allreduce.Group, dir string, env Env, log *slog.Logger) error {
+// Sync runs on every rank of a multi-rank job before the resume: afterwards every host's dir
+// holds the newest checkpoint any rank had. rank and localRank are this process's (RANK,
+// LOCAL_RANK).
+func Sync(ctx context.Context, g *allreduce.Group, dir string, rank, localRank int, log *slog.Logger) error {
 	if g.Size() == 1 {
 		return nil
 	}
 	mine := -1
-	path, err := LatestCheckpoint(dir)
+	path, err := Latest(dir)
 	if err != nil {
 		return err
 	}
 	if path != "" {
-		if mine, err = stepOfCheckpoint(path); err != nil {
+		if mine, err = StepOf(path); err != nil {
 			return err
 		}
 	}
@@ -78,7 +80,7 @@ func syncCheckpoints(ctx context.Context, g *allreduce.Group, dir string, env En
 	log.Info("checkpoint: copying the newest checkpoint to ranks that lack it", "step", best, "from_rank", owner, "ranks_lacking", lacking)
 
 	var bundle []byte
-	if env.Rank == owner {
+	if rank == owner {
 		if bundle, err = packCheckpoint(path); err != nil {
 			return err
 		}
@@ -88,13 +90,13 @@ func syncCheckpoints(ctx context.Context, g *allreduce.Group, dir string, env En
 	if err := g.Broadcast(ctx, size[:], owner); err != nil {
 		return fmt.Errorf("checkpoint: receiving step %d from rank %d: %w", best, owner, err)
 	}
-	if env.Rank != owner {
+	if rank != owner {
 		bundle = make([]byte, binary.LittleEndian.Uint64(size[:]))
 	}
 	if err := g.Broadcast(ctx, bundle, owner); err != nil {
 		return fmt.Errorf("checkpoint: receiving step %d from rank %d: %w", best, owner, err)
 	}
-	if steps[env.Rank] < best && env.LocalRank == 0 {
+	if steps[rank] < best && localRank == 0 {
 		files, err := unpackCheckpoint(bundle)
 		if err != nil {
 			return fmt.Errorf("checkpoint: step %d from rank %d: %w", best, owner, err)
@@ -111,8 +113,8 @@ func syncCheckpoints(ctx context.Context, g *allreduce.Group, dir string, env En
 	return nil
 }
 
-// stepOfCheckpoint reads the step from a checkpoint directory's manifest.
-func stepOfCheckpoint(path string) (int, error) {
+// StepOf reads the step from a checkpoint directory's manifest.
+func StepOf(path string) (int, error) {
 	m, err := readManifest(path)
 	if err != nil {
 		return 0, err
@@ -128,7 +130,7 @@ func packCheckpoint(path string) ([]byte, error) {
 		return nil, err
 	}
 	var out []byte
-	for _, name := range append(m.listedFiles(), ckptManifestFile) {
+	for _, name := range append(m.listedFiles(), FileManifest) {
 		b, err := os.ReadFile(filepath.Join(path, name))
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint: %w", err)
@@ -144,12 +146,12 @@ func packCheckpoint(path string) ([]byte, error) {
 // unpackCheckpoint is packCheckpoint's inverse; it accepts only the checkpoint's own file names
 // (the optional ones may be absent).
 func unpackCheckpoint(b []byte) (map[string][]byte, error) {
-	allowed := map[string]bool{ckptManifestFile: true}
-	for _, f := range ckptFiles {
+	allowed := map[string]bool{FileManifest: true}
+	for _, f := range requiredFiles {
 		allowed[f] = true
 	}
 	optional := map[string]bool{}
-	for _, f := range ckptOptionalFiles {
+	for _, f := range optionalFiles {
 		allowed[f], optional[f] = true, true
 	}
 	files := map[string][]byte{}

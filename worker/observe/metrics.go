@@ -1,4 +1,4 @@
-package worker
+package observe
 
 // metrics.go: the machine-readable record of a run. With --metrics FILE the
 // trainer writes JSON lines, one object per line, each flushed as written so
@@ -9,7 +9,9 @@ package worker
 //	{"event":"summary","steps":1407,"final_loss":0.05,...,"param_sha256":"…"}
 //
 // ReadMetrics reads such a file back, for plots and tests. The same numbers are served to
-// Prometheus by prom.go (metrics.listen, --metrics-port).
+// Prometheus by prom.go (metrics.listen, --metrics-port). MetricsWriter is an Observer: it
+// writes a step line for each StepRecord that closes a window, an eval line for each EvalRecord,
+// and the summary.
 
 import (
 	"bufio"
@@ -17,9 +19,13 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // StepMetrics is one {"event":"step"} line, written every train.log_every
@@ -92,8 +98,8 @@ type SummaryMetrics struct {
 // Float returns a pointer to v, for the optional fields (EvalAccuracy).
 func Float(v float64) *float64 { return &v }
 
-// finite is Float(v), or nil for NaN and ±Inf (which JSON cannot write).
-func finite(v float64) *float64 {
+// Finite is Float(v), or nil for NaN and ±Inf (which JSON cannot write).
+func Finite(v float64) *float64 {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return nil
 	}
@@ -114,11 +120,14 @@ func metricsTime() time.Time { return time.Now().UTC().Truncate(time.Millisecond
 // and writes nothing, so the trainer can call it unconditionally. Safe for
 // concurrent use.
 type MetricsWriter struct {
-	mu  sync.Mutex
-	f   *os.File
-	w   *bufio.Writer
-	err error // first write error, reported by Close
+	mu   sync.Mutex
+	f    *os.File
+	w    *bufio.Writer
+	err  error // first write error, reported by Close
+	rank int   // the rank its lines name (OpenMetrics)
 }
+
+var _ Observer = (*MetricsWriter)(nil)
 
 // NewMetricsWriter creates (truncates) path. An empty path returns a nil
 // writer that drops everything.
@@ -133,11 +142,34 @@ func NewMetricsWriter(path string) (*MetricsWriter, error) {
 	return &MetricsWriter{f: f, w: bufio.NewWriter(f)}, nil
 }
 
-// Step writes a step line.
-func (m *MetricsWriter) Step(s StepMetrics) { s.Event = "step"; m.write(s) }
+// Step writes r's step line when r closes a window (Observer).
+func (m *MetricsWriter) Step(r StepRecord) {
+	if m == nil || r.Window == nil {
+		return
+	}
+	w := r.Window
+	sps := r.SamplesPerSec()
+	m.WriteStep(StepMetrics{Step: r.Step, Epoch: r.Epoch, Rank: m.rank, Time: metricsTime(),
+		Loss: r.Loss, LR: decimalF32(r.LR), LossScale: r.LossScale, GradNorm: Finite(r.GradNorm), Skipped: r.SkippedTotal,
+		SamplesPerSec: sps, TokensPerSec: sps * float64(r.TokensPerSample), MemAllocatedBytes: r.Mem.Allocated, MemPeakBytes: r.Mem.Peak,
+		CommSeconds: w.CommSeconds, StepMs: 1000 * w.Seconds / float64(w.Steps),
+		DataMs: float64(w.Data.Microseconds()) / 1000 / float64(w.Steps)})
+}
 
-// Eval writes an eval line.
-func (m *MetricsWriter) Eval(e EvalMetrics) { e.Event = "eval"; m.write(e) }
+// Eval writes r's eval line (Observer).
+func (m *MetricsWriter) Eval(r EvalRecord) {
+	if m == nil {
+		return
+	}
+	m.WriteEval(EvalMetrics{Step: r.Step, Epoch: r.Epoch, Rank: m.rank, Time: metricsTime(),
+		EvalLoss: r.Loss, EvalAccuracy: r.Accuracy, Samples: r.Samples, Seconds: r.Seconds})
+}
+
+// WriteStep writes a step line as it is.
+func (m *MetricsWriter) WriteStep(s StepMetrics) { s.Event = "step"; m.write(s) }
+
+// WriteEval writes an eval line as it is.
+func (m *MetricsWriter) WriteEval(e EvalMetrics) { e.Event = "eval"; m.write(e) }
 
 // Summary writes the summary line.
 func (m *MetricsWriter) Summary(s SummaryMetrics) { s.Event = "summary"; m.write(s) }
@@ -231,4 +263,46 @@ func ReadMetrics(path string) (*MetricsFile, error) {
 		return nil, fmt.Errorf("metrics: %s: %w", path, err)
 	}
 	return out, nil
+}
+
+// FormatSummary is the human line ddptrain prints at the end.
+func FormatSummary(s *SummaryMetrics) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "steps %d  final loss %.4f  eval loss %.4f", s.Steps, s.FinalLoss, s.EvalLoss)
+	if s.EvalAccuracy != nil {
+		fmt.Fprintf(&b, "  eval accuracy %.2f%%", 100**s.EvalAccuracy)
+	}
+	if s.TokensPerSec > 0 {
+		fmt.Fprintf(&b, "  %.0f tokens/s", s.TokensPerSec)
+	} else {
+		fmt.Fprintf(&b, "  %.0f samples/s", s.SamplesPerSec)
+	}
+	fmt.Fprintf(&b, "  peak mem %s  skipped %d  %s  world %d  %.1fs  param_sha256 %s",
+		tensor.FormatBytes(s.PeakMemoryBytes), s.SkippedSteps, s.Precision, s.WorldSize, s.WallSeconds, s.ParamSHA256)
+	if s.WorldSize > 1 {
+		fmt.Fprintf(&b, "  comm %.2fs (%.0f%% hidden)", s.CommSeconds, 100*s.CommHiddenFraction)
+	}
+	return b.String()
+}
+
+// OpenMetrics opens --metrics for this rank: rank 0 writes path itself, rank r > 0 writes
+// path with ".rank<r>" before its extension (every rank's summary carries its param_sha256).
+func OpenMetrics(path string, rank int) (*MetricsWriter, error) {
+	if path != "" && rank != 0 {
+		path = RankPath(path, rank)
+	}
+	m, err := NewMetricsWriter(path)
+	if m != nil {
+		m.rank = rank
+	}
+	return m, err
+}
+
+// RankPath is where rank r's copy of a per-rank output file goes: m.jsonl → m.rank1.jsonl.
+func RankPath(path string, rank int) string {
+	if rank == 0 {
+		return path
+	}
+	ext := filepath.Ext(path)
+	return strings.TrimSuffix(path, ext) + fmt.Sprintf(".rank%d", rank) + ext
 }

@@ -1,4 +1,4 @@
-package worker
+package observe
 
 // progress.go: what a person watching the run sees. On a terminal, rank 0
 // draws a progress bar (step/total, loss, throughput, ETA) that redraws in
@@ -152,3 +152,28 @@ func (p *Progress) Finish() {
 		p.bar = nil
 	}
 }
+
+var _ Observer = (*Progress)(nil)
+
+// Step updates the bar, or writes a plain line, for a step that closes a window; the run's last
+// step finishes the bar (Observer).
+func (p *Progress) Step(r StepRecord) {
+	if r.Window != nil {
+		p.Update(r.Step, r.Loss, r.SamplesPerSec(), fmt.Sprintf("scale %.0f", r.LossScale))
+	}
+	if r.Last {
+		p.Finish()
+	}
+}
+
+// Eval logs an evaluation: the loss, and the accuracy for a classifier (Observer).
+func (p *Progress) Eval(r EvalRecord) {
+	if r.Accuracy == nil { // a language model: loss in nats per token, no accuracy
+		p.Log("eval", "step", r.Step, "loss", fmt.Sprintf("%.4f", r.Loss))
+		return
+	}
+	p.Log("eval", "step", r.Step, "loss", fmt.Sprintf("%.4f", r.Loss), "accuracy", fmt.Sprintf("%.4f", *r.Accuracy))
+}
+
+// Summary does nothing: ddptrain prints the summary itself (Observer).
+func (p *Progress) Summary(SummaryMetrics) {}

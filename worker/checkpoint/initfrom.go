@@ -1,4 +1,4 @@
-package worker
+package checkpoint
 
 // initfrom.go: model.init_from, a run that starts from given weights instead of a random init
 // (fine-tuning GPT-2, continuing another run's weights with a fresh optimizer).
@@ -16,14 +16,14 @@ import (
 	"github.com/goddp/goddp/model"
 )
 
-// loadInitFrom sets ps, the parameters of the model spec describes, from the weights at path
+// LoadInitFrom sets ps, the parameters of the model spec describes, from the weights at path
 // (config.Config's model.init_from): a safetensors file, or a directory holding model.safetensors
 // (model.ReadWeights: a goddp checkpoint or export, a Hugging Face GPT-2), or a checkpoint.dir of
 // another run (its newest checkpoint that verifies). A goddp checkpoint is verified against its
 // manifest first. Weights that carry a spec must describe the same model (the heads included,
 // which the shapes do not show); Hugging Face ones must fit it (model.HFGPT2Config.CheckFits).
 // Nothing is written unless every tensor loads.
-func loadInitFrom(path string, spec model.Spec, ps *model.Params, log *slog.Logger) error {
+func LoadInitFrom(path string, spec model.Spec, ps *model.Params, log *slog.Logger) error {
 	src, err := initFromSource(path)
 	if err != nil {
 		return fmt.Errorf("worker: model.init_from %s: %w", path, err)
@@ -67,14 +67,14 @@ func initFromSource(path string) (string, error) {
 	if !st.IsDir() {
 		return path, nil
 	}
-	if _, err := os.Stat(filepath.Join(path, ckptManifestFile)); err == nil {
-		return path, VerifyCheckpoint(path)
+	if _, err := os.Stat(filepath.Join(path, FileManifest)); err == nil {
+		return path, Verify(path)
 	}
 	if _, err := os.Stat(filepath.Join(path, model.WeightsFile)); !errors.Is(err, fs.ErrNotExist) {
 		return path, nil
 	}
-	if dirs, _, _ := stepDirs(path); len(dirs) > 0 {
-		latest, err := ResumeCheckpoint(path, false, slog.Default())
+	if dirs, _, _ := StepDirs(path); len(dirs) > 0 {
+		latest, err := Resume(path, false, slog.Default())
 		if err != nil {
 			return "", err
 		}
