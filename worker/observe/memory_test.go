@@ -33,4 +33,3 @@ func TestMemoryReport_namesTheShard(t *testing.T) {
 		}
 	}
 }
-
