@@ -7,7 +7,7 @@ RACE_PKGS := ./allreduce/... ./ddp/... ./launcher/... ./worker/...
 # staticcheck, pinned; `go run` builds it from the Go module proxy the first time (CI included).
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build test demo mnist opticks-tokens bench soak cuda cuda-test cuda-typecheck vet lint fmt clean
+.PHONY: help build test demo mnist mnist-folder opticks-tokens bench soak cuda cuda-test cuda-typecheck vet lint fmt clean
 
 help:
 	@echo "make build      binaries in bin/ (ddptrain, ddplaunch, ddpbench)"
@@ -16,6 +16,7 @@ help:
 	@echo "make cuda-typecheck  vet the cuda-tagged code against scripts/cudastub (no CUDA needed)"
 	@echo "make demo       fetch MNIST through the Go module proxy and train it"
 	@echo "make opticks-tokens  GPT-2 BPE shards of the Opticks text in $(OPTICKS_TOKENS)/"
+	@echo "make mnist-folder    MNIST as an image folder (PNGs) in $(MNIST_FOLDER)/ for configs/mnist-folder-resnet.yaml"
 	@echo "make bench      Go benchmarks of the hot paths"
 	@echo "make soak       kill random ranks of an MNIST job and check it resumes exactly (SOAK_MINUTES=1 SOAK_KILLS=5)"
 	@echo "make cuda       build with the CUDA device (GPU host, see README); later builds keep the tag until make clean"
@@ -69,6 +70,11 @@ OPTICKS_TEXT = $(shell $(GO) env GOROOT)/src/testdata/Isaac.Newton-Opticks.txt
 
 opticks-tokens: build
 	./$(BIN)/ddpbench tokenize --encoding gpt2 --in $(OPTICKS_TEXT) --out $(OPTICKS_TOKENS) --prefix opticks --eval-fraction 0.1
+
+MNIST_FOLDER = data/mnist-folder
+
+mnist-folder: build mnist
+	./$(BIN)/ddpbench images --from-mnist $(MNIST_FOLDER)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./model/... ./allreduce/

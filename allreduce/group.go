@@ -345,3 +345,15 @@ func (c *collective) recvFrame(want *expect) ([]byte, frameHeader, error) {
 		return payload, h, nil
 	}
 }
+
+// FailedByPeer says err is a failure another rank caused: a collective that names the peer it
+// blames, a broken link to a peer (*link.PeerError), or a rendezvous whose master was lost
+// (link.ErrMasterLost). ddptrain exits with a code of its own for them, which the launcher reads
+// as a follow-on of another rank's failure.
+func FailedByPeer(err error) bool {
+	if ce := (*CollectiveError)(nil); errors.As(err, &ce) && ce.Peer >= 0 {
+		return true
+	}
+	var pe *link.PeerError
+	return errors.As(err, &pe) || errors.Is(err, link.ErrMasterLost)
+}

@@ -2,9 +2,13 @@ package ddp
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -60,6 +64,8 @@ type Engine struct {
 
 	shard       *model.Shard // this rank's part under ddp.shard_optimizer (shard.go); nil: unsharded
 	masterStale bool         // other ranks' segments of the f32 master are stale (GatherMaster)
+
+	buffers []*tensor.Tensor // compared by CheckReplicas (SetBuffers)
 
 	comms     []Comm         // the main group, then Options.Channels
 	jobs      []chan *bucket // one per channel: bucket i goes to channel i mod len(comms)
@@ -389,11 +395,34 @@ func (e *Engine) BroadcastTensors(ctx context.Context, ts []*tensor.Tensor) erro
 	return nil
 }
 
+// SetBuffers names the model's buffers (BatchNorm running statistics) that BroadcastTensors
+// keeps equal on every rank: CheckReplicas compares them too.
+func (e *Engine) SetBuffers(ts []*tensor.Tensor) { e.buffers = ts }
+
+// buffersSHA256 is the sha256 of the buffers' values, "" when there are none.
+func (e *Engine) buffersSHA256() string {
+	if len(e.buffers) == 0 {
+		return ""
+	}
+	h := sha256.New()
+	for _, t := range e.buffers {
+		host := make([]float32, t.Len())
+		e.dev.Download(host, t)
+		b := make([]byte, 4*len(host))
+		for i, v := range host {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+		}
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // ErrReplicaMismatch is wrapped by CheckReplicas' error.
 var ErrReplicaMismatch = errors.New("ddp: replicas diverged")
 
-// CheckReplicas compares the sha256 of every rank's parameters; a mismatch is an error naming
-// the ranks that differ from rank 0. It returns the hash.
+// CheckReplicas compares the sha256 of every rank's parameters, and of its buffers
+// (SetBuffers); a mismatch is an error naming the ranks that differ from rank 0, and what
+// differs. It returns the parameters' hash.
 func (e *Engine) CheckReplicas(ctx context.Context, step int) (string, error) {
 	if err := e.GatherMaster(ctx); err != nil {
 		return "", err
@@ -402,20 +431,30 @@ func (e *Engine) CheckReplicas(ctx context.Context, step int) (string, error) {
 	if e.comm.Size() == 1 {
 		return h, nil
 	}
-	all, err := e.comm.AllGather(ctx, []byte(h))
+	all, err := e.comm.AllGather(ctx, []byte(h+"/"+e.buffersSHA256()))
 	if err != nil {
 		return h, fmt.Errorf("ddp: replica check at step %d: %w", step, err)
 	}
-	var bad []string
+	p0, b0, _ := strings.Cut(string(all[0]), "/")
+	var badP, badB []string
 	for r, b := range all {
-		if string(b) != string(all[0]) {
-			bad = append(bad, fmt.Sprint(r))
+		p, bb, _ := strings.Cut(string(b), "/")
+		if p != p0 {
+			badP = append(badP, fmt.Sprint(r))
+		}
+		if bb != b0 {
+			badB = append(badB, fmt.Sprint(r))
 		}
 	}
-	if len(bad) > 0 {
-		sort.Strings(bad)
+	if len(badP) > 0 {
+		sort.Strings(badP)
 		return h, fmt.Errorf("%w at step %d: parameters of rank(s) %s differ from rank 0's (%s…)",
-			ErrReplicaMismatch, step, strings.Join(bad, ", "), string(all[0])[:12])
+			ErrReplicaMismatch, step, strings.Join(badP, ", "), p0[:12])
+	}
+	if len(badB) > 0 {
+		sort.Strings(badB)
+		return h, fmt.Errorf("%w at step %d: buffers (BatchNorm running statistics) of rank(s) %s differ from rank 0's (%.12s…)",
+			ErrReplicaMismatch, step, strings.Join(badB, ", "), b0)
 	}
 	return h, nil
 }

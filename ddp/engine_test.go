@@ -323,6 +323,42 @@ func TestEngine_checkReplicasNamesTheRank(t *testing.T) {
 	}
 }
 
+// Buffers (BatchNorm running statistics) are compared too: equal parameters with a rank's
+// buffers apart are a mismatch naming the rank and the buffers; after BroadcastTensors (the
+// loop's per-step broadcast) the replicas agree.
+func TestEngine_checkReplicasCoversBuffers(t *testing.T) {
+	W := 2
+	errs, after := make([]error, W), make([]error, W)
+	eachRank(t, W, func(r int, g *allreduce.Group) {
+		dev := cpu.New()
+		m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{4, 3}, Activation: "relu", Compute: tensor.F32}, 1)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer m.Free()
+		buf := dev.Alloc(tensor.F32, "bn.running", 5)
+		defer dev.Free(buf)
+		dev.Upload(buf, []float32{1, 2, 3, 4, float32(r)}) // running statistics of each rank's own data
+		e := New(m.Params(), g, Options{})
+		defer e.Close()
+		e.SetBuffers([]*tensor.Tensor{buf})
+		_, errs[r] = e.CheckReplicas(context.Background(), 5)
+		if err := e.BroadcastTensors(context.Background(), []*tensor.Tensor{buf}); err != nil {
+			t.Error(err)
+		}
+		_, after[r] = e.CheckReplicas(context.Background(), 6)
+	})
+	for r := range W {
+		if err := errs[r]; err == nil || !errorsIs(err, ErrReplicaMismatch) || !contains(err.Error(), "buffers") || !contains(err.Error(), "rank(s) 1 ") {
+			t.Errorf("rank %d: got %v, want a buffer mismatch naming rank 1", r, err)
+		}
+		if after[r] != nil {
+			t.Errorf("rank %d after the broadcast: %v", r, after[r])
+		}
+	}
+}
+
 // Dealing buckets over several process groups (ddp.channels) changes nothing in the result: each
 // bucket is reduced by the same ring, so weights are bit-identical to one channel's, on both wires.
 func TestEngine_channelsAreBitIdentical(t *testing.T) {

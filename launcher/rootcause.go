@@ -104,18 +104,31 @@ func IsErrorLine(line []byte, prog string) bool {
 	return errorLine.Match(line)
 }
 
-// followOn matches what a worker says when it fails because another one did: a peer closed or
-// reset its connection (goddp's allreduce: "connection closed by peer"; gRPC's Unavailable and
-// Canceled; EOF), a rendezvous that lost its master or its peers, a send or receive abandoned,
-// a peer reported by another rank, or its own cancellation (the launcher's SIGTERM).
-var followOn = regexp.MustCompile(`(?i)closed by peer|connection (reset|refused|closed)|broken pipe|\bEOF\b|` +
+// followOn matches what a worker of another program than goddp's trainer says when it fails
+// because another one did: a peer closed or reset its connection (gRPC's Unavailable and
+// Canceled), a rendezvous that lost its master or its peers, a send or receive abandoned, a peer
+// reported by another rank, or its own cancellation (the launcher's SIGTERM). Not a bare EOF: a
+// worker's own failure says it as often ("truncated header (want 16 bytes): EOF", issue 30).
+var followOn = regexp.MustCompile(`(?i)closed by peer|connection (reset|refused|closed)|broken pipe|` +
 	`code = (Unavailable|Canceled)|context canceled|rendezvous|(send|receive) abandoned|no progress for|` +
 	`reported by rank|peer (went away|is gone|died|closed)|membership lost`)
 
-// IsFollowOn says whether e's failure reads as a consequence of another worker's: its first error
-// line or its last output line (where a Go program's fatal message and a Python exception end up)
-// matches followOn.
+// Trainer is the base name of goddp's trainer, whose exit code says what kind its failure is.
+const Trainer = "ddptrain"
+
+// ExitFollowOn is the exit code with which goddp's trainer (Trainer) says its failure is
+// another's: a collective or a link failed because of a named peer, the rendezvous lost its
+// master, or a stop signal ended it. Any other failure of the trainer is its own.
+const ExitFollowOn = 4
+
+// IsFollowOn says whether e's failure is a consequence of another worker's. goddp's trainer
+// says so by its exit code (ExitFollowOn), and only by it; any other program by its words: its
+// first error line or its last output line (where a Go program's fatal message and a Python
+// exception end up) matches followOn.
 func IsFollowOn(e WorkerExit) bool {
+	if e.Program == Trainer {
+		return e.Status.Signal == 0 && e.Status.Code == ExitFollowOn
+	}
 	if e.ErrorLine != "" && followOn.MatchString(e.ErrorLine) {
 		return true
 	}

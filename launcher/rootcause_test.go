@@ -25,7 +25,12 @@ var (
 	byKill  = ExitStatus{Code: -1, Signal: syscall.SIGKILL}
 	rdzvEOF = "ddptrain: worker: joining the process group: allreduce: rank 1: rendezvous at 127.0.0.1:46831 (MASTER_ADDR:MASTER_PORT): rpc error: code = Unavailable desc = error reading from server: EOF"
 	noData  = "ddptrain: data: MNIST file train-images-idx3-ubyte(.gz) not found in /nonexistent"
+	// issue 30: rank 0's own failure, which says EOF.
+	emptyData = "ddptrain: data: MNIST train-images-idx3-ubyte.gz: truncated header (want 16 bytes): EOF"
 )
+
+// trainer marks e as goddp's trainer's exit.
+func trainer(e WorkerExit) WorkerExit { e.Program = Trainer; return e }
 
 func ranks(es []WorkerExit) []int {
 	var r []int
@@ -62,6 +67,10 @@ func TestBlame(t *testing.T) {
 		{"workers that never started or exited 0 are not candidates",
 			[]WorkerExit{{Rank: 0}, ex(1, ExitStatus{}, 0, -1, "", false), ex(2, exit1, 5, -1, "", false)}, []int{2}},
 		{"nothing failed", []WorkerExit{ex(0, ExitStatus{}, 0, -1, "", false)}, nil},
+		{"issue 30: empty data files; rank 0's own error ends in EOF, rank 1's follow-on exits first",
+			[]WorkerExit{trainer(ex(0, exit1, 40, 35, emptyData, true)), trainer(ex(1, ExitStatus{Code: ExitFollowOn}, 0, 0, rdzvEOF, false))}, []int{0, 1}},
+		{"the trainer's kind is its exit code, not its words",
+			[]WorkerExit{trainer(ex(0, ExitStatus{Code: ExitFollowOn}, 0, 0, "ddptrain: worker: disk on fire", false)), trainer(ex(1, exit1, 40, 35, rdzvEOF, true))}, []int{1, 0}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -109,6 +118,7 @@ func TestIsFollowOn(t *testing.T) {
 		{noData, false},
 		{"ddptrain: worker: step 3: loss is NaN", false},
 		{"error: EOFError-free file", false},
+		{emptyData, false},
 	} {
 		e := WorkerExit{ErrorLine: tt.line}
 		if got := IsFollowOn(e); got != tt.want {
@@ -119,5 +129,19 @@ func TestIsFollowOn(t *testing.T) {
 	e := WorkerExit{ErrorLine: "Traceback (most recent call last):", Tail: []string{"  File x", "BrokenPipeError: [Errno 32] Broken pipe"}}
 	if !IsFollowOn(e) {
 		t.Error("a traceback ending in a broken pipe is not a follow-on")
+	}
+	// goddp's trainer: by its exit code alone.
+	for _, tt := range []struct {
+		st   ExitStatus
+		line string
+		want bool
+	}{
+		{ExitStatus{Code: ExitFollowOn}, "ddptrain: worker: anything", true},
+		{exit1, rdzvEOF, false},
+		{ExitStatus{Code: -1, Signal: syscall.SIGKILL}, rdzvEOF, false},
+	} {
+		if got := IsFollowOn(trainer(WorkerExit{Status: tt.st, ErrorLine: tt.line, Tail: []string{tt.line}})); got != tt.want {
+			t.Errorf("ddptrain exiting %v with %q: IsFollowOn %v, want %v", tt.st, tt.line, got, tt.want)
+		}
 	}
 }

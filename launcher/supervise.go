@@ -72,6 +72,9 @@ type WorkerExit struct {
 	ErrorLine string
 	// Stopped says the launcher had already sent it the stop signal when it exited.
 	Stopped bool
+	// Program is the base name of the worker's program ("ddptrain"): IsFollowOn reads goddp's
+	// trainer by its exit code, other programs by their words.
+	Program string
 }
 
 // SuperviseConfig tunes Supervise. The zero value is usable: no grace (immediate SIGKILL after
@@ -559,7 +562,7 @@ func startWorker(idx int, s WorkerSpec, cfg SuperviseConfig, events chan<- exitE
 		events <- exitEvent{idx: idx, exit: WorkerExit{
 			Rank: s.Rank, LocalRank: s.LocalRank, Pid: p.pgid, Started: true,
 			Status: statusOf(cmd.ProcessState), Tail: p.tail.get(), Exited: exited,
-			ErrorAt: errAt, ErrorLine: errLine, Stopped: stopped,
+			ErrorAt: errAt, ErrorLine: errLine, Stopped: stopped, Program: prog,
 		}}
 	}()
 	return p, nil

@@ -23,6 +23,7 @@ package model
 // A tied model has no lm_head.weight: transformers ties it to wte on load.
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -151,6 +152,7 @@ func FromHFGPT2(spec Spec, ts []NamedTensor) ([]NamedTensor, error) {
 		fromHF[hf], conv[name] = name, c
 	}
 	got := map[string]NamedTensor{}
+	var lmHead *NamedTensor // an lm_head.weight going into a tied model
 	for _, t := range ts {
 		n := t.Name
 		if !strings.HasPrefix(n, "transformer.") && n != "lm_head.weight" {
@@ -160,7 +162,8 @@ func FromHFGPT2(spec Spec, ts []NamedTensor) ([]NamedTensor, error) {
 			continue // the causal mask, a buffer
 		}
 		if n == "lm_head.weight" && cfg.Tied {
-			continue // tied to wte
+			lmHead = &t // tied to wte: checked equal below
+			continue
 		}
 		name, ok := fromHF[n]
 		if !ok {
@@ -170,6 +173,12 @@ func FromHFGPT2(spec Spec, ts []NamedTensor) ([]NamedTensor, error) {
 			return nil, fmt.Errorf("model: Hugging Face tensor %q appears twice (with and without \"transformer.\")", t.Name)
 		}
 		got[name] = t
+	}
+	if lmHead != nil {
+		wte, ok := got["wte"]
+		if !ok || fmt.Sprint(wte.Shape) != fmt.Sprint(lmHead.Shape) || !bytes.Equal(wte.Data, lmHead.Data) || wte.DType != lmHead.DType {
+			return nil, fmt.Errorf("model: Hugging Face tensor %q differs from %q: an untied lm_head cannot go into a tied model (model.tied true)", lmHead.Name, wte.Name)
+		}
 	}
 	C := cfg.Width
 	out := make([]NamedTensor, 0, len(want))

@@ -16,6 +16,13 @@ type BatchNorm2d struct {
 	RunMean, RunVar *tensor.Tensor // (C) f32 views into the model's buffer slab
 	C               int
 	Eps, Momentum   float32
+
+	// Sync, when set, makes this a SyncBatchNorm: the training statistics are those of the
+	// whole batch over every process (layer_syncbatchnorm.go). nil: this process's batch.
+	Sync    StatReducer
+	gather  []float32 // host scratch of the reductions
+	count   int       // the last synchronised forward's global count, for its backward
+	syncErr error     // the first failed reduction since SyncErr
 }
 
 // BatchNorm defaults, PyTorch's.
@@ -50,6 +57,10 @@ func BatchNormBackward(dev tensor.Device, dx, dw, db, dy, x, w, mean, rstd *tens
 
 // Forward in training mode (see BatchNormForward); update moves the running statistics.
 func (l *BatchNorm2d) Forward(y, mean, rstd, x *tensor.Tensor, update bool) {
+	if l.Sync != nil {
+		l.syncForward(y, mean, rstd, x, update)
+		return
+	}
 	rm, rv := l.RunMean, l.RunVar
 	if !update {
 		rm, rv = nil, nil
@@ -64,7 +75,11 @@ func (l *BatchNorm2d) Eval(y, x *tensor.Tensor) {
 
 // Backward writes dx and accumulates the gain and shift gradients; then both are ready.
 func (l *BatchNorm2d) Backward(dx, dy, x, mean, rstd *tensor.Tensor) {
-	BatchNormBackward(x.Device(), dx, l.W.G, l.B.G, dy, x, l.W.W, mean, rstd)
+	if l.Sync != nil {
+		l.syncBackward(dx, dy, x, mean, rstd)
+	} else {
+		BatchNormBackward(x.Device(), dx, l.W.G, l.B.G, dy, x, l.W.W, mean, rstd)
+	}
 	l.B.Ready()
 	l.W.Ready()
 }

@@ -478,3 +478,19 @@ var (
 	_ Releaser = (*ResNet)(nil)
 	_ Buffered = (*ResNet)(nil)
 )
+
+// BatchNorms lists every BatchNorm layer (model.BatchNormed), stem first, in forward order.
+func (m *ResNet) BatchNorms() []*BatchNorm2d {
+	out := []*BatchNorm2d{m.stem.bn}
+	for _, b := range m.blocks {
+		for _, u := range b.units {
+			out = append(out, u.bn)
+		}
+		if b.down != nil {
+			out = append(out, b.down.bn)
+		}
+	}
+	return out
+}
+
+var _ BatchNormed = (*ResNet)(nil)

@@ -196,8 +196,15 @@ func ReadWeights(path string) (*Weights, error) {
 			w.Meta = meta
 		}
 	}
-	if st.IsDir() { // config.json belongs to a directory; a lone file speaks for itself
+	if st.IsDir() { // config.json belongs to a directory
 		if err := w.readConfig(filepath.Join(dir, ConfigFile)); err != nil {
+			return nil, err
+		}
+	} else if IsHFGPT2(w.Tensors) {
+		// A lone Hugging Face file: its config.json beside it, when there is one, is the
+		// description For checks the model against (issue 30: the head count is in no tensor's
+		// shape). A goddp file speaks for itself (__metadata__).
+		if err := w.readConfig(filepath.Join(filepath.Dir(path), ConfigFile)); err != nil {
 			return nil, err
 		}
 	}
@@ -291,10 +298,14 @@ func (w *Weights) For(spec Spec) ([]NamedTensor, error) {
 		if spec.Kind != SpecKindGPT {
 			return nil, fmt.Errorf("model: %s holds Hugging Face GPT-2 weights, the model is a %s", w.Path, spec.Kind)
 		}
-		if w.HF != nil {
-			if err := w.HF.CheckFits(spec); err != nil {
-				return nil, fmt.Errorf("%w (%s)", err, w.Path)
-			}
+		if w.HF == nil {
+			// Without a config the head count cannot be checked: a model of other heads would
+			// load silently and compute something else.
+			return nil, fmt.Errorf("model: %s holds Hugging Face GPT-2 weights with no %s beside them: n_head is in no tensor, "+
+				"so the fit to the model (model.heads %d) cannot be checked; put the model's %s beside the file", w.Path, ConfigFile, spec.Heads, ConfigFile)
+		}
+		if err := w.HF.CheckFits(spec); err != nil {
+			return nil, fmt.Errorf("%w (%s)", err, w.Path)
 		}
 		ts, err := FromHFGPT2(spec, w.Tensors)
 		if err != nil {

@@ -342,3 +342,60 @@ func TestParams_loadNamedAllOrNothing(t *testing.T) {
 		t.Error("a good load changed nothing")
 	}
 }
+
+// Issue 30, item 7: a lone Hugging Face .safetensors file gets the fit check too. With its
+// config.json beside it, a model of another head count is refused naming n_head; with none, the
+// file is refused (the head count is in no tensor); an untied lm_head.weight going into a tied
+// model is refused naming it, where a copy of wte (a tied export) loads.
+func TestReadWeights_loneHFFileIsChecked(t *testing.T) {
+	cfg := GPTConfig{Layers: 1, Width: 16, Heads: 2, Context: 8, Vocab: 40, Tied: true}
+	m := randomGPT(t, cfg)
+	defer m.Free()
+	dir := t.TempDir()
+	writeHFDir(t, dir, cfg.Spec(), m.ps.NamedWeights(), tensor.F32)
+	file := filepath.Join(dir, WeightsFile)
+	other := cfg
+	other.Heads = 4
+	w, err := ReadWeights(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.For(other.Spec()); err == nil || !strings.Contains(err.Error(), "n_head 2, model.heads 4") {
+		t.Errorf("a lone file with config.json beside it, into a model of 4 heads: %v", err)
+	}
+	if _, err := w.For(cfg.Spec()); err != nil {
+		t.Errorf("a lone file that fits: %v", err)
+	}
+	os.Remove(filepath.Join(dir, ConfigFile))
+	if w, err = ReadWeights(file); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.For(other.Spec()); err == nil || !strings.Contains(err.Error(), "n_head") {
+		t.Errorf("a lone file without config.json: %v, want a refusal naming n_head", err)
+	}
+
+	hf, err := ToHFGPT2(cfg.Spec(), m.ps.NamedWeights())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wte NamedTensor
+	for _, x := range hf {
+		if x.Name == "transformer.wte.weight" {
+			wte = x
+		}
+	}
+	if wte.Name == "" {
+		t.Fatal("no transformer.wte.weight in the export")
+	}
+	copyHead := NamedTensor{Name: "lm_head.weight", DType: wte.DType, Shape: wte.Shape, Data: bytes.Clone(wte.Data)}
+	if _, err := FromHFGPT2(cfg.Spec(), append(append([]NamedTensor(nil), hf...), copyHead)); err != nil {
+		t.Errorf("a tied lm_head (a copy of wte): %v", err)
+	}
+	v := BytesF32(copyHead.Data)
+	v[0]++
+	untied := copyHead
+	untied.Data = F32Bytes(v)
+	if _, err := FromHFGPT2(cfg.Spec(), append(append([]NamedTensor(nil), hf...), untied)); err == nil || !strings.Contains(err.Error(), `"lm_head.weight"`) {
+		t.Errorf("an untied lm_head into a tied model: %v, want a refusal naming it", err)
+	}
+}

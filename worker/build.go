@@ -78,6 +78,15 @@ func loadData(cfg *Config) (train, eval data.Dataset, err error) {
 		c, h, w := imageShape(cfg)
 		seed := uint64(cfg.Seed)
 		return data.NewSyntheticImages(12800, c, h, w, cfg.Model.Classes, seed), data.NewSyntheticImages(1280, c, h, w, cfg.Model.Classes, seed^1), nil
+	case "image_folder":
+		tr, te, err := data.LoadImageFolder(cfg.Data.Path, imageFolderConfig(cfg))
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(tr.Classes) != cfg.Model.Classes {
+			return nil, nil, fmt.Errorf("worker: model.classes is %d but the image folder %s has %d classes (%s …)", cfg.Model.Classes, cfg.Data.Path, len(tr.Classes), tr.Classes[0])
+		}
+		return tr, te, nil
 	case "text":
 		tr, te, err := data.LoadText(cfg.Data.Path, cfg.Data.EvalFraction)
 		if err != nil {
@@ -101,7 +110,29 @@ func loadData(cfg *Config) (train, eval data.Dataset, err error) {
 		}
 		return tr, te, nil
 	}
-	return nil, nil, fmt.Errorf("worker: data.kind %q: want mnist, text, tokens or synthetic-images", cfg.Data.Kind)
+	return nil, nil, fmt.Errorf("worker: data.kind %q: want mnist, text, tokens, synthetic-images or image_folder", cfg.Data.Kind)
+}
+
+// imageFolderConfig is data.kind image_folder's transform: data.image_size (0 = 224) and
+// data.mean/std (empty = ImageNet's), the augmentation seeded by the run's seed.
+func imageFolderConfig(cfg *Config) data.ImageFolderConfig {
+	ic := data.ImageFolderConfig{Size: imageFolderSize(cfg), Mean: data.ImageNetMean, Std: data.ImageNetStd, Seed: uint64(cfg.Seed)}
+	for c := range 3 {
+		if len(cfg.Data.Mean) == 3 {
+			ic.Mean[c] = float32(cfg.Data.Mean[c])
+		}
+		if len(cfg.Data.Std) == 3 {
+			ic.Std[c] = float32(cfg.Data.Std[c])
+		}
+	}
+	return ic
+}
+
+func imageFolderSize(cfg *Config) int {
+	if cfg.Data.ImageSize > 0 {
+		return cfg.Data.ImageSize
+	}
+	return 224
 }
 
 // vocabTokens is the tokenizer's vocabulary: model.vocab_used, or model.vocab.
@@ -136,6 +167,10 @@ func ModelSpec(cfg *Config) (model.Spec, error) {
 		s.InputNormalization = "none (byte values as token ids)"
 	case "synthetic-images":
 		s.InputNormalization = "none (synthetic noise images)"
+	case "image_folder":
+		ic := imageFolderConfig(cfg)
+		s.InputNormalization = fmt.Sprintf("RGB (x/255 - %v)/%v per channel; eval: resize the shorter side to %d, centre crop %d",
+			ic.Mean, ic.Std, int(float64(ic.Size)/0.875+0.5), ic.Size)
 	default:
 		s.InputNormalization = "none (token ids)"
 	}
@@ -162,11 +197,15 @@ func buildModel(dev tensor.Device, cfg *Config) (model.Model, error) {
 	return model.New(dev, spec, uint64(cfg.Seed))
 }
 
-// imageShape is one input image (C,H,W) of an image model: MNIST's 1×28×28, or ImageNet's
-// 3×224×224 for synthetic images.
+// imageShape is one input image (C,H,W) of an image model: MNIST's 1×28×28, ImageNet's
+// 3×224×224 for synthetic images, 3×image_size² for an image folder (grey images as RGB).
 func imageShape(cfg *Config) (c, h, w int) {
 	if cfg.Data.Kind == "synthetic-images" {
 		return 3, 224, 224
+	}
+	if cfg.Data.Kind == "image_folder" {
+		s := imageFolderSize(cfg)
+		return 3, s, s
 	}
 	return 1, 28, 28
 }
@@ -179,6 +218,14 @@ func inputFeatures(cfg *Config) int {
 		return 0
 	}
 	return spec.Input().Features()
+}
+
+// buffersHash is the sha256 of m's buffers (model.HashF32 of the slab), "" without any.
+func buffersHash(m model.Model) string {
+	if b, ok := m.(model.Buffered); ok && b.Buffers().Data != nil {
+		return model.HashF32(tensor.ToHost(b.Buffers().Data))
+	}
+	return ""
 }
 
 // modelBuffers are a model's buffers (BatchNorm running statistics), nil for none: broadcast

@@ -35,6 +35,9 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	}
 	t.ran = true
 	cfg, env, dev, ps, st := t.cfg, t.env, t.dev, t.ps, &t.st
+	if t.syncBN != nil {
+		t.syncBN.SetContext(ctx) // SyncBatchNorm's reductions end with the run, not the setup
+	}
 	if env.Rank == 0 {
 		printSettings(cfg, env, dev, ps, t.total, t.loader.StepsPerEpoch(), t.eng)
 	}
@@ -175,6 +178,9 @@ func (t *Trainer) microStep(ctx context.Context, ls *loopState, step, micro int)
 	eng.BeginMicro(micro, k)
 	eng.BeginBackward()
 	t.m.Backward(gscale)
+	if err := model.SyncErr(t.m); err != nil { // SyncBatchNorm's reductions (none unless set)
+		return fmt.Errorf("worker: step %d micro %d: %w", step, micro, err)
+	}
 	if trace != nil {
 		dev.Sync() // the trace's spans are host times: let them cover the device's work
 		eng.EndBackward()
@@ -236,7 +242,10 @@ func (t *Trainer) update(ctx context.Context, ls *loopState, step int, lr float3
 	if err := scaler.Update(anyInf); err != nil {
 		return stepResult{}, fmt.Errorf("worker: step %d: %w", step, err)
 	}
-	if bufs := modelBuffers(t.m); bufs != nil { // BatchNorm running statistics: rank 0's, every step (broadcast_buffers)
+	// BatchNorm running statistics: rank 0's, every step (broadcast_buffers). Not with
+	// SyncBatchNorm: every rank computes the same statistics bit for bit (model's combine in rank
+	// order), which the summary's buffers_sha256 of each rank shows.
+	if bufs := modelBuffers(t.m); bufs != nil && t.syncBN == nil {
 		if err := eng.BroadcastTensors(ctx, bufs); err != nil {
 			return stepResult{}, fmt.Errorf("worker: step %d: buffers: %w", step, err)
 		}
@@ -344,7 +353,22 @@ func (t *Trainer) afterStep(ctx context.Context) error {
 		t.obs.Eval(er)
 	}
 	if cfg.Checkpoint.Dir != "" && cfg.Checkpoint.Every > 0 && st.Step%cfg.Checkpoint.Every == 0 && st.Step < t.total {
-		if err := t.saveCheckpoint(ctx); err != nil {
+		// Under ddp.shard_optimizer every rank gathers the state whole first (collectives), before
+		// the writer's own decision to skip a checkpoint, so the ranks' collectives stay in step.
+		whole, err := t.gatherOptimState(ctx)
+		if err != nil {
+			return err
+		}
+		if writing, busy := st.Writing(t.checkpointPatience()); busy {
+			// The disk is much slower than the interval: skip this one rather than wait longer,
+			// which would hold this rank out of the next collective until its peers time out.
+			t.ckptSkipped++
+			t.log.Warn("checkpoint skipped: the previous one is still being written", "step", st.Step,
+				"writing_step", writing, "skipped_so_far", t.ckptSkipped)
+			t.prom.CheckpointSkipped()
+			return nil
+		}
+		if err := t.saveCheckpoint(whole); err != nil {
 			return err
 		}
 	}
@@ -370,7 +394,7 @@ func (t *Trainer) finish(ctx context.Context, ls *loopState) (*Result, error) {
 	sum := &observe.SummaryMetrics{
 		Steps: st.Step, FinalLoss: ls.lastLoss, EvalLoss: ev.Loss, PeakMemoryBytes: t.dev.Stats().Peak,
 		SkippedSteps: st.Skipped, Precision: string(cfg.Precision), WorldSize: env.WorldSize, Rank: env.Rank,
-		WallSeconds: secs, ParamSHA256: hash, MicroBatch: cfg.Train.MicroBatch, GradAccumSteps: cfg.Train.GradAccumSteps,
+		WallSeconds: secs, ParamSHA256: hash, BuffersSHA256: buffersHash(t.m), MicroBatch: cfg.Train.MicroBatch, GradAccumSteps: cfg.Train.GradAccumSteps,
 		CommSeconds: commSec, CommHiddenFraction: hidden,
 	}
 	rate := float64(trained*t.samplesPerStep()) / secs
@@ -384,7 +408,11 @@ func (t *Trainer) finish(ctx context.Context, ls *loopState) (*Result, error) {
 		if st.Summary, err = json.Marshal(sum); err != nil {
 			return nil, fmt.Errorf("checkpoint: encoding the summary: %w", err)
 		}
-		if err := t.saveCheckpoint(ctx); err != nil {
+		whole, err := t.gatherOptimState(ctx) // every rank: collectives
+		if err != nil {
+			return nil, err
+		}
+		if err := t.saveCheckpoint(whole); err != nil {
 			return nil, err
 		}
 		if err := st.WaitWrite(); err != nil {
@@ -407,13 +435,10 @@ func (t *Trainer) finish(ctx context.Context, ls *loopState) (*Result, error) {
 
 // saveCheckpoint checkpoints the run's state now, on the ranks that write checkpoints
 // (checkpoint.IsWriter); it returns once the snapshot is taken, the write goes on in the
-// background (checkpoint.State.Save).
-func (t *Trainer) saveCheckpoint(ctx context.Context) error {
+// background (checkpoint.State.Save). whole is gatherOptimState's (nil unsharded), which every
+// rank calls first.
+func (t *Trainer) saveCheckpoint(whole []model.NamedTensor) error {
 	t.st.Loader = t.loader.State()
-	whole, err := t.gatherOptimState(ctx) // every rank, before the writer check: collectives
-	if err != nil {
-		return err
-	}
 	if !checkpoint.IsWriter(t.cfg.Checkpoint.PerHost, t.env.Rank, t.env.LocalRank) {
 		return nil
 	}
@@ -494,4 +519,18 @@ func injectInf(dev tensor.Device, ps *model.Params, sh *model.Shard) {
 	}
 	g := ps.Grad.View(at, 1)
 	dev.Upload(g, []float32{float32(math.Inf(1))})
+}
+
+// checkpointPatience is how long a checkpoint due while the previous one is still being written
+// waits for it before it is skipped: half the collective timeout, which the peers spend waiting
+// in the next collective meanwhile; without peers, as long as it takes.
+func (t *Trainer) checkpointPatience() time.Duration {
+	if t.env.WorldSize <= 1 {
+		return time.Duration(math.MaxInt64)
+	}
+	d := t.cfg.DDP.Timeout.D
+	if d <= 0 {
+		d = 30 * time.Second // allreduce's default (link.DefaultTimeout)
+	}
+	return d / 2
 }

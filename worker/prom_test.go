@@ -21,6 +21,7 @@ var promNames = []string{
 	"goddp_step", "goddp_restarts", "goddp_eval_loss", "goddp_eval_accuracy", "goddp_steps_total",
 	"goddp_skipped_steps_total", "goddp_comm_seconds_total", "goddp_comm_hidden_seconds_total",
 	"goddp_wire_sent_bytes_total", "goddp_wire_received_bytes_total",
+	"goddp_checkpoints_skipped_total", "goddp_refused_connections_total", "goddp_refusals_suppressed_total",
 }
 
 // scrape GETs url and returns the value of each sample, by name and labels as written.

@@ -53,6 +53,9 @@ type Options struct {
 	// InjectInf, when set, is asked after each step's all-reduce whether to put +Inf into this
 	// rank's first gradient element (tests of the loss-scaler agreement and bf16's error).
 	InjectInf func(step int) bool
+	// SlowCheckpoint, when set, is called by the background checkpoint writer before each write
+	// (tests of a slow disk: checkpoint.State.BeforeWrite).
+	SlowCheckpoint func(step int)
 	// wrapModel, when set, wraps the model the run builds (tests: a planted leak).
 	wrapModel func(model.Model) model.Model
 }
@@ -71,6 +74,7 @@ type Trainer struct {
 	wall time.Time // when New started: the summary's wall_seconds
 
 	group   *allreduce.Group
+	syncBN  *ddp.StatReduce // model.sync_batchnorm over world > 1: BN statistics reduced over the ranks
 	dev     tensor.Device
 	evalSet data.Dataset // the training set is the loader's
 	m       model.Model
@@ -89,6 +93,8 @@ type Trainer struct {
 	obs     observe.Observers // the three above: what the loop reports to
 	in      *inputs
 	groups  []*allreduce.Group // the main group and the channels: their bytes on the wire
+
+	ckptSkipped int // checkpoints skipped while the previous one was still being written
 
 	closers []func() error // what New opened, in order
 	closed  bool
@@ -289,12 +295,16 @@ func (t *Trainer) startEngine(ctx context.Context, gcfg allreduce.Config) error 
 		}
 		return errors.Join(errs...)
 	})
+	if err := t.syncBatchNorm(ctx, cfg, t.env, t.m, t.group, gcfg); err != nil {
+		return err
+	}
 	dopts := ddp.Options{BucketCapMB: cfg.DDP.BucketCapMB, Wire: wireOf(cfg), Logger: t.log, Channels: asComms(channels),
 		ShardOptimizer: model.ShardOf(t.optim) != nil} // the shard the optimizer was built on
 	if t.trace != nil { // not a nil *Trace in the interface
 		dopts.Tracer = t.trace
 	}
 	eng := ddp.New(t.ps, t.group, dopts)
+	eng.SetBuffers(modelBuffers(t.m)) // the replica check covers the BatchNorm running statistics
 	t.eng = eng
 	t.onClose(func() error { eng.Close(); return nil })
 	return nil
@@ -310,6 +320,7 @@ func (t *Trainer) resumeOrInit(ctx context.Context) (string, error) {
 	if b, ok := t.m.(model.Buffered); ok {
 		st.Buffers = b.Buffers()
 	}
+	st.BeforeWrite = t.opt.SlowCheckpoint
 	t.onClose(st.WaitWrite) // a checkpoint still being written (checkpoint.State.Save) lands before the process goes
 	if cfg.Checkpoint.Dir != "" {
 		cfg.Checkpoint.Dir = checkpoint.ExpandDir(cfg.Checkpoint.Dir, env.NodeRank)
@@ -526,4 +537,29 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Result, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// syncBatchNorm sets model.sync_batchnorm up: with world > 1 the BatchNorm layers reduce their
+// statistics (model.StatReducer) over a process group of their own — a channel beside the main
+// group, since DDP's gradient all-reduce runs on the main one during the backward, when the
+// layers reduce Σdy and Σdy·x̂. Set after micro_batch: auto's search, which runs the model on
+// each rank alone. World 1: nothing to synchronise, the layers stay local.
+func (t *Trainer) syncBatchNorm(ctx context.Context, cfg *Config, env Env, m model.Model, group *allreduce.Group, gcfg allreduce.Config) error {
+	if !cfg.Model.SyncBatchNorm || env.WorldSize == 1 {
+		return nil
+	}
+	chs, err := allreduce.OpenChannels(ctx, group, gcfg, 2)
+	if err != nil {
+		return fmt.Errorf("worker: model.sync_batchnorm: opening its process group: %w", err)
+	}
+	t.onClose(chs[0].Close)
+	red := ddp.StatReducer(ctx, chs[0]) // Run gives it the loop's context
+	if !model.SetStatReducer(m, red) {
+		return fmt.Errorf("worker: model.sync_batchnorm: model.kind %s has no BatchNorm", cfg.Model.Kind)
+	}
+	t.syncBN = red
+	if env.Rank == 0 {
+		t.log.Info("sync_batchnorm: BatchNorm statistics over every rank, on a process group of their own", "world", env.WorldSize)
+	}
+	return nil
 }

@@ -35,8 +35,9 @@ import (
 // returns it as an error naming the peer.
 //
 // listener runs the listener's side for the gRPC server: Accept returns only connections
-// that completed it, at most MaxPending handshakes run at once (more are closed at once),
-// each bounded by Deadline. The tcp transport runs Accept in its own accept loop.
+// that completed it; what unauthenticated connections may hold meanwhile, and how refusals are
+// logged, is Guard's (guard.go). The tcp transport runs Accept in its own accept loop, with a
+// Guard of its own.
 
 const (
 	magic      = "GDDPAUT1"
@@ -44,8 +45,8 @@ const (
 	nonceSize  = 32
 	macSize    = sha256.Size
 	maxReason  = 1024
-	MaxPending = 64               // concurrent unauthenticated connections a listener serves
-	Deadline   = 10 * time.Second // bound on one handshake
+	MaxPending = 64               // concurrent unauthenticated connections a listener serves (guard.go)
+	Deadline   = 10 * time.Second // bound on one handshake (its hello: HelloDeadline)
 	statusOK   = 0
 	statusNo   = 1
 
@@ -120,8 +121,12 @@ func Dial(c net.Conn, token string, plane byte, rank, world int) error {
 
 // Accept runs the listener's side up to the dialer's proof and returns the rank and world
 // it claimed (authenticated by the MAC). The caller then checks them and answers with
-// Reply. The caller sets the connection's deadline.
-func Accept(c net.Conn, token string, plane byte) (rank, world int, err error) {
+// Reply. Accept sets the connection's deadline: the hello must arrive within HelloDeadline
+// (or within, if shorter), the whole handshake within; the caller clears it once it has
+// replied.
+func Accept(c net.Conn, token string, plane byte, within time.Duration) (rank, world int, err error) {
+	start := time.Now()
+	c.SetDeadline(start.Add(helloWithin(within)))
 	var hello [helloSize]byte
 	if _, err := io.ReadFull(c, hello[:len(magic)]); err != nil {
 		return 0, 0, err
@@ -132,6 +137,7 @@ func Accept(c net.Conn, token string, plane byte) (rank, world int, err error) {
 	if _, err := io.ReadFull(c, hello[len(magic):]); err != nil {
 		return 0, 0, err
 	}
+	c.SetDeadline(start.Add(within))
 	key := tokenKey(token)
 	var out [nonceSize + macSize]byte
 	rand.Read(out[:nonceSize])
@@ -202,7 +208,7 @@ type listener struct {
 	net.Listener
 	cfg  link.Config
 	log  *slog.Logger
-	sem  chan struct{}
+	g    *Guard
 	out  chan net.Conn
 	done chan struct{}
 	once sync.Once
@@ -211,7 +217,7 @@ type listener struct {
 }
 
 func NewListener(l net.Listener, cfg link.Config, log *slog.Logger) *listener {
-	a := &listener{Listener: l, cfg: cfg, log: log, sem: make(chan struct{}, MaxPending),
+	a := &listener{Listener: l, cfg: cfg, log: log, g: NewGuard(log, 0),
 		out: make(chan net.Conn), done: make(chan struct{})}
 	a.wg.Add(1)
 	go a.loop()
@@ -227,18 +233,16 @@ func (a *listener) loop() {
 			a.err = err
 			return
 		}
-		select {
-		case a.sem <- struct{}{}:
-		default:
-			a.log.Warn("allreduce: too many connections authenticating at once; closed one", "remote", c.RemoteAddr().String())
+		src := Source(c)
+		if !a.g.Admit(src) {
 			c.Close()
 			continue
 		}
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
-			ac := a.handshake(c)
-			<-a.sem
+			ac := a.handshake(c, src)
+			a.g.Done(src, ac != nil)
 			if ac == nil {
 				c.Close()
 				return
@@ -253,9 +257,8 @@ func (a *listener) loop() {
 }
 
 // handshake authenticates raw; nil when it did not complete.
-func (a *listener) handshake(raw net.Conn) *conn {
-	raw.SetDeadline(time.Now().Add(min(Deadline, a.cfg.Timeout)))
-	rank, world, err := Accept(raw, a.cfg.Token, PlaneGRPC)
+func (a *listener) handshake(raw net.Conn, src string) *conn {
+	rank, world, err := Accept(raw, a.cfg.Token, PlaneGRPC, min(Deadline, a.cfg.Timeout))
 	if err == nil {
 		err = CheckPeer(a.cfg, rank, world)
 		if rerr := Reply(raw, err); err == nil {
@@ -266,13 +269,13 @@ func (a *listener) handshake(raw net.Conn) *conn {
 	if err != nil {
 		switch {
 		case errors.Is(err, ErrDialer):
-			a.log.Warn("allreduce: refused connection with a wrong or missing token", "remote", remote)
+			a.g.Refuse(src, "allreduce: refused connection with a wrong or missing token", "addr", remote)
 		case errors.Is(err, ErrMagic):
-			a.log.Warn("allreduce: refused a connection that is not goddp's", "remote", remote)
+			a.g.Refuse(src, "allreduce: refused a connection that is not goddp's", "addr", remote)
 		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 			a.log.Debug("allreduce: connection closed during the handshake", "remote", remote)
 		default:
-			a.log.Warn("allreduce: refused connection", "remote", remote, "err", err)
+			a.g.Refuse(src, "allreduce: refused connection", "addr", remote, "err", err)
 		}
 		return nil
 	}
@@ -294,5 +297,6 @@ func (a *listener) Close() error {
 	err := a.Listener.Close()
 	a.once.Do(func() { close(a.done) })
 	a.wg.Wait()
+	a.g.Stop()
 	return err
 }

@@ -25,7 +25,7 @@ func authPair(dialTok, listenTok string, dialPlane, listenPlane byte, cfg link.C
 	go func() {
 		defer close(done)
 		var world int
-		rank, world, acceptErr = Accept(b, listenTok, listenPlane)
+		rank, world, acceptErr = Accept(b, listenTok, listenPlane, 5*time.Second)
 		if acceptErr == nil {
 			acceptErr = CheckPeer(cfg, rank, world)
 			Reply(b, acceptErr)
@@ -63,13 +63,16 @@ func TestAuth_handshake(t *testing.T) {
 }
 
 // A dialer that proves nothing (a good hello, then a wrong MAC) is refused with the token named.
+// Both sides have deadlines: with the MAC check broken the listener answers nothing and the
+// test fails in a second instead of hanging.
 func TestAuth_wrongProofRefused(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
+	a.SetDeadline(time.Now().Add(time.Second))
 	errc := make(chan error, 1)
 	go func() {
-		_, _, err := Accept(b, "tok", PlaneTCP)
+		_, _, err := Accept(b, "tok", PlaneTCP, time.Second)
 		errc <- err
 	}()
 	hello := append([]byte(magic), PlaneTCP, 1, 0, 2, 0)
@@ -81,7 +84,13 @@ func TestAuth_wrongProofRefused(t *testing.T) {
 	io.ReadFull(a, st[:])
 	msg := make([]byte, int(st[1])|int(st[2])<<8)
 	io.ReadFull(a, msg)
-	if err := <-errc; !errors.Is(err, ErrDialer) {
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(2 * time.Second):
+		t.Fatal("accept did not return")
+	}
+	if !errors.Is(err, ErrDialer) {
 		t.Fatalf("accept: %v, want ErrDialer", err)
 	}
 	if st[0] != statusNo || !strings.Contains(string(msg), "token") {

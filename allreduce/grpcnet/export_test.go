@@ -41,3 +41,10 @@ var (
 
 // PushMsg is what SendMsg on a Push stream takes: b as a message.
 func PushMsg(b []byte) any { return &outMsg{p: link.Bytes(b)} }
+
+// HasLink says whether the link to peer to is in the table (opened, or failed for good).
+func (t *Transport) HasLink(to int) bool {
+	t.outMu.Lock()
+	defer t.outMu.Unlock()
+	return t.out[to] != nil
+}

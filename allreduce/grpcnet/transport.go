@@ -344,7 +344,7 @@ func (t *Transport) recvQueue(ctx context.Context, from int, in *inbox) (inItem,
 	}
 }
 
-func (t *Transport) link(to int) (*outLink, error) {
+func (t *Transport) link(ctx context.Context, to int) (*outLink, error) {
 	return link.OpenLink(&t.outMu, t.out, t.closed, to, func() (*outLink, bool, error) {
 		l := &outLink{}
 		conn, err := grpc.NewClient("passthrough:///"+t.addrs[to], append(t.dialOptions(), grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
@@ -357,12 +357,20 @@ func (t *Transport) link(to int) (*outLink, error) {
 			l.err = &link.PeerError{Rank: to, Err: err}
 			return l, true, nil
 		}
-		l.conn = conn
 		sctx, cancel := context.WithCancel(t.ctx)
-		l.cancel = cancel
 		// WaitForReady: the peer's server is up (it listened before joining) but the connection
-		// may still be starting; the collective's watchdog bounds the wait.
+		// may still be starting. The stream lives as long as the transport (sctx), but the wait
+		// for it is the caller's: when ctx ends first (a dead peer never answers; issue 30: an
+		// abort frame to it held a failed rank past SIGTERM), the link is not kept and the next
+		// Send dials afresh.
+		stop := context.AfterFunc(ctx, cancel)
 		l.stream, err = conn.NewStream(sctx, &pushStreamDesc, "/"+link.ServiceName+"/Push", grpc.WaitForReady(true))
+		if !stop() && t.ctx.Err() == nil {
+			cancel()
+			conn.Close()
+			return nil, false, &link.PeerError{Rank: to, Err: fmt.Errorf("opening the link: %w", context.Cause(ctx))}
+		}
+		l.conn, l.cancel = conn, cancel
 		if err != nil {
 			l.err = &link.PeerError{Rank: to, Err: err}
 		}
@@ -374,7 +382,7 @@ func (t *Transport) Send(ctx context.Context, to int, p link.Payload) error {
 	if to < 0 || to >= len(t.out) || to == t.cfg.Rank {
 		return fmt.Errorf("allreduce: send to invalid rank %d", to)
 	}
-	l, err := t.link(to)
+	l, err := t.link(ctx, to)
 	if err != nil {
 		return err
 	}
@@ -502,11 +510,11 @@ var errEOF = io.EOF
 // The shared-memory decorator's needs (package shm).
 var _ link.Linker = (*Transport)(nil)
 
-func (t *Transport) LinkTo(_ context.Context, to int) (bool, error) {
+func (t *Transport) LinkTo(ctx context.Context, to int) (bool, error) {
 	if to < 0 || to >= len(t.out) || to == t.cfg.Rank {
 		return false, fmt.Errorf("allreduce: send to invalid rank %d", to)
 	}
-	l, err := t.link(to) // returns once the stream is open, so its dialer has run
+	l, err := t.link(ctx, to) // returns once the stream is open, so its dialer has run
 	if err != nil {
 		return false, err
 	}
@@ -534,7 +542,7 @@ func (t *Transport) Answer(from int, b []byte) error {
 }
 
 func (t *Transport) ReadAnswer(ctx context.Context, to int, b []byte) error {
-	l, err := t.link(to)
+	l, err := t.link(ctx, to)
 	if err != nil {
 		return err
 	}

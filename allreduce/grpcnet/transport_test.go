@@ -217,3 +217,49 @@ func TestGRPC_receiveInPlace(t *testing.T) {
 		}
 	}
 }
+
+// Issue 30, item 3: the first send to a peer that died before this rank ever linked to it (the
+// abort frame a failing rank sends its ring neighbour, through the shared-memory hello) waits
+// for the peer no longer than the caller's context, and leaves no link behind, so the
+// transport's Close does not wait for it either.
+func TestGRPC_linkToDeadPeerTakesTheContext(t *testing.T) {
+	gs := grouptest.NewGroups(t, "grpc", 2, nil)
+	tr := grpcnet.Plane(grouptest.Plane(gs[1]))
+	if tr.HasLink(0) {
+		t.Fatal("rank 1 already has a link to rank 0: the test proves nothing")
+	}
+	grouptest.KillRank(t, "grpc", gs[0])
+	done := make(chan error, 2)
+	start := time.Now()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		done <- tr.Send(ctx, 0, link.Bytes(make([]byte, 64)))
+	}()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		_, err := tr.LinkTo(ctx, 0)
+		done <- err
+	}()
+	for range 2 {
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatal("a send to a dead peer succeeded")
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a send to a dead peer ignored its 300 ms context")
+		}
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("sends to a dead peer took %v with a 300 ms context", d)
+	}
+	closed := make(chan struct{})
+	go func() { tr.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for the dead peer")
+	}
+}

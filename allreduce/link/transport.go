@@ -102,6 +102,10 @@ var ErrClosed = errors.New("allreduce: closed")
 // ErrPeerGone is the cause inside a PeerError when the peer closed the link or died.
 var ErrPeerGone = errors.New("connection closed by peer")
 
+// ErrMasterLost is what a rank above 0 whose call to rank 0's rendezvous failed matches
+// (errors.Is): the master is gone, never came, or refused it. The error's text is the call's.
+var ErrMasterLost = errors.New("allreduce: the rendezvous lost its master")
+
 // SendGrace is how long a Send (or ReadAnswer) whose context ended may still finish before
 // its link is cut: a send merely in progress when a collective fails completes, and the abort
 // frame can follow on the same link.

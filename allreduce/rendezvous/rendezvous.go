@@ -120,6 +120,12 @@ func (r *rendezvous) Run(ctx context.Context) (link.Table, error) {
 	return r.join(ctx)
 }
 
+// masterLost is a failed Join call: errors.Is(err, link.ErrMasterLost), with the call's text.
+type masterLost struct{ error }
+
+func (e masterLost) Unwrap() error        { return e.error }
+func (e masterLost) Is(target error) bool { return target == link.ErrMasterLost }
+
 // join is a rank above 0 calling rank 0's Join.
 func (r *rendezvous) join(ctx context.Context) (link.Table, error) {
 	n, master := r.cfg.WorldSize, r.cfg.MasterAddr
@@ -132,7 +138,7 @@ func (r *rendezvous) join(ctx context.Context) (link.Table, error) {
 	var resp []byte
 	err = conn.Invoke(ctx, "/"+link.ServiceName+"/Join", &req, &resp, grpc.WaitForReady(true))
 	if err != nil {
-		return link.Table{}, fmt.Errorf("allreduce: rank %d: rendezvous at %s (MASTER_ADDR:MASTER_PORT): %w", r.cfg.Rank, master, err)
+		return link.Table{}, masterLost{fmt.Errorf("allreduce: rank %d: rendezvous at %s (MASTER_ADDR:MASTER_PORT): %w", r.cfg.Rank, master, err)}
 	}
 	var jr joinResponse
 	if err := json.Unmarshal(resp, &jr); err != nil || len(jr.Addrs) != n {

@@ -69,7 +69,7 @@ type Transport struct {
 
 	connsMu sync.Mutex
 	conns   map[net.Conn]struct{} // accepted connections (handshaking or serving)
-	pending chan struct{}         // a slot per handshake in progress (at most auth.MaxPending)
+	guard   *auth.Guard           // bounds the handshakes in progress, rate-limits refusals
 
 	closed chan struct{}
 	once   sync.Once
@@ -118,7 +118,7 @@ func New(ctx context.Context, cfg link.Config, newRdv link.NewRendezvous) (*Tran
 	}
 	t := &Transport{cfg: cfg, log: cfg.Logger.With("rank", cfg.Rank), lis: lis,
 		in: make([]*tcpIn, cfg.WorldSize), out: make([]*tcpOut, cfg.WorldSize),
-		conns: map[net.Conn]struct{}{}, pending: make(chan struct{}, auth.MaxPending), closed: make(chan struct{})}
+		conns: map[net.Conn]struct{}{}, guard: auth.NewGuard(cfg.Logger.With("rank", cfg.Rank, "transport", "tcp"), 0), closed: make(chan struct{})}
 	for i := range t.in {
 		t.in[i] = &tcpIn{ready: make(chan struct{})}
 	}
@@ -183,11 +183,9 @@ func (t *Transport) accept(lis net.Listener) {
 			return
 		default:
 		}
-		select {
-		case t.pending <- struct{}{}:
-		default:
+		src := auth.Source(c)
+		if !t.guard.Admit(src) {
 			t.connsMu.Unlock()
-			t.log.Warn("allreduce: too many connections authenticating at once; closed one", "remote", c.RemoteAddr().String(), "transport", "tcp")
 			c.Close()
 			continue
 		}
@@ -196,8 +194,8 @@ func (t *Transport) accept(lis net.Listener) {
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
-			ok := t.handshake(c)
-			<-t.pending
+			ok := t.handshake(c, src)
+			t.guard.Done(src, ok)
 			if !ok {
 				t.connsMu.Lock()
 				delete(t.conns, c)
@@ -210,17 +208,16 @@ func (t *Transport) accept(lis net.Listener) {
 
 // handshake authenticates a connecting peer (package auth); on success the connection becomes that
 // peer's inbox.
-func (t *Transport) handshake(c net.Conn) bool {
-	c.SetDeadline(time.Now().Add(min(auth.Deadline, t.cfg.Timeout)))
+func (t *Transport) handshake(c net.Conn, src string) bool {
 	remote := c.RemoteAddr().String()
-	rank, world, err := auth.Accept(c, t.cfg.Token, auth.PlaneTCP)
+	rank, world, err := auth.Accept(c, t.cfg.Token, auth.PlaneTCP, min(auth.Deadline, t.cfg.Timeout))
 	switch {
 	case err == nil:
 	case errors.Is(err, auth.ErrDialer):
-		t.log.Warn("allreduce: refused connection with a wrong or missing token", "remote", remote, "transport", "tcp")
+		t.guard.Refuse(src, "allreduce: refused connection with a wrong or missing token", "addr", remote)
 		return false
 	case errors.Is(err, auth.ErrMagic):
-		t.log.Warn("allreduce: refused a data-plane connection that is not goddp's", "remote", remote)
+		t.guard.Refuse(src, "allreduce: refused a data-plane connection that is not goddp's", "addr", remote)
 		return false
 	default:
 		t.log.Debug("allreduce: data-plane handshake failed", "remote", remote, "err", err)
@@ -231,7 +228,7 @@ func (t *Transport) handshake(c net.Conn) bool {
 		return false
 	}
 	if err := auth.CheckPeer(t.cfg, rank, world); err != nil {
-		t.log.Warn("allreduce: refused connection from a peer of another world", "remote", remote, "transport", "tcp", "claimed_rank", rank, "claimed_world", world)
+		t.guard.Refuse(src, "allreduce: refused connection from a peer of another world", "addr", remote, "claimed_rank", rank, "claimed_world", world)
 		return refuse(err)
 	}
 	in := t.in[rank]
@@ -469,6 +466,7 @@ func (t *Transport) Abort() error {
 		}
 		t.connsMu.Unlock()
 		t.wg.Wait()
+		t.guard.Stop()
 		if t.rdv != nil {
 			t.rdv.Close()
 		}

@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -243,6 +244,10 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "ddplaunch: %v\n", err)
 		return 2
 	}
+	if err := c.checkBatch(nproc); err != nil {
+		fmt.Fprintf(os.Stderr, "ddplaunch: %v\n", err) // once here rather than in every worker
+		return 2
+	}
 	o := c.opts
 	o.NProcPerNode = nproc
 	if c.multi.kind != rdzvLocal {
@@ -276,4 +281,19 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, interpreterHint(pyPath))
 	}
 	return launcher.ExitCode(err)
+}
+
+// checkBatch checks the --config run's batch against the world it will have, when the host count
+// is fixed (not an elastic MIN:MAX) and the micro-batch is not searched for: the one config check
+// that needs the world, which would otherwise fail in every worker at once.
+func (c *cli) checkBatch(nproc int) error {
+	if c.loaded == nil || c.loaded.Train.MicroBatchAuto {
+		return nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(c.nnodes))
+	if err != nil || n < 1 {
+		return nil
+	}
+	_, err = c.loaded.Train.ResolveBatch(n * nproc)
+	return err
 }

@@ -41,7 +41,7 @@ func binaries(t *testing.T) string {
 		if buildErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-tags", "ddptesthooks", "-o", binDir+"/", "github.com/goddp/goddp/cmd/ddptrain", "github.com/goddp/goddp/cmd/ddplaunch")
+		cmd := exec.Command("go", "build", "-tags", "ddptesthooks", "-o", binDir+"/", "github.com/goddp/goddp/cmd/ddptrain", "github.com/goddp/goddp/cmd/ddplaunch", "github.com/goddp/goddp/cmd/ddpbench")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)

@@ -8,7 +8,10 @@
 //
 // Exit status: 0 when the run finished; 1 when it failed; 2 for a usage or config error (nothing
 // was trained); 3 for the failure DDP_FAIL_AT_STEP plants (tests of restarts, in a binary built
-// with -tags ddptesthooks only: testhooks_env.go), so a test can tell it from a real one.
+// with -tags ddptesthooks only: testhooks_env.go), so a test can tell it from a real one; 4 when
+// it failed because another rank did (a collective or link naming a peer, a rendezvous that lost
+// its master: allreduce.FailedByPeer) or a stop signal ended it: ddplaunch reads 4 as a follow-on
+// (launcher.ExitFollowOn) and blames another rank first.
 package main
 
 import (
@@ -22,6 +25,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/worker"
 	"github.com/goddp/goddp/worker/config"
 	"github.com/goddp/goddp/worker/observe"
@@ -32,6 +36,7 @@ const (
 	exitFailed        = 1
 	exitUsage         = 2 // also a config that does not load
 	exitInjectedFault = 3 // DDP_FAIL_AT_STEP (-tags ddptesthooks)
+	exitFollowOn      = 4 // another rank's failure, or a stop signal (launcher.ExitFollowOn)
 )
 
 func main() {
@@ -100,6 +105,9 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "ddptrain:", err)
 		if injectedFault(err) {
 			return exitInjectedFault
+		}
+		if allreduce.FailedByPeer(err) || ctx.Err() != nil {
+			return exitFollowOn
 		}
 		return exitFailed
 	}

@@ -18,6 +18,8 @@ import (
 // own micro-batch's statistics (no SyncBatchNorm), the gradients are all-reduced, and the running
 // statistics are rank 0's (broadcast at the start and after every step), so the replicas stay
 // bit-identical: the replica check runs every 2 steps and both ranks end with one param_sha256.
+// The replica check covers the running statistics too (ddp.Engine.SetBuffers): without the
+// per-step broadcast it fails at step 2, naming the buffers (issue 30).
 func TestLaunch_resnetBatchNormReplicasAgree(t *testing.T) {
 	dir := t.TempDir()
 	m := filepath.Join(dir, "m.jsonl")

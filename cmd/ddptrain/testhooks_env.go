@@ -4,6 +4,8 @@ package main
 
 import (
 	"errors"
+	"os"
+	"time"
 
 	"github.com/goddp/goddp/worker"
 )
@@ -19,6 +21,8 @@ var errInjectedFault = errors.New("failing on purpose (DDP_FAIL_AT_STEP)")
 //
 //	DDP_FAIL_AT_STEP=N        the first attempt (DDP_RESTART_COUNT 0) fails just before step N:
 //	                          the run stops, closes what it opened, and ddptrain exits 3
+//	DDP_SLOW_CHECKPOINT=D     every checkpoint write waits D (a Go duration) before it starts:
+//	                          a disk slower than checkpoint.every (issue 30)
 //	DDP_INJECT_INF_STEP=N     rank DDP_INJECT_INF_RANK (default 0) puts +Inf into a gradient at
 //	                          step N, after the all-reduce (the loss scaler must skip the step
 //	                          on every rank; under bf16 the run stops, naming step and rank)
@@ -32,6 +36,9 @@ func testHooks(opt *worker.Options) {
 			}
 			return nil
 		}
+	}
+	if d, err := time.ParseDuration(os.Getenv("DDP_SLOW_CHECKPOINT")); err == nil && d > 0 {
+		opt.SlowCheckpoint = func(int) { time.Sleep(d) }
 	}
 	if n := envInt("DDP_INJECT_INF_STEP"); n > 0 {
 		rank, at := envInt("RANK"), envInt("DDP_INJECT_INF_RANK")

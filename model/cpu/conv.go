@@ -508,6 +508,101 @@ func (c *Device) BatchNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tens
 	commit(dx, dxs)
 }
 
+// ---- SyncBatchNorm's parts (tensor.SyncBatchNormDevice) ----
+
+var _ tensor.SyncBatchNormDevice = (*Device)(nil)
+
+func (c *Device) BatchNormStats(mean, variance, x *tensor.Tensor) {
+	N, C, P := bnShape("BatchNormStats", x, mean, variance)
+	xs := read(x)
+	ms, vs := f32s(mean), f32s(variance)
+	M := float64(N * P)
+	c.parallel(C, 1, func(lo, hi int) {
+		for ch := lo; ch < hi; ch++ {
+			var s float64
+			for n := 0; n < N; n++ {
+				for _, v := range xs[(n*C+ch)*P : (n*C+ch+1)*P] {
+					s += float64(v)
+				}
+			}
+			mu := s / M
+			var ss float64
+			for n := 0; n < N; n++ {
+				for _, v := range xs[(n*C+ch)*P : (n*C+ch+1)*P] {
+					d := float64(v) - mu
+					ss += d * d
+				}
+			}
+			ms[ch], vs[ch] = float32(mu), float32(ss/M)
+		}
+	})
+}
+
+func (c *Device) BatchNormBackwardReduce(sdy, sdyx, dw, db, dy, x, mean, rstd *tensor.Tensor) {
+	N, C, P := bnShape("BatchNormBackwardReduce", x, sdy, sdyx, dw, db, mean, rstd)
+	tensor.CheckLen("BatchNormBackwardReduce", dy, x)
+	xs, dys := read(x), read(dy)
+	ms, rs := f32s(mean), f32s(rstd)
+	s1, s2 := f32s(sdy), f32s(sdyx)
+	var dws, dbs []float32
+	if dw != nil {
+		dws = f32s(dw)
+	}
+	if db != nil {
+		dbs = f32s(db)
+	}
+	c.parallel(C, 1, func(lo, hi int) {
+		for ch := lo; ch < hi; ch++ {
+			mu, r := float64(ms[ch]), float64(rs[ch])
+			var a, b float64
+			for n := 0; n < N; n++ {
+				xr := xs[(n*C+ch)*P : (n*C+ch+1)*P]
+				dr := dys[(n*C+ch)*P : (n*C+ch+1)*P]
+				dr = dr[:len(xr)]
+				for i, v := range xr {
+					g := float64(dr[i])
+					a += g
+					b += g * (float64(v) - mu) * r
+				}
+			}
+			s1[ch], s2[ch] = float32(a), float32(b)
+			if dws != nil {
+				dws[ch] += float32(b)
+			}
+			if dbs != nil {
+				dbs[ch] += float32(a)
+			}
+		}
+	})
+}
+
+func (c *Device) BatchNormBackwardElemt(dx, dy, x, w, mean, rstd, sdy, sdyx *tensor.Tensor, count int) {
+	N, C, P := bnShape("BatchNormBackwardElemt", x, w, mean, rstd, sdy, sdyx)
+	tensor.CheckLen("BatchNormBackwardElemt", dx, dy, x)
+	xs, dys, ws := read(x), read(dy), read(w)
+	ms, rs, s1, s2 := f32s(mean), f32s(rstd), f32s(sdy), f32s(sdyx)
+	dxs := outBuf(dx, false)
+	M := float64(max(count, 1))
+	c.parallel(C, 1, func(lo, hi int) {
+		for ch := lo; ch < hi; ch++ {
+			mu, r := float64(ms[ch]), float64(rs[ch])
+			k := float64(ws[ch]) * r
+			a, bb := float64(s1[ch])/M, float64(s2[ch])/M
+			for n := 0; n < N; n++ {
+				xr := xs[(n*C+ch)*P : (n*C+ch+1)*P]
+				dr := dys[(n*C+ch)*P : (n*C+ch+1)*P]
+				out := dxs[(n*C+ch)*P : (n*C+ch+1)*P]
+				dr, out = dr[:len(xr)], out[:len(xr)]
+				for i, v := range xr {
+					xh := (float64(v) - mu) * r
+					out[i] = float32(k * (float64(dr[i]) - a - xh*bb))
+				}
+			}
+		}
+	})
+	commit(dx, dxs)
+}
+
 // ---- pooling ----
 
 func (c *Device) MaxPool2d(y, arg, x *tensor.Tensor, g tensor.ConvGeom) {

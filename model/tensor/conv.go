@@ -45,6 +45,31 @@ type ConvDevice interface {
 	GlobalAvgPoolBackward(dx, dy *Tensor)
 }
 
+// SyncBatchNormDevice is the optional ability of a device to split training-mode batch
+// normalisation where statistics cross processes (SyncBatchNorm), PyTorch's batch_norm_stats,
+// batch_norm_backward_reduce and batch_norm_backward_elemt: the layer reduces the per-channel
+// numbers between them, and normalises with BatchNormInference given the global mean and biased
+// variance. Layers find it with AsSyncBatchNorm.
+type SyncBatchNormDevice interface {
+	// BatchNormStats: mean (C) and variance (C) f32 get x's (N,C,H,W) per-channel mean and biased
+	// variance over N·H·W (two passes, accumulated in f64), as BatchNorm computes them.
+	BatchNormStats(mean, variance, x *Tensor)
+	// BatchNormBackwardReduce: sdy (C) and sdyx (C) f32 are overwritten with Σdy and Σdy·x̂ over
+	// N·H·W, x̂ = (x − mean)·rstd; dw and db (C) accumulate sdyx and sdy (nil skips them).
+	BatchNormBackwardReduce(sdy, sdyx, dw, db, dy, x, mean, rstd *Tensor)
+	// BatchNormBackwardElemt: dx = w·rstd·(dy − sdy/count − x̂·sdyx/count), overwritten, with
+	// sdy, sdyx and count the reduction's over every process.
+	BatchNormBackwardElemt(dx, dy, x, w, mean, rstd, sdy, sdyx *Tensor, count int)
+}
+
+// AsSyncBatchNorm returns dev's SyncBatchNormDevice, or an error naming the device.
+func AsSyncBatchNorm(dev Device) (SyncBatchNormDevice, error) {
+	if c, ok := dev.(SyncBatchNormDevice); ok {
+		return c, nil
+	}
+	return nil, fmt.Errorf("tensor: the %s device has no SyncBatchNorm yet (it does not implement tensor.SyncBatchNormDevice)", dev.Name())
+}
+
 // ConvGeom is a convolution's or pooling window's geometry: a KH×KW window moved by Stride
 // over the input padded by Pad on every side (zeros for a convolution, −∞ for max pooling).
 type ConvGeom struct {

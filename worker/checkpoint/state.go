@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/worker/config"
@@ -44,6 +45,10 @@ type State struct {
 	// a model without any. Both are the running model's: Restore keeps them.
 	Spec    model.Spec     `json:"-"`
 	Buffers *model.Buffers `json:"-"`
+
+	// BeforeWrite, when set, is called by the background writer before it writes the
+	// checkpoint of a step (tests: a slow disk, worker.Options.SlowCheckpoint).
+	BeforeWrite func(step int) `json:"-"`
 
 	resumedAt int
 	writing   *write // the checkpoint write in flight (Save), or nil
@@ -88,8 +93,12 @@ func (s *State) Save(cfg *config.Config, world int, ps *model.Params, opt model.
 	dir, step, keep, spec := cfg.Checkpoint.Dir, s.Step, cfg.Checkpoint.Keep, s.Spec
 	w := &write{step: step, done: make(chan struct{})}
 	s.writing = w
+	before := s.BeforeWrite
 	go func() {
 		defer close(w.done)
+		if before != nil {
+			before(step)
+		}
 		path, err := SaveModel(dir, step, spec, weights, optim, json.RawMessage(state))
 		if err != nil {
 			w.err = err
@@ -110,6 +119,25 @@ type write struct {
 	step int
 	done chan struct{}
 	err  error // set before done is closed
+}
+
+// Writing waits up to within for the write of an earlier checkpoint and says whether it is
+// still in progress, and of which step. The trainer skips a checkpoint due while it is (issue
+// 30: waiting for a slow disk in Save held rank 0 out of the next collective until its peers
+// timed out).
+func (s *State) Writing(within time.Duration) (step int, busy bool) {
+	w := s.writing
+	if w == nil {
+		return 0, false
+	}
+	t := time.NewTimer(within)
+	defer t.Stop()
+	select {
+	case <-w.done:
+		return w.step, false
+	case <-t.C:
+		return w.step, true
+	}
 }
 
 // WaitWrite waits for the checkpoint write in flight, if any, and returns its error.

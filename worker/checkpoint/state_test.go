@@ -56,9 +56,15 @@ func TestState_saveDoesNotBlockTheStep(t *testing.T) {
 	if p, _ := Latest(cfg.Checkpoint.Dir); p != "" {
 		t.Fatalf("a checkpoint is complete before its files are synced: %s", p)
 	}
+	if step, busy := st.Writing(10 * time.Millisecond); !busy || step != 7 {
+		t.Fatalf("Writing() = %d, %v while step 7's write waits for the disk; want 7, true (the trainer skips a checkpoint then)", step, busy)
+	}
 	close(release)
 	if err := st.WaitWrite(); err != nil {
 		t.Fatal(err)
+	}
+	if _, busy := st.Writing(0); busy {
+		t.Fatal("Writing() says busy after WaitWrite")
 	}
 	p, err := Latest(cfg.Checkpoint.Dir)
 	if err != nil || filepath.Base(p) != "step-00000007" {

@@ -78,6 +78,8 @@ const (
 	// DataSyntheticImages is made-up ImageNet-shaped batches (3×224×224, 1000 classes; a
 	// model.kind resnet) for benchmarks: nothing is read from disk.
 	DataSyntheticImages DataKind = "synthetic-images"
+	// DataImageFolder is a resnet's images in data.path as ROOT/{train,val}/CLASS/*.jpg|png.
+	DataImageFolder DataKind = "image_folder"
 )
 
 // Wire is `ddp.wire`: the all-reduce wire format. Config.WireFormat resolves auto.
@@ -132,7 +134,7 @@ var (
 		aliases: map[string]Attention{"": "", "materialised": AttnMaterialized}}
 	schedules  = choices[Schedule]{key: "train.schedule", values: []Schedule{ScheduleConstant, ScheduleCosine}}
 	optimizers = choices[Optimizer]{key: "train.optimizer", values: []Optimizer{OptAdamW, OptSGD}}
-	dataKinds  = choices[DataKind]{key: "data.kind", values: []DataKind{DataMNIST, DataText, DataTokens, DataSyntheticImages}}
+	dataKinds  = choices[DataKind]{key: "data.kind", values: []DataKind{DataMNIST, DataText, DataTokens, DataSyntheticImages, DataImageFolder}}
 	wires      = choices[Wire]{key: "ddp.wire", values: []Wire{WireAuto, WireF32, WireF16, WireBF16}}
 )
 
@@ -331,8 +333,11 @@ func (d *Duration) setText(s string) error {
 		return nil
 	}
 	v, err := time.ParseDuration(s)
-	if err != nil || v < 0 {
+	if err != nil {
 		return fmt.Errorf("%q is not a duration (e.g. 30s, 5m)", s)
+	}
+	if v < 0 {
+		return fmt.Errorf("%s: must be positive (or \"\" for the default)", s)
 	}
 	*d = Duration{D: v}
 	return nil

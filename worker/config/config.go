@@ -82,9 +82,13 @@ type ModelConfig struct {
 	Depth   int    `yaml:"depth,omitempty"`
 	Stem    string `yaml:"stem,omitempty"`
 	Classes int    `yaml:"classes,omitempty"`
-	// sync_batchnorm (resnet): batch statistics over all ranks. Not yet: true
-	// is refused. BatchNorm's running statistics are buffers, broadcast from
-	// rank 0 at the start and after every optimizer step.
+	// sync_batchnorm (resnet): the batch statistics of every BatchNorm over all
+	// ranks (PyTorch's SyncBatchNorm: per-channel statistics gathered in the
+	// forward, Σdy and Σdy·x̂ all-reduced in the backward), so world W × micro
+	// batch b normalises as one process with W·b. Default false: statistics per
+	// rank. The running statistics are buffers, broadcast from rank 0 at the
+	// start and, without sync, after every optimizer step (with sync every rank
+	// computes the same ones).
 	SyncBatchNorm bool `yaml:"sync_batchnorm,omitempty"`
 	// checkpoint_keep_attention (GPT, with checkpoint): checkpointed blocks also
 	// keep the fused attention's output (B×T×width) and log-sum-exp, so the
@@ -151,7 +155,10 @@ type TrainConfig struct {
 
 // DataConfig is the `data:` section.
 type DataConfig struct {
-	// kind: mnist | text | tokens | synthetic-images. tokens: token shards in
+	// kind: mnist | text | tokens | synthetic-images | image_folder. image_folder: a
+	// resnet's images in data.path as ROOT/train/CLASS/*.jpg|png and ROOT/val/CLASS/…
+	// (torchvision's ImageFolder: classes sorted by name), 3×image_size² samples, decoded on the
+	// loader's workers (`ddpbench images --from-mnist DIR` writes MNIST so). tokens: token shards in
 	// llm.c's format (`ddpbench tokenize` writes them), memory-mapped; every id
 	// must be below model.vocab_used (or model.vocab). synthetic-images: resnet
 	// benchmarks (3×224×224 images of noise, 1000 classes, 12800 training and
@@ -172,6 +179,14 @@ type DataConfig struct {
 	EvalFraction float64 `yaml:"eval_fraction"`
 	// shuffle: a fresh permutation every epoch from (seed, epoch). Default true.
 	Shuffle bool `yaml:"shuffle"`
+	// image_size (image_folder): the square side of every sample; 0 = 224. Training samples are
+	// a random resized crop to it (torchvision's defaults) flipped with p = 0.5, eval samples
+	// the shorter side resized to image_size/0.875 and centre-cropped.
+	ImageSize int `yaml:"image_size,omitempty"`
+	// mean, std (image_folder): per-channel (RGB) normalisation of [0,1] pixels, (x−mean)/std;
+	// empty = ImageNet's [0.485, 0.456, 0.406] and [0.229, 0.224, 0.225].
+	Mean []float64 `yaml:"mean,omitempty"`
+	Std  []float64 `yaml:"std,omitempty"`
 }
 
 // CheckpointConfig is the `checkpoint:` section.

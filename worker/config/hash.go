@@ -91,6 +91,9 @@ func (c *Config) Trajectory() map[string]string {
 				used = e.usedIf != nil && e.usedIf(c)
 			}
 		}
+		if addedOmitZero[key] && c.valueText(root, key) == c.zeroText(key) {
+			continue // unset: the hash of every config from before the key is as it was
+		}
 		if excluded && !used {
 			if isConditional(key) {
 				out[key] = NotUsed
@@ -100,6 +103,18 @@ func (c *Config) Trajectory() map[string]string {
 		out[key] = c.valueText(root, key)
 	}
 	return out
+}
+
+// addedOmitZero are trajectory keys added after TrajectoryFormat 1 that are left out of
+// Trajectory while they hold their zero value (as YAML's omitempty leaves them out of a config), so
+// the hash of every config that does not set them is as it was; set, they are ordinary trajectory
+// keys. DiffTrajectory compares a key one side lacks with the default (the zero value), the same.
+var addedOmitZero = map[string]bool{"data.image_size": true, "data.mean": true, "data.std": true}
+
+// zeroText is key's value text in a zero Config.
+func (c *Config) zeroText(key string) string {
+	var z Config
+	return z.valueText(reflect.ValueOf(&z).Elem(), key)
 }
 
 func isConditional(key string) bool {
@@ -216,6 +231,7 @@ func (c *Config) HashV1() string {
 	cc.Data.Path, cc.Data.Workers, cc.Data.Prefetch = "", 0, 0
 	cc.Checkpoint.Dir, cc.Checkpoint.PerHost, cc.Checkpoint.FreshIfBroken = "", false, false
 	cc.Model.InitFrom = ""
+	cc.Data.ImageSize, cc.Data.Mean, cc.Data.Std = 0, nil, nil // added after v1
 	cc.DDP.Channels = 0
 	cc.DDP.Timeout = Duration{}
 	cc.DDP.ShardOptimizer = false

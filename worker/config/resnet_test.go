@@ -17,24 +17,49 @@ func resnetConfig(t *testing.T, kv ...string) *Config {
 	return c.Resolved()
 }
 
-// model.kind resnet: depth 18|34|50, stem imagenet|small (or unset), width and classes > 0, and
-// sync_batchnorm refused as not yet implemented.
+// model.kind resnet: depth 18|34|50, stem imagenet|small (or unset), width and classes > 0;
+// sync_batchnorm accepted; data.kind image_folder with its keys.
 func TestValidate_resnet(t *testing.T) {
 	if err := resnetConfig(t).Validate(); err != nil {
 		t.Fatalf("a good resnet config: %v", err)
 	}
-	for _, s := range []string{"model.stem=small", "model.stem=imagenet", "model.depth=34", "model.depth=50"} {
+	for _, s := range []string{"model.stem=small", "model.stem=imagenet", "model.depth=34", "model.depth=50", "model.sync_batchnorm=true"} {
 		if err := resnetConfig(t, s).Validate(); err != nil {
 			t.Errorf("%s: %v", s, err)
 		}
 	}
+	for _, kvs := range [][]string{
+		{"data.kind=image_folder", "data.path=/imgs"},
+		{"data.kind=image_folder", "data.path=/imgs", "data.image_size=32", "data.mean=[0.1,0.1,0.1]", "data.std=[0.3,0.3,0.3]"},
+	} {
+		if err := resnetConfig(t, kvs...).Validate(); err != nil {
+			t.Errorf("%v: %v", kvs, err)
+		}
+	}
+	for kvs, want := range map[[3]string]string{
+		{"data.kind=image_folder"}:                                       "data.path: empty: data.kind image_folder needs ROOT",
+		{"data.kind=image_folder", "data.path=/i", "data.mean=[1,2]"}:    "data.mean: [1 2]: want 3 values",
+		{"data.kind=image_folder", "data.path=/i", "data.std=[1,0,1]"}:   "data.std: [1 0 1]: want every value > 0",
+		{"data.image_size=32"}:                                           "data.image_size: 32: only data.kind image_folder",
+		{"data.kind=image_folder", "data.path=/i", "data.image_size=-1"}: "data.image_size: -1",
+	} {
+		var set []string
+		for _, kv := range kvs {
+			if kv != "" {
+				set = append(set, kv)
+			}
+		}
+		err := resnetConfig(t, set...).Validate()
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v: %v, want an error with %q", set, err, want)
+		}
+	}
 	for kv, want := range map[string]string{
-		"model.depth=20":            "model.depth: 20: want 18, 34 or 50",
-		"model.stem=cifar":          `model.stem: "cifar": want imagenet or small`,
-		"model.width=0":             "model.width: 0: want > 0",
-		"model.classes=7":           "model.classes: 7: MNIST has 10 classes",
-		"model.sync_batchnorm=true": "model.sync_batchnorm: not yet",
-		"data.kind=text":            "text with model.kind resnet",
+		"model.depth=20":   "model.depth: 20: want 18, 34 or 50",
+		"model.stem=cifar": `model.stem: "cifar": want imagenet or small`,
+		"model.width=0":    "model.width: 0: want > 0",
+		"model.classes=7":  "model.classes: 7: MNIST has 10 classes",
+		"data.kind=text":   "text with model.kind resnet",
 	} {
 		err := resnetConfig(t, kv).Validate()
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -39,7 +39,10 @@ func (c *Config) Set(kv string) error {
 			return fmt.Errorf("config: --set %s: value %q is not a string", key, val)
 		}
 		if err := tv.setText(s); err != nil {
-			return fmt.Errorf("config: --set %w", err)
+			if strings.HasPrefix(err.Error(), key+":") { // a choice names its key itself
+				return fmt.Errorf("config: --set %w", err)
+			}
+			return fmt.Errorf("config: --set %s: %w", key, err)
 		}
 		return nil
 	}

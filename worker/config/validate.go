@@ -110,9 +110,6 @@ func (c *Config) validateModel(p *problems) {
 		if m.Classes <= 0 {
 			p.bad("model.classes", "%d: want > 0 for a resnet", m.Classes)
 		}
-		if m.SyncBatchNorm {
-			p.bad("model.sync_batchnorm", "not yet: SyncBatchNorm (batch statistics over the ring) is not implemented; leave it false (BN statistics are per rank, running statistics broadcast from rank 0)")
-		}
 	}
 	if m.Kind != ModelGPT && m.VocabUsed != 0 {
 		p.bad("model.vocab_used", "%d: only a gpt model has a vocabulary", m.VocabUsed)
@@ -214,10 +211,10 @@ func (c *Config) validateData(p *problems) {
 		p.bad("data.kind", "mnist with model.kind gpt: a gpt model trains on text")
 	case m.Kind == ModelMLP && (d.Kind == DataText || d.Kind == DataTokens):
 		p.bad("data.kind", "%s with model.kind mlp: an mlp trains on mnist", d.Kind)
-	case m.Kind != ModelResNet && d.Kind == DataSyntheticImages:
-		p.bad("data.kind", "synthetic-images with model.kind %s: synthetic images are for a resnet", m.Kind)
+	case m.Kind != ModelResNet && (d.Kind == DataSyntheticImages || d.Kind == DataImageFolder):
+		p.bad("data.kind", "%s with model.kind %s: these images are for a resnet", d.Kind, m.Kind)
 	case m.Kind == ModelResNet && (d.Kind == DataText || d.Kind == DataTokens):
-		p.bad("data.kind", "%s with model.kind resnet: a resnet trains on images (mnist, synthetic-images)", d.Kind)
+		p.bad("data.kind", "%s with model.kind resnet: a resnet trains on images (mnist, synthetic-images, image_folder)", d.Kind)
 	case m.Kind == ModelResNet && d.Kind == DataMNIST && m.Classes > 0 && m.Classes != 10:
 		p.bad("model.classes", "%d: MNIST has 10 classes", m.Classes)
 	case m.Kind == ModelMLP && d.Kind == DataMNIST && len(m.Widths) >= 2:
@@ -231,6 +228,34 @@ func (c *Config) validateData(p *problems) {
 	}
 	if d.Kind == DataTokens && d.Path == "" {
 		p.bad("data.path", "empty: data.kind tokens needs the shards' directory or a glob (`ddpbench tokenize` writes them; `make opticks-tokens` the Opticks ones)")
+	}
+	if d.Kind == DataImageFolder && d.Path == "" {
+		p.bad("data.path", "empty: data.kind image_folder needs ROOT, with ROOT/train/CLASS/*.jpg|png and ROOT/val/CLASS/… (`ddpbench images --from-mnist DIR` writes MNIST so)")
+	}
+	if d.ImageSize < 0 {
+		p.bad("data.image_size", "%d: want > 0 (or 0 for 224)", d.ImageSize)
+	}
+	if d.ImageSize != 0 && d.Kind != DataImageFolder {
+		p.bad("data.image_size", "%d: only data.kind image_folder has an image size", d.ImageSize)
+	}
+	for _, ms := range []struct {
+		key string
+		v   []float64
+	}{{"data.mean", d.Mean}, {"data.std", d.Std}} {
+		if len(ms.v) == 0 {
+			continue
+		}
+		if d.Kind != DataImageFolder {
+			p.bad(ms.key, "%v: only data.kind image_folder is normalised by the config", ms.v)
+		} else if len(ms.v) != 3 {
+			p.bad(ms.key, "%v: want 3 values (R, G, B)", ms.v)
+		}
+	}
+	for _, v := range d.Std {
+		if !(v > 0) {
+			p.bad("data.std", "%v: want every value > 0", d.Std)
+			break
+		}
 	}
 	if d.Workers < 1 {
 		p.bad("data.workers", "%d: want >= 1", d.Workers)

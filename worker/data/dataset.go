@@ -5,6 +5,9 @@
 //  1. A loader function reads a data set into memory once: LoadMNIST gives two
 //     *Classification sets (images normalised to float32, labels int32),
 //     LoadText gives two *Text sets (raw bytes, a held-out tail for eval).
+//     LoadImageFolder (imagefolder.go) only lists ROOT/{train,val}/CLASS/*.jpg|png:
+//     its samples are decoded, augmented and normalised in Fill, on the
+//     loader's workers, and a file that cannot be read fails the batch (Batch.Err).
 //  2. A Dataset says how many samples it has and fills a Batch with any list
 //     of sample indices. Text becomes a Dataset by choosing the context
 //     length: text.WithContext(T).
@@ -49,6 +52,10 @@ type Batch struct {
 	T       int
 	Tokens  []int32
 	Targets []int32
+
+	// Err is set by a Dataset whose Fill failed (an image folder's unreadable file, named in
+	// it); Loader.Next returns it instead of the batch.
+	Err error
 }
 
 // Layout is the per-sample shape of a data set, so that batch buffers can be
@@ -68,7 +75,7 @@ type Dataset interface {
 	Layout() Layout
 	// Fill writes the samples idx (each in [0, Len())) into b's buffers at
 	// positions 0..len(idx)-1 and sets b.Size. b's buffers have room for at
-	// least len(idx) samples.
+	// least len(idx) samples. A Fill that can fail (reading files) sets b.Err.
 	Fill(b *Batch, idx []int)
 }
 

@@ -241,6 +241,7 @@ func (l *Loader) start() {
 				b := l.getBatch()
 				b.Epoch, b.Step, b.Micro = j.epoch, j.step, j.micro
 				b.Indices = append(b.Indices[:0], j.idx...)
+				b.Err = nil
 				l.ds.Fill(b, j.idx)
 				j.out <- b // buffered: never blocks
 			}
@@ -264,7 +265,8 @@ func (l *Loader) getBatch() *Batch {
 // Next returns the next micro-batch, waiting for it if the workers are
 // behind. It returns ctx's error when ctx ends first (the batch is not lost:
 // the next call returns it), ErrClosed after Close, and io.EOF at the end of
-// an eval loader's pass. The caller owns the batch until Release.
+// an eval loader's pass, and the Dataset's error when a batch could not be
+// filled (Batch.Err). The caller owns the batch until Release.
 func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	if l.ctx.Err() != nil {
 		return nil, ErrClosed
@@ -291,6 +293,10 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	select {
 	case b := <-l.pending.out:
 		l.pending = nil
+		if err := b.Err; err != nil {
+			l.Release(b) // the stream stops here: the same batch would fail again
+			return nil, err
+		}
 		l.next++
 		return b, nil
 	case <-ctx.Done():

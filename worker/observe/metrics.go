@@ -88,7 +88,8 @@ type SummaryMetrics struct {
 	WorldSize          int      `json:"world_size"`
 	Rank               int      `json:"rank"`
 	WallSeconds        float64  `json:"wall_seconds"`
-	ParamSHA256        string   `json:"param_sha256"` // sha256 of the final FP32 parameters
+	ParamSHA256        string   `json:"param_sha256"`             // sha256 of the final FP32 parameters
+	BuffersSHA256      string   `json:"buffers_sha256,omitempty"` // sha256 of this rank's final buffers (BN running statistics), equal on every rank
 	MicroBatch         int      `json:"micro_batch"`
 	GradAccumSteps     int      `json:"grad_accum_steps"`
 	CommSeconds        float64  `json:"comm_seconds"`

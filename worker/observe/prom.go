@@ -23,6 +23,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/goddp/goddp/allreduce/auth"
 )
 
 // Prometheus is one rank's metrics and the server that serves them. A nil *Prometheus is valid
@@ -41,6 +43,7 @@ type Prometheus struct {
 	steps, skipped                           prometheus.Counter
 	commSeconds, commHidden                  prometheus.Counter
 	wireSent, wireRecv                       prometheus.Counter
+	ckptSkipped                              prometheus.Counter
 
 	// The cumulative values the counters last caught up with (the loop's own).
 	lastComm, lastHidden float64
@@ -110,6 +113,15 @@ func ServePrometheus(listen string, rank, localRank, restarts int, log *slog.Log
 	p.commHidden = counter("comm_hidden_seconds_total", "The part of comm_seconds_total that overlapped with backward.")
 	p.wireSent = counter("wire_sent_bytes_total", "Bytes this rank handed to the transport in collectives, frame headers included.")
 	p.wireRecv = counter("wire_received_bytes_total", "Bytes this rank received in collectives, frame headers included.")
+	p.ckptSkipped = counter("checkpoints_skipped_total", "Checkpoints skipped because the previous one was still being written (a disk slower than checkpoint.every).")
+	// Connections the allreduce listeners refused (no or a wrong token, not goddp's, too many
+	// handshakes at once): all of them, and those whose log line the rate limit suppressed.
+	r.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "goddp", Name: "refused_connections_total",
+		Help: "Connections the allreduce listeners refused (no or a wrong token, not goddp's, too many handshakes at once)."},
+		func() float64 { l, s := auth.Refusals(); return float64(l + s) }))
+	r.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "goddp", Name: "refusals_suppressed_total",
+		Help: "Refusals not logged because of the per-source rate limit (logged as \"suppressed N refusals from SRC in the last T\")."},
+		func() float64 { _, s := auth.Refusals(); return float64(s) }))
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p.restarts.Set(float64(restarts))
 
@@ -215,4 +227,11 @@ func (p *Prometheus) Close() error {
 		return fmt.Errorf("worker: stopping the metrics server: %w", err)
 	}
 	return nil
+}
+
+// CheckpointSkipped counts a checkpoint skipped while the previous one was still being written.
+func (p *Prometheus) CheckpointSkipped() {
+	if p != nil {
+		p.ckptSkipped.Inc()
+	}
 }

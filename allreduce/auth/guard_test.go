@@ -1,0 +1,207 @@
+package auth
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goddp/goddp/allreduce/link"
+)
+
+// The bounds alone, no connection: a source gets MaxPendingPerSource slots, the listener
+// MaxPending in all, a source that authenticated before the reserve beyond them, and Done gives
+// a slot back.
+func TestGuard_bounds(t *testing.T) {
+	g := NewGuard(slog.New(&logRecorder{}), time.Hour)
+	defer g.Stop()
+	for i := range MaxPendingPerSource {
+		if !g.Admit("10.0.0.66") {
+			t.Fatalf("flood source refused at its %d-th connection, bound %d", i+1, MaxPendingPerSource)
+		}
+	}
+	if g.Admit("10.0.0.66") {
+		t.Fatalf("a source got more than %d slots", MaxPendingPerSource)
+	}
+	if !g.Admit("10.0.0.2") {
+		t.Fatal("another source refused while one source is at its bound")
+	}
+	g.Done("10.0.0.2", true) // 10.0.0.2 proved the token: known from now on
+	// Fill the listener with many sources.
+	n := MaxPendingPerSource
+	for i := 0; n < MaxPending; i++ {
+		src := fmt.Sprintf("10.1.0.%d", i)
+		for range min(MaxPendingPerSource, MaxPending-n) {
+			if !g.Admit(src) {
+				t.Fatalf("refused below the total bound (%d pending)", n)
+			}
+			n++
+		}
+	}
+	if g.Admit("10.0.0.3") {
+		t.Fatalf("a new source admitted beyond MaxPending=%d", MaxPending)
+	}
+	if !g.Admit("10.0.0.2") {
+		t.Fatal("a source that authenticated before refused: it has the reserve")
+	}
+	g.Done("10.0.0.2", true)
+	g.Done("10.0.0.66", false)
+	if !g.Admit("10.0.0.3") {
+		t.Fatal("a freed slot was not given to the next source")
+	}
+}
+
+// A flood of refusals from one source logs one line per period and a summary of the rest:
+// "suppressed N refusals from SRC in the last T"; another source is logged on its own; the
+// process-wide counters count them all.
+func TestGuard_refusalsRateLimited(t *testing.T) {
+	rec := &logRecorder{}
+	g := NewGuard(slog.New(rec), 10*time.Second) // its ticker never fires within the test
+	defer g.Stop()
+	now := time.Unix(1000, 0)
+	g.mu.Lock()
+	g.now = func() time.Time { return now }
+	g.mu.Unlock()
+	logged0, supp0 := Refusals()
+	for range 1000 {
+		g.Refuse("10.0.0.66", "allreduce: refused connection with a wrong or missing token")
+	}
+	g.Refuse("10.0.0.7", "allreduce: refused connection with a wrong or missing token")
+	if n := rec.count("wrong or missing token"); n != 2 {
+		t.Fatalf("%d refusal lines for 1001 refusals from 2 sources in one period, want 2: %v", n, rec.msgs)
+	}
+	now = now.Add(11 * time.Second)
+	g.Refuse("10.0.0.66", "allreduce: refused connection with a wrong or missing token")
+	if !rec.has("suppressed 999 refusals from 10.0.0.66 in the last 11s") {
+		t.Fatalf("no summary of the suppressed refusals: %v", rec.msgs)
+	}
+	for range 5 {
+		g.Refuse("10.0.0.66", "x")
+	}
+	g.Stop() // the last period's count is logged on the way out
+	if !rec.has("suppressed 5 refusals from 10.0.0.66") {
+		t.Fatalf("the last period's suppressed refusals were not logged: %v", rec.msgs)
+	}
+	logged, supp := Refusals()
+	if logged-logged0 != 3 || supp-supp0 != 1004 {
+		t.Fatalf("counters: %d logged, %d suppressed; want 3 and 1004", logged-logged0, supp-supp0)
+	}
+}
+
+func (h *logRecorder) count(sub string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, m := range h.msgs {
+		if strings.Contains(m, sub) {
+			n++
+		}
+	}
+	return n
+}
+
+// pipeListener is an in-memory listener whose connections come from a source the test names.
+type pipeListener struct {
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+type srcConn struct {
+	net.Conn
+	src net.Addr
+}
+
+func (c srcConn) RemoteAddr() net.Addr { return c.src }
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error   { l.once.Do(func() { close(l.done) }); return nil }
+func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 29500} }
+
+// dial connects from host src; the test's end of the pipe.
+func (l *pipeListener) dial(t *testing.T, src string, port int) net.Conn {
+	a, b := net.Pipe()
+	select {
+	case l.ch <- srcConn{Conn: b, src: &net.TCPAddr{IP: net.ParseIP(src), Port: port}}:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the listener stopped accepting")
+	}
+	return a
+}
+
+// A host holding idle connections (connect, send nothing) to the rendezvous port, more than the
+// listener's total bound, does not stall a peer that proves the token: the peer's connection
+// is accepted at once, while the flood still holds its connections. The flood's connections
+// are closed within HelloDeadline, not the handshake's Deadline.
+func TestListener_idleFloodDoesNotStall(t *testing.T) {
+	pl := newPipeListener()
+	rec := &logRecorder{}
+	cfg := link.Config{Rank: 0, WorldSize: 2, Token: "tok", Timeout: time.Minute}
+	lis := NewListener(pl, cfg, slog.New(rec))
+	defer lis.Close()
+
+	var flood []net.Conn
+	for i := range 3 * MaxPending {
+		flood = append(flood, pl.dial(t, "10.0.0.66", 40000+i))
+	}
+	defer func() {
+		for _, c := range flood {
+			c.Close()
+		}
+	}()
+	start := time.Now()
+	c := pl.dial(t, "10.0.0.2", 50000)
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	errc := make(chan error, 1)
+	go func() { errc <- Dial(c, "tok", PlaneGRPC, 1, 2) }()
+	acc := make(chan net.Conn, 1)
+	go func() {
+		got, err := lis.Accept()
+		if err == nil {
+			acc <- got
+		}
+	}()
+	if err := <-errc; err != nil {
+		t.Fatalf("the peer's handshake during the flood: %v", err)
+	}
+	select {
+	case got := <-acc:
+		got.Close()
+	case <-time.After(2 * time.Second):
+		t.Fatal("the peer's connection was not accepted")
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("the peer waited %v behind the flood", d)
+	}
+	// The flood's first connections were admitted and are still open; they close at
+	// HelloDeadline.
+	first := flood[0]
+	first.SetReadDeadline(time.Now().Add(Deadline))
+	t0 := time.Now()
+	if _, err := first.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("idle connection: read %v, want EOF", err)
+	}
+	if d := time.Since(t0); d > HelloDeadline+time.Second {
+		t.Errorf("an idle connection was held %v, want at most HelloDeadline=%v", d, HelloDeadline)
+	}
+	if n := rec.count("too many connections authenticating"); n != 1 {
+		t.Errorf("%d lines for %d connections closed at the bound, want 1 (rate-limited)", n, 3*MaxPending-MaxPendingPerSource)
+	}
+}
