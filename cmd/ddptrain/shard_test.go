@@ -79,9 +79,10 @@ func TestLaunch_shardedEqualsUnsharded(t *testing.T) {
 	}
 }
 
-// A sharded job whose workers all fail at step 25 is restarted by ddplaunch (--max-restarts 1),
-// resumes from the checkpoint of step 20 (the optimizer state gathered whole, each rank taking
-// its shard back) and ends where the uninterrupted job does — and where the unsharded job does.
+// A sharded job whose workers all fail at step 25, or whose rank 1 alone is SIGKILLed there, is
+// restarted by ddplaunch (--max-restarts 1), resumes from its newest checkpoint (the optimizer
+// state gathered whole, each rank taking its shard back) and ends where the uninterrupted job
+// does — and where the unsharded job does.
 func TestLaunch_shardedMaxRestartsResumesExactly(t *testing.T) {
 	dir := t.TempDir()
 	run := func(name string, env []string, extra ...string) []string {
@@ -102,6 +103,12 @@ func TestLaunch_shardedMaxRestartsResumesExactly(t *testing.T) {
 	restarted := run("restarted", []string{"DDP_FAIL_AT_STEP=25"}, "--max-restarts", "1")
 	if straight[0] != straight[1] || restarted[0] != restarted[1] || straight[0] != restarted[0] {
 		t.Fatalf("uninterrupted %v, restarted %v (rank 0, rank 1)", straight, restarted)
+	}
+	// Rank 1 alone SIGKILLed before step 25: rank 0 is left in a collective, ddplaunch stops
+	// it and starts both again, and they resume to the same hash.
+	killed := run("killed", []string{"DDP_KILL_AT_STEP=25", "DDP_KILL_RANK=1"}, "--max-restarts", "1")
+	if killed[0] != killed[1] || killed[0] != straight[0] {
+		t.Fatalf("uninterrupted %v, rank 1 killed and restarted %v (rank 0, rank 1)", straight, killed)
 	}
 	m := filepath.Join(dir, "plain.jsonl")
 	cmd := launch(t, filepath.Join(dir, "ck-plain"), m)
