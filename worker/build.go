@@ -307,11 +307,29 @@ type (
 	ScalerState = model.ScalerState
 )
 
-func buildOptimizer(cfg *Config, ps *model.Params) (Optimizer, error) {
+// optimizerShardFor is this rank's shard under ddp.shard_optimizer (ddp.PlanShard: the engine
+// plans the same from the same buckets), nil when unsharded or alone. Another device than the CPU
+// is refused: the sharded step is the host path's (not yet on CUDA).
+func optimizerShardFor(cfg *Config, env Env, dev tensor.Device, ps *model.Params) (*model.Shard, error) {
+	if !cfg.DDP.ShardOptimizer || env.WorldSize <= 1 {
+		return nil, nil
+	}
+	if dev.Name() != "cpu" {
+		return nil, fmt.Errorf("worker: ddp.shard_optimizer is not yet on CUDA (device %s): it runs on the CPU device only for now (issue 31, stage 2)", dev.Name())
+	}
+	return ddp.PlanShard(ps, cfg.DDP.BucketCapMB, env.WorldSize, env.Rank), nil
+}
+
+// buildOptimizer builds train.optimizer over ps; shard (ddp.shard_optimizer) keeps AdamW's
+// state for those elements only.
+func buildOptimizer(cfg *Config, ps *model.Params, shard *model.Shard) (Optimizer, error) {
 	t := cfg.Train
+	if shard != nil && t.Optimizer != "adamw" {
+		return nil, fmt.Errorf("worker: ddp.shard_optimizer: train.optimizer %q is not sharded (adamw only)", t.Optimizer)
+	}
 	switch t.Optimizer {
 	case "adamw":
-		return model.NewAdamW(ps, model.AdamWConfig{Beta1: float32(t.Beta1), Beta2: float32(t.Beta2), Eps: float32(t.Eps), WeightDecay: float32(t.WeightDecay)})
+		return model.NewAdamWShard(ps, model.AdamWConfig{Beta1: float32(t.Beta1), Beta2: float32(t.Beta2), Eps: float32(t.Eps), WeightDecay: float32(t.WeightDecay)}, shard)
 	case "sgd":
 		return model.NewSGD(ps, model.SGDConfig{Momentum: float32(t.Momentum), Nesterov: t.Nesterov, WeightDecay: float32(t.WeightDecay)})
 	}

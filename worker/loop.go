@@ -71,9 +71,11 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 		if t.opt.InjectInf != nil && t.opt.InjectInf(step) {
-			injectInf(dev, ps) // after the all-reduce, which would otherwise write over it
+			injectInf(dev, ps, t.eng.Shard()) // after the all-reduce, which would otherwise write over it
 		}
-		res, err := t.update(ctx, ls, step, lr, measureNorm && logNow)
+		// Sharded, the norm is a collective: measured at every logging step on every rank
+		// (measureNorm may differ between ranks), whatever the metrics outputs.
+		res, err := t.update(ctx, ls, step, lr, logNow && (measureNorm || t.eng.Shard() != nil))
 		if err != nil {
 			return nil, err
 		}
@@ -213,7 +215,7 @@ type stepResult struct {
 func (t *Trainer) update(ctx context.Context, ls *loopState, step int, lr float32, measureNorm bool) (stepResult, error) {
 	cfg, dev, ps, scaler, eng := t.cfg, t.dev, t.ps, t.scaler, t.eng
 	to := t.trace.Now()
-	found := scaler.UnscaleCheck(ps)
+	found := scaler.UnscaleCheckShard(ps, eng.Shard()) // sharded: the averaged part only
 	localInf := scaler.Checks() && readFlag(dev, found)
 	infRanks, err := eng.RanksWith(ctx, localInf)
 	if err != nil {
@@ -225,12 +227,17 @@ func (t *Trainer) update(ctx context.Context, ls *loopState, step int, lr float3
 	}
 	res := stepResult{skipped: anyInf, gradNorm: math.NaN()}
 	if !res.skipped {
-		if cfg.Train.GradClip > 0 {
-			res.gradNorm = float64(model.ClipGradNorm(ps, float32(cfg.Train.GradClip)))
-		} else if measureNorm {
-			res.gradNorm = float64(model.ClipGradNorm(ps, 0)) // max 0: measures, changes nothing
+		if cfg.Train.GradClip > 0 || measureNorm { // max 0: measures, changes nothing
+			n, err := eng.ClipGradNorm(ctx, float32(max(cfg.Train.GradClip, 0))) // sharded: the global norm
+			if err != nil {
+				return stepResult{}, fmt.Errorf("worker: step %d: %w", step, err)
+			}
+			res.gradNorm = float64(n)
 		}
 		t.optim.Step(lr)
+		if err := eng.GatherParams(ctx); err != nil { // sharded: every rank's updated segments
+			return stepResult{}, fmt.Errorf("worker: step %d: %w", step, err)
+		}
 	}
 	if err := scaler.Update(anyInf); err != nil {
 		return stepResult{}, fmt.Errorf("worker: step %d: %w", step, err)
@@ -346,6 +353,12 @@ func (t *Trainer) afterStep(ctx context.Context) error {
 		t.obs.Eval(er)
 	}
 	if cfg.Checkpoint.Dir != "" && cfg.Checkpoint.Every > 0 && st.Step%cfg.Checkpoint.Every == 0 && st.Step < t.total {
+		// Under ddp.shard_optimizer every rank gathers the state whole first (collectives), before
+		// the writer's own decision to skip a checkpoint, so the ranks' collectives stay in step.
+		whole, err := t.gatherOptimState(ctx)
+		if err != nil {
+			return err
+		}
 		if writing, busy := st.Writing(t.checkpointPatience()); busy {
 			// The disk is much slower than the interval: skip this one rather than wait longer,
 			// which would hold this rank out of the next collective until its peers time out.
@@ -355,7 +368,7 @@ func (t *Trainer) afterStep(ctx context.Context) error {
 			t.prom.CheckpointSkipped()
 			return nil
 		}
-		if err := t.saveCheckpoint(); err != nil {
+		if err := t.saveCheckpoint(whole); err != nil {
 			return err
 		}
 	}
@@ -395,7 +408,11 @@ func (t *Trainer) finish(ctx context.Context, ls *loopState) (*Result, error) {
 		if st.Summary, err = json.Marshal(sum); err != nil {
 			return nil, fmt.Errorf("checkpoint: encoding the summary: %w", err)
 		}
-		if err := t.saveCheckpoint(); err != nil {
+		whole, err := t.gatherOptimState(ctx) // every rank: collectives
+		if err != nil {
+			return nil, err
+		}
+		if err := t.saveCheckpoint(whole); err != nil {
 			return nil, err
 		}
 		if err := st.WaitWrite(); err != nil {
@@ -418,13 +435,36 @@ func (t *Trainer) finish(ctx context.Context, ls *loopState) (*Result, error) {
 
 // saveCheckpoint checkpoints the run's state now, on the ranks that write checkpoints
 // (checkpoint.IsWriter); it returns once the snapshot is taken, the write goes on in the
-// background (checkpoint.State.Save).
-func (t *Trainer) saveCheckpoint() error {
+// background (checkpoint.State.Save). whole is gatherOptimState's (nil unsharded), which every
+// rank calls first.
+func (t *Trainer) saveCheckpoint(whole []model.NamedTensor) error {
 	t.st.Loader = t.loader.State()
 	if !checkpoint.IsWriter(t.cfg.Checkpoint.PerHost, t.env.Rank, t.env.LocalRank) {
 		return nil
 	}
-	return t.st.Save(t.cfg, t.env.WorldSize, t.ps, t.optim, t.scaler, t.log)
+	return t.st.Save(t.cfg, t.env.WorldSize, t.ps, t.optim, whole, t.scaler, t.log)
+}
+
+// gatherOptimState: under ddp.shard_optimizer every rank joins in gathering the f32 master
+// weights and the optimizer state whole (collectives) for the checkpoint the writer saves next,
+// so a checkpoint reads at any world size, sharded or not (PyTorch's consolidate_state_dict).
+// Unsharded it returns nil: the optimizer's own state is whole.
+func (t *Trainer) gatherOptimState(ctx context.Context) ([]model.NamedTensor, error) {
+	if t.eng.Shard() == nil {
+		return nil, nil
+	}
+	if err := t.eng.GatherMaster(ctx); err != nil { // the weights the writer saves, whole
+		return nil, fmt.Errorf("worker: checkpoint of step %d: %w", t.st.Step, err)
+	}
+	var whole []model.NamedTensor
+	for _, s := range t.optim.State() {
+		v, err := t.eng.GatherState(ctx, s.T)
+		if err != nil {
+			return nil, fmt.Errorf("worker: checkpoint of step %d: %w", t.st.Step, err)
+		}
+		whole = append(whole, model.NamedTensor{Name: s.Name, DType: tensor.F32, Shape: []int{len(v)}, Data: model.F32Bytes(v)})
+	}
+	return whole, nil
 }
 
 // wireBytes are the bytes the groups have sent and received, all collectives so far.
@@ -470,9 +510,14 @@ func nonFinite(step int, ranks []int, world int, err error) error {
 }
 
 // injectInf puts +Inf into the first gradient element, after the all-reduce (tests of the
-// loss-scaler agreement and of bf16's error: an inf on one rank only).
-func injectInf(dev tensor.Device, ps *model.Params) {
-	g := ps.Grad.View(0, 1)
+// loss-scaler agreement and of bf16's error: an inf on one rank only); sharded, into the first
+// element of this rank's shard, the part it checks.
+func injectInf(dev tensor.Device, ps *model.Params, sh *model.Shard) {
+	at := 0
+	if sh != nil && len(sh.Ranges) > 0 {
+		at = sh.Ranges[0][0]
+	}
+	g := ps.Grad.View(at, 1)
 	dev.Upload(g, []float32{float32(math.Inf(1))})
 }
 

@@ -240,7 +240,13 @@ func (t *Trainer) buildModel() (data.Dataset, error) {
 	t.onClose(func() error { m.Free(); return nil })
 	ps := m.Params()
 	t.ps = ps
-	opt2, err := buildOptimizer(cfg, ps)
+	// ddp.shard_optimizer: the optimizer keeps this rank's shard only (ddp/shard.go); the engine
+	// below plans the same shard from the same buckets.
+	shard, err := optimizerShardFor(cfg, t.env, dev, ps)
+	if err != nil {
+		return nil, err
+	}
+	opt2, err := buildOptimizer(cfg, ps, shard)
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +298,8 @@ func (t *Trainer) startEngine(ctx context.Context, gcfg allreduce.Config) error 
 	if err := t.syncBatchNorm(ctx, cfg, t.env, t.m, t.group, gcfg); err != nil {
 		return err
 	}
-	dopts := ddp.Options{BucketCapMB: cfg.DDP.BucketCapMB, Wire: wireOf(cfg), Logger: t.log, Channels: asComms(channels)}
+	dopts := ddp.Options{BucketCapMB: cfg.DDP.BucketCapMB, Wire: wireOf(cfg), Logger: t.log, Channels: asComms(channels),
+		ShardOptimizer: model.ShardOf(t.optim) != nil} // the shard the optimizer was built on
 	if t.trace != nil { // not a nil *Trace in the interface
 		dopts.Tracer = t.trace
 	}
@@ -344,7 +351,11 @@ func (t *Trainer) resumeOrInit(ctx context.Context) (string, error) {
 			}
 		}
 	}
-	if err := t.eng.BroadcastTensors(ctx, append(append([]*tensor.Tensor{ps.Data}, optimizerTensors(t.optim)...), modelBuffers(t.m)...)); err != nil {
+	optState := optimizerTensors(t.optim)
+	if model.ShardOf(t.optim) != nil { // each rank's own shard: zeros, or its part of the checkpoint's whole state
+		optState = nil
+	}
+	if err := t.eng.BroadcastTensors(ctx, append(append([]*tensor.Tensor{ps.Data}, optState...), modelBuffers(t.m)...)); err != nil {
 		return "", err
 	}
 	if resumed == "" && cfg.Model.InitFrom != "" {
