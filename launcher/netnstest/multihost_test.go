@@ -166,7 +166,9 @@ func TestNetns_partitionMinorityStops(t *testing.T) {
 	e := requireNetns(t)
 	c := newCluster(t, 4)
 	ckpt := t.TempDir()
-	args := append([]string{"--nnodes", "2:3", "--max-restarts", "1"}, trainArgs(e, 200, ckpt)...)
+	// 600 steps: the job must still run when the partition comes (after h3 joined, a second
+	// later); 200 steps ended first on an idle machine (2.2 s of training).
+	args := append([]string{"--nnodes", "2:3", "--max-restarts", "1"}, trainArgs(e, 600, ckpt)...)
 	var ps []*proc
 	for i := range 3 {
 		ps = append(ps, c.launch(e, i, args...))
