@@ -52,14 +52,10 @@ func OpenDevice(name string, localRank int) (tensor.Device, error) {
 }
 
 // loadData returns the training and evaluation sets of cfg's data section.
-func loadData(cfg *Config) (train, eval data.Dataset, err error) {
+func loadData(cfg *Config, spec model.Spec) (train, eval data.Dataset, err error) {
 	switch cfg.Data.Kind {
 	case "mnist":
 		tr, te, err := data.LoadMNIST(cfg.Data.Path)
-		if err != nil {
-			return nil, nil, err
-		}
-		spec, err := ModelSpec(cfg)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -210,16 +206,6 @@ func imageShape(cfg *Config) (c, h, w int) {
 	return 1, 28, 28
 }
 
-// inputFeatures is the float inputs per sample of a classification model (model.Input.Features
-// of its spec; 0 for token inputs or a config of no known kind).
-func inputFeatures(cfg *Config) int {
-	spec, err := ModelSpec(cfg)
-	if err != nil {
-		return 0
-	}
-	return spec.Input().Features()
-}
-
 // buffersHash is the sha256 of m's buffers (model.HashF32 of the slab), "" without any.
 func buffersHash(m model.Model) string {
 	if b, ok := m.(model.Buffered); ok && b.Buffers().Data != nil {
@@ -265,9 +251,9 @@ func gptConfig(cfg *Config) model.GPTConfig {
 }
 
 // printSettings logs the run's settings once, as an aligned table.
-func printSettings(cfg *Config, env Env, dev tensor.Device, ps *model.Params, total, perEpoch int, eng *ddp.Engine) {
+func printSettings(cfg *Config, spec model.Spec, env Env, dev tensor.Device, ps *model.Params, total, perEpoch int, eng *ddp.Engine) {
 	rows := [][2]string{
-		{"model", modelLine(cfg)},
+		{"model", spec.Summary()},
 		{"parameters", fmt.Sprintf("%d (%s f32)", ps.N, tensor.FormatBytes(int64(ps.N)*4))},
 		{"precision", string(cfg.Precision)},
 		{"device", dev.Name()},
@@ -289,15 +275,6 @@ func printSettings(cfg *Config, env Env, dev tensor.Device, ps *model.Params, to
 		fmt.Fprintf(&b, "  %-12s %s\n", r[0], r[1])
 	}
 	fmt.Fprint(os.Stderr, b.String())
-}
-
-// modelLine is the model in one line (model.Spec.Summary).
-func modelLine(cfg *Config) string {
-	spec, err := ModelSpec(cfg)
-	if err != nil {
-		return string(cfg.Model.Kind)
-	}
-	return spec.Summary()
 }
 
 // Optimizer, Scaler and ScalerState are the model package's, named here for the loop's signatures.

@@ -39,7 +39,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		t.syncBN.SetContext(ctx) // SyncBatchNorm's reductions end with the run, not the setup
 	}
 	if env.Rank == 0 {
-		printSettings(cfg, env, dev, ps, t.total, t.loader.StepsPerEpoch(), t.eng)
+		printSettings(cfg, t.spec, env, dev, ps, t.total, t.loader.StepsPerEpoch(), t.eng)
 	}
 	k := cfg.Train.GradAccumSteps
 	ls := t.newLoopState()
@@ -276,7 +276,7 @@ func (t *Trainer) finishMemoryPlot(memRec *observe.MemTimeline, step int) error 
 	}
 	memRec.Stop()
 	cfg := t.cfg
-	title := fmt.Sprintf("%s, %s, micro-batch %d × %d: memory over step %d", modelLine(cfg), cfg.Precision, cfg.Train.MicroBatch, cfg.Train.GradAccumSteps, step)
+	title := fmt.Sprintf("%s, %s, micro-batch %d × %d: memory over step %d", t.spec.Summary(), cfg.Precision, cfg.Train.MicroBatch, cfg.Train.GradAccumSteps, step)
 	if err := memRec.WritePNG(t.opt.MemoryPlot, title); err != nil {
 		return err
 	}
@@ -301,11 +301,8 @@ func (t *Trainer) checkMemory(step int, baseline int64) error {
 // stepRecord is the step just done, for the observers; with logNow it closes the metrics window
 // and starts the next.
 func (t *Trainer) stepRecord(ls *loopState, res stepResult, lr float32, stepTime time.Duration, logNow bool) observe.StepRecord {
-	cfg, st := t.cfg, &t.st
-	tokensPerSample := 0
-	if cfg.Model.Kind == "gpt" {
-		tokensPerSample = cfg.Model.Context
-	}
+	st := &t.st
+	tokensPerSample := t.m.Input().Tokens // 0 for float features
 	commNow, hidden := t.eng.CommStats()
 	rec := observe.StepRecord{Step: st.Step, Epoch: st.Step / t.loader.StepsPerEpoch(), Last: st.Step == t.total,
 		Seconds: stepTime.Seconds(), Samples: t.samplesPerStep(), TokensPerSample: tokensPerSample,
@@ -347,7 +344,7 @@ func (t *Trainer) afterStep(ctx context.Context) error {
 		}
 		er := observe.EvalRecord{Step: st.Step, Epoch: st.Step / t.loader.StepsPerEpoch(), Loss: ev.Loss, Samples: ev.Samples,
 			Seconds: time.Since(te).Seconds()}
-		if cfg.Model.Kind != "gpt" { // a language model's loss is in nats per token, and it has no accuracy
+		if t.m.Classifier() { // a language model's loss is in nats per token, and it has no accuracy
 			er.Accuracy = observe.Float(ev.Accuracy)
 		}
 		t.obs.Eval(er)
@@ -398,10 +395,10 @@ func (t *Trainer) finish(ctx context.Context, ls *loopState) (*Result, error) {
 		CommSeconds: commSec, CommHiddenFraction: hidden,
 	}
 	rate := float64(trained*t.samplesPerStep()) / secs
-	if cfg.Model.Kind == "gpt" {
-		sum.TokensPerSec = rate * float64(cfg.Model.Context)
-	} else {
+	if t.m.Classifier() {
 		sum.EvalAccuracy = observe.Float(ev.Accuracy)
+	} else {
+		sum.TokensPerSec = rate * float64(t.m.Input().Tokens)
 	}
 	sum.SamplesPerSec = rate
 	if cfg.Checkpoint.Dir != "" { // the last checkpoint carries the summary: a run started again after this one prints it
@@ -426,7 +423,7 @@ func (t *Trainer) finish(ctx context.Context, ls *loopState) (*Result, error) {
 		}
 	}
 	doneKV := []any{"steps", st.Step, "eval_loss", fmt.Sprintf("%.4f", ev.Loss)}
-	if cfg.Model.Kind != "gpt" {
+	if t.m.Classifier() {
 		doneKV = append(doneKV, "eval_accuracy", fmt.Sprintf("%.4f", ev.Accuracy))
 	}
 	t.log.Info("done", append(doneKV, "param_sha256", hash[:16], "wall_s", fmt.Sprintf("%.1f", secs))...)

@@ -78,6 +78,7 @@ type Trainer struct {
 	dev     tensor.Device
 	evalSet data.Dataset // the training set is the loader's
 	m       model.Model
+	spec    model.Spec // ModelSpec(cfg), derived once in New: m's description
 	ps      *model.Params
 	optim   Optimizer
 	scaler  *Scaler
@@ -216,7 +217,12 @@ func (t *Trainer) buildModel() (data.Dataset, error) {
 		return nil, err
 	}
 	t.dev = dev
-	trainSet, evalSet, err := loadData(cfg)
+	spec, err := ModelSpec(cfg) // the one derivation: the model, the data, the checkpoints and the logs use it
+	if err != nil {
+		return nil, err
+	}
+	t.spec, t.st.Spec = spec, spec
+	trainSet, evalSet, err := loadData(cfg, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -226,11 +232,8 @@ func (t *Trainer) buildModel() (data.Dataset, error) {
 		}
 	}
 	t.evalSet = evalSet
-	m, err := buildModel(dev, cfg)
+	m, err := model.New(dev, spec, uint64(cfg.Seed))
 	if err != nil {
-		return nil, err
-	}
-	if t.st.Spec, err = ModelSpec(cfg); err != nil {
 		return nil, err
 	}
 	if t.opt.wrapModel != nil {
@@ -414,7 +417,7 @@ func (t *Trainer) openOutputs() error {
 		t.obs = append(t.obs, t.prom)
 	}
 	t.obs = append(t.obs, t.prog)
-	in := newInputs(t.dev, cfg, cfg.Train.MicroBatch)
+	in := newInputs(t.dev, t.m.Input(), cfg.Train.MicroBatch)
 	t.in = in
 	t.onClose(func() error { in.free(t.dev); return nil })
 	return nil
@@ -555,7 +558,7 @@ func (t *Trainer) syncBatchNorm(ctx context.Context, cfg *Config, env Env, m mod
 	t.onClose(chs[0].Close)
 	red := ddp.StatReducer(ctx, chs[0]) // Run gives it the loop's context
 	if !model.SetStatReducer(m, red) {
-		return fmt.Errorf("worker: model.sync_batchnorm: model.kind %s has no BatchNorm", cfg.Model.Kind)
+		return fmt.Errorf("worker: model.sync_batchnorm: model.kind %s has no BatchNorm", t.spec.Kind)
 	}
 	t.syncBN = red
 	if env.Rank == 0 {
