@@ -18,6 +18,16 @@
 //     decision, then the optimizer steps (under bf16, with no scaler, Engine.RanksWith names the
 //     ranks that held one, for the error that stops the run).
 //
+// With ddp.shard_optimizer (Options.ShardOptimizer, ZeRO-1, shard.go) step 2 reduce-scatters
+// instead: each rank keeps the averaged gradients of its ring segment of every bucket (Shard,
+// PlanShard), its optimizer holds m and v for those elements only (model.NewAdamWShard) and
+// updates them, ClipGradNorm takes the global norm from the shards' sums of squares, and
+// GatherParams all-gathers the updated weights before the next forward (the 16-bit copy under
+// mixed precision, whose f32 master GatherMaster gathers where it is read whole; f32 under
+// fp32). The
+// reduce-scatter leaves on a segment's owner the very bits the all-reduce would, so the sharded
+// run ends bit-identical to the unsharded one (shard_test.go). The host path only; CUDA not yet.
+//
 // Parameters (and on resume optimizer/scaler state) are broadcast from rank 0 at the start, and
 // every ddp.check_every steps CheckReplicas compares a hash of the parameters across ranks.
 //

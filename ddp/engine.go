@@ -37,6 +37,10 @@ type Options struct {
 	// HostStaging keeps gradients on the host path (Download, all-reduce, Upload) even on a
 	// device that can stage them as f16 through pinned memory (engine_gpu.go).
 	HostStaging bool
+	// ShardOptimizer is ddp.shard_optimizer (ZeRO-1, shard.go): buckets are reduce-scattered
+	// instead of all-reduced, each rank's optimizer updates only its shard (Shard, PlanShard),
+	// and GatherParams all-gathers the updated weights. The host path only (the CPU device).
+	ShardOptimizer bool
 }
 
 // Engine averages a model's gradients across the ranks of a Comm. Methods other than those the
@@ -57,6 +61,9 @@ type Engine struct {
 	unusedWarned bool
 
 	gpu *gpuPath // the staged path (engine_gpu.go); nil on the host path
+
+	shard       *model.Shard // this rank's part under ddp.shard_optimizer (shard.go); nil: unsharded
+	masterStale bool         // other ranks' segments of the f32 master are stale (GatherMaster)
 
 	buffers []*tensor.Tensor // compared by CheckReplicas (SetBuffers)
 
@@ -87,30 +94,22 @@ func New(ps *model.Params, comm Comm, opts Options) *Engine {
 	}
 	e := &Engine{ps: ps, dev: ps.Device(), comm: comm, opts: opts, log: opts.Logger, epoch: time.Now()}
 	e.comms = append([]Comm{comm}, opts.Channels...)
-	sizes := make([]int, len(ps.List))
-	for i, p := range ps.List {
-		sizes[i] = p.W.Len()
-	}
 	e.paramBuckets = make([][]int, len(ps.List))
-	capBytes := int(opts.BucketCapMB * (1 << 20))
-	for _, r := range planBuckets(sizes, capBytes) {
-		first, last := ps.List[r[0]], ps.List[r[1]]
-		pieces := [][2]int{{first.Offset, last.Offset + last.W.Len()}}
-		if r[0] == r[1] {
-			pieces = splitRange(pieces[0][0], pieces[0][1], max(1, capBytes/4))
+	for _, sp := range bucketPlan(ps, opts.BucketCapMB) {
+		b := &bucket{index: len(e.buckets), lo: sp.lo, hi: sp.hi, params: ps.List[sp.first : sp.last+1]}
+		b.host = make([]float32, b.hi-b.lo)
+		b.view = ps.Grad.View(b.lo, b.hi-b.lo)
+		for i := sp.first; i <= sp.last; i++ {
+			e.paramBuckets[i] = append(e.paramBuckets[i], b.index)
 		}
-		for _, pc := range pieces {
-			b := &bucket{index: len(e.buckets), lo: pc[0], hi: pc[1], params: ps.List[r[0] : r[1]+1]}
-			b.host = make([]float32, b.hi-b.lo)
-			b.view = ps.Grad.View(b.lo, b.hi-b.lo)
-			for i := r[0]; i <= r[1]; i++ {
-				e.paramBuckets[i] = append(e.paramBuckets[i], b.index)
-			}
-			e.buckets = append(e.buckets, b)
-		}
+		e.buckets = append(e.buckets, b)
 	}
 	e.staged = make([]bool, len(e.buckets))
 	e.ctx, e.cancel = context.WithCancel(context.Background())
+	if opts.ShardOptimizer && comm.Size() > 1 {
+		e.shard = PlanShard(ps, opts.BucketCapMB, comm.Size(), comm.Rank())
+		e.opts.HostStaging = true // the staged f16 path is CUDA's; sharding is the host path's
+	}
 	if comm.Size() > 1 {
 		e.initStaging()
 		e.results = make(chan error, len(e.buckets))
@@ -173,11 +172,16 @@ func (e *Engine) commLoop(ch int, comm Comm, jobs <-chan *bucket) {
 			continue
 		}
 		b.start = e.now()
-		err := comm.AllReduce(e.ctx, b.host, allreduce.Avg, e.opts.Wire)
+		var err error
+		if e.shard != nil {
+			err = comm.ReduceScatter(e.ctx, b.host, allreduce.Avg, e.opts.Wire)
+		} else {
+			err = comm.AllReduce(e.ctx, b.host, allreduce.Avg, e.opts.Wire)
+		}
 		b.end = e.now()
 		e.pollBackward(false)
 		if err != nil {
-			err = fmt.Errorf("ddp: all-reduce of gradient bucket %d (%s): %w", b.index, b.params[0].Name, err)
+			err = fmt.Errorf("ddp: %s of gradient bucket %d (%s): %w", e.collective(), b.index, b.params[0].Name, err)
 		}
 		e.results <- err
 	}
@@ -299,14 +303,18 @@ func (e *Engine) Wait(ctx context.Context) error {
 	}
 	e.pollBackward(true)
 	for _, b := range e.buckets {
-		if e.gpu == nil {
+		switch {
+		case e.shard != nil: // only the owned segment is averaged; the rest is the ring's scratch
+			lo, hi := e.ownedSeg(b)
+			e.dev.Upload(e.ps.Grad.View(b.lo+lo, hi-lo), b.host[lo:hi])
+		case e.gpu == nil:
 			e.dev.Upload(b.view, b.host)
 		}
 		e.traceStaged(b)
 		comm += b.end - b.start
 		hidden += overlap(b.start, b.end, e.bwdStart, e.bwdEnd)
 		if e.opts.Tracer != nil {
-			e.opts.Tracer.Span(fmt.Sprintf("allreduce bucket %d", b.index), "comm", b.start, b.end,
+			e.opts.Tracer.Span(e.spanName(b), "comm", b.start, b.end,
 				map[string]any{"bytes": (b.hi - b.lo) * 4, "wire": e.opts.Wire.String(), "params": len(b.params)})
 		}
 	}
@@ -368,7 +376,7 @@ func (e *Engine) BroadcastParams(ctx context.Context) error {
 }
 
 // BroadcastTensors copies rank 0's values of f32 device tensors to every rank (parameters,
-// optimizer state on resume).
+// optimizer state on resume); the 16-bit copy is refreshed when the parameters are among them.
 func (e *Engine) BroadcastTensors(ctx context.Context, ts []*tensor.Tensor) error {
 	if e.comm.Size() == 1 {
 		return nil
@@ -380,8 +388,10 @@ func (e *Engine) BroadcastTensors(ctx context.Context, ts []*tensor.Tensor) erro
 			return fmt.Errorf("ddp: broadcasting %s from rank 0: %w", t, err)
 		}
 		e.dev.Upload(t, host)
+		if t == e.ps.Data {
+			e.ps.SyncHalf()
+		}
 	}
-	e.ps.SyncHalf()
 	return nil
 }
 
@@ -414,6 +424,9 @@ var ErrReplicaMismatch = errors.New("ddp: replicas diverged")
 // (SetBuffers); a mismatch is an error naming the ranks that differ from rank 0, and what
 // differs. It returns the parameters' hash.
 func (e *Engine) CheckReplicas(ctx context.Context, step int) (string, error) {
+	if err := e.GatherMaster(ctx); err != nil {
+		return "", err
+	}
 	h := e.ps.SHA256()
 	if e.comm.Size() == 1 {
 		return h, nil

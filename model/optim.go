@@ -33,9 +33,12 @@ type NamedState struct {
 }
 
 // decayRun is a contiguous range of parameters that share a decay flag: one device call each.
+// state is where the range starts in the optimizer's state slabs: off itself, except under
+// optimizer-state sharding, where the state holds only the shard's elements, packed.
 type decayRun struct {
 	off, n int
 	decay  bool
+	state  int
 }
 
 // decayRuns merges neighbouring parameters with equal Decay into ranges of the slabs.
@@ -47,9 +50,81 @@ func decayRuns(ps *Params) []decayRun {
 			runs[k].n += n
 			continue
 		}
-		runs = append(runs, decayRun{off: p.Offset, n: n, decay: p.Decay})
+		runs = append(runs, decayRun{off: p.Offset, n: n, decay: p.Decay, state: p.Offset})
 	}
 	return runs
+}
+
+// Shard is the part of the parameter slab that one rank's optimizer updates under
+// optimizer-state sharding (ddp.shard_optimizer, ZeRO-1): ascending, disjoint element ranges
+// [lo, hi) of the slabs (ddp.PlanShard: the rank's ring segment of every gradient bucket). An
+// optimizer built on a shard keeps state for these elements only, packed in slab order, so its
+// state slabs hold N() elements instead of the model's.
+type Shard struct {
+	Ranges [][2]int
+}
+
+// N is the number of elements in the shard.
+func (s *Shard) N() int {
+	n := 0
+	for _, r := range s.Ranges {
+		n += r[1] - r[0]
+	}
+	return n
+}
+
+// Pack copies the shard's elements of full (a slab-length vector) into a packed vector (N()).
+func (s *Shard) Pack(full []float32) []float32 {
+	out := make([]float32, 0, s.N())
+	for _, r := range s.Ranges {
+		out = append(out, full[r[0]:r[1]]...)
+	}
+	return out
+}
+
+// Unpack writes a packed vector (N()) into the shard's elements of full.
+func (s *Shard) Unpack(full, packed []float32) {
+	k := 0
+	for _, r := range s.Ranges {
+		k += copy(full[r[0]:r[1]], packed[k:k+r[1]-r[0]])
+	}
+}
+
+// Views are the shard's ranges of t, a slab-length tensor (the gradients, for the scaler's
+// check and for clipping).
+func (s *Shard) Views(t *tensor.Tensor) []*tensor.Tensor {
+	out := make([]*tensor.Tensor, 0, len(s.Ranges))
+	for _, r := range s.Ranges {
+		if r[1] > r[0] {
+			out = append(out, t.View(r[0], r[1]-r[0]))
+		}
+	}
+	return out
+}
+
+// ShardOf is the shard an optimizer was built on (NewAdamWShard), or nil: the whole slab.
+func ShardOf(o Optimizer) *Shard {
+	if s, ok := o.(interface{ Shard() *Shard }); ok {
+		return s.Shard()
+	}
+	return nil
+}
+
+// shardRuns cuts the decay runs to the shard: the pieces inside its ranges, with their packed
+// state offsets. A run and a range may each span several of the other.
+func shardRuns(runs []decayRun, sh *Shard) []decayRun {
+	var out []decayRun
+	state := 0
+	for _, r := range sh.Ranges {
+		for _, d := range runs {
+			lo, hi := max(r[0], d.off), min(r[1], d.off+d.n)
+			if hi > lo {
+				out = append(out, decayRun{off: lo, n: hi - lo, decay: d.decay, state: state + lo - r[0]})
+			}
+		}
+		state += r[1] - r[0]
+	}
+	return out
 }
 
 func halfView(ps *Params, off, n int) *tensor.Tensor {
@@ -79,11 +154,12 @@ func DefaultAdamW() AdamWConfig {
 //	m = β1·m + (1−β1)·g,  v = β2·v + (1−β2)·g²,  m̂ = m/(1−β1ᵗ),  v̂ = v/(1−β2ᵗ)
 //	w −= lr·(m̂/(√v̂ + ε) + λ·w)      (λ = WeightDecay for decayed parameters, else 0)
 type AdamW struct {
-	Cfg  AdamWConfig
-	ps   *Params
-	M, V *tensor.Tensor // (N) f32
-	t    int64
-	runs []decayRun
+	Cfg   AdamWConfig
+	ps    *Params
+	M, V  *tensor.Tensor // (N) f32; (shard.N()) under sharding
+	t     int64
+	runs  []decayRun
+	shard *Shard // nil: every element
 
 	// With a MultiAdamW device: the runs as one table, and its device copy.
 	multi  tensor.MultiAdamW
@@ -93,7 +169,14 @@ type AdamW struct {
 }
 
 // NewAdamW allocates zeroed moments for ps.
-func NewAdamW(ps *Params, cfg AdamWConfig) (*AdamW, error) {
+func NewAdamW(ps *Params, cfg AdamWConfig) (*AdamW, error) { return NewAdamWShard(ps, cfg, nil) }
+
+// NewAdamWShard is AdamW on a shard of ps (nil: all of it): m and v hold the shard's elements
+// only, and Step updates only the shard's master weights (and their 16-bit copy); the rest of
+// the slab is some other rank's to update and to all-gather (ddp.Engine.GatherParams). Per
+// element the update is the very arithmetic of the unsharded AdamW, so on the same gradients it
+// gives the same bits. The MultiAdamW device path is not used on a shard.
+func NewAdamWShard(ps *Params, cfg AdamWConfig, shard *Shard) (*AdamW, error) {
 	if !(cfg.Beta1 >= 0 && cfg.Beta1 < 1) || !(cfg.Beta2 >= 0 && cfg.Beta2 < 1) {
 		return nil, fmt.Errorf("model: AdamW betas (%v, %v) must lie in [0,1)", cfg.Beta1, cfg.Beta2)
 	}
@@ -101,12 +184,17 @@ func NewAdamW(ps *Params, cfg AdamWConfig) (*AdamW, error) {
 		return nil, fmt.Errorf("model: AdamW eps %v must be > 0 and weight decay %v ≥ 0", cfg.Eps, cfg.WeightDecay)
 	}
 	dev := ps.Device()
-	o := &AdamW{Cfg: cfg, ps: ps, runs: decayRuns(ps)}
-	o.M = dev.Alloc(tensor.F32, "adamw.m", ps.N)
-	o.V = dev.Alloc(tensor.F32, "adamw.v", ps.N)
+	o := &AdamW{Cfg: cfg, ps: ps, runs: decayRuns(ps), shard: shard}
+	n := ps.N
+	if shard != nil {
+		o.runs = shardRuns(o.runs, shard)
+		n = shard.N()
+	}
+	o.M = dev.Alloc(tensor.F32, "adamw.m", n)
+	o.V = dev.Alloc(tensor.F32, "adamw.v", n)
 	dev.Fill(o.M, 0)
 	dev.Fill(o.V, 0)
-	if md, ok := dev.(tensor.MultiAdamW); ok && ps.N > 0 {
+	if md, ok := dev.(tensor.MultiAdamW); ok && ps.N > 0 && shard == nil {
 		o.multi = md
 		for _, r := range o.runs {
 			o.aruns = append(o.aruns, tensor.AdamWRun{Off: r.off, N: r.n, Decay: r.decay})
@@ -134,8 +222,8 @@ func (o *AdamW) Step(lr float32) {
 		if r.decay {
 			a.WeightDecay = o.Cfg.WeightDecay
 		}
-		dev.AdamW(o.ps.Data.View(r.off, r.n), o.ps.Grad.View(r.off, r.n), o.M.View(r.off, r.n),
-			o.V.View(r.off, r.n), halfView(o.ps, r.off, r.n), a)
+		dev.AdamW(o.ps.Data.View(r.off, r.n), o.ps.Grad.View(r.off, r.n), o.M.View(r.state, r.n),
+			o.V.View(r.state, r.n), halfView(o.ps, r.off, r.n), a)
 	}
 }
 
@@ -144,6 +232,10 @@ func (o *AdamW) State() []NamedState {
 }
 func (o *AdamW) Steps() int64     { return o.t }
 func (o *AdamW) SetSteps(n int64) { o.t = n }
+
+// Shard is the part of the slab this optimizer updates; nil: all of it.
+func (o *AdamW) Shard() *Shard { return o.shard }
+
 func (o *AdamW) Free() {
 	freeAll(o.ps.Device(), o.M, o.V, o.table)
 	o.M, o.V, o.table = nil, nil, nil

@@ -98,6 +98,22 @@ func (s *Scaler) UnscaleCheck(ps *Params) *tensor.Tensor {
 	return s.flag
 }
 
+// UnscaleCheckShard is UnscaleCheck on a shard's elements of the gradient slab only (nil: all):
+// under optimizer-state sharding the rest of the slab holds another rank's gradients, not
+// averaged here. Ranks agree on the flag as without sharding (ddp's RanksWith).
+func (s *Scaler) UnscaleCheckShard(ps *Params, sh *Shard) *tensor.Tensor {
+	if sh == nil {
+		return s.UnscaleCheck(ps)
+	}
+	s.dev.Fill(s.flag, 0)
+	if s.Checks() {
+		for _, g := range sh.Views(ps.Grad) {
+			s.dev.UnscaleCheck(g, 1/s.state.Scale, s.flag)
+		}
+	}
+	return s.flag
+}
+
 // Checks reports whether UnscaleCheck looks for inf/NaN: a dynamic scaler, or CheckFinite.
 func (s *Scaler) Checks() bool { return s.Cfg.Enabled || s.Cfg.CheckFinite }
 

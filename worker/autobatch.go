@@ -104,7 +104,7 @@ func (r *trialRunner) step(b int) (BatchTrial, error) {
 	defer r.opt.SetSteps(r.opt.Steps()) // the trial's step at lr 0 does not count
 	var in *inputs
 	err := tensor.CatchOOM(func() {
-		in = newInputs(dev, r.cfg, b)
+		in = newInputs(dev, r.m.Input(), b)
 		fillTrialInputs(dev, in, b)
 		ps.ZeroGrad()
 		in.Inputs.GradScale = r.scaler.Scale() // as the training loop does

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/goddp/goddp/allreduce"
+	"github.com/goddp/goddp/ddp"
 	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/model/tensor"
 )
@@ -66,7 +67,7 @@ func TestAutoBatch_findsLargestUnderBudget(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		opt, err := buildOptimizer(cfg, m.Params())
+		opt, err := buildOptimizer(cfg, m.Params(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -175,4 +176,47 @@ func TestAgreeMin_acrossRanks(t *testing.T) {
 			t.Errorf("agreed %d, want 17", v)
 		}
 	}
+}
+
+// train.micro_batch: auto sees what ddp.shard_optimizer frees: the optimizer is built (on its
+// shard) before the search, so under the same budget a sharded rank finds a larger micro-batch.
+func TestAutoBatch_shardedOptimizerLeavesRoom(t *testing.T) {
+	find := func(world int) (int, int64) {
+		cfg := tinyGPT(t, "precision=fp32")
+		dev := cpu.New()
+		m, err := buildModel(dev, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Free()
+		opt, err := buildOptimizer(cfg, m.Params(), ddp.PlanShard(m.Params(), cfg.DDP.BucketCapMB, world, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer opt.Free()
+		scaler, err := buildScaler(dev, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer scaler.Free()
+		var state int64
+		for _, s := range opt.State() {
+			state += s.T.Bytes()
+		}
+		dev.SetLimit(16 << 20)
+		b, _, err := findMicroBatch(dev, cfg, m, opt, scaler, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b, state
+	}
+	plain, plainState := find(1)
+	sharded, shardState := find(4)
+	if shardState*4 > plainState+4096 {
+		t.Fatalf("optimizer state %d bytes on one of four ranks, %d unsharded", shardState, plainState)
+	}
+	if sharded <= plain {
+		t.Fatalf("micro-batch %d sharded over 4 ranks, %d unsharded, under the same budget: want larger", sharded, plain)
+	}
+	t.Logf("16 MiB budget: micro-batch %d unsharded (optimizer state %s), %d sharded over 4 (%s)", plain, tensor.FormatBytes(plainState), sharded, tensor.FormatBytes(shardState))
 }

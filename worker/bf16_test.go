@@ -38,7 +38,7 @@ func TestBF16_buildsBF16(t *testing.T) {
 	if sc.Cfg.Enabled || !sc.Checks() || sc.Scale() != 1 {
 		t.Fatalf("scaler under bf16: %+v, scale %g", sc.Cfg, sc.Scale())
 	}
-	opt, err := buildOptimizer(cfg, ps)
+	opt, err := buildOptimizer(cfg, ps, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

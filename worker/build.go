@@ -52,14 +52,10 @@ func OpenDevice(name string, localRank int) (tensor.Device, error) {
 }
 
 // loadData returns the training and evaluation sets of cfg's data section.
-func loadData(cfg *Config) (train, eval data.Dataset, err error) {
+func loadData(cfg *Config, spec model.Spec) (train, eval data.Dataset, err error) {
 	switch cfg.Data.Kind {
 	case "mnist":
 		tr, te, err := data.LoadMNIST(cfg.Data.Path)
-		if err != nil {
-			return nil, nil, err
-		}
-		spec, err := ModelSpec(cfg)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -210,16 +206,6 @@ func imageShape(cfg *Config) (c, h, w int) {
 	return 1, 28, 28
 }
 
-// inputFeatures is the float inputs per sample of a classification model (model.Input.Features
-// of its spec; 0 for token inputs or a config of no known kind).
-func inputFeatures(cfg *Config) int {
-	spec, err := ModelSpec(cfg)
-	if err != nil {
-		return 0
-	}
-	return spec.Input().Features()
-}
-
 // buffersHash is the sha256 of m's buffers (model.HashF32 of the slab), "" without any.
 func buffersHash(m model.Model) string {
 	if b, ok := m.(model.Buffered); ok && b.Buffers().Data != nil {
@@ -265,9 +251,9 @@ func gptConfig(cfg *Config) model.GPTConfig {
 }
 
 // printSettings logs the run's settings once, as an aligned table.
-func printSettings(cfg *Config, env Env, dev tensor.Device, ps *model.Params, total, perEpoch int, eng *ddp.Engine) {
+func printSettings(cfg *Config, spec model.Spec, env Env, dev tensor.Device, ps *model.Params, total, perEpoch int, eng *ddp.Engine) {
 	rows := [][2]string{
-		{"model", modelLine(cfg)},
+		{"model", spec.Summary()},
 		{"parameters", fmt.Sprintf("%d (%s f32)", ps.N, tensor.FormatBytes(int64(ps.N)*4))},
 		{"precision", string(cfg.Precision)},
 		{"device", dev.Name()},
@@ -291,15 +277,6 @@ func printSettings(cfg *Config, env Env, dev tensor.Device, ps *model.Params, to
 	fmt.Fprint(os.Stderr, b.String())
 }
 
-// modelLine is the model in one line (model.Spec.Summary).
-func modelLine(cfg *Config) string {
-	spec, err := ModelSpec(cfg)
-	if err != nil {
-		return string(cfg.Model.Kind)
-	}
-	return spec.Summary()
-}
-
 // Optimizer, Scaler and ScalerState are the model package's, named here for the loop's signatures.
 type (
 	Optimizer   = model.Optimizer
@@ -307,11 +284,29 @@ type (
 	ScalerState = model.ScalerState
 )
 
-func buildOptimizer(cfg *Config, ps *model.Params) (Optimizer, error) {
+// optimizerShardFor is this rank's shard under ddp.shard_optimizer (ddp.PlanShard: the engine
+// plans the same from the same buckets), nil when unsharded or alone. Another device than the CPU
+// is refused: the sharded step is the host path's (not yet on CUDA).
+func optimizerShardFor(cfg *Config, env Env, dev tensor.Device, ps *model.Params) (*model.Shard, error) {
+	if !cfg.DDP.ShardOptimizer || env.WorldSize <= 1 {
+		return nil, nil
+	}
+	if dev.Name() != "cpu" {
+		return nil, fmt.Errorf("worker: ddp.shard_optimizer is not yet on CUDA (device %s): it runs on the CPU device only for now (issue 31, stage 2)", dev.Name())
+	}
+	return ddp.PlanShard(ps, cfg.DDP.BucketCapMB, env.WorldSize, env.Rank), nil
+}
+
+// buildOptimizer builds train.optimizer over ps; shard (ddp.shard_optimizer) keeps AdamW's
+// state for those elements only.
+func buildOptimizer(cfg *Config, ps *model.Params, shard *model.Shard) (Optimizer, error) {
 	t := cfg.Train
+	if shard != nil && t.Optimizer != "adamw" {
+		return nil, fmt.Errorf("worker: ddp.shard_optimizer: train.optimizer %q is not sharded (adamw only)", t.Optimizer)
+	}
 	switch t.Optimizer {
 	case "adamw":
-		return model.NewAdamW(ps, model.AdamWConfig{Beta1: float32(t.Beta1), Beta2: float32(t.Beta2), Eps: float32(t.Eps), WeightDecay: float32(t.WeightDecay)})
+		return model.NewAdamWShard(ps, model.AdamWConfig{Beta1: float32(t.Beta1), Beta2: float32(t.Beta2), Eps: float32(t.Eps), WeightDecay: float32(t.WeightDecay)}, shard)
 	case "sgd":
 		return model.NewSGD(ps, model.SGDConfig{Momentum: float32(t.Momentum), Nesterov: t.Nesterov, WeightDecay: float32(t.WeightDecay)})
 	}

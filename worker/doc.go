@@ -12,7 +12,8 @@
 //     in one place, EnvFromOS (env.go).
 //  2. Setup, New (trainer.go), in named steps: readEnv; joinGroup, the process group (package
 //     allreduce) and the batch; buildModel, the device (build.go; the CUDA one in
-//     device_cuda.go), the data sets, the model, optimizer and loss scaler (package model);
+//     device_cuda.go), the model's spec (ModelSpec, derived once and kept: t.spec), the data
+//     sets, the model (model.New of the spec), optimizer and loss scaler (package model);
 //     fitMemory, micro_batch: auto (autobatch.go) or the memory budget; startEngine, the DDP
 //     engine (package ddp, over ddp.channels groups: channels.go) with the trace as its
 //     ddp.Tracer; resumeOrInit, the resume from the newest checkpoint any rank has or
@@ -33,6 +34,13 @@
 //     --memory-report, --memory-plot and --check-leaks are package observe's.
 //  4. Close (trainer.go) releases what New opened, in reverse order: also after a failure, and
 //     when New itself fails partway. Run is the three together.
+//
+// The model's kind: ModelSpec (build.go) is the one place that reads model.kind, translating
+// the config into a model.Spec. Past it, the loop, evaluation, the inputs and the sampler ask the
+// model (or its spec) what they need: Input (token ids of width Tokens, or Features floats),
+// TargetsPerSample (a GPT's sample has one per position) and Classifier (accuracy and
+// predictions, or tokens/s): never the kind. kind_test.go fails on a comparison of the kind
+// anywhere else; the config's validation, per kind, is worker/config's.
 //
 // EvaluateCheckpoint (eval.go, ddptrain eval) scores a checkpoint on the eval split without
 // training, with the config the checkpoint records (ConfigFromCheckpoint) or one given.

@@ -137,11 +137,15 @@ func EvaluateCheckpoint(ctx context.Context, path string, cfg *Config, opt Optio
 	if err != nil {
 		return nil, err
 	}
-	_, evalSet, err := loadData(cfg)
+	spec, err := ModelSpec(cfg)
 	if err != nil {
 		return nil, err
 	}
-	m, err := buildModel(dev, cfg)
+	_, evalSet, err := loadData(cfg, spec)
+	if err != nil {
+		return nil, err
+	}
+	m, err := model.New(dev, spec, uint64(cfg.Seed))
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +169,7 @@ func EvaluateCheckpoint(ctx context.Context, path string, cfg *Config, opt Optio
 		return nil, err
 	}
 	r := &EvalReport{Checkpoint: path, Step: ck.Step, EvalLoss: ev.Loss, Samples: ev.Samples, Seconds: time.Since(t0).Seconds()}
-	if cfg.Model.Kind != config.ModelGPT {
+	if m.Classifier() {
 		r.EvalAccuracy = observe.Float(ev.Accuracy)
 	}
 	return r, nil
@@ -185,7 +189,7 @@ func evaluate(ctx context.Context, m model.Model, dev tensor.Device, ds data.Dat
 		return evalResult{}, err
 	}
 	defer l.Close()
-	in := newInputs(dev, cfg, b)
+	in := newInputs(dev, m.Input(), b)
 	defer in.free(dev)
 	var lossSum, correct, count float64 // count: targets (samples or tokens)
 	lossHost := []float32{0}
@@ -202,7 +206,7 @@ func evaluate(ctx context.Context, m model.Model, dev tensor.Device, ds data.Dat
 		dev.Download(lossHost, loss)
 		lossSum += float64(lossHost[0]) * float64(n)
 		count += float64(n)
-		if cfg.Model.Kind != "gpt" {
+		if m.Classifier() {
 			pred := in.pred.View(0, batch.Size)
 			m.Predict(pred)
 			got := make([]int32, batch.Size)
@@ -222,10 +226,7 @@ func evaluate(ctx context.Context, m model.Model, dev tensor.Device, ds data.Dat
 	if v[2] == 0 {
 		return evalResult{}, fmt.Errorf("worker: the evaluation set is empty")
 	}
-	perSample := 1.0 // targets per sample: a language model's sample has one per position
-	if cfg.Model.Kind == "gpt" {
-		perSample = float64(cfg.Model.Context)
-	}
+	perSample := float64(m.TargetsPerSample()) // a language model's sample has one per position
 	return evalResult{Loss: float64(v[0]) / float64(v[2]), Accuracy: float64(v[1]) / float64(v[2]),
 		Samples: int(math.Round(float64(v[2]) / perSample))}, nil
 }

@@ -20,15 +20,15 @@ type inputs struct {
 	async func(dst *tensor.Tensor, src unsafe.Pointer)
 }
 
-func newInputs(dev tensor.Device, cfg *Config, b int) *inputs {
+func newInputs(dev tensor.Device, shape model.Input, b int) *inputs {
 	in := &inputs{cap: b, async: asyncUploader(dev)}
-	if cfg.Model.Kind == "gpt" {
-		in.T = cfg.Model.Context
+	if shape.Tokens > 0 {
+		in.T = shape.Tokens
 		in.tokens = dev.Alloc(tensor.I32, "batch.tokens", b, in.T)
 		in.targets = dev.Alloc(tensor.I32, "batch.targets", b, in.T)
 		in.pred = dev.Alloc(tensor.I32, "batch.pred", b*in.T)
 	} else {
-		in.features = inputFeatures(cfg)
+		in.features = shape.Features()
 		in.x = dev.Alloc(tensor.F32, "batch.x", b, in.features)
 		in.targets = dev.Alloc(tensor.I32, "batch.y", b)
 		in.pred = dev.Alloc(tensor.I32, "batch.pred", b)

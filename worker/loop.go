@@ -39,7 +39,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		t.syncBN.SetContext(ctx) // SyncBatchNorm's reductions end with the run, not the setup
 	}
 	if env.Rank == 0 {
-		printSettings(cfg, env, dev, ps, t.total, t.loader.StepsPerEpoch(), t.eng)
+		printSettings(cfg, t.spec, env, dev, ps, t.total, t.loader.StepsPerEpoch(), t.eng)
 	}
 	k := cfg.Train.GradAccumSteps
 	ls := t.newLoopState()
@@ -79,9 +79,11 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 		if t.opt.InjectInf != nil && t.opt.InjectInf(step) {
-			injectInf(dev, ps) // after the all-reduce, which would otherwise write over it
+			injectInf(dev, ps, t.eng.Shard()) // after the all-reduce, which would otherwise write over it
 		}
-		res, err := t.update(ctx, ls, step, lr, measureNorm && logNow)
+		// Sharded, the norm is a collective: measured at every logging step on every rank
+		// (measureNorm may differ between ranks), whatever the metrics outputs.
+		res, err := t.update(ctx, ls, step, lr, logNow && (measureNorm || t.eng.Shard() != nil))
 		if err != nil {
 			return nil, err
 		}
@@ -221,7 +223,7 @@ type stepResult struct {
 func (t *Trainer) update(ctx context.Context, ls *loopState, step int, lr float32, measureNorm bool) (stepResult, error) {
 	cfg, dev, ps, scaler, eng := t.cfg, t.dev, t.ps, t.scaler, t.eng
 	to := t.trace.Now()
-	found := scaler.UnscaleCheck(ps)
+	found := scaler.UnscaleCheckShard(ps, eng.Shard()) // sharded: the averaged part only
 	localInf := scaler.Checks() && readFlag(dev, found)
 	infRanks, err := eng.RanksWith(ctx, localInf)
 	if err != nil {
@@ -233,12 +235,17 @@ func (t *Trainer) update(ctx context.Context, ls *loopState, step int, lr float3
 	}
 	res := stepResult{skipped: anyInf, gradNorm: math.NaN()}
 	if !res.skipped {
-		if cfg.Train.GradClip > 0 {
-			res.gradNorm = float64(model.ClipGradNorm(ps, float32(cfg.Train.GradClip)))
-		} else if measureNorm {
-			res.gradNorm = float64(model.ClipGradNorm(ps, 0)) // max 0: measures, changes nothing
+		if cfg.Train.GradClip > 0 || measureNorm { // max 0: measures, changes nothing
+			n, err := eng.ClipGradNorm(ctx, float32(max(cfg.Train.GradClip, 0))) // sharded: the global norm
+			if err != nil {
+				return stepResult{}, fmt.Errorf("worker: step %d: %w", step, err)
+			}
+			res.gradNorm = float64(n)
 		}
 		t.optim.Step(lr)
+		if err := eng.GatherParams(ctx); err != nil { // sharded: every rank's updated segments
+			return stepResult{}, fmt.Errorf("worker: step %d: %w", step, err)
+		}
 	}
 	if err := scaler.Update(anyInf); err != nil {
 		return stepResult{}, fmt.Errorf("worker: step %d: %w", step, err)
@@ -277,7 +284,7 @@ func (t *Trainer) finishMemoryPlot(memRec *observe.MemTimeline, step int) error 
 	}
 	memRec.Stop()
 	cfg := t.cfg
-	title := fmt.Sprintf("%s, %s, micro-batch %d × %d: memory over step %d", modelLine(cfg), cfg.Precision, cfg.Train.MicroBatch, cfg.Train.GradAccumSteps, step)
+	title := fmt.Sprintf("%s, %s, micro-batch %d × %d: memory over step %d", t.spec.Summary(), cfg.Precision, cfg.Train.MicroBatch, cfg.Train.GradAccumSteps, step)
 	if err := memRec.WritePNG(t.opt.MemoryPlot, title); err != nil {
 		return err
 	}
@@ -308,11 +315,8 @@ func (t *Trainer) checkMemory(step int, leakBase *int64) error {
 // stepRecord is the step just done, for the observers; with logNow it closes the metrics window
 // and starts the next.
 func (t *Trainer) stepRecord(ls *loopState, res stepResult, lr float32, stepTime time.Duration, logNow bool) observe.StepRecord {
-	cfg, st := t.cfg, &t.st
-	tokensPerSample := 0
-	if cfg.Model.Kind == "gpt" {
-		tokensPerSample = cfg.Model.Context
-	}
+	st := &t.st
+	tokensPerSample := t.m.Input().Tokens // 0 for float features
 	commNow, hidden := t.eng.CommStats()
 	rec := observe.StepRecord{Step: st.Step, Epoch: st.Step / t.loader.StepsPerEpoch(), Last: st.Step == t.total,
 		Seconds: stepTime.Seconds(), Samples: t.samplesPerStep(), TokensPerSample: tokensPerSample,
@@ -354,12 +358,18 @@ func (t *Trainer) afterStep(ctx context.Context) error {
 		}
 		er := observe.EvalRecord{Step: st.Step, Epoch: st.Step / t.loader.StepsPerEpoch(), Loss: ev.Loss, Samples: ev.Samples,
 			Seconds: time.Since(te).Seconds()}
-		if cfg.Model.Kind != "gpt" { // a language model's loss is in nats per token, and it has no accuracy
+		if t.m.Classifier() { // a language model's loss is in nats per token, and it has no accuracy
 			er.Accuracy = observe.Float(ev.Accuracy)
 		}
 		t.obs.Eval(er)
 	}
 	if cfg.Checkpoint.Dir != "" && cfg.Checkpoint.Every > 0 && st.Step%cfg.Checkpoint.Every == 0 && st.Step < t.total {
+		// Under ddp.shard_optimizer every rank gathers the state whole first (collectives), before
+		// the writer's own decision to skip a checkpoint, so the ranks' collectives stay in step.
+		whole, err := t.gatherOptimState(ctx)
+		if err != nil {
+			return err
+		}
 		if writing, busy := st.Writing(t.checkpointPatience()); busy {
 			// The disk is much slower than the interval: skip this one rather than wait longer,
 			// which would hold this rank out of the next collective until its peers time out.
@@ -369,7 +379,7 @@ func (t *Trainer) afterStep(ctx context.Context) error {
 			t.prom.CheckpointSkipped()
 			return nil
 		}
-		if err := t.saveCheckpoint(); err != nil {
+		if err := t.saveCheckpoint(whole); err != nil {
 			return err
 		}
 	}
@@ -390,7 +400,7 @@ func (t *Trainer) finish(ctx context.Context, ls *loopState) (*Result, error) {
 	// step), so a 3-epoch run has 3 and `ddpbench plot` draws the last.
 	er := observe.EvalRecord{Step: st.Step, Epoch: st.Step / t.loader.StepsPerEpoch(), Loss: ev.Loss, Samples: ev.Samples,
 		Seconds: time.Since(te).Seconds()}
-	if cfg.Model.Kind != "gpt" {
+	if t.m.Classifier() {
 		er.Accuracy = observe.Float(ev.Accuracy)
 	}
 	t.obs.Eval(er)
@@ -408,17 +418,21 @@ func (t *Trainer) finish(ctx context.Context, ls *loopState) (*Result, error) {
 		CommSeconds: commSec, CommHiddenFraction: hidden,
 	}
 	rate := float64(trained*t.samplesPerStep()) / secs
-	if cfg.Model.Kind == "gpt" {
-		sum.TokensPerSec = rate * float64(cfg.Model.Context)
-	} else {
+	if t.m.Classifier() {
 		sum.EvalAccuracy = observe.Float(ev.Accuracy)
+	} else {
+		sum.TokensPerSec = rate * float64(t.m.Input().Tokens)
 	}
 	sum.SamplesPerSec = rate
 	if cfg.Checkpoint.Dir != "" { // the last checkpoint carries the summary: a run started again after this one prints it
 		if st.Summary, err = json.Marshal(sum); err != nil {
 			return nil, fmt.Errorf("checkpoint: encoding the summary: %w", err)
 		}
-		if err := t.saveCheckpoint(); err != nil {
+		whole, err := t.gatherOptimState(ctx) // every rank: collectives
+		if err != nil {
+			return nil, err
+		}
+		if err := t.saveCheckpoint(whole); err != nil {
 			return nil, err
 		}
 		if err := st.WaitWrite(); err != nil {
@@ -432,7 +446,7 @@ func (t *Trainer) finish(ctx context.Context, ls *loopState) (*Result, error) {
 		}
 	}
 	doneKV := []any{"steps", st.Step, "eval_loss", fmt.Sprintf("%.4f", ev.Loss)}
-	if cfg.Model.Kind != "gpt" {
+	if t.m.Classifier() {
 		doneKV = append(doneKV, "eval_accuracy", fmt.Sprintf("%.4f", ev.Accuracy))
 	}
 	t.log.Info("done", append(doneKV, "param_sha256", hash[:16], "wall_s", fmt.Sprintf("%.1f", secs))...)
@@ -441,13 +455,36 @@ func (t *Trainer) finish(ctx context.Context, ls *loopState) (*Result, error) {
 
 // saveCheckpoint checkpoints the run's state now, on the ranks that write checkpoints
 // (checkpoint.IsWriter); it returns once the snapshot is taken, the write goes on in the
-// background (checkpoint.State.Save).
-func (t *Trainer) saveCheckpoint() error {
+// background (checkpoint.State.Save). whole is gatherOptimState's (nil unsharded), which every
+// rank calls first.
+func (t *Trainer) saveCheckpoint(whole []model.NamedTensor) error {
 	t.st.Loader = t.loader.State()
 	if !checkpoint.IsWriter(t.cfg.Checkpoint.PerHost, t.env.Rank, t.env.LocalRank) {
 		return nil
 	}
-	return t.st.Save(t.cfg, t.env.WorldSize, t.ps, t.optim, t.scaler, t.log)
+	return t.st.Save(t.cfg, t.env.WorldSize, t.ps, t.optim, whole, t.scaler, t.log)
+}
+
+// gatherOptimState: under ddp.shard_optimizer every rank joins in gathering the f32 master
+// weights and the optimizer state whole (collectives) for the checkpoint the writer saves next,
+// so a checkpoint reads at any world size, sharded or not (PyTorch's consolidate_state_dict).
+// Unsharded it returns nil: the optimizer's own state is whole.
+func (t *Trainer) gatherOptimState(ctx context.Context) ([]model.NamedTensor, error) {
+	if t.eng.Shard() == nil {
+		return nil, nil
+	}
+	if err := t.eng.GatherMaster(ctx); err != nil { // the weights the writer saves, whole
+		return nil, fmt.Errorf("worker: checkpoint of step %d: %w", t.st.Step, err)
+	}
+	var whole []model.NamedTensor
+	for _, s := range t.optim.State() {
+		v, err := t.eng.GatherState(ctx, s.T)
+		if err != nil {
+			return nil, fmt.Errorf("worker: checkpoint of step %d: %w", t.st.Step, err)
+		}
+		whole = append(whole, model.NamedTensor{Name: s.Name, DType: tensor.F32, Shape: []int{len(v)}, Data: model.F32Bytes(v)})
+	}
+	return whole, nil
 }
 
 // wireBytes are the bytes the groups have sent and received, all collectives so far.
@@ -493,9 +530,14 @@ func nonFinite(step int, ranks []int, world int, err error) error {
 }
 
 // injectInf puts +Inf into the first gradient element, after the all-reduce (tests of the
-// loss-scaler agreement and of bf16's error: an inf on one rank only).
-func injectInf(dev tensor.Device, ps *model.Params) {
-	g := ps.Grad.View(0, 1)
+// loss-scaler agreement and of bf16's error: an inf on one rank only); sharded, into the first
+// element of this rank's shard, the part it checks.
+func injectInf(dev tensor.Device, ps *model.Params, sh *model.Shard) {
+	at := 0
+	if sh != nil && len(sh.Ranges) > 0 {
+		at = sh.Ranges[0][0]
+	}
+	g := ps.Grad.View(at, 1)
 	dev.Upload(g, []float32{float32(math.Inf(1))})
 }
 

@@ -95,11 +95,6 @@ func TestModelSpec_buildsTheSameModels(t *testing.T) {
 					t.Errorf("%s: input %+v, targets per sample %d, classifier %v; want %+v, %d, %v", who, v.in, v.perSample, v.classifier, c.input, c.perSample, c.classifier)
 				}
 			}
-			if spec.Classifier() {
-				if f := spec.Input().Features(); f != inputFeatures(cfg) {
-					t.Errorf("features %d, inputFeatures %d", f, inputFeatures(cfg))
-				}
-			}
 		})
 	}
 }

@@ -79,6 +79,7 @@ type Trainer struct {
 	dev     tensor.Device
 	evalSet data.Dataset // the training set is the loader's
 	m       model.Model
+	spec    model.Spec // ModelSpec(cfg), derived once in New: m's description
 	ps      *model.Params
 	optim   Optimizer
 	scaler  *Scaler
@@ -221,7 +222,12 @@ func (t *Trainer) buildModel() (data.Dataset, error) {
 		return nil, err
 	}
 	t.dev = dev
-	trainSet, evalSet, err := loadData(cfg)
+	spec, err := ModelSpec(cfg) // the one derivation: the model, the data, the checkpoints and the logs use it
+	if err != nil {
+		return nil, err
+	}
+	t.spec, t.st.Spec = spec, spec
+	trainSet, evalSet, err := loadData(cfg, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -231,11 +237,8 @@ func (t *Trainer) buildModel() (data.Dataset, error) {
 		}
 	}
 	t.evalSet = evalSet
-	m, err := buildModel(dev, cfg)
+	m, err := model.New(dev, spec, uint64(cfg.Seed))
 	if err != nil {
-		return nil, err
-	}
-	if t.st.Spec, err = ModelSpec(cfg); err != nil {
 		return nil, err
 	}
 	if t.opt.wrapModel != nil {
@@ -245,7 +248,13 @@ func (t *Trainer) buildModel() (data.Dataset, error) {
 	t.onClose(func() error { m.Free(); return nil })
 	ps := m.Params()
 	t.ps = ps
-	opt2, err := buildOptimizer(cfg, ps)
+	// ddp.shard_optimizer: the optimizer keeps this rank's shard only (ddp/shard.go); the engine
+	// below plans the same shard from the same buckets.
+	shard, err := optimizerShardFor(cfg, t.env, dev, ps)
+	if err != nil {
+		return nil, err
+	}
+	opt2, err := buildOptimizer(cfg, ps, shard)
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +306,8 @@ func (t *Trainer) startEngine(ctx context.Context, gcfg allreduce.Config) error 
 	if err := t.syncBatchNorm(ctx, cfg, t.env, t.m, t.group, gcfg); err != nil {
 		return err
 	}
-	dopts := ddp.Options{BucketCapMB: cfg.DDP.BucketCapMB, Wire: wireOf(cfg), Logger: t.log, Channels: asComms(channels)}
+	dopts := ddp.Options{BucketCapMB: cfg.DDP.BucketCapMB, Wire: wireOf(cfg), Logger: t.log, Channels: asComms(channels),
+		ShardOptimizer: model.ShardOf(t.optim) != nil} // the shard the optimizer was built on
 	if t.trace != nil { // not a nil *Trace in the interface
 		dopts.Tracer = t.trace
 	}
@@ -349,7 +359,11 @@ func (t *Trainer) resumeOrInit(ctx context.Context) (string, error) {
 			}
 		}
 	}
-	if err := t.eng.BroadcastTensors(ctx, append(append([]*tensor.Tensor{ps.Data}, optimizerTensors(t.optim)...), modelBuffers(t.m)...)); err != nil {
+	optState := optimizerTensors(t.optim)
+	if model.ShardOf(t.optim) != nil { // each rank's own shard: zeros, or its part of the checkpoint's whole state
+		optState = nil
+	}
+	if err := t.eng.BroadcastTensors(ctx, append(append([]*tensor.Tensor{ps.Data}, optState...), modelBuffers(t.m)...)); err != nil {
 		return "", err
 	}
 	if resumed == "" && cfg.Model.InitFrom != "" {
@@ -408,7 +422,7 @@ func (t *Trainer) openOutputs() error {
 		t.obs = append(t.obs, t.prom)
 	}
 	t.obs = append(t.obs, t.prog)
-	in := newInputs(t.dev, cfg, cfg.Train.MicroBatch)
+	in := newInputs(t.dev, t.m.Input(), cfg.Train.MicroBatch)
 	t.in = in
 	t.onClose(func() error { in.free(t.dev); return nil })
 	return nil
@@ -571,7 +585,7 @@ func (t *Trainer) syncBatchNorm(ctx context.Context, cfg *Config, env Env, m mod
 	t.onClose(chs[0].Close)
 	red := ddp.StatReducer(ctx, chs[0]) // Run gives it the loop's context
 	if !model.SetStatReducer(m, red) {
-		return fmt.Errorf("worker: model.sync_batchnorm: model.kind %s has no BatchNorm", cfg.Model.Kind)
+		return fmt.Errorf("worker: model.sync_batchnorm: model.kind %s has no BatchNorm", t.spec.Kind)
 	}
 	t.syncBN = red
 	if env.Rank == 0 {

@@ -10,7 +10,8 @@
 // was trained); 3 for the failure DDP_FAIL_AT_STEP plants (tests of restarts, in a binary built
 // with -tags ddptesthooks only: testhooks_env.go), so a test can tell it from a real one; 4 when
 // it failed because another rank did (a collective or link naming a peer, a rendezvous that lost
-// its master: allreduce.FailedByPeer) or a stop signal ended it: ddplaunch reads 4 as a follow-on
+// its master: allreduce.FailedByPeer) or its failure is the cancellation a stop signal made (a rank
+// whose own error came as the signal arrived exits 1): ddplaunch reads 4 as a follow-on
 // (launcher.ExitFollowOn) and blames another rank first.
 package main
 
@@ -106,7 +107,10 @@ func run(args []string) int {
 		if injectedFault(err) {
 			return exitInjectedFault
 		}
-		if allreduce.FailedByPeer(err) || ctx.Err() != nil {
+		// A stop signal counts only when the failure is the cancellation itself: a rank whose own
+		// error (bad data, say) came as the launcher's SIGTERM arrived is a root cause, not a
+		// follow-on (with ctx.Err() alone, both ranks of the empty-data case could exit 4).
+		if allreduce.FailedByPeer(err) || errors.Is(err, context.Canceled) {
 			return exitFollowOn
 		}
 		return exitFailed

@@ -5,6 +5,7 @@ package main
 import (
 	"errors"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/goddp/goddp/worker"
@@ -21,6 +22,9 @@ var errInjectedFault = errors.New("failing on purpose (DDP_FAIL_AT_STEP)")
 //
 //	DDP_FAIL_AT_STEP=N        the first attempt (DDP_RESTART_COUNT 0) fails just before step N:
 //	                          the run stops, closes what it opened, and ddptrain exits 3
+//	DDP_KILL_AT_STEP=N        rank DDP_KILL_RANK (default 0) of the first attempt SIGKILLs itself
+//	                          just before step N: a rank killed, nothing closed, its peers left
+//	                          waiting in a collective
 //	DDP_SLOW_CHECKPOINT=D     every checkpoint write waits D (a Go duration) before it starts:
 //	                          a disk slower than checkpoint.every (issue 30)
 //	DDP_INJECT_INF_STEP=N     rank DDP_INJECT_INF_RANK (default 0) puts +Inf into a gradient at
@@ -33,6 +37,14 @@ func testHooks(opt *worker.Options) {
 		opt.FaultHook = func(step int) error {
 			if step == n {
 				return errInjectedFault
+			}
+			return nil
+		}
+	}
+	if n := envInt("DDP_KILL_AT_STEP"); n > 0 && envInt("DDP_RESTART_COUNT") == 0 && envInt("RANK") == envInt("DDP_KILL_RANK") {
+		opt.FaultHook = func(step int) error {
+			if step == n {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			}
 			return nil
 		}

@@ -67,8 +67,10 @@ func (s *State) FirstStep() int { return s.resumedAt }
 // the disk (a slow fsync used to run them into the collective timeout). Only the ranks that
 // write checkpoints call it (IsWriter). One write is in flight at a time: Save first waits for
 // the previous one and returns its error; WaitWrite waits for the last. world is the run's world
-// size. Save and WaitWrite are called from one goroutine, the trainer's.
-func (s *State) Save(cfg *config.Config, world int, ps *model.Params, opt model.Optimizer, sc *model.Scaler, log *slog.Logger) error {
+// size. whole is the optimizer state to write when opt holds a shard of it (ddp.shard_optimizer:
+// gathered whole by every rank first, so a checkpoint reads at any world size); nil: opt.State().
+// Save and WaitWrite are called from one goroutine, the trainer's.
+func (s *State) Save(cfg *config.Config, world int, ps *model.Params, opt model.Optimizer, whole []model.NamedTensor, sc *model.Scaler, log *slog.Logger) error {
 	if err := s.WaitWrite(); err != nil {
 		return err
 	}
@@ -87,9 +89,11 @@ func (s *State) Save(cfg *config.Config, world int, ps *model.Params, opt model.
 			weights = append(weights, tensorToNamed(b.Name, b.T))
 		}
 	}
-	var optim []model.NamedTensor
-	for _, st := range opt.State() {
-		optim = append(optim, tensorToNamed(st.Name, st.T))
+	optim := whole
+	if whole == nil {
+		for _, st := range opt.State() {
+			optim = append(optim, tensorToNamed(st.Name, st.T))
+		}
 	}
 	state, err := json.Marshal(s) // now: s moves on while the write runs
 	if err != nil {
@@ -183,13 +187,23 @@ func (s *State) Restore(path, where string, world int, cfg *config.Config, ps *m
 	for _, t := range ck.Optim {
 		optByName[t.Name] = t
 	}
+	// A checkpoint holds the whole optimizer state, sharded run or not: under
+	// ddp.shard_optimizer each rank takes its own shard of it, at any world size.
+	shard := model.ShardOf(opt)
 	var optLoads []tensorLoad
 	for _, st := range opt.State() {
 		nt, ok := optByName[st.Name]
 		if !ok {
 			return fmt.Errorf("checkpoint: %s has no optimizer state %q (another optimizer?)", path, st.Name)
 		}
-		v, err := namedToF32(nt, st.T)
+		var v []float32
+		if shard != nil {
+			if v, err = namedToF32Shape(nt, []int{ps.N}); err == nil {
+				v = shard.Pack(v)
+			}
+		} else {
+			v, err = namedToF32(nt, st.T)
+		}
 		if err != nil {
 			return fmt.Errorf("checkpoint: %s: %w", path, err)
 		}

@@ -43,7 +43,7 @@ func TestState_saveDoesNotBlockTheStep(t *testing.T) {
 	defer func() { syncFile = old }()
 	st := &State{Step: 7, Spec: mc.Spec()}
 	done := make(chan error, 1)
-	go func() { done <- st.Save(cfg, 1, m.Params(), opt, sc, quiet()) }()
+	go func() { done <- st.Save(cfg, 1, m.Params(), opt, nil, sc, quiet()) }()
 	select {
 	case err := <-done:
 		if err != nil {

@@ -69,6 +69,11 @@ func tensorToNamed(name string, t *tensor.Tensor) model.NamedTensor {
 
 // namedToF32 is a checkpoint tensor's values for want: f32, of want's shape.
 func namedToF32(nt model.NamedTensor, want *tensor.Tensor) ([]float32, error) {
+	return namedToF32Shape(nt, want.Shape())
+}
+
+// namedToF32Shape is a checkpoint tensor's values, f32 of the given shape.
+func namedToF32Shape(nt model.NamedTensor, shape []int) ([]float32, error) {
 	if nt.DType != tensor.F32 {
 		return nil, fmt.Errorf("tensor %q is %s, want f32", nt.Name, nt.DType)
 	}
@@ -76,8 +81,8 @@ func namedToF32(nt model.NamedTensor, want *tensor.Tensor) ([]float32, error) {
 	for _, d := range nt.Shape {
 		n *= d
 	}
-	if n != want.Len() || fmt.Sprint(nt.Shape) != fmt.Sprint(want.Shape()) {
-		return nil, fmt.Errorf("tensor %q has shape %v, the model wants %v", nt.Name, nt.Shape, want.Shape())
+	if n != tensor.Numel(shape) || fmt.Sprint(nt.Shape) != fmt.Sprint(shape) {
+		return nil, fmt.Errorf("tensor %q has shape %v, the model wants %v", nt.Name, nt.Shape, shape)
 	}
 	return model.BytesF32(nt.Data), nil
 }

@@ -44,6 +44,7 @@ var notTrajectory = []struct {
 	{key: "checkpoint.per_host", why: "which ranks write checkpoints"},
 	{key: "ddp.check_every", why: "how often the replicas are compared"},
 	{key: "ddp.channels", why: "bit-identical results for any number of channels"},
+	{key: "ddp.shard_optimizer", why: "bit-identical results sharded or not (ddp's shard_test.go); checkpoints hold the whole optimizer state"},
 	{key: "ddp.timeout", why: "a bound on waiting, not part of the arithmetic"},
 	{key: "train.log_every", why: "how often progress and metrics lines are written"},
 	{key: "train.eval_every", why: "how often the run evaluates (evaluation changes no weight)"},
@@ -233,6 +234,7 @@ func (c *Config) HashV1() string {
 	cc.Data.ImageSize, cc.Data.Mean, cc.Data.Std = 0, nil, nil // added after v1
 	cc.DDP.Channels = 0
 	cc.DDP.Timeout = Duration{}
+	cc.DDP.ShardOptimizer = false
 	if cc.Train.GlobalBatch > 0 {
 		cc.Train.GradAccumSteps = 0
 	}

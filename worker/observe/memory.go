@@ -59,7 +59,14 @@ func MemoryReport(dev tensor.Device, ps *model.Params, opt model.Optimizer) stri
 		row("master weights (f32)", master)
 	}
 	row("gradients (f32)", grads)
-	row("optimizer state", optState)
+	if sh := model.ShardOf(opt); sh != nil { // ddp.shard_optimizer: this rank's part only
+		row("optimizer state (rank's shard)", optState)
+		whole := optState / int64(max(1, sh.N())) * int64(ps.N)
+		fmt.Fprintf(&b, "  %-34s %12s  (the shard holds %d of %d elements: %s saved)\n", "optimizer state unsharded", tensor.FormatBytes(whole),
+			sh.N(), ps.N, tensor.FormatBytes(whole-optState))
+	} else {
+		row("optimizer state", optState)
+	}
 	if rounding > 0 {
 		row("allocator rounding of the slabs", rounding)
 	}

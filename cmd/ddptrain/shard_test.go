@@ -1,0 +1,182 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/goddp/goddp/worker/observe"
+)
+
+// ddp.shard_optimizer through the real binaries: sharded runs end with the param_sha256 of the
+// unsharded ones (the pins' for world 2), on 2 and 4 workers, fp32 and fp16, with clipping that
+// bites and with an fp16 step skipped; a sharded job restarted by ddplaunch resumes exactly; a
+// sharded checkpoint resumes at another world size.
+
+// launchN runs ddptrain on nproc workers with the pins' short MNIST job and extra --set
+// values, and returns every rank's summary.
+func launchN(t *testing.T, nproc int, env []string, sets ...string) []observe.SummaryMetrics {
+	t.Helper()
+	m := filepath.Join(t.TempDir(), "m.jsonl")
+	args := []string{"--nproc-per-node", fmt.Sprint(nproc), "--grace", "3s", filepath.Join(binaries(t), "ddptrain"),
+		"--config", "../../configs/mnist-mlp.yaml", "--set", "train.max_steps=30", "--set", "train.log_every=10",
+		"--set", "train.eval_batches=5", "--set", "data.path=" + mnistDir(t), "--metrics", m}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	cmd := exec.Command(filepath.Join(binaries(t), "ddplaunch"), args...)
+	cmd.Env = append(os.Environ(), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("ddplaunch %v: %v\n%s", sets, err, out)
+	}
+	var out []observe.SummaryMetrics
+	for r := 0; r < nproc; r++ {
+		out = append(out, summary(t, observe.RankPath(m, r)))
+	}
+	return out
+}
+
+func TestLaunch_shardedEqualsUnsharded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains twelve short jobs")
+	}
+	cases := []struct {
+		name  string
+		world int
+		env   []string
+		sets  []string
+		pin   string // the unsharded pin (pins_test.go), where there is one
+	}{
+		{"fp32-w2", 2, nil, nil, "5f69e6ad6ea732a7590e116c1ba617902766af96f7c4c8cd3242c713db00c5e8"},
+		{"fp16-w2-f16wire", 2, nil, []string{"precision=fp16", "ddp.wire=f16"}, "e48f609909ddf6d62a78e2a043dee763f782115c269ca583873b1e05c72a4417"},
+		{"fp32-w4-buckets", 4, nil, []string{"ddp.bucket_cap_mb=0.3", "ddp.channels=2"}, ""},
+		{"fp16-w4-f16wire", 4, nil, []string{"precision=fp16", "ddp.wire=f16"}, ""},
+		{"fp32-w2-clip", 2, nil, []string{"train.grad_clip=0.05", "ddp.bucket_cap_mb=0.3"}, ""},
+		{"fp16-w2-skip", 2, []string{"DDP_INJECT_INF_STEP=3", "DDP_INJECT_INF_RANK=1"}, []string{"precision=fp16", "ddp.wire=f16"}, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			plain := launchN(t, c.world, c.env, c.sets...)
+			sharded := launchN(t, c.world, c.env, append(c.sets, "ddp.shard_optimizer=true")...)
+			for r := range sharded {
+				if sharded[r].ParamSHA256 != plain[0].ParamSHA256 || plain[r].ParamSHA256 != plain[0].ParamSHA256 {
+					t.Fatalf("rank %d: sharded %s, unsharded %s (rank 0 unsharded %s)", r, sharded[r].ParamSHA256, plain[r].ParamSHA256, plain[0].ParamSHA256)
+				}
+				if sharded[r].SkippedSteps != plain[r].SkippedSteps {
+					t.Fatalf("rank %d: %d steps skipped sharded, %d unsharded", r, sharded[r].SkippedSteps, plain[r].SkippedSteps)
+				}
+			}
+			if c.pin != "" && plain[0].ParamSHA256 != c.pin {
+				t.Fatalf("unsharded %s, pinned %s", plain[0].ParamSHA256, c.pin)
+			}
+			if strings.HasSuffix(c.name, "skip") && sharded[0].SkippedSteps != 1 {
+				t.Fatalf("%d steps skipped, want 1", sharded[0].SkippedSteps)
+			}
+		})
+	}
+}
+
+// A sharded job whose workers all fail at step 25, or whose rank 1 alone is SIGKILLed there, is
+// restarted by ddplaunch (--max-restarts 1), resumes from its newest checkpoint (the optimizer
+// state gathered whole, each rank taking its shard back) and ends where the uninterrupted job
+// does — and where the unsharded job does.
+func TestLaunch_shardedMaxRestartsResumesExactly(t *testing.T) {
+	dir := t.TempDir()
+	run := func(name string, env []string, extra ...string) []string {
+		m := filepath.Join(dir, name+".jsonl")
+		cmd := launch(t, filepath.Join(dir, "ck-"+name), m, extra...)
+		cmd.Args = append(cmd.Args, "--set", "ddp.shard_optimizer=true", "--set", "ddp.bucket_cap_mb=0.02")
+		cmd.Env = append(cmd.Env, env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, out)
+		}
+		if len(env) > 0 && !strings.Contains(string(out), "resumed from checkpoint") {
+			t.Fatalf("%s: the restart did not resume from a checkpoint:\n%s", name, out)
+		}
+		return []string{summary(t, m).ParamSHA256, summary(t, observe.RankPath(m, 1)).ParamSHA256}
+	}
+	straight := run("straight", nil)
+	restarted := run("restarted", []string{"DDP_FAIL_AT_STEP=25"}, "--max-restarts", "1")
+	if straight[0] != straight[1] || restarted[0] != restarted[1] || straight[0] != restarted[0] {
+		t.Fatalf("uninterrupted %v, restarted %v (rank 0, rank 1)", straight, restarted)
+	}
+	// Rank 1 alone SIGKILLed before step 25: rank 0 is left in a collective, ddplaunch stops
+	// it and starts both again, and they resume to the same hash.
+	killed := run("killed", []string{"DDP_KILL_AT_STEP=25", "DDP_KILL_RANK=1"}, "--max-restarts", "1")
+	if killed[0] != killed[1] || killed[0] != straight[0] {
+		t.Fatalf("uninterrupted %v, rank 1 killed and restarted %v (rank 0, rank 1)", straight, killed)
+	}
+	m := filepath.Join(dir, "plain.jsonl")
+	cmd := launch(t, filepath.Join(dir, "ck-plain"), m)
+	cmd.Args = append(cmd.Args, "--set", "ddp.bucket_cap_mb=0.02")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("unsharded: %v\n%s", err, out)
+	}
+	if h := summary(t, m).ParamSHA256; h != straight[0] {
+		t.Fatalf("sharded job ends with %s, unsharded %s", straight[0], h)
+	}
+}
+
+// A sharded checkpoint holds the whole optimizer state, so it resumes at another world size:
+// on one worker (unsharded, fp32: world 1 with accumulation ends where world 2 does) exactly
+// where the sharded two-worker job ends; on four workers re-sharded, exactly where four
+// unsharded workers resuming the same checkpoint end.
+func TestTrain_shardedCheckpointResumesAtAnotherWorldSize(t *testing.T) {
+	dir := t.TempDir()
+	fp32 := []string{"--set", "precision=fp32", "--set", "ddp.shard_optimizer=true"}
+	m := filepath.Join(dir, "straight.jsonl")
+	cmd := launch(t, filepath.Join(dir, "ck-a"), m)
+	cmd.Args = append(cmd.Args, fp32...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("straight: %v\n%s", err, out)
+	}
+	want := summary(t, m).ParamSHA256
+	from := filepath.Join(dir, "ck-a", "step-00000040")
+
+	one := filepath.Join(dir, "one.jsonl")
+	out, err := runTrain(t, nil, append(append(smallRun(t, filepath.Join(dir, "ck-1")), fp32...), "--set", "train.micro_batch=64",
+		"--resume-from", from, "--metrics", one)...)
+	if err != nil || !strings.Contains(out, "resumed from checkpoint") {
+		t.Fatalf("world 1 from %s: %v\n%s", from, err, out)
+	}
+	if h := summary(t, one).ParamSHA256; h != want {
+		t.Fatalf("world 1 resumed from the sharded world-2 checkpoint ends with %s, world 2 with %s", h, want)
+	}
+
+	// global_batch 256 (micro-batch 64: accumulation 2 on two workers, 1 on four) for the
+	// four-worker resumes, from a sharded two-worker checkpoint of its own.
+	g256 := append(fp32, "--set", "train.global_batch=256")
+	cmd = launch(t, filepath.Join(dir, "ck-b"), filepath.Join(dir, "b.jsonl"))
+	cmd.Args = append(cmd.Args, g256...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("global batch 256: %v\n%s", err, out)
+	}
+	from = filepath.Join(dir, "ck-b", "step-00000040")
+	four := func(name string, shard string) string {
+		m := filepath.Join(dir, name+".jsonl")
+		args := []string{"--nproc-per-node", "4", "--grace", "3s", filepath.Join(binaries(t), "ddptrain")}
+		args = append(args, smallRun(t, filepath.Join(dir, "ck-"+name))...)
+		args = append(args, "--set", "precision=fp32", "--set", "train.global_batch=256", "--set", "ddp.shard_optimizer="+shard,
+			"--resume-from", from, "--metrics", m)
+		cmd := exec.Command(filepath.Join(binaries(t), "ddplaunch"), args...)
+		cmd.Env = os.Environ()
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "resumed from checkpoint") {
+			t.Fatalf("world 4 (%s) from %s: %v\n%s", name, from, err, out)
+		}
+		h := summary(t, m).ParamSHA256
+		for r := 1; r < 4; r++ {
+			if hr := summary(t, observe.RankPath(m, r)).ParamSHA256; hr != h {
+				t.Fatalf("world 4 (%s): rank %d ends with %s, rank 0 %s", name, r, hr, h)
+			}
+		}
+		return h
+	}
+	if a, b := four("four-sharded", "true"), four("four-plain", "false"); a != b {
+		t.Fatalf("world 4 resumed sharded ends with %s, unsharded %s", a, b)
+	}
+}

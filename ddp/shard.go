@@ -1,0 +1,255 @@
+package ddp
+
+// shard.go: optimizer-state sharding (ddp.shard_optimizer, ZeRO-1; llm.c's zero.cuh, PyTorch's
+// ZeroRedundancyOptimizer). Each rank owns its ring segment of every gradient bucket — exactly
+// the part the reduce-scatter leaves averaged on it — and its optimizer keeps state for, and
+// updates, only those elements. One step:
+//
+//  1. Backward hands buckets to the comm goroutines as without sharding, which reduce-scatter
+//     them (the all-reduce's first half: same ring, same order, same wire, so the owner's
+//     averaged values are the very bits the all-reduce would leave, the f16/bf16 rounding of the
+//     full sum included). Wait writes back the owned segments only.
+//  2. The scaler checks and unscales the shard (model.Scaler.UnscaleCheckShard); RanksWith agrees
+//     on the result as without sharding. ClipGradNorm takes the global norm from the shards'
+//     float64 sums of squares, gathered and added in rank order.
+//  3. The optimizer (model.NewAdamWShard on Shard()) steps the shard's master weights.
+//  4. GatherParams all-gathers what the next forward reads: under fp16 (bf16) the 16-bit
+//     compute copy that AdamW wrote beside the shard's master weights, on the f16 (bf16) wire,
+//     which carries those values exactly — the bytes of the all-reduce's second half, so the
+//     sharded step moves no more than the all-reduce; under fp32 the f32 master weights. The
+//     other ranks' segments of the f32 master are then stale here; GatherMaster all-gathers
+//     them (f32) where the whole master is read: CheckReplicas (param_sha256) and checkpoints.
+//
+// Accumulation micro-steps send nothing, as without sharding. The saving is the optimizer
+// state: m and v hold about N/W elements per rank instead of N.
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+
+	"github.com/goddp/goddp/allreduce"
+	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// bucketSpec is one bucket of the plan: its slab range and its parameters [first, last].
+type bucketSpec struct {
+	lo, hi      int
+	first, last int
+}
+
+// bucketPlan is the engine's bucket layout over ps for a cap of capMB MiB (default 25): a pure
+// function of the parameter sizes, so every rank (and PlanShard) sees the same buckets.
+func bucketPlan(ps *model.Params, capMB float64) []bucketSpec {
+	if capMB <= 0 {
+		capMB = 25
+	}
+	sizes := make([]int, len(ps.List))
+	for i, p := range ps.List {
+		sizes[i] = p.W.Len()
+	}
+	capBytes := int(capMB * (1 << 20))
+	var out []bucketSpec
+	for _, r := range planBuckets(sizes, capBytes) {
+		first, last := ps.List[r[0]], ps.List[r[1]]
+		pieces := [][2]int{{first.Offset, last.Offset + last.W.Len()}}
+		if r[0] == r[1] {
+			pieces = splitRange(pieces[0][0], pieces[0][1], max(1, capBytes/4))
+		}
+		for _, pc := range pieces {
+			out = append(out, bucketSpec{lo: pc[0], hi: pc[1], first: r[0], last: r[1]})
+		}
+	}
+	return out
+}
+
+// PlanShard is the part of ps's slab that rank owns in a world of size under
+// ddp.shard_optimizer with buckets of bucketCapMB: its segment (allreduce.Segment) of every
+// bucket, in slab order. nil for a world of one (nothing to shard). The optimizer is built on it
+// before the engine exists (model.NewAdamWShard); the engine plans the same.
+func PlanShard(ps *model.Params, bucketCapMB float64, size, rank int) *model.Shard {
+	if size <= 1 {
+		return nil
+	}
+	var sh model.Shard
+	for _, b := range bucketPlan(ps, bucketCapMB) {
+		lo, hi := allreduce.Segment(b.hi-b.lo, size, rank)
+		sh.Ranges = append(sh.Ranges, [2]int{b.lo + lo, b.lo + hi})
+	}
+	sort.Slice(sh.Ranges, func(i, j int) bool { return sh.Ranges[i][0] < sh.Ranges[j][0] })
+	return &sh
+}
+
+// Shard is this rank's part of the slab under ddp.shard_optimizer; nil when unsharded (or a
+// world of one).
+func (e *Engine) Shard() *model.Shard { return e.shard }
+
+// ownedSeg is this rank's segment of bucket b, relative to b.lo.
+func (e *Engine) ownedSeg(b *bucket) (lo, hi int) {
+	return allreduce.Segment(b.hi-b.lo, e.comm.Size(), e.comm.Rank())
+}
+
+// spanName is a bucket's comm span in the trace: "allreduce bucket 3", or sharded
+// "reduce-scatter bucket 3".
+func (e *Engine) spanName(b *bucket) string {
+	if e.shard != nil {
+		return fmt.Sprintf("reduce-scatter bucket %d", b.index)
+	}
+	return fmt.Sprintf("allreduce bucket %d", b.index)
+}
+
+func (e *Engine) collective() string {
+	if e.shard != nil {
+		return "reduce-scatter"
+	}
+	return "all-reduce"
+}
+
+// ClipGradNorm scales the averaged gradients so that their global L2 norm is at most max
+// (max ≤ 0 only measures) and returns the norm before clipping, as model.ClipGradNorm. Sharded,
+// each rank sums the squares of its shard in float64, the sums are all-gathered and added in
+// rank order, and the total is rounded to float32 as model.ClipGradNorm rounds its own: only
+// the order of float64 additions differs from the unsharded norm (a relative 1e-16 or so, far
+// below float32's 6e-8), so the two agree unless the sum lies that close to a float32 rounding
+// boundary. A collective when sharded.
+func (e *Engine) ClipGradNorm(ctx context.Context, maxNorm float32) (float32, error) {
+	if e.shard == nil {
+		return model.ClipGradNorm(e.ps, maxNorm), nil
+	}
+	var local float64
+	for _, b := range e.buckets {
+		lo, hi := e.ownedSeg(b)
+		if hi == lo {
+			continue
+		}
+		seg := b.host[lo:hi] // free between steps
+		e.dev.Download(seg, e.ps.Grad.View(b.lo+lo, hi-lo))
+		for _, v := range seg {
+			local += float64(v) * float64(v)
+		}
+	}
+	var buf [8]byte
+	binary.LittleEndian.PutUint64(buf[:], math.Float64bits(local))
+	all, err := e.comm.AllGather(ctx, buf[:])
+	if err != nil {
+		return 0, fmt.Errorf("ddp: gathering the shards' gradient norms: %w", err)
+	}
+	var total float64
+	for _, b := range all {
+		total += math.Float64frombits(binary.LittleEndian.Uint64(b))
+	}
+	norm := float32(math.Sqrt(float64(float32(total))))
+	if maxNorm > 0 && norm > maxNorm && !math.IsInf(float64(norm), 0) && !math.IsNaN(float64(norm)) {
+		for _, g := range e.shard.Views(e.ps.Grad) {
+			e.dev.Scale(g, maxNorm/(norm+1e-6))
+		}
+	}
+	return norm, nil
+}
+
+// GatherParams all-gathers the weights the next forward reads after a sharded optimizer step:
+// the 16-bit compute copy under mixed precision (on its own 16-bit wire: exact), the f32 master
+// weights under fp32. Unsharded it does nothing. A collective.
+func (e *Engine) GatherParams(ctx context.Context) error {
+	if e.shard == nil {
+		return nil
+	}
+	if e.ps.Half == nil {
+		return e.gatherSlab(ctx, e.ps.Data, allreduce.WireF32, "master weights")
+	}
+	wire := allreduce.WireF16
+	if e.ps.Half.DType() == tensor.BF16 {
+		wire = allreduce.WireBF16
+	}
+	if err := e.gatherSlab(ctx, e.ps.Half, wire, e.ps.Half.DType().String()+" weights"); err != nil {
+		return err
+	}
+	e.masterStale = true
+	return nil
+}
+
+// GatherMaster all-gathers the f32 master weights when GatherParams left other ranks' segments
+// stale (mixed precision, sharded): before anything reads the whole master (CheckReplicas does
+// it itself; a checkpoint's writer). Otherwise it does nothing. A collective: every rank calls
+// it at the same points.
+func (e *Engine) GatherMaster(ctx context.Context) error {
+	if !e.masterStale {
+		return nil
+	}
+	if err := e.gatherSlab(ctx, e.ps.Data, allreduce.WireF32, "master weights"); err != nil {
+		return err
+	}
+	e.masterStale = false
+	return nil
+}
+
+// gatherSlab all-gathers every bucket's range of slab t (the master weights or their 16-bit
+// copy) through the buckets' host buffers.
+func (e *Engine) gatherSlab(ctx context.Context, t *tensor.Tensor, wire allreduce.Wire, what string) error {
+	for _, b := range e.buckets {
+		e.dev.Download(b.host, t.View(b.lo, b.hi-b.lo))
+	}
+	if err := e.gatherHost(ctx, what, wire); err != nil {
+		return err
+	}
+	for _, b := range e.buckets {
+		e.dev.Upload(t.View(b.lo, b.hi-b.lo), b.host)
+	}
+	return nil
+}
+
+// gatherHost all-gathers the owned segments of every bucket's host buffer, channel by channel
+// at once (buckets dealt as in the step).
+func (e *Engine) gatherHost(ctx context.Context, what string, wire allreduce.Wire) error {
+	errs := make([]error, len(e.comms))
+	var wg sync.WaitGroup
+	for ch, c := range e.comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := ch; i < len(e.buckets); i += len(e.comms) {
+				b := e.buckets[i]
+				if err := c.AllGatherSegments(ctx, b.host, wire); err != nil {
+					errs[ch] = fmt.Errorf("ddp: all-gather of the %s of bucket %d (%s): %w", what, b.index, b.params[0].Name, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// GatherState assembles a sharded optimizer state tensor t (Shard().N() elements, packed in slab
+// order) into the whole slab's values on every rank: what a checkpoint stores, so that it reads
+// at any world size (PyTorch's consolidate_state_dict). Unsharded it returns t's values. A
+// collective.
+func (e *Engine) GatherState(ctx context.Context, t *tensor.Tensor) ([]float32, error) {
+	if e.shard == nil {
+		return tensor.ToHost(t), nil
+	}
+	if t.Len() != e.shard.N() {
+		return nil, fmt.Errorf("ddp: gathering optimizer state %s: %d elements, the shard has %d", t, t.Len(), e.shard.N())
+	}
+	full := make([]float32, e.ps.N)
+	e.shard.Unpack(full, tensor.ToHost(t))
+	for _, b := range e.buckets {
+		copy(b.host, full[b.lo:b.hi])
+	}
+	if err := e.gatherHost(ctx, "optimizer state", allreduce.WireF32); err != nil {
+		return nil, err
+	}
+	for _, b := range e.buckets {
+		copy(full[b.lo:b.hi], b.host)
+	}
+	return full, nil
+}

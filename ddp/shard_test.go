@@ -1,0 +1,289 @@
+package ddp
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+
+	"github.com/goddp/goddp/allreduce"
+	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/cpu"
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// The sharded step (ddp.shard_optimizer) against the unsharded one: W ranks over the in-process
+// network train an MLP with AdamW, gradient clipping and (under fp16) the loss scaler, once with
+// every rank holding the whole optimizer state and once sharded; the master weights, the 16-bit
+// copy and the optimizer state must end bit-identical.
+
+type shardCfg struct {
+	W, b, k, steps int
+	compute        tensor.DType
+	wire           allreduce.Wire
+	bucketMB       float64
+	clip           float32 // 0: measure only
+	shard          bool
+	channels       int
+	injectRank     int // +Inf into this rank's first shard gradient at injectStep (−1: none)
+	injectStep     int
+}
+
+type shardResult struct {
+	hash, halfHash string
+	norms          []float32
+	skipped        int
+	m, v           []float32 // whole slab (gathered when sharded)
+	stateElems     int       // elements of m on this rank
+}
+
+func trainShardRank(t *testing.T, sc shardCfg, rank int, comm Comm, d dataset, extra []Comm) shardResult {
+	dev := cpu.New()
+	m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{nFeat, nHidden, nHidden, nClass}, Activation: "gelu", Compute: sc.compute}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	ps := m.Params()
+	var sh *model.Shard
+	if sc.shard {
+		sh = PlanShard(ps, sc.bucketMB, comm.Size(), comm.Rank())
+	}
+	opt, err := model.NewAdamWShard(ps, model.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1}, sh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer opt.Free()
+	scaler, err := model.NewScaler(dev, model.ScalerConfig{Enabled: sc.compute == tensor.F16, Init: 1024, Growth: 2, Backoff: 0.5, Interval: 3, MinScale: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer scaler.Free()
+	eng := New(ps, comm, Options{BucketCapMB: sc.bucketMB, Wire: sc.wire, Channels: extra, ShardOptimizer: sc.shard})
+	defer eng.Close()
+	if fmt.Sprint(eng.Shard()) != fmt.Sprint(sh) {
+		t.Fatalf("rank %d: the engine's shard %v, PlanShard's %v", rank, eng.Shard(), sh)
+	}
+	ctx := context.Background()
+	if err := eng.BroadcastParams(ctx); err != nil {
+		t.Fatal(err)
+	}
+	x := dev.Alloc(tensor.F32, "x", sc.b, nFeat)
+	y := dev.Alloc(tensor.I32, "y", sc.b)
+	defer dev.Free(x)
+	defer dev.Free(y)
+	G := sc.W * sc.b * sc.k
+	var res shardResult
+	for s := 0; s < sc.steps; s++ {
+		ps.ZeroGrad()
+		for micro := 0; micro < sc.k; micro++ {
+			lo := s*G + (micro*sc.W+rank)*sc.b
+			dev.Upload(x, d.x[lo*nFeat:(lo+sc.b)*nFeat])
+			dev.UploadI32(y, d.y[lo:lo+sc.b])
+			m.Forward(model.Inputs{X: x, Targets: y, Valid: sc.b}, true)
+			eng.BeginMicro(micro, sc.k)
+			eng.BeginBackward()
+			m.Backward(scaler.Scale() / float32(sc.k))
+			eng.EndBackward()
+		}
+		if err := eng.Wait(ctx); err != nil {
+			t.Errorf("rank %d step %d: %v", rank, s, err)
+			return res
+		}
+		if s == sc.injectStep && rank == sc.injectRank {
+			at := 0
+			if sh != nil {
+				at = sh.Ranges[0][0]
+			}
+			dev.Upload(ps.Grad.View(at, 1), []float32{float32(math.Inf(1))})
+		}
+		found := scaler.FoundInf(scaler.UnscaleCheckShard(ps, eng.Shard()))
+		ranks, err := eng.RanksWith(ctx, found)
+		if err != nil {
+			t.Errorf("rank %d: %v", rank, err)
+			return res
+		}
+		if len(ranks) == 0 {
+			norm, err := eng.ClipGradNorm(ctx, sc.clip)
+			if err != nil {
+				t.Errorf("rank %d: %v", rank, err)
+				return res
+			}
+			res.norms = append(res.norms, norm)
+			opt.Step(0.01)
+			if err := eng.GatherParams(ctx); err != nil {
+				t.Errorf("rank %d: %v", rank, err)
+				return res
+			}
+		} else {
+			res.skipped++
+		}
+		if err := scaler.Update(len(ranks) > 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := eng.CheckReplicas(ctx, sc.steps)
+	if err != nil {
+		t.Errorf("rank %d: %v", rank, err)
+	}
+	res.hash = h
+	if ps.Half != nil {
+		res.halfHash = model.HashF32(tensor.ToHost(ps.Half))
+	}
+	res.stateElems = opt.M.Len()
+	if res.m, err = eng.GatherState(ctx, opt.M); err != nil {
+		t.Error(err)
+	}
+	if res.v, err = eng.GatherState(ctx, opt.V); err != nil {
+		t.Error(err)
+	}
+	return res
+}
+
+func runShardWorld(t *testing.T, sc shardCfg, d dataset) []shardResult {
+	nws := make([]*allreduce.InprocNetwork, max(1, sc.channels))
+	for i := range nws {
+		nws[i] = allreduce.NewInprocNetwork(sc.W)
+	}
+	out := make([]shardResult, sc.W)
+	var wg sync.WaitGroup
+	for r := 0; r < sc.W; r++ {
+		var gs []Comm
+		for _, nw := range nws {
+			g, err := allreduce.NewGroup(context.Background(), allreduce.Config{Rank: r, WorldSize: sc.W, Transport: nw.Transport(r)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gs = append(gs, g)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				for _, g := range gs {
+					g.(*allreduce.Group).Close()
+				}
+			}()
+			out[r] = trainShardRank(t, sc, r, gs[0], d, gs[1:])
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func sameF32(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// Sharded equals unsharded bit for bit: weights (param_sha256), the 16-bit copy, the gradient
+// norms, AdamW's m and v, with accumulation, clipping that bites, tiny buckets (segments cut
+// across parameters) and several channels, on the f32, f16 and bf16 wires.
+func TestShard_bitIdenticalToUnsharded(t *testing.T) {
+	type tc struct {
+		compute tensor.DType
+		wire    allreduce.Wire
+	}
+	for _, c := range []tc{{tensor.F32, allreduce.WireF32}, {tensor.F16, allreduce.WireF16}, {tensor.BF16, allreduce.WireBF16}, {tensor.F32, allreduce.WireF16}} {
+		for _, W := range []int{2, 4} {
+			for _, ch := range []int{1, 2} {
+				t.Run(fmt.Sprintf("%s_wire%s/W%d/ch%d", c.compute, c.wire, W, ch), func(t *testing.T) {
+					b, k, steps := 3, 2, 6
+					d := makeData(W * b * k * steps)
+					sc := shardCfg{W: W, b: b, k: k, steps: steps, compute: c.compute, wire: c.wire, bucketMB: 0.0005,
+						clip: 0.5, channels: ch, injectRank: -1}
+					plain := runShardWorld(t, sc, d)
+					sc.shard = true
+					sharded := runShardWorld(t, sc, d)
+					checkSame(t, plain, sharded)
+					if sharded[0].norms[0] <= sc.clip {
+						t.Errorf("the first step's norm %g does not exceed the clip %g: clipping was not exercised", sharded[0].norms[0], sc.clip)
+					}
+				})
+			}
+		}
+	}
+}
+
+func checkSame(t *testing.T, plain, sharded []shardResult) {
+	t.Helper()
+	for r := range sharded {
+		p, s := plain[r], sharded[r]
+		if s.hash != p.hash {
+			t.Errorf("rank %d: param_sha256 sharded %s, unsharded %s", r, s.hash, p.hash)
+		}
+		if s.halfHash != p.halfHash {
+			t.Errorf("rank %d: the 16-bit copy differs", r)
+		}
+		if fmt.Sprint(s.norms) != fmt.Sprint(p.norms) {
+			t.Errorf("rank %d: gradient norms sharded %v, unsharded %v", r, s.norms, p.norms)
+		}
+		if !sameF32(s.m, p.m) || !sameF32(s.v, p.v) {
+			t.Errorf("rank %d: AdamW's gathered m, v differ from the unsharded run's", r)
+		}
+		if s.skipped != p.skipped {
+			t.Errorf("rank %d: skipped %d sharded, %d unsharded", r, s.skipped, p.skipped)
+		}
+		if s.stateElems*len(sharded) > p.stateElems+len(sharded)*64 {
+			t.Errorf("rank %d: %d optimizer state elements sharded over %d ranks, %d unsharded", r, s.stateElems, len(sharded), p.stateElems)
+		}
+	}
+}
+
+// An fp16 step with an inf on one rank's shard is skipped on every rank, as unsharded, and the
+// run stays bit-identical to the unsharded one.
+func TestShard_skippedStepAsUnsharded(t *testing.T) {
+	W, b, k, steps := 3, 2, 1, 5
+	d := makeData(W * b * k * steps)
+	sc := shardCfg{W: W, b: b, k: k, steps: steps, compute: tensor.F16, wire: allreduce.WireF16, bucketMB: 0.0005,
+		injectRank: 1, injectStep: 2}
+	plain := runShardWorld(t, sc, d)
+	sc.shard = true
+	sharded := runShardWorld(t, sc, d)
+	checkSame(t, plain, sharded)
+	for r, s := range sharded {
+		if s.skipped != 1 {
+			t.Errorf("rank %d skipped %d steps, want 1", r, s.skipped)
+		}
+	}
+}
+
+// The shards tile the slab: every element is owned by exactly one rank.
+func TestPlanShard_tilesTheSlab(t *testing.T) {
+	dev := cpu.New()
+	m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{nFeat, nHidden, nHidden, nClass}, Activation: "gelu", Compute: tensor.F32}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	ps := m.Params()
+	for _, W := range []int{2, 3, 4, 7} {
+		for _, capMB := range []float64{0.0005, 25} {
+			owner := make([]int, ps.N)
+			for r := 0; r < W; r++ {
+				sh := PlanShard(ps, capMB, W, r)
+				for _, rg := range sh.Ranges {
+					for i := rg[0]; i < rg[1]; i++ {
+						owner[i]++
+					}
+				}
+				if n := sh.N(); n < ps.N/W-64 || n > ps.N/W+64 {
+					t.Errorf("W %d cap %g rank %d: %d elements of %d", W, capMB, r, n, ps.N)
+				}
+			}
+			for i, c := range owner {
+				if c != 1 {
+					t.Fatalf("W %d cap %g: element %d owned %d times", W, capMB, i, c)
+				}
+			}
+		}
+	}
+}
