@@ -409,9 +409,11 @@ func TestTrain_restartTakesTheNewestCheckpointAnyHostHas(t *testing.T) {
 	}
 }
 
-// The Opticks BPE config on a slice of the text, tokenized here (ddpbench tokenize's code): it
-// trains on the shards, its checkpoint exports in Hugging Face's layout with the binary, and the
-// export opens as a GPT-2 whose logits are the ones goddp wrote beside it.
+// The README's path on the Opticks BPE config and a slice of the text, tokenized here (ddpbench
+// tokenize's code): it trains on the shards, ddptrain eval scores the checkpoint alone, the run
+// goes back to an earlier step of itself and ends the same, its checkpoint exports in Hugging Face's layout with the binary, and the
+// export opens as a GPT-2 whose logits are the ones goddp wrote beside it, and ddptrain sample
+// reads the export.
 func TestTrain_tokensThenExportHF(t *testing.T) {
 	text, err := data.DefaultPath("text")
 	if err != nil {
@@ -437,12 +439,25 @@ func TestTrain_tokensThenExportHF(t *testing.T) {
 	out, err := runTrain(t, nil, "--config", "../../configs/opticks-gpt2-bpe.yaml", "--set", "data.path="+shards,
 		"--set", "model.layers=1", "--set", "model.width=32", "--set", "model.heads=2", "--set", "model.context=32",
 		"--set", "train.max_steps=4", "--set", "train.micro_batch=4", "--set", "train.eval_batches=2",
-		"--set", "checkpoint.dir="+ck, "--metrics", m)
+		"--set", "checkpoint.dir="+ck, "--set", "checkpoint.every=2", "--metrics", m)
 	if err != nil {
 		t.Fatalf("training on the shards: %v\n%s", err, out)
 	}
-	if s := summary(t, m); s.Steps != 4 || !(s.EvalLoss > 5 && s.EvalLoss < 12) {
+	s := summary(t, m)
+	if s.Steps != 4 || !(s.EvalLoss > 5 && s.EvalLoss < 12) {
 		t.Fatalf("summary %+v", s)
+	}
+	// Back to step 2 of the same run, in its own checkpoint.dir (issue 29, item 3): the same end.
+	m2 := filepath.Join(dir, "m2.jsonl")
+	out, err = runTrain(t, nil, "--config", "../../configs/opticks-gpt2-bpe.yaml", "--set", "data.path="+shards,
+		"--set", "model.layers=1", "--set", "model.width=32", "--set", "model.heads=2", "--set", "model.context=32",
+		"--set", "train.max_steps=4", "--set", "train.micro_batch=4", "--set", "train.eval_batches=2",
+		"--set", "checkpoint.dir="+ck, "--set", "checkpoint.every=2", "--metrics", m2, "--resume-from", filepath.Join(ck, "step-00000002"))
+	if err != nil {
+		t.Fatalf("resuming from step 2 of the same run: %v\n%s", err, out)
+	}
+	if s2 := summary(t, m2); s2.ParamSHA256 != s.ParamSHA256 {
+		t.Fatalf("resumed from step 2: %s, the straight run %s", s2.ParamSHA256, s.ParamSHA256)
 	}
 	// ddptrain eval on the run's checkpoint alone (issue 29, item 1): the checkpoint knows its
 	// data (data.path is not part of the trajectory config, so it is recorded beside it).
