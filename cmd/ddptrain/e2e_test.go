@@ -411,9 +411,9 @@ func TestTrain_restartTakesTheNewestCheckpointAnyHostHas(t *testing.T) {
 
 // The README's path on the Opticks BPE config and a slice of the text, tokenized here (ddpbench
 // tokenize's code): it trains on the shards, ddptrain eval scores the checkpoint alone, the run
-// goes back to an earlier step of itself and ends the same, its checkpoint exports in Hugging Face's layout with the binary, and the
-// export opens as a GPT-2 whose logits are the ones goddp wrote beside it, and ddptrain sample
-// reads the export.
+// goes back to an earlier step of itself and ends the same, its checkpoint exports in Hugging
+// Face's layout with the binary, the export opens as a GPT-2 whose logits are the ones goddp
+// wrote beside it, and ddptrain sample reads the export.
 func TestTrain_tokensThenExportHF(t *testing.T) {
 	text, err := data.DefaultPath("text")
 	if err != nil {
