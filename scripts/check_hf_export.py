@@ -44,24 +44,38 @@ def export(checkpoint, out):
     subprocess.run(cmd, check=True, cwd=REPO)
 
 
+def need_torch():
+    """Exits 2 with one line naming the interpreter when torch is not importable."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        print(f"check_hf_export.py: torch is not importable by {sys.executable} ({e}): install torch and "
+              f"transformers for it (pip install torch transformers), or run this script with a python that "
+              f"has them", file=sys.stderr)
+        sys.exit(2)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("out", nargs="?", help="an export directory with goddp_logits.json")
-    ap.add_argument("--checkpoint", help="export this checkpoint (or checkpoint.dir) first, into a temporary directory")
+    ap.add_argument("out", nargs="?", help="an export directory with goddp_logits.json (with --checkpoint: where to export it)")
+    ap.add_argument("--checkpoint", help="export this checkpoint (or checkpoint.dir) first, into out or a temporary directory")
     ap.add_argument("--atol", type=float, default=1e-3)
     ap.add_argument("--rtol", type=float, default=1e-4)
     ap.add_argument("--reference", choices=["transformers", "torch"], default="transformers",
                     help="transformers: GPT2LMHeadModel.from_pretrained (the check); torch: the forward written out here")
     args = ap.parse_args()
-    if bool(args.out) == bool(args.checkpoint):
-        ap.error("give an export directory or --checkpoint DIR")
+    if not args.out and not args.checkpoint:
+        ap.error("give an export directory (with goddp_logits.json), or --checkpoint DIR (and, optionally, "
+                 "a directory to keep its export in)")
+    need_torch()
 
     tmp = None
     out = args.out
     if args.checkpoint:
-        tmp = tempfile.mkdtemp(prefix="goddp-hf-")
-        out = tmp
-        export(os.path.abspath(args.checkpoint), out)
+        if not out:  # --checkpoint alone: export into a temporary directory
+            tmp = tempfile.mkdtemp(prefix="goddp-hf-")
+            out = tmp
+        export(os.path.abspath(args.checkpoint), os.path.abspath(out))
     try:
         ok = check(out, args.atol, args.rtol, args.reference)
     finally:

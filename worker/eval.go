@@ -77,6 +77,7 @@ func ConfigFromCheckpoint(path string, sets []string) (*Config, error) {
 	if c.Train.Epochs == 0 && c.Train.MaxSteps == 0 {
 		c.Train.MaxSteps = max(1, st.Step) // the run's length is not part of a constant schedule's trajectory
 	}
+	c.Data.Path = st.DataPath // where the run read its data (--set data.path=... overrides)
 	for _, kv := range sets {
 		if err := c.Set(kv); err != nil {
 			return nil, err

@@ -139,17 +139,19 @@ func TestResume_earlierBuildCheckpoint(t *testing.T) {
 func TestResumeFrom_namedCheckpoint(t *testing.T) {
 	first := filepath.Join(t.TempDir(), "first")
 	straight := mustRun(t, resumable(t, first), Options{})
-	res := mustRun(t, resumable(t, filepath.Join(t.TempDir(), "second")), Options{ResumeFrom: stepDir(first, 2)})
+	second := filepath.Join(t.TempDir(), "second")
+	res := mustRun(t, resumable(t, second), Options{ResumeFrom: stepDir(first, 2)})
 	if res.ParamSHA256 != straight.ParamSHA256 {
 		t.Errorf("run from --resume-from step 2 ends with %s, the uninterrupted run %s", res.ParamSHA256, straight.ParamSHA256)
 	}
 
-	_, err := New(context.Background(), resumable(t, first), Options{Logger: quiet(), ResumeFrom: stepDir(first, 2)})
+	// second holds step 4 of another run (the one resumed from first's step 2 above).
+	_, err := New(context.Background(), resumable(t, second), Options{Logger: quiet(), ResumeFrom: stepDir(first, 2)})
 	if err == nil || !strings.Contains(err.Error(), "already holds step 4") {
 		t.Errorf("--resume-from step 2 with step 4 in checkpoint.dir: %v, want a refusal naming step 4", err)
 	}
 	t.Setenv("DDP_RESTART_COUNT", "1")
-	_, err = New(context.Background(), resumable(t, first), Options{Logger: quiet(), ResumeFrom: stepDir(first, 2)})
+	_, err = New(context.Background(), resumable(t, second), Options{Logger: quiet(), ResumeFrom: stepDir(first, 2)})
 	var fin *FinishedError
 	if !errors.As(err, &fin) || fin.Step != 4 {
 		t.Errorf("a restart with --resume-from step 2 and step 4 (final) in checkpoint.dir: %v, want the run finished at step 4", err)

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -121,6 +122,10 @@ func New(ctx context.Context, cfg *Config, opt Options) (_ *Trainer, err error) 
 	gcfg, err := t.joinGroup(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if t.env.Rank == 0 {
+		t.log.Info("setting up: opening the device, loading the data, building the model", "model", t.cfg.Model.Kind,
+			"data", string(t.cfg.Data.Kind), "data_path", t.cfg.Data.Path)
 	}
 	trainSet, err := t.buildModel()
 	if err != nil {
@@ -457,6 +462,18 @@ func resumePoint(cfg *Config, from string, env Env, log *slog.Logger) (path, whe
 		if err != nil {
 			return "", "", err
 		}
+		if newest > fromStep && sameDir(filepath.Dir(from), cfg.Checkpoint.Dir) && env.RestartCount == 0 {
+			// Going back to an earlier step of this same run: the newer checkpoints are the
+			// future it abandons, set aside (not deleted) so they do not mix with the new one's.
+			moved, err := checkpoint.SetAsideAfter(cfg.Checkpoint.Dir, fromStep)
+			if err != nil {
+				return "", "", err
+			}
+			if len(moved) > 0 {
+				log.Info("--resume-from an earlier step of this run: its newer checkpoints set aside (renamed abandoned-…)", "step", fromStep, "set_aside", len(moved), "dir", cfg.Checkpoint.Dir)
+			}
+			return from, "--resume-from " + from, nil
+		}
 		if newest > fromStep {
 			if env.RestartCount > 0 {
 				log.Info("a restart: resuming from this job's newest checkpoint, not --resume-from's", "path", latest, "resume_from", from)
@@ -468,6 +485,16 @@ func resumePoint(cfg *Config, from string, env Env, log *slog.Logger) (path, whe
 		}
 	}
 	return from, "--resume-from " + from, nil
+}
+
+// sameDir says whether a and b name the same directory (by path, then by file identity).
+func sameDir(a, b string) bool {
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	sa, errA := os.Stat(a)
+	sb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(sa, sb)
 }
 
 // FinishedError is what New (and Run) return when the checkpoint a run resumes from is at or

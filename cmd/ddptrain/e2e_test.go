@@ -10,10 +10,12 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"image/png"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,6 +97,17 @@ func TestTrain_resumeIsExact(t *testing.T) {
 	if out, err := runTrain(t, nil, append(smallRun(t, filepath.Join(dir, "ck-a")), "--metrics", straight)...); err != nil {
 		t.Fatalf("straight run: %v\n%s", err, out)
 	}
+	// The end of training is an evaluation (issue 29, item 4): its eval line is the summary's,
+	// and ddpbench plot draws it.
+	if m, err := observe.ReadMetrics(straight); err != nil || len(m.Evals) == 0 || m.Evals[len(m.Evals)-1].Step != 48 ||
+		m.Summary == nil || m.Evals[len(m.Evals)-1].EvalLoss != m.Summary.EvalLoss {
+		t.Fatalf("the straight run's metrics end without the last evaluation at step 48 (%v)", err)
+	}
+	png := filepath.Join(dir, "curves.png")
+	if b, err := exec.Command(filepath.Join(binaries(t), "ddpbench"), "plot", straight, "-o", png).CombinedOutput(); err != nil ||
+		!strings.Contains(string(b), "1 evaluations") {
+		t.Fatalf("ddpbench plot of the straight run: %v\n%s", err, b)
+	}
 	// The same job, killed at step 25 (after the checkpoint of step 20), then started again.
 	ck := filepath.Join(dir, "ck-b")
 	broken := filepath.Join(dir, "broken.jsonl")
@@ -109,6 +122,12 @@ func TestTrain_resumeIsExact(t *testing.T) {
 	}
 	if !strings.Contains(out, "resumed from checkpoint") {
 		t.Fatalf("the second run did not resume:\n%s", out)
+	}
+	// What happens before the first log step is said (issue 29, item 6): the setup, then the
+	// first step (the resumed one), then the steps.
+	setup, first, train := strings.Index(out, "setting up:"), strings.Index(out, "training: the first step"), strings.Index(out, "msg=train ")
+	if setup < 0 || first < setup || train < first || !strings.Contains(out[first:], "step=20 of=48 first_log_at_step=24") {
+		t.Fatalf("the resumed run does not say what it does before its first log step:\n%s", out)
 	}
 	a, b := summary(t, straight), summary(t, resumed)
 	if a.ParamSHA256 != b.ParamSHA256 || a.Steps != b.Steps {
@@ -128,6 +147,19 @@ func TestTrain_resumeIsExact(t *testing.T) {
 	}
 	if c := summary(t, again); c.ParamSHA256 != a.ParamSHA256 {
 		t.Fatalf("the run from --resume-from step 40 ends with %s, uninterrupted %s", c.ParamSHA256, a.ParamSHA256)
+	}
+	// Going back to step 40 of the same run, in its own checkpoint.dir (issue 29, item 3): not
+	// "another run"; the newer checkpoints are set aside, and the run ends as the straight one.
+	back := filepath.Join(dir, "back.jsonl")
+	out, err = runTrain(t, nil, append(smallRun(t, filepath.Join(dir, "ck-a")), "--resume-from", filepath.Join(dir, "ck-a", "step-00000040"), "--metrics", back)...)
+	if err != nil || !strings.Contains(out, "resumed from checkpoint") {
+		t.Fatalf("--resume-from an earlier step of the same run: %v\n%s", err, out)
+	}
+	if c := summary(t, back); c.ParamSHA256 != a.ParamSHA256 {
+		t.Fatalf("the run gone back to step 40 ends with %s, uninterrupted %s", c.ParamSHA256, a.ParamSHA256)
+	}
+	if aside, _ := filepath.Glob(filepath.Join(dir, "ck-a", "abandoned-*-step-00000048")); len(aside) != 1 {
+		t.Fatalf("the abandoned step 48 was not set aside: %v", aside)
 	}
 }
 
@@ -377,9 +409,11 @@ func TestTrain_restartTakesTheNewestCheckpointAnyHostHas(t *testing.T) {
 	}
 }
 
-// The Opticks BPE config on a slice of the text, tokenized here (ddpbench tokenize's code): it
-// trains on the shards, its checkpoint exports in Hugging Face's layout with the binary, and the
-// export opens as a GPT-2 whose logits are the ones goddp wrote beside it.
+// The README's path on the Opticks BPE config and a slice of the text, tokenized here (ddpbench
+// tokenize's code): it trains on the shards, ddptrain eval scores the checkpoint alone, the run
+// goes back to an earlier step of itself and ends the same, its checkpoint exports in Hugging
+// Face's layout with the binary, the export opens as a GPT-2 whose logits are the ones goddp
+// wrote beside it, and ddptrain sample reads the export.
 func TestTrain_tokensThenExportHF(t *testing.T) {
 	text, err := data.DefaultPath("text")
 	if err != nil {
@@ -405,12 +439,31 @@ func TestTrain_tokensThenExportHF(t *testing.T) {
 	out, err := runTrain(t, nil, "--config", "../../configs/opticks-gpt2-bpe.yaml", "--set", "data.path="+shards,
 		"--set", "model.layers=1", "--set", "model.width=32", "--set", "model.heads=2", "--set", "model.context=32",
 		"--set", "train.max_steps=4", "--set", "train.micro_batch=4", "--set", "train.eval_batches=2",
-		"--set", "checkpoint.dir="+ck, "--metrics", m)
+		"--set", "checkpoint.dir="+ck, "--set", "checkpoint.every=2", "--metrics", m)
 	if err != nil {
 		t.Fatalf("training on the shards: %v\n%s", err, out)
 	}
-	if s := summary(t, m); s.Steps != 4 || !(s.EvalLoss > 5 && s.EvalLoss < 12) {
+	s := summary(t, m)
+	if s.Steps != 4 || !(s.EvalLoss > 5 && s.EvalLoss < 12) {
 		t.Fatalf("summary %+v", s)
+	}
+	// Back to step 2 of the same run, in its own checkpoint.dir (issue 29, item 3): the same end.
+	m2 := filepath.Join(dir, "m2.jsonl")
+	out, err = runTrain(t, nil, "--config", "../../configs/opticks-gpt2-bpe.yaml", "--set", "data.path="+shards,
+		"--set", "model.layers=1", "--set", "model.width=32", "--set", "model.heads=2", "--set", "model.context=32",
+		"--set", "train.max_steps=4", "--set", "train.micro_batch=4", "--set", "train.eval_batches=2",
+		"--set", "checkpoint.dir="+ck, "--set", "checkpoint.every=2", "--metrics", m2, "--resume-from", filepath.Join(ck, "step-00000002"))
+	if err != nil {
+		t.Fatalf("resuming from step 2 of the same run: %v\n%s", err, out)
+	}
+	if s2 := summary(t, m2); s2.ParamSHA256 != s.ParamSHA256 {
+		t.Fatalf("resumed from step 2: %s, the straight run %s", s2.ParamSHA256, s.ParamSHA256)
+	}
+	// ddptrain eval on the run's checkpoint alone (issue 29, item 1): the checkpoint knows its
+	// data (data.path is not part of the trajectory config, so it is recorded beside it).
+	out2, err := exec.Command(filepath.Join(binaries(t), "ddptrain"), "eval", "--checkpoint", ck, "--set", "train.eval_batches=2", "--json").CombinedOutput()
+	if err != nil || !strings.Contains(string(out2), `"eval_loss"`) {
+		t.Fatalf("ddptrain eval --checkpoint %s (no --config): %v\n%s", ck, err, out2)
 	}
 	hf := filepath.Join(dir, "hf")
 	cmd := exec.Command(filepath.Join(binaries(t), "ddptrain"), "export", "--checkpoint", ck, "--format", "hf", "--out", hf, "--check-logits")
@@ -443,6 +496,12 @@ func TestTrain_tokensThenExportHF(t *testing.T) {
 				t.Fatalf("logit (%d,%d): %g from the export, %g from goddp", i, v, logits[i*spec.Vocab+v], ref.Logits[i][v])
 			}
 		}
+	}
+	// ddptrain sample reads the Hugging Face directory (issue 29, item 9): what a user tries
+	// first with a downloaded GPT-2.
+	if b, err := exec.Command(filepath.Join(binaries(t), "ddptrain"), "sample", "--checkpoint", hf, "--prompt", "The light",
+		"--max-new-tokens", "3", "--temperature", "0", "--json").CombinedOutput(); err != nil || !strings.Contains(string(b), `"completion"`) {
+		t.Fatalf("ddptrain sample --checkpoint %s (Hugging Face): %v\n%s", hf, err, b)
 	}
 	// A bad --format is a usage error, exit 1 after nothing was written.
 	if err := exec.Command(filepath.Join(binaries(t), "ddptrain"), "export", "--checkpoint", ck, "--format", "onnx", "--out", hf).Run(); err == nil {
@@ -492,5 +551,58 @@ func TestLaunch_bf16InfGradientNamesStepAndRank(t *testing.T) {
 	out, err = run("fp16")
 	if err != nil || !strings.Contains(out, "skipped 1") {
 		t.Fatalf("fp16 with an inf at step 3 on rank 1 should skip it: %v\n%s", err, out)
+	}
+}
+
+// --check-leaks passes on the shipped MNIST configs (issue 29, item 2): the logits a model keeps
+// from one step to the next (Predict reads them) are not a leak.
+func TestTrain_checkLeaksOnShippedConfigs(t *testing.T) {
+	for _, c := range []struct{ name, config, precision string }{
+		{"mlp", "../../configs/mnist-mlp.yaml", "fp32"},
+		{"mlp-fp16", "../../configs/mnist-mlp.yaml", "fp16"},
+		{"resnet", "../../configs/mnist-resnet.yaml", "fp32"},
+	} {
+		out, err := runTrain(t, nil, "--config", c.config, "--set", "train.max_steps=3", "--set", "train.micro_batch=16",
+			"--set", "data.path="+mnistDir(t), "--set", "checkpoint.dir="+filepath.Join(t.TempDir(), "ck"),
+			"--set", "precision="+c.precision, "--set", "train.eval_batches=1", "--check-leaks")
+		if err != nil {
+			t.Errorf("%s --check-leaks: %v\n%s", c.name, err, out)
+		}
+	}
+}
+
+// --memory-report shows the parameters as the settings line does (issue 29, item 11): the
+// tensors' own bytes in one unit, the allocator's rounding a row of its own.
+func TestTrain_memoryReportMatchesSettings(t *testing.T) {
+	mem := filepath.Join(t.TempDir(), "mem.png")
+	out, err := runTrain(t, nil, append(smallRun(t, filepath.Join(t.TempDir(), "ck")), "--set", "train.max_steps=3", "--set", "precision=fp32",
+		"--memory-report", "--memory-plot", mem)...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	// The memory plot's title keeps off the top edge (issue 29, item 7): its first rows are blank.
+	f, err := os.Open(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for y := img.Bounds().Min.Y; y < img.Bounds().Min.Y+8; y++ {
+		for x := img.Bounds().Min.X; x < img.Bounds().Max.X; x++ {
+			if r, g, b, _ := img.At(x, y).RGBA(); r != 0xffff || g != 0xffff || b != 0xffff {
+				t.Fatalf("the memory plot draws at (%d,%d), in the top margin: its title touches the edge", x, y)
+			}
+		}
+	}
+	m := regexp.MustCompile(`\d+ \(([0-9.]+ [KMG]iB) f32\)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no parameters in the settings line:\n%s", out)
+	}
+	row := regexp.MustCompile(`parameters \(compute copy\)\s+([0-9.]+ [KMG]iB)`).FindStringSubmatch(out)
+	if row == nil || row[1] != m[1] {
+		t.Fatalf("the settings line says %s of parameters, the memory report %v:\n%s", m[1], row, out)
 	}
 }

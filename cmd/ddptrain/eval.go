@@ -5,7 +5,7 @@ package main
 //	ddptrain eval --checkpoint DIR [--config FILE] [--set key=value ...] [--json] [--device cpu]
 //
 // DIR is a checkpoint (a step directory) or a checkpoint.dir (its newest). Without --config the
-// run's config is the one the checkpoint records (its trajectory config, the other keys at their
+// run's config is the one the checkpoint records (its trajectory config and data.path, the other keys at their
 // defaults); --set overrides either (train.micro_batch, train.eval_batches, data.path, ...).
 // It prints loss, accuracy for classifiers, samples and seconds; --json prints them as one JSON
 // object. Exit status 0, 1 when the evaluation failed, 2 for a usage or config error.

@@ -57,7 +57,7 @@ func run(args []string) int {
 	fs.StringVar(&opt.MetricsPath, "metrics", "", "write JSON-lines metrics to this file")
 	fs.StringVar(&opt.TracePath, "trace", "", "write a Chrome trace-event timeline (Perfetto) to this file")
 	fs.BoolVar(&opt.MemoryReport, "memory-report", false, "print a memory breakdown after the first steps")
-	fs.BoolVar(&opt.CheckLeaks, "check-leaks", false, "fail when device memory is not back at its baseline after a step")
+	fs.BoolVar(&opt.CheckLeaks, "check-leaks", false, "fail when device memory at a step's end is above the end of the run's first step")
 	fs.StringVar(&opt.MemoryPlot, "memory-plot", "", "draw device memory over one training step, by layer, into this PNG")
 	fs.StringVar(&opt.ResumeFrom, "resume-from", "", "resume from this checkpoint (a step directory) instead of the newest in checkpoint.dir")
 	metricsPort := fs.Int("metrics-port", 0, "serve Prometheus metrics on this port (rank r of a host: port + LOCAL_RANK); metrics.listen in the config sets host:port")

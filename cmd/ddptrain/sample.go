@@ -6,7 +6,8 @@ package main
 //	                [--temperature T --top-k K --seed S] [--slide-keep N] [--json] [--device cpu|cuda]
 //
 // DIR is a checkpoint (step-NNNNNNNN/, with MANIFEST.json) or a checkpoint.dir, whose newest
-// checkpoint that verifies is taken. The model's shape comes from a config.json in the checkpoint
+// checkpoint that verifies is taken, or a Hugging Face GPT-2 directory (config.json and
+// model.safetensors: a download, or ddptrain export --format hf). The model's shape comes from a config.json in the checkpoint
 // (or in DIR) when there is one, else from --config, the run's YAML; both given must agree.
 // Text is GPT-2's BPE for vocabularies of 50257 ids or more (ids past 50257 are padding and never
 // sampled; an empty prompt starts from <|endoftext|>), else bytes (ids < 256). Generation runs
@@ -58,7 +59,7 @@ func runSample(args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("ddptrain sample", pflag.ContinueOnError)
 	fs.SortFlags = false
 	fs.SetOutput(stderr)
-	ckpt := fs.String("checkpoint", "", "checkpoint directory (step-N/) or a checkpoint.dir (its newest checkpoint)")
+	ckpt := fs.String("checkpoint", "", "checkpoint directory (step-N/), a checkpoint.dir (its newest checkpoint), or a Hugging Face GPT-2 directory")
 	configPath := fs.String("config", "", "the run's YAML config, for a checkpoint without config.json")
 	prompt := fs.String("prompt", "", "text to continue")
 	maxNew := fs.Int("max-new-tokens", 128, "tokens to generate")
@@ -157,6 +158,22 @@ type sampleSource struct {
 	config string // where its shape came from: "config.json" or the --config path
 }
 
+// openHFForSampling opens a Hugging Face GPT-2 directory (config.json and model.safetensors, a
+// download or `ddptrain export --format hf`) as the GPT to sample from, in f32.
+func openHFForSampling(dev tensor.Device, dir string) (*model.GPT, sampleSource, error) {
+	src := sampleSource{path: dir, config: "config.json (Hugging Face)"}
+	m, _, err := model.Open(dev, dir)
+	if err != nil {
+		return nil, src, err
+	}
+	g, ok := m.(*model.GPT)
+	if !ok {
+		m.Free()
+		return nil, src, fmt.Errorf("%s: a %T, not a GPT: nothing to sample", dir, m)
+	}
+	return g, src, nil
+}
+
 // loadModelForSampling builds the GPT of the checkpoint at dir (a step directory, or a
 // checkpoint.dir whose newest good checkpoint is taken) on dev, in f32, and loads its weights.
 // The shape is the checkpoint's config.json when it has one (samplingConfigJSON), else the run's
@@ -171,7 +188,10 @@ func loadModelForSampling(dev tensor.Device, dir, configPath string) (*model.GPT
 			return nil, src, err
 		}
 		if latest == "" {
-			return nil, src, fmt.Errorf("%s: not a checkpoint (no MANIFEST.json) and no checkpoint in it that verifies", dir)
+			if _, err := os.Stat(filepath.Join(dir, "config.json")); err == nil && configPath == "" {
+				return openHFForSampling(dev, dir)
+			}
+			return nil, src, fmt.Errorf("%s: not a checkpoint (no MANIFEST.json), no checkpoint in it that verifies, and no Hugging Face config.json", dir)
 		}
 		path = latest
 	}

@@ -254,3 +254,20 @@ func TestSample_trainedCheckpointBinary(t *testing.T) {
 		t.Fatalf("the same seed again: %v (%v), first %v", o2.GeneratedIDs, err, o.GeneratedIDs)
 	}
 }
+
+// scripts/check_hf_export.py (issue 29, item 9): a directory with --checkpoint is where to keep
+// the export, not a usage error; without torch, one line naming the interpreter, no traceback.
+func TestCheckHFExportScript_usageAndMissingTorch(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	if exec.Command(py, "-c", "import torch").Run() == nil {
+		t.Skip("torch is installed here: the missing-torch message cannot be seen")
+	}
+	out, err := exec.Command(py, "../../scripts/check_hf_export.py", "--checkpoint", t.TempDir(), filepath.Join(t.TempDir(), "hf")).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || strings.Contains(string(out), "Traceback") ||
+		strings.Contains(string(out), "give an export directory") || !strings.Contains(string(out), "torch is not importable by ") {
+		t.Fatalf("check_hf_export.py --checkpoint DIR OUT without torch: %v\n%s", err, out)
+	}
+}

@@ -46,6 +46,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/goddp/goddp/model"
 )
@@ -598,4 +599,36 @@ func Resolve(path string) (string, error) {
 		return "", fmt.Errorf("worker: %s is neither a checkpoint (no %s) nor a directory holding one", path, FileManifest)
 	}
 	return latest, nil
+}
+
+// abandonedPrefix names a checkpoint newer than the step a run went back to (--resume-from an
+// earlier step of the same checkpoint.dir): no longer a step-… directory, so never resumed, counted
+// or pruned, and kept for a look.
+const abandonedPrefix = "abandoned-"
+
+// SetAsideAfter renames dir's step directories newer than step to abandoned-<time>-step-N, so that
+// a run going back to step (its own earlier checkpoint) does not mix with the future it abandons:
+// pruning keeps the newest, and a restart resumes from the newest. It returns the paths set aside.
+// Another rank may have moved one already; that is not an error.
+func SetAsideAfter(dir string, step int) ([]string, error) {
+	paths, steps, err := StepDirs(dir)
+	if err != nil {
+		return nil, err
+	}
+	stamp := time.Now().UTC().Format("20060102T150405")
+	var moved []string
+	for i, p := range paths {
+		if steps[i] <= step {
+			continue
+		}
+		aside := filepath.Join(dir, abandonedPrefix+stamp+"-"+filepath.Base(p))
+		if err := os.Rename(p, aside); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return moved, fmt.Errorf("checkpoint: setting aside %s (newer than step %d): %w", p, step, err)
+		}
+		moved = append(moved, aside)
+	}
+	return moved, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -35,6 +36,10 @@ type State struct {
 	// out (config/hash.go). Carried from checkpoint to checkpoint.
 	InitFrom   string `json:"init_from,omitempty"`
 	InitSHA256 string `json:"init_sha256,omitempty"`
+	// DataPath is data.path of the run that wrote the checkpoint, made absolute: not part of the
+	// trajectory (another host keeps its data elsewhere), but where `ddptrain eval` finds the
+	// eval split when neither --config nor --set data.path says.
+	DataPath string `json:"data_path,omitempty"`
 	// Summary is the run's summary line (worker/observe's SummaryMetrics, as JSON), in the
 	// checkpoint of its last step only: a run started again after it finished prints it
 	// (worker.FinishedError). This package does not read it.
@@ -74,6 +79,10 @@ func (s *State) Save(cfg *config.Config, world int, ps *model.Params, opt model.
 	s.Trajectory = cfg.Trajectory()
 	s.ConfigHash = config.TrajectoryHash(s.Trajectory)
 	s.WorldSize = world
+	s.DataPath = cfg.Data.Path
+	if abs, err := filepath.Abs(cfg.Data.Path); err == nil && cfg.Data.Path != "" {
+		s.DataPath = abs
+	}
 	weights := ps.NamedWeights()
 	if s.Buffers != nil {
 		for _, b := range s.Buffers.List {

@@ -15,18 +15,25 @@ import (
 // peak went, by kind, and the device's own summary.
 func MemoryReport(dev tensor.Device, ps *model.Params, opt model.Optimizer) string {
 	st := dev.Stats()
-	var master, weights, grads, optState int64
-	grads = tensor.SizeClass(ps.Grad.Bytes())
+	// The rows show the tensors' own bytes, as the settings line does (parameters 27.60 MiB
+	// there and here); the allocator's rounding of the slabs to its block sizes is a row of its own.
+	var master, weights, grads, optState, rounding int64
+	grads = ps.Grad.Bytes()
 	if ps.Half != nil {
-		master = tensor.SizeClass(ps.Data.Bytes())
-		weights = tensor.SizeClass(ps.Half.Bytes())
+		master = ps.Data.Bytes()
+		weights = ps.Half.Bytes()
 	} else {
-		weights = tensor.SizeClass(ps.Data.Bytes())
+		weights = ps.Data.Bytes()
+	}
+	for _, b := range []int64{master, weights, grads} {
+		if b > 0 {
+			rounding += tensor.SizeClass(b) - b
+		}
 	}
 	for _, s := range opt.State() {
 		optState += s.T.Bytes()
 	}
-	static := master + weights + grads + optState
+	static := master + weights + grads + optState + rounding
 	var batch int64
 	for _, l := range dev.Live() {
 		if strings.HasPrefix(l.Tag, "batch.") {
@@ -60,6 +67,9 @@ func MemoryReport(dev tensor.Device, ps *model.Params, opt model.Optimizer) stri
 	} else {
 		row("optimizer state", optState)
 	}
+	if rounding > 0 {
+		row("allocator rounding of the slabs", rounding)
+	}
 	row("input batch", batch)
 	row("activations + workspace at peak", activations)
 	fmt.Fprintf(&b, "  %-34s %12s\n", "peak allocated", tensor.FormatBytes(st.Peak))
@@ -71,8 +81,8 @@ func MemoryReport(dev tensor.Device, ps *model.Params, opt model.Optimizer) stri
 	return b.String()
 }
 
-// CheckLeaks (--check-leaks) fails when allocated memory is not back at the step's baseline, naming the tags of
-// the blocks still alive beyond it.
+// CheckLeaks (--check-leaks) fails when allocated memory is above baseline (what the end of the
+// run's first step held) at the end of step, naming the tags of the live blocks.
 func CheckLeaks(dev tensor.Device, baseline int64, step int) error {
 	now := dev.Stats().Allocated
 	if now <= baseline {
@@ -87,6 +97,6 @@ func CheckLeaks(dev tensor.Device, baseline int64, step int) error {
 		names = append(names, fmt.Sprintf("%s (%s)", t, tensor.FormatBytes(n)))
 	}
 	sort.Strings(names)
-	return fmt.Errorf("worker: memory leak at step %d: %s allocated above the step's baseline; live blocks: %s",
+	return fmt.Errorf("worker: memory leak at step %d: %s allocated above the end of the run's first step; live blocks: %s",
 		step, tensor.FormatBytes(now-baseline), strings.Join(names, ", "))
 }

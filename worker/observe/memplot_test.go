@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/goddp/goddp/model/cpu"
@@ -28,5 +29,27 @@ func TestMemTimeline_seriesByLayer(t *testing.T) {
 	dev.Free(base)
 	if len(tl.events) != 5 {
 		t.Fatalf("%d events recorded after stop", len(tl.events))
+	}
+}
+
+// The memory plot's ticks: integers on the event axis, every major tick labelled.
+func TestMemTicks_integerAndLabelled(t *testing.T) {
+	var labels []string
+	for _, tk := range (memTicks{integer: true}).Ticks(0, 250) {
+		if tk.Label != "" {
+			labels = append(labels, tk.Label)
+		}
+	}
+	if got := strings.Join(labels, " "); got != "0 50 100 150 200 250" {
+		t.Errorf("event axis 0..250: labels %q", got)
+	}
+	labels = labels[:0]
+	for _, tk := range (memTicks{}).Ticks(0, 1.5) {
+		if tk.Label != "" {
+			labels = append(labels, tk.Label)
+		}
+	}
+	if got := strings.Join(labels, " "); got != "0.0 0.2 0.4 0.6 0.8 1.0 1.2 1.4" {
+		t.Errorf("value axis 0..1.5: labels %q", got)
 	}
 }

@@ -33,6 +33,7 @@ type Progress struct {
 	rank  int
 	total int // steps; 0 = unknown
 	start time.Time
+	first int // the step this process's training started at (Start): a resumed run's checkpoint
 
 	bar *progressbar.ProgressBar // nil when not on a terminal or not rank 0
 	out io.Writer                // where the bar, or the plain lines, go
@@ -108,13 +109,25 @@ func (p *Progress) Update(step int, loss float64, samplesPerSec float64, extra s
 	p.log.Info("train", kv...)
 }
 
-// eta extrapolates the time left from the mean step time so far.
+// Start says the training loop starts now, at step first (a resumed run's checkpoint, else 0):
+// the ETA is the rate of the steps this process trained since, not counting the setup (model,
+// data, rendezvous) nor the steps a checkpoint brought.
+func (p *Progress) Start(first int) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.start, p.first = time.Now(), first
+}
+
+// eta extrapolates the time left from the mean step time of the steps trained since Start.
 func (p *Progress) eta(step int) (time.Duration, bool) {
-	if p.total <= 0 || step <= 0 || step > p.total {
+	if p.total <= 0 || step <= p.first || step > p.total {
 		return 0, false
 	}
 	el := time.Since(p.start)
-	return time.Duration(float64(el) / float64(step) * float64(p.total-step)), true
+	return time.Duration(float64(el) / float64(step-p.first) * float64(p.total-step)), true
 }
 
 // Log writes one message with key-value pairs (slog style), above the bar

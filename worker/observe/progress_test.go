@@ -47,3 +47,19 @@ func TestProgress_barOnlyRank0(t *testing.T) {
 		t.Errorf("rank 1 Log: %q", buf.String())
 	}
 }
+
+// After a resume at step 75, the ETA is the rate of the steps trained since (issue 29, item 6),
+// not the checkpoint's 75 steps counted as done in no time.
+func TestProgress_etaFromTheResumedRate(t *testing.T) {
+	var buf bytes.Buffer
+	p := newProgress(100, 0, &buf, false)
+	p.Start(75)
+	time.Sleep(50 * time.Millisecond)
+	eta, ok := p.eta(80) // 5 steps in ≥ 50 ms: 20 left take ≥ 200 ms
+	if !ok || eta < 200*time.Millisecond {
+		t.Errorf("ETA at step 80 of 100, 5 steps after a resume at 75 in 50 ms: %v, want ≥ 200ms", eta)
+	}
+	if _, ok := p.eta(75); ok {
+		t.Error("an ETA before a step was trained")
+	}
+}
