@@ -10,7 +10,6 @@ import (
 	"image/color"
 	"math"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -19,6 +18,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/goddp/goddp/worker/observe"
 )
 
 func init() {
@@ -133,8 +134,8 @@ func plotMetrics(m *runMetrics, title, out string) error {
 	// The legend sits top right, above the data: the y range gets a quarter more room on top.
 	loss.Legend.Top = true
 	loss.Y.Max = headroom(m.train, m.eval)
-	loss.X.Tick.Marker = stepTicks{}
-	loss.Y.Tick.Marker = valueTicks{}
+	loss.X.Tick.Marker = stepTicks
+	loss.Y.Tick.Marker = valueTicks
 
 	rate := plot.New()
 	rate.X.Label.Text = "optimizer step"
@@ -146,8 +147,8 @@ func plotMetrics(m *runMetrics, title, out string) error {
 	}
 	rl.Color = color.RGBA{G: 128, A: 255}
 	rate.Add(rl, plotter.NewGrid())
-	rate.X.Tick.Marker = stepTicks{}
-	rate.Y.Tick.Marker = valueTicks{}
+	rate.X.Tick.Marker = stepTicks
+	rate.Y.Tick.Marker = valueTicks
 	// One x range for both panels, so a step lines up.
 	rate.X.Min, rate.X.Max = math.Min(loss.X.Min, rate.X.Min), math.Max(loss.X.Max, rate.X.Max)
 	loss.X.Min, loss.X.Max = rate.X.Min, rate.X.Max
@@ -187,60 +188,9 @@ func headroom(series ...plotter.XYs) float64 {
 	return hi + (hi-lo)*0.25
 }
 
-// niceStep is the tick spacing for about want intervals over span: 1, 2 or 5 times a power of ten.
-func niceStep(span float64, want int) float64 {
-	if span <= 0 || want < 1 {
-		return 1
-	}
-	raw := span / float64(want)
-	p := math.Pow(10, math.Floor(math.Log10(raw)))
-	for _, m := range []float64{1, 2, 5, 10} {
-		if m*p >= raw {
-			return m * p
-		}
-	}
-	return 10 * p
-}
-
-// ticks are the major ticks every step from the first multiple at or above min to max, each
-// labelled by label, with four minor ticks between.
-func ticks(min, max, step float64, label func(float64) string) []plot.Tick {
-	var out []plot.Tick
-	first := math.Ceil(min/step) * step
-	for i := 0; ; i++ {
-		v := first + float64(i)*step
-		if v > max+step*1e-9 {
-			break
-		}
-		out = append(out, plot.Tick{Value: v, Label: label(v)})
-		for j := 1; j < 5; j++ {
-			if m := v + float64(j)*step/5; m <= max {
-				out = append(out, plot.Tick{Value: m})
-			}
-		}
-	}
-	return out
-}
-
-// stepTicks labels an axis of optimizer steps: integers ("250", never "250.00"), every major
-// tick labelled, 1-2-5 spacing with at least 1 between ticks.
-type stepTicks struct{}
-
-func (stepTicks) Ticks(min, max float64) []plot.Tick {
-	return ticks(min, max, math.Max(1, niceStep(max-min, 6)), func(v float64) string {
-		return strconv.FormatInt(int64(math.Round(v)), 10)
-	})
-}
-
-// valueTicks labels a value axis (loss, throughput): every major tick, with as many decimals as
-// the spacing needs and no more.
-type valueTicks struct{}
-
-func (valueTicks) Ticks(min, max float64) []plot.Tick {
-	step := niceStep(max-min, 8)
-	dec := 0
-	if step < 1 {
-		dec = int(math.Ceil(-math.Log10(step) - 1e-9))
-	}
-	return ticks(min, max, step, func(v float64) string { return strconv.FormatFloat(v, 'f', dec, 64) })
-}
+// The axes' ticks (observe.Ticks, as the memory plot's): steps as integers, about 6 intervals;
+// values with the decimals their spacing needs, about 8.
+var (
+	stepTicks  = observe.Ticks{Integer: true, Intervals: 6}
+	valueTicks = observe.Ticks{Intervals: 8}
+)

@@ -65,16 +65,16 @@ func TestPlotTicks(t *testing.T) {
 		min, max float64
 		want     string
 	}{
-		{stepTicks{}, 0, 250, "0 50 100 150 200 250"},
-		{stepTicks{}, 25, 250, "50 100 150 200 250"},
-		{stepTicks{}, 1, 3, "1 2 3"},
-		{stepTicks{}, 0, 20000, "0 5000 10000 15000 20000"},
-		{valueTicks{}, 0.1, 2.35, "0.5 1.0 1.5 2.0"},
-		{valueTicks{}, 0, 6400, "0 1000 2000 3000 4000 5000 6000"},
-		{valueTicks{}, 2.31, 2.36, "2.31 2.32 2.33 2.34 2.35 2.36"},
+		{stepTicks, 0, 250, "0 50 100 150 200 250"},
+		{stepTicks, 25, 250, "50 100 150 200 250"},
+		{stepTicks, 1, 3, "1 2 3"},
+		{stepTicks, 0, 20000, "0 5000 10000 15000 20000"},
+		{valueTicks, 0.1, 2.35, "0.5 1.0 1.5 2.0"},
+		{valueTicks, 0, 6400, "0 1000 2000 3000 4000 5000 6000"},
+		{valueTicks, 2.31, 2.36, "2.31 2.32 2.33 2.34 2.35 2.36"},
 	} {
 		if got := strings.Join(labels(tt.m.Ticks(tt.min, tt.max)), " "); got != tt.want {
-			t.Errorf("%T [%g, %g]: labels %q, want %q", tt.m, tt.min, tt.max, got, tt.want)
+			t.Errorf("%+v [%g, %g]: labels %q, want %q", tt.m, tt.min, tt.max, got, tt.want)
 		}
 	}
 	if h := headroom(plotter.XYs{{X: 1, Y: 2}, {X: 2, Y: 6}}); h != 7 {

@@ -9,10 +9,8 @@ package observe
 import (
 	"fmt"
 	"image/color"
-	"math"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -143,8 +141,8 @@ func (tl *MemTimeline) WritePNG(path, title string) error {
 		p.Add(ln)
 		p.Legend.Add(l, ln)
 	}
-	p.X.Tick.Marker = memTicks{integer: true}
-	p.Y.Tick.Marker = memTicks{}
+	p.X.Tick.Marker = Ticks{Integer: true}
+	p.Y.Tick.Marker = Ticks{}
 	// A margin above the title (gonum draws it against the top edge) and space below it.
 	p.Title.Padding = vg.Points(8)
 	img := vgimg.New(12*vg.Inch, 7*vg.Inch)
@@ -160,51 +158,6 @@ func (tl *MemTimeline) WritePNG(path, title string) error {
 		return fmt.Errorf("worker: --memory-plot: %w", err)
 	}
 	return nil
-}
-
-// memTicks labels the memory plot's axes as ddpbench plot does its own: every major tick at a
-// 1-2-5 spacing, integers on the event axis ("250", not "250.00"), values with as many decimals as
-// the spacing needs, four minor ticks between.
-type memTicks struct{ integer bool }
-
-func (m memTicks) Ticks(lo, hi float64) []plot.Tick {
-	step := niceStep(hi-lo, 8)
-	dec := 0
-	if m.integer {
-		step = math.Max(1, step)
-	} else if step < 1 {
-		dec = int(math.Ceil(-math.Log10(step) - 1e-9))
-	}
-	var out []plot.Tick
-	first := math.Ceil(lo/step) * step
-	for i := 0; ; i++ {
-		v := first + float64(i)*step
-		if v > hi+step*1e-9 {
-			break
-		}
-		out = append(out, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', dec, 64)})
-		for j := 1; j < 5; j++ {
-			if t := v + float64(j)*step/5; t <= hi {
-				out = append(out, plot.Tick{Value: t})
-			}
-		}
-	}
-	return out
-}
-
-// niceStep is the tick spacing for about want intervals over span: 1, 2 or 5 times a power of ten.
-func niceStep(span float64, want int) float64 {
-	if span <= 0 || want < 1 {
-		return 1
-	}
-	raw := span / float64(want)
-	p := math.Pow(10, math.Floor(math.Log10(raw)))
-	for _, m := range []float64{1, 2, 5, 10} {
-		if m*p >= raw {
-			return m * p
-		}
-	}
-	return 10 * p
 }
 
 func maxOf(xs []float64) float64 {

@@ -35,7 +35,7 @@ func TestMemTimeline_seriesByLayer(t *testing.T) {
 // The memory plot's ticks: integers on the event axis, every major tick labelled.
 func TestMemTicks_integerAndLabelled(t *testing.T) {
 	var labels []string
-	for _, tk := range (memTicks{integer: true}).Ticks(0, 250) {
+	for _, tk := range (Ticks{Integer: true}).Ticks(0, 250) {
 		if tk.Label != "" {
 			labels = append(labels, tk.Label)
 		}
@@ -44,7 +44,7 @@ func TestMemTicks_integerAndLabelled(t *testing.T) {
 		t.Errorf("event axis 0..250: labels %q", got)
 	}
 	labels = labels[:0]
-	for _, tk := range (memTicks{}).Ticks(0, 1.5) {
+	for _, tk := range (Ticks{}).Ticks(0, 1.5) {
 		if tk.Label != "" {
 			labels = append(labels, tk.Label)
 		}

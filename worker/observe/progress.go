@@ -59,23 +59,30 @@ func newProgress(total, rank int, w io.Writer, tty bool) *Progress {
 	p := &Progress{rank: rank, total: total, start: time.Now(), out: w,
 		log: slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{}))}
 	if tty && rank == 0 {
-		max := int64(total)
-		if total <= 0 {
-			max = -1 // a spinner: the end is not known
-		}
-		p.bar = progressbar.NewOptions64(max,
-			progressbar.OptionSetWriter(w),
-			progressbar.OptionSetDescription("train"),
-			progressbar.OptionShowCount(),
-			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionSetElapsedTime(true),
-			progressbar.OptionSetWidth(30),
-			progressbar.OptionThrottle(progressThrottle),
-			progressbar.OptionShowDescriptionAtLineEnd(),
-			progressbar.OptionSetRenderBlankState(true),
-		)
+		p.bar = newBar(w, total)
 	}
 	return p
+}
+
+// newBar is the terminal bar over steps optimizer steps (a spinner when not known). Its count,
+// elapsed time and predicted time are of the steps this process trains: after a resume, Start
+// draws a new one over the steps left, so the prediction is the resumed rate.
+func newBar(w io.Writer, steps int) *progressbar.ProgressBar {
+	max := int64(steps)
+	if steps <= 0 {
+		max = -1 // a spinner: the end is not known
+	}
+	return progressbar.NewOptions64(max,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription("train"),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(progressThrottle),
+		progressbar.OptionShowDescriptionAtLineEnd(),
+		progressbar.OptionSetRenderBlankState(true),
+	)
 }
 
 // Update reports that step steps are done, with the recent loss, the
@@ -88,11 +95,14 @@ func (p *Progress) Update(step int, loss float64, samplesPerSec float64, extra s
 	defer p.mu.Unlock()
 	if p.bar != nil {
 		desc := fmt.Sprintf("loss %.4f | %.0f samples/s", loss, samplesPerSec)
+		if p.first > 0 { // the bar counts the steps since the resume: say where the run is
+			desc = fmt.Sprintf("step %d/%d | %s", step, p.total, desc)
+		}
 		if extra != "" {
 			desc += " | " + extra
 		}
 		p.bar.Describe(desc)
-		p.bar.Set(step)
+		p.bar.Set(step - p.first)
 		return
 	}
 	kv := []any{"step", step}
@@ -119,6 +129,9 @@ func (p *Progress) Start(first int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.start, p.first = time.Now(), first
+	if p.bar != nil && first > 0 && p.total > first {
+		p.bar = newBar(p.out, p.total-first) // the old one, never drawn past 0, is dropped
+	}
 }
 
 // eta extrapolates the time left from the mean step time of the steps trained since Start.

@@ -63,3 +63,18 @@ func TestProgress_etaFromTheResumedRate(t *testing.T) {
 		t.Error("an ETA before a step was trained")
 	}
 }
+
+// The terminal bar after a resume at step 75 of 100 counts the 25 steps this process trains (its
+// predicted time is their rate) and says which step of the run it is at.
+func TestProgress_barAfterResume(t *testing.T) {
+	defer func(d time.Duration) { progressThrottle = d }(progressThrottle)
+	progressThrottle = 0
+	var buf bytes.Buffer
+	p := newProgress(100, 0, &buf, true)
+	p.Start(75)
+	p.Update(80, 1.5, 100, "")
+	p.Finish()
+	if out := buf.String(); !strings.Contains(out, "5/25") || !strings.Contains(out, "step 80/100") || strings.Contains(out, "80/100 [") {
+		t.Errorf("bar after a resume at 75, at step 80 of 100:\n%q", out)
+	}
+}
