@@ -407,20 +407,7 @@ func (c *Device) BatchNorm(y, mean, rstd, runMean, runVar, x, w, b *tensor.Tenso
 	M := float64(N * P)
 	c.parallel(C, 1, func(lo, hi int) {
 		for ch := lo; ch < hi; ch++ {
-			var s float64
-			for n := 0; n < N; n++ {
-				for _, v := range xs[(n*C+ch)*P : (n*C+ch+1)*P] {
-					s += float64(v)
-				}
-			}
-			mu := s / M
-			var ss float64
-			for n := 0; n < N; n++ {
-				for _, v := range xs[(n*C+ch)*P : (n*C+ch+1)*P] {
-					d := float64(v) - mu
-					ss += d * d
-				}
-			}
+			mu, ss := channelMoments(xs, N, C, P, ch)
 			vr := ss / M
 			r := 1 / math.Sqrt(vr+float64(eps))
 			ms[ch], rs[ch] = float32(mu), float32(r)
@@ -508,6 +495,25 @@ func (c *Device) BatchNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tens
 	commit(dx, dxs)
 }
 
+// channelMoments is channel ch's mean over x (N,C,P) and its sum of squared deviations from it,
+// in float64, two passes: training BatchNorm's statistics and SyncBatchNorm's per-rank part.
+func channelMoments(xs []float32, N, C, P, ch int) (mu, ss float64) {
+	var s float64
+	for n := 0; n < N; n++ {
+		for _, v := range xs[(n*C+ch)*P : (n*C+ch+1)*P] {
+			s += float64(v)
+		}
+	}
+	mu = s / float64(N*P)
+	for n := 0; n < N; n++ {
+		for _, v := range xs[(n*C+ch)*P : (n*C+ch+1)*P] {
+			d := float64(v) - mu
+			ss += d * d
+		}
+	}
+	return mu, ss
+}
+
 // ---- SyncBatchNorm's parts (tensor.SyncBatchNormDevice) ----
 
 var _ tensor.SyncBatchNormDevice = (*Device)(nil)
@@ -519,20 +525,7 @@ func (c *Device) BatchNormStats(mean, variance, x *tensor.Tensor) {
 	M := float64(N * P)
 	c.parallel(C, 1, func(lo, hi int) {
 		for ch := lo; ch < hi; ch++ {
-			var s float64
-			for n := 0; n < N; n++ {
-				for _, v := range xs[(n*C+ch)*P : (n*C+ch+1)*P] {
-					s += float64(v)
-				}
-			}
-			mu := s / M
-			var ss float64
-			for n := 0; n < N; n++ {
-				for _, v := range xs[(n*C+ch)*P : (n*C+ch+1)*P] {
-					d := float64(v) - mu
-					ss += d * d
-				}
-			}
+			mu, ss := channelMoments(xs, N, C, P, ch)
 			ms[ch], vs[ch] = float32(mu), float32(ss/M)
 		}
 	})
