@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sync"
 	"testing"
 
 	"github.com/goddp/goddp/allreduce"
@@ -173,34 +172,9 @@ func runWorld(t *testing.T, rc runCfg, d dataset) []rankResult {
 		defer g.Close()
 		return []rankResult{trainRank(t, rc, 0, g, d)}
 	}
-	nws := make([]*allreduce.InprocNetwork, max(1, rc.channels))
-	for i := range nws {
-		nws[i] = allreduce.NewInprocNetwork(rc.W)
-	}
-	out := make([]rankResult, rc.W)
-	var wg sync.WaitGroup
-	for r := 0; r < rc.W; r++ {
-		var gs []Comm
-		for _, nw := range nws {
-			g, err := allreduce.NewGroup(context.Background(), allreduce.Config{Rank: r, WorldSize: rc.W, Transport: nw.Transport(r)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			gs = append(gs, g)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() {
-				for _, g := range gs {
-					g.(*allreduce.Group).Close()
-				}
-			}()
-			out[r] = trainRank(t, rc, r, gs[0], d, gs[1:]...)
-		}()
-	}
-	wg.Wait()
-	return out
+	return inprocWorld(t, rc.W, rc.channels, func(r int, main Comm, extra []Comm) rankResult {
+		return trainRank(t, rc, r, main, d, extra...)
+	})
 }
 
 func maxRelDiff(a, b []float32) float64 {

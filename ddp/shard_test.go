@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sync"
 	"testing"
 
 	"github.com/goddp/goddp/allreduce"
@@ -142,34 +141,9 @@ func trainShardRank(t *testing.T, sc shardCfg, rank int, comm Comm, d dataset, e
 }
 
 func runShardWorld(t *testing.T, sc shardCfg, d dataset) []shardResult {
-	nws := make([]*allreduce.InprocNetwork, max(1, sc.channels))
-	for i := range nws {
-		nws[i] = allreduce.NewInprocNetwork(sc.W)
-	}
-	out := make([]shardResult, sc.W)
-	var wg sync.WaitGroup
-	for r := 0; r < sc.W; r++ {
-		var gs []Comm
-		for _, nw := range nws {
-			g, err := allreduce.NewGroup(context.Background(), allreduce.Config{Rank: r, WorldSize: sc.W, Transport: nw.Transport(r)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			gs = append(gs, g)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() {
-				for _, g := range gs {
-					g.(*allreduce.Group).Close()
-				}
-			}()
-			out[r] = trainShardRank(t, sc, r, gs[0], d, gs[1:])
-		}()
-	}
-	wg.Wait()
-	return out
+	return inprocWorld(t, sc.W, sc.channels, func(r int, main Comm, extra []Comm) shardResult {
+		return trainShardRank(t, sc, r, main, d, extra)
+	})
 }
 
 func sameF32(a, b []float32) bool {

@@ -33,3 +33,37 @@ func eachRank(t *testing.T, W int, body func(r int, g *allreduce.Group)) {
 	}
 	wg.Wait()
 }
+
+// inprocWorld runs rank(r, main, extra) for W ranks at once, each over its own groups of channels
+// in-process networks (at least one: main; the others are extra channels), and returns the
+// results by rank; the groups are closed when rank returns.
+func inprocWorld[R any](t *testing.T, W, channels int, rank func(r int, main Comm, extra []Comm) R) []R {
+	nws := make([]*allreduce.InprocNetwork, max(1, channels))
+	for i := range nws {
+		nws[i] = allreduce.NewInprocNetwork(W)
+	}
+	out := make([]R, W)
+	var wg sync.WaitGroup
+	for r := 0; r < W; r++ {
+		var gs []Comm
+		for _, nw := range nws {
+			g, err := allreduce.NewGroup(context.Background(), allreduce.Config{Rank: r, WorldSize: W, Transport: nw.Transport(r)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gs = append(gs, g)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				for _, g := range gs {
+					g.(*allreduce.Group).Close()
+				}
+			}()
+			out[r] = rank(r, gs[0], gs[1:])
+		}()
+	}
+	wg.Wait()
+	return out
+}
