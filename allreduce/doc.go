@@ -9,7 +9,8 @@
 // This package is the core: Group, the ring schedule (ring.go, pure functions), frames
 // (frame.go), the sender (sender.go), the f32/f16/bf16 codecs and kernels (codec_f16.go,
 // codec_bf16.go: Wire.kernels, one path for both 16-bit wires), the
-// collectives (allreduce.go, collectives.go), averaging (Avg and AvgScale: its one owner; the
+// collectives (allreduce.go, collectives.go), the hierarchical all-reduce of hosts × local ranks
+// (hier_schedule.go, pure functions; hier.go, Hierarchy over three groups), averaging (Avg and AvgScale: its one owner; the
 // staged GPU path in ddp scales by AvgScale before its cast), the environment (config_env.go,
 // the only place any package under allreduce/ reads it) and the in-process transport for tests
 // (transport_inproc.go). Around it:

@@ -38,6 +38,12 @@ type Group struct {
 
 	jobs jobQueue // reused by every collective's sender
 
+	// names, when set, are the ranks of a wider world this group's ranks are (a Hierarchy's
+	// rings inside and between hosts: names[r] is rank r's global rank, of world ranks): errors
+	// and abort frames blame peers by their global rank.
+	names []int
+	world int
+
 	// Stats, updated atomically.
 	bytesSent, bytesRecv atomic.Int64
 	collectives          atomic.Int64
@@ -224,6 +230,9 @@ func (c *collective) fail(err error) *CollectiveError {
 	var pe *link.PeerError
 	if errors.As(err, &pe) {
 		peer, err = pe.Rank, pe.Err
+		if c.g.names != nil && peer >= 0 && peer < c.g.size {
+			peer = c.g.names[peer]
+		}
 	}
 	return &CollectiveError{Kind: c.kind.String(), Seq: c.seq, Peer: peer, Err: err}
 }
@@ -288,6 +297,30 @@ func (c *collective) sendAbort(ce *CollectiveError) {
 	}
 }
 
+// nameRanks makes g's errors and abort frames blame peers by their rank in a world of world
+// ranks, names[r] being rank r's (Hierarchy's rings). Called before g's first collective.
+func (g *Group) nameRanks(names []int, world int) {
+	g.names, g.world = names, world
+}
+
+// abortWith breaks g with ce, a failure of another group over some of the same ranks (a
+// Hierarchy's other ring), and tells the next rank, as a failed collective of g's own does, so
+// that ranks waiting on this one in g fail too, naming ce's peer. A group already broken or
+// closed is left as it is.
+func (g *Group) abortWith(ce *CollectiveError) {
+	if g.size == 1 || g.closed.Load() {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.broken != nil {
+		return
+	}
+	g.broken = ce
+	c := &collective{g: g, seq: g.seq, next: ringNext(g.rank, g.size)}
+	c.sendAbort(ce)
+}
+
 // expect is what the receiver checks each frame against.
 type expect struct {
 	kind   frameKind
@@ -327,6 +360,17 @@ func (c *collective) recvFrame(want *expect) ([]byte, frameHeader, error) {
 				culprit = h.origin
 			}
 			reason := string(payload)
+			if g.names != nil { // the culprit is a global rank; the origin one of this group
+				origin := g.names[c.prev]
+				if h.origin >= 0 && h.origin < g.size {
+					origin = g.names[h.origin]
+				}
+				if culprit = int(h.aux) - 1; culprit < 0 || culprit >= g.world || culprit == g.names[g.rank] {
+					culprit = origin
+				}
+				return nil, h, &CollectiveError{Kind: c.kind.String(), Seq: c.seq, Peer: culprit,
+					Err: fmt.Errorf("reported by rank %d: %s", origin, reason)}
+			}
 			if culprit == g.rank {
 				culprit = h.origin
 			}

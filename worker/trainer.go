@@ -306,12 +306,18 @@ func (t *Trainer) startEngine(ctx context.Context, gcfg allreduce.Config) error 
 	if err := t.syncBatchNorm(ctx, cfg, t.env, t.m, t.group, gcfg); err != nil {
 		return err
 	}
-	dopts := ddp.Options{BucketCapMB: cfg.DDP.BucketCapMB, Wire: wireOf(cfg), Logger: t.log, Channels: asComms(channels),
+	comms := asComms(t.groups)
+	if cfg.DDP.Hierarchical && t.group.Size() > 1 {
+		if comms, err = t.hierarchies(ctx, gcfg, t.groups); err != nil {
+			return err
+		}
+	}
+	dopts := ddp.Options{BucketCapMB: cfg.DDP.BucketCapMB, Wire: wireOf(cfg), Logger: t.log, Channels: comms[1:],
 		ShardOptimizer: model.ShardOf(t.optim) != nil} // the shard the optimizer was built on
 	if t.trace != nil { // not a nil *Trace in the interface
 		dopts.Tracer = t.trace
 	}
-	eng := ddp.New(t.ps, t.group, dopts)
+	eng := ddp.New(t.ps, comms[0], dopts)
 	eng.SetBuffers(modelBuffers(t.m)) // the replica check covers the BatchNorm running statistics
 	t.eng = eng
 	t.onClose(func() error { eng.Close(); return nil })

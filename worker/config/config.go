@@ -234,6 +234,16 @@ type DDPConfig struct {
 	// 30s, 5m). Default 30s (allreduce.DefaultTimeout). Checkpoint writes do not count against
 	// it (they run in the background); raise it for slow networks or very large buckets.
 	Timeout Duration `yaml:"timeout,omitempty"`
+	// intra_host: auto | host | device: how gradients are reduced among the ranks of one host
+	// (issue 34, intrahost.go). auto and host: the host planes (shared memory). device: an
+	// all-reduce over CUDA IPC buffers, refused until it has run on a GPU. Default auto.
+	IntraHost IntraHost `yaml:"intra_host,omitempty"`
+	// hierarchical: all-reduce gradients in three rings: reduce-scatter among the ranks of each
+	// host, the ring between hosts on each local rank's 1/LOCAL_WORLD_SIZE share, all-gather
+	// inside the host (allreduce.Hierarchy). Ranks must be numbered host by host (ddplaunch and
+	// torchrun do). The same sums added in another order: within f32 rounding of the flat ring.
+	// Default false.
+	Hierarchical bool `yaml:"hierarchical,omitempty"`
 }
 
 // LossScaleConfig is the `loss_scale:` section: the dynamic loss scaler of

@@ -132,7 +132,7 @@ func TestHash_everyKeyIsClassified(t *testing.T) {
 		"train.beta1": "0.8", "train.beta2": "0.95", "train.eps": "1e-6", "train.grad_clip": "1",
 		"data.kind": "text", "data.eval_fraction": "0.2", "data.shuffle": "false",
 		"data.image_size": "32", "data.mean": "[0.5,0.5,0.5]", "data.std": "[0.2,0.2,0.2]",
-		"ddp.bucket_cap_mb": "1", "ddp.wire": "f16",
+		"ddp.bucket_cap_mb": "1", "ddp.wire": "f16", "ddp.hierarchical": "true",
 		"loss_scale.init": "1024", "loss_scale.growth_interval": "100", "loss_scale.growth_factor": "4",
 		"loss_scale.backoff": "0.25", "loss_scale.min": "2",
 	}
@@ -140,7 +140,7 @@ func TestHash_everyKeyIsClassified(t *testing.T) {
 	unhashed := map[string]string{
 		"data.path": "/elsewhere", "data.workers": "7", "data.prefetch": "9",
 		"checkpoint.dir": "/ck", "checkpoint.every": "5", "checkpoint.keep": "9", "checkpoint.per_host": "true",
-		"ddp.check_every": "7", "ddp.channels": "3", "ddp.shard_optimizer": "true", "ddp.timeout": "5m",
+		"ddp.check_every": "7", "ddp.channels": "3", "ddp.shard_optimizer": "true", "ddp.timeout": "5m", "ddp.intra_host": "host",
 		"train.log_every": "3", "train.eval_every": "7", "train.eval_batches": "3", "train.memory_budget": "1GiB",
 		"model.checkpoint": "blocks", "model.checkpoint_keep_attention": "true", "metrics.listen": ":9100",
 		"model.init_from": "/somewhere/model.safetensors", "checkpoint.fresh_if_broken": "true",
