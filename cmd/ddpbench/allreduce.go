@@ -67,6 +67,7 @@ type benchFlags struct {
 	chans   int
 	timeout time.Duration
 	json    bool
+	device  string
 }
 
 func (f *benchFlags) register(fs *pflag.FlagSet) {
@@ -84,12 +85,13 @@ func (f *benchFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.chans, "channels", 1, "process groups over the same ranks; the buffer is cut into this many pieces, all-reduced at once, one per group (as ddp.channels does with buckets)")
 	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "per-collective peer timeout")
 	fs.BoolVar(&f.json, "json", false, "one JSON object per result line instead of a table")
+	fs.StringVar(&f.device, "device", "cpu", "cpu: the host ring; cuda: also the all-reduce on the GPU over CUDA IPC buffers (transport cuda-ipc rows; a CUDA build; not yet run on a GPU)")
 }
 
 func (f *benchFlags) args() []string {
 	return []string{"--sizes", strings.Join(f.sizes, ","), "--wire", strings.Join(f.wires, ","),
 		"--iters", strconv.Itoa(f.iters), "--warmup", strconv.Itoa(f.warmup), "--chunk", f.chunk,
-		"--transport", f.trans, "--channels", strconv.Itoa(f.chans), "--timeout", f.timeout.String()}
+		"--transport", f.trans, "--channels", strconv.Itoa(f.chans), "--timeout", f.timeout.String(), "--device", f.device}
 }
 
 // parseBytes reads 64M, 1G, 4096, 1.5M.
@@ -137,6 +139,9 @@ func runAllReduceBench(args []string) error {
 		if _, err := allreduce.ParseWire(w); err != nil {
 			return err
 		}
+	}
+	if err := f.checkDevice(); err != nil {
+		return err
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -273,6 +278,13 @@ func runAllReduceWorker(args []string) error {
 	}
 	groups := append([]*allreduce.Group{g}, extra...)
 	n := g.Size()
+	dev, err := f.openDevice(g.Rank())
+	if err != nil {
+		return err
+	}
+	if c, ok := dev.(interface{ Close() error }); ok {
+		defer c.Close()
+	}
 	for _, s := range f.sizes {
 		nbytes, _ := parseBytes(s)
 		buf := make([]float32, nbytes/4)
@@ -304,25 +316,35 @@ func runAllReduceWorker(args []string) error {
 			if err != nil {
 				return err
 			}
-			if g.Rank() != 0 {
-				continue
+			if g.Rank() == 0 {
+				row := rowOf(worst, n, nbytes, wire, f.iters)
+				row.ChunkBytes, row.BytesPerRank, row.Transport, row.Channels = cfg.ChunkBytes, sentPerIter, f.trans, len(groups)
+				b, _ := json.Marshal(row)
+				fmt.Println(string(b))
 			}
-			slices.Sort(worst)
-			med := worst[len(worst)/2]
-			if len(worst)%2 == 0 {
-				med = (worst[len(worst)/2-1] + worst[len(worst)/2]) / 2
+			if dev != nil {
+				if err := benchDevice(ctx, g, dev, buf, wire, f); err != nil {
+					return err
+				}
 			}
-			alg := float64(nbytes) / med / 1e9
-			bus := alg * 2 * float64(n-1) / float64(n)
-			wireBytes := float64(wire.ElemBytes())
-			row := benchRow{World: n, Bytes: nbytes, Wire: wire.String(), Sec: med, AlgBW: alg, BusBW: bus,
-				WireBusBW: bus * wireBytes / 4, MinSec: worst[0], Iters: f.iters, ChunkBytes: cfg.ChunkBytes, BytesPerRank: sentPerIter,
-				Transport: f.trans, Channels: len(groups)}
-			b, _ := json.Marshal(row)
-			fmt.Println(string(b))
 		}
 	}
 	return g.Barrier(ctx)
+}
+
+// rowOf is the row of one measurement: the median of the slowest rank's times, algbw as the FP32
+// buffer's bytes per second, busbw as nccl-tests computes it (algbw · 2(n−1)/n) and the wire's
+// share of it.
+func rowOf(worst []float64, n int, nbytes int64, wire allreduce.Wire, iters int) benchRow {
+	slices.Sort(worst)
+	med := worst[len(worst)/2]
+	if len(worst)%2 == 0 {
+		med = (worst[len(worst)/2-1] + worst[len(worst)/2]) / 2
+	}
+	alg := float64(nbytes) / med / 1e9
+	bus := alg * 2 * float64(n-1) / float64(n)
+	return benchRow{World: n, Bytes: nbytes, Wire: wire.String(), Sec: med, AlgBW: alg, BusBW: bus,
+		WireBusBW: bus * float64(wire.ElemBytes()) / 4, MinSec: worst[0], Iters: iters}
 }
 
 // bytesSent is what this rank has sent over all the groups.

@@ -14,9 +14,12 @@
 //	flash.go            fused causal attention (flash_kernels.go: mma.sync, head size 64, f16)
 //	staging.go          tensor.GradStager: gradient buckets through f16 device buffers and pinned
 //	                    memory on streams of their own (staging_kernels.go)
+//	ipc.go              tensor.IPCDevice: an all-reduce over the ranks' buffers mapped by CUDA IPC,
+//	                    one kernel paced by flags in device memory (ipc_kernels.go); not yet run on a GPU
 //	upload_async.go     UploadAsync, a copy-stream upload the compute stream waits for by event
 //	fence.go            Fence: an event recorded on the compute stream (events recycled)
-//	cudadrv/            the small cgo layer: streams, events, memory, launches, two cuBLAS calls
+//	cudadrv/            the small cgo layer: streams, events, memory, launches, two cuBLAS calls,
+//	                    CUDA IPC handles and peer access
 //	cudacompat/         a cuda.h that lets gorgonia.org/cu v0.9.6 build against CUDA 13
 //	                    (scripts/cuda-env.sh puts it first on the include path)
 //

@@ -15,6 +15,8 @@
 //	            ConvGeom, AsConv
 //	staging.go  GradStager, an optional ability: gradient buckets staged through f16 device buffers
 //	            and pinned host memory for the DDP engine (the CUDA device has it)
+//	ipc.go      IPCDevice, an optional ability: an all-reduce on the device over the buffers of a
+//	            host's ranks (IPCPlan: the schedule, the caller's; the CUDA device has it)
 //	alloc.go    Pool, the caching allocator every device embeds (Alloc, Free and the counters
 //	            MemStats, like torch.cuda.memory_stats), OOMError and CatchOOM, Observable
 //	            (allocation events for memory timelines), MemorySummary, SizeClass

@@ -16,6 +16,7 @@ package cudadrv
 #include <cuda.h>
 #include <cublas_v2.h>
 #include <stdint.h>
+#include <string.h>
 
 static CUresult goddp_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
 		unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream s, uint64_t *vals, int n) {
@@ -63,6 +64,53 @@ static CUresult goddp_htod(unsigned long long dst, const void *src, size_t n, CU
 }
 static CUresult goddp_dtoh(void *dst, unsigned long long src, size_t n, CUstream s) {
 	return cuMemcpyDtoHAsync(dst, (CUdeviceptr)src, n, s);
+}
+
+// CUDA IPC and peer access (issue 34): handles are copied in and out as 64 bytes.
+static CUresult goddp_ipc_get_mem(void *out, unsigned long long p) {
+	CUipcMemHandle h;
+	CUresult r = cuIpcGetMemHandle(&h, (CUdeviceptr)p);
+	memcpy(out, &h, sizeof h);
+	return r;
+}
+static CUresult goddp_ipc_open_mem(unsigned long long *p, const void *in) {
+	CUipcMemHandle h;
+	memcpy(&h, in, sizeof h);
+	CUdeviceptr d = 0;
+	CUresult r = cuIpcOpenMemHandle(&d, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+	*p = (unsigned long long)d;
+	return r;
+}
+static CUresult goddp_ipc_get_event(void *out, CUevent e) {
+	CUipcEventHandle h;
+	CUresult r = cuIpcGetEventHandle(&h, e);
+	memcpy(out, &h, sizeof h);
+	return r;
+}
+static CUresult goddp_ipc_open_event(CUevent *e, const void *in) {
+	CUipcEventHandle h;
+	memcpy(&h, in, sizeof h);
+	return cuIpcOpenEventHandle(e, h);
+}
+static CUresult goddp_can_access_peer(int *can, int dev, int peer) {
+	CUdevice a, b;
+	CUresult r = cuDeviceGet(&a, dev);
+	if (r != CUDA_SUCCESS) return r;
+	if ((r = cuDeviceGet(&b, peer)) != CUDA_SUCCESS) return r;
+	return cuDeviceCanAccessPeer(can, a, b);
+}
+// The peer's primary context is retained for the call only: the process holds it open already
+// (its own Device on that GPU) or peer access would have nothing to reach.
+static CUresult goddp_enable_peer(int peer) {
+	CUdevice d;
+	CUcontext c;
+	CUresult r = cuDeviceGet(&d, peer);
+	if (r != CUDA_SUCCESS) return r;
+	if ((r = cuDevicePrimaryCtxRetain(&c, d)) != CUDA_SUCCESS) return r;
+	r = cuCtxEnablePeerAccess(c, 0);
+	if (r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) r = CUDA_SUCCESS;
+	cuDevicePrimaryCtxRelease(d);
+	return r;
 }
 */
 import "C"
@@ -184,6 +232,70 @@ func HostAlloc(bytes int64) (unsafe.Pointer, error) {
 	return p, err
 }
 func HostFree(p unsafe.Pointer) error { return check("cuMemFreeHost", C.cuMemFreeHost(p)) }
+
+// ---- CUDA IPC and peer access (issue 34: the all-reduce over IPC buffers, model/cuda/ipc.go) ----
+
+// IPCHandleSize is the size of a memory or event handle (CU_IPC_HANDLE_SIZE).
+const IPCHandleSize = 64
+
+// IpcMemHandle names a cuMemAlloc allocation to another process (CUipcMemHandle's bytes).
+type IpcMemHandle [IPCHandleSize]byte
+
+// IpcEventHandle names an interprocess event to another process (CUipcEventHandle's bytes).
+type IpcEventHandle [IPCHandleSize]byte
+
+// IpcGetMemHandle is cuIpcGetMemHandle of the allocation that starts at base (a cuMemAlloc result).
+func IpcGetMemHandle(base uint64) (IpcMemHandle, error) {
+	var h IpcMemHandle
+	err := check("cuIpcGetMemHandle", C.goddp_ipc_get_mem(unsafe.Pointer(&h[0]), C.ulonglong(base)))
+	return h, err
+}
+
+// IpcOpenMemHandle maps another process's allocation into this context (cuIpcOpenMemHandle, peer
+// access enabled lazily where the devices differ) and returns its base address here. A process
+// cannot open its own handles.
+func IpcOpenMemHandle(h IpcMemHandle) (uint64, error) {
+	var p C.ulonglong
+	err := check("cuIpcOpenMemHandle", C.goddp_ipc_open_mem(&p, unsafe.Pointer(&h[0])))
+	return uint64(p), err
+}
+
+// IpcCloseMemHandle unmaps what IpcOpenMemHandle mapped.
+func IpcCloseMemHandle(p uint64) error {
+	return check("cuIpcCloseMemHandle", C.cuIpcCloseMemHandle(C.CUdeviceptr(p)))
+}
+
+// NewIPCEvent makes an event other processes can open (CU_EVENT_INTERPROCESS, no timing).
+func NewIPCEvent() (Event, error) {
+	var e Event
+	return e, check("cuEventCreate", C.cuEventCreate(&e.e, C.uint(C.CU_EVENT_DISABLE_TIMING|C.CU_EVENT_INTERPROCESS)))
+}
+
+// IpcGetEventHandle is cuIpcGetEventHandle of an event made by NewIPCEvent.
+func IpcGetEventHandle(e Event) (IpcEventHandle, error) {
+	var h IpcEventHandle
+	err := check("cuIpcGetEventHandle", C.goddp_ipc_get_event(unsafe.Pointer(&h[0]), e.e))
+	return h, err
+}
+
+// IpcOpenEventHandle opens another process's interprocess event.
+func IpcOpenEventHandle(h IpcEventHandle) (Event, error) {
+	var e Event
+	return e, check("cuIpcOpenEventHandle", C.goddp_ipc_open_event(&e.e, unsafe.Pointer(&h[0])))
+}
+
+// DeviceCanAccessPeer is cuDeviceCanAccessPeer: whether GPU dev can address GPU peer's memory.
+func DeviceCanAccessPeer(dev, peer int) (bool, error) {
+	var can C.int
+	err := check("cuDeviceCanAccessPeer", C.goddp_can_access_peer(&can, C.int(dev), C.int(peer)))
+	return can != 0, err
+}
+
+// CtxEnablePeerAccess is cuCtxEnablePeerAccess from the current context to GPU peer's primary
+// context (already enabled is not an error).
+func CtxEnablePeerAccess(peer int) error {
+	return check("cuCtxEnablePeerAccess", C.goddp_enable_peer(C.int(peer)))
+}
 
 // ---- modules and launches ----
 

@@ -1,0 +1,70 @@
+package ddp
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/goddp/goddp/allreduce"
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// The device all-reduce inside a host (issue 34, stage 1): ddp wires allreduce's schedule, which
+// knows nothing of devices, to the device's all-reduce over IPC buffers (tensor.IPCDevice), which
+// knows nothing of rings. The handles travel over the process group: the authenticated control
+// plane, never a socket of their own. `ddpbench allreduce --device cuda` runs it alone; the engine
+// does not call it yet (ddp.intra_host: device is refused until it has run on a GPU).
+
+// DevicePlan is rank's schedule of a device all-reduce of count elements among size ranks: rank r
+// reduces the ring's owned segment (allreduce.Segment), adding the ranks' values in the order the
+// ring adds them (allreduce.ReduceOrder), so the device and the host ring agree on every chunk.
+func DevicePlan(count, size, rank int) tensor.IPCPlan {
+	p := tensor.IPCPlan{Rank: rank, Size: size, Segments: make([][2]int, size), Order: allreduce.ReduceOrder(size, rank)}
+	for r := range size {
+		lo, hi := allreduce.Segment(count, size, r)
+		p.Segments[r] = [2]int{lo, hi}
+	}
+	return p
+}
+
+// NewDeviceReducer prepares the device all-reduce of buf (a tensor of dev: f32, f16 or bf16, the
+// same length and dtype on every rank) among comm's ranks: every rank makes its reducer, the
+// handles are all-gathered over comm, and each rank maps its peers'. A rank that cannot make its
+// reducer still takes part in the exchange, so every rank fails naming it. It is a collective of
+// comm. The caller closes the reducer on every rank after a barrier that follows the last
+// all-reduce (tensor.IPCReducer.Close).
+func NewDeviceReducer(ctx context.Context, dev tensor.Device, buf *tensor.Tensor, comm Comm) (tensor.IPCReducer, error) {
+	var red tensor.IPCReducer
+	var mine error
+	if ipc, ok := dev.(tensor.IPCDevice); !ok {
+		mine = fmt.Errorf("device %s has no all-reduce over IPC buffers (a CUDA build has)", dev.Name())
+	} else {
+		red, mine = ipc.NewIPCReducer(buf, DevicePlan(buf.Len(), comm.Size(), comm.Rank()))
+	}
+	offer := []byte{0}
+	if mine == nil {
+		offer = append([]byte{1}, red.Handle()...)
+	}
+	all, err := comm.AllGather(ctx, offer)
+	if err != nil {
+		mine = fmt.Errorf("exchanging the handles: %w", err)
+	}
+	if mine == nil {
+		for r, b := range all {
+			if len(b) == 0 || b[0] != 1 {
+				mine = fmt.Errorf("rank %d could not make its reducer", r)
+				break
+			}
+			all[r] = b[1:]
+		}
+	}
+	if mine == nil {
+		mine = red.Connect(all)
+	}
+	if mine != nil {
+		if red != nil {
+			red.Close()
+		}
+		return nil, fmt.Errorf("ddp: device all-reduce, rank %d: %w", comm.Rank(), mine)
+	}
+	return red, nil
+}

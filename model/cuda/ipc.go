@@ -1,0 +1,308 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"unsafe"
+
+	"github.com/goddp/goddp/model/cuda/cudadrv"
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// The CUDA device's IPCDevice (tensor.IPCDevice says what each call does): an all-reduce over
+// the buffers of every rank of a host, each rank's mapped into the others by CUDA IPC
+// (cuIpcGetMemHandle / cuIpcOpenMemHandle), one kernel per all-reduce (ipc_kernels.go) paced by
+// flags in device memory. Ranks that are goroutines of one process (the tests) use each other's
+// addresses directly: a process cannot open its own handles. Ranks on different GPUs of the host
+// need peer access (cuDeviceCanAccessPeer; cuCtxEnablePeerAccess within a process, lazily through
+// cuIpcOpenMemHandle across processes). Not yet run on a GPU.
+
+var _ tensor.IPCDevice = (*Device)(nil)
+
+const (
+	ipcMaxBlocks = 64                                 // IPC_MAXB in ipcKernelSource: the most blocks per rank
+	ipcMaxRanks  = 16                                 // IPC_MAXR: the most ranks
+	ipcFlagBytes = 3 * ipcMaxBlocks * ipcMaxRanks * 4 // flags[phase][block][rank] uint32
+	ipcThreads   = 512                                // threads per block
+	ipcVersion   = 1                                  // of the handle's layout
+)
+
+// ipcHandle is what one rank tells the others (Handle, Connect).
+type ipcHandle struct {
+	pid              uint64
+	ordinal          uint32
+	dtype            uint32 // 0 f32, 1 f16, 2 bf16
+	count            uint64
+	grid             uint32
+	data, flags      cudadrv.IpcMemHandle // of buf's allocation and of the flags'
+	dataOff          uint64               // buf's offset in its allocation
+	dataPtr, flagPtr uint64               // the addresses in the exporting process
+}
+
+const ipcHandleBytes = 4 + 8 + 4 + 4 + 8 + 4 + 2*cudadrv.IPCHandleSize + 8 + 8 + 8
+
+func (h *ipcHandle) encode() []byte {
+	b := make([]byte, 0, ipcHandleBytes)
+	b = binary.LittleEndian.AppendUint32(b, ipcVersion)
+	b = binary.LittleEndian.AppendUint64(b, h.pid)
+	b = binary.LittleEndian.AppendUint32(b, h.ordinal)
+	b = binary.LittleEndian.AppendUint32(b, h.dtype)
+	b = binary.LittleEndian.AppendUint64(b, h.count)
+	b = binary.LittleEndian.AppendUint32(b, h.grid)
+	b = append(b, h.data[:]...)
+	b = append(b, h.flags[:]...)
+	b = binary.LittleEndian.AppendUint64(b, h.dataOff)
+	b = binary.LittleEndian.AppendUint64(b, h.dataPtr)
+	return binary.LittleEndian.AppendUint64(b, h.flagPtr)
+}
+
+func decodeIPCHandle(b []byte) (ipcHandle, error) {
+	var h ipcHandle
+	if len(b) != ipcHandleBytes {
+		return h, fmt.Errorf("%d bytes, want %d", len(b), ipcHandleBytes)
+	}
+	if v := binary.LittleEndian.Uint32(b); v != ipcVersion {
+		return h, fmt.Errorf("handle version %d, this build reads %d", v, ipcVersion)
+	}
+	b = b[4:]
+	h.pid, b = binary.LittleEndian.Uint64(b), b[8:]
+	h.ordinal, b = binary.LittleEndian.Uint32(b), b[4:]
+	h.dtype, b = binary.LittleEndian.Uint32(b), b[4:]
+	h.count, b = binary.LittleEndian.Uint64(b), b[8:]
+	h.grid, b = binary.LittleEndian.Uint32(b), b[4:]
+	copy(h.data[:], b)
+	copy(h.flags[:], b[cudadrv.IPCHandleSize:])
+	b = b[2*cudadrv.IPCHandleSize:]
+	h.dataOff, b = binary.LittleEndian.Uint64(b), b[8:]
+	h.dataPtr, b = binary.LittleEndian.Uint64(b), b[8:]
+	h.flagPtr = binary.LittleEndian.Uint64(b)
+	return h, nil
+}
+
+type ipcReducer struct {
+	d    *Device
+	buf  *tensor.Tensor
+	plan tensor.IPCPlan
+	dt   int
+	me   ipcHandle
+
+	flags, table uint64   // this rank's flags and the kernel's table (cuMemAlloc, not the pool)
+	opened       []uint64 // peers' allocations mapped by IpcOpenMemHandle, closed by Close
+	mod          cudadrv.Module
+	loaded       bool // mod
+	fn           cudadrv.Function
+	grid         int
+	epoch        uint32
+	connected    bool
+	closed       bool
+}
+
+// NewIPCReducer checks the plan, allocates and zeroes this rank's flags, loads the kernel and
+// exports buf's and the flags' allocations. buf must stay allocated until Close.
+func (d *Device) NewIPCReducer(buf *tensor.Tensor, plan tensor.IPCPlan) (tensor.IPCReducer, error) {
+	dt := -1
+	switch buf.DType() {
+	case tensor.F32:
+		dt = 0
+	case tensor.F16:
+		dt = 1
+	case tensor.BF16:
+		dt = 2
+	}
+	if dt < 0 {
+		return nil, fmt.Errorf("cuda: IPC all-reduce of %s: want f32, f16 or bf16", buf)
+	}
+	if err := plan.Check(buf.Len()); err != nil {
+		return nil, err
+	}
+	if plan.Size > ipcMaxRanks {
+		return nil, fmt.Errorf("cuda: IPC all-reduce among %d ranks: at most %d", plan.Size, ipcMaxRanks)
+	}
+	ptx, err := compileCached(ipcKernelSource, []string{fmt.Sprintf("--gpu-architecture=compute_%d%d", d.major, d.minor), "-default-device", "--std=c++17"})
+	if err != nil {
+		return nil, err
+	}
+	r := &ipcReducer{d: d, buf: buf, plan: plan, dt: dt,
+		grid: max(1, min(ipcMaxBlocks, d.sms/plan.Size))} // every rank's blocks resident at once
+	d.enter()
+	defer d.leave()
+	fail := func(e error) (tensor.IPCReducer, error) {
+		r.release()
+		return nil, fmt.Errorf("cuda: IPC all-reduce: %w", e)
+	}
+	if r.mod, err = cudadrv.LoadPTX(ptx); err != nil {
+		return fail(err)
+	}
+	r.loaded = true
+	if r.fn, err = r.mod.Function("k_ipc_allreduce"); err != nil {
+		return fail(err)
+	}
+	if r.flags, err = cudadrv.MemAlloc(ipcFlagBytes); err != nil {
+		return fail(err)
+	}
+	if err = cudadrv.MemsetD8Async(r.flags, 0, ipcFlagBytes, d.stream); err != nil {
+		return fail(err)
+	}
+	if r.table, err = cudadrv.MemAlloc(int64(5*plan.Size) * 8); err != nil {
+		return fail(err)
+	}
+	cb, ok := buf.Buffer().(*cudaBuf)
+	if !ok {
+		return fail(fmt.Errorf("%s does not live on a CUDA device", buf))
+	}
+	r.me = ipcHandle{pid: uint64(os.Getpid()), ordinal: uint32(d.ordinal), dtype: uint32(dt), count: uint64(buf.Len()),
+		grid: uint32(r.grid), dataOff: dptr(buf) - cb.ptr, dataPtr: dptr(buf), flagPtr: r.flags}
+	if r.me.data, err = cudadrv.IpcGetMemHandle(cb.ptr); err != nil {
+		return fail(err)
+	}
+	if r.me.flags, err = cudadrv.IpcGetMemHandle(r.flags); err != nil {
+		return fail(err)
+	}
+	if err = d.stream.Sync(); err != nil { // the flags are zero before any peer can see them
+		return fail(err)
+	}
+	return r, nil
+}
+
+func (r *ipcReducer) Handle() []byte { return r.me.encode() }
+
+// Connect maps every peer's buffer and flags (their addresses as they are when the peer is this
+// process), checks that every rank reduces the same kind of buffer, takes the smallest grid of any
+// rank (the kernel needs the same grid everywhere) and writes the kernel's table.
+func (r *ipcReducer) Connect(handles [][]byte) error {
+	n := r.plan.Size
+	if r.connected {
+		return fmt.Errorf("cuda: IPC all-reduce: connected twice")
+	}
+	if len(handles) != n {
+		return fmt.Errorf("cuda: IPC all-reduce: %d handles for %d ranks", len(handles), n)
+	}
+	d := r.d
+	d.enter()
+	defer d.leave()
+	tab := make([]uint64, 5*n)
+	grid := r.grid
+	for q, b := range handles {
+		h, err := decodeIPCHandle(b)
+		if err != nil {
+			return fmt.Errorf("cuda: IPC all-reduce: handle of rank %d: %w", q, err)
+		}
+		if h.dtype != r.me.dtype || h.count != r.me.count {
+			return fmt.Errorf("cuda: IPC all-reduce: rank %d reduces %d elements of dtype %d, this rank (%d) %d of dtype %d",
+				q, h.count, h.dtype, r.plan.Rank, r.me.count, r.me.dtype)
+		}
+		grid = min(grid, int(h.grid))
+		switch {
+		case q == r.plan.Rank:
+			tab[q], tab[n+q] = r.me.dataPtr, r.me.flagPtr
+		case h.pid == r.me.pid: // a goroutine rank of this process: its addresses are valid here
+			if h.ordinal != r.me.ordinal {
+				if err := r.peerAccess(int(h.ordinal)); err != nil {
+					return fmt.Errorf("cuda: IPC all-reduce: rank %d on GPU %d: %w", q, h.ordinal, err)
+				}
+			}
+			tab[q], tab[n+q] = h.dataPtr, h.flagPtr
+		default:
+			if h.ordinal != r.me.ordinal {
+				if can, err := cudadrv.DeviceCanAccessPeer(d.ordinal, int(h.ordinal)); err != nil || !can {
+					return fmt.Errorf("cuda: IPC all-reduce: GPU %d cannot address rank %d's GPU %d (peer access: %v)", d.ordinal, q, h.ordinal, err)
+				}
+			}
+			base, err := cudadrv.IpcOpenMemHandle(h.data)
+			if err != nil {
+				return fmt.Errorf("cuda: IPC all-reduce: opening rank %d's buffer: %w", q, err)
+			}
+			r.opened = append(r.opened, base)
+			fl, err := cudadrv.IpcOpenMemHandle(h.flags)
+			if err != nil {
+				return fmt.Errorf("cuda: IPC all-reduce: opening rank %d's flags: %w", q, err)
+			}
+			r.opened = append(r.opened, fl)
+			tab[q], tab[n+q] = base+h.dataOff, fl
+		}
+	}
+	for q, s := range r.plan.Segments {
+		tab[2*n+q], tab[3*n+q] = uint64(s[0]), uint64(s[1])
+	}
+	for k, q := range r.plan.Order {
+		tab[4*n+k] = uint64(q)
+	}
+	if err := cudadrv.HtoD(r.table, unsafe.Pointer(&tab[0]), int64(len(tab))*8, d.stream); err != nil {
+		return err
+	}
+	if err := d.stream.Sync(); err != nil {
+		return err
+	}
+	r.grid, r.connected = grid, true
+	return nil
+}
+
+func (r *ipcReducer) peerAccess(peer int) error {
+	can, err := cudadrv.DeviceCanAccessPeer(r.d.ordinal, peer)
+	if err != nil {
+		return err
+	}
+	if !can {
+		return errors.New("no peer access between the GPUs")
+	}
+	return cudadrv.CtxEnablePeerAccess(peer)
+}
+
+// AllReduce enqueues the kernel on the compute stream: it returns before the GPU starts.
+func (r *ipcReducer) AllReduce(avg bool) {
+	if !r.connected || r.closed {
+		panic("cuda: IPC all-reduce before Connect or after Close")
+	}
+	scale, div := float32(1), float32(1)
+	if avg {
+		if r.dt == 0 {
+			div = float32(r.plan.Size) // the f32 ring's owner divides the full sum
+		} else {
+			scale = 1 / float32(r.plan.Size) // the 16-bit wire scales each contribution (allreduce.AvgScale)
+		}
+	}
+	r.epoch++
+	var args [cudadrv.MaxArgs]uint64
+	copy(args[:], []uint64{r.table, uint64(r.plan.Size), uint64(r.plan.Rank), uint64(r.dt), uint64(r.epoch), f32a(scale), f32a(div)})
+	d := r.d
+	d.enter()
+	defer d.leave()
+	must(cudadrv.Launch(r.fn, [3]int{r.grid, 1, 1}, [3]int{ipcThreads, 1, 1}, 0, d.stream, &args, 7))
+}
+
+// Close waits for the compute stream (the last all-reduce), unmaps the peers and frees the flags
+// and the table. Call it after every rank's last all-reduce has finished.
+func (r *ipcReducer) Close() error {
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	r.d.enter()
+	defer r.d.leave()
+	err := r.d.stream.Sync()
+	return errors.Join(err, r.release())
+}
+
+// release frees what the reducer holds. The caller holds the thread (enter).
+func (r *ipcReducer) release() error {
+	var errs []error
+	for _, p := range r.opened {
+		errs = append(errs, cudadrv.IpcCloseMemHandle(p))
+	}
+	r.opened = nil
+	for _, p := range []*uint64{&r.flags, &r.table} {
+		if *p != 0 {
+			errs = append(errs, cudadrv.MemFree(*p))
+			*p = 0
+		}
+	}
+	if r.loaded {
+		errs = append(errs, r.mod.Unload())
+		r.loaded = false
+	}
+	return errors.Join(errs...)
+}

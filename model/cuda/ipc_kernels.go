@@ -1,0 +1,108 @@
+//go:build cuda
+
+package cuda
+
+// ipcKernelSource is the all-reduce over CUDA IPC buffers (ipc.go), compiled by NVRTC into its
+// own module the first time a reducer is made (and cached on disk like the device's kernels).
+//
+// k_ipc_allreduce(tab, n, rank, dt, e, scale, div): one launch per all-reduce, on the compute
+// stream. tab is a device table of 5n u64: every rank's buffer (mapped here), every rank's flags,
+// the segments' starts and ends by rank, then the order this rank adds in. dt: 0 f32, 1 f16,
+// 2 bf16. e: the collective's number (1, 2, …, the same on every rank).
+//
+//	meet 0   block b of every rank has started (each rank's buffer holds its values: its stream
+//	         ran everything before the launch)
+//	reduce   this rank's segment: s = Σ over order of value·scale, added in f32 (__fadd_rn, no
+//	         contraction), then s/div, rounded once to dt and stored in this rank's buffer
+//	meet 1   block b of every rank has reduced: every segment is final where it lives
+//	gather   every other rank's segment copied (bits) from that rank's buffer into this one's
+//	meet 2   block b of every rank has copied: no rank's next all-reduce (or the caller's next
+//	         write of its buffer) can overwrite a segment a peer still reads
+//
+// Block b of every rank handles the same elements of a segment (the same grid, the same
+// grid-stride loop from the segment's start), so a block waits only for its namesakes. A meeting
+// writes this rank's number e into slot [phase][b][rank] of each peer's flags (st.release at
+// system scope, after __syncthreads and a system fence) and spins on its own slots until every
+// peer's is e (ld.acquire at system scope): the start/end flags of vLLM's custom all-reduce and
+// TensorRT-LLM's, written afresh. The grid is small (ipc.go: at most the multiprocessors ÷ ranks)
+// so that the blocks of every rank can be resident on the GPU at once: spinning blocks never wait
+// for a block that cannot be scheduled. Peers' memory is read with __ldcg (L2, not a stale L1).
+const ipcKernelSource = `
+typedef unsigned short u16;
+typedef unsigned long long u64;
+#define IPC_MAXB 64
+#define IPC_MAXR 16
+
+__device__ __forceinline__ float h2f(u16 h) { float f; asm("{cvt.f32.f16 %0, %1;}" : "=f"(f) : "h"(h)); return f; }
+__device__ __forceinline__ u16 f2h(float f) { u16 h; asm("{cvt.rn.f16.f32 %0, %1;}" : "=h"(h) : "f"(f)); return h; }
+__device__ __forceinline__ float bf2f(u16 b) { return __uint_as_float(((unsigned)b) << 16); }
+__device__ __forceinline__ u16 f2bf(float f) {
+	unsigned u = __float_as_uint(f);
+	if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)((u >> 16) | 0x40u); // NaN stays a quiet NaN
+	return (u16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);                   // nearest, ties to even
+}
+
+__device__ __forceinline__ float load(u64 base, long i, int dt) {
+	if (dt == 0) return __ldcg((const float*)base + i);
+	u16 v = __ldcg((const unsigned short*)base + i);
+	return dt == 1 ? h2f(v) : bf2f(v);
+}
+
+__device__ __forceinline__ void store(u64 base, long i, int dt, float v) {
+	if (dt == 0) ((float*)base)[i] = v;
+	else ((u16*)base)[i] = dt == 1 ? f2h(v) : f2bf(v);
+}
+
+__device__ __forceinline__ void copy1(u64 dst, u64 src, long i, int dt) {
+	if (dt == 0) ((unsigned*)dst)[i] = __ldcg((const unsigned*)src + i);
+	else ((u16*)dst)[i] = __ldcg((const unsigned short*)src + i);
+}
+
+__device__ __forceinline__ void st_release(unsigned* p, unsigned v) {
+	asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+	unsigned v;
+	asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+
+// meet: block blockIdx.x of this rank and of every other rank have all reached phase ph of e.
+__device__ void meet(const u64* tab, int n, int rank, int ph, unsigned e) {
+	__syncthreads();
+	if (threadIdx.x < n) {
+		long slot = ((long)ph * IPC_MAXB + blockIdx.x) * IPC_MAXR;
+		unsigned* peer = (unsigned*)tab[n + threadIdx.x];
+		const unsigned* self = (const unsigned*)tab[n + rank];
+		__threadfence_system();
+		st_release(peer + slot + rank, e);
+		while (ld_acquire(self + slot + threadIdx.x) != e) {}
+	}
+	__syncthreads();
+}
+
+extern "C" {
+
+__global__ void k_ipc_allreduce(const u64* __restrict__ tab, int n, int rank, int dt, unsigned e, float scale, float div) {
+	long stride = (long)gridDim.x * blockDim.x, first = blockIdx.x * (long)blockDim.x + threadIdx.x;
+	u64 own = tab[rank];
+	meet(tab, n, rank, 0, e);
+	long lo = (long)tab[2 * n + rank], hi = (long)tab[3 * n + rank];
+	for (long i = lo + first; i < hi; i += stride) {
+		float s = __fmul_rn(load(tab[tab[4 * n]], i, dt), scale);
+		for (int k = 1; k < n; k++) s = __fadd_rn(s, __fmul_rn(load(tab[tab[4 * n + k]], i, dt), scale));
+		if (div != 1.0f) s = __fdiv_rn(s, div);
+		store(own, i, dt, s);
+	}
+	meet(tab, n, rank, 1, e);
+	for (int q = 0; q < n; q++) {
+		if (q == rank) continue;
+		long qlo = (long)tab[2 * n + q], qhi = (long)tab[3 * n + q];
+		for (long i = qlo + first; i < qhi; i += stride) copy1(own, tab[q], i, dt);
+	}
+	meet(tab, n, rank, 2, e);
+}
+
+} // extern "C"
+`

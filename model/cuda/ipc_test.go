@@ -1,0 +1,209 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+
+	"github.com/goddp/goddp/model/half"
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// ipcPlan is the ring's schedule (allreduce.Segment, allreduce.ReduceOrder; ddp.DevicePlan builds
+// it from them) written out here, since model imports nothing of allreduce: rank r reduces the
+// ring's owned segment r+1 and adds the ranks' values in the order r+1, r+2, …, r.
+func ipcPlan(count, size, rank int) tensor.IPCPlan {
+	seg := func(i int) [2]int {
+		return [2]int{int(int64(count) * int64(i) / int64(size)), int(int64(count) * int64(i+1) / int64(size))}
+	}
+	p := tensor.IPCPlan{Rank: rank, Size: size}
+	for r := range size {
+		p.Segments = append(p.Segments, seg((r+1)%size))
+	}
+	for k := range size {
+		p.Order = append(p.Order, (rank+1+k)%size)
+	}
+	return p
+}
+
+// ipcBits uploads and downloads a buffer's raw elements (f32 bits or 16-bit bits as uint32s).
+func ipcUpload(d *Device, t *tensor.Tensor, v []float32) {
+	switch t.DType() {
+	case tensor.F32:
+		d.Upload(t, v)
+	case tensor.F16:
+		h := make([]uint16, len(v))
+		half.Encode(h, v)
+		d.htod(t, unsafe.Pointer(&h[0]), t.Bytes())
+	case tensor.BF16:
+		h := make([]uint16, len(v))
+		half.EncodeBF16(h, v)
+		d.htod(t, unsafe.Pointer(&h[0]), t.Bytes())
+	}
+}
+
+func ipcDownload(d *Device, t *tensor.Tensor) []float32 {
+	out := make([]float32, t.Len())
+	switch t.DType() {
+	case tensor.F32:
+		d.Download(out, t)
+	default:
+		h := make([]uint16, t.Len())
+		d.dtoh(unsafe.Pointer(&h[0]), t)
+		if t.DType() == tensor.F16 {
+			half.Decode(out, h)
+		} else {
+			half.DecodeBF16(out, h)
+		}
+	}
+	return out
+}
+
+// roundTo rounds an f32 value to dt as the kernel's store does.
+func roundTo(dt tensor.DType, v float32) float32 {
+	switch dt {
+	case tensor.F16:
+		return half.ToFloat32(half.FromFloat32(v))
+	case tensor.BF16:
+		return half.BF16ToFloat32(half.BF16FromFloat32(v))
+	}
+	return v
+}
+
+// ipcWorld opens size Devices on GPU 0 (each rank its own streams, as processes sharing the GPU
+// have), a buffer and a reducer on each, and connects them.
+func ipcWorld(t *testing.T, size, count int, dt tensor.DType) ([]*Device, []*tensor.Tensor, []tensor.IPCReducer) {
+	t.Helper()
+	devs := make([]*Device, size)
+	bufs := make([]*tensor.Tensor, size)
+	reds := make([]tensor.IPCReducer, size)
+	handles := make([][]byte, size)
+	for r := range size {
+		d, err := New(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		devs[r] = d
+		bufs[r] = d.Alloc(dt, "ipc", count)
+		if reds[r], err = d.NewIPCReducer(bufs[r], ipcPlan(count, size, r)); err != nil {
+			t.Fatal(err)
+		}
+		handles[r] = reds[r].Handle()
+	}
+	for r := range size {
+		if err := reds[r].Connect(handles); err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	t.Cleanup(func() {
+		for r := range size {
+			devs[r].Sync()
+		}
+		for r := range size {
+			reds[r].Close()
+			devs[r].Free(bufs[r])
+			devs[r].Close()
+		}
+	})
+	return devs, bufs, reds
+}
+
+// 1–4 ranks sharing the GPU (goroutine ranks, each a Device of its own), f32/f16/bf16, odd sizes:
+// every rank ends with the same bits, and they are exactly the f32 sum in the plan's order (the
+// host ring's order), divided or scaled for Avg as allreduce does, rounded once to the dtype —
+// for f32 the host ring's own bits (allreduce's TestReduceOrder_isTheRingsOrder) — and within the
+// dtype's rounding of the float64 sum.
+func TestCUDA_ipcAllReduce(t *testing.T) {
+	for _, size := range []int{1, 2, 3, 4} {
+		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
+			for _, count := range []int{1, 7, 100003} {
+				t.Run(fmt.Sprintf("n%d/%s/%d", size, dt, count), func(t *testing.T) {
+					devs, bufs, reds := ipcWorld(t, size, count, dt)
+					rng := rand.New(rand.NewPCG(uint64(size), uint64(count)))
+					for _, avg := range []bool{false, true} {
+						in := make([][]float32, size)
+						for r := range in {
+							in[r] = make([]float32, count)
+							for i := range in[r] {
+								in[r][i] = roundTo(dt, float32(rng.NormFloat64()))
+							}
+							ipcUpload(devs[r], bufs[r], in[r])
+						}
+						for r := range size {
+							reds[r].AllReduce(avg) // enqueued on every rank's stream before any waits
+						}
+						out := make([][]float32, size)
+						for r := range size {
+							out[r] = ipcDownload(devs[r], bufs[r])
+						}
+						scale, div := float32(1), float32(1)
+						if avg && dt == tensor.F32 {
+							div = float32(size)
+						} else if avg {
+							scale = 1 / float32(size)
+						}
+						u := map[tensor.DType]float64{tensor.F32: 1.0 / (1 << 23), tensor.F16: 1.0 / (1 << 10), tensor.BF16: 1.0 / (1 << 7)}[dt]
+						for owner := range size {
+							p := ipcPlan(count, size, owner)
+							s := p.Segments[owner]
+							for i := s[0]; i < s[1]; i++ {
+								want := float32(in[p.Order[0]][i] * scale)
+								var f64, abs float64
+								for k, q := range p.Order {
+									if k > 0 {
+										want = float32(want + float32(in[q][i]*scale))
+									}
+									f64 += float64(in[q][i]) * float64(scale)
+									abs += math.Abs(float64(in[q][i]) * float64(scale))
+								}
+								want = roundTo(dt, float32(want/div))
+								f64 /= float64(div)
+								for r := range size {
+									if math.Float32bits(out[r][i]) != math.Float32bits(want) {
+										t.Fatalf("avg=%v [%d] rank %d: %g, want %g (the sum in the ring's order)", avg, i, r, out[r][i], want)
+									}
+								}
+								if d := math.Abs(float64(want) - f64); d > float64(size+1)*abs*u {
+									t.Fatalf("avg=%v [%d]: %g, float64 sum %g", avg, i, want, f64)
+								}
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// Many all-reduces back to back with no host wait between them (the flags pace the ranks): f32
+// Sum of small integers is exact, so after k rounds every element is size^(k-1) · Σ inputs.
+func TestCUDA_ipcAllReduceBackToBack(t *testing.T) {
+	const size, count, rounds = 3, 65537, 6
+	devs, bufs, reds := ipcWorld(t, size, count, tensor.F32)
+	in := make([][]float32, size)
+	for r := range in {
+		in[r] = make([]float32, count)
+		for i := range in[r] {
+			in[r][i] = float32((i+r)%7 - 3)
+		}
+		ipcUpload(devs[r], bufs[r], in[r])
+	}
+	for range rounds {
+		for r := range size {
+			reds[r].AllReduce(false)
+		}
+	}
+	for r := range size {
+		out := ipcDownload(devs[r], bufs[r])
+		for i, v := range out {
+			want := float32(in[0][i]+in[1][i]+in[2][i]) * float32(math.Pow(size, rounds-1))
+			if v != want {
+				t.Fatalf("rank %d [%d] = %g after %d rounds, want %g", r, i, v, rounds, want)
+			}
+		}
+	}
+}
