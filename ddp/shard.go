@@ -12,7 +12,8 @@ package ddp
 //  2. The scaler checks and unscales the shard (model.Scaler.UnscaleCheckShard); RanksWith agrees
 //     on the result as without sharding. ClipGradNorm takes the global norm from the shards'
 //     float64 sums of squares, gathered and added in rank order.
-//  3. The optimizer (model.NewAdamWShard on Shard()) steps the shard's master weights.
+//  3. The optimizer (model.NewAdamWShard or model.NewSGDShard on Shard()) steps the shard's
+//     master weights; its state (m and v, or SGD's momentum) holds the shard's elements only.
 //  4. GatherParams all-gathers what the next forward reads: under fp16 (bf16) the 16-bit
 //     compute copy that AdamW wrote beside the shard's master weights, on the f16 (bf16) wire,
 //     which carries those values exactly — the bytes of the all-reduce's second half, so the

@@ -27,7 +27,8 @@ type shardCfg struct {
 	channels       int
 	injectRank     int // +Inf into this rank's first shard gradient at injectStep (−1: none)
 	injectStep     int
-	hideHost       bool // the device without tensor.HostMemory: the host-buffer path (CUDA's)
+	hideHost       bool             // the device without tensor.HostMemory: the host-buffer path (CUDA's)
+	sgd            *model.SGDConfig // SGD instead of AdamW
 }
 
 // noHostMem is the CPU device without its tensor.HostMemory ability (two embedded types with
@@ -40,7 +41,10 @@ type noHostMem struct {
 
 type hideHostMem struct{}
 
-func (hideHostMem) HostF32()  {}
+//lint:ignore U1000 never called: they only shadow *cpu.Device's methods of the same names
+func (hideHostMem) HostF32() {}
+
+//lint:ignore U1000 as HostF32
 func (hideHostMem) HostHalf() {}
 
 type shardResult struct {
@@ -73,11 +77,19 @@ func trainShardRank(t *testing.T, sc shardCfg, rank int, comm Comm, d dataset, e
 	if sc.shard {
 		sh = PlanShard(ps, sc.bucketMB, comm.Size(), comm.Rank())
 	}
-	opt, err := model.NewAdamWShard(ps, model.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1}, sh)
+	var opt model.Optimizer
+	if sc.sgd != nil {
+		opt, err = model.NewSGDShard(ps, *sc.sgd, sh)
+	} else {
+		opt, err = model.NewAdamWShard(ps, model.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1}, sh)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer opt.Free()
+	if model.ShardOf(opt) != sh {
+		t.Fatalf("rank %d: the optimizer's shard %v, PlanShard's %v", rank, model.ShardOf(opt), sh)
+	}
 	scaler, err := model.NewScaler(dev, model.ScalerConfig{Enabled: sc.compute == tensor.F16, Init: 1024, Growth: 2, Backoff: 0.5, Interval: 3, MinScale: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -154,15 +166,18 @@ func trainShardRank(t *testing.T, sc shardCfg, rank int, comm Comm, d dataset, e
 	if ps.Half != nil {
 		res.halfHash = model.HashF32(tensor.ToHost(ps.Half))
 	}
-	res.stateElems = opt.M.Len()
+	st := opt.State() // AdamW's m and v; SGD's momentum (m only)
+	res.stateElems = st[0].T.Len()
 	res.inPlace = eng.GradShardInPlace()
 	res.hostBytes, res.hostUnsharded = eng.HostBufferBytes()
 	res.slabElems = ps.N
-	if res.m, err = eng.GatherState(ctx, opt.M); err != nil {
+	if res.m, err = eng.GatherState(ctx, st[0].T); err != nil {
 		t.Error(err)
 	}
-	if res.v, err = eng.GatherState(ctx, opt.V); err != nil {
-		t.Error(err)
+	if len(st) > 1 {
+		if res.v, err = eng.GatherState(ctx, st[1].T); err != nil {
+			t.Error(err)
+		}
 	}
 	return res
 }
@@ -242,6 +257,36 @@ func checkSame(t *testing.T, plain, sharded []shardResult) {
 		}
 		if s.stateElems*len(sharded) > p.stateElems+len(sharded)*64 {
 			t.Errorf("rank %d: %d optimizer state elements sharded over %d ranks, %d unsharded", r, s.stateElems, len(sharded), p.stateElems)
+		}
+	}
+}
+
+// SGD sharded: its momentum buffer holds the shard's elements only and the run is bit-identical
+// to the unsharded one (weights, 16-bit copy, gathered momentum), plain and Nesterov momentum,
+// fp32 and fp16, W 2 and 4, with clipping.
+func TestShard_sgdBitIdenticalToUnsharded(t *testing.T) {
+	type tc struct {
+		compute tensor.DType
+		wire    allreduce.Wire
+	}
+	for _, c := range []tc{{tensor.F32, allreduce.WireF32}, {tensor.F16, allreduce.WireF16}} {
+		for _, W := range []int{2, 4} {
+			for _, nesterov := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/W%d/nesterov_%v", c.compute, W, nesterov), func(t *testing.T) {
+					b, k, steps := 3, 2, 6
+					d := makeData(W * b * k * steps)
+					sc := shardCfg{W: W, b: b, k: k, steps: steps, compute: c.compute, wire: c.wire, bucketMB: 0.0005,
+						clip: 0.5, channels: 2, injectRank: -1, sgd: &model.SGDConfig{Momentum: 0.9, Nesterov: nesterov, WeightDecay: 0.01}}
+					plain := runShardWorld(t, sc, d)
+					sc.shard = true
+					sharded := runShardWorld(t, sc, d)
+					checkSame(t, plain, sharded)
+					checkHostBuffers(t, sc, plain, sharded)
+					if len(sharded[0].m) != sharded[0].slabElems || sharded[0].v != nil {
+						t.Errorf("gathered momentum of %d elements (v %d), want %d and none", len(sharded[0].m), len(sharded[0].v), sharded[0].slabElems)
+					}
+				})
+			}
 		}
 	}
 }
