@@ -199,7 +199,7 @@ func TestGradPooling(t *testing.T) {
 		loss()
 		dy := tensor.FromHost(dev, tensor.F32, "dy", f32of(r), N, C, oh, ow)
 		dx := dev.Alloc(tensor.F32, "dx", N, C, H, W)
-		MaxPool2dBackward(dev, tensor.NCHW, dx, dy, arg)
+		MaxPool2dBackward(dev, dx, dy, arg, g)
 		checkGrad(t, fmt.Sprintf("maxpool%+v", g), x, tensor.ToHost(dx), loss, rng, nil)
 	}
 	r := randF64(rng, N*C)

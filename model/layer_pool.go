@@ -10,9 +10,9 @@ func MaxPool2dForward(dev tensor.Device, y, arg, x *tensor.Tensor, g tensor.Conv
 	conv(dev).MaxPool2d(y, arg, x, g)
 }
 
-// MaxPool2dBackward: dx (N,C,H,W) overwritten from dy (N,C,OH,OW) and the forward's arg.
-func MaxPool2dBackward(dev tensor.Device, l tensor.Layout, dx, dy, arg *tensor.Tensor) {
-	conv(dev).MaxPool2dBackward(l, dx, dy, arg)
+// MaxPool2dBackward: dx (N,C,H,W) overwritten from dy (N,C,OH,OW) and the forward's arg and geometry.
+func MaxPool2dBackward(dev tensor.Device, dx, dy, arg *tensor.Tensor, g tensor.ConvGeom) {
+	conv(dev).MaxPool2dBackward(dx, dy, arg, g)
 }
 
 // GlobalAvgPoolForward: y (N,C) = mean over H·W of x (N,C,H,W).

@@ -303,7 +303,12 @@ func NewResNet(dev tensor.Device, cfg ResNetConfig, seed uint64) (*ResNet, error
 	return m, nil
 }
 
-func (m *ResNet) Params() *Params   { return m.ps }
+func (m *ResNet) Params() *Params { return m.ps }
+
+// poolGeom is the imagenet stem's max pool: 3×3, stride 2, padding 1.
+func (m *ResNet) poolGeom() tensor.ConvGeom {
+	return tensor.ConvGeom{KH: 3, KW: 3, Stride: 2, Pad: 1, Layout: m.Cfg.Layout}
+}
 func (m *ResNet) Buffers() *Buffers { return m.bufs }
 
 // Blocks is the number of residual blocks (what Checkpoint counts).
@@ -340,7 +345,7 @@ func (m *ResNet) Forward(in Inputs, train bool) *tensor.Tensor {
 	a.stem = m.stem.forward(dev, x, dt, train, true)
 	cur := a.stem.a
 	if m.pool {
-		g := tensor.ConvGeom{KH: 3, KW: 3, Stride: 2, Pad: 1, Layout: cfg.Layout}
+		g := m.poolGeom()
 		_, ch, h, w := cfg.Layout.Dims(cur.Shape())
 		oh, ow := g.OutHW(h, w)
 		a.pooled = dev.Alloc(dt, "stem.pool", cfg.Layout.Shape(B, ch, oh, ow)...)
@@ -425,7 +430,7 @@ func (m *ResNet) Backward(scale float32) {
 	}
 	if m.pool {
 		ds := dev.Alloc(dt, "stem.da", a.stem.a.Shape()...)
-		MaxPool2dBackward(dev, cfg.Layout, ds, dcur, a.arg)
+		MaxPool2dBackward(dev, ds, dcur, a.arg, m.poolGeom())
 		dev.Free(dcur)
 		freeAll(dev, a.arg, a.pooled)
 		a.arg, a.pooled = nil, nil

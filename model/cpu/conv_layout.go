@@ -128,8 +128,8 @@ func (c *Device) MaxPool2d(y, arg, x *tensor.Tensor, g tensor.ConvGeom) {
 }
 
 // MaxPool2dBackward: see tensor.ConvDevice.
-func (c *Device) MaxPool2dBackward(l tensor.Layout, dx, dy, arg *tensor.Tensor) {
-	if l == tensor.NCHW {
+func (c *Device) MaxPool2dBackward(dx, dy, arg *tensor.Tensor, g tensor.ConvGeom) {
+	if g.Layout == tensor.NCHW {
 		c.nchwMaxPool2dBackward(dx, dy, arg)
 		return
 	}

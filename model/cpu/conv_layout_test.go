@@ -144,7 +144,7 @@ func checkLayouts(t *testing.T, dev *Device, dt tensor.DType, g tensor.ConvGeom)
 		r["pool.y"] = back(l, py)
 		r["pool.arg"] = back(l, tensor.FromHost(dev, tensor.F32, "argf", argf, arg.Shape()...))
 		pdx := dev.Alloc(dt, "pdx", x.Shape()...)
-		dev.MaxPool2dBackward(l, pdx, py, arg) // py as the incoming gradient
+		dev.MaxPool2dBackward(pdx, py, arg, pg) // py as the incoming gradient
 		r["pool.dx"] = back(l, pdx)
 		gy := dev.Alloc(dt, "gy", N, C)
 		dev.GlobalAvgPool(l, gy, x)

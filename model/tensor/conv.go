@@ -41,8 +41,10 @@ type ConvDevice interface {
 	// MaxPool2d: y (N,C,OH,OW) = max over each window of x (N,C,H,W) (padding never wins);
 	// arg (N,C,OH,OW) i32 gets the index within its (H,W) plane of the maximum, for the backward.
 	MaxPool2d(y, arg, x *Tensor, g ConvGeom)
-	// MaxPool2dBackward: dx (N,C,H,W) overwritten: dy routed to the forward's maxima.
-	MaxPool2dBackward(l Layout, dx, dy, arg *Tensor)
+	// MaxPool2dBackward: dx (N,C,H,W) overwritten: dy routed to the forward's maxima; g is the
+	// forward's (a device may gather each input's gradient from the windows that cover it, in
+	// window order, so overlapping windows add in a fixed order without atomics).
+	MaxPool2dBackward(dx, dy, arg *Tensor, g ConvGeom)
 
 	// GlobalAvgPool: y (N,C) = mean of x (N,C,H,W) over H·W.
 	GlobalAvgPool(l Layout, y, x *Tensor)
