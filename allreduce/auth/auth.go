@@ -234,7 +234,8 @@ func (a *listener) loop() {
 			return
 		}
 		src := Source(c)
-		if !a.g.Admit(src) {
+		slot := a.g.Admit(src, c)
+		if slot == nil {
 			c.Close()
 			continue
 		}
@@ -242,7 +243,7 @@ func (a *listener) loop() {
 		go func() {
 			defer a.wg.Done()
 			ac := a.handshake(c, src)
-			a.g.Done(src, ac != nil)
+			a.g.Done(slot, ac != nil)
 			if ac == nil {
 				c.Close()
 				return
