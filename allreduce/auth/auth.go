@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -117,6 +118,19 @@ func Dial(c net.Conn, token string, plane byte, rank, world int) error {
 	msg := make([]byte, min(int(binary.LittleEndian.Uint16(st[1:])), maxReason))
 	io.ReadFull(c, msg)
 	return fmt.Errorf("refused: %s", msg)
+}
+
+// DialContext is Dial that also ends when ctx does: the connection's deadline (which the caller
+// still sets, to bound the handshake) is moved to the past, the handshake fails at once, and
+// the error is ctx's cause. A peer that accepted the connection and never answers (a stopped
+// process: its kernel still accepts) then holds an aborting rank no longer than ctx.
+func DialContext(ctx context.Context, c net.Conn, token string, plane byte, rank, world int) error {
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	err := Dial(c, token, plane, rank, world)
+	if !stop() && err != nil {
+		return fmt.Errorf("%w (handshake: %v)", context.Cause(ctx), err)
+	}
+	return err
 }
 
 // Accept runs the listener's side up to the dialer's proof and returns the rank and world

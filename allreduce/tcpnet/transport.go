@@ -264,7 +264,7 @@ func (t *Transport) dial(ctx context.Context, to int) (net.Conn, error) {
 		}
 	}
 	c.SetDeadline(time.Now().Add(min(auth.Deadline, t.cfg.Timeout)))
-	if err := auth.Dial(c, t.cfg.Token, auth.PlaneTCP, t.cfg.Rank, t.cfg.WorldSize); err != nil {
+	if err := auth.DialContext(ctx, c, t.cfg.Token, auth.PlaneTCP, t.cfg.Rank, t.cfg.WorldSize); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("data-plane handshake: %w", err)
 	}
