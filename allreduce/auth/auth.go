@@ -253,6 +253,11 @@ func (a *listener) loop() {
 			c.Close()
 			continue
 		}
+		select {
+		case <-a.done: // Close ran ClosePending before this slot was taken
+			c.Close()
+		default:
+		}
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
@@ -307,10 +312,12 @@ func (a *listener) Accept() (net.Conn, error) {
 	return c, nil
 }
 
-// Close stops accepting and waits for the handshakes in progress.
+// Close stops accepting, ends the handshakes in progress (their connections closed: a silent
+// dialler does not hold a closing transport until the handshake's deadline) and waits for them.
 func (a *listener) Close() error {
 	err := a.Listener.Close()
 	a.once.Do(func() { close(a.done) })
+	a.g.ClosePending()
 	a.wg.Wait()
 	a.g.Stop()
 	return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"testing"
 	"time"
@@ -73,5 +74,34 @@ func TestDialGRPC_silentPeerTakesTheContext(t *testing.T) {
 		t.Logf("returned %v after the cancel", time.Since(start))
 	case <-time.After(HelloDeadline):
 		t.Fatalf("the handshake with a silent peer outlived its cancelled context by %v", HelloDeadline)
+	}
+}
+
+// Closing a listener ends the handshakes in progress at once: a dialler that sent its hello
+// and then stalls (a frozen peer, or a flood that sends hellos) held Close until the
+// handshake's Deadline (10 s) before.
+func TestListener_closeEndsStalledHandshakes(t *testing.T) {
+	pl := newPipeListener()
+	cfg := link.Config{Rank: 0, WorldSize: 2, Token: "tok", Timeout: time.Minute}
+	lis := NewListener(pl, cfg, slog.New(&logRecorder{}))
+	c := pl.dial(t, "10.0.0.2", 50000)
+	defer c.Close()
+	// The hello, then nothing: the listener answers with its nonce and MAC and waits for the proof.
+	hello := append([]byte(magic), make([]byte, helloSize-len(magic))...)
+	hello[len(magic)] = PlaneGRPC
+	if _, err := c.Write(hello); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, nonceSize+macSize)); err != nil {
+		t.Fatalf("the listener's answer to the hello: %v", err)
+	}
+	closed := make(chan struct{})
+	start := time.Now()
+	go func() { lis.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Logf("Close returned after %v", time.Since(start))
+	case <-time.After(HelloDeadline):
+		t.Fatalf("Close waited more than %v for a stalled handshake", HelloDeadline)
 	}
 }

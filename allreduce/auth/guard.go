@@ -212,6 +212,23 @@ func (g *Guard) Done(s *Slot, authenticated bool) {
 	}
 }
 
+// ClosePending closes the connection of every handshake still in progress (each still gets
+// its Done): a listener that is closing does not wait for handshakes a silent dialler holds
+// open until their deadline.
+func (g *Guard) ClosePending() {
+	g.mu.Lock()
+	var cs []io.Closer
+	for _, slots := range g.pending {
+		for _, s := range slots {
+			cs = append(cs, s.c)
+		}
+	}
+	g.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
 // Refuse logs a refusal of a connection from src at warning level, unless src had one logged
 // within the period; then it is only counted.
 func (g *Guard) Refuse(src, msg string, args ...any) {
