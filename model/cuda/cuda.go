@@ -48,6 +48,7 @@ type Device struct {
 	module cudadrv.Module
 	flashM cudadrv.Module // fused attention (flash.go); loaded when flash is true
 	flash  bool
+	conv   *convState // cuDNN and the convolution kernels (conv.go; nil without the cudnn tag)
 	fns    map[string]cudadrv.Function
 	blas   *cudadrv.Blas
 	mu     sync.Mutex // guards nothing on the hot path; held by Close
@@ -148,6 +149,9 @@ func New(ordinal int) (*Device, error) {
 	if err := d.loadFlash(); err != nil {
 		return nil, err
 	}
+	if err := d.initConv(); err != nil {
+		return nil, err
+	}
 	d.Pool = tensor.NewPool(d, d.rawAlloc, d.rawFree)
 	d.SetFreeOnCard(func() int64 { f, _ := d.MemInfo(); return f })
 	return d, nil
@@ -198,6 +202,7 @@ func (d *Device) Close() error {
 	d.enter()
 	defer d.leave()
 	d.blas.Destroy()
+	d.closeConv()
 	d.module.Unload()
 	if d.flash {
 		d.flashM.Unload()
