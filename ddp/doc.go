@@ -26,7 +26,10 @@
 // mixed precision, whose f32 master GatherMaster gathers where it is read whole; f32 under
 // fp32). The
 // reduce-scatter leaves on a segment's owner the very bits the all-reduce would, so the sharded
-// run ends bit-identical to the unsharded one (shard_test.go). The host path only; CUDA not yet.
+// run ends bit-identical to the unsharded one (shard_test.go). On the CPU device (stage 2,
+// tensor.HostMemory) the buckets are reduce-scattered in the gradient slab itself and no host
+// copy of the gradients is held; each rank keeps only its shard's averaged gradient. The host
+// path only; CUDA not yet.
 //
 // Parameters (and on resume optimizer/scaler state) are broadcast from rank 0 at the start, and
 // every ddp.check_every steps CheckReplicas compares a hash of the parameters across ranks.

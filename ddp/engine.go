@@ -64,6 +64,10 @@ type Engine struct {
 
 	shard       *model.Shard // this rank's part under ddp.shard_optimizer (shard.go); nil: unsharded
 	masterStale bool         // other ranks' segments of the f32 master are stale (GatherMaster)
+	// inPlace (stage 2, shard.go): sharded on a device whose slabs are host memory, buckets are
+	// reduce-scattered and all-gathered in the slabs themselves; no bucket has a host buffer.
+	inPlace tensor.HostMemory
+	scratch [][]float32 // per channel, the largest bucket's length, at first use (shard.go)
 
 	buffers []*tensor.Tensor // compared by CheckReplicas (SetBuffers)
 
@@ -94,10 +98,20 @@ func New(ps *model.Params, comm Comm, opts Options) *Engine {
 	}
 	e := &Engine{ps: ps, dev: ps.Device(), comm: comm, opts: opts, log: opts.Logger, epoch: time.Now()}
 	e.comms = append([]Comm{comm}, opts.Channels...)
+	if opts.ShardOptimizer && comm.Size() > 1 {
+		e.shard = PlanShard(ps, opts.BucketCapMB, comm.Size(), comm.Rank())
+		e.opts.HostStaging = true // the staged f16 path is CUDA's; sharding is the host path's
+		if hm, ok := e.dev.(tensor.HostMemory); ok {
+			e.inPlace = hm // stage 2: no host copy of the gradients (shard.go)
+		}
+	}
+	e.scratch = make([][]float32, len(e.comms))
 	e.paramBuckets = make([][]int, len(ps.List))
 	for _, sp := range bucketPlan(ps, opts.BucketCapMB) {
 		b := &bucket{index: len(e.buckets), lo: sp.lo, hi: sp.hi, params: ps.List[sp.first : sp.last+1]}
-		b.host = make([]float32, b.hi-b.lo)
+		if e.inPlace == nil {
+			b.host = make([]float32, b.hi-b.lo)
+		}
 		b.view = ps.Grad.View(b.lo, b.hi-b.lo)
 		for i := sp.first; i <= sp.last; i++ {
 			e.paramBuckets[i] = append(e.paramBuckets[i], b.index)
@@ -106,10 +120,6 @@ func New(ps *model.Params, comm Comm, opts Options) *Engine {
 	}
 	e.staged = make([]bool, len(e.buckets))
 	e.ctx, e.cancel = context.WithCancel(context.Background())
-	if opts.ShardOptimizer && comm.Size() > 1 {
-		e.shard = PlanShard(ps, opts.BucketCapMB, comm.Size(), comm.Rank())
-		e.opts.HostStaging = true // the staged f16 path is CUDA's; sharding is the host path's
-	}
 	if comm.Size() > 1 {
 		e.initStaging()
 		e.results = make(chan error, len(e.buckets))
@@ -174,7 +184,7 @@ func (e *Engine) commLoop(ch int, comm Comm, jobs <-chan *bucket) {
 		b.start = e.now()
 		var err error
 		if e.shard != nil {
-			err = comm.ReduceScatter(e.ctx, b.host, allreduce.Avg, e.opts.Wire)
+			err = comm.ReduceScatter(e.ctx, e.gradBuf(b), allreduce.Avg, e.opts.Wire)
 		} else {
 			err = comm.AllReduce(e.ctx, b.host, allreduce.Avg, e.opts.Wire)
 		}
@@ -256,7 +266,7 @@ func (e *Engine) stage(b *bucket) {
 	}
 	if e.gpu != nil {
 		e.gpu.stg.Stage(b.index, e.gpu.scale)
-	} else {
+	} else if e.inPlace == nil { // in place (shard.go): the comm goroutine reads the slab itself
 		e.dev.Download(b.host, b.view)
 	}
 	e.staged[b.index] = true
@@ -304,6 +314,7 @@ func (e *Engine) Wait(ctx context.Context) error {
 	e.pollBackward(true)
 	for _, b := range e.buckets {
 		switch {
+		case e.shard != nil && e.inPlace != nil: // averaged in the slab already (shard.go)
 		case e.shard != nil: // only the owned segment is averaged; the rest is the ring's scratch
 			lo, hi := e.ownedSeg(b)
 			e.dev.Upload(e.ps.Grad.View(b.lo+lo, hi-lo), b.host[lo:hi])

@@ -12,7 +12,8 @@ package ddp
 //  2. The scaler checks and unscales the shard (model.Scaler.UnscaleCheckShard); RanksWith agrees
 //     on the result as without sharding. ClipGradNorm takes the global norm from the shards'
 //     float64 sums of squares, gathered and added in rank order.
-//  3. The optimizer (model.NewAdamWShard on Shard()) steps the shard's master weights.
+//  3. The optimizer (model.NewAdamWShard or model.NewSGDShard on Shard()) steps the shard's
+//     master weights; its state (m and v, or SGD's momentum) holds the shard's elements only.
 //  4. GatherParams all-gathers what the next forward reads: under fp16 (bf16) the 16-bit
 //     compute copy that AdamW wrote beside the shard's master weights, on the f16 (bf16) wire,
 //     which carries those values exactly — the bytes of the all-reduce's second half, so the
@@ -22,6 +23,28 @@ package ddp
 //
 // Accumulation micro-steps send nothing, as without sharding. The saving is the optimizer
 // state: m and v hold about N/W elements per rank instead of N.
+//
+// Stage 2 (ZeRO-2, the gradients) falls out on a device whose slabs are host memory
+// (tensor.HostMemory: the CPU device): each rank keeps only its shard's averaged gradient.
+// The comm goroutine reduce-scatters each bucket in the gradient slab itself, once backward has
+// finished writing it, so the owned segments end holding the averaged values in place (the same
+// ring, order and wire: the same bits) and the non-owned segments hold the ring's partial sums,
+// which nothing reads (the scaler's check, clipping and the step read the shard only) and the
+// next step's ZeroGrad clears. Freed: the buckets' f32 host copies, 4·N bytes per rank, which
+// stage 1 held as the ring's buffers and as a second copy of the averaged segment. Not freed:
+// the gradient slab that backward writes into (N f32, whole on every rank: backward produces
+// every element), nor the master weights or the 16-bit copy. The all-gathers work in place too
+// (the f32 master, a checkpoint's state); the 16-bit copy is decoded into one scratch buffer of
+// the largest bucket per channel, gathered on its 16-bit wire and encoded back (exact).
+// HostBufferBytes says what is held; the memory report shows it with the gradient shard.
+//
+// It is always on with ddp.shard_optimizer, not a key of its own: it changes no bit, no wire
+// byte and no collective, only where the ring's buffer lives, so there is nothing to trade and
+// nothing for a user to choose (a ddp.zero_stage: 1 would only keep 4·N bytes held for nothing).
+// The one observable difference is the non-owned gradient segments after Wait: partial sums
+// instead of this rank's local gradient, which no sharded step reads. On a device without
+// HostMemory (the CUDA device's host path) the buckets keep their host copies as in stage 1:
+// there the device's gradient slab is the backward buffer and the host copies are the ring's.
 
 import (
 	"context"
@@ -33,6 +56,7 @@ import (
 
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/half"
 	"github.com/goddp/goddp/model/tensor"
 )
 
@@ -126,8 +150,13 @@ func (e *Engine) ClipGradNorm(ctx context.Context, maxNorm float32) (float32, er
 		if hi == lo {
 			continue
 		}
-		seg := b.host[lo:hi] // free between steps
-		e.dev.Download(seg, e.ps.Grad.View(b.lo+lo, hi-lo))
+		var seg []float32
+		if e.inPlace != nil {
+			seg = e.inPlace.HostF32(e.ps.Grad.View(b.lo+lo, hi-lo))
+		} else {
+			seg = b.host[lo:hi] // free between steps
+			e.dev.Download(seg, e.ps.Grad.View(b.lo+lo, hi-lo))
+		}
 		for _, v := range seg {
 			local += float64(v) * float64(v)
 		}
@@ -188,12 +217,33 @@ func (e *Engine) GatherMaster(ctx context.Context) error {
 }
 
 // gatherSlab all-gathers every bucket's range of slab t (the master weights or their 16-bit
-// copy) through the buckets' host buffers.
+// copy): in place when t is f32 on a HostMemory device, through the channels' scratch (decoded
+// from and encoded back to t's 16 bits: the 16-bit wire carries those values exactly) when t is
+// 16-bit there, else through the buckets' host buffers.
 func (e *Engine) gatherSlab(ctx context.Context, t *tensor.Tensor, wire allreduce.Wire, what string) error {
+	if hm := e.inPlace; hm != nil {
+		if t.DType() == tensor.F32 {
+			return e.gatherHost(ctx, what, wire, func(_ int, b *bucket) []float32 {
+				return hm.HostF32(t.View(b.lo, b.hi-b.lo))
+			}, nil)
+		}
+		f := half.F16
+		if t.DType() == tensor.BF16 {
+			f = half.BF16
+		}
+		return e.gatherHost(ctx, what, wire, func(ch int, b *bucket) []float32 {
+			buf := e.scratchFor(ch)[:b.hi-b.lo]
+			lo, hi := e.ownedSeg(b)
+			f.Decode(buf[lo:hi], hm.HostHalf(t.View(b.lo+lo, hi-lo)))
+			return buf
+		}, func(b *bucket, buf []float32) {
+			f.Encode(hm.HostHalf(t.View(b.lo, b.hi-b.lo)), buf)
+		})
+	}
 	for _, b := range e.buckets {
 		e.dev.Download(b.host, t.View(b.lo, b.hi-b.lo))
 	}
-	if err := e.gatherHost(ctx, what, wire); err != nil {
+	if err := e.gatherHost(ctx, what, wire, hostBuf, nil); err != nil {
 		return err
 	}
 	for _, b := range e.buckets {
@@ -202,9 +252,14 @@ func (e *Engine) gatherSlab(ctx context.Context, t *tensor.Tensor, wire allreduc
 	return nil
 }
 
-// gatherHost all-gathers the owned segments of every bucket's host buffer, channel by channel
-// at once (buckets dealt as in the step).
-func (e *Engine) gatherHost(ctx context.Context, what string, wire allreduce.Wire) error {
+func hostBuf(_ int, b *bucket) []float32 { return b.host }
+
+// gatherHost all-gathers the owned segments of every bucket, channel by channel at once
+// (buckets dealt as in the step). buf gives bucket b's buffer on channel ch with this rank's
+// segment filled in; done, when not nil, takes the gathered buffer back. Both run on the
+// channel's goroutine, so they touch memory only, never the device.
+func (e *Engine) gatherHost(ctx context.Context, what string, wire allreduce.Wire,
+	buf func(ch int, b *bucket) []float32, done func(b *bucket, buf []float32)) error {
 	errs := make([]error, len(e.comms))
 	var wg sync.WaitGroup
 	for ch, c := range e.comms {
@@ -213,9 +268,13 @@ func (e *Engine) gatherHost(ctx context.Context, what string, wire allreduce.Wir
 			defer wg.Done()
 			for i := ch; i < len(e.buckets); i += len(e.comms) {
 				b := e.buckets[i]
-				if err := c.AllGatherSegments(ctx, b.host, wire); err != nil {
+				v := buf(ch, b)
+				if err := c.AllGatherSegments(ctx, v, wire); err != nil {
 					errs[ch] = fmt.Errorf("ddp: all-gather of the %s of bucket %d (%s): %w", what, b.index, b.params[0].Name, err)
 					return
+				}
+				if done != nil {
+					done(b, v)
 				}
 			}
 		}()
@@ -228,6 +287,47 @@ func (e *Engine) gatherHost(ctx context.Context, what string, wire allreduce.Wir
 	}
 	return nil
 }
+
+// gradBuf is the buffer bucket b's gradients are reduce-scattered in: the slab's own range in
+// place (stage 2), else the bucket's host copy.
+func (e *Engine) gradBuf(b *bucket) []float32 {
+	if e.inPlace != nil {
+		return e.inPlace.HostF32(b.view)
+	}
+	return b.host
+}
+
+// scratchFor is channel ch's scratch buffer, as long as the largest bucket, made at first use
+// (the 16-bit weights' gather, a checkpoint's gather of the optimizer state) and kept. Only
+// ch's goroutine calls it between the gathers' waits.
+func (e *Engine) scratchFor(ch int) []float32 {
+	if e.scratch[ch] == nil {
+		n := 0
+		for _, b := range e.buckets {
+			n = max(n, b.hi-b.lo)
+		}
+		e.scratch[ch] = make([]float32, n)
+	}
+	return e.scratch[ch]
+}
+
+// HostBufferBytes is the host memory the engine holds for communication now (the buckets' f32
+// copies, the channels' scratch; the staged path's pinned memory is StagingBytes'), and what the
+// host path holds unsharded: an f32 copy of the whole slab.
+func (e *Engine) HostBufferBytes() (now, unsharded int64) {
+	for _, b := range e.buckets {
+		now += 4 * int64(len(b.host))
+		unsharded += 4 * int64(b.hi-b.lo)
+	}
+	for _, s := range e.scratch {
+		now += 4 * int64(len(s))
+	}
+	return now, unsharded
+}
+
+// GradShardInPlace reports stage 2's in-place mode: sharded on a device whose slabs are host
+// memory, the averaged gradients exist only in the slab's owned ranges (no host copy).
+func (e *Engine) GradShardInPlace() bool { return e.inPlace != nil }
 
 // GatherState assembles a sharded optimizer state tensor t (Shard().N() elements, packed in slab
 // order) into the whole slab's values on every rank: what a checkpoint stores, so that it reads
@@ -242,14 +342,8 @@ func (e *Engine) GatherState(ctx context.Context, t *tensor.Tensor) ([]float32, 
 	}
 	full := make([]float32, e.ps.N)
 	e.shard.Unpack(full, tensor.ToHost(t))
-	for _, b := range e.buckets {
-		copy(b.host, full[b.lo:b.hi])
-	}
-	if err := e.gatherHost(ctx, "optimizer state", allreduce.WireF32); err != nil {
-		return nil, err
-	}
-	for _, b := range e.buckets {
-		copy(full[b.lo:b.hi], b.host)
-	}
-	return full, nil
+	err := e.gatherHost(ctx, "optimizer state", allreduce.WireF32, func(_ int, b *bucket) []float32 {
+		return full[b.lo:b.hi] // this rank's segment unpacked, the rest filled by the gather
+	}, nil)
+	return full, err
 }

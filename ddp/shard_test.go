@@ -27,7 +27,25 @@ type shardCfg struct {
 	channels       int
 	injectRank     int // +Inf into this rank's first shard gradient at injectStep (−1: none)
 	injectStep     int
+	hideHost       bool             // the device without tensor.HostMemory: the host-buffer path (CUDA's)
+	sgd            *model.SGDConfig // SGD instead of AdamW
 }
+
+// noHostMem is the CPU device without its tensor.HostMemory ability (two embedded types with
+// the same method names at one depth: neither is promoted), as a device whose memory is not
+// the process's: the engine keeps host copies of the buckets.
+type noHostMem struct {
+	*cpu.Device
+	hideHostMem
+}
+
+type hideHostMem struct{}
+
+//lint:ignore U1000 never called: they only shadow *cpu.Device's methods of the same names
+func (hideHostMem) HostF32() {}
+
+//lint:ignore U1000 as HostF32
+func (hideHostMem) HostHalf() {}
 
 type shardResult struct {
 	hash, halfHash string
@@ -35,10 +53,20 @@ type shardResult struct {
 	skipped        int
 	m, v           []float32 // whole slab (gathered when sharded)
 	stateElems     int       // elements of m on this rank
+	inPlace        bool      // the engine's GradShardInPlace
+	hostBytes      int64     // the engine's host buffers at the end (HostBufferBytes)
+	hostUnsharded  int64
+	slabElems      int
 }
 
 func trainShardRank(t *testing.T, sc shardCfg, rank int, comm Comm, d dataset, extra []Comm) shardResult {
-	dev := cpu.New()
+	var dev tensor.Device = cpu.New()
+	if sc.hideHost {
+		dev = noHostMem{Device: dev.(*cpu.Device)}
+		if _, ok := dev.(tensor.HostMemory); ok {
+			t.Fatal("noHostMem still has tensor.HostMemory")
+		}
+	}
 	m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{nFeat, nHidden, nHidden, nClass}, Activation: "gelu", Compute: sc.compute}, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -49,11 +77,19 @@ func trainShardRank(t *testing.T, sc shardCfg, rank int, comm Comm, d dataset, e
 	if sc.shard {
 		sh = PlanShard(ps, sc.bucketMB, comm.Size(), comm.Rank())
 	}
-	opt, err := model.NewAdamWShard(ps, model.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1}, sh)
+	var opt model.Optimizer
+	if sc.sgd != nil {
+		opt, err = model.NewSGDShard(ps, *sc.sgd, sh)
+	} else {
+		opt, err = model.NewAdamWShard(ps, model.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1}, sh)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer opt.Free()
+	if model.ShardOf(opt) != sh {
+		t.Fatalf("rank %d: the optimizer's shard %v, PlanShard's %v", rank, model.ShardOf(opt), sh)
+	}
 	scaler, err := model.NewScaler(dev, model.ScalerConfig{Enabled: sc.compute == tensor.F16, Init: 1024, Growth: 2, Backoff: 0.5, Interval: 3, MinScale: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -130,12 +166,18 @@ func trainShardRank(t *testing.T, sc shardCfg, rank int, comm Comm, d dataset, e
 	if ps.Half != nil {
 		res.halfHash = model.HashF32(tensor.ToHost(ps.Half))
 	}
-	res.stateElems = opt.M.Len()
-	if res.m, err = eng.GatherState(ctx, opt.M); err != nil {
+	st := opt.State() // AdamW's m and v; SGD's momentum (m only)
+	res.stateElems = st[0].T.Len()
+	res.inPlace = eng.GradShardInPlace()
+	res.hostBytes, res.hostUnsharded = eng.HostBufferBytes()
+	res.slabElems = ps.N
+	if res.m, err = eng.GatherState(ctx, st[0].T); err != nil {
 		t.Error(err)
 	}
-	if res.v, err = eng.GatherState(ctx, opt.V); err != nil {
-		t.Error(err)
+	if len(st) > 1 {
+		if res.v, err = eng.GatherState(ctx, st[1].T); err != nil {
+			t.Error(err)
+		}
 	}
 	return res
 }
@@ -169,19 +211,26 @@ func TestShard_bitIdenticalToUnsharded(t *testing.T) {
 	for _, c := range []tc{{tensor.F32, allreduce.WireF32}, {tensor.F16, allreduce.WireF16}, {tensor.BF16, allreduce.WireBF16}, {tensor.F32, allreduce.WireF16}} {
 		for _, W := range []int{2, 4} {
 			for _, ch := range []int{1, 2} {
-				t.Run(fmt.Sprintf("%s_wire%s/W%d/ch%d", c.compute, c.wire, W, ch), func(t *testing.T) {
-					b, k, steps := 3, 2, 6
-					d := makeData(W * b * k * steps)
-					sc := shardCfg{W: W, b: b, k: k, steps: steps, compute: c.compute, wire: c.wire, bucketMB: 0.0005,
-						clip: 0.5, channels: ch, injectRank: -1}
-					plain := runShardWorld(t, sc, d)
-					sc.shard = true
-					sharded := runShardWorld(t, sc, d)
-					checkSame(t, plain, sharded)
-					if sharded[0].norms[0] <= sc.clip {
-						t.Errorf("the first step's norm %g does not exceed the clip %g: clipping was not exercised", sharded[0].norms[0], sc.clip)
+				for _, hide := range []bool{false, true} {
+					name := fmt.Sprintf("%s_wire%s/W%d/ch%d", c.compute, c.wire, W, ch)
+					if hide {
+						name += "/hostbuffers"
 					}
-				})
+					t.Run(name, func(t *testing.T) {
+						b, k, steps := 3, 2, 6
+						d := makeData(W * b * k * steps)
+						sc := shardCfg{W: W, b: b, k: k, steps: steps, compute: c.compute, wire: c.wire, bucketMB: 0.0005,
+							clip: 0.5, channels: ch, injectRank: -1, hideHost: hide}
+						plain := runShardWorld(t, sc, d)
+						sc.shard = true
+						sharded := runShardWorld(t, sc, d)
+						checkSame(t, plain, sharded)
+						checkHostBuffers(t, sc, plain, sharded)
+						if sharded[0].norms[0] <= sc.clip {
+							t.Errorf("the first step's norm %g does not exceed the clip %g: clipping was not exercised", sharded[0].norms[0], sc.clip)
+						}
+					})
+				}
 			}
 		}
 	}
@@ -208,6 +257,67 @@ func checkSame(t *testing.T, plain, sharded []shardResult) {
 		}
 		if s.stateElems*len(sharded) > p.stateElems+len(sharded)*64 {
 			t.Errorf("rank %d: %d optimizer state elements sharded over %d ranks, %d unsharded", r, s.stateElems, len(sharded), p.stateElems)
+		}
+	}
+}
+
+// SGD sharded: its momentum buffer holds the shard's elements only and the run is bit-identical
+// to the unsharded one (weights, 16-bit copy, gathered momentum), plain and Nesterov momentum,
+// fp32 and fp16, W 2 and 4, with clipping.
+func TestShard_sgdBitIdenticalToUnsharded(t *testing.T) {
+	type tc struct {
+		compute tensor.DType
+		wire    allreduce.Wire
+	}
+	for _, c := range []tc{{tensor.F32, allreduce.WireF32}, {tensor.F16, allreduce.WireF16}} {
+		for _, W := range []int{2, 4} {
+			for _, nesterov := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/W%d/nesterov_%v", c.compute, W, nesterov), func(t *testing.T) {
+					b, k, steps := 3, 2, 6
+					d := makeData(W * b * k * steps)
+					sc := shardCfg{W: W, b: b, k: k, steps: steps, compute: c.compute, wire: c.wire, bucketMB: 0.0005,
+						clip: 0.5, channels: 2, injectRank: -1, sgd: &model.SGDConfig{Momentum: 0.9, Nesterov: nesterov, WeightDecay: 0.01}}
+					plain := runShardWorld(t, sc, d)
+					sc.shard = true
+					sharded := runShardWorld(t, sc, d)
+					checkSame(t, plain, sharded)
+					checkHostBuffers(t, sc, plain, sharded)
+					if len(sharded[0].m) != sharded[0].slabElems || sharded[0].v != nil {
+						t.Errorf("gathered momentum of %d elements (v %d), want %d and none", len(sharded[0].m), len(sharded[0].v), sharded[0].slabElems)
+					}
+				})
+			}
+		}
+	}
+}
+
+// checkHostBuffers: stage 2 on a HostMemory device holds no host copy of the gradients — none
+// at all under fp32, only the channels' scratch (one largest bucket each) for the 16-bit
+// weights' gather under mixed precision; unsharded, and on a device without HostMemory, the
+// buckets' f32 copies of the whole slab.
+func checkHostBuffers(t *testing.T, sc shardCfg, plain, sharded []shardResult) {
+	t.Helper()
+	whole := 4 * int64(plain[0].slabElems)
+	largest := int64(4 * (int(sc.bucketMB*(1<<20)) / 4)) // the bucket cap
+	for r := range sharded {
+		p, s := plain[r], sharded[r]
+		if p.inPlace || p.hostBytes != whole || p.hostUnsharded != whole {
+			t.Errorf("rank %d unsharded: in place %v, host buffers %d bytes (unsharded %d), want %d", r, p.inPlace, p.hostBytes, p.hostUnsharded, whole)
+		}
+		switch {
+		case sc.hideHost:
+			if s.inPlace || s.hostBytes != whole {
+				t.Errorf("rank %d sharded without HostMemory: in place %v, host buffers %d bytes, want %d", r, s.inPlace, s.hostBytes, whole)
+			}
+		case sc.compute == tensor.F32:
+			if !s.inPlace || s.hostBytes != 0 {
+				t.Errorf("rank %d sharded fp32: in place %v, host buffers %d bytes, want none", r, s.inPlace, s.hostBytes)
+			}
+		default:
+			if lim := int64(max(1, sc.channels)) * largest; !s.inPlace || s.hostBytes <= 0 || s.hostBytes > lim {
+				t.Errorf("rank %d sharded %s: in place %v, host buffers %d bytes, want some, at most %d (a bucket per channel)",
+					r, sc.compute, s.inPlace, s.hostBytes, lim)
+			}
 		}
 	}
 }

@@ -102,7 +102,8 @@ func (s *Shard) Views(t *tensor.Tensor) []*tensor.Tensor {
 	return out
 }
 
-// ShardOf is the shard an optimizer was built on (NewAdamWShard), or nil: the whole slab.
+// ShardOf is the shard an optimizer was built on (NewAdamWShard, NewSGDShard), or nil: the
+// whole slab.
 func ShardOf(o Optimizer) *Shard {
 	if s, ok := o.(interface{ Shard() *Shard }); ok {
 		return s.Shard()
@@ -253,25 +254,37 @@ type SGDConfig struct {
 
 // SGD is stochastic gradient descent with optional (Nesterov) momentum.
 type SGD struct {
-	Cfg  SGDConfig
-	ps   *Params
-	Mom  *tensor.Tensor // (N) f32, nil without momentum
-	t    int64
-	runs []decayRun
+	Cfg   SGDConfig
+	ps    *Params
+	Mom   *tensor.Tensor // (N) f32, nil without momentum; (shard.N()) under sharding
+	t     int64
+	runs  []decayRun
+	shard *Shard // nil: every element
 }
 
 // NewSGD allocates a zeroed momentum buffer when Momentum > 0.
-func NewSGD(ps *Params, cfg SGDConfig) (*SGD, error) {
+func NewSGD(ps *Params, cfg SGDConfig) (*SGD, error) { return NewSGDShard(ps, cfg, nil) }
+
+// NewSGDShard is SGD on a shard of ps (nil: all of it), as NewAdamWShard: the momentum buffer
+// holds the shard's elements only, packed in slab order, and Step updates only the shard's
+// weights (and their 16-bit copy). Per element the update is the unsharded arithmetic, so on
+// the same gradients it gives the same bits.
+func NewSGDShard(ps *Params, cfg SGDConfig, shard *Shard) (*SGD, error) {
 	if !(cfg.Momentum >= 0 && cfg.Momentum < 1) || !(cfg.WeightDecay >= 0) {
 		return nil, fmt.Errorf("model: SGD momentum %v must lie in [0,1) and weight decay %v be ≥ 0", cfg.Momentum, cfg.WeightDecay)
 	}
 	if cfg.Nesterov && cfg.Momentum == 0 {
 		return nil, fmt.Errorf("model: SGD with Nesterov needs momentum > 0")
 	}
-	o := &SGD{Cfg: cfg, ps: ps, runs: decayRuns(ps)}
+	o := &SGD{Cfg: cfg, ps: ps, runs: decayRuns(ps), shard: shard}
+	n := ps.N
+	if shard != nil {
+		o.runs = shardRuns(o.runs, shard)
+		n = shard.N()
+	}
 	if cfg.Momentum > 0 {
 		dev := ps.Device()
-		o.Mom = dev.Alloc(tensor.F32, "sgd.momentum", ps.N)
+		o.Mom = dev.Alloc(tensor.F32, "sgd.momentum", n)
 		dev.Fill(o.Mom, 0)
 	}
 	return o, nil
@@ -288,7 +301,7 @@ func (o *SGD) Step(lr float32) {
 		}
 		var mom *tensor.Tensor
 		if o.Mom != nil {
-			mom = o.Mom.View(r.off, r.n)
+			mom = o.Mom.View(r.state, r.n)
 		}
 		dev.SGD(o.ps.Data.View(r.off, r.n), o.ps.Grad.View(r.off, r.n), mom, halfView(o.ps, r.off, r.n), a)
 	}
@@ -302,6 +315,10 @@ func (o *SGD) State() []NamedState {
 }
 func (o *SGD) Steps() int64     { return o.t }
 func (o *SGD) SetSteps(n int64) { o.t = n }
+
+// Shard is the part of the slab this optimizer updates; nil: all of it.
+func (o *SGD) Shard() *Shard { return o.shard }
+
 func (o *SGD) Free() {
 	freeAll(o.ps.Device(), o.Mom)
 	o.Mom = nil

@@ -303,18 +303,15 @@ func optimizerShardFor(cfg *Config, env Env, dev tensor.Device, ps *model.Params
 	return ddp.PlanShard(ps, cfg.DDP.BucketCapMB, env.WorldSize, env.Rank), nil
 }
 
-// buildOptimizer builds train.optimizer over ps; shard (ddp.shard_optimizer) keeps AdamW's
-// state for those elements only.
+// buildOptimizer builds train.optimizer over ps; shard (ddp.shard_optimizer) keeps the
+// optimizer's state (AdamW's m and v, SGD's momentum) for those elements only.
 func buildOptimizer(cfg *Config, ps *model.Params, shard *model.Shard) (Optimizer, error) {
 	t := cfg.Train
-	if shard != nil && t.Optimizer != "adamw" {
-		return nil, fmt.Errorf("worker: ddp.shard_optimizer: train.optimizer %q is not sharded (adamw only)", t.Optimizer)
-	}
 	switch t.Optimizer {
 	case "adamw":
 		return model.NewAdamWShard(ps, model.AdamWConfig{Beta1: float32(t.Beta1), Beta2: float32(t.Beta2), Eps: float32(t.Eps), WeightDecay: float32(t.WeightDecay)}, shard)
 	case "sgd":
-		return model.NewSGD(ps, model.SGDConfig{Momentum: float32(t.Momentum), Nesterov: t.Nesterov, WeightDecay: float32(t.WeightDecay)})
+		return model.NewSGDShard(ps, model.SGDConfig{Momentum: float32(t.Momentum), Nesterov: t.Nesterov, WeightDecay: float32(t.WeightDecay)}, shard)
 	}
 	return nil, fmt.Errorf("worker: train.optimizer %q: want adamw or sgd", t.Optimizer)
 }

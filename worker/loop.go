@@ -307,9 +307,19 @@ func (t *Trainer) checkMemory(step int, leakBase *int64) error {
 		}
 	}
 	if t.opt.MemoryReport && step == t.st.FirstStep()+1 && t.env.Rank == 0 {
-		fmt.Fprint(os.Stderr, observe.MemoryReport(t.dev, t.ps, t.optim))
+		fmt.Fprint(os.Stderr, observe.MemoryReportDDP(t.dev, t.ps, t.optim, t.ddpMemory()))
 	}
 	return nil
+}
+
+// ddpMemory is the engine's rows of the memory report under ddp.shard_optimizer (nil unsharded).
+func (t *Trainer) ddpMemory() *observe.DDPMemory {
+	sh := t.eng.Shard()
+	if sh == nil {
+		return nil
+	}
+	now, unsharded := t.eng.HostBufferBytes()
+	return &observe.DDPMemory{GradShardElems: sh.N(), HostBuffers: now, HostUnsharded: unsharded, InPlace: t.eng.GradShardInPlace()}
 }
 
 // stepRecord is the step just done, for the observers; with logNow it closes the metrics window

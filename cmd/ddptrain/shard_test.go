@@ -13,7 +13,7 @@ import (
 
 // ddp.shard_optimizer through the real binaries: sharded runs end with the param_sha256 of the
 // unsharded ones (the pins' for world 2), on 2 and 4 workers, fp32 and fp16, with clipping that
-// bites and with an fp16 step skipped; a sharded job restarted by ddplaunch resumes exactly; a
+// bites and with an fp16 step skipped, AdamW and SGD with momentum; a sharded job restarted by ddplaunch resumes exactly; a
 // sharded checkpoint resumes at another world size.
 
 // launchN runs ddptrain on nproc workers with the pins' short MNIST job and extra --set
@@ -41,7 +41,7 @@ func launchN(t *testing.T, nproc int, env []string, sets ...string) []observe.Su
 
 func TestLaunch_shardedEqualsUnsharded(t *testing.T) {
 	if testing.Short() {
-		t.Skip("trains twelve short jobs")
+		t.Skip("trains sixteen short jobs")
 	}
 	cases := []struct {
 		name  string
@@ -56,6 +56,8 @@ func TestLaunch_shardedEqualsUnsharded(t *testing.T) {
 		{"fp16-w4-f16wire", 4, nil, []string{"precision=fp16", "ddp.wire=f16"}, ""},
 		{"fp32-w2-clip", 2, nil, []string{"train.grad_clip=0.05", "ddp.bucket_cap_mb=0.3"}, ""},
 		{"fp16-w2-skip", 2, []string{"DDP_INJECT_INF_STEP=3", "DDP_INJECT_INF_RANK=1"}, []string{"precision=fp16", "ddp.wire=f16"}, ""},
+		{"sgd-fp32-w2", 2, nil, []string{"train.optimizer=sgd", "train.momentum=0.9", "train.grad_clip=0.05"}, ""},
+		{"sgd-fp16-w4-nesterov", 4, nil, []string{"train.optimizer=sgd", "train.momentum=0.9", "train.nesterov=true", "precision=fp16", "ddp.wire=f16"}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

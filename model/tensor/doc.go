@@ -17,6 +17,8 @@
 //	            and pinned host memory for the DDP engine (the CUDA device has it)
 //	ipc.go      IPCDevice, an optional ability: an all-reduce on the device over the buffers of a
 //	            host's ranks (IPCPlan: the schedule, the caller's; the CUDA device has it)
+//	hostmem.go  HostMemory, an optional ability: a tensor's elements as a Go slice, for a device
+//	            whose memory is the process's (the CPU device), so the DDP engine works in place
 //	alloc.go    Pool, the caching allocator every device embeds (Alloc, Free and the counters
 //	            MemStats, like torch.cuda.memory_stats), OOMError and CatchOOM, Observable
 //	            (allocation events for memory timelines), MemorySummary, SizeClass

@@ -230,10 +230,12 @@ type DDPConfig struct {
 	// own connections and comm goroutine, so several all-reduces run at once on more cores.
 	// Results are bit-identical for any value. Default 1.
 	Channels int `yaml:"channels"`
-	// shard_optimizer: optimizer-state sharding (ZeRO-1): each rank keeps AdamW's m and v for
+	// shard_optimizer: optimizer-state sharding (ZeRO-1): each rank keeps the optimizer state for
 	// its ring segment of every gradient bucket only (about 1/world of them), gradients are
-	// reduce-scattered instead of all-reduced and the updated weights all-gathered. Results are
-	// bit-identical to unsharded. The CPU device only for now; adamw only. Default false.
+	// reduce-scattered instead of all-reduced and the updated weights all-gathered; on the CPU
+	// device the gradients are reduced in place and each rank keeps only its shard's averaged
+	// gradient (ZeRO-2, ddp/shard.go). Results are bit-identical to unsharded. The CPU device
+	// only for now; adamw (m and v sharded) and sgd (its momentum sharded). Default false.
 	ShardOptimizer bool `yaml:"shard_optimizer,omitempty"`
 	// timeout: how long a collective waits for a silent peer before the job fails (Go duration:
 	// 30s, 5m). Default 30s (allreduce.DefaultTimeout). Checkpoint writes do not count against

@@ -290,9 +290,6 @@ func (c *Config) validateDDP(p *problems) {
 	if c.DDP.Channels < 1 || c.DDP.Channels > 16 {
 		p.bad("ddp.channels", "%d: want 1 to 16", c.DDP.Channels)
 	}
-	if c.DDP.ShardOptimizer && c.Train.Optimizer != "adamw" {
-		p.bad("ddp.shard_optimizer", "true with train.optimizer %s: sharding is implemented for adamw only", c.Train.Optimizer)
-	}
 	p.choice(c.DDP.validateIntraHost())
 	if c.DDP.CheckEvery < 0 {
 		p.bad("ddp.check_every", "%d: want >= 0 (0 = only at the end)", c.DDP.CheckEvery)

@@ -14,6 +14,20 @@ import (
 // MemoryReport is --memory-report's breakdown of device memory after the first steps: where the
 // peak went, by kind, and the device's own summary.
 func MemoryReport(dev tensor.Device, ps *model.Params, opt model.Optimizer) string {
+	return MemoryReportDDP(dev, ps, opt, nil)
+}
+
+// DDPMemory is what the DDP engine holds besides the model's slabs, for the memory report's
+// rows under ddp.shard_optimizer (ddp.Engine's Shard, HostBufferBytes, GradShardInPlace).
+type DDPMemory struct {
+	GradShardElems int   // elements of averaged gradient this rank keeps (its shard)
+	HostBuffers    int64 // host bytes the engine holds for communication now
+	HostUnsharded  int64 // what the host path holds unsharded (an f32 copy of the slab)
+	InPlace        bool  // stage 2: reduced in the gradient slab itself, no host copy
+}
+
+// MemoryReportDDP is MemoryReport with the DDP engine's rows (dm nil: none).
+func MemoryReportDDP(dev tensor.Device, ps *model.Params, opt model.Optimizer, dm *DDPMemory) string {
 	st := dev.Stats()
 	// The rows show the tensors' own bytes, as the settings line does (parameters 27.60 MiB
 	// there and here); the allocator's rounding of the slabs to its block sizes is a row of its own.
@@ -66,6 +80,17 @@ func MemoryReport(dev tensor.Device, ps *model.Params, opt model.Optimizer) stri
 			sh.N(), ps.N, tensor.FormatBytes(whole-optState))
 	} else {
 		row("optimizer state", optState)
+	}
+	if dm != nil && dm.GradShardElems > 0 { // ddp.shard_optimizer's stage 2 (ddp/shard.go)
+		where := "in the gradient slab's owned ranges; the rest is the ring's scratch"
+		fmt.Fprintf(&b, "  %-34s %12s  (%d of %d elements, %s)\n", "averaged gradients (rank's shard)",
+			tensor.FormatBytes(4*int64(dm.GradShardElems)), dm.GradShardElems, ps.N, where)
+		how := "host copies of the buckets"
+		if dm.InPlace {
+			how = "reduced in place: no host copy of the gradients"
+		}
+		fmt.Fprintf(&b, "  %-34s %12s  (unsharded %s; %s)\n", "ddp host buffers", tensor.FormatBytes(dm.HostBuffers),
+			tensor.FormatBytes(dm.HostUnsharded), how)
 	}
 	if rounding > 0 {
 		row("allocator rounding of the slabs", rounding)
