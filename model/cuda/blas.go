@@ -42,10 +42,11 @@ func (d *Device) gemm(c, a, b *tensor.Tensor, g tensor.GEMM, alpha, beta float32
 		tmps = append(tmps, w)
 		return w
 	}
-	if a.DType() != b.DType() {
+	if a.DType() != b.DType() { // widen each 16-bit operand (f16·bf16 widens both)
 		if a.DType().Half() {
 			a = widen(a)
-		} else {
+		}
+		if b.DType().Half() {
 			b = widen(b)
 		}
 	}
