@@ -198,3 +198,13 @@ func (d *Device) CheckCompute(dt tensor.DType) error {
 	}
 	return nil
 }
+
+// CheckConvCompute refuses bf16 for convolutional networks (model.NewResNet asks): the
+// convolution path (conv.go, cuDNN) runs in f32 and f16 only, and would otherwise panic at the
+// first convolution.
+func (d *Device) CheckConvCompute(dt tensor.DType) error {
+	if dt == tensor.BF16 {
+		return fmt.Errorf("cuda: convolutional networks run in f32 or f16 on the CUDA device, not bf16 (bf16 convolutions are not implemented): use precision fp16, or bf16 with --device cpu")
+	}
+	return nil
+}

@@ -48,6 +48,7 @@ type Device struct {
 	module   cudadrv.Module
 	flashM   cudadrv.Module // fused attention (flash.go); loaded when flash is true
 	flash    bool
+	conv     *convState // cuDNN and the convolution kernels (conv.go; nil without the cudnn tag)
 	fns      map[string]cudadrv.Function
 	bf16     bf16Kernels // bf16 instantiations, loaded on first use (bf16.go)
 	bf16Once sync.Once
@@ -142,6 +143,9 @@ func New(ordinal int) (*Device, error) {
 	if err := d.loadFlash(); err != nil {
 		return nil, err
 	}
+	if err := d.initConv(); err != nil {
+		return nil, err
+	}
 	d.Pool = tensor.NewPool(d, d.rawAlloc, d.rawFree)
 	d.SetFreeOnCard(func() int64 { f, _ := d.MemInfo(); return f })
 	return d, nil
@@ -192,6 +196,7 @@ func (d *Device) Close() error {
 	d.enter()
 	defer d.leave()
 	d.blas.Destroy()
+	d.closeConv()
 	d.module.Unload()
 	d.closeBF16()
 	if d.flash {

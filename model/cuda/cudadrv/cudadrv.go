@@ -152,6 +152,9 @@ func NewStream() (Stream, error) {
 func (s Stream) Sync() error    { return check("cuStreamSynchronize", C.cuStreamSynchronize(s.s)) }
 func (s Stream) Destroy() error { return check("cuStreamDestroy", C.cuStreamDestroy(s.s)) }
 
+// Ptr is the stream's CUstream, for libraries that take one (cuDNN's cudnnSetStream).
+func (s Stream) Ptr() unsafe.Pointer { return unsafe.Pointer(s.s) }
+
 // Wait makes s wait for e's last record.
 func (s Stream) Wait(e Event) error {
 	return check("cuStreamWaitEvent", C.cuStreamWaitEvent(s.s, e.e, 0))
