@@ -254,6 +254,12 @@ func NewResNet(dev tensor.Device, cfg ResNetConfig, seed uint64) (*ResNet, error
 	if err := checkCommon(dev, "ResNetConfig", 0, cfg.Compute, cfg.Checkpoint); err != nil {
 		return nil, err
 	}
+	// A device may compute in a dtype it cannot convolve in (the CUDA device: bf16).
+	if c, ok := dev.(interface{ CheckConvCompute(tensor.DType) error }); ok {
+		if err := c.CheckConvCompute(cfg.Compute); err != nil {
+			return nil, fmt.Errorf("model: ResNetConfig.Compute = %s: %w", cfg.Compute, err)
+		}
+	}
 	m := &ResNet{Cfg: cfg, dev: dev, ps: NewParams(dev), bufs: NewBuffers(dev)}
 	unit := func(name string, in, out, k, stride int, relu bool) *cbr {
 		u := &cbr{conv: NewConv2d(m.ps, name+".conv", in, out, k, stride, k/2, false),
