@@ -20,13 +20,13 @@ help:
 	@echo "make bench      Go benchmarks of the hot paths"
 	@echo "make soak       kill random ranks of an MNIST job and check it resumes exactly (SOAK_MINUTES=1 SOAK_KILLS=5)"
 	@echo "make cuda       build with the CUDA device (GPU host, see README); later builds keep the tag until make clean"
-	@echo "make cuda-test  GPU tests (GPU host)"
+	@echo "make cuda-test  GPU tests (GPU host); CUDA_TAGS=cuda,cudnn for the cuDNN convolutions"
 
 # After `make cuda`, bin/.cuda marks the binaries as CUDA builds: `make build` (and the targets that
-# need the binaries: demo, opticks-tokens) then rebuilds them with the cuda tag instead of replacing
+# need the binaries: demo, opticks-tokens) then rebuilds them with its tags instead of replacing
 # them with a CPU-only build. `make clean` forgets it.
 build:
-	@if [ -f $(BIN)/.cuda ]; then echo "bin/ holds a CUDA build (make cuda): rebuilding it with the cuda tag"; $(MAKE) --no-print-directory cuda; \
+	@if [ -f $(BIN)/.cuda ]; then t=$$(cat $(BIN)/.cuda); t=$${t:-cuda}; echo "bin/ holds a CUDA build (make cuda): rebuilding it with the tags $$t"; $(MAKE) --no-print-directory cuda CUDA_TAGS=$$t; \
 	else echo "$(GO) build -o $(BIN)/ ./cmd/..."; $(GO) build -o $(BIN)/ ./cmd/...; fi
 
 vet:
@@ -86,16 +86,20 @@ SOAK_KILLS   ?= 5
 soak:
 	MINUTES=$(SOAK_MINUTES) KILLS=$(SOAK_KILLS) bash scripts/soak.sh
 
+# CUDA_TAGS=cuda,cudnn adds the device's convolutions through cuDNN 9 (model/cuda/conv.go; not yet
+# run on a GPU); the default builds without cuDNN.
+CUDA_TAGS ?= cuda
+
 cuda:
-	bash scripts/cuda-env.sh $(GO) build -tags cuda -o $(BIN)/ ./cmd/...
-	@touch $(BIN)/.cuda
+	bash scripts/cuda-env.sh $(GO) build -tags $(CUDA_TAGS) -o $(BIN)/ ./cmd/...
+	@echo $(CUDA_TAGS) > $(BIN)/.cuda
 
 # Every package with cuda-tagged code or tests (found by their build lines, so a new one is never
 # left out); its plain tests run too, now on a build with the CUDA device in it.
 CUDA_TEST_PKGS = $(sort $(addprefix ./,$(dir $(shell git grep -lE '^//go:build .*cuda' -- '*.go' ':!scripts/'))))
 
 cuda-test:
-	bash scripts/cuda-env.sh $(GO) test -count=1 -tags cuda $(CUDA_TEST_PKGS)
+	bash scripts/cuda-env.sh $(GO) test -count=1 -tags $(CUDA_TAGS) $(CUDA_TEST_PKGS)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -9,7 +9,8 @@ import (
 )
 
 // The staged path: on a device that can stage gradients (tensor.GradStager, the CUDA device) and
-// with the f16 wire, a complete bucket never passes through a host f32 buffer. The training
+// with a 16-bit wire (f16, or bf16 where the device is a tensor.WireStager), a complete bucket
+// never passes through a host f32 buffer. The training
 // goroutine enqueues a fused cast (f32 · allreduce.AvgScale(W) → f16, on the compute stream)
 // and an event-ordered copy to pinned host memory (on a copy stream), and goes straight back to
 // backward. The comm goroutine waits for that one copy's event, all-reduces the pinned half
@@ -28,10 +29,21 @@ type f16Reducer interface {
 
 var _ f16Reducer = (*allreduce.Group)(nil)
 
+// bf16Reducer is f16Reducer for the bf16 wire.
+type bf16Reducer interface {
+	AllReduceBF16(ctx context.Context, buf []uint16, op allreduce.Op) error
+}
+
+var _ bf16Reducer = (*allreduce.Group)(nil)
+
+// stagedReduce all-reduces a pinned 16-bit buffer in place (a channel's AllReduceF16 or
+// AllReduceBF16).
+type stagedReduce func(ctx context.Context, buf []uint16, op allreduce.Op) error
+
 // gpuPath is the engine's state for the staged path (nil on the host path).
 type gpuPath struct {
 	stg   tensor.GradStaging
-	red   []f16Reducer // one per channel (Engine.comms)
+	red   []stagedReduce // one per channel (Engine.comms)
 	scale float32
 	// per bucket, this step: when the comm goroutine began waiting for the bucket's copy to
 	// pinned memory (its all-reduce starts when the copy has landed: bucket.start)
@@ -45,20 +57,33 @@ type gpuPath struct {
 // initStaging switches the engine to the staged path when the device, the wire and the process
 // group allow it and Options.HostStaging does not forbid it.
 func (e *Engine) initStaging() {
-	if e.comm.Size() < 2 || e.opts.Wire != allreduce.WireF16 || e.opts.HostStaging {
+	wire := e.opts.Wire
+	if e.comm.Size() < 2 || (wire != allreduce.WireF16 && wire != allreduce.WireBF16) || e.opts.HostStaging {
 		return
 	}
 	gs, ok := e.dev.(tensor.GradStager)
 	if !ok {
 		return
 	}
-	var red []f16Reducer
-	for _, c := range e.comms {
-		r, ok := c.(f16Reducer)
+	newPlan := gs.NewGradStaging
+	if wire == allreduce.WireBF16 {
+		ws, ok := e.dev.(tensor.WireStager)
 		if !ok {
 			return
 		}
-		red = append(red, r)
+		newPlan = func(grad *tensor.Tensor, ranges [][2]int) (tensor.GradStaging, error) {
+			return ws.NewGradStagingWire(grad, ranges, tensor.BF16)
+		}
+	}
+	var red []stagedReduce
+	for _, c := range e.comms {
+		if r, ok := c.(f16Reducer); ok && wire == allreduce.WireF16 {
+			red = append(red, r.AllReduceF16)
+		} else if r, ok := c.(bf16Reducer); ok && wire == allreduce.WireBF16 {
+			red = append(red, r.AllReduceBF16)
+		} else {
+			return
+		}
 	}
 	ranges := make([][2]int, len(e.buckets))
 	var elems int64
@@ -66,7 +91,7 @@ func (e *Engine) initStaging() {
 		ranges[i] = [2]int{b.lo, b.hi}
 		elems += int64(b.hi - b.lo)
 	}
-	stg, err := gs.NewGradStaging(e.ps.Grad, ranges)
+	stg, err := newPlan(e.ps.Grad, ranges)
 	if err != nil {
 		e.log.Warn("ddp: staging gradients on the device failed; using the host path", "err", err)
 		return
@@ -86,7 +111,7 @@ func (e *Engine) initStaging() {
 		b.host = nil // the host path's f32 buffers are not used
 	}
 	n := e.comm.Size()
-	e.log.Info("ddp: gradients leave the device as f16 through pinned memory",
+	e.log.Info("ddp: gradients leave the device as "+wire.String()+" through pinned memory",
 		"buckets", len(e.buckets), "pinned", tensor.FormatBytes(stg.PinnedBytes()), "device_f16", tensor.FormatBytes(stg.DeviceBytes()),
 		"pcie_bytes_per_step", tensor.FormatBytes(4*elems), // f16 down and up
 		"ring_bytes_sent_per_step", tensor.FormatBytes(2*elems*int64(2*(n-1))/int64(n)))
@@ -139,7 +164,7 @@ func (e *Engine) reduceStaged(ch int, b *bucket) error {
 		}
 		return nil
 	}
-	err := g.red[ch].AllReduceF16(e.ctx, buf, allreduce.Sum)
+	err := g.red[ch](e.ctx, buf, allreduce.Sum)
 	b.end = e.now()
 	if err != nil {
 		return fmt.Errorf("ddp: all-reduce of gradient bucket %d (%s): %w", b.index, b.params[0].Name, err)

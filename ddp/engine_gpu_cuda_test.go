@@ -6,6 +6,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/model/cuda"
 	"github.com/goddp/goddp/model/tensor"
 )
@@ -41,6 +42,33 @@ func TestCUDAStaged_averagesLikeHostPath(t *testing.T) {
 		for i := range ref[0] {
 			if math.Float32bits(ref[0][i]) != math.Float32bits(staged[0][i]) {
 				t.Fatalf("W=%d gradient %d: GPU staged %g, host stager %g (want the same bits)", W, i, staged[0][i], ref[0][i])
+			}
+		}
+	}
+}
+
+// With `ddp.wire: bf16` the GPU stages in bf16 (the staging kernels' bf16 instantiation): the
+// same checks as f16, and the same bits as the host-only bf16 stager.
+func TestCUDAStaged_bf16WireAveragesLikeHostPath(t *testing.T) {
+	d, done := cudaDev(t, 0)
+	err := tensor.CheckCompute(d, tensor.BF16)
+	done()
+	if err != nil {
+		t.Skipf("no bf16 on this GPU: %v", err)
+	}
+	for _, W := range []int{2, 3} {
+		staged, on := averageOnceWire(t, W, cudaStagingSizes, 1, cudaDev, false, allreduce.WireBF16)
+		for r, ok := range on {
+			if !ok {
+				t.Fatalf("W=%d rank %d: the CUDA device did not take the staged path with the bf16 wire", W, r)
+			}
+		}
+		host, _ := averageOnceWire(t, W, cudaStagingSizes, 1, cudaDev, true, allreduce.WireBF16)
+		checkAveragesUnit(t, W, cudaStagingSizes, staged, host, math.Pow(2, -6))
+		ref, _ := averageOnceWire(t, W, cudaStagingSizes, 1, wireStagingDev, false, allreduce.WireBF16)
+		for i := range ref[0] {
+			if math.Float32bits(ref[0][i]) != math.Float32bits(staged[0][i]) {
+				t.Fatalf("W=%d gradient %d: GPU bf16 staged %g, host bf16 stager %g (want the same bits)", W, i, staged[0][i], ref[0][i])
 			}
 		}
 	}

@@ -31,13 +31,33 @@ var _ tensor.GradStager = stagingCPU{}
 func (d stagingCPU) PinnedBytes() int64 { return 0 }
 
 func (d stagingCPU) NewGradStaging(grad *tensor.Tensor, ranges [][2]int) (tensor.GradStaging, error) {
-	s := &cpuStaging{dev: d.Device, grad: grad, ranges: ranges}
+	return newCPUStaging(d.Device, grad, ranges, half.F16), nil
+}
+
+// wireStagingCPU also stages in bf16 (tensor.WireStager), as the CUDA device does; stagingCPU
+// stands for a device that stages in f16 only.
+type wireStagingCPU struct{ stagingCPU }
+
+var _ tensor.WireStager = wireStagingCPU{}
+
+func (d wireStagingCPU) NewGradStagingWire(grad *tensor.Tensor, ranges [][2]int, wire tensor.DType) (tensor.GradStaging, error) {
+	switch wire {
+	case tensor.F16:
+		return newCPUStaging(d.Device, grad, ranges, half.F16), nil
+	case tensor.BF16:
+		return newCPUStaging(d.Device, grad, ranges, half.BF16), nil
+	}
+	return nil, fmt.Errorf("staging in %s", wire)
+}
+
+func newCPUStaging(dev *cpu.Device, grad *tensor.Tensor, ranges [][2]int, f half.Format) *cpuStaging {
+	s := &cpuStaging{dev: dev, grad: grad, ranges: ranges, f: f}
 	for _, r := range ranges {
 		s.half = append(s.half, make([]uint16, r[1]-r[0]))
 		s.ready = append(s.ready, make(chan struct{}, 1))
 	}
 	s.returned = make([]bool, len(ranges))
-	return s, nil
+	return s
 }
 
 // cpuStaging: Stage casts at once (the CPU device is synchronous) and signals the bucket; Return
@@ -47,6 +67,7 @@ type cpuStaging struct {
 	dev      *cpu.Device
 	grad     *tensor.Tensor
 	ranges   [][2]int
+	f        half.Format // the staged 16-bit format
 	half     [][]uint16
 	ready    []chan struct{}
 	mu       sync.Mutex
@@ -60,7 +81,7 @@ func (s *cpuStaging) Stage(i int, scale float32) {
 	for j := range x {
 		x[j] *= scale
 	}
-	half.Encode(s.half[i], x)
+	s.f.Encode(s.half[i], x)
 	s.ready[i] <- struct{}{}
 }
 
@@ -81,7 +102,7 @@ func (s *cpuStaging) Finish() {
 		}
 		r := s.ranges[i]
 		x := make([]float32, r[1]-r[0])
-		half.Decode(x, s.half[i])
+		s.f.Decode(x, s.half[i])
 		s.dev.Upload(s.grad.View(r[0], r[1]-r[0]), x)
 		s.returned[i] = false
 	}
@@ -97,6 +118,9 @@ type newDevFunc func(t *testing.T, rank int) (tensor.Device, func())
 func cpuDev(t *testing.T, rank int) (tensor.Device, func()) { return cpu.New(), func() {} }
 func stagingDev(t *testing.T, rank int) (tensor.Device, func()) {
 	return stagingCPU{cpu.New()}, func() {}
+}
+func wireStagingDev(t *testing.T, rank int) (tensor.Device, func()) {
+	return wireStagingCPU{stagingCPU{cpu.New()}}, func() {}
 }
 
 // rankGrads is rank r's gradient slab for the averaging tests: N(0,1) values with a spread of
@@ -116,6 +140,12 @@ func rankGrads(n, rank int) []float32 {
 // whether each rank's engine took the staged path.
 func averageOnce(t *testing.T, W int, sizes []int, bucketMB float64, newDev newDevFunc, hostStaging bool) (grads [][]float32, staged []bool) {
 	t.Helper()
+	return averageOnceWire(t, W, sizes, bucketMB, newDev, hostStaging, allreduce.WireF16)
+}
+
+// averageOnceWire is averageOnce on wire.
+func averageOnceWire(t *testing.T, W int, sizes []int, bucketMB float64, newDev newDevFunc, hostStaging bool, wire allreduce.Wire) (grads [][]float32, staged []bool) {
+	t.Helper()
 	grads = make([][]float32, W)
 	staged = make([]bool, W)
 	eachRank(t, W, func(r int, g *allreduce.Group) {
@@ -127,7 +157,7 @@ func averageOnce(t *testing.T, W int, sizes []int, bucketMB float64, newDev newD
 		}
 		ps.Build(tensor.F32)
 		defer ps.Free()
-		e := New(ps, g, Options{BucketCapMB: bucketMB, Wire: allreduce.WireF16, HostStaging: hostStaging})
+		e := New(ps, g, Options{BucketCapMB: bucketMB, Wire: wire, HostStaging: hostStaging})
 		defer e.Close()
 		staged[r] = e.Staged()
 		for step := 0; step < 2; step++ { // twice: buffers are reused
@@ -154,6 +184,13 @@ func averageOnce(t *testing.T, W int, sizes []int, bucketMB float64, newDev newD
 // step).
 func checkAverages(t *testing.T, W int, sizes []int, staged, host [][]float32) {
 	t.Helper()
+	checkAveragesUnit(t, W, sizes, staged, host, math.Pow(2, -9))
+}
+
+// checkAveragesUnit is checkAverages with the tolerance's multiple of the contributions'
+// magnitudes: 2⁻⁹ for f16 (11 significant bits), 2⁻⁶ for bf16 (8).
+func checkAveragesUnit(t *testing.T, W int, sizes []int, staged, host [][]float32, unit float64) {
+	t.Helper()
 	for r := 1; r < W; r++ {
 		for i := range staged[0] {
 			if math.Float32bits(staged[r][i]) != math.Float32bits(staged[0][i]) {
@@ -176,7 +213,7 @@ func checkAverages(t *testing.T, W int, sizes []int, staged, host [][]float32) {
 			mag += math.Abs(float64(inputs[r][i])) / float64(W)
 			exact += float64(inputs[r][i]) / float64(W)
 		}
-		tol := mag*math.Pow(2, -9) + math.Pow(2, -23)
+		tol := mag*unit + math.Pow(2, -23)
 		if d := math.Abs(float64(staged[0][i]) - float64(host[0][i])); d > tol {
 			t.Fatalf("gradient %d: staged %g, host path %g (exact %g): |diff| %g > %g", i, staged[0][i], host[0][i], exact, d, tol)
 		}
@@ -211,14 +248,48 @@ func TestEngineStaged_averagesLikeHostPath(t *testing.T) {
 	}
 }
 
-// The f32 wire never stages (the ring would send f32), nor does a device without the ability.
+// The bf16 wire stages on a device that stages in bf16 (tensor.WireStager), with the same
+// guarantees as f16: bit-identical ranks, within bf16 rounding of the host path and the exact
+// average.
+func TestEngineStaged_bf16WireAveragesLikeHostPath(t *testing.T) {
+	for _, W := range []int{2, 3} {
+		t.Run(fmt.Sprint("W", W), func(t *testing.T) {
+			staged, on := averageOnceWire(t, W, stagingSizes, 0.01, wireStagingDev, false, allreduce.WireBF16)
+			for r, ok := range on {
+				if !ok {
+					t.Fatalf("rank %d: the engine did not take the staged path with the bf16 wire", r)
+				}
+			}
+			host, on := averageOnceWire(t, W, stagingSizes, 0.01, wireStagingDev, true, allreduce.WireBF16)
+			if on[0] {
+				t.Fatal("Options.HostStaging did not keep the host path")
+			}
+			checkAveragesUnit(t, W, stagingSizes, staged, host, math.Pow(2, -6))
+			f16, _ := averageOnceWire(t, W, stagingSizes, 0.01, wireStagingDev, false, allreduce.WireF16)
+			same := 0
+			for i := range f16[0] {
+				if f16[0][i] == staged[0][i] {
+					same++
+				}
+			}
+			if same == len(f16[0]) {
+				t.Fatal("the bf16 wire's staged result is the f16 wire's bit for bit: bf16 was not staged")
+			}
+		})
+	}
+}
+
+// The f32 wire never stages (the ring would send f32), nor does a device without the ability, nor
+// the bf16 wire on a device that stages in f16 only.
 func TestEngineStaged_onlyWithF16WireAndStager(t *testing.T) {
 	nw := allreduce.NewInprocNetwork(2)
 	for _, c := range []struct {
 		dev  tensor.Device
 		wire allreduce.Wire
 		want bool
-	}{{stagingCPU{cpu.New()}, allreduce.WireF16, true}, {stagingCPU{cpu.New()}, allreduce.WireF32, false}, {cpu.New(), allreduce.WireF16, false}} {
+	}{{stagingCPU{cpu.New()}, allreduce.WireF16, true}, {stagingCPU{cpu.New()}, allreduce.WireF32, false}, {cpu.New(), allreduce.WireF16, false},
+		{wireStagingCPU{stagingCPU{cpu.New()}}, allreduce.WireBF16, true}, {wireStagingCPU{stagingCPU{cpu.New()}}, allreduce.WireF16, true},
+		{stagingCPU{cpu.New()}, allreduce.WireBF16, false}} {
 		ps := model.NewParams(c.dev)
 		ps.Add("w", model.Init{Value: 1}, false, 10)
 		ps.Build(tensor.F32)

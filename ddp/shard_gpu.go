@@ -46,8 +46,8 @@ var _ f16ShardReducer = (*allreduce.Group)(nil)
 // sharded step can take the staged path; ok false: the host path (stage 1's, through the
 // buckets' host copies).
 func (e *Engine) shardStaging(stg tensor.GradStaging) (ss tensor.ShardStaging, red []f16ShardReducer, ok bool) {
-	if e.ps.Half == nil || e.ps.Half.DType() != tensor.F16 {
-		return nil, nil, false
+	if e.ps.Half == nil || e.ps.Half.DType() != tensor.F16 || e.opts.Wire != allreduce.WireF16 {
+		return nil, nil, false // bf16 (compute or wire) sharded: the host path for now
 	}
 	if ss, ok = stg.(tensor.ShardStaging); !ok {
 		return nil, nil, false

@@ -408,3 +408,21 @@ func runShardStaged(t *testing.T, newDev newDevFunc) {
 		}
 	}
 }
+
+// Sharded under bf16 on a device that stages like CUDA: the sharded staged path is f16's only,
+// so the engine falls back (here to the in-place path) and stays bit-identical to unsharded.
+func TestShardStaged_bf16FallsBackBitIdentical(t *testing.T) {
+	W, b, k, steps := 2, 3, 1, 4
+	d := makeData(W * b * k * steps)
+	sc := shardCfg{W: W, b: b, k: k, steps: steps, compute: tensor.BF16, wire: allreduce.WireBF16, bucketMB: 0.0005,
+		clip: 0.5, channels: 1, injectRank: -1, newDev: shardStagingDev}
+	plain := runShardWorld(t, sc, d)
+	sc.shard = true
+	sharded := runShardWorld(t, sc, d)
+	checkSame(t, plain, sharded)
+	for r, s := range sharded {
+		if s.staged || !s.inPlace {
+			t.Errorf("rank %d: staged %v, in place %v; want the in-place path", r, s.staged, s.inPlace)
+		}
+	}
+}

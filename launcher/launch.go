@@ -295,6 +295,7 @@ func Run(ctx context.Context, o Options) error {
 				l.close()
 			}
 		}
+		same := &SameLines{} // an error every rank prints goes to the console once
 		for lr := range specs {
 			rank := asg.RankOffset + lr
 			we := WorkerEnv{
@@ -309,7 +310,7 @@ func Run(ctx context.Context, o Options) error {
 				extra = []*os.File{o.Progress}
 				we.ProgressFD = ProgressFD
 			}
-			sink := &RankOutput{Rank: rank}
+			sink := &RankOutput{Rank: rank, Same: same, Prog: filepath.Base(o.Program)}
 			if console(lr) && ToConsole(o.Redirects, o.Tee, lr, Stdout) {
 				sink.Stdout = stdout
 			}
@@ -449,10 +450,13 @@ func pendingSignal(c <-chan os.Signal) os.Signal {
 
 // printFailure writes the failure report: which rank, how it ended, its last lines; then, one line
 // each, the other workers that failed at about the same time (Blame's other candidates), with
-// when their failure began relative to the root's.
+// when their failure began relative to the root's. An error line another rank already showed
+// is not repeated: "with the same error as rank R" (the console showed the line once too,
+// SameLines).
 func printFailure(w io.Writer, f *WorkerExit, others []WorkerExit) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "ddplaunch: rank %d (local rank %d, pid %d) failed: %v\n", f.Rank, f.LocalRank, f.Pid, f.Status)
+	shown := map[string]int{} // error lines in the report, by the first rank that showed them
 	if len(f.Tail) == 0 {
 		fmt.Fprintf(&b, "ddplaunch: rank %d wrote no output\n", f.Rank)
 	} else {
@@ -463,6 +467,9 @@ func printFailure(w io.Writer, f *WorkerExit, others []WorkerExit) {
 		fmt.Fprintf(&b, "ddplaunch: %s of rank %d:\n", what, f.Rank)
 		for _, l := range f.Tail {
 			fmt.Fprintf(&b, "    %s\n", l)
+		}
+		if l := errorLineOf(*f); slices.Contains(f.Tail, l) {
+			shown[l] = f.Rank
 		}
 	}
 	for _, o := range others {
@@ -475,11 +482,21 @@ func printFailure(w io.Writer, f *WorkerExit, others []WorkerExit) {
 		if IsFollowOn(o) && !IsFollowOn(*f) {
 			why = ", a consequence: its error says a peer went away"
 		}
-		line := o.ErrorLine
-		if line == "" && len(o.Tail) > 0 {
-			line = o.Tail[len(o.Tail)-1]
+		line := errorLineOf(o)
+		if r, ok := shown[line]; ok && line != "" {
+			fmt.Fprintf(&b, "ddplaunch: rank %d also failed (%v), %s rank %d%s, with the same error as rank %d\n", o.Rank, o.Status, when, f.Rank, why, r)
+			continue
 		}
+		shown[line] = o.Rank
 		fmt.Fprintf(&b, "ddplaunch: rank %d also failed (%v), %s rank %d%s: %s\n", o.Rank, o.Status, when, f.Rank, why, line)
 	}
 	io.WriteString(w, b.String()) //nolint:errcheck
+}
+
+// errorLineOf is a failed worker's error line: its first error line, or its last line.
+func errorLineOf(e WorkerExit) string {
+	if e.ErrorLine == "" && len(e.Tail) > 0 {
+		return e.Tail[len(e.Tail)-1]
+	}
+	return e.ErrorLine
 }

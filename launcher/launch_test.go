@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -449,5 +450,36 @@ func TestRun_signalDuringRendezvous(t *testing.T) {
 	}
 	if _, err := os.Stat(j.path("pid", 0, 0)); err == nil {
 		t.Error("a worker started")
+	}
+}
+
+// Issue 30, item 6: an error every rank meets (a data path missing on the host) is shown once,
+// not once per rank: the console shows the first rank's fatal line ("PROG: message") and keeps
+// the others' identical ones off it, and the failure report shows the line in the root's tail
+// and names the other rank "with the same error". Both ranks print it before either exits.
+func TestRun_sameErrorOfEveryRankPrintedOnce(t *testing.T) {
+	j := newFakeJob(t)
+	self, _ := os.Executable()
+	msg := filepath.Base(self) + ": data: MNIST file train-images-idx3-ubyte(.gz) not found in /nonexistent"
+	o := j.options(2, "", map[int]string{
+		0: "ignoreterm,ready,await:ready-1,echoerr:" + msg + ",pid,await:pid-1,exit:1",
+		1: "ignoreterm,ready,await:ready-0,echoerr:" + msg + ",pid,await:pid-0,exit:1",
+	})
+	err := waitRun(t, runAsync(o), 30*time.Second)
+	var we *WorkerError
+	if !errors.As(err, &we) || ExitCode(err) != 1 {
+		t.Fatalf("Run: %v, want a worker's exit status 1", err)
+	}
+	out := j.stderr.String()
+	if n := strings.Count(out, "] "+msg+"\n"); n != 1 {
+		t.Errorf("the ranks' identical error shown %d times on the console, want once:\n%s", n, out)
+	}
+	if n := strings.Count(out, msg); n != 2 { // the console's line and the report's tail
+		t.Errorf("the error printed %d times in all, want 2 (the console, the root's tail):\n%s", n, out)
+	}
+	other := 1 - we.Rank
+	if want := fmt.Sprintf("ddplaunch: rank %d also failed (exit status 1), ", other); !strings.Contains(out, want) ||
+		!strings.Contains(out, fmt.Sprintf("with the same error as rank %d\n", we.Rank)) {
+		t.Errorf("the report does not name rank %d as failing with rank %d's error:\n%s", other, we.Rank, out)
 	}
 }

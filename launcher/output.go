@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"os"
@@ -78,6 +79,12 @@ type RankOutput struct {
 	// OutLog and ErrLog are this attempt's stdout.log and stderr.log in torchrun's layout
 	// (LogLayout), or nil.
 	OutLog, ErrLog io.Writer
+	// Same, shared by an attempt's workers, keeps a fatal line (FatalLine: "PROG: message", Prog
+	// the worker's program's base name) off the console when another rank printed the same one:
+	// an error every rank meets (a data path missing on the host) is printed once, and the
+	// failure report names the ranks. Logs still get every line. Nil: every line is printed.
+	Same *SameLines
+	Prog string
 
 	mu sync.Mutex // guards Log, OutLog and ErrLog
 }
@@ -96,7 +103,7 @@ func (o *RankOutput) Line(s Stream, line []byte) {
 	if s == Stderr {
 		w = o.Stderr
 	}
-	if w != nil {
+	if w != nil && !(s == Stderr && o.Same != nil && FatalLine(line, o.Prog) && o.Same.repeated(line, o.Rank)) {
 		w.Write(buf) //nolint:errcheck // a closed terminal must not stop the job
 	}
 	sl := o.OutLog
@@ -156,4 +163,36 @@ func openRankLog(dir string, rank int) (*os.File, error) {
 // RankLogPath is where --log-dir keeps a rank's output: DIR/rank-N.log.
 func RankLogPath(dir string, rank int) string {
 	return filepath.Join(dir, "rank-"+strconv.Itoa(rank)+".log")
+}
+
+// FatalLine says whether line is a program's fatal message in the Unix form, "PROG: message",
+// prog being the program's base name (how ddptrain ends: "ddptrain: <error>").
+func FatalLine(line []byte, prog string) bool {
+	return prog != "" && len(line) > len(prog) && line[len(prog)] == ':' && bytes.HasPrefix(line, []byte(prog))
+}
+
+// SameLines is the fatal lines an attempt's workers printed to the console, with the first rank
+// that printed each. Safe for concurrent use; its zero value is ready.
+type SameLines struct {
+	mu    sync.Mutex
+	first map[string]int
+}
+
+// maxSameLines bounds what SameLines remembers (a fatal line comes once per worker).
+const maxSameLines = 1024
+
+// repeated records that rank printed line and says whether another rank printed it first.
+func (s *SameLines) repeated(line []byte, rank int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.first[string(line)]; ok {
+		return r != rank
+	}
+	if s.first == nil {
+		s.first = map[string]int{}
+	}
+	if len(s.first) < maxSameLines {
+		s.first[string(line)] = rank
+	}
+	return false
 }

@@ -1,7 +1,6 @@
 package launcher
 
 import (
-	"bytes"
 	"regexp"
 	"sort"
 	"syscall"
@@ -98,10 +97,7 @@ var errorLine = regexp.MustCompile(`level=ERROR|"level":"ERROR"|^(panic: |fatal 
 // forms, the Unix form of a fatal message, "PROGRAM: message", where prog is the base name of
 // the worker's program (ddptrain ends with "ddptrain: <error>").
 func IsErrorLine(line []byte, prog string) bool {
-	if prog != "" && len(line) > len(prog) && line[len(prog)] == ':' && bytes.HasPrefix(line, []byte(prog)) {
-		return true
-	}
-	return errorLine.Match(line)
+	return FatalLine(line, prog) || errorLine.Match(line)
 }
 
 // followOn matches what a worker of another program than goddp's trainer says when it fails

@@ -109,8 +109,8 @@
 //
 // With Compute BF16 the same holds in bfloat16 (f32's exponent range, 8 significant bits): the
 // layers that keep f32 under F16 keep it under BF16, and there is no loss scaling (a Scaler with
-// CheckFinite: an inf or NaN gradient is an error, ErrNonFinite). The CUDA device does not
-// compute in bf16 yet (tensor.CheckCompute refuses it by name).
+// CheckFinite: an inf or NaN gradient is an error, ErrNonFinite). The CUDA device computes in
+// bf16 on compute capability 8.0 and later (tensor.CheckCompute refuses older cards).
 //
 // # Memory
 //

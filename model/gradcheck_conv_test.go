@@ -199,19 +199,19 @@ func TestGradPooling(t *testing.T) {
 		loss()
 		dy := tensor.FromHost(dev, tensor.F32, "dy", f32of(r), N, C, oh, ow)
 		dx := dev.Alloc(tensor.F32, "dx", N, C, H, W)
-		MaxPool2dBackward(dev, dx, dy, arg)
+		MaxPool2dBackward(dev, dx, dy, arg, g)
 		checkGrad(t, fmt.Sprintf("maxpool%+v", g), x, tensor.ToHost(dx), loss, rng, nil)
 	}
 	r := randF64(rng, N*C)
 	loss := func() float64 {
 		y := dev.Alloc(tensor.F32, "y", N, C)
 		defer dev.Free(y)
-		GlobalAvgPoolForward(dev, y, x)
+		GlobalAvgPoolForward(dev, tensor.NCHW, y, x)
 		return dotHost(y, r)
 	}
 	dy := tensor.FromHost(dev, tensor.F32, "dy", f32of(r), N, C)
 	dx := dev.Alloc(tensor.F32, "dx", N, C, H, W)
-	GlobalAvgPoolBackward(dev, dx, dy)
+	GlobalAvgPoolBackward(dev, tensor.NCHW, dx, dy)
 	checkGrad(t, "avgpool", x, tensor.ToHost(dx), loss, rng, nil)
 }
 

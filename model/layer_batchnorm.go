@@ -2,7 +2,7 @@ package model
 
 import "github.com/goddp/goddp/model/tensor"
 
-// BatchNorm2d normalises x (N,C,H,W) per channel over (N,H,W), PyTorch's BatchNorm2d: in training
+// BatchNorm2d normalises x (N,C,H,W) (or NHWC, Layout) per channel over (N,H,W), PyTorch's BatchNorm2d: in training
 // y = (x − μ_B)·rstd_B·W + B with the batch's statistics (variance biased), which also move the
 // running statistics, run = (1 − Momentum)·run + Momentum·stat (variance unbiased); in
 // evaluation y = (x − RunMean)/√(RunVar + Eps)·W + B.
@@ -16,6 +16,7 @@ type BatchNorm2d struct {
 	RunMean, RunVar *tensor.Tensor // (C) f32 views into the model's buffer slab
 	C               int
 	Eps, Momentum   float32
+	Layout          tensor.Layout // of x and y: NCHW (the zero value) or NHWC
 
 	// Sync, when set, makes this a SyncBatchNorm: the training statistics are those of the
 	// whole batch over every process (layer_syncbatchnorm.go). nil: this process's batch.
@@ -45,14 +46,14 @@ func NewBatchNorm2d(ps *Params, bufs *Buffers, name string, c int) *BatchNorm2d 
 // BatchNormForward (training): y, mean (C) and rstd (C) f32 from x (N,C,H,W), w, b (C) f32;
 // runMean and runVar (C) are updated with momentum unless nil (a checkpoint's recompute passes
 // nil: the statistics moved once, in the first forward).
-func BatchNormForward(dev tensor.Device, y, mean, rstd, runMean, runVar, x, w, b *tensor.Tensor, eps, momentum float32) {
-	conv(dev).BatchNorm(y, mean, rstd, runMean, runVar, x, w, b, eps, momentum)
+func BatchNormForward(dev tensor.Device, l tensor.Layout, y, mean, rstd, runMean, runVar, x, w, b *tensor.Tensor, eps, momentum float32) {
+	conv(dev).BatchNorm(l, y, mean, rstd, runMean, runVar, x, w, b, eps, momentum)
 }
 
 // BatchNormBackward: dx (N,C,H,W) overwritten, dw and db (C) accumulate, from dy and the
 // training forward's x, w, mean and rstd.
-func BatchNormBackward(dev tensor.Device, dx, dw, db, dy, x, w, mean, rstd *tensor.Tensor) {
-	conv(dev).BatchNormBackward(dx, dw, db, dy, x, w, mean, rstd)
+func BatchNormBackward(dev tensor.Device, l tensor.Layout, dx, dw, db, dy, x, w, mean, rstd *tensor.Tensor) {
+	conv(dev).BatchNormBackward(l, dx, dw, db, dy, x, w, mean, rstd)
 }
 
 // Forward in training mode (see BatchNormForward); update moves the running statistics.
@@ -65,12 +66,12 @@ func (l *BatchNorm2d) Forward(y, mean, rstd, x *tensor.Tensor, update bool) {
 	if !update {
 		rm, rv = nil, nil
 	}
-	BatchNormForward(x.Device(), y, mean, rstd, rm, rv, x, l.W.W, l.B.W, l.Eps, l.Momentum)
+	BatchNormForward(x.Device(), l.Layout, y, mean, rstd, rm, rv, x, l.W.W, l.B.W, l.Eps, l.Momentum)
 }
 
 // Eval is the evaluation-mode forward, with the running statistics.
 func (l *BatchNorm2d) Eval(y, x *tensor.Tensor) {
-	conv(x.Device()).BatchNormInference(y, x, l.W.W, l.B.W, l.RunMean, l.RunVar, l.Eps)
+	conv(x.Device()).BatchNormInference(l.Layout, y, x, l.W.W, l.B.W, l.RunMean, l.RunVar, l.Eps)
 }
 
 // Backward writes dx and accumulates the gain and shift gradients; then both are ready.
@@ -78,7 +79,7 @@ func (l *BatchNorm2d) Backward(dx, dy, x, mean, rstd *tensor.Tensor) {
 	if l.Sync != nil {
 		l.syncBackward(dx, dy, x, mean, rstd)
 	} else {
-		BatchNormBackward(x.Device(), dx, l.W.G, l.B.G, dy, x, l.W.W, mean, rstd)
+		BatchNormBackward(x.Device(), l.Layout, dx, l.W.G, l.B.G, dy, x, l.W.W, mean, rstd)
 	}
 	l.B.Ready()
 	l.W.Ready()

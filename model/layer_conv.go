@@ -6,7 +6,7 @@ import (
 	"github.com/goddp/goddp/model/tensor"
 )
 
-// Conv2d: y = x ⋆ W + b on NCHW tensors, W (Out,In,K,K) as in PyTorch, b (Out) optional, groups 1.
+// Conv2d: y = x ⋆ W + b on NCHW tensors (or NHWC: Geom.Layout), W (Out,In,K,K) as in PyTorch, b (Out) optional, groups 1.
 // Shapes: x (N,In,H,W) → y (N,Out,OH,OW), OH = (H + 2·Pad − K)/Stride + 1.
 //
 // The work is the device's tensor.ConvDevice (on the CPU: im2col into the SGEMM, model/cpu/conv.go);
@@ -30,10 +30,11 @@ func NewConv2d(ps *Params, name string, in, out, k, stride, pad int, bias bool) 
 	return c
 }
 
-// OutShape is y's shape for an input x (N,In,H,W).
+// OutShape is y's shape for an input x (N,In,H,W), both in the layout of Geom.
 func (c *Conv2d) OutShape(x *tensor.Tensor) []int {
-	oh, ow := c.Geom.OutHW(x.Dim(2), x.Dim(3))
-	return []int{x.Dim(0), c.Out, oh, ow}
+	n, _, h, w := c.Geom.Layout.Dims(x.Shape())
+	oh, ow := c.Geom.OutHW(h, w)
+	return c.Geom.Layout.Shape(n, c.Out, oh, ow)
 }
 
 // conv is dev's ConvDevice; a device without one is a programming error here (models check

@@ -74,7 +74,7 @@ func (l *BatchNorm2d) syncForward(y, mean, rstd, x *tensor.Tensor, update bool) 
 	C := l.C
 	shape := x.Shape()
 	count := x.Len() / C
-	sb.BatchNormStats(mean, rstd, x) // rstd holds the local variance for now
+	sb.BatchNormStats(l.Layout, mean, rstd, x) // rstd holds the local variance for now
 	W, rank := l.Sync.Size(), l.Sync.Rank()
 	n := 2*C + 1
 	if cap(l.gather) < W*n {
@@ -140,7 +140,7 @@ func (l *BatchNorm2d) syncForward(y, mean, rstd, x *tensor.Tensor, update bool) 
 	}
 	dev.Upload(mean, gm)
 	dev.Upload(rstd, gv) // the global variance, for the normalisation
-	conv(dev).BatchNormInference(y, x, l.W.W, l.B.W, mean, rstd, l.Eps)
+	conv(dev).BatchNormInference(l.Layout, y, x, l.W.W, l.B.W, mean, rstd, l.Eps)
 	dev.Upload(rstd, rs)
 }
 
@@ -157,7 +157,7 @@ func (l *BatchNorm2d) syncBackward(dx, dy, x, mean, rstd *tensor.Tensor) {
 	sums := dev.Alloc(tensor.F32, "syncbn.sums", 2*C)
 	defer dev.Free(sums)
 	sdy, sdyx := sums.View(0, C), sums.View(C, C)
-	sb.BatchNormBackwardReduce(sdy, sdyx, l.W.G, l.B.G, dy, x, mean, rstd)
+	sb.BatchNormBackwardReduce(l.Layout, sdy, sdyx, l.W.G, l.B.G, dy, x, mean, rstd)
 	if cap(l.gather) < 2*C {
 		l.gather = make([]float32, 2*C)
 	}
@@ -170,5 +170,5 @@ func (l *BatchNorm2d) syncBackward(dx, dy, x, mean, rstd *tensor.Tensor) {
 		dev.Download(buf, sums)
 	}
 	dev.Upload(sums, buf)
-	sb.BatchNormBackwardElemt(dx, dy, x, l.W.W, mean, rstd, sdy, sdyx, l.count)
+	sb.BatchNormBackwardElemt(l.Layout, dx, dy, x, l.W.W, mean, rstd, sdy, sdyx, l.count)
 }

@@ -26,6 +26,10 @@ type ResNetConfig struct {
 	// A checkpointed block keeps only its output; the recompute does not move the BN running
 	// statistics again.
 	Checkpoint int
+	// Layout of the activations: NCHW (the zero value) or NHWC (channels last, for the CUDA
+	// device's tensor-core convolutions). Inputs.X stays (B, InC·InH·InW), read as NCHW; an NHWC
+	// model transposes it once at the stem. The parameters do not depend on it.
+	Layout tensor.Layout
 }
 
 // ResNetDepths are the supported depths.
@@ -33,7 +37,7 @@ var resnetStages = map[int][]int{18: {2, 2, 2, 2}, 34: {3, 4, 6, 3}, 50: {3, 4, 
 
 // ResNet is stem → residual stages → global average pool → Linear head → softmax cross-entropy.
 //
-// Shapes: B batch; activations (B,C,H,W) NCHW. X (B, InC·InH·InW) f32, logits (B, Classes).
+// Shapes: B batch; activations (B,C,H,W) NCHW, or (B,H,W,C) with Cfg.Layout NHWC. X (B, InC·InH·InW) f32, logits (B, Classes).
 type ResNet struct {
 	Cfg    ResNetConfig
 	dev    tensor.Device
@@ -48,7 +52,7 @@ type ResNet struct {
 	loss   *tensor.Tensor // (1) f32
 	logits *tensor.Tensor // (B,Classes)
 	act    resnetActs     // the last training forward's activations
-	xin    *tensor.Tensor // (B,InC,InH,InW) the input in Compute's dtype, when that is not f32
+	xin    *tensor.Tensor // the input in Compute's dtype and Cfg.Layout, when that is not X itself
 	in     Inputs
 	count  int
 	train  bool
@@ -250,10 +254,18 @@ func NewResNet(dev tensor.Device, cfg ResNetConfig, seed uint64) (*ResNet, error
 	if err := checkCommon(dev, "ResNetConfig", 0, cfg.Compute, cfg.Checkpoint); err != nil {
 		return nil, err
 	}
+	// A device may compute in a dtype it cannot convolve in (the CUDA device: bf16).
+	if c, ok := dev.(interface{ CheckConvCompute(tensor.DType) error }); ok {
+		if err := c.CheckConvCompute(cfg.Compute); err != nil {
+			return nil, fmt.Errorf("model: ResNetConfig.Compute = %s: %w", cfg.Compute, err)
+		}
+	}
 	m := &ResNet{Cfg: cfg, dev: dev, ps: NewParams(dev), bufs: NewBuffers(dev)}
 	unit := func(name string, in, out, k, stride int, relu bool) *cbr {
-		return &cbr{conv: NewConv2d(m.ps, name+".conv", in, out, k, stride, k/2, false),
+		u := &cbr{conv: NewConv2d(m.ps, name+".conv", in, out, k, stride, k/2, false),
 			bn: NewBatchNorm2d(m.ps, m.bufs, name+".bn", out), relu: relu, name: name}
+		u.conv.Geom.Layout, u.bn.Layout = cfg.Layout, cfg.Layout
+		return u
 	}
 	w := cfg.Width
 	if cfg.Stem == "imagenet" {
@@ -297,7 +309,12 @@ func NewResNet(dev tensor.Device, cfg ResNetConfig, seed uint64) (*ResNet, error
 	return m, nil
 }
 
-func (m *ResNet) Params() *Params   { return m.ps }
+func (m *ResNet) Params() *Params { return m.ps }
+
+// poolGeom is the imagenet stem's max pool: 3×3, stride 2, padding 1.
+func (m *ResNet) poolGeom() tensor.ConvGeom {
+	return tensor.ConvGeom{KH: 3, KW: 3, Stride: 2, Pad: 1, Layout: m.Cfg.Layout}
+}
 func (m *ResNet) Buffers() *Buffers { return m.bufs }
 
 // Blocks is the number of residual blocks (what Checkpoint counts).
@@ -324,14 +341,21 @@ func (m *ResNet) Forward(in Inputs, train bool) *tensor.Tensor {
 		dev.Copy(m.xin, x)
 		x = m.xin
 	}
+	if cfg.Layout == tensor.NHWC { // (B,C,H·W) → (B,H·W,C)
+		t := dev.Alloc(dt, "input.nhwc", tensor.NHWC.Shape(B, cfg.InC, cfg.InH, cfg.InW)...)
+		dev.Permute0213(t.Reshape(B, cfg.InH*cfg.InW, cfg.InC, 1), x.Reshape(B, cfg.InC, cfg.InH*cfg.InW, 1))
+		freeLive(dev, m.xin)
+		m.xin, x = t, t
+	}
 	a := &m.act
 	a.stem = m.stem.forward(dev, x, dt, train, true)
 	cur := a.stem.a
 	if m.pool {
-		g := tensor.ConvGeom{KH: 3, KW: 3, Stride: 2, Pad: 1}
-		oh, ow := g.OutHW(cur.Dim(2), cur.Dim(3))
-		a.pooled = dev.Alloc(dt, "stem.pool", B, cur.Dim(1), oh, ow)
-		a.arg = dev.Alloc(tensor.I32, "stem.pool.arg", B, cur.Dim(1), oh, ow)
+		g := m.poolGeom()
+		_, ch, h, w := cfg.Layout.Dims(cur.Shape())
+		oh, ow := g.OutHW(h, w)
+		a.pooled = dev.Alloc(dt, "stem.pool", cfg.Layout.Shape(B, ch, oh, ow)...)
+		a.arg = dev.Alloc(tensor.I32, "stem.pool.arg", cfg.Layout.Shape(B, ch, oh, ow)...)
 		MaxPool2dForward(dev, a.pooled, a.arg, cur, g)
 		if !train {
 			a.stem.free(dev)
@@ -355,7 +379,7 @@ func (m *ResNet) Forward(in Inputs, train bool) *tensor.Tensor {
 		cur = s.out
 	}
 	a.feats = dev.Alloc(dt, "pool", B, m.feat)
-	GlobalAvgPoolForward(dev, a.feats, cur)
+	GlobalAvgPoolForward(dev, cfg.Layout, a.feats, cur)
 	m.logits = dev.Alloc(dt, "logits", B, cfg.Classes)
 	m.head.Forward(m.logits, a.feats)
 	if !train {
@@ -388,7 +412,7 @@ func (m *ResNet) Backward(scale float32) {
 	a.feats = nil
 	last := a.blocks[len(a.blocks)-1].out
 	dcur := dev.Alloc(dt, "dblock", last.Shape()...)
-	GlobalAvgPoolBackward(dev, dcur, dfeat)
+	GlobalAvgPoolBackward(dev, cfg.Layout, dcur, dfeat)
 	dev.Free(dfeat)
 	stemOut := a.stem.a
 	if m.pool {
@@ -412,7 +436,7 @@ func (m *ResNet) Backward(scale float32) {
 	}
 	if m.pool {
 		ds := dev.Alloc(dt, "stem.da", a.stem.a.Shape()...)
-		MaxPool2dBackward(dev, ds, dcur, a.arg)
+		MaxPool2dBackward(dev, ds, dcur, a.arg, m.poolGeom())
 		dev.Free(dcur)
 		freeAll(dev, a.arg, a.pooled)
 		a.arg, a.pooled = nil, nil

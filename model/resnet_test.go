@@ -102,3 +102,45 @@ func TestResNet_checkpointSameGradsLessMemory(t *testing.T) {
 		t.Logf("checkpoint every %d: activation peak %s vs %s without", every, tensor.FormatBytes(peak), tensor.FormatBytes(refPeak))
 	}
 }
+
+// A channels-last ResNet is the same network: on the CPU (whose NHWC is its NCHW arithmetic
+// between transposes) a few SGD steps in NHWC end with the same parameters and buffers, bit for
+// bit, as in NCHW — both stems, basic and bottleneck blocks, checkpointing, f32 and f16, and eval
+// mode's loss. What it checks is the model's plumbing of the layout (every shape, the input's
+// transpose at the stem, the pools and batch norms told the layout).
+func TestResNet_channelsLastIsTheSameNetwork(t *testing.T) {
+	for _, cfg := range []ResNetConfig{
+		{Depth: 18, Stem: "small", Width: 4, Classes: 3, InC: 1, InH: 10, InW: 9},
+		{Depth: 50, Stem: "imagenet", Width: 2, Classes: 3, InC: 3, InH: 32, InW: 30, Checkpoint: 1},
+		{Depth: 18, Stem: "imagenet", Width: 2, Classes: 4, InC: 3, InH: 24, InW: 24, Compute: tensor.F16},
+	} {
+		run := func(l tensor.Layout) (params, bufs string, eval float32) {
+			c := cfg
+			c.Layout = l
+			dev := cpu.New()
+			m, err := NewResNet(dev, c, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Free()
+			opt, err := NewSGD(m.Params(), SGDConfig{Momentum: 0.9})
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := resnetInputs(dev, rand.New(rand.NewSource(5)), 6, c)
+			for range 3 {
+				m.Params().ZeroGrad()
+				m.Forward(in, true)
+				m.Backward(1)
+				opt.Step(0.05)
+			}
+			eval = tensor.ToHost(m.Forward(in, false))[0]
+			return m.Params().SHA256(), HashF32(tensor.ToHost(m.Buffers().Data)), eval
+		}
+		p0, b0, e0 := run(tensor.NCHW)
+		p1, b1, e1 := run(tensor.NHWC)
+		if p0 != p1 || b0 != b1 || math.Float32bits(e0) != math.Float32bits(e1) {
+			t.Errorf("%+v: NHWC params %s buffers %s eval loss %v; NCHW %s %s %v", cfg, p1[:12], b1[:12], e1, p0[:12], b0[:12], e0)
+		}
+	}
+}

@@ -240,7 +240,13 @@ func resnetConfig(cfg *Config) model.ResNetConfig {
 		}
 	}
 	return model.ResNetConfig{Depth: cfg.Model.Depth, Stem: stem, Width: cfg.Model.Width, Classes: cfg.Model.Classes,
-		InC: c, InH: h, InW: w, Compute: computeDType(cfg), Checkpoint: cfg.Model.Checkpoint.Every}
+		InC: c, InH: h, InW: w, Compute: computeDType(cfg), Checkpoint: cfg.Model.Checkpoint.Every, Layout: imageLayout(cfg)}
+}
+
+// imageLayout is model.layout's (validated: "" or an unknown value is NCHW).
+func imageLayout(cfg *Config) tensor.Layout {
+	l, _ := tensor.ParseLayout(cfg.Model.Layout)
+	return l
 }
 
 func gptConfig(cfg *Config) model.GPTConfig {

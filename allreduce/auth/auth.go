@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -119,6 +120,19 @@ func Dial(c net.Conn, token string, plane byte, rank, world int) error {
 	return fmt.Errorf("refused: %s", msg)
 }
 
+// DialContext is Dial that also ends when ctx does: the connection's deadline (which the caller
+// still sets, to bound the handshake) is moved to the past, the handshake fails at once, and
+// the error is ctx's cause. A peer that accepted the connection and never answers (a stopped
+// process: its kernel still accepts) then holds an aborting rank no longer than ctx.
+func DialContext(ctx context.Context, c net.Conn, token string, plane byte, rank, world int) error {
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	err := Dial(c, token, plane, rank, world)
+	if !stop() && err != nil {
+		return fmt.Errorf("%w (handshake: %v)", context.Cause(ctx), err)
+	}
+	return err
+}
+
 // Accept runs the listener's side up to the dialer's proof and returns the rank and world
 // it claimed (authenticated by the MAC). The caller then checks them and answers with
 // Reply. Accept sets the connection's deadline: the hello must arrive within HelloDeadline
@@ -234,15 +248,21 @@ func (a *listener) loop() {
 			return
 		}
 		src := Source(c)
-		if !a.g.Admit(src) {
+		slot := a.g.Admit(src, c)
+		if slot == nil {
 			c.Close()
 			continue
+		}
+		select {
+		case <-a.done: // Close ran ClosePending before this slot was taken
+			c.Close()
+		default:
 		}
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
 			ac := a.handshake(c, src)
-			a.g.Done(src, ac != nil)
+			a.g.Done(slot, ac != nil)
 			if ac == nil {
 				c.Close()
 				return
@@ -292,10 +312,12 @@ func (a *listener) Accept() (net.Conn, error) {
 	return c, nil
 }
 
-// Close stops accepting and waits for the handshakes in progress.
+// Close stops accepting, ends the handshakes in progress (their connections closed: a silent
+// dialler does not hold a closing transport until the handshake's deadline) and waits for them.
 func (a *listener) Close() error {
 	err := a.Listener.Close()
 	a.once.Do(func() { close(a.done) })
+	a.g.ClosePending()
 	a.wg.Wait()
 	a.g.Stop()
 	return err

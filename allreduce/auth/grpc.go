@@ -93,7 +93,7 @@ func DialGRPC(ctx context.Context, addr string, cfg link.Config, onConn func(net
 		deadline = d
 	}
 	c.SetDeadline(deadline)
-	if err := Dial(c, cfg.Token, PlaneGRPC, cfg.Rank, cfg.WorldSize); err != nil {
+	if err := DialContext(ctx, c, cfg.Token, PlaneGRPC, cfg.Rank, cfg.WorldSize); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("handshake with %s: %w", addr, err)
 	}

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -18,9 +19,16 @@ import (
 //   - at most MaxPendingPerSource handshakes run at once from one source (the remote host; all
 //     Unix-domain connections are one source), at most MaxPending in all; more are closed at once;
 //   - a source that has completed a handshake before (an authenticated peer: the same host's
-//     ranks, or a host whose ranks joined) may use KnownReserve slots beyond MaxPending, so a
-//     flood from many hosts delays its later connections (data links, re-dials) no more than
-//     one from a single host does.
+//     ranks, or a host whose ranks joined) may use KnownReserve slots beyond MaxPending;
+//   - when the listener is at its bound, a connection from a source under its own bound is still
+//     admitted: it takes the slot of the oldest pending handshake of the unknown source that holds
+//     the most slots, if that source holds more than the newcomer's source does, and that
+//     connection is closed. So a flood, from any number of sources, cannot keep a new peer out:
+//     a peer that joins for the first time is admitted at once, and since a real dialler sends
+//     its hello at once and completes in a round trip or two, it is pushed out only if the flood
+//     opens about MaxPending connections within those milliseconds (oldest first, and sources
+//     holding more slots first); what gets closed is the flood's idle connections. Sources that
+//     authenticated before are never pushed out.
 //
 // Refusals are logged at most once per RefusalEvery per source; the ones suppressed are
 // counted (Refusals) and summed up in one line, "suppressed N refusals from SRC in the last
@@ -67,13 +75,22 @@ type Guard struct {
 
 	mu      sync.Mutex
 	total   int
-	pending map[string]int       // handshakes in progress by source
+	seq     uint64
+	pending map[string][]*Slot   // handshakes in progress by source, oldest first
 	known   map[string]bool      // sources that authenticated
 	refused map[string]*refusals // refusals logged in the current period, by source
 
 	stop chan struct{}
 	once sync.Once
 	wg   sync.WaitGroup
+}
+
+// Slot is one admitted connection's place in the guard, from Admit to Done.
+type Slot struct {
+	src     string
+	c       io.Closer
+	seq     uint64 // admission order
+	evicted bool   // closed to make room; its Done gives nothing back (under Guard.mu)
 }
 
 type refusals struct {
@@ -87,7 +104,7 @@ func NewGuard(log *slog.Logger, every time.Duration) *Guard {
 	if every <= 0 {
 		every = RefusalEvery
 	}
-	g := &Guard{log: log, every: every, now: time.Now, pending: map[string]int{}, known: map[string]bool{},
+	g := &Guard{log: log, every: every, now: time.Now, pending: map[string][]*Slot{}, known: map[string]bool{},
 		refused: map[string]*refusals{}, stop: make(chan struct{})}
 	g.wg.Go(func() {
 		t := time.NewTicker(every)
@@ -111,38 +128,104 @@ func (g *Guard) Stop() {
 	g.wg.Wait()
 }
 
-// Admit takes a slot for an unauthenticated connection from src; false (and the refusal
-// logged) when its source or the listener is at its bound. Each true must be followed by one
-// Done.
-func (g *Guard) Admit(src string) bool {
+// Admit takes a slot for an unauthenticated connection c from src; nil (and the refusal
+// logged) when its source is at its bound, or the listener is and no other source holds more
+// slots than src (see above: the oldest connection of the source holding the most is closed to
+// make room). Each Slot must be given back with Done.
+func (g *Guard) Admit(src string, c io.Closer) *Slot {
 	g.mu.Lock()
 	limit := MaxPending
 	if g.known[src] {
 		limit += KnownReserve
 	}
-	ok := g.pending[src] < MaxPendingPerSource && g.total < limit
+	n := len(g.pending[src])
+	var victim *Slot
+	ok := n < MaxPendingPerSource
+	if ok && g.total >= limit {
+		victim = g.victimLocked(src, n)
+		ok = victim != nil
+		if ok {
+			g.removeLocked(victim)
+			victim.evicted = true
+		}
+	}
+	var s *Slot
 	if ok {
-		g.pending[src]++
+		g.seq++
+		s = &Slot{src: src, c: c, seq: g.seq}
+		g.pending[src] = append(g.pending[src], s)
 		g.total++
 	}
 	g.mu.Unlock()
+	if victim != nil {
+		victim.c.Close()
+		g.Refuse(victim.src, "allreduce: closed an unauthenticated connection to make room for another source's")
+	}
 	if !ok {
 		g.Refuse(src, "allreduce: too many connections authenticating at once; closed one")
 	}
-	return ok
+	return s
 }
 
-// Done gives back src's slot; authenticated says the handshake proved the token (src becomes
-// known).
-func (g *Guard) Done(src string, authenticated bool) {
+// victimLocked is the slot to give to a connection from src, which holds n: the oldest of the
+// unknown source other than src holding the most slots, more than n; nil when there is none.
+func (g *Guard) victimLocked(src string, n int) *Slot {
+	var v *Slot
+	most := n
+	for s, slots := range g.pending {
+		if s == src || g.known[s] || len(slots) == 0 {
+			continue
+		}
+		if len(slots) > most || (len(slots) == most && v != nil && slots[0].seq < v.seq) {
+			most, v = len(slots), slots[0]
+		}
+	}
+	return v
+}
+
+func (g *Guard) removeLocked(s *Slot) {
+	slots := g.pending[s.src]
+	for i, o := range slots {
+		if o == s {
+			slots = append(slots[:i], slots[i+1:]...)
+			break
+		}
+	}
+	if len(slots) == 0 {
+		delete(g.pending, s.src)
+	} else {
+		g.pending[s.src] = slots
+	}
+	g.total--
+}
+
+// Done gives back s's slot (nothing, if it was taken to make room); authenticated says the
+// handshake proved the token (its source becomes known).
+func (g *Guard) Done(s *Slot, authenticated bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.total--
-	if g.pending[src]--; g.pending[src] <= 0 {
-		delete(g.pending, src)
+	if !s.evicted {
+		g.removeLocked(s)
 	}
-	if authenticated && !g.known[src] && len(g.known) < maxSources {
-		g.known[src] = true
+	if authenticated && !g.known[s.src] && len(g.known) < maxSources {
+		g.known[s.src] = true
+	}
+}
+
+// ClosePending closes the connection of every handshake still in progress (each still gets
+// its Done): a listener that is closing does not wait for handshakes a silent dialler holds
+// open until their deadline.
+func (g *Guard) ClosePending() {
+	g.mu.Lock()
+	var cs []io.Closer
+	for _, slots := range g.pending {
+		for _, s := range slots {
+			cs = append(cs, s.c)
+		}
+	}
+	g.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
 	}
 }
 

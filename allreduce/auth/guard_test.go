@@ -13,45 +13,115 @@ import (
 	"github.com/goddp/goddp/allreduce/link"
 )
 
+// closer counts its Close calls: a connection the guard closed to make room.
+type closer struct{ closed int }
+
+func (c *closer) Close() error { c.closed++; return nil }
+
 // The bounds alone, no connection: a source gets MaxPendingPerSource slots, the listener
 // MaxPending in all, a source that authenticated before the reserve beyond them, and Done gives
 // a slot back.
 func TestGuard_bounds(t *testing.T) {
 	g := NewGuard(slog.New(&logRecorder{}), time.Hour)
 	defer g.Stop()
+	var flood []*Slot
 	for i := range MaxPendingPerSource {
-		if !g.Admit("10.0.0.66") {
+		s := g.Admit("10.0.0.66", &closer{})
+		if s == nil {
 			t.Fatalf("flood source refused at its %d-th connection, bound %d", i+1, MaxPendingPerSource)
 		}
+		flood = append(flood, s)
 	}
-	if g.Admit("10.0.0.66") {
+	if g.Admit("10.0.0.66", &closer{}) != nil {
 		t.Fatalf("a source got more than %d slots", MaxPendingPerSource)
 	}
-	if !g.Admit("10.0.0.2") {
+	s := g.Admit("10.0.0.2", &closer{})
+	if s == nil {
 		t.Fatal("another source refused while one source is at its bound")
 	}
-	g.Done("10.0.0.2", true) // 10.0.0.2 proved the token: known from now on
-	// Fill the listener with many sources.
-	n := MaxPendingPerSource
-	for i := 0; n < MaxPending; i++ {
-		src := fmt.Sprintf("10.1.0.%d", i)
-		for range min(MaxPendingPerSource, MaxPending-n) {
-			if !g.Admit(src) {
-				t.Fatalf("refused below the total bound (%d pending)", n)
-			}
-			n++
+	g.Done(s, true) // 10.0.0.2 proved the token: known from now on
+	// Fill the listener with sources that hold one slot each.
+	for i := 0; g.total < MaxPending; i++ {
+		if g.Admit(fmt.Sprintf("10.1.0.%d", i), &closer{}) == nil {
+			t.Fatalf("refused below the total bound (%d pending)", g.total)
 		}
 	}
-	if g.Admit("10.0.0.3") {
-		t.Fatalf("a new source admitted beyond MaxPending=%d", MaxPending)
-	}
-	if !g.Admit("10.0.0.2") {
+	if s := g.Admit("10.0.0.2", &closer{}); s == nil {
 		t.Fatal("a source that authenticated before refused: it has the reserve")
+	} else {
+		g.Done(s, true)
 	}
-	g.Done("10.0.0.2", true)
-	g.Done("10.0.0.66", false)
-	if !g.Admit("10.0.0.3") {
+	g.Done(flood[0], false)
+	if g.Admit("10.0.0.3", &closer{}) == nil {
 		t.Fatal("a freed slot was not given to the next source")
+	}
+	if g.total != MaxPending {
+		t.Fatalf("%d pending, want %d", g.total, MaxPending)
+	}
+}
+
+// At the listener's bound a new source takes the slot of the oldest connection of the unknown
+// source holding the most slots, and that connection is closed; its Done gives nothing back.
+// A source holding as many slots as every other gets nothing, and sources that authenticated
+// before are never pushed out.
+func TestGuard_fullListenerMakesRoomForANewSource(t *testing.T) {
+	g := NewGuard(slog.New(&logRecorder{}), time.Hour)
+	defer g.Stop()
+	known := g.Admit("10.0.0.2", &closer{})
+	g.Done(known, true)
+	var knownSlots []*closer
+	for range MaxPendingPerSource {
+		c := &closer{}
+		g.Admit("10.0.0.2", c) // the known source's handshakes in progress
+		knownSlots = append(knownSlots, c)
+	}
+	big := make([]*closer, 10) // one source with 10 slots
+	bigSlots := make([]*Slot, 10)
+	for i := range big {
+		big[i] = &closer{}
+		bigSlots[i] = g.Admit("10.0.0.66", big[i])
+	}
+	var small []*closer // the rest, one slot each
+	for i := 0; g.total < MaxPending; i++ {
+		c := &closer{}
+		if g.Admit(fmt.Sprintf("10.1.0.%d", i), c) == nil {
+			t.Fatal("refused below the bound")
+		}
+		small = append(small, c)
+	}
+	// 9 newcomers take the big source's slots, oldest first, down to one slot.
+	for i := range 9 {
+		if g.Admit(fmt.Sprintf("10.9.0.%d", i), &closer{}) == nil {
+			t.Fatalf("newcomer %d refused at the bound while 10.0.0.66 holds %d slots", i, 10-i)
+		}
+		for j, c := range big {
+			if want := j <= i; (c.closed == 1) != want {
+				t.Fatalf("after %d newcomers: 10.0.0.66's connection %d closed %d times", i+1, j, c.closed)
+			}
+		}
+	}
+	g.Done(bigSlots[0], false) // a pushed-out connection's handshake ends: no slot given back
+	if g.total != MaxPending {
+		t.Fatalf("%d pending, want %d", g.total, MaxPending)
+	}
+	// Every unknown source holds one slot: a source that holds one already gets none...
+	if g.Admit("10.1.0.0", &closer{}) != nil {
+		t.Fatal("a source holding a slot took another at the bound")
+	}
+	// ...a new one takes the oldest: 10.0.0.66's last, then the small sources' in order.
+	if g.Admit("10.9.1.0", &closer{}) == nil || big[9].closed != 1 {
+		t.Fatal("a new source did not take the oldest slot of the sources holding one")
+	}
+	if g.Admit("10.9.1.1", &closer{}) == nil || small[0].closed != 1 || small[1].closed != 0 {
+		t.Fatal("a new source did not take the oldest slot of the sources holding one")
+	}
+	for i, c := range knownSlots {
+		if c.closed != 0 {
+			t.Fatalf("a known source's handshake %d was closed", i)
+		}
+	}
+	if g.total != MaxPending {
+		t.Fatalf("%d pending, want %d", g.total, MaxPending)
 	}
 }
 
@@ -203,5 +273,58 @@ func TestListener_idleFloodDoesNotStall(t *testing.T) {
 	}
 	if n := rec.count("too many connections authenticating"); n != 1 {
 		t.Errorf("%d lines for %d connections closed at the bound, want 1 (rate-limited)", n, 3*MaxPending-MaxPendingPerSource)
+	}
+}
+
+// A flood from 100 sources, each holding an idle connection (connect, send nothing), fills the
+// listener's bound; a peer from a host that never authenticated before is still admitted and
+// completes its handshake at once, long before the flood's connections reach HelloDeadline.
+// (Before the guard made room, the peer's connection was closed at once: the test fails there.)
+func TestListener_floodFromManySourcesAdmitsANewPeer(t *testing.T) {
+	pl := newPipeListener()
+	rec := &logRecorder{}
+	cfg := link.Config{Rank: 0, WorldSize: 2, Token: "tok", Timeout: time.Minute}
+	lis := NewListener(pl, cfg, slog.New(rec))
+	defer lis.Close()
+
+	var flood []net.Conn
+	for i := range 100 {
+		flood = append(flood, pl.dial(t, fmt.Sprintf("10.2.0.%d", i+1), 40000))
+	}
+	defer func() {
+		for _, c := range flood {
+			c.Close()
+		}
+	}()
+	start := time.Now()
+	c := pl.dial(t, "10.3.0.1", 50000)
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(HelloDeadline))
+	errc := make(chan error, 1)
+	go func() { errc <- Dial(c, "tok", PlaneGRPC, 1, 2) }()
+	acc := make(chan net.Conn, 1)
+	go func() {
+		if got, err := lis.Accept(); err == nil {
+			acc <- got
+		}
+	}()
+	if err := <-errc; err != nil {
+		t.Fatalf("a new peer's handshake while 100 sources hold the listener's slots: %v", err)
+	}
+	select {
+	case got := <-acc:
+		got.Close()
+	case <-time.After(HelloDeadline):
+		t.Fatal("the peer's connection was not accepted")
+	}
+	d := time.Since(start)
+	if d >= HelloDeadline {
+		t.Errorf("the peer waited %v: as long as the flood's idle connections live", d)
+	}
+	t.Logf("the new peer's handshake took %v", d)
+	// The oldest flood connection was closed to make room: it reads EOF at once.
+	flood[0].SetReadDeadline(time.Now().Add(HelloDeadline / 2))
+	if _, err := flood[0].Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("the oldest flood connection: read %v, want EOF (closed to make room)", err)
 	}
 }

@@ -25,3 +25,13 @@ func DialAs(cfg link.Config, addrs []string, to int) error {
 	}
 	return err
 }
+
+// DialAsContext is DialAs with the dial's context.
+func DialAsContext(ctx context.Context, cfg link.Config, addrs []string, to int) error {
+	t := &Transport{cfg: cfg, addrs: addrs}
+	c, err := t.dial(ctx, to)
+	if err == nil {
+		c.Close()
+	}
+	return err
+}

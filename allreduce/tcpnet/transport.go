@@ -184,7 +184,8 @@ func (t *Transport) accept(lis net.Listener) {
 		default:
 		}
 		src := auth.Source(c)
-		if !t.guard.Admit(src) {
+		slot := t.guard.Admit(src, c)
+		if slot == nil {
 			t.connsMu.Unlock()
 			c.Close()
 			continue
@@ -195,7 +196,7 @@ func (t *Transport) accept(lis net.Listener) {
 		go func() {
 			defer t.wg.Done()
 			ok := t.handshake(c, src)
-			t.guard.Done(src, ok)
+			t.guard.Done(slot, ok)
 			if !ok {
 				t.connsMu.Lock()
 				delete(t.conns, c)
@@ -263,7 +264,7 @@ func (t *Transport) dial(ctx context.Context, to int) (net.Conn, error) {
 		}
 	}
 	c.SetDeadline(time.Now().Add(min(auth.Deadline, t.cfg.Timeout)))
-	if err := auth.Dial(c, t.cfg.Token, auth.PlaneTCP, t.cfg.Rank, t.cfg.WorldSize); err != nil {
+	if err := auth.DialContext(ctx, c, t.cfg.Token, auth.PlaneTCP, t.cfg.Rank, t.cfg.WorldSize); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("data-plane handshake: %w", err)
 	}

@@ -14,7 +14,7 @@ import (
 
 // `ddpbench allreduce --device cuda`: beside each host-ring row, the same buffer all-reduced on the
 // GPU over CUDA IPC buffers (issue 34; model/cuda/ipc.go, wired by ddp.NewDeviceReducer: the
-// handles over the group), the values in the wire's dtype on the device (f32 or f16), Avg. Each
+// handles over the group), the values in the wire's dtype on the device (f32, f16 or bf16), Avg. Each
 // rank opens GPU rank mod the GPUs (the bench's ranks are all local). A row is the median of the
 // slowest rank's times from a barrier to the end of the kernel (the stream synchronised): the
 // transport column says cuda-ipc. Not yet run on a GPU.
@@ -24,12 +24,7 @@ func (f *benchFlags) checkDevice() error {
 	switch f.device {
 	case "cpu":
 		return nil
-	case "cuda":
-		for _, w := range f.wires {
-			if w == "bf16" {
-				return fmt.Errorf("ddpbench: --device cuda --wire bf16: this build's CUDA device uploads f32 and f16 only (the kernel reduces bf16; its GPU test runs it)")
-			}
-		}
+	case "cuda": // every wire: the device uploads f32, f16 and bf16
 		return nil
 	}
 	return fmt.Errorf("ddpbench: --device %q: want cpu or cuda", f.device)
@@ -46,8 +41,11 @@ func (f *benchFlags) openDevice(rank int) (tensor.Device, error) {
 // benchDevice measures the device all-reduce of vals (as wire's dtype) and prints its row (rank 0).
 func benchDevice(ctx context.Context, g *allreduce.Group, dev tensor.Device, vals []float32, wire allreduce.Wire, f benchFlags) error {
 	dt := tensor.F32
-	if wire == allreduce.WireF16 {
+	switch wire {
+	case allreduce.WireF16:
 		dt = tensor.F16
+	case allreduce.WireBF16:
+		dt = tensor.BF16
 	}
 	buf := dev.Alloc(dt, "ddpbench.ipc", len(vals))
 	defer dev.Free(buf)

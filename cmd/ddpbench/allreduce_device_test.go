@@ -5,17 +5,20 @@ import (
 	"testing"
 )
 
-// --device is checked before any rank starts: an unknown device and a wire the CUDA device cannot
-// upload are refused, naming the flag.
+// --device is checked before any rank starts: an unknown device is refused, naming the flag; the
+// CUDA device takes every wire (it uploads bf16 since issue 32's stage 2).
 func TestAllReduceBench_deviceFlag(t *testing.T) {
 	for args, want := range map[string]string{
-		"--device tpu":                  `--device "tpu": want cpu or cuda`,
-		"--device cuda --wire f16,bf16": "--device cuda --wire bf16",
+		"--device tpu": `--device "tpu": want cpu or cuda`,
 	} {
 		err := runAllReduceBench(append([]string{"--nproc", "2"}, strings.Fields(args)...))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", args, err, want)
 		}
+	}
+	f := benchFlags{device: "cuda", wires: []string{"f32", "f16", "bf16"}}
+	if err := f.checkDevice(); err != nil {
+		t.Errorf("--device cuda --wire f32,f16,bf16: %v", err)
 	}
 }
 

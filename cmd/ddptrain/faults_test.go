@@ -211,3 +211,19 @@ func TestLaunch_slowCheckpointDoesNotKillTheJob(t *testing.T) {
 	}
 	t.Logf("4 s per checkpoint write, every 10 steps, ddp.timeout 3s: the job finished in %v, %d checkpoints skipped", took.Round(time.Millisecond), skipped)
 }
+
+// Issue 30, item 6, the worker-side half: data.path missing on the host fails every rank with
+// the same line. It is shown once on the console and once in the failure report (the root's
+// tail), never once per rank; a rank that failed with it too is named "with the same error".
+func TestLaunch_sameWorkerErrorPrintedOnce(t *testing.T) {
+	const say = "not found in /nonexistent"
+	for range 3 {
+		out, _, err := runLaunch(t, "--set", "train.max_steps=5", "--set", "data.path=/nonexistent")
+		if err == nil {
+			t.Fatalf("a job with data.path=/nonexistent succeeded:\n%s", out)
+		}
+		if n := strings.Count(out, say); n != 2 {
+			t.Fatalf("%q printed %d times, want 2 (the console, the report's tail):\n%s", say, n, out)
+		}
+	}
+}

@@ -195,7 +195,7 @@ func col2im(dx []float32, dcol []float32, ld, c0 int, C, H, W int, g tensor.Conv
 	}
 }
 
-func (c *Device) Conv2d(y, x, w, b *tensor.Tensor, g tensor.ConvGeom) {
+func (c *Device) nchwConv2d(y, x, w, b *tensor.Tensor, g tensor.ConvGeom) {
 	N, C, H, W, OC, OH, OW := convShape("Conv2d", y, x, w, g)
 	if b != nil && b.Len() != OC {
 		panic(fmt.Sprintf("cpu: Conv2d: bias %s for %d output channels", b, OC))
@@ -277,7 +277,7 @@ func flipKernel(w []float32, OC, C, KH, KW int) []float32 {
 	return f
 }
 
-func (c *Device) Conv2dBackward(dx, dw, db, dy, x, w *tensor.Tensor, g tensor.ConvGeom) {
+func (c *Device) nchwConv2dBackward(dx, dw, db, dy, x, w *tensor.Tensor, g tensor.ConvGeom) {
 	N, C, H, W, OC, OH, OW := convShape("Conv2dBackward", dy, x, w, g)
 	K, P := C*g.KH*g.KW, OH*OW
 	if dx != nil && !tensor.SameShape(dx, x) {
@@ -394,7 +394,7 @@ func bnShape(op string, x *tensor.Tensor, stats ...*tensor.Tensor) (N, C, P int)
 	return
 }
 
-func (c *Device) BatchNorm(y, mean, rstd, runMean, runVar, x, w, b *tensor.Tensor, eps, momentum float32) {
+func (c *Device) nchwBatchNorm(y, mean, rstd, runMean, runVar, x, w, b *tensor.Tensor, eps, momentum float32) {
 	N, C, P := bnShape("BatchNorm", x, mean, rstd, runMean, runVar, w, b)
 	tensor.CheckLen("BatchNorm", y, x)
 	xs, ws, bs := read(x), read(w), read(b)
@@ -434,7 +434,7 @@ func (c *Device) BatchNorm(y, mean, rstd, runMean, runVar, x, w, b *tensor.Tenso
 	commit(y, ys)
 }
 
-func (c *Device) BatchNormInference(y, x, w, b, runMean, runVar *tensor.Tensor, eps float32) {
+func (c *Device) nchwBatchNormInference(y, x, w, b, runMean, runVar *tensor.Tensor, eps float32) {
 	N, C, P := bnShape("BatchNormInference", x, w, b, runMean, runVar)
 	tensor.CheckLen("BatchNormInference", y, x)
 	xs, ws, bs, rm, rv := read(x), read(w), read(b), read(runMean), read(runVar)
@@ -453,7 +453,7 @@ func (c *Device) BatchNormInference(y, x, w, b, runMean, runVar *tensor.Tensor, 
 	commit(y, ys)
 }
 
-func (c *Device) BatchNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tensor) {
+func (c *Device) nchwBatchNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tensor) {
 	N, C, P := bnShape("BatchNormBackward", x, dw, db, w, mean, rstd)
 	tensor.CheckLen("BatchNormBackward", dx, dy, x)
 	xs, dys, ws := read(x), read(dy), read(w)
@@ -518,7 +518,7 @@ func channelMoments(xs []float32, N, C, P, ch int) (mu, ss float64) {
 
 var _ tensor.SyncBatchNormDevice = (*Device)(nil)
 
-func (c *Device) BatchNormStats(mean, variance, x *tensor.Tensor) {
+func (c *Device) nchwBatchNormStats(mean, variance, x *tensor.Tensor) {
 	N, C, P := bnShape("BatchNormStats", x, mean, variance)
 	xs := read(x)
 	ms, vs := f32s(mean), f32s(variance)
@@ -531,7 +531,7 @@ func (c *Device) BatchNormStats(mean, variance, x *tensor.Tensor) {
 	})
 }
 
-func (c *Device) BatchNormBackwardReduce(sdy, sdyx, dw, db, dy, x, mean, rstd *tensor.Tensor) {
+func (c *Device) nchwBatchNormBackwardReduce(sdy, sdyx, dw, db, dy, x, mean, rstd *tensor.Tensor) {
 	N, C, P := bnShape("BatchNormBackwardReduce", x, sdy, sdyx, dw, db, mean, rstd)
 	tensor.CheckLen("BatchNormBackwardReduce", dy, x)
 	xs, dys := read(x), read(dy)
@@ -569,7 +569,7 @@ func (c *Device) BatchNormBackwardReduce(sdy, sdyx, dw, db, dy, x, mean, rstd *t
 	})
 }
 
-func (c *Device) BatchNormBackwardElemt(dx, dy, x, w, mean, rstd, sdy, sdyx *tensor.Tensor, count int) {
+func (c *Device) nchwBatchNormBackwardElemt(dx, dy, x, w, mean, rstd, sdy, sdyx *tensor.Tensor, count int) {
 	N, C, P := bnShape("BatchNormBackwardElemt", x, w, mean, rstd, sdy, sdyx)
 	tensor.CheckLen("BatchNormBackwardElemt", dx, dy, x)
 	xs, dys, ws := read(x), read(dy), read(w)
@@ -598,7 +598,7 @@ func (c *Device) BatchNormBackwardElemt(dx, dy, x, w, mean, rstd, sdy, sdyx *ten
 
 // ---- pooling ----
 
-func (c *Device) MaxPool2d(y, arg, x *tensor.Tensor, g tensor.ConvGeom) {
+func (c *Device) nchwMaxPool2d(y, arg, x *tensor.Tensor, g tensor.ConvGeom) {
 	if err := g.Valid(); err != nil {
 		panic("cpu: MaxPool2d: " + err.Error())
 	}
@@ -642,7 +642,7 @@ func (c *Device) MaxPool2d(y, arg, x *tensor.Tensor, g tensor.ConvGeom) {
 	commit(y, ys)
 }
 
-func (c *Device) MaxPool2dBackward(dx, dy, arg *tensor.Tensor) {
+func (c *Device) nchwMaxPool2dBackward(dx, dy, arg *tensor.Tensor) {
 	tensor.CheckLen("MaxPool2dBackward", dy, arg)
 	s := dx.Shape()
 	N, C := s[0], s[1]
@@ -663,7 +663,7 @@ func (c *Device) MaxPool2dBackward(dx, dy, arg *tensor.Tensor) {
 	commit(dx, dxs)
 }
 
-func (c *Device) GlobalAvgPool(y, x *tensor.Tensor) {
+func (c *Device) nchwGlobalAvgPool(y, x *tensor.Tensor) {
 	s := x.Shape()
 	N, C := s[0], s[1]
 	if y.Len() != N*C {
@@ -684,7 +684,7 @@ func (c *Device) GlobalAvgPool(y, x *tensor.Tensor) {
 	commit(y, ys)
 }
 
-func (c *Device) GlobalAvgPoolBackward(dx, dy *tensor.Tensor) {
+func (c *Device) nchwGlobalAvgPoolBackward(dx, dy *tensor.Tensor) {
 	s := dx.Shape()
 	N, C := s[0], s[1]
 	if dy.Len() != N*C {

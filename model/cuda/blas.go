@@ -20,7 +20,8 @@ func (d *Device) BatchedMatMul(c, a, b *tensor.Tensor, transA, transB bool, alph
 // gemm runs batch row-major products. cuBLAS is column-major, and a row-major (R,C) matrix is a
 // column-major (C,R) one, so C = op(A)·op(B) is computed as Cᵀ = op(B)ᵀ·op(A)ᵀ: the operands swap
 // and each keeps its own transpose flag. Supported operand mixes go straight to cuBLAS (A and B of
-// one dtype; f16·f16 into f16 or f32; f32·f32 into f32); others widen through f32 temporaries.
+// one dtype; f16·f16 into f16 or f32; bf16·bf16 into bf16 or f32; f32·f32 into f32); others widen
+// through f32 temporaries.
 func (d *Device) gemm(c, a, b *tensor.Tensor, g tensor.GEMM, alpha, beta float32) {
 	m, n, k, batch, transA, transB := g.M, g.N, g.K, g.Batch, g.TransA, g.TransB
 	if a.DType() == tensor.I32 || b.DType() == tensor.I32 || c.DType() == tensor.I32 {
@@ -41,15 +42,16 @@ func (d *Device) gemm(c, a, b *tensor.Tensor, g tensor.GEMM, alpha, beta float32
 		tmps = append(tmps, w)
 		return w
 	}
-	if a.DType() != b.DType() {
-		if a.DType() == tensor.F16 {
+	if a.DType() != b.DType() { // widen each 16-bit operand (f16·bf16 widens both)
+		if a.DType().Half() {
 			a = widen(a)
-		} else {
+		}
+		if b.DType().Half() {
 			b = widen(b)
 		}
 	}
 	out := c
-	if c.DType() == tensor.F16 && a.DType() == tensor.F32 {
+	if c.DType().Half() && a.DType() != c.DType() { // f32·f32, or the other 16-bit type, into 16 bits: through f32
 		out = d.Alloc(tensor.F32, "cuda.gemm.out", c.Len())
 		tmps = append(tmps, out)
 		if beta != 0 {

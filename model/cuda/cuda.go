@@ -43,15 +43,18 @@ type Device struct {
 	minor   int
 	sms     int
 
-	stream cudadrv.Stream // compute
-	copyS  cudadrv.Stream // copies to and from pinned host memory
-	module cudadrv.Module
-	flashM cudadrv.Module // fused attention (flash.go); loaded when flash is true
-	flash  bool
-	fns    map[string]cudadrv.Function
-	blas   *cudadrv.Blas
-	mu     sync.Mutex // guards nothing on the hot path; held by Close
-	closed bool
+	stream   cudadrv.Stream // compute
+	copyS    cudadrv.Stream // copies to and from pinned host memory
+	module   cudadrv.Module
+	flashM   cudadrv.Module // fused attention (flash.go); loaded when flash is true
+	flash    bool
+	conv     *convState // cuDNN and the convolution kernels (conv.go; nil without the cudnn tag)
+	fns      map[string]cudadrv.Function
+	bf16     bf16Kernels // bf16 instantiations, loaded on first use (bf16.go)
+	bf16Once sync.Once
+	blas     *cudadrv.Blas
+	mu       sync.Mutex // guards nothing on the hot path; held by Close
+	closed   bool
 
 	evMu   sync.Mutex      // guards evFree: fences are spent on any goroutine (fence.go)
 	evFree []cudadrv.Event // events of spent fences, recorded again by the next Fence
@@ -70,14 +73,6 @@ var (
 	_ tensor.Observable     = (*Device)(nil)
 	_ tensor.ComputeChecker = (*Device)(nil)
 )
-
-// CheckCompute refuses bf16: the kernels read f32 and f16 only (issue 32's stage 2 adds bf16).
-func (d *Device) CheckCompute(dt tensor.DType) error {
-	if dt == tensor.BF16 {
-		return fmt.Errorf("cuda: bf16 on CUDA is not implemented yet: use precision fp16 or fp32 on the GPU, or bf16 with --device cpu")
-	}
-	return nil
-}
 
 // cudaBuf is one cuMemAlloc block.
 type cudaBuf struct {
@@ -148,6 +143,9 @@ func New(ordinal int) (*Device, error) {
 	if err := d.loadFlash(); err != nil {
 		return nil, err
 	}
+	if err := d.initConv(); err != nil {
+		return nil, err
+	}
 	d.Pool = tensor.NewPool(d, d.rawAlloc, d.rawFree)
 	d.SetFreeOnCard(func() int64 { f, _ := d.MemInfo(); return f })
 	return d, nil
@@ -198,7 +196,9 @@ func (d *Device) Close() error {
 	d.enter()
 	defer d.leave()
 	d.blas.Destroy()
+	d.closeConv()
 	d.module.Unload()
+	d.closeBF16()
 	if d.flash {
 		d.flashM.Unload()
 	}
@@ -267,6 +267,10 @@ func (d *Device) Upload(dst *tensor.Tensor, src []float32) {
 		h := make([]uint16, len(src))
 		half.Encode(h, src)
 		d.htod(dst, unsafe.Pointer(&h[0]), dst.Bytes())
+	case tensor.BF16:
+		h := make([]uint16, len(src))
+		half.EncodeBF16(h, src)
+		d.htod(dst, unsafe.Pointer(&h[0]), dst.Bytes())
 	default:
 		panic(fmt.Sprintf("cuda: Upload into %s", dst))
 	}
@@ -311,6 +315,10 @@ func (d *Device) Download(dst []float32, src *tensor.Tensor) {
 		h := make([]uint16, src.Len())
 		d.dtoh(unsafe.Pointer(&h[0]), src)
 		half.Decode(dst, h)
+	case tensor.BF16:
+		h := make([]uint16, src.Len())
+		d.dtoh(unsafe.Pointer(&h[0]), src)
+		half.DecodeBF16(dst, h)
 	case tensor.I32:
 		v := make([]int32, src.Len())
 		d.dtoh(unsafe.Pointer(&v[0]), src)
@@ -415,7 +423,7 @@ func (d *Device) CopyFromPinned(dst *tensor.Tensor, src *Pinned, off int64) {
 // launch enqueues kernel name on the compute stream. Each argument is one 8-byte slot: pointers
 // from dptr, 32-bit values through i32/f32 helpers, 64-bit counts as uint64.
 func (d *Device) launch(name string, grid, block [3]int, shmem int, args ...uint64) {
-	f, ok := d.fns[name]
+	f, ok := d.fn(name)
 	if !ok {
 		panic(fmt.Sprintf("cuda: no kernel %q", name))
 	}

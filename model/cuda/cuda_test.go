@@ -16,7 +16,10 @@ import (
 
 // GPU tests: every operation on fresh random inputs against the CPU device, which is the
 // reference. Relative L2 error ≤ 1e-5 when every tensor is f32 (cuBLAS in FP32 without TF32),
-// ≤ 1e-2 when any is f16. Outputs are poisoned with NaN before each run, so an element the GPU
+// ≤ 1e-2 when any is f16, ≤ 2e-2 when any is bf16 (both devices round the same f32 values to 8
+// significant bits, so they differ only where f32 arithmetic in another order lands on the other
+// side of a rounding boundary: one bf16 unit, 2⁻⁸ relative, on few elements; 2e-2 is about five
+// such units on every element, and a wrong conversion is off by far more). Outputs are poisoned with NaN before each run, so an element the GPU
 // does not write fails; accumulating outputs start from the same random values on both devices.
 
 var (
@@ -101,12 +104,7 @@ func cuRunCase(t *testing.T, g *Device, c cuOpCase, seed uint64) {
 	outG := c.run(mg)
 	for i := range outC {
 		want, got := tensor.ToHost(outC[i]), tensor.ToHost(outG[i])
-		tol := 1e-5
-		for _, a := range mg.allocs {
-			if a.DType() == tensor.F16 {
-				tol = 1e-2
-			}
-		}
+		tol := cuTol(mg.allocs)
 		var num, den float64
 		for j := range want {
 			d := float64(got[j]) - float64(want[j])
@@ -129,8 +127,23 @@ func cuRunCase(t *testing.T, g *Device, c cuOpCase, seed uint64) {
 	mg.free()
 }
 
+// cuTol is the relative L2 tolerance for a case that allocated ts (see the top of the file).
+func cuTol(ts []*tensor.Tensor) float64 {
+	tol := 1e-5
+	for _, a := range ts {
+		switch a.DType() {
+		case tensor.F16:
+			tol = max(tol, 1e-2)
+		case tensor.BF16:
+			tol = max(tol, 2e-2)
+		}
+	}
+	return tol
+}
+
 // dtype cuMixes: (input, output)
-var cuMixes = [][2]tensor.DType{{tensor.F32, tensor.F32}, {tensor.F16, tensor.F16}, {tensor.F16, tensor.F32}, {tensor.F32, tensor.F16}}
+var cuMixes = [][2]tensor.DType{{tensor.F32, tensor.F32}, {tensor.F16, tensor.F16}, {tensor.F16, tensor.F32}, {tensor.F32, tensor.F16},
+	{tensor.BF16, tensor.BF16}, {tensor.BF16, tensor.F32}, {tensor.F32, tensor.BF16}}
 
 func cuMixName(m [2]tensor.DType) string { return fmt.Sprintf("%s→%s", m[0], m[1]) }
 
@@ -364,13 +377,14 @@ func cuOpCases() []cuOpCase {
 		m.dev.UnscaleCheck(x2, 1.0/1024, found2)
 		return []*tensor.Tensor{x, found, found2}
 	})
-	for _, half := range []bool{false, true} {
-		add(fmt.Sprintf("AdamW/half=%v", half), func(m *cuMaker) []*tensor.Tensor {
+	for _, hdt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} { // F32: no half copy
+		half := hdt != tensor.F32
+		add(fmt.Sprintf("AdamW/half=%v", cuHalfName(hdt)), func(m *cuMaker) []*tensor.Tensor {
 			p, g, mo, sq := m.acc(tensor.F32, 10007), m.in(tensor.F32, 10007), m.acc(tensor.F32, 10007), m.in(tensor.F32, 10007)
 			m.dev.ReLU(sq, sq) // the second moment is ≥ 0
 			var h *tensor.Tensor
 			if half {
-				h = m.out(tensor.F16, 10007)
+				h = m.out(hdt, 10007)
 			}
 			a := tensor.AdamWArgs{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, BiasCorr1: 0.1, BiasCorr2: 0.05}
 			m.dev.AdamW(p, g, mo, sq, h, a)
@@ -382,16 +396,41 @@ func cuOpCases() []cuOpCase {
 		})
 	}
 	for _, nest := range []bool{false, true} {
-		add(fmt.Sprintf("SGD/nesterov=%v", nest), func(m *cuMaker) []*tensor.Tensor {
+		hdt := tensor.F16
+		if nest {
+			hdt = tensor.BF16
+		}
+		add(fmt.Sprintf("SGD/nesterov=%v/half=%s", nest, hdt), func(m *cuMaker) []*tensor.Tensor {
 			p, g, mom := m.acc(tensor.F32, 10007), m.in(tensor.F32, 10007), m.acc(tensor.F32, 10007)
-			h := m.out(tensor.F16, 10007)
+			h := m.out(hdt, 10007)
 			m.dev.SGD(p, g, mom, h, tensor.SGDArgs{LR: 0.1, Momentum: 0.9, WeightDecay: 1e-4, Nesterov: nest})
 			p2 := m.acc(tensor.F32, 100)
 			m.dev.SGD(p2, m.in(tensor.F32, 100), nil, nil, tensor.SGDArgs{LR: 0.1})
 			return []*tensor.Tensor{p, mom, h, p2}
 		})
 	}
+	for _, mx := range [][2]tensor.DType{{tensor.F16, tensor.BF16}, {tensor.BF16, tensor.F16}} {
+		add("Copy/"+cuMixName(mx), func(m *cuMaker) []*tensor.Tensor { // no module holds both: through f32
+			x, y := m.in(mx[0], 3, 1000), m.out(mx[1], 3000)
+			m.dev.Copy(y, x)
+			return []*tensor.Tensor{y}
+		})
+	}
+	add("MatMul/bf16·f16", func(m *cuMaker) []*tensor.Tensor {
+		a, b := m.in(tensor.BF16, 33, 65), m.in(tensor.F16, 65, 17)
+		c, c2 := m.out(tensor.BF16, 33, 17), m.out(tensor.F16, 33, 17)
+		m.dev.MatMul(c, a, b, false, false, 1, 0)
+		m.dev.MatMul(c2, a, a.View(0, 65, 17), false, false, 1, 0) // bf16·bf16 into f16
+		return []*tensor.Tensor{c, c2}
+	})
 	return cs
+}
+
+func cuHalfName(dt tensor.DType) string {
+	if dt == tensor.F32 {
+		return "none"
+	}
+	return dt.String()
 }
 
 func TestCUDA_opsMatchCPU(t *testing.T) {

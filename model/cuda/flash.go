@@ -10,7 +10,7 @@ import (
 	"github.com/goddp/goddp/model/tensor"
 )
 
-// Fused causal attention on the GPU (kernels in flash_kernels.go): head size 64, f16, compute
+// Fused causal attention on the GPU (kernels in flash_kernels.go): head size 64, f16 or bf16, compute
 // capability 8.0 or later (mma.sync). GODDP_FLASH=0 in the environment turns the fused path off
 // (FlashAttentionFast is then false, so layers choosing automatically materialise the scores).
 
@@ -38,19 +38,32 @@ func (d *Device) loadFlash() error {
 	return nil
 }
 
+// FlashAttentionFast: head size 64 in f16, or in bf16 once the bf16 instantiation of the fused
+// kernels has loaded (bf16.go; asking compiles it).
 func (d *Device) FlashAttentionFast(hs int, dt tensor.DType) bool {
-	return d.flash && hs == 64 && dt == tensor.F16
+	if !d.flash || hs != 64 {
+		return false
+	}
+	switch dt {
+	case tensor.F16:
+		return true
+	case tensor.BF16:
+		_, err := d.bf16Fns()
+		return err == nil && d.bf16.flash
+	}
+	return false
 }
 
-// flashCheck panics unless the fused kernels apply to these tensors.
+// flashCheck panics unless the fused kernels apply to these tensors: all f16 or all bf16.
 func (d *Device) flashCheck(op string, hs int, ts ...*tensor.Tensor) {
-	if !d.FlashAttentionFast(hs, tensor.F16) {
-		panic(fmt.Sprintf("cuda: %s needs head size 64 on compute capability ≥ 8.0 (have head size %d, sm_%d%d, fused kernels loaded: %v)",
-			op, hs, d.major, d.minor, d.flash))
+	dt := ts[0].DType()
+	if !d.FlashAttentionFast(hs, dt) {
+		panic(fmt.Sprintf("cuda: %s needs head size 64 in f16 or bf16 on compute capability ≥ 8.0 (have head size %d, %s, sm_%d%d, fused kernels loaded: %v)",
+			op, hs, dt, d.major, d.minor, d.flash))
 	}
 	for _, t := range ts {
-		if t.DType() != tensor.F16 || dptr(t)%16 != 0 {
-			panic(fmt.Sprintf("cuda: %s wants 16-byte aligned f16 tensors, got %s", op, t))
+		if t.DType() != dt || dptr(t)%16 != 0 {
+			panic(fmt.Sprintf("cuda: %s wants 16-byte aligned tensors all of %s, got %s", op, dt, t))
 		}
 	}
 }
@@ -61,7 +74,7 @@ func (d *Device) FlashAttention(y, lse, qkv *tensor.Tensor, heads int, scale flo
 	if B*T == 0 {
 		return
 	}
-	d.launch("k_flash_fwd", [3]int{(T + 63) / 64, B * heads, 1}, [3]int{128, 1, 1}, 0,
+	d.launch(kn("k_flash_fwd", y, qkv), [3]int{(T + 63) / 64, B * heads, 1}, [3]int{128, 1, 1}, 0,
 		ptra(y), ptra(lse), ptra(qkv), i32a(T), i32a(heads), f32a(scale*math.Log2E))
 }
 
@@ -75,10 +88,10 @@ func (d *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, he
 		return
 	}
 	delta := d.Alloc(tensor.F32, "attn.flash.delta", B, heads, T)
-	d.launch1("k_flash_bwd_delta", B*T*heads, ptra(delta), ptra(dy), ptra(y), i32a(T), i32a(heads), u64a(uint64(B*T*heads)))
+	d.launch1(kn("k_flash_bwd_delta", dy, y), B*T*heads, ptra(delta), ptra(dy), ptra(y), i32a(T), i32a(heads), u64a(uint64(B*T*heads)))
 	grid := [3]int{(T + 63) / 64, B * heads, 1}
 	args := []uint64{ptra(dqkv), ptra(qkv), ptra(dy), ptra(lse), ptra(delta), i32a(T), i32a(heads), f32a(scale)}
-	d.launch("k_flash_bwd_dkdv", grid, [3]int{128, 1, 1}, 0, args...)
-	d.launch("k_flash_bwd_dq", grid, [3]int{128, 1, 1}, 0, args...)
+	d.launch(kn("k_flash_bwd_dkdv", dqkv, qkv), grid, [3]int{128, 1, 1}, 0, args...)
+	d.launch(kn("k_flash_bwd_dq", dqkv, qkv), grid, [3]int{128, 1, 1}, 0, args...)
 	d.Free(delta)
 }

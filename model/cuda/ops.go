@@ -39,7 +39,7 @@ func (d *Device) Fill(t *tensor.Tensor, v float32) {
 		must(cudadrv.MemsetD8Async(dptr(t), 0, t.Bytes(), d.stream))
 		return
 	}
-	d.launch1("k_fill", t.Len(), ptra(t), dta(t), u64a(uint64(t.Len())), f32a(v))
+	d.launch1(kn("k_fill", t), t.Len(), ptra(t), dta(t), u64a(uint64(t.Len())), f32a(v))
 }
 
 func (d *Device) Copy(dst, src *tensor.Tensor) {
@@ -54,26 +54,33 @@ func (d *Device) Copy(dst, src *tensor.Tensor) {
 		return
 	}
 	tensor.CheckFloat("Copy", dst, src)
-	if vec8(dst.Len(), dst, src) {
-		d.launch1("k_cast8", dst.Len()/8, ptra(dst), dta(dst), ptra(src), dta(src), i32a(dst.Len()/8))
+	if dst.DType().Half() && src.DType().Half() { // f16 ↔ bf16: no module holds both, go through f32
+		w := d.Alloc(tensor.F32, "cuda.copy.widen", src.Len())
+		d.Copy(w, src)
+		d.Copy(dst, w)
+		d.Free(w)
 		return
 	}
-	d.launch1("k_cast", dst.Len(), ptra(dst), dta(dst), ptra(src), dta(src), u64a(uint64(dst.Len())))
+	if vec8(dst.Len(), dst, src) {
+		d.launch1(kn("k_cast8", dst, src), dst.Len()/8, ptra(dst), dta(dst), ptra(src), dta(src), i32a(dst.Len()/8))
+		return
+	}
+	d.launch1(kn("k_cast", dst, src), dst.Len(), ptra(dst), dta(dst), ptra(src), dta(src), u64a(uint64(dst.Len())))
 }
 
 func (d *Device) RandNormal(t *tensor.Tensor, std float32, seed uint64) {
 	tensor.CheckFloat("RandNormal", t)
 	if t.Len() > 0 {
-		d.launch1("k_randnormal", t.Len(), ptra(t), dta(t), u64a(uint64(t.Len())), f32a(std), seed)
+		d.launch1(kn("k_randnormal", t), t.Len(), ptra(t), dta(t), u64a(uint64(t.Len())), f32a(std), seed)
 	}
 }
 
 func (d *Device) Scale(t *tensor.Tensor, s float32) {
 	tensor.CheckFloat("Scale", t)
 	if vec8(t.Len(), t) {
-		d.launch1("k_scale8", t.Len()/8, ptra(t), dta(t), i32a(t.Len()/8), f32a(s))
+		d.launch1(kn("k_scale8", t), t.Len()/8, ptra(t), dta(t), i32a(t.Len()/8), f32a(s))
 	} else if t.Len() > 0 {
-		d.launch1("k_scale", t.Len(), ptra(t), dta(t), u64a(uint64(t.Len())), f32a(s))
+		d.launch1(kn("k_scale", t), t.Len(), ptra(t), dta(t), u64a(uint64(t.Len())), f32a(s))
 	}
 }
 
@@ -81,9 +88,9 @@ func (d *Device) Axpy(y *tensor.Tensor, alpha float32, x *tensor.Tensor) {
 	tensor.CheckLen("Axpy", y, x)
 	tensor.CheckFloat("Axpy", y, x)
 	if vec8(y.Len(), y, x) {
-		d.launch1("k_axpy8", y.Len()/8, ptra(y), dta(y), ptra(x), dta(x), i32a(y.Len()/8), f32a(alpha))
+		d.launch1(kn("k_axpy8", y, x), y.Len()/8, ptra(y), dta(y), ptra(x), dta(x), i32a(y.Len()/8), f32a(alpha))
 	} else if y.Len() > 0 {
-		d.launch1("k_axpy", y.Len(), ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.Len())), f32a(alpha))
+		d.launch1(kn("k_axpy", y, x), y.Len(), ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.Len())), f32a(alpha))
 	}
 }
 
@@ -91,9 +98,9 @@ func (d *Device) Add(out, a, b *tensor.Tensor) {
 	tensor.CheckLen("Add", out, a, b)
 	tensor.CheckFloat("Add", out, a, b)
 	if vec8(out.Len(), out, a, b) {
-		d.launch1("k_add8", out.Len()/8, ptra(out), dta(out), ptra(a), dta(a), ptra(b), dta(b), i32a(out.Len()/8))
+		d.launch1(kn("k_add8", out, a, b), out.Len()/8, ptra(out), dta(out), ptra(a), dta(a), ptra(b), dta(b), i32a(out.Len()/8))
 	} else if out.Len() > 0 {
-		d.launch1("k_add", out.Len(), ptra(out), dta(out), ptra(a), dta(a), ptra(b), dta(b), u64a(uint64(out.Len())))
+		d.launch1(kn("k_add", out, a, b), out.Len(), ptra(out), dta(out), ptra(a), dta(a), ptra(b), dta(b), u64a(uint64(out.Len())))
 	}
 }
 
@@ -106,9 +113,9 @@ func (d *Device) AddBias(y, bias *tensor.Tensor) {
 	}
 	tensor.CheckFloat("AddBias", y, bias)
 	if cols%8 == 0 && vec8(y.Len(), y, bias) {
-		d.launch1("k_addbias8", y.Len()/8, ptra(y), dta(y), ptra(bias), dta(bias), i32a(y.Len()/8), i32a(cols))
+		d.launch1(kn("k_addbias8", y, bias), y.Len()/8, ptra(y), dta(y), ptra(bias), dta(bias), i32a(y.Len()/8), i32a(cols))
 	} else if y.Len() > 0 {
-		d.launch1("k_addbias", y.Len(), ptra(y), dta(y), ptra(bias), dta(bias), u64a(uint64(y.Len())), i32a(cols))
+		d.launch1(kn("k_addbias", y, bias), y.Len(), ptra(y), dta(y), ptra(bias), dta(bias), u64a(uint64(y.Len())), i32a(cols))
 	}
 }
 
@@ -134,8 +141,8 @@ func (d *Device) colSum(out, x *tensor.Tensor, r, cols int) {
 		rowsPer = 1
 	}
 	part := d.scratch(parts * cols)
-	d.launch("k_colsum_part", [3]int{cb, parts, 1}, [3]int{32, 8, 1}, 0, ptra(part), ptra(x), dta(x), i32a(r), i32a(cols), i32a(rowsPer))
-	d.launch1("k_colsum_finish", cols, ptra(out), dta(out), ptra(part), i32a(parts), i32a(cols), u64a(uint64(cols)))
+	d.launch(kn("k_colsum_part", x), [3]int{cb, parts, 1}, [3]int{32, 8, 1}, 0, ptra(part), ptra(x), dta(x), i32a(r), i32a(cols), i32a(rowsPer))
+	d.launch1(kn("k_colsum_finish", out), cols, ptra(out), dta(out), ptra(part), i32a(parts), i32a(cols), u64a(uint64(cols)))
 	d.Free(part)
 }
 
@@ -145,7 +152,7 @@ func (d *Device) ReLU(y, x *tensor.Tensor) {
 	tensor.CheckLen("ReLU", y, x)
 	tensor.CheckFloat("ReLU", y, x)
 	if y.Len() > 0 {
-		d.launch1("k_relu", y.Len(), ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.Len())))
+		d.launch1(kn("k_relu", y, x), y.Len(), ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.Len())))
 	}
 }
 
@@ -153,7 +160,7 @@ func (d *Device) ReLUBackward(dx, dy, y *tensor.Tensor) {
 	tensor.CheckLen("ReLUBackward", dx, dy, y)
 	tensor.CheckFloat("ReLUBackward", dx, dy, y)
 	if dx.Len() > 0 {
-		d.launch1("k_relu_bwd", dx.Len(), ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(y), dta(y), u64a(uint64(dx.Len())))
+		d.launch1(kn("k_relu_bwd", dx, dy, y), dx.Len(), ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(y), dta(y), u64a(uint64(dx.Len())))
 	}
 }
 
@@ -161,9 +168,9 @@ func (d *Device) GELU(y, x *tensor.Tensor) {
 	tensor.CheckLen("GELU", y, x)
 	tensor.CheckFloat("GELU", y, x)
 	if vec8(y.Len(), y, x) {
-		d.launch1("k_gelu8", y.Len()/8, ptra(y), dta(y), ptra(x), dta(x), i32a(y.Len()/8))
+		d.launch1(kn("k_gelu8", y, x), y.Len()/8, ptra(y), dta(y), ptra(x), dta(x), i32a(y.Len()/8))
 	} else if y.Len() > 0 {
-		d.launch1("k_gelu", y.Len(), ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.Len())))
+		d.launch1(kn("k_gelu", y, x), y.Len(), ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.Len())))
 	}
 }
 
@@ -171,9 +178,9 @@ func (d *Device) GELUBackward(dx, dy, x *tensor.Tensor) {
 	tensor.CheckLen("GELUBackward", dx, dy, x)
 	tensor.CheckFloat("GELUBackward", dx, dy, x)
 	if vec8(dx.Len(), dx, dy, x) {
-		d.launch1("k_gelu_bwd8", dx.Len()/8, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(x), dta(x), i32a(dx.Len()/8))
+		d.launch1(kn("k_gelu_bwd8", dx, dy, x), dx.Len()/8, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(x), dta(x), i32a(dx.Len()/8))
 	} else if dx.Len() > 0 {
-		d.launch1("k_gelu_bwd", dx.Len(), ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(x), dta(x), u64a(uint64(dx.Len())))
+		d.launch1(kn("k_gelu_bwd", dx, dy, x), dx.Len(), ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(x), dta(x), u64a(uint64(dx.Len())))
 	}
 }
 
@@ -181,7 +188,7 @@ func (d *Device) Dropout(y, x *tensor.Tensor, p float32, seed uint64) {
 	tensor.CheckLen("Dropout", y, x)
 	tensor.CheckFloat("Dropout", y, x)
 	if y.Len() > 0 {
-		d.launch1("k_dropout", y.Len(), ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.Len())), f32a(p), seed)
+		d.launch1(kn("k_dropout", y, x), y.Len(), ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.Len())), f32a(p), seed)
 	}
 }
 
@@ -206,7 +213,7 @@ func (d *Device) LayerNorm(y, mean, rstd, x, w, b *tensor.Tensor, eps float32) {
 	if r == 0 {
 		return
 	}
-	d.warpRows("k_layernorm", r, ptra(y), dta(y), ptra(mean), ptra(rstd), ptra(x), dta(x), ptra(w), dta(w), ptra(b), dta(b),
+	d.warpRows(kn("k_layernorm", y, x, w, b), r, ptra(y), dta(y), ptra(mean), ptra(rstd), ptra(x), dta(x), ptra(w), dta(w), ptra(b), dta(b),
 		i32a(r), i32a(cols), f32a(eps))
 }
 
@@ -226,16 +233,16 @@ func (d *Device) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tens
 	}
 	if k := cols / 256; cols%256 == 0 && k <= 4 && vec8(8, dx, dy, x, w) {
 		// 8-wide: dx by a warp per row, dw and db by columns; no atomics.
-		d.warpRows(fmt.Sprintf("k_ln_bwd_dx8_%d", k), r, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(x), dta(x), ptra(w), dta(w),
+		d.warpRows(kn(fmt.Sprintf("k_ln_bwd_dx8_%d", k), dx, dy, x, w), r, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(x), dta(x), ptra(w), dta(w),
 			ptra(mean), ptra(rstd), i32a(r), i32a(cols))
 		cb := (cols/8 + 31) / 32
 		parts := max(1, min((r+63)/64, (d.sms*8+cb-1)/cb))
 		rowsPer := (r + parts - 1) / parts
 		part := d.scratch(parts * 2 * cols)
-		d.launch("k_ln_dwdb8", [3]int{cb, parts, 1}, [3]int{32, 8, 1}, 0, ptra(part), ptra(dy), dta(dy), ptra(x), dta(x),
+		d.launch(kn("k_ln_dwdb8", dy, x), [3]int{cb, parts, 1}, [3]int{32, 8, 1}, 0, ptra(part), ptra(dy), dta(dy), ptra(x), dta(x),
 			ptra(mean), ptra(rstd), i32a(r), i32a(cols), i32a(rowsPer))
-		d.launch1("k_colsum_finish", cols, ptra(dw), dta(dw), ptra(part), i32a(parts), i32a(cols), u64a(uint64(2*cols)))
-		d.launch1("k_colsum_finish", cols, ptra(db), dta(db), ptra(part)+uint64(4*cols), i32a(parts), i32a(cols), u64a(uint64(2*cols)))
+		d.launch1(kn("k_colsum_finish", dw), cols, ptra(dw), dta(dw), ptra(part), i32a(parts), i32a(cols), u64a(uint64(2*cols)))
+		d.launch1(kn("k_colsum_finish", db), cols, ptra(db), dta(db), ptra(part)+uint64(4*cols), i32a(parts), i32a(cols), u64a(uint64(2*cols)))
 		d.Free(part)
 		return
 	}
@@ -250,11 +257,11 @@ func (d *Device) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tens
 	case cols <= 1024:
 		kern = "k_layernorm_bwd_r32"
 	}
-	d.launch(kern, [3]int{blocks, 1, 1}, [3]int{256, 1, 1}, shmem, ptra(dx), dta(dx), ptra(part),
+	d.launch(kn(kern, dx, dy, x, w), [3]int{blocks, 1, 1}, [3]int{256, 1, 1}, shmem, ptra(dx), dta(dx), ptra(part),
 		ptra(dy), dta(dy), ptra(x), dta(x), ptra(w), dta(w), ptra(mean), ptra(rstd), i32a(r), i32a(cols))
 	// dw from the first half of each block's partials, db from the second.
-	d.launch1("k_colsum_finish", cols, ptra(dw), dta(dw), ptra(part), i32a(blocks), i32a(cols), u64a(uint64(2*cols)))
-	d.launch1("k_colsum_finish", cols, ptra(db), dta(db), ptra(part)+uint64(4*cols), i32a(blocks), i32a(cols), u64a(uint64(2*cols)))
+	d.launch1(kn("k_colsum_finish", dw), cols, ptra(dw), dta(dw), ptra(part), i32a(blocks), i32a(cols), u64a(uint64(2*cols)))
+	d.launch1(kn("k_colsum_finish", db), cols, ptra(db), dta(db), ptra(part)+uint64(4*cols), i32a(blocks), i32a(cols), u64a(uint64(2*cols)))
 	d.Free(part)
 }
 
@@ -274,7 +281,7 @@ func (d *Device) Embedding(out, ids, wte, wpe *tensor.Tensor) {
 	}
 	tensor.CheckFloat("Embedding", out, wte)
 	if out.Len() > 0 {
-		d.launch1("k_embedding", out.Len(), ptra(out), dta(out), ptra(ids), ptra(wte), dta(wte), wp, wdt,
+		d.launch1(kn("k_embedding", out, wte, wpe), out.Len(), ptra(out), dta(out), ptra(ids), ptra(wte), dta(wte), wp, wdt,
 			u64a(uint64(out.Len())), i32a(tt), i32a(cols), i32a(wte.Rows()))
 	}
 }
@@ -288,12 +295,12 @@ func (d *Device) EmbeddingBackward(dwte, dwpe, dout, ids *tensor.Tensor) {
 	if dout.Len() == 0 {
 		return
 	}
-	d.launch1("k_embedding_bwd_wte", dout.Len(), ptra(dwte), dta(dwte), ptra(dout), dta(dout), ptra(ids), u64a(uint64(dout.Len())), i32a(cols))
+	d.launch1(kn("k_embedding_bwd_wte", dwte, dout), dout.Len(), ptra(dwte), dta(dwte), ptra(dout), dta(dout), ptra(ids), u64a(uint64(dout.Len())), i32a(cols))
 	if dwpe != nil {
 		if dwpe.Rows() < tt || dwpe.Cols() != cols {
 			panic(fmt.Sprintf("cuda: EmbeddingBackward: dwpe %s too small for T=%d", dwpe, tt))
 		}
-		d.launch1("k_embedding_bwd_wpe", tt*cols, ptra(dwpe), dta(dwpe), ptra(dout), dta(dout), i32a(bb), i32a(tt), i32a(cols))
+		d.launch1(kn("k_embedding_bwd_wpe", dwpe, dout), tt*cols, ptra(dwpe), dta(dwpe), ptra(dout), dta(dout), i32a(bb), i32a(tt), i32a(cols))
 	}
 }
 
@@ -314,10 +321,10 @@ func (d *Device) Softmax(y, x *tensor.Tensor, scale float32, causal bool) {
 		c = 1
 	}
 	if k := cols / 256; cols%256 == 0 && (k == 1 || k == 2 || k == 4 || k == 8) && vec8(8, y, x) {
-		d.warpRows(fmt.Sprintf("k_softmax8_%d", k), r, ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(r)), i32a(cols), f32a(scale), i32a(c))
+		d.warpRows(kn(fmt.Sprintf("k_softmax8_%d", k), y, x), r, ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(r)), i32a(cols), f32a(scale), i32a(c))
 		return
 	}
-	d.warpRows("k_softmax", r, ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(r)), i32a(cols), f32a(scale), i32a(c))
+	d.warpRows(kn("k_softmax", y, x), r, ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(r)), i32a(cols), f32a(scale), i32a(c))
 }
 
 func (d *Device) SoftmaxBackward(dx, dy, y *tensor.Tensor, scale float32) {
@@ -328,20 +335,20 @@ func (d *Device) SoftmaxBackward(dx, dy, y *tensor.Tensor, scale float32) {
 		return
 	}
 	if k := cols / 256; cols%256 == 0 && (k == 1 || k == 2 || k == 4 || k == 8) && vec8(8, dx, dy, y) {
-		d.warpRows(fmt.Sprintf("k_softmax_bwd8_%d", k), r, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(y), dta(y), u64a(uint64(r)), i32a(cols), f32a(scale))
+		d.warpRows(kn(fmt.Sprintf("k_softmax_bwd8_%d", k), dx, dy, y), r, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(y), dta(y), u64a(uint64(r)), i32a(cols), f32a(scale))
 		return
 	}
-	d.warpRows("k_softmax_bwd", r, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(y), dta(y), u64a(uint64(r)), i32a(cols), f32a(scale))
+	d.warpRows(kn("k_softmax_bwd", dx, dy, y), r, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(y), dta(y), u64a(uint64(r)), i32a(cols), f32a(scale))
 }
 
 func (d *Device) SplitQKV(q, k, v, qkv *tensor.Tensor) {
 	_, h, t, hs := tensor.QKVDims("SplitQKV", q, k, v, qkv)
 	tensor.CheckFloat("SplitQKV", q, k, v, qkv)
 	if hs%8 == 0 && vec8(qkv.Len(), qkv, q, k, v) {
-		d.launch1("k_qkv8", qkv.Len()/8, ptra(qkv), dta(qkv), ptra(q), dta(q), ptra(k), dta(k), ptra(v), dta(v),
+		d.launch1(kn("k_qkv8", qkv, q, k, v), qkv.Len()/8, ptra(qkv), dta(qkv), ptra(q), dta(q), ptra(k), dta(k), ptra(v), dta(v),
 			i32a(qkv.Len()/8), i32a(t), i32a(h), i32a(hs), i32a(0))
 	} else if qkv.Len() > 0 {
-		d.launch1("k_qkv", qkv.Len(), ptra(qkv), dta(qkv), ptra(q), dta(q), ptra(k), dta(k), ptra(v), dta(v),
+		d.launch1(kn("k_qkv", qkv, q, k, v), qkv.Len(), ptra(qkv), dta(qkv), ptra(q), dta(q), ptra(k), dta(k), ptra(v), dta(v),
 			u64a(uint64(qkv.Len())), i32a(t), i32a(h), i32a(hs), i32a(0))
 	}
 }
@@ -350,10 +357,10 @@ func (d *Device) MergeQKV(dqkv, dq, dk, dv *tensor.Tensor) {
 	_, h, t, hs := tensor.QKVDims("MergeQKV", dq, dk, dv, dqkv)
 	tensor.CheckFloat("MergeQKV", dqkv, dq, dk, dv)
 	if hs%8 == 0 && vec8(dqkv.Len(), dqkv, dq, dk, dv) {
-		d.launch1("k_qkv8", dqkv.Len()/8, ptra(dqkv), dta(dqkv), ptra(dq), dta(dq), ptra(dk), dta(dk), ptra(dv), dta(dv),
+		d.launch1(kn("k_qkv8", dqkv, dq, dk, dv), dqkv.Len()/8, ptra(dqkv), dta(dqkv), ptra(dq), dta(dq), ptra(dk), dta(dk), ptra(dv), dta(dv),
 			i32a(dqkv.Len()/8), i32a(t), i32a(h), i32a(hs), i32a(1))
 	} else if dqkv.Len() > 0 {
-		d.launch1("k_qkv", dqkv.Len(), ptra(dqkv), dta(dqkv), ptra(dq), dta(dq), ptra(dk), dta(dk), ptra(dv), dta(dv),
+		d.launch1(kn("k_qkv", dqkv, dq, dk, dv), dqkv.Len(), ptra(dqkv), dta(dqkv), ptra(dq), dta(dq), ptra(dk), dta(dk), ptra(dv), dta(dv),
 			u64a(uint64(dqkv.Len())), i32a(t), i32a(h), i32a(hs), i32a(1))
 	}
 }
@@ -368,9 +375,9 @@ func (d *Device) Permute0213(dst, src *tensor.Tensor) {
 	}
 	tensor.CheckFloat("Permute0213", dst, src)
 	if dd%8 == 0 && vec8(dst.Len(), dst, src) {
-		d.launch1("k_permute0213_8", dst.Len()/8, ptra(dst), dta(dst), ptra(src), dta(src), i32a(dst.Len()/8), i32a(b), i32a(cc), i32a(dd))
+		d.launch1(kn("k_permute0213_8", dst, src), dst.Len()/8, ptra(dst), dta(dst), ptra(src), dta(src), i32a(dst.Len()/8), i32a(b), i32a(cc), i32a(dd))
 	} else if dst.Len() > 0 {
-		d.launch1("k_permute0213", dst.Len(), ptra(dst), dta(dst), ptra(src), dta(src), u64a(uint64(dst.Len())), i32a(b), i32a(cc), i32a(dd))
+		d.launch1(kn("k_permute0213", dst, src), dst.Len(), ptra(dst), dta(dst), ptra(src), dta(src), u64a(uint64(dst.Len())), i32a(b), i32a(cc), i32a(dd))
 	}
 }
 
@@ -383,7 +390,7 @@ func (d *Device) CrossEntropy(losses, logits, targets *tensor.Tensor) {
 	}
 	tensor.CheckFloat("CrossEntropy", logits)
 	if r > 0 {
-		d.launch("k_xent", [3]int{r, 1, 1}, [3]int{512, 1, 1}, 0, ptra(losses), nilPtr, 0, ptra(logits), dta(logits),
+		d.launch(kn("k_xent", logits), [3]int{r, 1, 1}, [3]int{512, 1, 1}, 0, ptra(losses), nilPtr, 0, ptra(logits), dta(logits),
 			ptra(targets), i32a(v), f32a(0), i32a(0), vecArg(v%8 == 0 && vec8(8, logits)))
 	}
 }
@@ -396,7 +403,7 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, targets *tensor.Tensor, s
 	}
 	tensor.CheckFloat("CrossEntropyBackward", dlogits, logits)
 	if r > 0 {
-		d.launch("k_xent", [3]int{r, 1, 1}, [3]int{512, 1, 1}, 0, nilPtr, ptra(dlogits), dta(dlogits), ptra(logits), dta(logits),
+		d.launch(kn("k_xent", dlogits, logits), [3]int{r, 1, 1}, [3]int{512, 1, 1}, 0, nilPtr, ptra(dlogits), dta(dlogits), ptra(logits), dta(logits),
 			ptra(targets), i32a(v), f32a(scale), i32a(1), vecArg(v%8 == 0 && vec8(8, logits, dlogits)))
 	}
 }
@@ -408,7 +415,7 @@ func (d *Device) ArgMax(out, x *tensor.Tensor) {
 	}
 	tensor.CheckFloat("ArgMax", x)
 	if r > 0 {
-		d.launch("k_argmax", [3]int{r, 1, 1}, [3]int{256, 1, 1}, 0, ptra(out), ptra(x), dta(x), i32a(cols))
+		d.launch(kn("k_argmax", x), [3]int{r, 1, 1}, [3]int{256, 1, 1}, 0, ptra(out), ptra(x), dta(x), i32a(cols))
 	}
 }
 
@@ -424,7 +431,7 @@ func (d *Device) sum(out, x *tensor.Tensor, sq int) {
 	}
 	blocks := max(1, min((x.Len()+1023)/1024, d.sms*4))
 	part := d.scratch(2 * blocks) // doubles
-	d.launch("k_sum_part", [3]int{blocks, 1, 1}, [3]int{256, 1, 1}, 0, ptra(part), ptra(x), dta(x), u64a(uint64(x.Len())), i32a(sq))
+	d.launch(kn("k_sum_part", x), [3]int{blocks, 1, 1}, [3]int{256, 1, 1}, 0, ptra(part), ptra(x), dta(x), u64a(uint64(x.Len())), i32a(sq))
 	d.launch("k_sum_finish", [3]int{1, 1, 1}, [3]int{256, 1, 1}, 0, ptra(out), ptra(part), i32a(blocks))
 	d.Free(part)
 }
@@ -438,7 +445,7 @@ func (d *Device) UnscaleCheck(x *tensor.Tensor, inv float32, found *tensor.Tenso
 		panic(fmt.Sprintf("cuda: UnscaleCheck: found %s", found))
 	}
 	if x.Len() > 0 {
-		d.launch1("k_unscale", x.Len(), ptra(x), dta(x), u64a(uint64(x.Len())), f32a(inv), ptra(found))
+		d.launch1(kn("k_unscale", x), x.Len(), ptra(x), dta(x), u64a(uint64(x.Len())), f32a(inv), ptra(found))
 	}
 }
 
@@ -456,13 +463,13 @@ func (d *Device) AdamW(p, g, m, v, half *tensor.Tensor, a tensor.AdamWArgs) {
 	hp := nilPtr
 	if half != nil {
 		tensor.CheckLen("AdamW", p, half)
-		if half.DType() != tensor.F16 {
-			panic(fmt.Sprintf("cuda: AdamW: half copy %s is not f16", half))
+		if !half.DType().Half() {
+			panic(fmt.Sprintf("cuda: AdamW: half copy %s is not f16 or bf16", half))
 		}
 		hp = ptra(half)
 	}
 	if p.Len() > 0 {
-		d.launch1("k_adamw", p.Len(), ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.Len())),
+		d.launch1(kn("k_adamw", half), p.Len(), ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.Len())),
 			f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2))
 	}
 }
@@ -495,8 +502,8 @@ func (d *Device) AdamWRuns(p, g, m, v, half *tensor.Tensor, runs []tensor.AdamWR
 	hp := nilPtr
 	if half != nil {
 		tensor.CheckLen("AdamW", p, half)
-		if half.DType() != tensor.F16 {
-			panic(fmt.Sprintf("cuda: AdamW: half copy %s is not f16", half))
+		if !half.DType().Half() {
+			panic(fmt.Sprintf("cuda: AdamW: half copy %s is not f16 or bf16", half))
 		}
 		hp = ptra(half)
 	}
@@ -513,7 +520,7 @@ func (d *Device) AdamWRuns(p, g, m, v, half *tensor.Tensor, runs []tensor.AdamWR
 	if end != p.Len() || table == nil || table.DType() != tensor.I32 || table.Len() != 2*len(runs) {
 		panic(fmt.Sprintf("cuda: AdamWRuns: %d runs over %d elements, table %v, for %s", len(runs), end, table, p))
 	}
-	d.launch1("k_adamw_multi", p.Len(), ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.Len())), ptra(table), i32a(len(runs)),
+	d.launch1(kn("k_adamw_multi", half), p.Len(), ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.Len())), ptra(table), i32a(len(runs)),
 		f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2))
 }
 
@@ -536,7 +543,7 @@ func (d *Device) SGD(p, g, mom, half *tensor.Tensor, a tensor.SGDArgs) {
 		nest = 1
 	}
 	if p.Len() > 0 {
-		d.launch1("k_sgd", p.Len(), ptra(p), ptra(g), mp, hp, u64a(uint64(p.Len())), f32a(a.LR), f32a(a.Momentum), f32a(a.WeightDecay), i32a(nest))
+		d.launch1(kn("k_sgd", half), p.Len(), ptra(p), ptra(g), mp, hp, u64a(uint64(p.Len())), f32a(a.LR), f32a(a.Momentum), f32a(a.WeightDecay), i32a(nest))
 	}
 }
 

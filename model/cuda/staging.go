@@ -22,7 +22,7 @@ import (
 // Both side streams are the plan's own, so Device.Sync (which the trainer calls at the end of
 // backward) waits neither for the staging copies nor for communication.
 
-var _ tensor.GradStager = (*Device)(nil)
+var _ tensor.WireStager = (*Device)(nil)
 
 // pinnedBytes counts the staging plans' pinned memory per device (the Device struct has no field
 // for it; this file owns the ability).
@@ -58,6 +58,15 @@ type cudaStaging struct {
 // NewGradStaging allocates the packed f16 device buffer and the pinned host buffer for ranges,
 // the two streams and the events, and loads the cast and widen kernels.
 func (d *Device) NewGradStaging(grad *tensor.Tensor, ranges [][2]int) (tensor.GradStaging, error) {
+	return d.NewGradStagingWire(grad, ranges, tensor.F16)
+}
+
+// NewGradStagingWire is NewGradStaging in wire's 16-bit format: F16, or BF16 (the staging
+// kernels' bf16 instantiation, bf16.go; compute capability 8.0 and later).
+func (d *Device) NewGradStagingWire(grad *tensor.Tensor, ranges [][2]int, wire tensor.DType) (tensor.GradStaging, error) {
+	if !wire.Half() || (wire == tensor.BF16 && d.major < 8) {
+		return nil, fmt.Errorf("cuda: gradient staging in %s on sm_%d%d: want f16, or bf16 on compute capability 8.0 and later", wire, d.major, d.minor)
+	}
 	if grad.DType() != tensor.F32 {
 		return nil, fmt.Errorf("cuda: gradient staging of %s: want f32", grad)
 	}
@@ -70,7 +79,11 @@ func (d *Device) NewGradStaging(grad *tensor.Tensor, ranges [][2]int) (tensor.Gr
 		// Keep every bucket's start 16-byte aligned in the packed buffers (vector path).
 		s.total += (r[1] - r[0] + 7) &^ 7
 	}
-	ptx, err := compileCached(stagingKernelSource, []string{fmt.Sprintf("--gpu-architecture=compute_%d%d", d.major, d.minor), "-default-device", "--std=c++17"})
+	src, err := instantiate(stagingKernelSource, wire, bf16Swaps)
+	if err != nil {
+		return nil, err
+	}
+	ptx, err := compileCached(src, []string{fmt.Sprintf("--gpu-architecture=compute_%d%d", d.major, d.minor), "-default-device", "--std=c++17"})
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +93,11 @@ func (d *Device) NewGradStaging(grad *tensor.Tensor, ranges [][2]int) (tensor.Gr
 	}
 	s.pinned = pin
 	d.pinnedCounter().Add(pin.Bytes())
-	s.half = d.Alloc(tensor.F16, "ddp.staging.f16", s.total)
+	tag := "ddp.staging.f16"
+	if wire == tensor.BF16 {
+		tag = "ddp.staging.bf16"
+	}
+	s.half = d.Alloc(wire, tag, s.total)
 
 	d.enter()
 	defer d.leave()

@@ -11,7 +11,8 @@ package cuda
 //	k_stage_widen: dst f32 = src f16
 //
 // The cast multiplies in f32 and rounds once, exactly as the host path's encode (allreduce's
-// encodeF16 with scale), so the staged path sends the same half bits the host path would.
+// encodeF16 with scale), so the staged path sends the same half bits the host path would. For
+// `ddp.wire: bf16` the plan compiles the bf16 instantiation (bf16.go): f16 reads bf16 there.
 const stagingKernelSource = `
 typedef unsigned short half_t;
 typedef unsigned long long u64;

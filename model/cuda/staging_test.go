@@ -16,13 +16,28 @@ import (
 // exactly the bucket's range of the slab after Return and Finish, the rest untouched; twice, since
 // the buffers are reused. Ranges cover the vector path and unaligned starts.
 func TestCUDA_gradStaging(t *testing.T) {
+	for _, wire := range []tensor.DType{tensor.F16, tensor.BF16} {
+		t.Run(wire.String(), func(t *testing.T) { testGradStaging(t, wire) })
+	}
+}
+
+// testGradStaging: in wire (f16, or bf16 for `ddp.wire: bf16`), the staged bits are the host's
+// round-to-nearest-even of each value times the scale, and Return widens what the ring left.
+func testGradStaging(t *testing.T, wire tensor.DType) {
 	d := gpu(t)
+	if wire == tensor.BF16 && d.CheckCompute(tensor.BF16) != nil {
+		t.Skipf("no bf16 on %s", d.DeviceName())
+	}
+	f := half.F16
+	if wire == tensor.BF16 {
+		f = half.BF16
+	}
 	const n = 300007
 	ranges := [][2]int{{0, 3}, {3, 100003}, {100003, 100004}, {100010, 300007}}
 	before := d.PinnedBytes()
 	g := d.Alloc(tensor.F32, "grads", n)
 	defer d.Free(g)
-	s, err := d.NewGradStaging(g, ranges)
+	s, err := d.NewGradStagingWire(g, ranges, wire)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,13 +63,13 @@ func TestCUDA_gradStaging(t *testing.T) {
 				t.Fatalf("bucket %d: %d halves, want %d", i, len(h), rg[1]-rg[0])
 			}
 			for j, v := range h {
-				if e := half.FromFloat32(host[rg[0]+j] * scale); v != e {
-					t.Fatalf("round %d bucket %d element %d: staged %#04x, want %#04x (f16 of %g·%g)", round, i, j, v, e, host[rg[0]+j], scale)
+				if e := f.FromFloat32(host[rg[0]+j] * scale); v != e {
+					t.Fatalf("round %d bucket %d element %d: staged %#04x, want %#04x (%s of %g·%g)", round, i, j, v, e, f, host[rg[0]+j], scale)
 				}
 			}
 			for j := range h { // what the ring would leave: something else, so the copy back shows
-				h[j] = half.FromFloat32(float32(j%1000) - 500)
-				want[rg[0]+j] = half.ToFloat32(h[j])
+				h[j] = f.FromFloat32(float32(j%1000) - 500)
+				want[rg[0]+j] = f.ToFloat32(h[j])
 			}
 			s.Return(i)
 		}

@@ -12,7 +12,7 @@ type MemStats struct {
 	Allocated int64 // held by live tensors (rounded to the allocator's size classes)
 	Reserved  int64 // obtained from the system: allocated plus cached free blocks
 	Peak      int64 // highest Allocated since the start or the last ResetPeak
-	Limit     int64 // cap set by SetLimit (0 = none)
+	Limit     int64 // cap on Reserved set by SetLimit (0 = none)
 	Allocs    int64 // Alloc calls
 	Frees     int64 // Free calls
 	RawAllocs int64 // allocations the cache could not serve (system calls on the GPU)
@@ -173,15 +173,22 @@ func (p *Pool) SetFreeOnCard(f func() int64) { p.freeOnCard = f }
 // get returns a block of at least bytes, panicking with *OOMError when none can be had.
 func (p *Pool) get(bytes int64, tag string, dt DType, shape []int) Buffer {
 	class := SizeClass(bytes)
-	if p.stats.Limit > 0 && p.stats.Allocated+class > p.stats.Limit {
-		panic(p.oom(bytes, tag))
-	}
 	var b Buffer
 	if list := p.free[class]; len(list) > 0 {
 		b = list[len(list)-1]
 		p.free[class] = list[:len(list)-1]
 		p.stats.Cached -= class
 	} else {
+		// A budget bounds what is held from the device, as a card of that size would: the
+		// reserved bytes (allocated + cached). Over it, the cache goes back first and the
+		// allocation is tried once more, as PyTorch's caching allocator does before it reports
+		// out of memory.
+		if p.stats.Limit > 0 && p.stats.Reserved+class > p.stats.Limit {
+			p.EmptyCache()
+			if p.stats.Reserved+class > p.stats.Limit {
+				panic(p.oom(bytes, tag))
+			}
+		}
 		var err error
 		b, err = p.raw(class)
 		if err != nil { // the system is out: give back the cache and try once more

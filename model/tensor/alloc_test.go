@@ -86,3 +86,35 @@ func TestTensor_viewsAndShapes(t *testing.T) {
 	panics(t, "CheckLen of different sizes", "differ in size", func() { CheckLen("Add", x, v) })
 	panics(t, "CheckFloat of i32", "not a float tensor", func() { CheckFloat("ReLU", p.Alloc(I32, "ids", 3)) })
 }
+
+// A budget bounds the reserved bytes (allocated + cached), not only the allocated ones: an
+// allocation that would take the pool over it first gives the cache back and is retried (it
+// succeeds when the live blocks leave room), and fails only when the live blocks alone leave
+// none. Reserved never exceeds the budget.
+func TestPool_budgetBoundsReserved(t *testing.T) {
+	p := newTestPool()
+	const MiB = 1 << 20
+	p.SetLimit(4 * MiB)
+	a := p.Alloc(F32, "a", 2*MiB/4) // 2 MiB live
+	b := p.Alloc(F32, "b", MiB/4)   // 1 MiB live
+	p.Free(a)                       // 2 MiB cached: reserved 3 MiB
+	if s := p.Stats(); s.Reserved != 3*MiB || s.Cached != 2*MiB {
+		t.Fatalf("after freeing a: %+v", s)
+	}
+	// 2.5 MiB (a class of its own): allocated 1 + 2.5 ≤ 4, but reserved 3 + 2.5 > 4: the cached
+	// 2 MiB go back first, then it fits (reserved 3.5 MiB).
+	c := p.Alloc(F32, "c", 5*MiB/8)
+	if s := p.Stats(); s.Reserved != 1*MiB+SizeClass(5*MiB/2) || s.Cached != 0 || s.Reserved > s.Limit {
+		t.Fatalf("after c: %+v (want the cache given back and reserved within the budget)", s)
+	}
+	// The live blocks alone leave no room: out of memory, naming the budget.
+	err := CatchOOM(func() { p.Alloc(F32, "d", MiB/4) })
+	if !IsOOM(err) || !strings.Contains(err.Error(), "budget") {
+		t.Fatalf("over the budget with live blocks: %v", err)
+	}
+	p.Free(b)
+	p.Free(c)
+	if s := p.Stats(); s.Reserved > s.Limit || s.Allocated != 0 {
+		t.Fatalf("at the end: %+v", s)
+	}
+}

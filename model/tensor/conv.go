@@ -7,8 +7,13 @@ import "fmt"
 // pooling, each with its backward. It is not part of Device, so a device without it (the CUDA
 // device, for now) still builds; layers find it with AsConv, which says clearly what is missing.
 //
-// Layout: every image tensor is NCHW, row-major: x (N,C,H,W), element (n,c,h,w) at
-// ((n·C+c)·H+h)·W+w. A convolution's weight is (OC, C, KH, KW) as in PyTorch (groups 1).
+// Layout: an image tensor is NCHW or NHWC (Layout; a convolution's and a pool's in its ConvGeom,
+// the batch norms' and the global pool's as their first argument), row-major: NCHW x (N,C,H,W),
+// element (n,c,h,w) at ((n·C+c)·H+h)·W+w; NHWC x (N,H,W,C), element (n,c,h,w) at
+// ((n·H+h)·W+w)·C+c (channels last: what tensor-core convolutions read). Shapes below are
+// written NCHW; under NHWC every image tensor's shape is the same dimensions in NHWC order
+// (Layout.Shape). A convolution's weight is (OC, C, KH, KW) as in PyTorch (groups 1) in both
+// layouts: the parameters, checkpoints and exports do not depend on the layout.
 // Floating inputs may be f32 or f16 as for Device; statistics (mean, rstd, running mean and
 // variance) and parameter gradients are f32. The operations follow Device's contract (they may
 // run asynchronously; "accumulates" adds into the output).
@@ -26,23 +31,25 @@ type ConvDevice interface {
 	// with w, b (C) f32. When runMean and runVar (C) f32 are not nil they are updated with
 	// momentum: run = (1−momentum)·run + momentum·stat, the variance unbiased (N·H·W−1), as
 	// PyTorch does.
-	BatchNorm(y, mean, rstd, runMean, runVar, x, w, b *Tensor, eps, momentum float32)
+	BatchNorm(l Layout, y, mean, rstd, runMean, runVar, x, w, b *Tensor, eps, momentum float32)
 	// BatchNormInference: y = (x − runMean)/√(runVar+eps)·w + b (evaluation mode).
-	BatchNormInference(y, x, w, b, runMean, runVar *Tensor, eps float32)
+	BatchNormInference(l Layout, y, x, w, b, runMean, runVar *Tensor, eps float32)
 	// BatchNormBackward: dx (N,C,H,W) overwritten; dw, db (C) accumulate; from dy and the
 	// training forward's x, w, mean and rstd.
-	BatchNormBackward(dx, dw, db, dy, x, w, mean, rstd *Tensor)
+	BatchNormBackward(l Layout, dx, dw, db, dy, x, w, mean, rstd *Tensor)
 
 	// MaxPool2d: y (N,C,OH,OW) = max over each window of x (N,C,H,W) (padding never wins);
 	// arg (N,C,OH,OW) i32 gets the index within its (H,W) plane of the maximum, for the backward.
 	MaxPool2d(y, arg, x *Tensor, g ConvGeom)
-	// MaxPool2dBackward: dx (N,C,H,W) overwritten: dy routed to the forward's maxima.
-	MaxPool2dBackward(dx, dy, arg *Tensor)
+	// MaxPool2dBackward: dx (N,C,H,W) overwritten: dy routed to the forward's maxima; g is the
+	// forward's (a device may gather each input's gradient from the windows that cover it, in
+	// window order, so overlapping windows add in a fixed order without atomics).
+	MaxPool2dBackward(dx, dy, arg *Tensor, g ConvGeom)
 
 	// GlobalAvgPool: y (N,C) = mean of x (N,C,H,W) over H·W.
-	GlobalAvgPool(y, x *Tensor)
+	GlobalAvgPool(l Layout, y, x *Tensor)
 	// GlobalAvgPoolBackward: dx (N,C,H,W) = dy (N,C)/(H·W), overwritten.
-	GlobalAvgPoolBackward(dx, dy *Tensor)
+	GlobalAvgPoolBackward(l Layout, dx, dy *Tensor)
 }
 
 // SyncBatchNormDevice is the optional ability of a device to split training-mode batch
@@ -53,13 +60,13 @@ type ConvDevice interface {
 type SyncBatchNormDevice interface {
 	// BatchNormStats: mean (C) and variance (C) f32 get x's (N,C,H,W) per-channel mean and biased
 	// variance over N·H·W (two passes, accumulated in f64), as BatchNorm computes them.
-	BatchNormStats(mean, variance, x *Tensor)
+	BatchNormStats(l Layout, mean, variance, x *Tensor)
 	// BatchNormBackwardReduce: sdy (C) and sdyx (C) f32 are overwritten with Σdy and Σdy·x̂ over
 	// N·H·W, x̂ = (x − mean)·rstd; dw and db (C) accumulate sdyx and sdy (nil skips them).
-	BatchNormBackwardReduce(sdy, sdyx, dw, db, dy, x, mean, rstd *Tensor)
+	BatchNormBackwardReduce(l Layout, sdy, sdyx, dw, db, dy, x, mean, rstd *Tensor)
 	// BatchNormBackwardElemt: dx = w·rstd·(dy − sdy/count − x̂·sdyx/count), overwritten, with
 	// sdy, sdyx and count the reduction's over every process.
-	BatchNormBackwardElemt(dx, dy, x, w, mean, rstd, sdy, sdyx *Tensor, count int)
+	BatchNormBackwardElemt(l Layout, dx, dy, x, w, mean, rstd, sdy, sdyx *Tensor, count int)
 }
 
 // AsSyncBatchNorm returns dev's SyncBatchNormDevice, or an error naming the device.
@@ -75,6 +82,55 @@ func AsSyncBatchNorm(dev Device) (SyncBatchNormDevice, error) {
 type ConvGeom struct {
 	KH, KW      int
 	Stride, Pad int
+	Layout      Layout // of the input and output images (NCHW, the zero value, or NHWC)
+}
+
+// Layout is the order of an image tensor's axes in memory.
+type Layout uint8
+
+const (
+	NCHW Layout = iota // (N,C,H,W): PyTorch's default, the CPU's fast path
+	NHWC               // (N,H,W,C): channels last, what tensor-core convolutions read
+)
+
+func (l Layout) String() string {
+	switch l {
+	case NCHW:
+		return "nchw"
+	case NHWC:
+		return "nhwc"
+	}
+	return fmt.Sprintf("Layout(%d)", uint8(l))
+}
+
+// ParseLayout reads "nchw" or "nhwc".
+func ParseLayout(s string) (Layout, error) {
+	switch s {
+	case "nchw":
+		return NCHW, nil
+	case "nhwc":
+		return NHWC, nil
+	}
+	return 0, fmt.Errorf("tensor: layout %q: want nchw or nhwc", s)
+}
+
+// Shape is the 4-D shape of an image batch of n images of c channels, h×w, in layout l.
+func (l Layout) Shape(n, c, h, w int) []int {
+	if l == NHWC {
+		return []int{n, h, w, c}
+	}
+	return []int{n, c, h, w}
+}
+
+// Dims reads (N, C, H, W) from a 4-D image tensor's shape in layout l.
+func (l Layout) Dims(shape []int) (n, c, h, w int) {
+	if len(shape) != 4 {
+		panic(fmt.Sprintf("tensor: %s image shape %v is not 4-D", l, shape))
+	}
+	if l == NHWC {
+		return shape[0], shape[3], shape[1], shape[2]
+	}
+	return shape[0], shape[1], shape[2], shape[3]
 }
 
 // Out is the output size of an input size in (H or W) along a window side k.

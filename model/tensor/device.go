@@ -31,7 +31,9 @@ type Device interface {
 	Free(t *Tensor)
 	Stats() MemStats
 	ResetPeak()
-	// SetLimit caps allocated bytes (0 = no cap other than the hardware).
+	// SetLimit caps the bytes held from the device (reserved: allocated + cached, as a card of
+	// that size would; 0 = no cap other than the hardware). At the cap the cached blocks are
+	// given back and the allocation is retried before it fails, as PyTorch's caching allocator.
 	SetLimit(bytes int64)
 	// EmptyCache releases cached, unused blocks (reserved falls towards allocated).
 	EmptyCache()

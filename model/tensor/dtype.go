@@ -11,8 +11,8 @@ const (
 	I32              // int32: token ids, class labels
 	// BF16 is bfloat16 (the top 16 bits of a binary32, rounded to nearest even): safetensors
 	// files read and write it, and the CPU device stores it wherever it stores F16 (arithmetic in
-	// f32, as for F16), for precision bf16. The CUDA device does not compute in it yet
-	// (CheckCompute).
+	// f32, as for F16), for precision bf16. The CUDA device computes in it on compute capability
+	// 8.0 and later (its CheckCompute refuses older cards).
 	BF16
 )
 

@@ -78,7 +78,7 @@ type ModelConfig struct {
 	// conv, no pool: 28×28 MNIST), "" = small for inputs up to 64 pixels wide,
 	// else imagenet; the classes of the head (MNIST: 10). model.width is the
 	// first stage's channels (64 in the real ResNets), doubling per stage;
-	// model.checkpoint counts residual blocks. The layout is NCHW.
+	// model.checkpoint counts residual blocks.
 	Depth   int    `yaml:"depth,omitempty"`
 	Stem    string `yaml:"stem,omitempty"`
 	Classes int    `yaml:"classes,omitempty"`
@@ -90,6 +90,11 @@ type ModelConfig struct {
 	// start and, without sync, after every optimizer step (with sync every rank
 	// computes the same ones).
 	SyncBatchNorm bool `yaml:"sync_batchnorm,omitempty"`
+	// layout (resnet): nchw | nhwc, the activations' layout. nhwc is channels
+	// last, what the CUDA device's tensor-core convolutions read (not yet run on
+	// a GPU); on the CPU it is the nchw arithmetic between transposes (slower,
+	// the same numbers). "" = nchw. The parameters do not depend on it.
+	Layout string `yaml:"layout,omitempty"`
 	// checkpoint_keep_attention (GPT, with checkpoint): checkpointed blocks also
 	// keep the fused attention's output (B×T×width) and log-sum-exp, so the
 	// recompute skips the attention kernel (selective checkpointing: more

@@ -52,6 +52,7 @@ var notTrajectory = []struct {
 	{key: "train.eval_batches", why: "how much of the eval split an evaluation reads"},
 	{key: "train.memory_budget", why: "a cap on device memory (with micro_batch: auto the trajectory has micro_batch auto, not the size found)"},
 	{key: "model.checkpoint", why: "activation checkpointing recomputes the same activations (bit-identical on the CPU: model's TestCheckpoint_sameGradsLessMemory)"},
+	{key: "model.layout", why: "the activations' order in memory: the same network and parameters (on the CPU bit-identical: model's TestResNet_channelsLastIsTheSameNetwork)"},
 	{key: "model.checkpoint_keep_attention", why: "keeps a recomputation's input instead of recomputing it: the same numbers"},
 	{key: "metrics.listen", why: "where Prometheus metrics are served"},
 	{key: "model.init_from", why: "the weights of step 0, read once by rank 0 (a path, like data.path); a resume's checkpoint supersedes them, and state.json records init_from and the sha256 of the weights it gave"},

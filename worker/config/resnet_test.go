@@ -23,7 +23,7 @@ func TestValidate_resnet(t *testing.T) {
 	if err := resnetConfig(t).Validate(); err != nil {
 		t.Fatalf("a good resnet config: %v", err)
 	}
-	for _, s := range []string{"model.stem=small", "model.stem=imagenet", "model.depth=34", "model.depth=50", "model.sync_batchnorm=true"} {
+	for _, s := range []string{"model.stem=small", "model.stem=imagenet", "model.depth=34", "model.depth=50", "model.sync_batchnorm=true", "model.layout=nhwc", "model.layout=nchw"} {
 		if err := resnetConfig(t, s).Validate(); err != nil {
 			t.Errorf("%s: %v", s, err)
 		}
@@ -55,11 +55,12 @@ func TestValidate_resnet(t *testing.T) {
 		}
 	}
 	for kv, want := range map[string]string{
-		"model.depth=20":   "model.depth: 20: want 18, 34 or 50",
-		"model.stem=cifar": `model.stem: "cifar": want imagenet or small`,
-		"model.width=0":    "model.width: 0: want > 0",
-		"model.classes=7":  "model.classes: 7: MNIST has 10 classes",
-		"data.kind=text":   "text with model.kind resnet",
+		"model.depth=20":    "model.depth: 20: want 18, 34 or 50",
+		"model.stem=cifar":  `model.stem: "cifar": want imagenet or small`,
+		"model.layout=NHWC": `model.layout: "NHWC": want nchw or nhwc`,
+		"model.width=0":     "model.width: 0: want > 0",
+		"model.classes=7":   "model.classes: 7: MNIST has 10 classes",
+		"data.kind=text":    "text with model.kind resnet",
 	} {
 		err := resnetConfig(t, kv).Validate()
 		if err == nil || !strings.Contains(err.Error(), want) {

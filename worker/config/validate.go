@@ -104,6 +104,9 @@ func (c *Config) validateModel(p *problems) {
 		if m.Stem != "" && m.Stem != "imagenet" && m.Stem != "small" {
 			p.bad("model.stem", "%q: want imagenet or small (or leave it out: chosen by the input size)", m.Stem)
 		}
+		if m.Layout != "" && m.Layout != "nchw" && m.Layout != "nhwc" {
+			p.bad("model.layout", "%q: want nchw or nhwc (or leave it out: nchw)", m.Layout)
+		}
 		if m.Width <= 0 {
 			p.bad("model.width", "%d: want > 0 base channels for a resnet (64 for the real ResNets)", m.Width)
 		}

@@ -31,7 +31,8 @@ static const char *goddp_errname(CUresult r) {
 	return s ? s : "CUDA_ERROR_UNKNOWN";
 }
 
-static cudaDataType goddp_dt(int dt) { return dt == 1 ? CUDA_R_16F : CUDA_R_32F; }
+// dt is tensor.DType: 0 f32, 1 f16, 3 bf16.
+static cudaDataType goddp_dt(int dt) { return dt == 1 ? CUDA_R_16F : dt == 3 ? CUDA_R_16BF : CUDA_R_32F; }
 
 // Column-major GEMM: C (m×n) = alpha·op(A)·op(B) + beta·C with FP32 compute. The handle's math
 // mode is CUBLAS_DEFAULT_MATH, so FP32 operands never use TF32; f16 operands use the tensor cores.
@@ -150,6 +151,9 @@ func NewStream() (Stream, error) {
 }
 func (s Stream) Sync() error    { return check("cuStreamSynchronize", C.cuStreamSynchronize(s.s)) }
 func (s Stream) Destroy() error { return check("cuStreamDestroy", C.cuStreamDestroy(s.s)) }
+
+// Ptr is the stream's CUstream, for libraries that take one (cuDNN's cudnnSetStream).
+func (s Stream) Ptr() unsafe.Pointer { return unsafe.Pointer(s.s) }
 
 // Wait makes s wait for e's last record.
 func (s Stream) Wait(e Event) error {
@@ -350,7 +354,7 @@ func cb(v bool) C.int {
 	return 0
 }
 
-// Gemm is cublasGemmEx in column-major terms; dtypes are 0 (f32) or 1 (f16).
+// Gemm is cublasGemmEx in column-major terms; dtypes are 0 (f32), 1 (f16) or 3 (bf16).
 func (b *Blas) Gemm(ta, tb bool, m, n, k int, alpha float32, A uint64, adt, lda int, B uint64, bdt, ldb int,
 	beta float32, C_ uint64, cdt, ldc int) error {
 	st := C.goddp_gemm(b.h, cb(ta), cb(tb), C.int(m), C.int(n), C.int(k), C.float(alpha),

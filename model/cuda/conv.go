@@ -1,0 +1,369 @@
+//go:build cuda && cudnn
+
+package cuda
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/goddp/goddp/model/cuda/cudadrv"
+	"github.com/goddp/goddp/model/cuda/cudnn"
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// The CUDA device's tensor.ConvDevice and tensor.SyncBatchNormDevice (issue 33, stage 2; not yet
+// run on a GPU): convolutions through cuDNN 9 (model/cuda/cudnn), batch normalisation, pooling
+// and the layout moves as kernels of this package (conv_kernels.go). Built with the tags cuda and
+// cudnn; without cudnn the device has no convolutions (conv_off.go) and a ResNet is refused by
+// name, as before.
+//
+// Convolution. The parameters keep PyTorch's (OC, C, KH, KW) filter in both layouts. NCHW hands
+// it to cuDNN as it is (KCRS); NHWC first copies it channels last (KRSC) into a scratch tensor,
+// which is what cuDNN's NHWC tensor-core kernels read. f16 convolutions accumulate in f32 and may
+// use tensor cores; f32 ones use FMA only (no TF32, as the device's GEMMs). The filter gradient
+// comes out of cuDNN in the data's dtype and layout into scratch and is added into the f32 dw
+// (PyTorch's AMP does the same: its f16 filter gradient is cast into the f32 parameter's). The
+// algorithm of each (shape, operation) is chosen once by cuDNN's heuristics among the
+// deterministic ones and cached; its workspace comes from the device's caching allocator, so the
+// memory report sees it, and is freed after the call (stream order makes the reuse safe).
+
+var (
+	_ tensor.ConvDevice          = (*Device)(nil)
+	_ tensor.SyncBatchNormDevice = (*Device)(nil)
+)
+
+// convState is the device's cuDNN handle, its conv kernels' module and the algorithm cache.
+type convState struct {
+	h      *cudnn.Handle
+	module cudadrv.Module
+	mu     sync.Mutex
+	algos  map[convKey]convAlgo
+}
+
+type convKey struct {
+	c  cudnn.Conv
+	op int
+}
+
+type convAlgo struct {
+	algo int
+	ws   int64
+}
+
+// initConv loads the conv kernels and makes the cuDNN handle on the compute stream (New).
+func (d *Device) initConv() error {
+	ptx, err := compileCached(convKernelSource, []string{fmt.Sprintf("--gpu-architecture=compute_%d%d", d.major, d.minor), "-default-device", "--std=c++17"})
+	if err != nil {
+		return err
+	}
+	cs := &convState{algos: map[convKey]convAlgo{}}
+	if cs.module, err = cudadrv.LoadPTX(ptx); err != nil {
+		return fmt.Errorf("cuda: loading the convolution kernels' PTX: %w", err)
+	}
+	for _, m := range kernelNameRE.FindAllStringSubmatch(convKernelSource, -1) {
+		f, err := cs.module.Function(m[1])
+		if err != nil {
+			return fmt.Errorf("cuda: %w", err)
+		}
+		d.fns[m[1]] = f
+	}
+	if cs.h, err = cudnn.New(d.stream.Ptr()); err != nil {
+		return fmt.Errorf("cuda: %w (cuDNN %d)", err, cudnn.Version())
+	}
+	d.conv = cs
+	return nil
+}
+
+// closeConv releases what initConv made (Close, with the context current).
+func (d *Device) closeConv() {
+	if d.conv == nil {
+		return
+	}
+	d.conv.h.Destroy()
+	d.conv.module.Unload()
+	d.conv = nil
+}
+
+// convDT is the kernels' and cuDNN's dtype code of t: 0 f32, 1 f16; bf16 is refused by name.
+func convDT(op string, t *tensor.Tensor) int {
+	switch t.DType() {
+	case tensor.F32:
+		return 0
+	case tensor.F16:
+		return 1
+	}
+	panic(fmt.Sprintf("cuda: %s of %s: convolutional networks run in f32 or f16 on this device (not %s)", op, t, t.DType()))
+}
+
+func nhwcArg(l tensor.Layout) uint64 {
+	if l == tensor.NHWC {
+		return 1
+	}
+	return 0
+}
+
+// algo is the cached algorithm of op on c.
+func (d *Device) algo(op int, c cudnn.Conv) convAlgo {
+	cs := d.conv
+	k := convKey{c, op}
+	cs.mu.Lock()
+	a, ok := cs.algos[k]
+	cs.mu.Unlock()
+	if ok {
+		return a
+	}
+	d.enter()
+	algo, ws, err := cs.h.Algo(op, c)
+	d.leave()
+	if err != nil {
+		panic("cuda: " + err.Error())
+	}
+	a = convAlgo{algo, ws}
+	cs.mu.Lock()
+	cs.algos[k] = a
+	cs.mu.Unlock()
+	return a
+}
+
+// runConv enqueues op on c into out (out = result + beta·out) with a workspace from the pool.
+func (d *Device) runConv(op int, c cudnn.Conv, a, b *tensor.Tensor, beta float32, out *tensor.Tensor) {
+	al := d.algo(op, c)
+	var ws *tensor.Tensor
+	var wsp uint64
+	if al.ws > 0 {
+		ws = d.Alloc(tensor.F32, "cudnn.workspace", int((al.ws+3)/4))
+		wsp = dptr(ws)
+	}
+	d.enter()
+	end := d.profBegin("cudnn." + [...]string{"fwd", "bwd_data", "bwd_filter"}[op])
+	err := d.conv.h.Run(op, c, al.algo, dptr(a), dptr(b), wsp, al.ws, beta, dptr(out))
+	end()
+	d.leave()
+	if ws != nil {
+		d.Free(ws)
+	}
+	if err != nil {
+		panic("cuda: " + err.Error())
+	}
+}
+
+// convOf checks y = conv(x, w) and describes it for cuDNN.
+func convOf(op string, y, x, w *tensor.Tensor, g tensor.ConvGeom) cudnn.Conv {
+	if err := g.Valid(); err != nil {
+		panic("cuda: " + op + ": " + err.Error())
+	}
+	if len(w.Shape()) != 4 {
+		panic(fmt.Sprintf("cuda: %s wants a 4-D filter: %s", op, w))
+	}
+	N, C, H, W := g.Layout.Dims(x.Shape())
+	OC := w.Dim(0)
+	OH, OW := g.OutHW(H, W)
+	yn, yc, yh, yw := g.Layout.Dims(y.Shape())
+	if w.Dim(1) != C || w.Dim(2) != g.KH || w.Dim(3) != g.KW || yn != N || yc != OC || yh != OH || yw != OW || OH < 1 || OW < 1 {
+		panic(fmt.Sprintf("cuda: %s shapes: y %s = x %s ⋆ w %s with %+v (want y %v)", op, y, x, w, g, g.Layout.Shape(N, OC, OH, OW)))
+	}
+	dt := convDT(op, x)
+	if w.DType() != x.DType() || y.DType() != x.DType() {
+		panic(fmt.Sprintf("cuda: %s: x %s, w %s and y %s must share one dtype", op, x, w, y))
+	}
+	return cudnn.Conv{N: N, C: C, H: H, W: W, K: OC, R: g.KH, S: g.KW, PadH: g.Pad, PadW: g.Pad,
+		StrideH: g.Stride, StrideW: g.Stride, OH: OH, OW: OW, NHWC: g.Layout == tensor.NHWC, DType: dt}
+}
+
+// filterFor is w as cuDNN reads it for c: w itself (KCRS) for NCHW, a KRSC copy for NHWC (the
+// caller frees it when it is not w).
+func (d *Device) filterFor(c cudnn.Conv, w *tensor.Tensor) *tensor.Tensor {
+	if !c.NHWC {
+		return w
+	}
+	t := d.Alloc(w.DType(), "conv.w_krsc", c.K, c.R, c.S, c.C)
+	d.launch1("k_w_krsc", w.Len(), ptra(t), ptra(w), dta(w), i32a(c.K), i32a(c.C), i32a(c.R*c.S))
+	return t
+}
+
+func (d *Device) Conv2d(y, x, w, b *tensor.Tensor, g tensor.ConvGeom) {
+	c := convOf("Conv2d", y, x, w, g)
+	wf := d.filterFor(c, w)
+	d.runConv(cudnn.Forward, c, x, wf, 0, y)
+	if wf != w {
+		d.Free(wf)
+	}
+	if b != nil {
+		if b.Len() != c.K {
+			panic(fmt.Sprintf("cuda: Conv2d: bias %s for %d output channels", b, c.K))
+		}
+		convDT("Conv2d bias", b)
+		d.launch1("k_bias_add", y.Len(), ptra(y), dta(y), ptra(b), dta(b), nhwcArg(g.Layout), u64a(uint64(y.Len())), i32a(c.K), i32a(c.OH*c.OW))
+	}
+}
+
+func (d *Device) Conv2dBackward(dx, dw, db, dy, x, w *tensor.Tensor, g tensor.ConvGeom) {
+	c := convOf("Conv2dBackward", dy, x, w, g)
+	if dx != nil {
+		if !tensor.SameShape(dx, x) || dx.DType() != x.DType() {
+			panic(fmt.Sprintf("cuda: Conv2dBackward: dx %s for x %s", dx, x))
+		}
+		wf := d.filterFor(c, w)
+		d.runConv(cudnn.BackwardData, c, wf, dy, 0, dx)
+		if wf != w {
+			d.Free(wf)
+		}
+	}
+	if dw != nil {
+		if dw.DType() != tensor.F32 || dw.Len() != w.Len() {
+			panic(fmt.Sprintf("cuda: Conv2dBackward: dw %s for w %s (want f32)", dw, w))
+		}
+		gw := d.Alloc(w.DType(), "conv.dw", w.Len())
+		d.runConv(cudnn.BackwardFilter, c, x, dy, 0, gw)
+		krsc := uint64(0)
+		if c.NHWC {
+			krsc = 1
+		}
+		d.launch1("k_dw_acc", w.Len(), ptra(dw), ptra(gw), dta(gw), i32a(c.K), i32a(c.C), i32a(c.R*c.S), krsc)
+		d.Free(gw)
+	}
+	if db != nil {
+		if db.DType() != tensor.F32 || db.Len() != c.K {
+			panic(fmt.Sprintf("cuda: Conv2dBackward: db %s for %d output channels (want f32)", db, c.K))
+		}
+		d.chanTiles("k_chan_sum", g.Layout, c.K, ptra(db), ptra(dy), dta(dy), nhwcArg(g.Layout), i32a(c.N), i32a(c.K), i32a(c.OH*c.OW))
+	}
+}
+
+// chanTiles launches a per-channel reduction over C channels: 32×8 tiles for NHWC, 1×256 for NCHW
+// (conv_kernels.go).
+func (d *Device) chanTiles(name string, l tensor.Layout, C int, args ...uint64) {
+	bx, by := 1, 256
+	if l == tensor.NHWC {
+		bx, by = 32, 8
+	}
+	d.launch(name, [3]int{(C + bx - 1) / bx, 1, 1}, [3]int{bx, by, 1}, 0, args...)
+}
+
+// bnDims checks a batch norm's x against its per-channel tensors and returns N, C, P = H·W.
+func bnDims(op string, l tensor.Layout, x *tensor.Tensor, perChannel ...*tensor.Tensor) (N, C, P int) {
+	n, c, h, w := l.Dims(x.Shape())
+	convDT(op, x)
+	for _, t := range perChannel {
+		if t != nil && (t.Len() != c || t.DType() != tensor.F32) {
+			panic(fmt.Sprintf("cuda: %s: %s for %d channels of %s (want f32 per channel)", op, t, c, x))
+		}
+	}
+	return n, c, h * w
+}
+
+func sameImage(op string, a, b *tensor.Tensor) {
+	if !tensor.SameShape(a, b) || a.DType() != b.DType() {
+		panic(fmt.Sprintf("cuda: %s: %s and %s must have one shape and dtype", op, a, b))
+	}
+}
+
+func (d *Device) BatchNorm(l tensor.Layout, y, mean, rstd, runMean, runVar, x, w, b *tensor.Tensor, eps, momentum float32) {
+	N, C, P := bnDims("BatchNorm", l, x, mean, rstd, runMean, runVar, w, b)
+	sameImage("BatchNorm", y, x)
+	d.BatchNormStats(l, mean, rstd, x) // rstd holds the variance until k_bn_finish
+	run := uint64(0)
+	var rm, rv uint64
+	if runMean != nil && runVar != nil {
+		run, rm, rv = 1, ptra(runMean), ptra(runVar)
+	}
+	d.launch1("k_bn_finish", C, ptra(mean), ptra(rstd), rm, rv, run, i32a(C), u64a(uint64(N*P)), f32a(eps), f32a(momentum))
+	d.launch1("k_bn_apply", x.Len(), ptra(y), ptra(x), dta(x), nhwcArg(l), u64a(uint64(x.Len())), i32a(C), i32a(P),
+		ptra(mean), ptra(rstd), ptra(w), ptra(b))
+}
+
+func (d *Device) BatchNormInference(l tensor.Layout, y, x, w, b, runMean, runVar *tensor.Tensor, eps float32) {
+	_, C, P := bnDims("BatchNormInference", l, x, w, b, runMean, runVar)
+	sameImage("BatchNormInference", y, x)
+	d.launch1("k_bn_infer", x.Len(), ptra(y), ptra(x), dta(x), nhwcArg(l), u64a(uint64(x.Len())), i32a(C), i32a(P),
+		ptra(w), ptra(b), ptra(runMean), ptra(runVar), f32a(eps))
+}
+
+func (d *Device) BatchNormBackward(l tensor.Layout, dx, dw, db, dy, x, w, mean, rstd *tensor.Tensor) {
+	N, C, P := bnDims("BatchNormBackward", l, x, dw, db, w, mean, rstd)
+	sdy, sdyx := d.Alloc(tensor.F32, "bn.sdy", C), d.Alloc(tensor.F32, "bn.sdyx", C)
+	d.BatchNormBackwardReduce(l, sdy, sdyx, dw, db, dy, x, mean, rstd)
+	d.BatchNormBackwardElemt(l, dx, dy, x, w, mean, rstd, sdy, sdyx, N*P)
+	d.Free(sdy)
+	d.Free(sdyx)
+}
+
+func (d *Device) BatchNormStats(l tensor.Layout, mean, variance, x *tensor.Tensor) {
+	N, C, P := bnDims("BatchNormStats", l, x, mean, variance)
+	d.chanTiles("k_bn_stats", l, C, ptra(x), dta(x), nhwcArg(l), i32a(N), i32a(C), i32a(P), ptra(mean), ptra(variance))
+}
+
+func (d *Device) BatchNormBackwardReduce(l tensor.Layout, sdy, sdyx, dw, db, dy, x, mean, rstd *tensor.Tensor) {
+	N, C, P := bnDims("BatchNormBackwardReduce", l, x, sdy, sdyx, dw, db, mean, rstd)
+	sameImage("BatchNormBackwardReduce", dy, x)
+	var dwp, dbp uint64
+	if dw != nil {
+		dwp = ptra(dw)
+	}
+	if db != nil {
+		dbp = ptra(db)
+	}
+	d.chanTiles("k_bn_reduce", l, C, ptra(dy), ptra(x), dta(x), nhwcArg(l), i32a(N), i32a(C), i32a(P),
+		ptra(mean), ptra(rstd), ptra(sdy), ptra(sdyx), dwp, dbp)
+}
+
+func (d *Device) BatchNormBackwardElemt(l tensor.Layout, dx, dy, x, w, mean, rstd, sdy, sdyx *tensor.Tensor, count int) {
+	_, C, P := bnDims("BatchNormBackwardElemt", l, x, w, mean, rstd, sdy, sdyx)
+	sameImage("BatchNormBackwardElemt", dy, x)
+	sameImage("BatchNormBackwardElemt", dx, x)
+	d.launch1("k_bn_elemt", x.Len(), ptra(dx), ptra(dy), ptra(x), dta(x), nhwcArg(l), u64a(uint64(x.Len())), i32a(C), i32a(P),
+		ptra(w), ptra(mean), ptra(rstd), ptra(sdy), ptra(sdyx), f32a(float32(count)))
+}
+
+// poolDims checks a max pool's x against y and returns the geometry's sizes.
+func poolDims(op string, y, x *tensor.Tensor, g tensor.ConvGeom) (N, C, H, W, OH, OW int) {
+	if err := g.Valid(); err != nil {
+		panic("cuda: " + op + ": " + err.Error())
+	}
+	N, C, H, W = g.Layout.Dims(x.Shape())
+	OH, OW = g.OutHW(H, W)
+	yn, yc, yh, yw := g.Layout.Dims(y.Shape())
+	if yn != N || yc != C || yh != OH || yw != OW || y.DType() != x.DType() {
+		panic(fmt.Sprintf("cuda: %s: y %s for x %s with %+v", op, y, x, g))
+	}
+	convDT(op, x)
+	return
+}
+
+func (d *Device) MaxPool2d(y, arg, x *tensor.Tensor, g tensor.ConvGeom) {
+	N, C, H, W, OH, OW := poolDims("MaxPool2d", y, x, g)
+	if arg.Len() != y.Len() || arg.DType() != tensor.I32 {
+		panic(fmt.Sprintf("cuda: MaxPool2d: arg %s for y %s (want i32)", arg, y))
+	}
+	d.launch1("k_maxpool", y.Len(), ptra(y), ptra(arg), ptra(x), dta(x), nhwcArg(g.Layout), i32a(N), i32a(C), i32a(H), i32a(W),
+		i32a(OH), i32a(OW), i32a(g.KH), i32a(g.KW), i32a(g.Stride), i32a(g.Pad))
+}
+
+func (d *Device) MaxPool2dBackward(dx, dy, arg *tensor.Tensor, g tensor.ConvGeom) {
+	N, C, H, W, OH, OW := poolDims("MaxPool2dBackward", dy, dx, g)
+	if arg.Len() != dy.Len() || arg.DType() != tensor.I32 {
+		panic(fmt.Sprintf("cuda: MaxPool2dBackward: arg %s for dy %s (want i32)", arg, dy))
+	}
+	d.launch1("k_maxpool_bwd", dx.Len(), ptra(dx), ptra(dy), ptra(arg), dta(dx), nhwcArg(g.Layout), i32a(N), i32a(C), i32a(H), i32a(W),
+		i32a(OH), i32a(OW), i32a(g.KH), i32a(g.KW), i32a(g.Stride), i32a(g.Pad))
+}
+
+func (d *Device) GlobalAvgPool(l tensor.Layout, y, x *tensor.Tensor) {
+	N, C, h, w := l.Dims(x.Shape())
+	if y.Len() != N*C {
+		panic(fmt.Sprintf("cuda: GlobalAvgPool: y %s for x %s", y, x))
+	}
+	convDT("GlobalAvgPool", x)
+	convDT("GlobalAvgPool", y)
+	d.launch("k_gap", [3]int{(N*C + 255) / 256, 1, 1}, [3]int{256, 1, 1}, 0, ptra(y), dta(y), ptra(x), dta(x), nhwcArg(l), i32a(N), i32a(C), i32a(h*w))
+}
+
+func (d *Device) GlobalAvgPoolBackward(l tensor.Layout, dx, dy *tensor.Tensor) {
+	N, C, h, w := l.Dims(dx.Shape())
+	if dy.Len() != N*C {
+		panic(fmt.Sprintf("cuda: GlobalAvgPoolBackward: dy %s for dx %s", dy, dx))
+	}
+	convDT("GlobalAvgPoolBackward", dx)
+	convDT("GlobalAvgPoolBackward", dy)
+	d.launch1("k_gap_bwd", dx.Len(), ptra(dx), dta(dx), ptra(dy), dta(dy), nhwcArg(l), u64a(uint64(dx.Len())), i32a(C), i32a(h*w))
+}

@@ -1,0 +1,260 @@
+//go:build cuda && cudnn
+
+package cuda
+
+// convKernelSource is the CUDA C of the convolutional network's own kernels (conv.go): batch
+// normalisation, pooling, and the layout moves around cuDNN's convolutions. It is a module of
+// its own, compiled by NVRTC and cached like kernels.go's.
+//
+// Image tensors are NCHW (nhwc 0) or NHWC (nhwc 1): element (n, c, p) of a batch of C channels
+// and P = H·W positions sits at (n·C + c)·P + p or at (n·P + p)·C + c. dt is the floating dtype
+// (0 f32, 1 f16: tensor.DType's codes); statistics and parameter gradients are f32.
+//
+// Per-channel reductions (the batch-norm statistics and sums, the bias gradient) run one block
+// per tile of channels: blockDim.x channels side by side and blockDim.y rows of the (N·P)
+// elements of each (NHWC: a 32×8 tile, so a warp reads 32 neighbouring channels; NCHW: 1×256,
+// so a warp reads 32 neighbouring positions of one plane). Each thread adds its rows in order in
+// f64, the block adds the rows' partials in row order: every sum is computed in one fixed order,
+// so results do not depend on timing.
+const convKernelSource = `
+typedef unsigned short half_t;
+
+__device__ __forceinline__ float h2f(half_t h) { float f; asm("{cvt.f32.f16 %0, %1;}" : "=f"(f) : "h"(h)); return f; }
+__device__ __forceinline__ half_t f2h(float f) { half_t h; asm("{cvt.rn.f16.f32 %0, %1;}" : "=h"(h) : "f"(f)); return h; }
+__device__ __forceinline__ float ldv(const void* p, int dt, long i) {
+	return dt == 0 ? ((const float*)p)[i] : h2f(((const half_t*)p)[i]);
+}
+__device__ __forceinline__ void stv(void* p, int dt, long i, float v) {
+	if (dt == 0) ((float*)p)[i] = v; else ((half_t*)p)[i] = f2h(v);
+}
+
+// at: the offset of element (n, c, p).
+__device__ __forceinline__ long at(int nhwc, long n, long c, long p, long C, long P) {
+	return nhwc ? (n * P + p) * C + c : (n * C + c) * P + p;
+}
+// chanOf: the channel of flat offset i.
+__device__ __forceinline__ long chanOf(int nhwc, long i, long C, long P) {
+	return nhwc ? i % C : (i / P) % C;
+}
+
+#define TILE_MAX 256
+
+// tileSum: the sum over this block's rows of v (one value per thread), in row order; valid in
+// the threads of row 0. sh is TILE_MAX doubles of shared memory.
+__device__ double tileSum(double v, double* sh) {
+	int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
+	__syncthreads();
+	sh[ty * bx + tx] = v;
+	__syncthreads();
+	double s = 0;
+	if (ty == 0)
+		for (int r = 0; r < by; r++) s += sh[r * bx + tx];
+	__syncthreads();
+	return s;
+}
+
+extern "C" {
+
+// k_bn_stats: mean[c] and var[c] (biased) of x over its N·P elements, two passes (the mean, then
+// the squared deviations), f64 sums.
+__global__ void k_bn_stats(const void* x, int dt, int nhwc, int N, int C, int P, float* mean, float* var) {
+	__shared__ double sh[TILE_MAX];
+	__shared__ double mu[32];
+	long c = (long)blockIdx.x * blockDim.x + threadIdx.x, M = (long)N * P;
+	bool ok = c < C;
+	double s = 0;
+	for (long j = threadIdx.y; ok && j < M; j += blockDim.y) s += ldv(x, dt, at(nhwc, j / P, c, j % P, C, P));
+	s = tileSum(s, sh);
+	if (threadIdx.y == 0) mu[threadIdx.x] = s / (double)M;
+	__syncthreads();
+	double m = mu[threadIdx.x], q = 0;
+	for (long j = threadIdx.y; ok && j < M; j += blockDim.y) {
+		double d = ldv(x, dt, at(nhwc, j / P, c, j % P, C, P)) - m;
+		q += d * d;
+	}
+	q = tileSum(q, sh);
+	if (ok && threadIdx.y == 0) {
+		mean[c] = (float)m;
+		var[c] = (float)(q / (double)M);
+	}
+}
+
+// k_bn_finish: rstd = 1/√(var+eps) in place of var; running statistics moved with momentum (the
+// variance unbiased, over count − 1) when run is set.
+__global__ void k_bn_finish(const float* mean, float* var_rstd, float* runMean, float* runVar, int run,
+		int C, long count, float eps, float momentum) {
+	int c = blockIdx.x * blockDim.x + threadIdx.x;
+	if (c >= C) return;
+	float v = var_rstd[c];
+	if (run) {
+		float unb = count > 1 ? (float)((double)v * (double)count / (double)(count - 1)) : v;
+		runMean[c] = (1.f - momentum) * runMean[c] + momentum * mean[c];
+		runVar[c] = (1.f - momentum) * runVar[c] + momentum * unb;
+	}
+	var_rstd[c] = 1.f / sqrtf(v + eps);
+}
+
+// k_bn_apply: y = (x − mean[c])·rstd[c]·w[c] + b[c] over n elements.
+__global__ void k_bn_apply(void* y, const void* x, int dt, int nhwc, long n, int C, int P,
+		const float* mean, const float* rstd, const float* w, const float* b) {
+	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+		long c = chanOf(nhwc, i, C, P);
+		stv(y, dt, i, (ldv(x, dt, i) - mean[c]) * rstd[c] * w[c] + b[c]);
+	}
+}
+
+// k_bn_infer: y = (x − runMean[c])/√(runVar[c]+eps)·w[c] + b[c].
+__global__ void k_bn_infer(void* y, const void* x, int dt, int nhwc, long n, int C, int P,
+		const float* w, const float* b, const float* runMean, const float* runVar, float eps) {
+	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+		long c = chanOf(nhwc, i, C, P);
+		stv(y, dt, i, (ldv(x, dt, i) - runMean[c]) / sqrtf(runVar[c] + eps) * w[c] + b[c]);
+	}
+}
+
+// k_bn_reduce: sdy[c] = Σdy and sdyx[c] = Σdy·x̂ (x̂ = (x − mean)·rstd), overwritten; dw[c] +=
+// sdyx and db[c] += sdy when dw, db are set.
+__global__ void k_bn_reduce(const void* dy, const void* x, int dt, int nhwc, int N, int C, int P,
+		const float* mean, const float* rstd, float* sdy, float* sdyx, float* dw, float* db) {
+	__shared__ double sh[TILE_MAX];
+	long c = (long)blockIdx.x * blockDim.x + threadIdx.x, M = (long)N * P;
+	bool ok = c < C;
+	float m = ok ? mean[c] : 0.f, r = ok ? rstd[c] : 0.f;
+	double a = 0, b = 0;
+	for (long j = threadIdx.y; ok && j < M; j += blockDim.y) {
+		long o = at(nhwc, j / P, c, j % P, C, P);
+		double g = ldv(dy, dt, o);
+		a += g;
+		b += g * (double)((ldv(x, dt, o) - m) * r);
+	}
+	a = tileSum(a, sh);
+	b = tileSum(b, sh);
+	if (ok && threadIdx.y == 0) {
+		sdy[c] = (float)a;
+		sdyx[c] = (float)b;
+		if (dw) dw[c] += (float)b;
+		if (db) db[c] += (float)a;
+	}
+}
+
+// k_bn_elemt: dx = w·rstd·(dy − sdy/count − x̂·sdyx/count).
+__global__ void k_bn_elemt(void* dx, const void* dy, const void* x, int dt, int nhwc, long n, int C, int P,
+		const float* w, const float* mean, const float* rstd, const float* sdy, const float* sdyx, float count) {
+	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+		long c = chanOf(nhwc, i, C, P);
+		float xh = (ldv(x, dt, i) - mean[c]) * rstd[c];
+		stv(dx, dt, i, w[c] * rstd[c] * (ldv(dy, dt, i) - sdy[c] / count - xh * sdyx[c] / count));
+	}
+}
+
+// k_chan_sum: out[c] += Σ over N·P of x (a bias gradient).
+__global__ void k_chan_sum(float* out, const void* x, int dt, int nhwc, int N, int C, int P) {
+	__shared__ double sh[TILE_MAX];
+	long c = (long)blockIdx.x * blockDim.x + threadIdx.x, M = (long)N * P;
+	bool ok = c < C;
+	double a = 0;
+	for (long j = threadIdx.y; ok && j < M; j += blockDim.y) a += ldv(x, dt, at(nhwc, j / P, c, j % P, C, P));
+	a = tileSum(a, sh);
+	if (ok && threadIdx.y == 0) out[c] += (float)a;
+}
+
+// k_bias_add: y[i] += b[channel of i]; b of dtype bdt.
+__global__ void k_bias_add(void* y, int dt, const void* b, int bdt, int nhwc, long n, int C, int P) {
+	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+		stv(y, dt, i, ldv(y, dt, i) + ldv(b, bdt, chanOf(nhwc, i, C, P)));
+}
+
+// k_maxpool: y and arg (the index h·W + w of the maximum within its plane) per output element;
+// the window scanned row by row, the first maximum kept (padding never wins), as the CPU does.
+__global__ void k_maxpool(void* y, int* arg, const void* x, int dt, int nhwc, int N, int C, int H, int W,
+		int OH, int OW, int KH, int KW, int s, int pad) {
+	long n_out = (long)N * C * OH * OW, OP = (long)OH * OW;
+	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n_out; i += (long)gridDim.x * blockDim.x) {
+		long n, c, q;
+		if (nhwc) { c = i % C; q = (i / C) % OP; n = i / (C * OP); }
+		else { q = i % OP; c = (i / OP) % C; n = i / (OP * C); }
+		int oh = q / OW, ow = q % OW;
+		float best = 0.f;
+		int where = -1;
+		for (int kh = 0; kh < KH; kh++) {
+			int ih = oh * s - pad + kh;
+			if (ih < 0 || ih >= H) continue;
+			for (int kw = 0; kw < KW; kw++) {
+				int iw = ow * s - pad + kw;
+				if (iw < 0 || iw >= W) continue;
+				float v = ldv(x, dt, at(nhwc, n, c, (long)ih * W + iw, C, (long)H * W));
+				if (where < 0 || v > best) { best = v; where = ih * W + iw; }
+			}
+		}
+		stv(y, dt, i, where < 0 ? __int_as_float(0xff800000) : best);
+		arg[i] = where;
+	}
+}
+
+// k_maxpool_bwd: dx per input element: the sum, in window order (oh, then ow, ascending), of dy
+// over the windows covering it whose maximum it was — the order the CPU's scatter adds in.
+__global__ void k_maxpool_bwd(void* dx, const void* dy, const int* arg, int dt, int nhwc, int N, int C, int H, int W,
+		int OH, int OW, int KH, int KW, int s, int pad) {
+	long n_in = (long)N * C * H * W, HW = (long)H * W, OP = (long)OH * OW;
+	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n_in; i += (long)gridDim.x * blockDim.x) {
+		long n, c, p;
+		if (nhwc) { c = i % C; p = (i / C) % HW; n = i / (C * HW); }
+		else { p = i % HW; c = (i / HW) % C; n = i / (HW * C); }
+		int ih = p / W, iw = p % W;
+		// windows oh with oh·s − pad ≤ ih ≤ oh·s − pad + KH − 1
+		int oh0 = ih + pad - KH + 1, ow0 = iw + pad - KW + 1;
+		oh0 = oh0 <= 0 ? 0 : (oh0 + s - 1) / s;
+		ow0 = ow0 <= 0 ? 0 : (ow0 + s - 1) / s;
+		int oh1 = min(OH - 1, (ih + pad) / s), ow1 = min(OW - 1, (iw + pad) / s);
+		float g = 0.f;
+		for (int oh = oh0; oh <= oh1; oh++)
+			for (int ow = ow0; ow <= ow1; ow++) {
+				long o = at(nhwc, n, c, (long)oh * OW + ow, C, OP);
+				if (arg[o] == (int)p) g += ldv(dy, dt, o);
+			}
+		stv(dx, dt, i, g);
+	}
+}
+
+// k_gap: y[n·C + c] = mean over P of x, f64 sums in position order.
+__global__ void k_gap(void* y, int ydt, const void* x, int dt, int nhwc, int N, int C, int P) {
+	long nc = blockIdx.x * (long)blockDim.x + threadIdx.x;
+	if (nc >= (long)N * C) return;
+	long n = nc / C, c = nc % C;
+	double a = 0;
+	for (long p = 0; p < P; p++) a += ldv(x, dt, at(nhwc, n, c, p, C, P));
+	stv(y, ydt, nc, (float)(a / (double)P));
+}
+
+// k_gap_bwd: dx = dy[n·C + c]·(1/P).
+__global__ void k_gap_bwd(void* dx, int dt, const void* dy, int ydt, int nhwc, long n, int C, int P) {
+	float inv = 1.f / (float)P;
+	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+		long c = chanOf(nhwc, i, C, P), nn = i / ((long)C * P); // the image: outermost in both layouts
+		stv(dx, dt, i, ldv(dy, ydt, nn * C + c) * inv);
+	}
+}
+
+// k_w_krsc: a filter (K, C, RS) copied as (K, RS, C), bits unchanged (the channels-last filter
+// cuDNN's NHWC convolutions read).
+__global__ void k_w_krsc(void* dst, const void* src, int dt, int K, int C, int RS) {
+	long n = (long)K * C * RS;
+	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+		long k = i / ((long)C * RS), c = (i / RS) % C, rs = i % RS;
+		long o = (k * RS + rs) * C + c;
+		if (dt == 0) ((float*)dst)[o] = ((const float*)src)[i];
+		else ((half_t*)dst)[o] = ((const half_t*)src)[i];
+	}
+}
+
+// k_dw_acc: dw (K, C, RS) f32 += src, src (K, RS, C) when krsc, else (K, C, RS), of dtype dt.
+__global__ void k_dw_acc(float* dw, const void* src, int dt, int K, int C, int RS, int krsc) {
+	long n = (long)K * C * RS;
+	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+		long k = i / ((long)C * RS), c = (i / RS) % C, rs = i % RS;
+		dw[i] += ldv(src, dt, krsc ? (k * RS + rs) * C + c : i);
+	}
+}
+
+} // extern "C"
+`

@@ -1,0 +1,12 @@
+//go:build cuda && !cudnn
+
+package cuda
+
+// Without the cudnn build tag the CUDA device has no convolutions: it does not implement
+// tensor.ConvDevice, and a ResNet on it is refused by name (model.NewResNet). Build with
+// `-tags cuda,cudnn` for conv.go's cuDNN-backed one (not yet run on a GPU).
+
+type convState struct{}
+
+func (d *Device) initConv() error { return nil }
+func (d *Device) closeConv()      {}

@@ -1,0 +1,177 @@
+//go:build cuda && cudnn
+
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// The convolutional network's operations against the CPU device, in the same layout (NCHW and
+// NHWC: the CPU's NHWC is its NCHW arithmetic between transposes), f32 and f16, with
+// cuRunCase's tolerances (relative L2 ≤ 1e-5 all-f32, ≤ 1e-2 with f16). Geometries: the 3×3
+// "same" convolution, the strided 1×1 projection, the 7×7/2 stem, an odd 3×2 kernel; pools of
+// 3×3/2 with padding (overlapping windows). Not yet run on a GPU.
+
+type convCase struct {
+	N, C, H, W, OC int
+	g              tensor.ConvGeom
+}
+
+var convCases = []convCase{
+	{4, 8, 9, 9, 16, tensor.ConvGeom{KH: 3, KW: 3, Stride: 1, Pad: 1}},
+	{3, 16, 8, 8, 32, tensor.ConvGeom{KH: 1, KW: 1, Stride: 2, Pad: 0}},
+	{2, 3, 32, 30, 8, tensor.ConvGeom{KH: 7, KW: 7, Stride: 2, Pad: 3}},
+	{2, 5, 7, 6, 4, tensor.ConvGeom{KH: 3, KW: 2, Stride: 2, Pad: 1}},
+}
+
+func convOpCases() []cuOpCase {
+	var cs []cuOpCase
+	add := func(name string, f func(m *cuMaker) []*tensor.Tensor) { cs = append(cs, cuOpCase{name, f}) }
+	for _, l := range []tensor.Layout{tensor.NCHW, tensor.NHWC} {
+		for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+			for _, k := range convCases {
+				k, g := k, k.g
+				g.Layout = l
+				OH, OW := g.OutHW(k.H, k.W)
+				s := fmt.Sprintf("%s/%s/%dx%d-%dx%ds%dp%d", l, dt, k.C, k.OC, g.KH, g.KW, g.Stride, g.Pad)
+				add("Conv2d/"+s, func(m *cuMaker) []*tensor.Tensor {
+					x, w, b := m.in(dt, l.Shape(k.N, k.C, k.H, k.W)...), m.in(dt, k.OC, k.C, g.KH, g.KW), m.in(dt, k.OC)
+					y := m.out(dt, l.Shape(k.N, k.OC, OH, OW)...)
+					m.dev.(tensor.ConvDevice).Conv2d(y, x, w, b, g)
+					return []*tensor.Tensor{y}
+				})
+				add("Conv2dBackward/"+s, func(m *cuMaker) []*tensor.Tensor {
+					x, w := m.in(dt, l.Shape(k.N, k.C, k.H, k.W)...), m.in(dt, k.OC, k.C, g.KH, g.KW)
+					dy := m.in(dt, l.Shape(k.N, k.OC, OH, OW)...)
+					dx := m.out(dt, x.Shape()...)
+					dw, db := m.acc(tensor.F32, w.Shape()...), m.acc(tensor.F32, k.OC)
+					m.dev.(tensor.ConvDevice).Conv2dBackward(dx, dw, db, dy, x, w, g)
+					return []*tensor.Tensor{dx, dw, db}
+				})
+			}
+			s := fmt.Sprintf("%s/%s", l, dt)
+			const N, C, H, W = 4, 12, 11, 10
+			bn := func(m *cuMaker) (x, w, b *tensor.Tensor) {
+				return m.in(dt, l.Shape(N, C, H, W)...), m.in(tensor.F32, C), m.in(tensor.F32, C)
+			}
+			add("BatchNorm/"+s, func(m *cuMaker) []*tensor.Tensor {
+				x, w, b := bn(m)
+				y, mean, rstd := m.out(dt, x.Shape()...), m.out(tensor.F32, C), m.out(tensor.F32, C)
+				rm, rv := m.acc(tensor.F32, C), m.in(tensor.F32, C)
+				m.dev.Fill(rv, 0.5) // a variance: > 0
+				m.dev.(tensor.ConvDevice).BatchNorm(l, y, mean, rstd, rm, rv, x, w, b, 1e-5, 0.1)
+				return []*tensor.Tensor{y, mean, rstd, rm, rv}
+			})
+			add("BatchNormInference/"+s, func(m *cuMaker) []*tensor.Tensor {
+				x, w, b := bn(m)
+				rm, rv := m.in(tensor.F32, C), m.in(tensor.F32, C)
+				m.dev.Fill(rv, 0.7)
+				y := m.out(dt, x.Shape()...)
+				m.dev.(tensor.ConvDevice).BatchNormInference(l, y, x, w, b, rm, rv, 1e-5)
+				return []*tensor.Tensor{y}
+			})
+			add("BatchNormBackward/"+s, func(m *cuMaker) []*tensor.Tensor {
+				x, w, b := bn(m)
+				y, mean, rstd := m.out(dt, x.Shape()...), m.out(tensor.F32, C), m.out(tensor.F32, C)
+				cd := m.dev.(tensor.ConvDevice)
+				cd.BatchNorm(l, y, mean, rstd, nil, nil, x, w, b, 1e-5, 0.1)
+				dy := m.in(dt, x.Shape()...)
+				dx, dw, db := m.out(dt, x.Shape()...), m.acc(tensor.F32, C), m.acc(tensor.F32, C)
+				cd.BatchNormBackward(l, dx, dw, db, dy, x, w, mean, rstd)
+				return []*tensor.Tensor{dx, dw, db}
+			})
+			add("SyncBatchNormOps/"+s, func(m *cuMaker) []*tensor.Tensor {
+				x, w, _ := bn(m)
+				sb := m.dev.(tensor.SyncBatchNormDevice)
+				mean, vr := m.out(tensor.F32, C), m.out(tensor.F32, C)
+				sb.BatchNormStats(l, mean, vr, x)
+				rstd := m.in(tensor.F32, C)
+				m.dev.Fill(rstd, 1.3)
+				dy := m.in(dt, x.Shape()...)
+				sdy, sdyx := m.out(tensor.F32, C), m.out(tensor.F32, C)
+				sb.BatchNormBackwardReduce(l, sdy, sdyx, nil, nil, dy, x, mean, rstd)
+				dx := m.out(dt, x.Shape()...)
+				sb.BatchNormBackwardElemt(l, dx, dy, x, w, mean, rstd, sdy, sdyx, 3*N*H*W)
+				return []*tensor.Tensor{mean, vr, sdy, sdyx, dx}
+			})
+			for _, g := range []tensor.ConvGeom{{KH: 3, KW: 3, Stride: 2, Pad: 1}, {KH: 2, KW: 2, Stride: 2}, {KH: 3, KW: 3, Stride: 1, Pad: 1}} {
+				g.Layout = l
+				OH, OW := g.OutHW(H, W)
+				ps := fmt.Sprintf("%s/%dx%ds%dp%d", s, g.KH, g.KW, g.Stride, g.Pad)
+				add("MaxPool2d/"+ps, func(m *cuMaker) []*tensor.Tensor {
+					x := m.in(dt, l.Shape(N, C, H, W)...)
+					y, arg := m.out(dt, l.Shape(N, C, OH, OW)...), m.dev.Alloc(tensor.I32, "arg", l.Shape(N, C, OH, OW)...)
+					m.allocs = append(m.allocs, arg)
+					cd := m.dev.(tensor.ConvDevice)
+					cd.MaxPool2d(y, arg, x, g)
+					dy := m.in(dt, y.Shape()...)
+					dx := m.out(dt, x.Shape()...)
+					cd.MaxPool2dBackward(dx, dy, arg, g)
+					args := make([]int32, arg.Len())
+					m.dev.DownloadI32(args, arg)
+					af := make([]float32, len(args))
+					for i, a := range args {
+						af[i] = float32(a)
+					}
+					argf := tensor.FromHost(m.dev, tensor.F32, "argf", af, arg.Shape()...)
+					m.allocs = append(m.allocs, argf)
+					return []*tensor.Tensor{y, argf, dx}
+				})
+			}
+			add("GlobalAvgPool/"+s, func(m *cuMaker) []*tensor.Tensor {
+				x := m.in(dt, l.Shape(N, C, H, W)...)
+				y := m.out(dt, N, C)
+				cd := m.dev.(tensor.ConvDevice)
+				cd.GlobalAvgPool(l, y, x)
+				dy := m.in(dt, N, C)
+				dx := m.out(dt, x.Shape()...)
+				cd.GlobalAvgPoolBackward(l, dx, dy)
+				return []*tensor.Tensor{y, dx}
+			})
+		}
+	}
+	return cs
+}
+
+func TestCUDA_convOpsMatchCPU(t *testing.T) {
+	g := gpu(t)
+	for i, c := range convOpCases() {
+		t.Run(c.name, func(t *testing.T) { cuRunCase(t, g, c, uint64(100+i)) })
+	}
+}
+
+// The same convolution twice gives the same bits (the algorithms are chosen among cuDNN's
+// deterministic ones), and the algorithm cache holds one entry per shape and operation.
+func TestCUDA_convDeterministic(t *testing.T) {
+	g := gpu(t)
+	k := convCases[0]
+	for _, l := range []tensor.Layout{tensor.NCHW, tensor.NHWC} {
+		geom := k.g
+		geom.Layout = l
+		m := &cuMaker{dev: g, r: rand.New(rand.NewPCG(5, 7))}
+		x, w := m.in(tensor.F16, l.Shape(k.N, k.C, k.H, k.W)...), m.in(tensor.F16, k.OC, k.C, 3, 3)
+		dy := m.in(tensor.F16, l.Shape(k.N, k.OC, k.H, k.W)...)
+		var first []float32
+		for rep := range 3 {
+			dx, dw := m.out(tensor.F16, x.Shape()...), m.acc(tensor.F32, w.Shape()...)
+			g.Fill(dw, 0)
+			g.Conv2dBackward(dx, dw, nil, dy, x, w, geom)
+			got := append(tensor.ToHost(dx), tensor.ToHost(dw)...)
+			if rep == 0 {
+				first = got
+				continue
+			}
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(first[i]) {
+					t.Fatalf("%s: run %d differs at %d: %v vs %v", l, rep, i, got[i], first[i])
+				}
+			}
+		}
+		m.free()
+	}
+}
