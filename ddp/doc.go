@@ -28,8 +28,9 @@
 // reduce-scatter leaves on a segment's owner the very bits the all-reduce would, so the sharded
 // run ends bit-identical to the unsharded one (shard_test.go). On the CPU device (stage 2,
 // tensor.HostMemory) the buckets are reduce-scattered in the gradient slab itself and no host
-// copy of the gradients is held; each rank keeps only its shard's averaged gradient. The host
-// path only; CUDA not yet.
+// copy of the gradients is held; each rank keeps only its shard's averaged gradient. On the
+// staged path (fp16, a device whose staging plan has tensor.ShardStaging: CUDA, not yet run on a
+// GPU) shard_gpu.go reduce-scatters the pinned halves and all-gathers the f16 weights there.
 //
 // Parameters (and on resume optimizer/scaler state) are broadcast from rank 0 at the start, and
 // every ddp.check_every steps CheckReplicas compares a hash of the parameters across ranks.

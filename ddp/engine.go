@@ -39,7 +39,9 @@ type Options struct {
 	HostStaging bool
 	// ShardOptimizer is ddp.shard_optimizer (ZeRO-1, shard.go): buckets are reduce-scattered
 	// instead of all-reduced, each rank's optimizer updates only its shard (Shard, PlanShard),
-	// and GatherParams all-gathers the updated weights. The host path only (the CPU device).
+	// and GatherParams all-gathers the updated weights. On the host path, in place on the CPU
+	// device (stage 2); on the staged path under fp16 when the device's plan has
+	// tensor.ShardStaging (shard_gpu.go: not yet run on a GPU).
 	ShardOptimizer bool
 }
 
@@ -100,7 +102,6 @@ func New(ps *model.Params, comm Comm, opts Options) *Engine {
 	e.comms = append([]Comm{comm}, opts.Channels...)
 	if opts.ShardOptimizer && comm.Size() > 1 {
 		e.shard = PlanShard(ps, opts.BucketCapMB, comm.Size(), comm.Rank())
-		e.opts.HostStaging = true // the staged f16 path is CUDA's; sharding is the host path's
 		if hm, ok := e.dev.(tensor.HostMemory); ok {
 			e.inPlace = hm // stage 2: no host copy of the gradients (shard.go)
 		}
@@ -122,6 +123,9 @@ func New(ps *model.Params, comm Comm, opts Options) *Engine {
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	if comm.Size() > 1 {
 		e.initStaging()
+		if e.gpu != nil {
+			e.inPlace = nil // the staged path holds the gradients' copies (pinned); none on the host
+		}
 		e.results = make(chan error, len(e.buckets))
 		for ch, c := range e.comms {
 			jobs := make(chan *bucket, len(e.buckets))
@@ -314,11 +318,12 @@ func (e *Engine) Wait(ctx context.Context) error {
 	e.pollBackward(true)
 	for _, b := range e.buckets {
 		switch {
+		case e.gpu != nil: // returned (widened) by the comm goroutines; Finish ordered it
 		case e.shard != nil && e.inPlace != nil: // averaged in the slab already (shard.go)
 		case e.shard != nil: // only the owned segment is averaged; the rest is the ring's scratch
 			lo, hi := e.ownedSeg(b)
 			e.dev.Upload(e.ps.Grad.View(b.lo+lo, hi-lo), b.host[lo:hi])
-		case e.gpu == nil:
+		default:
 			e.dev.Upload(b.view, b.host)
 		}
 		e.traceStaged(b)

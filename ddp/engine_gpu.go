@@ -49,6 +49,9 @@ type gpuPath struct {
 	// pinned memory (its all-reduce starts when the copy has landed: bucket.start)
 	waitFrom []int64
 	elems    int64 // elements staged per step (the sum of the bucket sizes)
+	// ddp.shard_optimizer on the staged path (shard_gpu.go); nil unsharded
+	shardStg tensor.ShardStaging
+	shardRed []f16ShardReducer
 }
 
 // initStaging switches the engine to the staged path when the device, the wire and the process
@@ -93,7 +96,17 @@ func (e *Engine) initStaging() {
 		e.log.Warn("ddp: staging gradients on the device failed; using the host path", "err", err)
 		return
 	}
-	e.gpu = &gpuPath{stg: stg, red: red, scale: allreduce.AvgScale(e.comm.Size()), waitFrom: make([]int64, len(e.buckets)), elems: elems}
+	var shardStg tensor.ShardStaging
+	var shardRed []f16ShardReducer
+	if e.shard != nil { // shard_gpu.go
+		var ok bool
+		if shardStg, shardRed, ok = e.shardStaging(stg); !ok {
+			stg.Close()
+			return
+		}
+	}
+	e.gpu = &gpuPath{stg: stg, red: red, scale: allreduce.AvgScale(e.comm.Size()), waitFrom: make([]int64, len(e.buckets)), elems: elems,
+		shardStg: shardStg, shardRed: shardRed}
 	for _, b := range e.buckets {
 		b.host = nil // the host path's f32 buffers are not used
 	}
@@ -143,6 +156,14 @@ func (e *Engine) reduceStaged(ch int, b *bucket) error {
 	g.waitFrom[b.index] = e.now()
 	buf := g.stg.Host(b.index)
 	b.start = e.now()
+	if g.shardStg != nil {
+		err := e.reduceStagedShard(ch, b, buf)
+		b.end = e.now()
+		if err != nil {
+			return fmt.Errorf("ddp: reduce-scatter of gradient bucket %d (%s): %w", b.index, b.params[0].Name, err)
+		}
+		return nil
+	}
 	err := g.red[ch](e.ctx, buf, allreduce.Sum)
 	b.end = e.now()
 	if err != nil {

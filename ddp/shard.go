@@ -154,7 +154,11 @@ func (e *Engine) ClipGradNorm(ctx context.Context, maxNorm float32) (float32, er
 		if e.inPlace != nil {
 			seg = e.inPlace.HostF32(e.ps.Grad.View(b.lo+lo, hi-lo))
 		} else {
-			seg = b.host[lo:hi] // free between steps
+			if b.host != nil {
+				seg = b.host[lo:hi] // free between steps
+			} else { // the staged path holds no host copy
+				seg = make([]float32, hi-lo)
+			}
 			e.dev.Download(seg, e.ps.Grad.View(b.lo+lo, hi-lo))
 		}
 		for _, v := range seg {
@@ -189,6 +193,9 @@ func (e *Engine) GatherParams(ctx context.Context) error {
 	}
 	if e.ps.Half == nil {
 		return e.gatherSlab(ctx, e.ps.Data, allreduce.WireF32, "master weights")
+	}
+	if e.gpu != nil { // through pinned memory (shard_gpu.go)
+		return e.gatherStagedHalf(ctx)
 	}
 	wire := allreduce.WireF16
 	if e.ps.Half.DType() == tensor.BF16 {
@@ -240,19 +247,22 @@ func (e *Engine) gatherSlab(ctx context.Context, t *tensor.Tensor, wire allreduc
 			f.Encode(hm.HostHalf(t.View(b.lo, b.hi-b.lo)), buf)
 		})
 	}
+	bufs := make([][]float32, len(e.buckets))
 	for _, b := range e.buckets {
-		e.dev.Download(b.host, t.View(b.lo, b.hi-b.lo))
+		bufs[b.index] = b.host
+		if bufs[b.index] == nil { // the staged path holds no host copy: transient, at checks and checkpoints
+			bufs[b.index] = make([]float32, b.hi-b.lo)
+		}
+		e.dev.Download(bufs[b.index], t.View(b.lo, b.hi-b.lo))
 	}
-	if err := e.gatherHost(ctx, what, wire, hostBuf, nil); err != nil {
+	if err := e.gatherHost(ctx, what, wire, func(_ int, b *bucket) []float32 { return bufs[b.index] }, nil); err != nil {
 		return err
 	}
 	for _, b := range e.buckets {
-		e.dev.Upload(t.View(b.lo, b.hi-b.lo), b.host)
+		e.dev.Upload(t.View(b.lo, b.hi-b.lo), bufs[b.index])
 	}
 	return nil
 }
-
-func hostBuf(_ int, b *bucket) []float32 { return b.host }
 
 // gatherHost all-gathers the owned segments of every bucket, channel by channel at once
 // (buckets dealt as in the step). buf gives bucket b's buffer on channel ch with this rank's

@@ -29,23 +29,13 @@ type shardCfg struct {
 	injectStep     int
 	hideHost       bool             // the device without tensor.HostMemory: the host-buffer path (CUDA's)
 	sgd            *model.SGDConfig // SGD instead of AdamW
+	newDev         newDevFunc       // nil: the CPU device (hideHost: without HostMemory)
 }
 
-// noHostMem is the CPU device without its tensor.HostMemory ability (two embedded types with
-// the same method names at one depth: neither is promoted), as a device whose memory is not
-// the process's: the engine keeps host copies of the buckets.
-type noHostMem struct {
-	*cpu.Device
-	hideHostMem
-}
-
-type hideHostMem struct{}
-
-//lint:ignore U1000 never called: they only shadow *cpu.Device's methods of the same names
-func (hideHostMem) HostF32() {}
-
-//lint:ignore U1000 as HostF32
-func (hideHostMem) HostHalf() {}
+// noHostMem is the CPU device behind the bare tensor.Device interface, so without its
+// tensor.HostMemory ability, as a device whose memory is not the process's: the engine keeps host
+// copies of the buckets.
+type noHostMem struct{ tensor.Device }
 
 type shardResult struct {
 	hash, halfHash string
@@ -54,6 +44,7 @@ type shardResult struct {
 	m, v           []float32 // whole slab (gathered when sharded)
 	stateElems     int       // elements of m on this rank
 	inPlace        bool      // the engine's GradShardInPlace
+	staged         bool      // the engine's Staged
 	hostBytes      int64     // the engine's host buffers at the end (HostBufferBytes)
 	hostUnsharded  int64
 	slabElems      int
@@ -61,8 +52,13 @@ type shardResult struct {
 
 func trainShardRank(t *testing.T, sc shardCfg, rank int, comm Comm, d dataset, extra []Comm) shardResult {
 	var dev tensor.Device = cpu.New()
+	if sc.newDev != nil {
+		d, done := sc.newDev(t, rank)
+		defer done()
+		dev = d
+	}
 	if sc.hideHost {
-		dev = noHostMem{Device: dev.(*cpu.Device)}
+		dev = noHostMem{Device: dev}
 		if _, ok := dev.(tensor.HostMemory); ok {
 			t.Fatal("noHostMem still has tensor.HostMemory")
 		}
@@ -169,6 +165,7 @@ func trainShardRank(t *testing.T, sc shardCfg, rank int, comm Comm, d dataset, e
 	st := opt.State() // AdamW's m and v; SGD's momentum (m only)
 	res.stateElems = st[0].T.Len()
 	res.inPlace = eng.GradShardInPlace()
+	res.staged = eng.Staged()
 	res.hostBytes, res.hostUnsharded = eng.HostBufferBytes()
 	res.slabElems = ps.N
 	if res.m, err = eng.GatherState(ctx, st[0].T); err != nil {
@@ -368,6 +365,64 @@ func TestPlanShard_tilesTheSlab(t *testing.T) {
 					t.Fatalf("W %d cap %g: element %d owned %d times", W, capMB, i, c)
 				}
 			}
+		}
+	}
+}
+
+func shardStagingDev(t *testing.T, rank int) (tensor.Device, func()) {
+	return shardStagingCPU{cpu.New()}, func() {}
+}
+
+// The sharded step on the staged path (shard_gpu.go), on a CPU device staging like the CUDA
+// device (shardStagingCPU): fp16 with the f16 wire, the gradients reduce-scattered as half and
+// only the owned segment widened back, the f16 weights all-gathered through the staging buffers;
+// bit-identical to the unsharded staged run (weights, 16-bit copy, norms, m and v), with
+// accumulation, clipping, several channels and a skipped step. runShardStaged is the same
+// harness on the GPU (shard_gpu_cuda_test.go).
+func TestShardStaged_bitIdenticalToUnsharded(t *testing.T) {
+	runShardStaged(t, shardStagingDev)
+}
+
+func runShardStaged(t *testing.T, newDev newDevFunc) {
+	for _, W := range []int{2, 4} {
+		for _, ch := range []int{1, 2} {
+			t.Run(fmt.Sprintf("W%d/ch%d", W, ch), func(t *testing.T) {
+				b, k, steps := 3, 2, 6
+				d := makeData(W * b * k * steps)
+				sc := shardCfg{W: W, b: b, k: k, steps: steps, compute: tensor.F16, wire: allreduce.WireF16, bucketMB: 0.0005,
+					clip: 0.5, channels: ch, injectRank: 1, injectStep: 3, newDev: newDev}
+				plain := runShardWorld(t, sc, d)
+				sc.shard = true
+				sharded := runShardWorld(t, sc, d)
+				checkSame(t, plain, sharded)
+				for r := range sharded {
+					if !plain[r].staged || !sharded[r].staged || sharded[r].inPlace || sharded[r].hostBytes != 0 {
+						t.Errorf("rank %d: staged %v unsharded, %v sharded (in place %v, host buffers %d bytes): want the staged path, no host copy",
+							r, plain[r].staged, sharded[r].staged, sharded[r].inPlace, sharded[r].hostBytes)
+					}
+					if sharded[r].skipped != 1 {
+						t.Errorf("rank %d skipped %d steps, want 1", r, sharded[r].skipped)
+					}
+				}
+			})
+		}
+	}
+}
+
+// Sharded under bf16 on a device that stages like CUDA: the sharded staged path is f16's only,
+// so the engine falls back (here to the in-place path) and stays bit-identical to unsharded.
+func TestShardStaged_bf16FallsBackBitIdentical(t *testing.T) {
+	W, b, k, steps := 2, 3, 1, 4
+	d := makeData(W * b * k * steps)
+	sc := shardCfg{W: W, b: b, k: k, steps: steps, compute: tensor.BF16, wire: allreduce.WireBF16, bucketMB: 0.0005,
+		clip: 0.5, channels: 1, injectRank: -1, newDev: shardStagingDev}
+	plain := runShardWorld(t, sc, d)
+	sc.shard = true
+	sharded := runShardWorld(t, sc, d)
+	checkSame(t, plain, sharded)
+	for r, s := range sharded {
+		if s.staged || !s.inPlace {
+			t.Errorf("rank %d: staged %v, in place %v; want the in-place path", r, s.staged, s.inPlace)
 		}
 	}
 }

@@ -291,16 +291,14 @@ type (
 )
 
 // optimizerShardFor is this rank's shard under ddp.shard_optimizer (ddp.PlanShard: the engine
-// plans the same from the same buckets), nil when unsharded or alone. Another device than the CPU
-// is refused: the sharded step is the host path's (not yet on CUDA).
-func optimizerShardFor(cfg *Config, env Env, dev tensor.Device, ps *model.Params) (*model.Shard, error) {
+// plans the same from the same buckets), nil when unsharded or alone. On any device: on CUDA
+// (the user's choice of the key; not yet run on a GPU) the optimizer state lives on the device
+// and the engine takes the staged path under fp16 (ddp/shard_gpu.go), else its host path.
+func optimizerShardFor(cfg *Config, env Env, ps *model.Params) *model.Shard {
 	if !cfg.DDP.ShardOptimizer || env.WorldSize <= 1 {
-		return nil, nil
+		return nil
 	}
-	if dev.Name() != "cpu" {
-		return nil, fmt.Errorf("worker: ddp.shard_optimizer is not yet on CUDA (device %s): it runs on the CPU device only for now (issue 31, stage 2)", dev.Name())
-	}
-	return ddp.PlanShard(ps, cfg.DDP.BucketCapMB, env.WorldSize, env.Rank), nil
+	return ddp.PlanShard(ps, cfg.DDP.BucketCapMB, env.WorldSize, env.Rank)
 }
 
 // buildOptimizer builds train.optimizer over ps; shard (ddp.shard_optimizer) keeps the

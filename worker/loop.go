@@ -319,7 +319,14 @@ func (t *Trainer) ddpMemory() *observe.DDPMemory {
 		return nil
 	}
 	now, unsharded := t.eng.HostBufferBytes()
-	return &observe.DDPMemory{GradShardElems: sh.N(), HostBuffers: now, HostUnsharded: unsharded, InPlace: t.eng.GradShardInPlace()}
+	path := "host copies"
+	switch {
+	case t.eng.GradShardInPlace():
+		path = "in place"
+	case t.eng.Staged():
+		path = "staged"
+	}
+	return &observe.DDPMemory{GradShardElems: sh.N(), HostBuffers: now, HostUnsharded: unsharded, Path: path}
 }
 
 // stepRecord is the step just done, for the observers; with logNow it closes the metrics window

@@ -250,10 +250,7 @@ func (t *Trainer) buildModel() (data.Dataset, error) {
 	t.ps = ps
 	// ddp.shard_optimizer: the optimizer keeps this rank's shard only (ddp/shard.go); the engine
 	// below plans the same shard from the same buckets.
-	shard, err := optimizerShardFor(cfg, t.env, dev, ps)
-	if err != nil {
-		return nil, err
-	}
+	shard := optimizerShardFor(cfg, t.env, ps)
 	opt2, err := buildOptimizer(cfg, ps, shard)
 	if err != nil {
 		return nil, err

@@ -15,6 +15,8 @@
 //	            ConvGeom, AsConv
 //	staging.go  GradStager, an optional ability: gradient buckets staged through f16 device buffers
 //	            and pinned host memory for the DDP engine (the CUDA device has it)
+//	staging_shard.go  ShardStaging, a plan's optional ability: the sharded step's reduce-scatter
+//	            (only the owned segment returns) and the weights' all-gather through pinned memory
 //	ipc.go      IPCDevice, an optional ability: an all-reduce on the device over the buffers of a
 //	            host's ranks (IPCPlan: the schedule, the caller's; the CUDA device has it)
 //	hostmem.go  HostMemory, an optional ability: a tensor's elements as a Go slice, for a device

@@ -23,7 +23,10 @@ type DDPMemory struct {
 	GradShardElems int   // elements of averaged gradient this rank keeps (its shard)
 	HostBuffers    int64 // host bytes the engine holds for communication now
 	HostUnsharded  int64 // what the host path holds unsharded (an f32 copy of the slab)
-	InPlace        bool  // stage 2: reduced in the gradient slab itself, no host copy
+	// Path is how the gradients travel: "in place" (stage 2 on the CPU device: reduced in the
+	// gradient slab itself), "staged" (the CUDA staged path: f16 through pinned memory), or
+	// "host copies" (the buckets' f32 host buffers).
+	Path string
 }
 
 // MemoryReportDDP is MemoryReport with the DDP engine's rows (dm nil: none).
@@ -82,12 +85,15 @@ func MemoryReportDDP(dev tensor.Device, ps *model.Params, opt model.Optimizer, d
 		row("optimizer state", optState)
 	}
 	if dm != nil && dm.GradShardElems > 0 { // ddp.shard_optimizer's stage 2 (ddp/shard.go)
-		where := "in the gradient slab's owned ranges; the rest is the ring's scratch"
+		where := "in the gradient slab's owned ranges; the rest is not averaged"
 		fmt.Fprintf(&b, "  %-34s %12s  (%d of %d elements, %s)\n", "averaged gradients (rank's shard)",
 			tensor.FormatBytes(4*int64(dm.GradShardElems)), dm.GradShardElems, ps.N, where)
-		how := "host copies of the buckets"
-		if dm.InPlace {
+		how := "host f32 copies of the buckets"
+		switch dm.Path {
+		case "in place":
 			how = "reduced in place: no host copy of the gradients"
+		case "staged":
+			how = "f16 through pinned memory (the pinned row): no host f32 copy"
 		}
 		fmt.Fprintf(&b, "  %-34s %12s  (unsharded %s; %s)\n", "ddp host buffers", tensor.FormatBytes(dm.HostBuffers),
 			tensor.FormatBytes(dm.HostUnsharded), how)

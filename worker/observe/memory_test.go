@@ -36,7 +36,7 @@ func TestMemoryReport_namesTheShard(t *testing.T) {
 		t.Errorf("report without the engine's rows names the gradient shard:\n%s", r)
 	}
 	// Stage 2: the engine's rows, the averaged gradient's shard and the host buffers.
-	r = MemoryReportDDP(dev, ps, opt, &DDPMemory{GradShardElems: half, HostBuffers: 0, HostUnsharded: 4 * int64(ps.N), InPlace: true})
+	r = MemoryReportDDP(dev, ps, opt, &DDPMemory{GradShardElems: half, HostBuffers: 0, HostUnsharded: 4 * int64(ps.N), Path: "in place"})
 	for _, want := range []string{"averaged gradients (rank's shard)", tensor.FormatBytes(4 * int64(half)),
 		strconv.Itoa(half) + " of " + strconv.Itoa(ps.N) + " elements, in the gradient slab's owned ranges",
 		"ddp host buffers", "unsharded " + tensor.FormatBytes(4*int64(ps.N)), "reduced in place"} {

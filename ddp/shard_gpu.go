@@ -1,0 +1,112 @@
+package ddp
+
+// shard_gpu.go: ddp.shard_optimizer on the staged path (engine_gpu.go; issue 31, stage 2 of the
+// issue: type-checked only, not yet run on a GPU). When the device's staging plan has
+// tensor.ShardStaging, the process group the F16 halves (f16ShardReducer) and the compute copy is
+// f16 (precision fp16 with the f16 wire), the sharded step keeps the staged path:
+//
+//  1. A complete bucket is cast to f16 and copied to pinned memory as unsharded (Stage). The
+//     comm goroutine reduce-scatters the pinned halves (ReduceScatterF16, Sum on values already
+//     scaled by AvgScale: the same ring and additions as AllReduceF16, so the owned segment holds
+//     the bits the unsharded staged path would widen) and returns only the owned segment
+//     (ReturnRange): copied back and widened into the gradient slab's owned range on the return
+//     stream. The rest of the slab range keeps this rank's local gradient, read by nothing.
+//  2. The scaler's check, clipping and the optimizer's step run on the shard, on the device (the
+//     optimizer's state, N/W elements, lives there).
+//  3. GatherParams: the training goroutine copies each bucket's owned segment of the f16 compute
+//     copy into its pinned buffer (StageWeights), the channels all-gather the pinned halves
+//     (AllGatherSegmentsF16: exact), and the whole buckets go back to the device on the compute
+//     stream (ReturnWeights) before the next forward.
+//
+// What stays whole on the device: the gradient slab backward writes into, the f32 master and the
+// f16 copy, and the staging plan's f16 buffers (DeviceBytes) and pinned memory. What is sharded:
+// the optimizer state, and the averaged gradient (only the owned segments are widened). The f32
+// master's other segments are gathered, through transient host f32 buffers, only where it is
+// read whole (the replica check, checkpoints: GatherMaster).
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/goddp/goddp/allreduce"
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// f16ShardReducer is what the sharded staged path needs of a process group; *allreduce.Group
+// has it.
+type f16ShardReducer interface {
+	ReduceScatterF16(ctx context.Context, buf []uint16, op allreduce.Op) error
+	AllGatherSegmentsF16(ctx context.Context, buf []uint16) error
+}
+
+var _ f16ShardReducer = (*allreduce.Group)(nil)
+
+// shardStaging returns the staging plan's ShardStaging and the channels' reducers when the
+// sharded step can take the staged path; ok false: the host path (stage 1's, through the
+// buckets' host copies).
+func (e *Engine) shardStaging(stg tensor.GradStaging) (ss tensor.ShardStaging, red []f16ShardReducer, ok bool) {
+	if e.ps.Half == nil || e.ps.Half.DType() != tensor.F16 || e.opts.Wire != allreduce.WireF16 {
+		return nil, nil, false // bf16 (compute or wire) sharded: the host path for now
+	}
+	if ss, ok = stg.(tensor.ShardStaging); !ok {
+		return nil, nil, false
+	}
+	for _, c := range e.comms {
+		r, ok := c.(f16ShardReducer)
+		if !ok {
+			return nil, nil, false
+		}
+		red = append(red, r)
+	}
+	return ss, red, true
+}
+
+// reduceStagedShard is reduceStaged's sharded half: reduce-scatter the pinned halves, return
+// the owned segment only.
+func (e *Engine) reduceStagedShard(ch int, b *bucket, buf []uint16) error {
+	g := e.gpu
+	if err := g.shardRed[ch].ReduceScatterF16(e.ctx, buf, allreduce.Sum); err != nil {
+		return err
+	}
+	lo, hi := e.ownedSeg(b)
+	g.shardStg.ReturnRange(b.index, lo, hi)
+	return nil
+}
+
+// gatherStagedHalf is GatherParams on the sharded staged path: the f16 compute copy's owned
+// segments out through pinned memory, all-gathered there, and back whole.
+func (e *Engine) gatherStagedHalf(ctx context.Context) error {
+	g := e.gpu
+	bufs := make([][]uint16, len(e.buckets))
+	for _, b := range e.buckets {
+		lo, hi := e.ownedSeg(b)
+		bufs[b.index] = g.shardStg.StageWeights(b.index, e.ps.Half, lo, hi)
+	}
+	errs := make([]error, len(e.comms))
+	var wg sync.WaitGroup
+	for ch := range e.comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := ch; i < len(e.buckets); i += len(e.comms) {
+				b := e.buckets[i]
+				if err := g.shardRed[ch].AllGatherSegmentsF16(ctx, bufs[i]); err != nil {
+					errs[ch] = fmt.Errorf("ddp: all-gather of the f16 weights of bucket %d (%s): %w", b.index, b.params[0].Name, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	for _, b := range e.buckets {
+		g.shardStg.ReturnWeights(b.index, e.ps.Half)
+	}
+	e.masterStale = true
+	return nil
+}

@@ -1,0 +1,14 @@
+//go:build cuda
+
+package ddp
+
+import "testing"
+
+// The sharded step on the GPU's staged path (shard_gpu.go; issue 31, stage 2 — not yet run on a
+// GPU): ranks 2 and 4, each a goroutine with its own CUDA device on GPU 0 over the in-process
+// transport, train an fp16 MLP sharded and unsharded on the staged path (the f16 wire); the
+// weights (param_sha256), the f16 copy, the norms, the gathered m and v and the skipped step must
+// match bit for bit, the optimizer state must be N/W on each device, and no host f32 copy held.
+func TestCUDAShardStaged_bitIdenticalToUnsharded(t *testing.T) {
+	runShardStaged(t, cudaDev)
+}
