@@ -261,7 +261,7 @@ func (a *listener) loop() {
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
-			ac := a.handshake(c, src)
+			ac := a.handshake(c, src, slot)
 			a.g.Done(slot, ac != nil)
 			if ac == nil {
 				c.Close()
@@ -277,8 +277,11 @@ func (a *listener) loop() {
 }
 
 // handshake authenticates raw; nil when it did not complete.
-func (a *listener) handshake(raw net.Conn, src string) *conn {
+func (a *listener) handshake(raw net.Conn, src string, slot *Slot) *conn {
 	rank, world, err := Accept(raw, a.cfg.Token, PlaneGRPC, min(Deadline, a.cfg.Timeout))
+	if err == nil && !a.g.Proven(slot) {
+		return nil // evicted before it proved the token: the connection is being closed
+	}
 	if err == nil {
 		err = CheckPeer(a.cfg, rank, world)
 		if rerr := Reply(raw, err); err == nil {

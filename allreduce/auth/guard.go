@@ -90,7 +90,8 @@ type Slot struct {
 	src     string
 	c       io.Closer
 	seq     uint64 // admission order
-	evicted bool   // closed to make room; its Done gives nothing back (under Guard.mu)
+	gone    bool   // no longer pending: evicted to make room, or proven (under Guard.mu)
+	evicted bool   // closed to make room (under Guard.mu)
 }
 
 type refusals struct {
@@ -146,7 +147,7 @@ func (g *Guard) Admit(src string, c io.Closer) *Slot {
 		ok = victim != nil
 		if ok {
 			g.removeLocked(victim)
-			victim.evicted = true
+			victim.gone, victim.evicted = true, true
 		}
 	}
 	var s *Slot
@@ -199,13 +200,31 @@ func (g *Guard) removeLocked(s *Slot) {
 	g.total--
 }
 
-// Done gives back s's slot (nothing, if it was taken to make room); authenticated says the
+// Proven takes s out of the unauthenticated set once its peer has proved the token, before the
+// listener answers: a proven handshake is never evicted, so no answer is written on a connection
+// that is being closed (and no closed connection is kept as a peer's stream). False when s was
+// evicted first: the handshake must fail.
+func (g *Guard) Proven(s *Slot) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if s.evicted {
+		return false
+	}
+	if !s.gone {
+		g.removeLocked(s)
+		s.gone = true
+	}
+	return true
+}
+
+// Done gives back s's slot (nothing, if it was evicted or proven); authenticated says the
 // handshake proved the token (its source becomes known).
 func (g *Guard) Done(s *Slot, authenticated bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !s.evicted {
+	if !s.gone {
 		g.removeLocked(s)
+		s.gone = true
 	}
 	if authenticated && !g.known[s.src] && len(g.known) < maxSources {
 		g.known[s.src] = true

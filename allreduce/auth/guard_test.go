@@ -328,3 +328,45 @@ func TestListener_floodFromManySourcesAdmitsANewPeer(t *testing.T) {
 		t.Errorf("the oldest flood connection: read %v, want EOF (closed to make room)", err)
 	}
 }
+
+// A handshake whose peer has proved the token (Proven, before the listener answers) is no longer
+// evictable: a full listener makes room by closing another unproven connection, never one that
+// is being answered; and an evicted handshake that proves the token afterwards is told to fail
+// (Proven false), so no answer goes out on a closed connection.
+func TestGuard_provenHandshakeIsNotEvicted(t *testing.T) {
+	g := NewGuard(slog.New(&logRecorder{}), time.Hour)
+	defer g.Stop()
+	// "unix" holds the most slots: its oldest is the first victim, unless proven.
+	var local []*Slot
+	var conns []*closer
+	for range MaxPendingPerSource {
+		c := &closer{}
+		local = append(local, g.Admit("unix", c))
+		conns = append(conns, c)
+	}
+	if !g.Proven(local[0]) {
+		t.Fatal("Proven of a pending handshake returned false")
+	}
+	for i := 0; g.total < MaxPending; i++ {
+		if g.Admit(fmt.Sprintf("10.1.0.%d", i), &closer{}) == nil {
+			t.Fatalf("refused below the total bound (%d pending)", g.total)
+		}
+	}
+	if g.Admit("10.9.9.9", &closer{}) == nil {
+		t.Fatal("a new source was refused at the listener's bound")
+	}
+	if conns[0].closed > 0 {
+		t.Fatal("the proven handshake's connection was closed to make room")
+	}
+	if conns[1].closed == 0 {
+		t.Fatal("the oldest unproven connection of the source holding the most was not the one closed")
+	}
+	if g.Proven(local[1]) {
+		t.Fatal("Proven of an evicted handshake returned true: the listener would answer on a closed connection")
+	}
+	g.Done(local[0], true)
+	g.Done(local[1], false)
+	if !g.known["unix"] {
+		t.Fatal("the proven source is not known after Done")
+	}
+}

@@ -195,7 +195,7 @@ func (t *Transport) accept(lis net.Listener) {
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
-			ok := t.handshake(c, src)
+			ok := t.handshake(c, src, slot)
 			t.guard.Done(slot, ok)
 			if !ok {
 				t.connsMu.Lock()
@@ -209,11 +209,14 @@ func (t *Transport) accept(lis net.Listener) {
 
 // handshake authenticates a connecting peer (package auth); on success the connection becomes that
 // peer's inbox.
-func (t *Transport) handshake(c net.Conn, src string) bool {
+func (t *Transport) handshake(c net.Conn, src string, slot *auth.Slot) bool {
 	remote := c.RemoteAddr().String()
 	rank, world, err := auth.Accept(c, t.cfg.Token, auth.PlaneTCP, min(auth.Deadline, t.cfg.Timeout))
 	switch {
 	case err == nil:
+		if !t.guard.Proven(slot) {
+			return false // evicted before it proved the token: the connection is being closed
+		}
 	case errors.Is(err, auth.ErrDialer):
 		t.guard.Refuse(src, "allreduce: refused connection with a wrong or missing token", "addr", remote)
 		return false
