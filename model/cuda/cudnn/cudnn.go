@@ -1,6 +1,6 @@
 //go:build cuda && cudnn
 
-// Package cudnn is goddp's small cgo binding of cuDNN 9's convolutions (the legacy imperative
+// goddp's small cgo binding of cuDNN 9's convolutions (the legacy imperative
 // API: cudnnConvolutionForward, cudnnConvolutionBackwardData, cudnnConvolutionBackwardFilter and
 // the v7 heuristics that rank their algorithms), for the CUDA device's tensor.ConvDevice
 // (model/cuda/conv.go). All of its cgo is this one file; scripts/cudastub/cudnn.go.txt mirrors
@@ -13,6 +13,7 @@
 // Descriptors are made and destroyed around each call (host calls of a microsecond or two; the
 // caller caches what costs: the algorithm and its workspace size per shape). Device addresses
 // travel as uint64; every call must run on an OS thread whose current context is the device's.
+
 package cudnn
 
 /*
