@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# cuda-kernels-check.sh — syntax- and type-check the CUDA device's kernel sources on a machine
+# without CUDA: every Go raw-string constant of model/cuda holding a __global__ kernel, and the bf16
+# instantiation of each 16-bit source (model/cuda/bf16.go's swaps, applied as the device applies
+# them), compiled by clang's CUDA front end for sm_80 with -fsyntax-only and the declarations of
+# scripts/cudastub/kernel_prelude.h in place of NVRTC's built-ins. It catches what a typo, a renamed
+# variable or a wrong argument type breaks in kernels no GPU has compiled yet; not the PTX inside
+# asm() strings, not behaviour (a GPU run of `go test -tags cuda ./...` does). Skipped, with a line
+# saying so, where clang is missing (.ci/run installs it).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if ! command -v clang >/dev/null; then
+  echo "cuda-kernels-check: skipped (no clang; apt-get install clang)"
+  exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+python3 - "$root" "$tmp" <<'PY'
+import glob, re, sys
+root, out = sys.argv[1], sys.argv[2]
+consts = {}
+for f in sorted(glob.glob(root + "/model/cuda/*.go")):
+    if f.endswith("_test.go"):
+        continue
+    for name, body in re.findall(r"(\w+)\s*=\s*`(.*?)`", open(f).read(), re.S):
+        consts[name] = body
+sources = {n: b for n, b in consts.items() if "__global__" in b}
+if not sources:
+    sys.exit("cuda-kernels-check: no kernel sources found in model/cuda")
+for n, b in sources.items():
+    open(f"{out}/{n}.cu", "w").write(b)
+# The bf16 instantiations: each swap's f16 text must occur exactly once (as bf16.go requires).
+swaps = [("f16H2F", "bf16H2F"), ("f16F2H", "bf16F2H")]
+for n, b in sources.items():
+    pairs = list(swaps) + ([("f16MMA", "bf16MMA")] if consts.get("f16MMA", "\0") in b else [])
+    if not all(consts.get(a, "\0") in b for a, _ in swaps):
+        continue
+    for a, z in pairs:
+        if b.count(consts[a]) != 1:
+            sys.exit(f"cuda-kernels-check: {n}: {a} occurs {b.count(consts[a])} times, want once")
+        b = b.replace(consts[a], consts[z])
+    open(f"{out}/{n}_bf16.cu", "w").write(b)
+PY
+status=0
+for f in "$tmp"/*.cu; do
+  if ! clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocudainc -nocudalib -fsyntax-only -std=c++17 \
+    -include "$root/scripts/cudastub/kernel_prelude.h" "$f" 2> "$f.log"; then
+    echo "cuda-kernels-check: $(basename "$f" .cu):"; sed "s|$tmp/||" "$f.log" | head -20
+    status=1
+  fi
+done
+[ $status = 0 ] && echo "cuda-kernels-check: ok ($(ls "$tmp"/*.cu | wc -l) sources)"
+exit $status
