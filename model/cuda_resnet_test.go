@@ -11,21 +11,33 @@ import (
 	"github.com/goddp/goddp/model/tensor"
 )
 
-// A small ResNet trained a few SGD steps on the GPU (cuDNN's convolutions, the device's batch
-// norm and pools) follows the CPU's: each step's loss within 1e-4 relative in f32 (NCHW and
-// NHWC), 2e-2 in f16 (NHWC, channels last: the tensor-core path), and eval mode's loss after the
-// steps too. Not yet run on a GPU.
+// A small ResNet on the GPU (cuDNN's convolutions, the device's batch norm and pools) against the
+// CPU: the first training step's loss and gradients (relative L2 over the gradient slab), then in
+// f32 four SGD steps and eval mode's loss. Measured on the H200 (2026-12-05): f32 gradients within
+// 1.4e-6 (ResNet-18, NCHW and NHWC) and 1.9e-4 (ResNet-50 NHWC with checkpointing); f16 ResNet-18
+// within 0.05 (NCHW) and 0.07 (NHWC), the worst parameters BN gains (their gradient Σdy·x̂ cancels,
+// and dy differs by f16 roundings between cuDNN and the CPU), the loss within 3e-4. A ResNet-50 on
+// 32×32 inputs in f16 is not compared: its last stage normalises over 8 values and amplifies each
+// f16 rounding (its f32 run matches; several f16 steps without a loss scaler reach NaN on the CPU
+// too).
 func TestCUDA_resnetMatchesCPU(t *testing.T) {
 	g := gpu(t)
 	for _, tc := range []struct {
-		cfg ResNetConfig
-		tol float64
+		cfg        ResNetConfig
+		tol, gtol  float64
+		trainSteps bool
 	}{
-		{ResNetConfig{Depth: 18, Stem: "small", Width: 8, Classes: 5, InC: 1, InH: 12, InW: 12, Compute: tensor.F32}, 1e-4},
-		{ResNetConfig{Depth: 18, Stem: "small", Width: 8, Classes: 5, InC: 1, InH: 12, InW: 12, Compute: tensor.F32, Layout: tensor.NHWC}, 1e-4},
-		{ResNetConfig{Depth: 50, Stem: "imagenet", Width: 8, Classes: 5, InC: 3, InH: 32, InW: 32, Compute: tensor.F16, Layout: tensor.NHWC, Checkpoint: 1}, 2e-2},
+		{ResNetConfig{Depth: 18, Stem: "small", Width: 8, Classes: 5, InC: 1, InH: 12, InW: 12, Compute: tensor.F32}, 1e-4, 1e-4, true},
+		{ResNetConfig{Depth: 18, Stem: "small", Width: 8, Classes: 5, InC: 1, InH: 12, InW: 12, Compute: tensor.F32, Layout: tensor.NHWC}, 1e-4, 1e-4, true},
+		{ResNetConfig{Depth: 50, Stem: "imagenet", Width: 8, Classes: 5, InC: 3, InH: 32, InW: 32, Compute: tensor.F32, Layout: tensor.NHWC, Checkpoint: 1}, 1e-4, 1e-3, false},
+		{ResNetConfig{Depth: 18, Stem: "small", Width: 8, Classes: 5, InC: 1, InH: 12, InW: 12, Compute: tensor.F16}, 2e-3, 0.15, false},
+		{ResNetConfig{Depth: 18, Stem: "small", Width: 8, Classes: 5, InC: 1, InH: 12, InW: 12, Compute: tensor.F16, Layout: tensor.NHWC}, 2e-3, 0.15, false},
 	} {
-		losses := func(dev tensor.Device) []float32 {
+		type result struct {
+			losses []float32
+			grad   []float32
+		}
+		run := func(dev tensor.Device) result {
 			m, err := NewResNet(dev, tc.cfg, 9)
 			if err != nil {
 				t.Fatal(err)
@@ -36,20 +48,40 @@ func TestCUDA_resnetMatchesCPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			in := resnetInputs(dev, rand.New(rand.NewSource(3)), 8, tc.cfg)
-			var out []float32
-			for range 4 {
+			var r result
+			m.Params().ZeroGrad()
+			r.losses = append(r.losses, tensor.ToHost(m.Forward(in, true))[0])
+			m.Backward(1)
+			r.grad = tensor.ToHost(m.Params().Grad)
+			if !tc.trainSteps {
+				return r
+			}
+			opt.Step(0.02)
+			for range 3 {
 				m.Params().ZeroGrad()
-				out = append(out, tensor.ToHost(m.Forward(in, true))[0])
+				r.losses = append(r.losses, tensor.ToHost(m.Forward(in, true))[0])
 				m.Backward(1)
 				opt.Step(0.02)
 			}
-			return append(out, tensor.ToHost(m.Forward(in, false))[0])
+			r.losses = append(r.losses, tensor.ToHost(m.Forward(in, false))[0])
+			return r
 		}
-		want, got := losses(cpu.New()), losses(g)
-		for i := range want {
-			if d := math.Abs(float64(got[i]-want[i])) / math.Max(math.Abs(float64(want[i])), 1e-6); !(d <= tc.tol) {
-				t.Errorf("%+v: loss %d on the GPU %v, CPU %v (relative %g > %g)", tc.cfg, i, got[i], want[i], d, tc.tol)
+		want, got := run(cpu.New()), run(g)
+		for i := range want.losses {
+			if d := math.Abs(float64(got.losses[i]-want.losses[i])) / math.Max(math.Abs(float64(want.losses[i])), 1e-6); !(d <= tc.tol) {
+				t.Errorf("%+v: loss %d on the GPU %v, CPU %v (relative %g > %g)", tc.cfg, i, got.losses[i], want.losses[i], d, tc.tol)
 			}
+		}
+		var num, den float64
+		for i := range want.grad {
+			d := float64(got.grad[i]) - float64(want.grad[i])
+			num += d * d
+			den += float64(want.grad[i]) * float64(want.grad[i])
+		}
+		if e := math.Sqrt(num / math.Max(den, 1e-30)); !(e <= tc.gtol) {
+			t.Errorf("%+v: first step's gradients: relative L2 %g > %g", tc.cfg, e, tc.gtol)
+		} else {
+			t.Logf("%+v: first step's gradients within relative L2 %.2g", tc.cfg, e)
 		}
 	}
 }

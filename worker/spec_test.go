@@ -3,6 +3,7 @@ package worker
 import (
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/goddp/goddp/model"
@@ -36,6 +37,15 @@ func oldBuildModel(dev tensor.Device, cfg *Config) (model.Model, error) {
 // constructor built before: the same parameters to the bit (so the same param_sha256 at the
 // end of every run), the same configuration, precision and memory options included. Its spec
 // says what the loop needs: one sample's input and targets, classifier or not.
+// mnistAnywhere points an MNIST config's data.path at an empty directory: building the model
+// reads no data, and a host without the module proxy (the GPU host) cannot fetch GoMNIST's files.
+func mnistAnywhere(t *testing.T, file string) []string {
+	if !strings.HasPrefix(file, "mnist") {
+		return nil
+	}
+	return []string{"data.path=" + t.TempDir()}
+}
+
 func TestModelSpec_buildsTheSameModels(t *testing.T) {
 	cases := []struct {
 		file       string
@@ -56,7 +66,7 @@ func TestModelSpec_buildsTheSameModels(t *testing.T) {
 	dev := cpu.New()
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
-			cfg, err := LoadConfig(filepath.Join("..", "configs", c.file), append([]string{"seed=11"}, c.sets...))
+			cfg, err := LoadConfig(filepath.Join("..", "configs", c.file), append(mnistAnywhere(t, c.file), append([]string{"seed=11"}, c.sets...)...))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,7 +128,7 @@ func modelCfg(m model.Model) any {
 // A ResNet's checkpoint now carries its whole architecture: model.Open-style readers build it
 // from the spec alone.
 func TestModelSpec_resnetSpecBuildsFromJSON(t *testing.T) {
-	cfg, err := LoadConfig(filepath.Join("..", "configs", "mnist-resnet.yaml"), []string{"model.width=4"})
+	cfg, err := LoadConfig(filepath.Join("..", "configs", "mnist-resnet.yaml"), append(mnistAnywhere(t, "mnist-resnet.yaml"), "model.width=4"))
 	if err != nil {
 		t.Fatal(err)
 	}

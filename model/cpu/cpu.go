@@ -258,6 +258,13 @@ func (c *Device) Copy(dst, src *tensor.Tensor) {
 	case dd == tensor.F32 && isHalf(sd):
 		d, s, f := f32s(dst), h16s(src), formatOf(sd)
 		c.parallel(len(s), 1<<15, func(lo, hi int) { f.Decode(d[lo:hi], s[lo:hi]) })
+	case isHalf(dd) && isHalf(sd): // f16 ↔ bf16 through f32 (widening is exact; one rounding)
+		d, s, fd, fs := h16s(dst), h16s(src), formatOf(dd), formatOf(sd)
+		c.parallel(len(s), 1<<15, func(lo, hi int) {
+			w := make([]float32, hi-lo)
+			fs.Decode(w, s[lo:hi])
+			fd.Encode(d[lo:hi], w)
+		})
 	default:
 		panic(fmt.Sprintf("cpu: Copy %s into %s", src, dst))
 	}

@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/goddp/goddp/model/tensor"
@@ -292,5 +293,22 @@ func TestDevice_fence(t *testing.T) {
 	}
 	if got := tensor.ToHost(x); got[0] != 2 || got[1] != 4 || got[2] != 6 {
 		t.Fatalf("after the fence x = %v, want [2 4 6]", got)
+	}
+}
+
+// Copy between the two 16-bit formats widens exactly and rounds once: the same bits as going
+// through an f32 tensor (the CUDA device's tests use this as their reference).
+func TestCopy_f16AndBF16(t *testing.T) {
+	dev := New()
+	v := []float32{0, -1.5, 3.140625, 65504, 1e-7, -2.5e-3, 300.7, 1 << 20}
+	for _, pair := range [][2]tensor.DType{{tensor.F16, tensor.BF16}, {tensor.BF16, tensor.F16}} {
+		src := tensor.FromHost(dev, pair[0], "src", v, len(v))
+		direct, wide, via := dev.Alloc(pair[1], "direct", len(v)), dev.Alloc(tensor.F32, "wide", len(v)), dev.Alloc(pair[1], "via", len(v))
+		dev.Copy(direct, src)
+		dev.Copy(wide, src)
+		dev.Copy(via, wide)
+		if a, b := h16s(direct), h16s(via); !slices.Equal(a, b) {
+			t.Errorf("%s → %s: %v, through f32 %v", pair[0], pair[1], a, b)
+		}
 	}
 }
