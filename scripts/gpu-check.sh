@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# gpu-check.sh [BASE_DIR] — a GPU session's first call: the whole CUDA test suite, then the cuDNN
+# convolutions' tests, then (with BASE_DIR) the A/B of GPT-2 small against an older tree. Fits one
+# 10-minute device call (measured 2026-12-05: the suite ≈1 min with compiling, cudnn ≈30 s, the A/B
+# ≈5 min at ROUNDS=3). Run inside the Go environment on the GPU host:
+#   bash .gpu/run bash scripts/gpu-check.sh .base      (carry [".gpu", ".base"])
+# where .base is an older tree: `mkdir .base && git archive OLD | tar -x -C .base && cp go.mod
+# go.sum .base/` (and `.base` in .git/info/exclude). Logs under $OUT (default out/gpu-check); a
+# short table last.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT=${OUT:-out/gpu-check}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+nvidia-smi -L || true
+pkgs=$(git grep -lE '^//go:build .*cuda' -- '*.go' ':!scripts/' 2>/dev/null | xargs -n1 dirname | sort -u | sed 's|^|./|' | tr '\n' ' ')
+[ -n "$pkgs" ] || pkgs="./model/cuda/ ./model/ ./ddp/ ./worker/ ./model/cuda/cudadrv/ ./model/cuda/cudnn/"
+timeout 240 bash scripts/cuda-env.sh go test -count=1 -tags cuda $pkgs > "$OUT/cuda.log" 2>&1
+cuda=$?
+timeout 120 bash scripts/cuda-env.sh go test -count=1 -tags cuda,cudnn ./model/cuda/ ./model/ -run 'CUDA_conv|CUDA_resnet' -v > "$OUT/cudnn.log" 2>&1
+cudnn=$?
+ab=skipped
+if [ -n "${1:-}" ]; then
+  ROUNDS=${ROUNDS:-3} OUT="$OUT/ab" timeout 300 bash scripts/bench-gpu-ab.sh "$1" > "$OUT/ab.log" 2>&1
+  ab=$?
+fi
+echo
+grep -hE '^(ok|FAIL|panic)|--- FAIL' "$OUT/cuda.log" "$OUT/cudnn.log" | head -40
+echo "part           exit"
+printf '%-14s %s\n' "-tags cuda" "$cuda" "-tags cudnn" "$cudnn" "A/B" "$ab"
+[ "$ab" = skipped ] || tail -8 "$OUT/ab.log"
