@@ -29,6 +29,8 @@ import torch.nn.functional as F
 import torch.utils.checkpoint as ckpt
 import torchvision
 
+from bench_memory_pytorch import search  # doubling then bisection, as worker/autobatch.go
+
 
 class Runner:
     def __init__(self, mode, compile_):
@@ -82,32 +84,6 @@ class Runner:
         del self.model, self.opt, self.scaler, self.fwd
         gc.collect()
         torch.cuda.empty_cache()
-
-
-def search(fits, limit):
-    """Largest b in [1, limit] with fits(b): doubling, then bisection (as worker/autobatch.go)."""
-    good, bad, tried = 0, limit + 1, []
-    b = 1
-    while True:
-        b = min(b, limit)
-        ok = fits(b)
-        tried.append(f"{b}:{'fits' if ok else 'OOM'}")
-        if not ok:
-            bad = b
-            break
-        good = b
-        if b == limit:
-            return b, tried
-        b *= 2
-    while bad - good > 1:
-        mid = good + (bad - good) // 2
-        ok = fits(mid)
-        tried.append(f"{mid}:{'fits' if ok else 'OOM'}")
-        if ok:
-            good = mid
-        else:
-            bad = mid
-    return good, tried
 
 
 def timed(mode, B, steps, compile_):
