@@ -289,6 +289,10 @@ func (a *listener) handshake(raw net.Conn, src string, slot *Slot) *conn {
 		}
 	}
 	remote := raw.RemoteAddr().String()
+	if err != nil && a.g.Closed(slot) {
+		a.log.Debug("allreduce: handshake ended: the guard closed its connection (to make room, or the listener is closing)", "remote", remote, "err", err)
+		return nil // not a refusal of its own: Admit counted the eviction
+	}
 	if err != nil {
 		switch {
 		case errors.Is(err, ErrDialer):

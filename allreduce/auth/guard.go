@@ -92,6 +92,7 @@ type Slot struct {
 	seq     uint64 // admission order
 	gone    bool   // no longer pending: evicted to make room, or proven (under Guard.mu)
 	evicted bool   // closed to make room (under Guard.mu)
+	closed  bool   // its connection closed by the guard: evicted, or by ClosePending (under Guard.mu)
 }
 
 type refusals struct {
@@ -147,7 +148,7 @@ func (g *Guard) Admit(src string, c io.Closer) *Slot {
 		ok = victim != nil
 		if ok {
 			g.removeLocked(victim)
-			victim.gone, victim.evicted = true, true
+			victim.gone, victim.evicted, victim.closed = true, true, true
 		}
 	}
 	var s *Slot
@@ -217,6 +218,15 @@ func (g *Guard) Proven(s *Slot) bool {
 	return true
 }
 
+// Closed says the guard closed s's connection: to make room (Admit logged and counted that
+// refusal already) or because the listener is closing (ClosePending; no refusal at all). The
+// handshake's failure is then the guard's doing and must not be refused again.
+func (g *Guard) Closed(s *Slot) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return s.closed
+}
+
 // Done gives back s's slot (nothing, if it was evicted or proven); authenticated says the
 // handshake proved the token (its source becomes known).
 func (g *Guard) Done(s *Slot, authenticated bool) {
@@ -239,6 +249,7 @@ func (g *Guard) ClosePending() {
 	var cs []io.Closer
 	for _, slots := range g.pending {
 		for _, s := range slots {
+			s.closed = true
 			cs = append(cs, s.c)
 		}
 	}

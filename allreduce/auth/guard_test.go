@@ -327,6 +327,25 @@ func TestListener_floodFromManySourcesAdmitsANewPeer(t *testing.T) {
 	if _, err := flood[0].Read(make([]byte, 1)); err != io.EOF {
 		t.Errorf("the oldest flood connection: read %v, want EOF (closed to make room)", err)
 	}
+	// Each connection the guard closed is one refusal: the eviction's line (the flood's own
+	// connections past MaxPending evicted older ones too), never a second refusal from the
+	// evicted handshake's read error; closing the listener closes the flood's pending
+	// handshakes without a refusal each (Close waits for them, then flushes the counts).
+	logged0, supp0 := Refusals()
+	lis.Close()
+	evictions := rec.count("closed an unauthenticated connection to make room")
+	if evictions == 0 {
+		t.Errorf("no eviction was logged: %v", rec.msgs)
+	}
+	if n := rec.count("refused connection"); n != 0 {
+		t.Errorf("%d refusals logged for handshakes the guard itself closed, want 0", n)
+	}
+	if rec.has("suppressed") {
+		t.Errorf("the evicted handshake was counted again as a suppressed refusal: %v", rec.msgs)
+	}
+	if logged, supp := Refusals(); logged != logged0 || supp != supp0 {
+		t.Errorf("closing the listener counted %d refusals and %d suppressed, want none", logged-logged0, supp-supp0)
+	}
 }
 
 // A handshake whose peer has proved the token (Proven, before the listener answers) is no longer

@@ -213,6 +213,9 @@ func (t *Transport) handshake(c net.Conn, src string, slot *auth.Slot) bool {
 	remote := c.RemoteAddr().String()
 	rank, world, err := auth.Accept(c, t.cfg.Token, auth.PlaneTCP, min(auth.Deadline, t.cfg.Timeout))
 	switch {
+	case err != nil && t.guard.Closed(slot):
+		t.log.Debug("allreduce: data-plane handshake ended: the guard closed its connection (to make room, or the transport is closing)", "remote", remote, "err", err)
+		return false // not a refusal of its own: Admit counted the eviction
 	case err == nil:
 		if !t.guard.Proven(slot) {
 			return false // evicted before it proved the token: the connection is being closed
