@@ -318,7 +318,7 @@ func (t *Trainer) startEngine(ctx context.Context, gcfg allreduce.Config) error 
 	eng.SetBuffers(modelBuffers(t.m)) // the replica check covers the BatchNorm running statistics
 	t.eng = eng
 	t.onClose(func() error { eng.Close(); return nil })
-	return nil
+	return t.intraHostDevice(ctx, eng)
 }
 
 // resumeOrInit resumes from the newest checkpoint any rank has (or --resume-from's), or else
