@@ -285,7 +285,7 @@ func (e *Engine) stage(b *bucket) {
 		return
 	}
 	if e.devp != nil {
-		e.stageDevice(b)
+		e.dev.Copy(e.devp.bufs[b.index], b.view) // launched below, in index order
 	} else if e.gpu != nil {
 		e.gpu.stg.Stage(b.index, e.gpu.scale)
 	} else if e.inPlace == nil { // in place (shard.go): the comm goroutine reads the slab itself
@@ -293,6 +293,9 @@ func (e *Engine) stage(b *bucket) {
 	}
 	e.staged[b.index] = true
 	for e.nextSend < len(e.buckets) && e.staged[e.nextSend] {
+		if e.devp != nil {
+			e.launchDevice(e.buckets[e.nextSend])
+		}
 		e.jobs[e.nextSend%len(e.jobs)] <- e.buckets[e.nextSend]
 		e.nextSend++
 	}

@@ -14,8 +14,9 @@ import (
 // all-reduced on the device, over CUDA IPC buffers (tensor.IPCStreamDevice), on a side stream
 // while backward goes on; no gradient leaves the device.
 //
-//	training goroutine, per bucket in index order (the same on every rank):
+//	training goroutine, per bucket as backward completes it:
 //	  Copy(wire buffer ← bucket's f32 gradients)   compute stream (a cast for f16/bf16)
+//	then per bucket in index order (the same on every rank), once it and those before it are copied:
 //	  Fork; Launch                                 side stream, after the copy (event)
 //	  hand the bucket to its channel's comm goroutine
 //	comm goroutine, per bucket:
@@ -197,10 +198,12 @@ func (p *devicePath) close(abort bool) {
 	p.reds, p.stream = nil, nil
 }
 
-// stageDevice enqueues bucket b's all-reduce (training goroutine).
-func (e *Engine) stageDevice(b *bucket) {
+// launchDevice enqueues bucket b's all-reduce on the side stream, after the compute stream's
+// work so far (its copy into the wire buffer among it). The training goroutine calls it in index
+// order, whatever order backward completes the buckets in, so every rank's side stream runs the
+// same kernels in the same order: one whose readiness order differed could not meet its peers.
+func (e *Engine) launchDevice(b *bucket) {
 	p := e.devp
-	e.dev.Copy(p.bufs[b.index], b.view)
 	p.stream.Fork()
 	p.fences[b.index] = p.reds[b.index].Launch(p.stream, p.scale, p.div)
 }

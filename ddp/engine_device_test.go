@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -459,5 +461,61 @@ func TestEngineDevice_refusals(t *testing.T) {
 				t.Errorf("%s rank %d: got %v, want one line containing %q", c.name, r, err, c.want)
 			}
 		})
+	}
+}
+
+// Backward may complete buckets in a different order on different ranks (here: a permutation
+// per rank and step); the device path still launches them in index order on every rank, so the
+// kernels meet and the average is the host path's bits (f32 wire, the ring's order of additions).
+func TestEngineDevice_launchesInIndexOrder(t *testing.T) {
+	const W = 3
+	sizes := []int{5, 300, 7, 1000, 3, 64, 257}
+	hub := newFakeHub()
+	grads := make([][]float32, W)
+	eachRank(t, W, func(r int, g *allreduce.Group) {
+		dev := fakeIPCDev{Device: cpu.New(), hub: hub}
+		ps := model.NewParams(dev)
+		for i, n := range sizes {
+			ps.Add(fmt.Sprintf("p%d", i), model.Init{Value: 0}, false, n)
+		}
+		ps.Build(tensor.F32)
+		defer ps.Free()
+		e := New(ps, g, Options{BucketCapMB: 0.001, Wire: allreduce.WireF32, DeviceGrace: 2 * time.Second})
+		defer e.Close()
+		if err := e.UseDevice(context.Background(), 1); err != nil {
+			t.Errorf("rank %d: %v", r, err)
+			return
+		}
+		if len(e.buckets) < 3 {
+			t.Errorf("want several buckets, got %d", len(e.buckets))
+			return
+		}
+		for step := range 3 {
+			dev.Upload(ps.Grad, rankGrads(ps.N, r))
+			e.BeginMicro(0, 1)
+			e.BeginBackward()
+			perm := rand.New(rand.NewPCG(uint64(r), uint64(step))).Perm(len(ps.List))
+			for _, i := range perm {
+				ps.List[i].Ready()
+			}
+			e.EndBackward()
+			if err := e.Wait(context.Background()); err != nil {
+				t.Errorf("rank %d step %d: %v", r, step, err)
+				return
+			}
+		}
+		grads[r] = tensor.ToHost(ps.Grad)
+	})
+	if t.Failed() {
+		return
+	}
+	host, _ := averageOnceWire(t, W, sizes, 0.001, cpuDev, true, allreduce.WireF32) // the host path's engine, same buckets
+	want := host[0]
+	for r := range grads {
+		for i := range want {
+			if math.Float32bits(grads[r][i]) != math.Float32bits(want[i]) {
+				t.Fatalf("rank %d gradient %d: device path %g, host ring %g (want the same bits)", r, i, grads[r][i], want[i])
+			}
+		}
 	}
 }
