@@ -6,8 +6,13 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +32,12 @@ import (
 // however the run ends: in one process a peer's kernel may still address this rank's buffers,
 // so the fault test keeps every rank's open until all have returned.
 func trainGPTDevice(t *testing.T, rank, W int, comm Comm, steps int, wire allreduce.Wire, device bool, stopAt int, hold func()) (string, []float64, error) {
+	return trainGPTDeviceKill(t, rank, W, comm, steps, wire, device, stopAt, -1, hold)
+}
+
+// trainGPTDeviceKill is trainGPTDevice whose process kills itself (SIGKILL) at step killAt ≥ 0,
+// after backward has launched the step's device all-reduces: a rank killed mid-collective.
+func trainGPTDeviceKill(t *testing.T, rank, W int, comm Comm, steps int, wire allreduce.Wire, device bool, stopAt, killAt int, hold func()) (string, []float64, error) {
 	dev, err := cuda.New(0)
 	if err != nil {
 		t.Fatalf("rank %d: cuda.New(0): %v", rank, err)
@@ -83,6 +94,10 @@ func trainGPTDevice(t *testing.T, rank, W int, comm Comm, steps int, wire allred
 		eng.BeginBackward()
 		m.Backward(1)
 		eng.EndBackwardAt(dev.Fence())
+		if s == killAt {
+			dev.Sync() // the launches are on the GPU, the peers' kernels meeting this rank's
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
 		if err := eng.Wait(ctx); err != nil {
 			return "", losses, fmt.Errorf("rank %d step %d: %w", rank, s, err)
 		}
@@ -188,6 +203,70 @@ func TestCUDADevice_stoppedRankNamedWithin15s(t *testing.T) {
 		}
 		if d := returned[r].Sub(stopped); d > 15*time.Second {
 			t.Errorf("rank %d failed %s after rank %d stopped, want within 15 s", r, d, dead)
+		}
+	}
+}
+
+// Three processes sharing GPU 0 on the device path (handles opened with cuIpcOpenMemHandle);
+// rank 2 kills itself (SIGKILL) in step 2 after its all-reduces are launched. The other two must
+// exit within 15 s of its death with an error naming rank 2; none may hang on a device wait. The
+// test binary runs itself as the ranks.
+func TestCUDADevice_killedProcessNamedWithin15s(t *testing.T) {
+	const W, dead = 3, 2
+	if rank := os.Getenv("GODDP_DEVICE_TEST_RANK"); rank != "" {
+		cfg, err := allreduce.ConfigFromEnv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := allreduce.NewGroup(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		kill := -1
+		if g.Rank() == dead {
+			kill = 2
+		}
+		_, _, err = trainGPTDeviceKill(t, g.Rank(), W, g, 6, allreduce.WireF16, true, -1, kill, nil)
+		fmt.Printf("DEVICE-RESULT rank %d: %v\n", g.Rank(), err)
+		return
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	outs := make([]string, W)
+	ended := make([]time.Time, W)
+	var wg sync.WaitGroup
+	for r := range W {
+		env := append(os.Environ(), "GODDP_DEVICE_TEST_RANK="+strconv.Itoa(r), "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(W),
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "DDP_TOKEN=device-test")
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			c := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCUDADevice_killedProcessNamedWithin15s$", "-test.v")
+			c.Env = env
+			b, _ := c.CombinedOutput()
+			outs[r], ended[r] = string(b), time.Now()
+		})
+	}
+	wg.Wait()
+	for r := range W {
+		if r == dead {
+			continue
+		}
+		i := strings.Index(outs[r], "DEVICE-RESULT ")
+		if i < 0 {
+			t.Fatalf("rank %d printed no result (killed by the 2-minute bound: a hang?):\n%s", r, outs[r])
+		}
+		line := strings.SplitN(outs[r][i:], "\n", 2)[0]
+		if !strings.Contains(line, fmt.Sprintf("rank %d", dead)) || strings.HasSuffix(line, "<nil>") {
+			t.Errorf("rank %d: %s — want an error naming rank %d", r, line, dead)
+		}
+		if d := ended[r].Sub(ended[dead]); d > 15*time.Second {
+			t.Errorf("rank %d exited %s after rank %d was killed, want within 15 s", r, d, dead)
 		}
 	}
 }
