@@ -24,3 +24,10 @@ func (t *Trainer) intraHostDevice(ctx context.Context, eng *ddp.Engine) error {
 	hosts := max(1, t.env.WorldSize/max(1, t.env.LocalWorldSize))
 	return eng.UseDevice(ctx, hosts)
 }
+
+// wantsDeviceReduce reports whether ddp.intra_host is device (then the engine skips the pinned
+// staging it would otherwise set up, which the device path replaces).
+func (t *Trainer) wantsDeviceReduce() bool {
+	v, err := config.ParseIntraHost(string(t.cfg.DDP.IntraHost))
+	return err == nil && v == config.IntraHostDevice
+}
