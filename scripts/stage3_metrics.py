@@ -7,6 +7,7 @@ bench-gpu-vs-pytorch.sh DTYPE=bf16, bench-gpu-ddp.sh ROWS=shard|device). Standar
   stage3_metrics.py summary FILE KEY     one field of the summary line ("" when absent)
   stage3_metrics.py ranks FILE           one line per rank: rank, peak GiB, param_sha256[:16], then
                                          IDENTICAL or DIFFER over all ranks' param_sha256
+  stage3_metrics.py rankrow FILE         the same on one line: peaks=GiB,GiB,... max=GiB sha=IDENTICAL|DIFFER
   stage3_metrics.py loss A B [LAST]      the two runs' loss curves at the steps both logged: the
                                          largest relative difference, and the mean of the LAST
                                          (default 5) logged losses of each and their relative
@@ -130,6 +131,14 @@ def main(argv):
             print(f"rank {r} peak {s.get('peak_memory_bytes', 0) / GiB:.2f} GiB param_sha256 {shas[-1][:16]}")
         same = len(shas) > 1 and all(shas) and len(set(shas)) == 1
         print(f"{len(shas)} ranks: {'IDENTICAL' if same else 'DIFFER'}")
+    elif cmd == "rankrow":
+        peaks, shas = [], []
+        for f in rank_files(path):
+            s = summary(f)
+            peaks.append(s.get("peak_memory_bytes", 0) / GiB)
+            shas.append(s.get("param_sha256", ""))
+        same = len(shas) > 1 and all(shas) and len(set(shas)) == 1
+        print(f"peaks={','.join(f'{p:.2f}' for p in peaks)} max={max(peaks):.2f} sha={'IDENTICAL' if same else 'DIFFER'}")
     elif cmd == "loss":
         if len(argv) < 4:
             sys.exit("usage: stage3_metrics.py loss A B [LAST]")
