@@ -54,8 +54,11 @@ launch() {
     --set train.max_steps="$n" --set train.micro_batch="$BATCH" --set train.log_every=5 --set train.eval_batches=2 \
     --set checkpoint.dir= "${sets[@]}" -- --device "$DEVICE" --metrics "$OUT/$name.jsonl" "${rest[@]}" > "$OUT/$name.log" 2>&1
 }
-# refusal NAME: the first error line of a run that failed (a config's refusal names its key).
-refusal() { grep -m1 -iE 'error|refus|invalid' "$OUT/$1.log" 2>/dev/null | cut -c1-200; }
+# refusal NAME: the first error line of a run that failed (a config's refusal names its key:
+# "ddplaunch: config: ddp.intra_host: device: ..."), else its last line.
+refusal() {
+  { grep -m1 -E 'config:|[Ee]rror|refus|invalid' "$OUT/$1.log" || tail -1 "$OUT/$1.log"; } 2>/dev/null | cut -c1-200
+}
 
 if [ "$ROWS" = shard ]; then
   WS=${WS:-2,4}
