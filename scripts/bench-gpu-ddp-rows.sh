@@ -44,13 +44,15 @@ fi
 
 # launch NAME W STEPS SETS... [-- DDPTRAIN-FLAGS...]: W workers on this host, metrics in
 # $OUT/NAME.jsonl (ddplaunch writes rank r's as NAME.rankR.jsonl), output in $OUT/NAME.log; its
-# exit status.
+# exit status. timeout --foreground stays in the caller's process group, so gpu-stage3.sh's limit
+# (which signals its whole group) reaches ddplaunch too; ddplaunch then stops its workers.
 launch() {
   local name=$1 w=$2 n=$3; shift 3
   local sets=() rest=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do sets+=("$1"); shift; done
   if [ $# -gt 0 ]; then shift; rest=("$@"); fi
-  x timeout "${RUN_TIMEOUT:-150}" "$BIN/ddplaunch" --nproc-per-node "$w" --config "$CONFIG" --set data.kind=text --set data.path= \
+  rm -f "$OUT/$name".jsonl "$OUT/$name".rank*.jsonl # an earlier run's files must not stand in for this one's
+  x timeout --foreground "${RUN_TIMEOUT:-150}" "$BIN/ddplaunch" --nproc-per-node "$w" --config "$CONFIG" --set data.kind=text --set data.path= \
     --set train.max_steps="$n" --set train.micro_batch="$BATCH" --set train.log_every=5 --set train.eval_batches=2 \
     --set checkpoint.dir= "${sets[@]}" -- --device "$DEVICE" --metrics "$OUT/$name.jsonl" "${rest[@]}" > "$OUT/$name.log" 2>&1
 }
@@ -109,7 +111,7 @@ NS=${NS:-2,4}
 WIRES=${WIRES:-f16}
 for n in ${NS//,/ }; do
   stamp "all-reduce alone, $n processes: host ring and CUDA IPC"
-  x timeout 150 "$BIN/ddpbench" allreduce --nproc "$n" --wire "$WIRES" --sizes 25M,497903616 --iters "${ITERS:-5}" --warmup 2 \
+  x timeout --foreground 150 "$BIN/ddpbench" allreduce --nproc "$n" --wire "$WIRES" --sizes 25M,497903616 --iters "${ITERS:-5}" --warmup 2 \
     --device "$DEVICE" --json > "$OUT/allreduce-$n.jsonl" 2> "$OUT/allreduce-$n.err" || { echo "exit $?"; tail -3 "$OUT/allreduce-$n.err"; }
 done
 stamp "one worker"

@@ -57,6 +57,7 @@ fi
 # needed: the same model and step) at precision PREC, metrics in $OUT/NAME.jsonl.
 trainer() {
   local name=$1 prec=$2 b=$3 n=$4; shift 4
+  rm -f "$OUT/$name".jsonl "$OUT/$name".rank*.jsonl # an earlier run's files must not stand in for this one's
   x "$BIN/ddptrain" --config "$CONFIG" --set data.kind=text --set data.path= --device "$DEVICE" --set precision="$prec" \
     --set train.micro_batch="$b" --set train.global_batch="$b" --set train.max_steps="$n" --set checkpoint.dir= \
     --metrics "$OUT/$name.jsonl" "$@" > "$OUT/$name.log" 2>&1
@@ -88,6 +89,7 @@ if [ "$DTYPE" = bf16 ]; then
     [ -n "${PRINT_ONLY:-}" ] || echo "LOSS bf16-vs-fp16 batch $LOSS_BATCH $(m loss "$OUT/loss-bf16.jsonl" "$OUT/loss-fp16.jsonl" 5)" | tee -a "$OUT/goddp.log"
   fi
   if [ "${WIRE2:-1}" != 0 ]; then # two workers on the one GPU, gradients all-reduced in bf16
+    rm -f "$OUT"/wire2*.jsonl
     x "$BIN/ddplaunch" --nproc-per-node 2 --config "$CONFIG" --set data.kind=text --set data.path= --set precision=bf16 \
       --set ddp.wire=bf16 --set train.micro_batch="$LOSS_BATCH" --set train.max_steps="${WSTEPS:-30}" --set train.log_every=5 \
       --set checkpoint.dir= -- --device "$DEVICE" --metrics "$OUT/wire2.jsonl" > "$OUT/wire2.log" 2>&1 || tail -5 "$OUT/wire2.log"
