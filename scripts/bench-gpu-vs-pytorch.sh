@@ -101,11 +101,13 @@ if [ "$DTYPE" = bf16 ]; then
 fi
 [ -z "${PRINT_ONLY:-}" ] || exit 0
 
+# results: the RESULT lines of every log there is (a part left out has none; not an error under set -e).
+results() { cat "$OUT/goddp.log" "$OUT"/pytorch*.log 2>/dev/null | grep '^RESULT' || true; }
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
 if [ "$DTYPE" = bf16 ]; then # issue 32: bf16 against fp16 (target: step within 3%) and against PyTorch bf16
   echo
   echo "GPT-2 124M train step, T=1024, AdamW: goddp bf16 against its fp16 and PyTorch bf16 autocast — ${gpu:-$DEVICE}"
-  grep -hs '^RESULT' "$OUT/goddp.log" "$OUT"/pytorch*.log | awk '
+  results | awk '
     { key = $3; impl = $2; tps[impl, key] = $5; ms[impl, key] = $6; gib[impl, key] = $7; if (!(key in seen)) { seen[key] = 1; order[n++] = key } }
     function r(a, b) { return (b > 0) ? a / b : 0 }
     END {
@@ -116,15 +118,15 @@ if [ "$DTYPE" = bf16 ]; then # issue 32: bf16 against fp16 (target: step within 
           ms[g, k], ms[b, k], r(ms[b, k], ms[g, k]), gib[b, k], "", ms[e, k], gib[e, k], ms[c, k], gib[c, k], r(tps[b, k], tps[e, k]), r(tps[b, k], tps[c, k]) }
     }'
   echo "(bf16/fp16: step time ratio, target <= 1.03; vs eager / vs comp.: goddp bf16 tokens/s over PyTorch bf16 autocast's)"
-  grep -hs '^LOSS' "$OUT/goddp.log" | sed 's/^LOSS /loss over the run: /'
+  { grep -s '^LOSS' "$OUT/goddp.log" || true; } | sed 's/^LOSS /loss over the run: /'
   echo "(rel: |mean of the last 5 logged losses, bf16 - fp16| / fp16's; target <= 0.02)"
-  grep -hs '^WIRE2' "$OUT/goddp.log" | sed 's/^WIRE2 /2 workers, ddp.wire bf16: /'
+  { grep -s '^WIRE2' "$OUT/goddp.log" || true; } | sed 's/^WIRE2 /2 workers, ddp.wire bf16: /'
   exit 0
 fi
 
 echo
 echo "GPT-2 124M train step, T=1024, fp16 AMP, AdamW — $gpu"
-grep -hs '^RESULT' "$OUT/goddp.log" "$OUT"/pytorch*.log | awk '
+results | awk '
   { key = $3; impl = $2; tps[impl, key] = $5; ms[impl, key] = $6; gib[impl, key] = $7; if (!(key in seen)) { seen[key] = 1; order[n++] = key } }
   function ratio(a, b) { return (b > 0) ? a / b : 0 }
   END {
