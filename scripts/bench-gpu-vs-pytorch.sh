@@ -109,13 +109,15 @@ if [ "$DTYPE" = bf16 ]; then # issue 32: bf16 against fp16 (target: step within 
   echo "GPT-2 124M train step, T=1024, AdamW: goddp bf16 against its fp16 and PyTorch bf16 autocast — ${gpu:-$DEVICE}"
   results | awk '
     { key = $3; impl = $2; tps[impl, key] = $5; ms[impl, key] = $6; gib[impl, key] = $7; if (!(key in seen)) { seen[key] = 1; order[n++] = key } }
-    function r(a, b) { return (b > 0) ? a / b : 0 }
+    function r(a, b) { return (a > 0 && b > 0) ? sprintf("%.3fx", a / b) : "-" } # a missing run is "-", never 0
+    function v(x, f) { return (x == "") ? "-" : sprintf(f, x) }
     END {
-      printf "%-6s %-8s | %8s %8s %9s | %8s %6s | %10s %6s | %10s %6s | %9s %9s\n", "batch", "goddp", "fp16 ms", "bf16 ms", "bf16/fp16", "bf16 GiB", "", "eager ms", "GiB", "compile ms", "GiB", "vs eager", "vs comp."
+      printf "%-6s %-8s | %8s %8s %9s | %8s %8s | %10s %6s | %10s %6s | %9s %9s\n", "batch", "goddp", "fp16 ms", "bf16 ms", "bf16/fp16", "fp16 GiB", "bf16 GiB", "eager ms", "GiB", "compile ms", "GiB", "vs eager", "vs comp."
       for (i = 0; i < n; i++) for (gi = 0; gi < 2; gi++) { k = order[i]; g = gi ? "goddp-ddptrain" : "goddp"; b = g "-bf16"; e = "pytorch-bf16"; c = "pytorch-bf16-compile"
         if (!((b, k) in tps)) continue
-        printf "%-6s %-8s | %8.1f %8.1f %8.3fx | %8.2f %6s | %10.1f %6.2f | %10.1f %6.2f | %8.2fx %8.2fx\n", k, gi ? "ddptrain" : "model",
-          ms[g, k], ms[b, k], r(ms[b, k], ms[g, k]), gib[b, k], "", ms[e, k], gib[e, k], ms[c, k], gib[c, k], r(tps[b, k], tps[e, k]), r(tps[b, k], tps[c, k]) }
+        printf "%-6s %-8s | %8s %8s %9s | %8s %8s | %10s %6s | %10s %6s | %9s %9s\n", k, gi ? "ddptrain" : "model",
+          v(ms[g, k], "%.1f"), v(ms[b, k], "%.1f"), r(ms[b, k], ms[g, k]), v(gib[g, k], "%.2f"), v(gib[b, k], "%.2f"), v(ms[e, k], "%.1f"), v(gib[e, k], "%.2f"),
+          v(ms[c, k], "%.1f"), v(gib[c, k], "%.2f"), r(tps[b, k], tps[e, k]), r(tps[b, k], tps[c, k]) }
     }'
   echo "(bf16/fp16: step time ratio, target <= 1.03; vs eager / vs comp.: goddp bf16 tokens/s over PyTorch bf16 autocast's)"
   { grep -s '^LOSS' "$OUT/goddp.log" || true; } | sed 's/^LOSS /loss over the run: /'
