@@ -19,6 +19,7 @@
 #   CONFIG=configs/gpt2-124m.yaml  DEVICE=cuda  MODEL=0 (skip the model bench)  BIN=dir (prebuilt
 #                  ddptrain and ddplaunch: no build) — DEVICE=cpu with a tiny CONFIG runs the ddptrain
 #                  parts on a CPU, a check of what the script passes (scripts/gpu-stage3-check.sh)
+# A failed build ends the script (set -e); a failed bench leaves its rows out and the rest runs.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . scripts/stage3-lib.sh
@@ -46,12 +47,13 @@ if [ "${MODEL:-1}" != 0 ]; then
   : > "$OUT/goddp.log"
   for p in $precs; do
     (cd model && x env GODDP_BENCH="$BATCHES" GODDP_BENCH_STEPS="$STEPS" GODDP_PROFILE="${PROFILE:-}" GODDP_BENCH_DTYPE="$p" \
-      "$OUT/model.test" -test.run '^TestCUDA_gpt2Bench$' -test.v) 2>&1 | tee -a "$OUT/goddp.log"
+      "$OUT/model.test" -test.run '^TestCUDA_gpt2Bench$' -test.v) 2>&1 | tee -a "$OUT/goddp.log" || echo "model bench $p: exit $? (its rows are missing)"
   done
 fi
 if [ "${EAGER:-1}" != 0 ]; then
   # shellcheck disable=SC2086
-  x env PYTHONUNBUFFERED=1 python3 scripts/bench_gpt2_pytorch.py --batch "$BATCHES" --steps "$STEPS" $torchdt 2>&1 | tee "$OUT/pytorch.log"
+  x env PYTHONUNBUFFERED=1 python3 scripts/bench_gpt2_pytorch.py --batch "$BATCHES" --steps "$STEPS" $torchdt 2>&1 | tee "$OUT/pytorch.log" ||
+    echo "PyTorch eager: exit $? (its rows are missing)"
 fi
 # trainer NAME PREC BATCH STEPS EXTRA...: ddptrain on $CONFIG (byte-level text, so no shards are
 # needed: the same model and step) at precision PREC, metrics in $OUT/NAME.jsonl.
@@ -78,7 +80,8 @@ if [ "${TRAINER:-1}" != 0 ]; then
 fi
 if [ "${COMPILE:-1}" != 0 ]; then # torch.compile of the same model (its warm-up compiles; not timed)
   # shellcheck disable=SC2086
-  x env PYTHONUNBUFFERED=1 python3 scripts/bench_gpt2_pytorch.py --batch "$BATCHES" --steps "$STEPS" --compile $torchdt 2>&1 | tee "$OUT/pytorch-compile.log"
+  x env PYTHONUNBUFFERED=1 python3 scripts/bench_gpt2_pytorch.py --batch "$BATCHES" --steps "$STEPS" --compile $torchdt 2>&1 | tee "$OUT/pytorch-compile.log" ||
+    echo "torch.compile: exit $? (its rows are missing)"
 fi
 if [ "$DTYPE" = bf16 ]; then
   LOSS_STEPS=${LOSS_STEPS:-300}; LOSS_BATCH=${LOSS_BATCH:-8}
