@@ -26,7 +26,7 @@ typedef struct {
 	int biasdt;               // tensor.DType code of the bias (gradient), -1: cublasLt's default (D's)
 	unsigned long long bias, aux;
 	long long auxld;
-	unsigned alignA, alignB, alignD; // bytes the addresses of A, B and D are aligned to (≤ 256)
+	unsigned int alignA, alignB, alignD; // bytes the addresses of A, B and D are aligned to (≤ 256)
 } goddp_lt;
 
 typedef struct {
@@ -75,6 +75,7 @@ static cublasStatus_t goddp_lt_make(const goddp_lt *p, goddp_lt_descs *s) {
 
 // goddp_lt_algo: cublasLt's first-ranked algorithm for p within wsb bytes of workspace into
 // *algo (*found 0 when there is none: an unsupported case, which the caller composes instead).
+// A failure to describe p (descriptor, attribute or preference calls) is an error.
 static cublasStatus_t goddp_lt_algo(cublasLtHandle_t h, const goddp_lt *p, size_t wsb, cublasLtMatmulAlgo_t *algo, int *found) {
 	goddp_lt_descs s;
 	cublasLtMatmulPreference_t pref = NULL;
@@ -93,7 +94,9 @@ static cublasStatus_t goddp_lt_algo(cublasLtHandle_t h, const goddp_lt *p, size_
 	if (st == CUBLAS_STATUS_SUCCESS) {
 		memset(&res, 0, sizeof res);
 		st = cublasLtMatmulAlgoGetHeuristic(h, s.op, s.a, s.b, s.d, s.d, pref, 1, &res, &n);
-		if (st == CUBLAS_STATUS_NOT_SUPPORTED) { st = CUBLAS_STATUS_SUCCESS; n = 0; }
+		// No algorithm (NOT_SUPPORTED, or INVALID_VALUE for a combination this cublasLt refuses,
+		// such as an auxiliary leading dimension it cannot use) is not an error: the caller composes.
+		if (st != CUBLAS_STATUS_SUCCESS) { st = CUBLAS_STATUS_SUCCESS; n = 0; }
 		if (st == CUBLAS_STATUS_SUCCESS && n > 0 && res.state == CUBLAS_STATUS_SUCCESS) { *algo = res.algo; *found = 1; }
 	}
 	if (pref) cublasLtMatmulPreferenceDestroy(pref);
@@ -153,7 +156,7 @@ func (p *Plan) c() C.goddp_lt {
 	return C.goddp_lt{epi: C.int(p.Epilogue), ta: b(p.TransA), tb: b(p.TransB), m: C.int(p.M), n: C.int(p.N), k: C.int(p.K),
 		adt: C.int(p.ADT), bdt: C.int(p.BDT), ddt: C.int(p.DDT), lda: C.longlong(p.LDA), ldb: C.longlong(p.LDB),
 		ldd: C.longlong(p.LDD), biasdt: C.int(p.BiasDT), bias: C.ulonglong(p.Bias), aux: C.ulonglong(p.Aux),
-		auxld: C.longlong(p.AuxLD), alignA: C.unsigned(p.AlignA), alignB: C.unsigned(p.AlignB), alignD: C.unsigned(p.AlignD)}
+		auxld: C.longlong(p.AuxLD), alignA: C.uint(p.AlignA), alignB: C.uint(p.AlignB), alignD: C.uint(p.AlignD)}
 }
 
 // Algo is a cublasLtMatmulAlgo_t, opaque.
