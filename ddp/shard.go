@@ -340,9 +340,9 @@ func (e *Engine) HostBufferBytes() (now, unsharded int64) {
 func (e *Engine) GradShardInPlace() bool { return e.inPlace != nil }
 
 // GatherState assembles a sharded optimizer state tensor t (Shard().N() elements, packed in slab
-// order) into the whole slab's values on every rank: what a checkpoint stores, so that it reads
-// at any world size (PyTorch's consolidate_state_dict). Unsharded it returns t's values. A
-// collective.
+// order) into the whole slab's values on every rank (PyTorch's consolidate_state_dict; checkpoints
+// no longer store it so, but a shard file per rank: GatherShardFiles). Unsharded it returns t's
+// values. A collective.
 func (e *Engine) GatherState(ctx context.Context, t *tensor.Tensor) ([]float32, error) {
 	if e.shard == nil {
 		return tensor.ToHost(t), nil
@@ -356,4 +356,18 @@ func (e *Engine) GatherState(ctx context.Context, t *tensor.Tensor) ([]float32, 
 		return full[b.lo:b.hi] // this rank's segment unpacked, the rest filled by the gather
 	}, nil)
 	return full, err
+}
+
+// GatherShardFiles sends this rank's optimizer shard file (a sharded checkpoint's
+// optim-rank-NNNNN.safetensors) to every rank and returns all of them, indexed by rank: the
+// writers save them, the others drop them. Unsharded it is an error. A collective.
+func (e *Engine) GatherShardFiles(ctx context.Context, mine []byte) ([][]byte, error) {
+	if e.shard == nil {
+		return nil, fmt.Errorf("ddp: gathering optimizer shard files of an unsharded run")
+	}
+	files, err := e.comm.AllGather(ctx, mine)
+	if err != nil {
+		return nil, fmt.Errorf("ddp: gathering the ranks' optimizer shard files: %w", err)
+	}
+	return files, nil
 }

@@ -171,14 +171,14 @@ func TestCUDA_gpt2Bench(t *testing.T) {
 		fmt.Sscan(f, &B)
 		rows = append(rows, cuBenchGPT2(t, g, B, 1024, steps))
 	}
-	fmt.Println("goddp GPT-2 124M fp16 AMP AdamW on", g.DeviceName())
+	fmt.Println("goddp GPT-2 124M", cuBenchDType(t), "AdamW on", g.DeviceName())
 	for _, r := range rows {
-		fmt.Println(r) // RESULT goddp batch T tokens/s step-ms peak-GiB
+		fmt.Println(r) // RESULT goddp[-bf16] batch T tokens/s step-ms peak-GiB
 	}
 }
 
 func cuBenchGPT2(t *testing.T, g *cuda.Device, B, T, steps int) string {
-	cfg := GPTConfig{Layers: 12, Width: 768, Heads: 12, Context: 1024, Vocab: 50304, Tied: true, Compute: tensor.F16}
+	cfg := GPTConfig{Layers: 12, Width: 768, Heads: 12, Context: 1024, Vocab: 50304, Tied: true, Compute: cuBenchDType(t)}
 	if s := os.Getenv("GODDP_ATTENTION"); s != "" { // auto (flash on this device), flash or materialized
 		var err error
 		if cfg.Attention, err = ParseAttentionMode(s); err != nil {
@@ -198,7 +198,11 @@ func cuBenchGPT2(t *testing.T, g *cuda.Device, B, T, steps int) string {
 		t.Fatal(err)
 	}
 	opt, _ := NewAdamW(m.Params(), AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
-	sc, _ := NewScaler(g, DefaultScaler())
+	scfg := DefaultScaler()
+	if cfg.Compute == tensor.BF16 { // as the trainer does under bf16: no loss scaling, inf/NaN checked
+		scfg = ScalerConfig{CheckFinite: true}
+	}
+	sc, _ := NewScaler(g, scfg)
 	r := rand.New(rand.NewPCG(1, 1))
 	tok, tg := make([]int32, B*T), make([]int32, B*T)
 	for i := range tok {
@@ -251,7 +255,25 @@ func cuBenchGPT2(t *testing.T, g *cuda.Device, B, T, steps int) string {
 	sc.Free()
 	m.Free()
 	g.EmptyCache()
-	return fmt.Sprintf("RESULT goddp %d %d %.0f %.2f %.2f", B, T, float64(B*T)/(med/1000), med, float64(peak)/(1<<30))
+	name := "goddp"
+	if cfg.Compute == tensor.BF16 {
+		name = "goddp-bf16"
+	}
+	return fmt.Sprintf("RESULT %s %d %d %.0f %.2f %.2f", name, B, T, float64(B*T)/(med/1000), med, float64(peak)/(1<<30))
+}
+
+// cuBenchDType is GODDP_BENCH_DTYPE: the bench's compute dtype, fp16 (default, AMP with the loss
+// scaler) or bf16 (no loss scaling; scripts/bench-gpu-vs-pytorch.sh DTYPE=bf16).
+func cuBenchDType(t *testing.T) tensor.DType {
+	switch s := os.Getenv("GODDP_BENCH_DTYPE"); s {
+	case "", "fp16":
+		return tensor.F16
+	case "bf16":
+		return tensor.BF16
+	default:
+		t.Fatalf("GODDP_BENCH_DTYPE=%q: want fp16 or bf16", s)
+		return 0
+	}
 }
 
 func cuMedian(x []float64) float64 {

@@ -9,7 +9,10 @@ scaled_dot_product_attention (causal). Random tokens. Prints one line per batch 
 
     RESULT pytorch <batch> <T> <tokens/s> <step ms> <peak GiB>
 
-Usage: bench_gpt2_pytorch.py [--batch 16,8] [--steps 20] [--naive-attn] [--compile]
+With --dtype bf16: autocast bf16, no GradScaler (issue 32's comparison); the line's name is then
+pytorch-bf16 (pytorch-bf16-compile with --compile).
+
+Usage: bench_gpt2_pytorch.py [--batch 16,8] [--steps 20] [--naive-attn] [--compile] [--dtype fp16|bf16]
 """
 import argparse
 import math
@@ -73,7 +76,7 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
 
 
-def bench(B, T, steps, naive, compile_):
+def bench(B, T, steps, naive, compile_, dtype="fp16"):
     torch.manual_seed(0)
     dev = "cuda"
     model = GPT(naive=naive).to(dev)
@@ -81,14 +84,16 @@ def bench(B, T, steps, naive, compile_):
     nodecay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": nodecay, "weight_decay": 0.0}],
                             lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
-    scaler = torch.amp.GradScaler("cuda")
+    # bf16 autocast needs no loss scaling (PyTorch's recipe): the scaler is off and its calls pass through.
+    scaler = torch.amp.GradScaler("cuda", enabled=(dtype == "fp16"))
+    amp_dtype = torch.float16 if dtype == "fp16" else torch.bfloat16
     fwd = torch.compile(model) if compile_ else model
     x = torch.randint(0, 50257, (B, T), device=dev)
     y = torch.randint(0, 50257, (B, T), device=dev)
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.float16):
+        with torch.autocast("cuda", dtype=amp_dtype):
             loss = fwd(x, y)
         scaler.scale(loss).backward()
         scaler.step(opt)
@@ -117,11 +122,13 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--naive-attn", action="store_true")
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16",
+                    help="autocast dtype: fp16 with GradScaler (default) or bf16 without loss scaling")
     a = ap.parse_args()
-    name = "pytorch" + ("-naive" if a.naive_attn else "") + ("-compile" if a.compile else "")
+    name = "pytorch" + ("-bf16" if a.dtype == "bf16" else "") + ("-naive" if a.naive_attn else "") + ("-compile" if a.compile else "")
     print(f"{name}: torch {torch.__version__} on {torch.cuda.get_device_name()}", flush=True)
     for b in a.batch.split(","):
-        tps, ms, peak = bench(int(b), 1024, a.steps, a.naive_attn, a.compile)
+        tps, ms, peak = bench(int(b), 1024, a.steps, a.naive_attn, a.compile, a.dtype)
         print(f"RESULT {name} {b} 1024 {tps:.0f} {ms:.2f} {peak:.2f}", flush=True)
 
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goddp/goddp/allreduce"
+	"github.com/goddp/goddp/ddp"
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/tensor"
 	"github.com/goddp/goddp/worker/checkpoint"
@@ -381,9 +382,10 @@ func (t *Trainer) afterStep(ctx context.Context) error {
 		t.obs.Eval(er)
 	}
 	if cfg.Checkpoint.Dir != "" && cfg.Checkpoint.Every > 0 && st.Step%cfg.Checkpoint.Every == 0 && st.Step < t.total {
-		// Under ddp.shard_optimizer every rank gathers the state whole first (collectives), before
-		// the writer's own decision to skip a checkpoint, so the ranks' collectives stay in step.
-		whole, err := t.gatherOptimState(ctx)
+		// Under ddp.shard_optimizer every rank sends its optimizer shard to the writers first
+		// (collectives), before the writer's own decision to skip a checkpoint, so the ranks'
+		// collectives stay in step.
+		shards, err := t.gatherOptimShards(ctx)
 		if err != nil {
 			return err
 		}
@@ -396,7 +398,7 @@ func (t *Trainer) afterStep(ctx context.Context) error {
 			t.prom.CheckpointSkipped()
 			return nil
 		}
-		if err := t.saveCheckpoint(whole); err != nil {
+		if err := t.saveCheckpoint(shards); err != nil {
 			return err
 		}
 	}
@@ -445,11 +447,11 @@ func (t *Trainer) finish(ctx context.Context, ls *loopState) (*Result, error) {
 		if st.Summary, err = json.Marshal(sum); err != nil {
 			return nil, fmt.Errorf("checkpoint: encoding the summary: %w", err)
 		}
-		whole, err := t.gatherOptimState(ctx) // every rank: collectives
+		shards, err := t.gatherOptimShards(ctx) // every rank: collectives
 		if err != nil {
 			return nil, err
 		}
-		if err := t.saveCheckpoint(whole); err != nil {
+		if err := t.saveCheckpoint(shards); err != nil {
 			return nil, err
 		}
 		if err := st.WaitWrite(); err != nil {
@@ -472,36 +474,51 @@ func (t *Trainer) finish(ctx context.Context, ls *loopState) (*Result, error) {
 
 // saveCheckpoint checkpoints the run's state now, on the ranks that write checkpoints
 // (checkpoint.IsWriter); it returns once the snapshot is taken, the write goes on in the
-// background (checkpoint.State.Save). whole is gatherOptimState's (nil unsharded), which every
+// background (checkpoint.State.Save). shards is gatherOptimShards' (nil unsharded), which every
 // rank calls first.
-func (t *Trainer) saveCheckpoint(whole []model.NamedTensor) error {
+func (t *Trainer) saveCheckpoint(shards *checkpoint.OptimShards) error {
 	t.st.Loader = t.loader.State()
 	if !checkpoint.IsWriter(t.cfg.Checkpoint.PerHost, t.env.Rank, t.env.LocalRank) {
 		return nil
 	}
-	return t.st.Save(t.cfg, t.env.WorldSize, t.ps, t.optim, whole, t.scaler, t.log)
+	return t.st.Save(t.cfg, t.env.WorldSize, t.ps, t.optim, shards, t.scaler, t.log)
 }
 
-// gatherOptimState: under ddp.shard_optimizer every rank joins in gathering the f32 master
-// weights and the optimizer state whole (collectives) for the checkpoint the writer saves next,
-// so a checkpoint reads at any world size, sharded or not (PyTorch's consolidate_state_dict).
-// Unsharded it returns nil: the optimizer's own state is whole.
-func (t *Trainer) gatherOptimState(ctx context.Context) ([]model.NamedTensor, error) {
-	if t.eng.Shard() == nil {
+// gatherOptimShards: under ddp.shard_optimizer every rank joins in gathering the f32 master
+// weights whole (the writers save them as model.safetensors) and in sending its optimizer shard,
+// encoded as its shard file, to the writers (an all-gather of the files: every rank receives them,
+// the non-writers drop them), so each writer's checkpoint holds every rank's shard file
+// (checkpoint/shards.go). Unsharded it returns nil: the optimizer's own state is whole.
+func (t *Trainer) gatherOptimShards(ctx context.Context) (*checkpoint.OptimShards, error) {
+	sh := t.eng.Shard()
+	if sh == nil {
 		return nil, nil
 	}
 	if err := t.eng.GatherMaster(ctx); err != nil { // the weights the writer saves, whole
 		return nil, fmt.Errorf("worker: checkpoint of step %d: %w", t.st.Step, err)
 	}
-	var whole []model.NamedTensor
+	world, rank := t.env.WorldSize, t.env.Rank
+	var state []model.NamedTensor
 	for _, s := range t.optim.State() {
-		v, err := t.eng.GatherState(ctx, s.T)
-		if err != nil {
-			return nil, fmt.Errorf("worker: checkpoint of step %d: %w", t.st.Step, err)
-		}
-		whole = append(whole, model.NamedTensor{Name: s.Name, DType: tensor.F32, Shape: []int{len(v)}, Data: model.F32Bytes(v)})
+		v := tensor.ToHost(s.T) // packed: the shard's elements in slab order
+		state = append(state, model.NamedTensor{Name: s.Name, DType: tensor.F32, Shape: []int{len(v)}, Data: model.F32Bytes(v)})
 	}
-	return whole, nil
+	mine, err := checkpoint.EncodeOptimShard(state, rank, world)
+	if err != nil {
+		return nil, fmt.Errorf("worker: checkpoint of step %d: rank %d's optimizer shard: %w", t.st.Step, rank, err)
+	}
+	files, err := t.eng.GatherShardFiles(ctx, mine)
+	if err != nil {
+		return nil, fmt.Errorf("worker: checkpoint of step %d: %w", t.st.Step, err)
+	}
+	if !checkpoint.IsWriter(t.cfg.Checkpoint.PerHost, rank, t.env.LocalRank) {
+		return nil, nil
+	}
+	l := checkpoint.ShardLayout{WorldSize: world, BucketCapMB: t.cfg.DDP.BucketCapMB, N: t.ps.N}
+	for r := range world {
+		l.Ranks = append(l.Ranks, ddp.PlanShard(t.ps, t.cfg.DDP.BucketCapMB, world, r).Ranges)
+	}
+	return &checkpoint.OptimShards{Layout: l, Files: files}, nil
 }
 
 // wireBytes are the bytes the groups have sent and received, all collectives so far.

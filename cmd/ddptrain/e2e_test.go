@@ -336,14 +336,18 @@ func alive(pid int) bool {
 }
 
 // twoHosts runs a 2-rank job by hand, each rank as if on its own host (NODE_RANK r, LOCAL_RANK 0),
-// with checkpoint.dir = base-{node}: two "disks". It returns each rank's output and error.
-func twoHosts(t *testing.T, base, metrics string, env []string) ([2]string, [2]error) {
+// with checkpoint.dir = base-{node}: two "disks", and sets as more --set values. It returns each
+// rank's output and error.
+func twoHosts(t *testing.T, base, metrics string, env []string, sets ...string) ([2]string, [2]error) {
 	port := freePort(t)
 	var outs [2]string
 	var errs [2]error
 	var wg sync.WaitGroup
 	for r := 0; r < 2; r++ {
 		args := append(smallRun(t, base+"-{node}"), "--set", "checkpoint.per_host=true", "--metrics", metrics)
+		for _, s := range sets {
+			args = append(args, "--set", s)
+		}
 		cmd := exec.Command(filepath.Join(binaries(t), "ddptrain"), args...)
 		cmd.Env = append(os.Environ(), append([]string{"RANK=" + strconv.Itoa(r), "WORLD_SIZE=2", "LOCAL_RANK=0",
 			"LOCAL_WORLD_SIZE=1", "NODE_RANK=" + strconv.Itoa(r), "MASTER_ADDR=127.0.0.1",

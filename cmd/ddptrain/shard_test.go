@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/goddp/goddp/worker/checkpoint"
 	"github.com/goddp/goddp/worker/observe"
 )
 
@@ -82,8 +84,8 @@ func TestLaunch_shardedEqualsUnsharded(t *testing.T) {
 }
 
 // A sharded job whose workers all fail at step 25, or whose rank 1 alone is SIGKILLed there, is
-// restarted by ddplaunch (--max-restarts 1), resumes from its newest checkpoint (the optimizer
-// state gathered whole, each rank taking its shard back) and ends where the uninterrupted job
+// restarted by ddplaunch (--max-restarts 1), resumes from its newest checkpoint (a shard file per
+// rank, each rank reading its own back) and ends where the uninterrupted job
 // does — and where the unsharded job does.
 func TestLaunch_shardedMaxRestartsResumesExactly(t *testing.T) {
 	dir := t.TempDir()
@@ -102,6 +104,7 @@ func TestLaunch_shardedMaxRestartsResumesExactly(t *testing.T) {
 		return []string{summary(t, m).ParamSHA256, summary(t, observe.RankPath(m, 1)).ParamSHA256}
 	}
 	straight := run("straight", nil)
+	shardedCheckpoint(t, filepath.Join(dir, "ck-straight", "step-00000040"), 2)
 	restarted := run("restarted", []string{"DDP_FAIL_AT_STEP=25"}, "--max-restarts", "1")
 	if straight[0] != straight[1] || restarted[0] != restarted[1] || straight[0] != restarted[0] {
 		t.Fatalf("uninterrupted %v, restarted %v (rank 0, rank 1)", straight, restarted)
@@ -123,8 +126,8 @@ func TestLaunch_shardedMaxRestartsResumesExactly(t *testing.T) {
 	}
 }
 
-// A sharded checkpoint holds the whole optimizer state, so it resumes at another world size:
-// on one worker (unsharded, fp32: world 1 with accumulation ends where world 2 does) exactly
+// A sharded checkpoint (a shard file per rank) resumes at another world size, each rank reading the
+// ranges it now owns from the files that hold them: on one worker (unsharded, fp32: world 1 with accumulation ends where world 2 does) exactly
 // where the sharded two-worker job ends; on four workers re-sharded, exactly where four
 // unsharded workers resuming the same checkpoint end.
 func TestTrain_shardedCheckpointResumesAtAnotherWorldSize(t *testing.T) {
@@ -138,9 +141,30 @@ func TestTrain_shardedCheckpointResumesAtAnotherWorldSize(t *testing.T) {
 	}
 	want := summary(t, m).ParamSHA256
 	from := filepath.Join(dir, "ck-a", "step-00000040")
+	shardedCheckpoint(t, from, 2)
+
+	// A corrupt shard file is named by the resume that needs it: world 1 reads every shard.
+	bad := filepath.Join(dir, "bad", "step-00000040")
+	if err := os.CopyFS(bad, os.DirFS(from)); err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(bad, checkpoint.OptimRankFile(1))
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-1] ^= 1
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runTrain(t, nil, append(append(smallRun(t, filepath.Join(dir, "ck-bad")), fp32...), "--set", "train.micro_batch=64",
+		"--resume-from", bad)...)
+	if err == nil || !strings.Contains(out, checkpoint.OptimRankFile(1)) || !strings.Contains(out, "corrupted") {
+		t.Fatalf("world 1 from a checkpoint with a corrupt shard file: %v\n%s", err, out)
+	}
 
 	one := filepath.Join(dir, "one.jsonl")
-	out, err := runTrain(t, nil, append(append(smallRun(t, filepath.Join(dir, "ck-1")), fp32...), "--set", "train.micro_batch=64",
+	out, err = runTrain(t, nil, append(append(smallRun(t, filepath.Join(dir, "ck-1")), fp32...), "--set", "train.micro_batch=64",
 		"--resume-from", from, "--metrics", one)...)
 	if err != nil || !strings.Contains(out, "resumed from checkpoint") {
 		t.Fatalf("world 1 from %s: %v\n%s", from, err, out)
@@ -180,5 +204,78 @@ func TestTrain_shardedCheckpointResumesAtAnotherWorldSize(t *testing.T) {
 	}
 	if a, b := four("four-sharded", "true"), four("four-plain", "false"); a != b {
 		t.Fatalf("world 4 resumed sharded ends with %s, unsharded %s", a, b)
+	}
+}
+
+// shardedCheckpoint fails unless step is a sharded checkpoint of world ranks: a format-2 manifest
+// with a shards record of that world, listing optim-rank-NNNNN.safetensors of every rank (each
+// present), and no optim.safetensors.
+func shardedCheckpoint(t *testing.T, step string, world int) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(step, checkpoint.FileManifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m checkpoint.Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Format != checkpoint.FormatSharded || m.Shards == nil || m.Shards.WorldSize != world || len(m.Shards.Ranks) != world {
+		t.Fatalf("%s: not a sharded checkpoint of world %d: %s", step, world, b)
+	}
+	for r := range world {
+		f := checkpoint.OptimRankFile(r)
+		if _, ok := m.Files[f]; !ok {
+			t.Fatalf("%s: the manifest does not list %s", step, f)
+		}
+		if _, err := os.Stat(filepath.Join(step, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(step, checkpoint.FileOptim)); err == nil {
+		t.Fatalf("%s: a sharded checkpoint with %s", step, checkpoint.FileOptim)
+	}
+}
+
+// Hosts without a shared filesystem, sharded: each host's local rank 0 writes every rank's shard
+// file into its own checkpoint.dir; host 0 loses its disk between the failure and the restart, the
+// restarted job copies step 20 with its shard files from host 1, and each rank resumes from its own
+// shard to the hash of the uninterrupted sharded job.
+func TestTrain_shardedPerHostRestart(t *testing.T) {
+	dir := t.TempDir()
+	sharded := "ddp.shard_optimizer=true"
+	straight := filepath.Join(dir, "straight.jsonl")
+	if outs, errs := twoHosts(t, filepath.Join(dir, "a"), straight, nil, sharded); errs[0] != nil || errs[1] != nil {
+		t.Fatalf("uninterrupted job: %v %v\n%s\n%s", errs[0], errs[1], outs[0], outs[1])
+	}
+	base := filepath.Join(dir, "b")
+	outs, errs := twoHosts(t, base, filepath.Join(dir, "broken.jsonl"), []string{"DDP_FAIL_AT_STEP=25"}, sharded)
+	if errs[0] == nil || errs[1] == nil {
+		t.Fatalf("both ranks should fail at step 25: %v %v\n%s\n%s", errs[0], errs[1], outs[0], outs[1])
+	}
+	for r := range 2 {
+		shardedCheckpoint(t, fmt.Sprintf("%s-%d/step-00000020", base, r), 2)
+	}
+	if err := os.RemoveAll(base + "-0"); err != nil { // host 0's disk is gone
+		t.Fatal(err)
+	}
+	resumed := filepath.Join(dir, "resumed.jsonl")
+	outs, errs = twoHosts(t, base, resumed, []string{"DDP_RESTART_COUNT=1"}, sharded)
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("restarted job: %v %v\n%s\n%s", errs[0], errs[1], outs[0], outs[1])
+	}
+	if !strings.Contains(outs[0], "received and verified") || !strings.Contains(outs[0], "resumed from checkpoint") {
+		t.Fatalf("rank 0 did not receive step 20 from rank 1 and resume:\n%s", outs[0])
+	}
+	if latest, err := checkpoint.Latest(base + "-0"); err != nil || latest == "" {
+		t.Fatalf("host 0 after the restart: %q, %v", latest, err)
+	} else {
+		shardedCheckpoint(t, latest, 2)
+	}
+	for r := range 2 {
+		a, b := summary(t, observe.RankPath(straight, r)), summary(t, observe.RankPath(resumed, r))
+		if a.ParamSHA256 != b.ParamSHA256 {
+			t.Fatalf("rank %d: restarted job ends with %s, uninterrupted %s", r, b.ParamSHA256, a.ParamSHA256)
+		}
 	}
 }

@@ -15,6 +15,9 @@ package checkpoint
 //	MANIFEST.json       format version, step, and the size and sha256 of each
 //	                    of the files above
 //
+// A sharded run's checkpoint (ddp.shard_optimizer) holds optim-rank-NNNNN.safetensors, one per
+// rank, instead of optim.safetensors, and a manifest of format 2 with a shards record (shards.go).
+//
 // config.json is optional within format 1: checkpoints written before it existed
 // have none (and no spec in the metadata) and still load; when the manifest lists
 // it, it is verified like the others.
@@ -29,7 +32,8 @@ package checkpoint
 //
 // Loading verifies the manifest first (every file present, of the recorded
 // size and sha256) and only then decodes; a checkpoint is loaded whole or not
-// at all.
+// at all. A sharded checkpoint's shard files are verified by Verify (and so by
+// Latest) and, on a resume, by each rank as it reads the ones it needs.
 
 import (
 	"bytes"
@@ -79,9 +83,16 @@ func StepDir(dir string, step int) string {
 	return filepath.Join(dir, fmt.Sprintf(stepDirPattern, step))
 }
 
-// listedFiles are the data files m lists: the required ones and the optional ones it has.
+// listedFiles are the data files m lists: the required ones and the optional ones it has; for a
+// sharded checkpoint, optim-rank-NNNNN.safetensors of every rank in optim.safetensors' place.
 func (m *Manifest) listedFiles() []string {
 	fs := append([]string(nil), requiredFiles...)
+	if m.Shards != nil {
+		fs = []string{FileWeights, FileState}
+		for r := range m.Shards.WorldSize {
+			fs = append(fs, OptimRankFile(r))
+		}
+	}
 	for _, f := range optionalFiles {
 		if _, ok := m.Files[f]; ok {
 			fs = append(fs, f)
@@ -95,11 +106,14 @@ type Checkpoint struct {
 	Path    string
 	Step    int
 	Weights []model.NamedTensor // sorted by name
-	Optim   []model.NamedTensor // sorted by name
+	Optim   []model.NamedTensor // sorted by name; nil when sharded (OptimRanges reads it)
 	State   json.RawMessage     // state.json as written
 	// Spec is the model's spec from config.json (or the weights' __metadata__); nil for a
 	// checkpoint written before checkpoints carried one.
 	Spec *model.Spec
+
+	shards *ShardLayout            // the manifest's shards record, or nil
+	files  map[string]ManifestFile // the manifest's records
 }
 
 // Manifest is MANIFEST.json.
@@ -107,6 +121,8 @@ type Manifest struct {
 	Format int                     `json:"format_version"`
 	Step   int                     `json:"step"`
 	Files  map[string]ManifestFile `json:"files"`
+	// Shards is a sharded checkpoint's layout (format 2, shards.go); nil (absent) otherwise.
+	Shards *ShardLayout `json:"shards,omitempty"`
 }
 
 // ManifestFile is one file's record in the manifest.
@@ -120,16 +136,25 @@ type ManifestFile struct {
 // existing checkpoint of the same step is replaced. It writes no model spec:
 // SaveModel does.
 func Save(dir string, step int, weights, optim []model.NamedTensor, state any) (path string, err error) {
-	return saveCheckpoint(dir, step, nil, weights, optim, state)
+	return saveCheckpoint(dir, step, nil, weights, optim, nil, state)
 }
 
 // SaveModel is Save with the model's spec in the weights'
 // __metadata__ and in config.json, so that the checkpoint stands alone.
 func SaveModel(dir string, step int, spec model.Spec, weights, optim []model.NamedTensor, state any) (path string, err error) {
-	return saveCheckpoint(dir, step, &spec, weights, optim, state)
+	return saveCheckpoint(dir, step, &spec, weights, optim, nil, state)
 }
 
-func saveCheckpoint(dir string, step int, spec *model.Spec, weights, optim []model.NamedTensor, state any) (path string, err error) {
+// SaveSharded is SaveModel for a sharded run: the optimizer state is shards' per-rank files
+// (format 2, shards.go) instead of optim.safetensors.
+func SaveSharded(dir string, step int, spec model.Spec, weights []model.NamedTensor, shards *OptimShards, state any) (path string, err error) {
+	if shards == nil {
+		return "", fmt.Errorf("checkpoint: step %d: no optimizer shards", step)
+	}
+	return saveCheckpoint(dir, step, &spec, weights, nil, shards, state)
+}
+
+func saveCheckpoint(dir string, step int, spec *model.Spec, weights, optim []model.NamedTensor, shards *OptimShards, state any) (path string, err error) {
 	if step < 0 {
 		return "", fmt.Errorf("checkpoint: step %d < 0", step)
 	}
@@ -153,8 +178,24 @@ func saveCheckpoint(dir string, step int, spec *model.Spec, weights, optim []mod
 		FileState:   func() ([]byte, error) { return append(stateJSON, '\n'), nil },
 		FileConfig:  func() ([]byte, error) { return spec.JSON(), nil },
 	}
-	files := map[string][]byte{}
 	man := Manifest{Format: Format, Step: step, Files: map[string]ManifestFile{}}
+	if shards != nil {
+		l := shards.Layout
+		if err := l.check(); err != nil {
+			return "", fmt.Errorf("checkpoint: step %d: %w", step, err)
+		}
+		if len(shards.Files) != l.WorldSize {
+			return "", fmt.Errorf("checkpoint: step %d: %d shard files for a world of %d", step, len(shards.Files), l.WorldSize)
+		}
+		man.Format, man.Shards = FormatSharded, &l
+		names = append([]string(nil), names...)
+		names = append(names[:1], names[2:]...) // no optim.safetensors
+		for r, b := range shards.Files {
+			contents[OptimRankFile(r)] = func() ([]byte, error) { return b, nil }
+			names = append(names, OptimRankFile(r))
+		}
+	}
+	files := map[string][]byte{}
 	for _, f := range names {
 		b, err := contents[f]()
 		if err != nil {
@@ -193,13 +234,16 @@ func commitCheckpoint(dir string, step int, files map[string][]byte, verify bool
 			os.RemoveAll(tmp)
 		}
 	}()
-	var optional []string
-	for _, f := range optionalFiles {
-		if _, ok := files[f]; ok {
-			optional = append(optional, f)
+	var man Manifest
+	if err := json.Unmarshal(files[FileManifest], &man); err != nil {
+		return "", fmt.Errorf("checkpoint: step %d: %s: %v", step, FileManifest, err)
+	}
+	if man.Shards != nil {
+		if err := man.Shards.check(); err != nil { // before listing its files
+			return "", fmt.Errorf("checkpoint: step %d: %s: %v", step, FileManifest, err)
 		}
 	}
-	for _, f := range append(append(append([]string(nil), requiredFiles...), optional...), FileManifest) {
+	for _, f := range append(man.listedFiles(), FileManifest) {
 		b, ok := files[f]
 		if !ok {
 			return "", fmt.Errorf("checkpoint: step %d: no %s to write", step, f)
@@ -296,10 +340,18 @@ func readManifest(path string) (*Manifest, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("checkpoint: %s/%s: not valid JSON: %v", path, FileManifest, err)
 	}
-	if m.Format != Format {
-		return nil, fmt.Errorf("checkpoint: %s/%s: format version %d, this build reads %d", path, FileManifest, m.Format, Format)
+	switch {
+	case m.Format == Format && m.Shards == nil:
+	case m.Format == FormatSharded && m.Shards != nil:
+		if err := m.Shards.check(); err != nil {
+			return nil, fmt.Errorf("checkpoint: %s/%s: %v", path, FileManifest, err)
+		}
+	case m.Format == Format || m.Format == FormatSharded:
+		return nil, fmt.Errorf("checkpoint: %s/%s: format version %d with shards record %v: format 2 is a sharded checkpoint's, and only it has one", path, FileManifest, m.Format, m.Shards != nil)
+	default:
+		return nil, fmt.Errorf("checkpoint: %s/%s: format version %d, this build reads %d and %d", path, FileManifest, m.Format, Format, FormatSharded)
 	}
-	for _, f := range requiredFiles {
+	for _, f := range m.listedFiles() {
 		if _, ok := m.Files[f]; !ok {
 			return nil, fmt.Errorf("checkpoint: %s/%s does not list %s", path, FileManifest, f)
 		}
@@ -337,6 +389,8 @@ func short(s string) string {
 // Load reads the checkpoint directory path, verifying every file
 // against the manifest before decoding any. A missing, truncated or
 // corrupted file is an error naming it; nothing is returned half-loaded.
+// A sharded checkpoint's optimizer shard files are left to OptimRanges, which
+// reads and verifies only those a rank needs.
 func Load(path string) (*Checkpoint, error) {
 	m, err := readManifest(path)
 	if err != nil {
@@ -344,11 +398,14 @@ func Load(path string) (*Checkpoint, error) {
 	}
 	raw := map[string][]byte{}
 	for _, f := range m.listedFiles() {
+		if optimRankRE.MatchString(f) {
+			continue // read, and verified, by the ranks that need them (OptimRanges)
+		}
 		if raw[f], err = readVerified(path, f, m.Files[f]); err != nil {
 			return nil, err
 		}
 	}
-	c := &Checkpoint{Path: path, Step: m.Step}
+	c := &Checkpoint{Path: path, Step: m.Step, shards: m.Shards, files: m.Files}
 	var meta map[string]string
 	if c.Weights, meta, err = model.ParseSafetensors(raw[FileWeights]); err != nil {
 		return nil, fmt.Errorf("checkpoint: %s/%s: %w", path, FileWeights, err)
@@ -364,8 +421,10 @@ func Load(path string) (*Checkpoint, error) {
 	} else if ok {
 		c.Spec = &s
 	}
-	if c.Optim, _, err = model.ParseSafetensors(raw[FileOptim]); err != nil {
-		return nil, fmt.Errorf("checkpoint: %s/%s: %w", path, FileOptim, err)
+	if m.Shards == nil {
+		if c.Optim, _, err = model.ParseSafetensors(raw[FileOptim]); err != nil {
+			return nil, fmt.Errorf("checkpoint: %s/%s: %w", path, FileOptim, err)
+		}
 	}
 	if !json.Valid(raw[FileState]) {
 		return nil, fmt.Errorf("checkpoint: %s/%s: not valid JSON", path, FileState)

@@ -67,10 +67,11 @@ func (s *State) FirstStep() int { return s.resumedAt }
 // the disk (a slow fsync used to run them into the collective timeout). Only the ranks that
 // write checkpoints call it (IsWriter). One write is in flight at a time: Save first waits for
 // the previous one and returns its error; WaitWrite waits for the last. world is the run's world
-// size. whole is the optimizer state to write when opt holds a shard of it (ddp.shard_optimizer:
-// gathered whole by every rank first, so a checkpoint reads at any world size); nil: opt.State().
+// size. shards, when opt holds a shard of the optimizer state (ddp.shard_optimizer), is every
+// rank's shard file (sent to the writers first): the checkpoint holds them in optim.safetensors'
+// place (shards.go); nil: opt.State() is written whole, as optim.safetensors.
 // Save and WaitWrite are called from one goroutine, the trainer's.
-func (s *State) Save(cfg *config.Config, world int, ps *model.Params, opt model.Optimizer, whole []model.NamedTensor, sc *model.Scaler, log *slog.Logger) error {
+func (s *State) Save(cfg *config.Config, world int, ps *model.Params, opt model.Optimizer, shards *OptimShards, sc *model.Scaler, log *slog.Logger) error {
 	if err := s.WaitWrite(); err != nil {
 		return err
 	}
@@ -89,8 +90,8 @@ func (s *State) Save(cfg *config.Config, world int, ps *model.Params, opt model.
 			weights = append(weights, tensorToNamed(b.Name, b.T))
 		}
 	}
-	optim := whole
-	if whole == nil {
+	var optim []model.NamedTensor
+	if shards == nil {
 		for _, st := range opt.State() {
 			optim = append(optim, tensorToNamed(st.Name, st.T))
 		}
@@ -108,7 +109,13 @@ func (s *State) Save(cfg *config.Config, world int, ps *model.Params, opt model.
 		if before != nil {
 			before(step)
 		}
-		path, err := SaveModel(dir, step, spec, weights, optim, json.RawMessage(state))
+		var path string
+		var err error
+		if shards != nil {
+			path, err = SaveSharded(dir, step, spec, weights, shards, json.RawMessage(state))
+		} else {
+			path, err = SaveModel(dir, step, spec, weights, optim, json.RawMessage(state))
+		}
 		if err != nil {
 			w.err = err
 			return
@@ -187,27 +194,57 @@ func (s *State) Restore(path, where string, world int, cfg *config.Config, ps *m
 	for _, t := range ck.Optim {
 		optByName[t.Name] = t
 	}
-	// A checkpoint holds the whole optimizer state, sharded run or not: under
-	// ddp.shard_optimizer each rank takes its own shard of it, at any world size.
+	// An unsharded checkpoint holds the whole optimizer state: under ddp.shard_optimizer each rank
+	// takes its own shard of it, at any world size. A sharded one holds it in per-rank files: each
+	// rank reads the ranges it owns now from the files that hold them (its own file alone at the
+	// same world size; re-sharded at another, or whole when this run is unsharded).
 	shard := model.ShardOf(opt)
 	var optLoads []tensorLoad
-	for _, st := range opt.State() {
-		nt, ok := optByName[st.Name]
-		if !ok {
-			return fmt.Errorf("checkpoint: %s has no optimizer state %q (another optimizer?)", path, st.Name)
-		}
-		var v []float32
+	if ck.Sharded() {
+		want := [][2]int{{0, ps.N}}
 		if shard != nil {
-			if v, err = namedToF32Shape(nt, []int{ps.N}); err == nil {
-				v = shard.Pack(v)
-			}
-		} else {
-			v, err = namedToF32(nt, st.T)
+			want = shard.Ranges
 		}
+		var names []string
+		for _, st := range opt.State() {
+			names = append(names, st.Name)
+		}
+		vals, err := ck.OptimRanges(names, want, ps.N)
 		if err != nil {
-			return fmt.Errorf("checkpoint: %s: %w", path, err)
+			return err
 		}
-		optLoads = append(optLoads, tensorLoad{st.T, v})
+		for _, st := range opt.State() {
+			if v := vals[st.Name]; len(v) != st.T.Len() {
+				return fmt.Errorf("checkpoint: %s: optimizer state %q: %d elements read, the optimizer holds %d", path, st.Name, len(v), st.T.Len())
+			}
+			optLoads = append(optLoads, tensorLoad{st.T, vals[st.Name]})
+		}
+		if sw := ck.ShardWorld(); sw != world || shard == nil {
+			how := "re-sharded"
+			if shard == nil {
+				how = "gathered whole (this run is unsharded)"
+			}
+			log.Info("checkpoint: optimizer state written sharded over "+fmt.Sprint(sw)+" ranks, "+how+" for a world of "+fmt.Sprint(world), "path", path)
+		}
+	} else {
+		for _, st := range opt.State() {
+			nt, ok := optByName[st.Name]
+			if !ok {
+				return fmt.Errorf("checkpoint: %s has no optimizer state %q (another optimizer?)", path, st.Name)
+			}
+			var v []float32
+			if shard != nil {
+				if v, err = namedToF32Shape(nt, []int{ps.N}); err == nil {
+					v = shard.Pack(v)
+				}
+			} else {
+				v, err = namedToF32(nt, st.T)
+			}
+			if err != nil {
+				return fmt.Errorf("checkpoint: %s: %w", path, err)
+			}
+			optLoads = append(optLoads, tensorLoad{st.T, v})
+		}
 	}
 	if err := LoadWeights(ck, ps, s.Buffers); err != nil { // all or nothing; the optimizer's after
 		return err

@@ -143,16 +143,12 @@ func packCheckpoint(path string) ([]byte, error) {
 	return out, nil
 }
 
-// unpackCheckpoint is packCheckpoint's inverse; it accepts only the checkpoint's own file names
-// (the optional ones may be absent).
+// unpackCheckpoint is packCheckpoint's inverse; it accepts only a checkpoint's own file names
+// (optim-rank-NNNNN.safetensors included); which of them must be there is the manifest's to say.
 func unpackCheckpoint(b []byte) (map[string][]byte, error) {
 	allowed := map[string]bool{FileManifest: true}
-	for _, f := range requiredFiles {
+	for _, f := range append(append([]string(nil), requiredFiles...), optionalFiles...) {
 		allowed[f] = true
-	}
-	optional := map[string]bool{}
-	for _, f := range optionalFiles {
-		allowed[f], optional[f] = true, true
 	}
 	files := map[string][]byte{}
 	for len(b) > 0 {
@@ -166,7 +162,7 @@ func unpackCheckpoint(b []byte) (map[string][]byte, error) {
 		}
 		name := string(b[:n])
 		b = b[n:]
-		if !allowed[name] {
+		if !allowed[name] && !optimRankRE.MatchString(name) { // a sharded checkpoint's optimizer shards
 			return nil, fmt.Errorf("unexpected file %q in the bundle", name)
 		}
 		if len(b) < 8 {
@@ -180,10 +176,10 @@ func unpackCheckpoint(b []byte) (map[string][]byte, error) {
 		files[name] = b[:size]
 		b = b[size:]
 	}
-	for name := range allowed {
-		if _, ok := files[name]; !ok && !optional[name] {
-			return nil, fmt.Errorf("the bundle has no %s", name)
-		}
+	// A sharded checkpoint has no optim.safetensors: its manifest says which files it has, and
+	// commitCheckpoint writes and verifies exactly those.
+	if _, ok := files[FileManifest]; !ok {
+		return nil, fmt.Errorf("the bundle has no %s", FileManifest)
 	}
 	return files, nil
 }

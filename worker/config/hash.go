@@ -44,7 +44,7 @@ var notTrajectory = []struct {
 	{key: "checkpoint.per_host", why: "which ranks write checkpoints"},
 	{key: "ddp.check_every", why: "how often the replicas are compared"},
 	{key: "ddp.channels", why: "bit-identical results for any number of channels"},
-	{key: "ddp.shard_optimizer", why: "bit-identical results sharded or not (ddp's shard_test.go); checkpoints hold the whole optimizer state"},
+	{key: "ddp.shard_optimizer", why: "bit-identical results sharded or not (ddp's shard_test.go); a checkpoint's shard files re-shard to any world size, or to none"},
 	{key: "ddp.timeout", why: "a bound on waiting, not part of the arithmetic"},
 	{key: "ddp.intra_host", why: "auto and host are the same host path (device is refused until run on a GPU)"},
 	{key: "train.log_every", why: "how often progress and metrics lines are written"},

@@ -81,6 +81,9 @@ func MemoryReportDDP(dev tensor.Device, ps *model.Params, opt model.Optimizer, d
 		whole := optState / int64(max(1, sh.N())) * int64(ps.N)
 		fmt.Fprintf(&b, "  %-34s %12s  (the shard holds %d of %d elements: %s saved)\n", "optimizer state unsharded", tensor.FormatBytes(whole),
 			sh.N(), ps.N, tensor.FormatBytes(whole-optState))
+		// What a checkpoint writes of it (worker/checkpoint/shards.go): host memory, not the device's.
+		fmt.Fprintf(&b, "  %-34s %12s  (host: this shard as optim-rank-NNNNN.safetensors, one file per rank; the writers hold every rank's, %s, while they write)\n",
+			"checkpoint optimizer shard", tensor.FormatBytes(optState), tensor.FormatBytes(whole))
 	} else {
 		row("optimizer state", optState)
 	}

@@ -26,7 +26,8 @@ func TestMemoryReport_namesTheShard(t *testing.T) {
 	}
 	defer opt.Free()
 	r := MemoryReport(dev, ps, opt)
-	for _, want := range []string{"optimizer state (rank's shard)", "optimizer state unsharded",
+	for _, want := range []string{"optimizer state (rank's shard)", "optimizer state unsharded", "checkpoint optimizer shard",
+		"optim-rank-NNNNN.safetensors, one file per rank",
 		"the shard holds " + strconv.Itoa(half) + " of " + strconv.Itoa(ps.N) + " elements"} {
 		if !strings.Contains(r, want) {
 			t.Errorf("report lacks %q:\n%s", want, r)
