@@ -538,7 +538,10 @@ func TestFailure_mismatch(t *testing.T) {
 					return g.Broadcast(context.Background(), make([]byte, 10*g.Rank()+1), 0)
 				}},
 			} {
-				gs := newGroups(t, kind, 3, func(c *Config) { c.Timeout = 3 * time.Second })
+				// The mismatch is detected from the first frames, in milliseconds; the timeout only
+				// has to be longer than that under a loaded -race run (3 s was not, on 2 busy
+				// cores): a rank that never detects it still fails here, after 15 s.
+				gs := newGroups(t, kind, 3, func(c *Config) { c.Timeout = 15 * time.Second })
 				errs := each(gs, tc.call)
 				for r, err := range errs {
 					if err == nil {
