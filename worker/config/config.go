@@ -248,8 +248,9 @@ type DDPConfig struct {
 	// it (they run in the background); raise it for slow networks or very large buckets.
 	Timeout Duration `yaml:"timeout,omitempty"`
 	// intra_host: auto | host | device: how gradients are reduced among the ranks of one host
-	// (issue 34, intrahost.go). auto and host: the host planes (shared memory). device: an
-	// all-reduce over CUDA IPC buffers, refused until it has run on a GPU. Default auto.
+	// (issue 34, intrahost.go). auto and host: the host planes (shared memory). device: each
+	// bucket all-reduced on the GPU over CUDA IPC buffers (ddp/engine_device.go; --device cuda,
+	// one host; not yet run on a GPU). Default auto.
 	IntraHost IntraHost `yaml:"intra_host,omitempty"`
 	// hierarchical: all-reduce gradients in three rings: reduce-scatter among the ranks of each
 	// host, the ring between hosts on each local rank's 1/LOCAL_WORLD_SIZE share, all-gather
