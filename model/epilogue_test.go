@@ -42,8 +42,9 @@ func (d *countingEpilogue) LinearGradDGELU(dx, db, dy, w, pre *tensor.Tensor) {
 // with it is bit-identical to one without: loss, gradients and the parameters after AdamW steps,
 // in f32 and f16, with and without checkpointing (whose recompute takes the fused forward too),
 // and the activation peak is no higher. The counters show the fused calls ran: per block and
-// step one LinearBiasGELU (two with a checkpoint's recompute), one LinearBias, one LinearGradWB
-// and one LinearGradDGELU; parameters report ready in the same order.
+// step one LinearBiasGELU (fc; two with a checkpoint's recompute), three LinearBias (qkv,
+// attention proj, MLP proj; the recompute adds qkv and attention proj), three LinearGradWB and one
+// LinearGradDGELU; parameters report ready in the same order.
 func TestGPT_gemmEpilogueSameAsSeparate(t *testing.T) {
 	type result struct {
 		losses []float32
@@ -99,8 +100,9 @@ func TestGPT_gemmEpilogueSameAsSeparate(t *testing.T) {
 				t.Errorf("%s: ready order %v, want %v", name, got.order, ref.order)
 			}
 			n := layers * steps
-			if dev.gelu != n*(1+ckpt) || dev.bias != n || dev.gradWB != n || dev.dgelu != n {
-				t.Errorf("%s: fused calls gelu %d bias %d gradWB %d dgelu %d, want %d, %d, %d, %d", name, dev.gelu, dev.bias, dev.gradWB, dev.dgelu, n*(1+ckpt), n, n, n)
+			if dev.gelu != n*(1+ckpt) || dev.bias != n*(3+2*ckpt) || dev.gradWB != 3*n || dev.dgelu != n {
+				t.Errorf("%s: fused calls gelu %d bias %d gradWB %d dgelu %d, want %d, %d, %d, %d", name, dev.gelu, dev.bias, dev.gradWB, dev.dgelu,
+					n*(1+ckpt), n*(3+2*ckpt), 3*n, n)
 			}
 			if math.IsNaN(float64(got.losses[steps-1])) {
 				t.Errorf("%s: loss NaN", name)

@@ -31,8 +31,8 @@ type GPTConfig struct {
 	// take), so the recompute runs the QKV and projection GEMMs but not the attention itself.
 	// Blocks on the materialised path recompute everything as before.
 	CheckpointKeepAttn bool
-	// GemmEpilogue makes the blocks' MLPs do their bias adds, GELU and bias gradients in the
-	// GEMMs' epilogues when the device has the ability (tensor.EpilogueDevice; the CUDA device
+	// GemmEpilogue makes the blocks do their linears' bias adds and bias gradients, and the MLP's
+	// GELU, in the GEMMs' epilogues when the device has the ability (tensor.EpilogueDevice; the CUDA device
 	// through cublasLt). Off by default: on the CUDA device the bias is added before the product
 	// is rounded, so the numbers differ from the separate kernels' in the last bits; on the CPU
 	// they are bit-identical (the CPU composes the same operations).
@@ -330,6 +330,7 @@ func NewGPT(dev tensor.Device, cfg GPTConfig, seed uint64) (*GPT, error) {
 		b.Attn.Mode = cfg.Attention
 		b.KeepAttn = cfg.CheckpointKeepAttn
 		b.Epilogue = epilogueOf(dev, cfg.GemmEpilogue)
+		b.Attn.QKV.Epilogue, b.Attn.Proj.Epilogue = b.Epilogue, b.Epilogue
 		m.Blocks = append(m.Blocks, b)
 	}
 	m.LnF = NewLayerNorm(m.ps, "lnf", C)

@@ -12,6 +12,10 @@ type Linear struct {
 	B   *Param // (Out), nil without bias
 	In  int
 	Out int
+	// Epilogue, when not nil (and the layer has a bias), adds the bias in the forward GEMM's
+	// epilogue and sums its gradient in the weight-gradient GEMM's (tensor.EpilogueDevice;
+	// GPTConfig.GemmEpilogue sets it on the attention's linears).
+	Epilogue tensor.EpilogueDevice
 }
 
 // NewLinear registers name+".w" (decayed, N(0,std²)) and, with bias, name+".b" (zero).
@@ -47,6 +51,10 @@ func LinearBackward(dev tensor.Device, dx, dw, db, dy, x, w *tensor.Tensor) {
 
 // Forward: y (R,Out) = x (R,In)·Wᵀ + b.
 func (l *Linear) Forward(y, x *tensor.Tensor) {
+	if l.Epilogue != nil && l.B != nil {
+		l.Epilogue.LinearBias(y, x, l.W.Compute(), l.B.Compute())
+		return
+	}
 	LinearForward(x.Device(), y, x, l.W.Compute(), l.bias())
 }
 
@@ -57,7 +65,14 @@ func (l *Linear) Backward(dx, dy, x *tensor.Tensor) {
 	if l.B != nil {
 		db = l.B.G
 	}
-	LinearBackward(x.Device(), dx, l.W.G, db, dy, x, l.W.Compute())
+	if l.Epilogue != nil && l.B != nil {
+		if dx != nil {
+			x.Device().MatMul(dx, dy, l.W.Compute(), false, false, 1, 0)
+		}
+		l.Epilogue.LinearGradWB(l.W.G, db, dy, x)
+	} else {
+		LinearBackward(x.Device(), dx, l.W.G, db, dy, x, l.W.Compute())
+	}
 	if l.B != nil {
 		l.B.Ready()
 	}

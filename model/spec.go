@@ -124,7 +124,7 @@ type Spec struct {
 	Attention          AttentionMode `json:"-"`
 	CheckpointKeepAttn bool          `json:"-"`
 	LossChunk          int           `json:"-"`
-	// GemmEpilogue is GPTConfig.GemmEpilogue (bias, GELU and bias gradients in the GEMMs).
+	// GemmEpilogue is GPTConfig.GemmEpilogue (biases, GELU and bias gradients in the GEMMs).
 	GemmEpilogue bool `json:"-"`
 }
 

@@ -72,7 +72,7 @@ func (d *Device) ltRun(p cublaslt.Plan, alpha, beta float32, a, b, out *tensor.T
 		}
 	}
 	p.AlignA, p.AlignB, p.AlignD = ltAlign(dptr(a)), ltAlign(dptr(b)), ltAlign(dptr(out))
-	key := p
+	key := p // the cache's key: the plan without its addresses (bias and aux are 16-byte aligned, A, B, D's alignments are in it)
 	key.Bias, key.Aux = 0, 0
 	al, seen := s.algos[key]
 	if s.h == nil || !seen {
@@ -86,7 +86,7 @@ func (d *Device) ltRun(p cublaslt.Plan, alpha, beta float32, a, b, out *tensor.T
 			s.h = h
 		}
 		var err error
-		al.a, al.ok, err = s.h.Algo(&key, ltWorkspace)
+		al.a, al.ok, err = s.h.Algo(&p, ltWorkspace) // with the addresses set, as the matmul will be
 		d.leave()
 		if err != nil {
 			panic(fmt.Sprintf("cuda: %v", err))

@@ -100,8 +100,8 @@ type ModelConfig struct {
 	// recompute skips the attention kernel (selective checkpointing: more
 	// memory than blocks alone, less recompute). Default false.
 	CheckpointKeepAttention bool `yaml:"checkpoint_keep_attention,omitempty"`
-	// gemm_epilogue (GPT): the MLP's bias adds, GELU and bias gradients in its
-	// GEMMs' epilogues (the CUDA device through cublasLt; the CPU composes the
+	// gemm_epilogue (GPT): the blocks' bias adds and bias gradients, and the
+	// MLP's GELU, in the GEMMs' epilogues (the CUDA device through cublasLt; the CPU composes the
 	// same operations, bit-identical). On the GPU the numbers differ from the
 	// separate kernels' in the last bits. Not yet run on a GPU. Default false.
 	GemmEpilogue bool `yaml:"gemm_epilogue,omitempty"`
