@@ -43,6 +43,9 @@ type Options struct {
 	// device (stage 2); on the staged path under fp16 when the device's plan has
 	// tensor.ShardStaging (shard_gpu.go: not yet run on a GPU).
 	ShardOptimizer bool
+	// DeviceGrace bounds the device path's wait for a launched all-reduce once every rank has
+	// launched it (engine_device.go; 0: DefaultDeviceGrace).
+	DeviceGrace time.Duration
 }
 
 // Engine averages a model's gradients across the ranks of a Comm. Methods other than those the
@@ -62,7 +65,8 @@ type Engine struct {
 	staged       []bool
 	unusedWarned bool
 
-	gpu *gpuPath // the staged path (engine_gpu.go); nil on the host path
+	gpu  *gpuPath    // the staged path (engine_gpu.go); nil on the host path
+	devp *devicePath // the device path (engine_device.go, UseDevice); nil elsewhere
 
 	shard       *model.Shard // this rank's part under ddp.shard_optimizer (shard.go); nil: unsharded
 	masterStale bool         // other ranks' segments of the f32 master are stale (GatherMaster)
@@ -167,7 +171,13 @@ func (e *Engine) Close() {
 		for _, jobs := range e.jobs {
 			close(jobs)
 		}
+		if e.devp != nil {
+			e.devp.abort() // before waiting for the comm goroutines: none waits on a dead peer's kernel
+		}
 		e.wg.Wait()
+		if e.devp != nil {
+			e.closeDevice()
+		}
 		if e.gpu != nil {
 			e.gpu.stg.Close()
 		}
@@ -180,6 +190,12 @@ func (e *Engine) Close() {
 func (e *Engine) commLoop(ch int, comm Comm, jobs <-chan *bucket) {
 	defer e.wg.Done()
 	for b := range jobs {
+		if e.devp != nil {
+			err := e.reduceDevice(comm, b)
+			e.pollBackward(false)
+			e.results <- err
+			continue
+		}
 		if e.gpu != nil {
 			e.results <- e.reduceStaged(ch, b)
 			e.pollBackward(false)
@@ -268,13 +284,18 @@ func (e *Engine) stage(b *bucket) {
 	if e.staged[b.index] {
 		return
 	}
-	if e.gpu != nil {
+	if e.devp != nil {
+		e.dev.Copy(e.devp.bufs[b.index], b.view) // launched below, in index order
+	} else if e.gpu != nil {
 		e.gpu.stg.Stage(b.index, e.gpu.scale)
 	} else if e.inPlace == nil { // in place (shard.go): the comm goroutine reads the slab itself
 		e.dev.Download(b.host, b.view)
 	}
 	e.staged[b.index] = true
 	for e.nextSend < len(e.buckets) && e.staged[e.nextSend] {
+		if e.devp != nil {
+			e.launchDevice(e.buckets[e.nextSend])
+		}
 		e.jobs[e.nextSend%len(e.jobs)] <- e.buckets[e.nextSend]
 		e.nextSend++
 	}
@@ -315,10 +336,14 @@ func (e *Engine) Wait(ctx context.Context) error {
 	if e.gpu != nil {
 		e.gpu.stg.Finish()
 	}
+	if e.devp != nil {
+		e.finishDevice()
+	}
 	e.pollBackward(true)
 	for _, b := range e.buckets {
 		switch {
 		case e.gpu != nil: // returned (widened) by the comm goroutines; Finish ordered it
+		case e.devp != nil: // copied back by finishDevice, after the side stream (Join)
 		case e.shard != nil && e.inPlace != nil: // averaged in the slab already (shard.go)
 		case e.shard != nil: // only the owned segment is averaged; the rest is the ring's scratch
 			lo, hi := e.ownedSeg(b)

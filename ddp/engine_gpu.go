@@ -142,7 +142,9 @@ func (e *Engine) BytesPerStep() (pcie, ring int64) {
 	}
 	w := int64(e.opts.Wire.ElemBytes())
 	ring = w * elems * 2 * (n - 1) / n
-	if e.gpu != nil {
+	if e.devp != nil {
+		pcie = 0 // the device path (engine_device.go): nothing crosses PCIe
+	} else if e.gpu != nil {
 		pcie = 4 * elems
 	} else {
 		pcie = 8 * elems // f32 down and up

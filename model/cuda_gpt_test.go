@@ -189,7 +189,8 @@ func cuBenchGPT2(t *testing.T, g *cuda.Device, B, T, steps int) string {
 		fmt.Sscan(s, &cfg.Checkpoint)
 	}
 	cfg.CheckpointKeepAttn = os.Getenv("GODDP_CKPT_KEEP") != ""
-	t.Logf("attention %s, checkpoint every %d (keep attention %v)", cfg.Attention, cfg.Checkpoint, cfg.CheckpointKeepAttn)
+	cfg.GemmEpilogue = os.Getenv("GODDP_GEMM_EPILOGUE") != "" // bias, GELU and bias gradients in cublasLt's epilogues
+	t.Logf("attention %s, checkpoint every %d (keep attention %v), gemm epilogue %v", cfg.Attention, cfg.Checkpoint, cfg.CheckpointKeepAttn, cfg.GemmEpilogue)
 	g.EmptyCache()
 	base := g.Stats().Allocated
 	m, err := NewGPT(g, cfg, 1)

@@ -31,6 +31,12 @@ type GPTConfig struct {
 	// take), so the recompute runs the QKV and projection GEMMs but not the attention itself.
 	// Blocks on the materialised path recompute everything as before.
 	CheckpointKeepAttn bool
+	// GemmEpilogue makes the blocks' MLPs do their bias adds, GELU and bias gradients in the
+	// GEMMs' epilogues when the device has the ability (tensor.EpilogueDevice; the CUDA device
+	// through cublasLt). Off by default: on the CUDA device the bias is added before the product
+	// is rounded, so the numbers differ from the separate kernels' in the last bits; on the CPU
+	// they are bit-identical (the CPU composes the same operations).
+	GemmEpilogue bool
 }
 
 // GPT is GPT-2's architecture with pre-LN blocks:
@@ -81,6 +87,9 @@ type Block struct {
 	P    float32 // residual dropout
 	Tag  string  // "h.l"
 	Ckpt bool    // recompute in backward
+	// Epilogue, when not nil, does the MLP's bias adds, GELU and bias gradients in its GEMMs'
+	// epilogues (GPTConfig.GemmEpilogue on a device with the ability: epilogueOf).
+	Epilogue tensor.EpilogueDevice
 	// KeepAttn (with Ckpt): keep the fused attention's y and lse through the checkpoint.
 	KeepAttn bool
 	// dropout sites
@@ -155,19 +164,37 @@ func (b *Block) forward(x *tensor.Tensor, seed uint64, train, out bool, kept *At
 	a.Rstd2 = dev.Alloc(tensor.F32, b.Tag+".ln2.rstd", B, T)
 	b.LN2.Forward(a.LN2, a.Mean2, a.Rstd2, a.Res1)
 	a.FC = dev.Alloc(dt, b.Tag+".mlp.fc", B, T, 4*C)
-	b.FC.Forward(a.FC, a.LN2)
 	a.Gelu = dev.Alloc(dt, b.Tag+".mlp.gelu", B, T, 4*C)
-	GELUForward(dev, a.Gelu, a.FC)
+	if ed := b.Epilogue; ed != nil { // a.FC is the pre-GELU activation the GEMM keeps as aux
+		ed.LinearBiasGELU(a.Gelu, a.FC, a.LN2, b.FC.W.Compute(), b.FC.bias())
+	} else {
+		b.FC.Forward(a.FC, a.LN2)
+		GELUForward(dev, a.Gelu, a.FC)
+	}
 	if !out {
 		return a
 	}
 	mlp := dev.Alloc(dt, b.Tag+".mlp.out", B, T, C)
-	b.Proj.Forward(mlp, a.Gelu)
+	if ed := b.Epilogue; ed != nil {
+		ed.LinearBias(mlp, a.Gelu, b.Proj.W.Compute(), b.Proj.bias())
+	} else {
+		b.Proj.Forward(mlp, a.Gelu)
+	}
 	mlp = dropoutNew(mlp, a.P, tensor.DeriveSeed(seed, b.siteRes2))
 	a.Out = dev.Alloc(dt, b.Tag+".out", B, T, C)
 	ResidualForward(dev, a.Out, a.Res1, mlp)
 	dev.Free(mlp)
 	return a
+}
+
+// epilogueOf is dev's fused-epilogue ability when use asks for it and dev has it, else nil (the
+// separate kernels).
+func epilogueOf(dev tensor.Device, use bool) tensor.EpilogueDevice {
+	if !use {
+		return nil
+	}
+	ed, _ := dev.(tensor.EpilogueDevice)
+	return ed
 }
 
 // dropoutNew returns dropout(t) in a new tensor, freeing t (t itself when p is 0).
@@ -207,13 +234,30 @@ func (b *Block) Backward(dres *tensor.Tensor, a *BlockActs) {
 	// out = res1 + dropout(proj(gelu(fc(ln2(res1))))): the skip path leaves dres as it is.
 	dm := dropoutGradNew(dres, a.P, tensor.DeriveSeed(a.Seed, b.siteRes2), b.Tag+".mlp.ddrop")
 	dg := dev.Alloc(dt, b.Tag+".mlp.dgelu", B, T, 4*C)
-	b.Proj.Backward(dg, dm, a.Gelu)
-	if dm != dres {
-		dev.Free(dm)
+	var dln2 *tensor.Tensor
+	if ed := b.Epilogue; ed != nil {
+		// dg = GELU'(fc)⊙(dm·Wproj) with fc's bias gradient in that GEMM's epilogue; the
+		// projection's weight GEMM sums its bias gradient in its own. Ready in the unfused order.
+		ed.LinearGradDGELU(dg, b.FC.B.G, dm, b.Proj.W.Compute(), a.FC)
+		ed.LinearGradWB(b.Proj.W.G, b.Proj.B.G, dm, a.Gelu)
+		b.Proj.B.Ready()
+		b.Proj.W.Ready()
+		if dm != dres {
+			dev.Free(dm)
+		}
+		dln2 = dev.Alloc(dt, b.Tag+".dln2", B, T, C)
+		LinearBackward(dev, dln2, b.FC.W.G, nil, dg, a.LN2, b.FC.W.Compute())
+		b.FC.B.Ready()
+		b.FC.W.Ready()
+	} else {
+		b.Proj.Backward(dg, dm, a.Gelu)
+		if dm != dres {
+			dev.Free(dm)
+		}
+		GELUBackward(dev, dg, dg, a.FC)
+		dln2 = dev.Alloc(dt, b.Tag+".dln2", B, T, C)
+		b.FC.Backward(dln2, dg, a.LN2)
 	}
-	GELUBackward(dev, dg, dg, a.FC)
-	dln2 := dev.Alloc(dt, b.Tag+".dln2", B, T, C)
-	b.FC.Backward(dln2, dg, a.LN2)
 	dev.Free(dg)
 	b.LN2.Backward(dres, dln2, a.Res1, a.Mean2, a.Rstd2) // dres += LN2's input gradient
 	dev.Free(dln2)
@@ -285,6 +329,7 @@ func NewGPT(dev tensor.Device, cfg GPTConfig, seed uint64) (*GPT, error) {
 		b.Ckpt = checkpointed(cfg.Checkpoint, l)
 		b.Attn.Mode = cfg.Attention
 		b.KeepAttn = cfg.CheckpointKeepAttn
+		b.Epilogue = epilogueOf(dev, cfg.GemmEpilogue)
 		m.Blocks = append(m.Blocks, b)
 	}
 	m.LnF = NewLayerNorm(m.ps, "lnf", C)

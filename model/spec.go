@@ -124,6 +124,8 @@ type Spec struct {
 	Attention          AttentionMode `json:"-"`
 	CheckpointKeepAttn bool          `json:"-"`
 	LossChunk          int           `json:"-"`
+	// GemmEpilogue is GPTConfig.GemmEpilogue (bias, GELU and bias gradients in the GEMMs).
+	GemmEpilogue bool `json:"-"`
 }
 
 // Spec is the spec of a GPT of this configuration: its architecture, compute dtype and memory
@@ -138,7 +140,7 @@ func (c GPTConfig) Spec() Spec {
 		InputNormalization: specNormInputs,
 
 		Compute: c.Compute, Checkpoint: c.Checkpoint, Attention: c.Attention,
-		CheckpointKeepAttn: c.CheckpointKeepAttn, LossChunk: c.LossChunk,
+		CheckpointKeepAttn: c.CheckpointKeepAttn, LossChunk: c.LossChunk, GemmEpilogue: c.GemmEpilogue,
 	}
 }
 
@@ -212,7 +214,8 @@ func (s Spec) GPTConfig() (GPTConfig, error) {
 	}
 	return GPTConfig{Layers: s.Layers, Width: s.Width, Heads: s.Heads, Context: s.Context, Vocab: s.Vocab,
 		Tied: s.Tied, Dropout: float32(s.Dropout), Compute: s.Compute, Checkpoint: s.Checkpoint,
-		LossChunk: s.LossChunk, Attention: s.Attention, CheckpointKeepAttn: s.CheckpointKeepAttn}, nil
+		LossChunk: s.LossChunk, Attention: s.Attention, CheckpointKeepAttn: s.CheckpointKeepAttn,
+		GemmEpilogue: s.GemmEpilogue}, nil
 }
 
 // MLPConfig is the MLPConfig of an MLP spec, with the spec's compute dtype and checkpointing.

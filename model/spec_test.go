@@ -16,7 +16,7 @@ import (
 // One spec of each kind, with the run-time fields (compute dtype, memory options) set.
 func specsOfEachKind() map[string]Spec {
 	g := GPTConfig{Layers: 2, Width: 32, Heads: 4, Context: 16, Vocab: 64, Tied: true, Dropout: 0.1,
-		Compute: tensor.F16, Checkpoint: 1, Attention: AttnMaterialized, LossChunk: 24}.Spec()
+		Compute: tensor.F16, Checkpoint: 1, Attention: AttnMaterialized, LossChunk: 24, GemmEpilogue: true}.Spec()
 	g.VocabUsed = 60
 	m := MLPConfig{Widths: []int{784, 32, 10}, Activation: "gelu", Compute: tensor.F16, Checkpoint: 2}.Spec()
 	r := ResNetConfig{Depth: 18, Stem: "small", Width: 4, Classes: 10, InC: 1, InH: 28, InW: 28, Compute: tensor.F16, Checkpoint: 1}.Spec()
@@ -25,7 +25,7 @@ func specsOfEachKind() map[string]Spec {
 
 // architecture is s without how a process runs it: what config.json and __metadata__ hold.
 func architecture(s Spec) Spec {
-	s.Compute, s.Checkpoint, s.Attention, s.CheckpointKeepAttn, s.LossChunk = tensor.F32, 0, AttnAuto, false, 0
+	s.Compute, s.Checkpoint, s.Attention, s.CheckpointKeepAttn, s.LossChunk, s.GemmEpilogue = tensor.F32, 0, AttnAuto, false, 0, false
 	return s
 }
 
@@ -159,7 +159,7 @@ func TestNew_sameModelAsTheConstructors(t *testing.T) {
 	dev := cpu.New()
 	const seed = 7
 	gc := GPTConfig{Layers: 2, Width: 32, Heads: 4, Context: 16, Vocab: 64, Tied: false, Dropout: 0.1,
-		Compute: tensor.F16, Checkpoint: 1, Attention: AttnMaterialized, LossChunk: 24, CheckpointKeepAttn: true}
+		Compute: tensor.F16, Checkpoint: 1, Attention: AttnMaterialized, LossChunk: 24, CheckpointKeepAttn: true, GemmEpilogue: true}
 	mc := MLPConfig{Widths: []int{20, 16, 10}, Activation: "relu", Dropout: 0.25, Compute: tensor.F16, Checkpoint: 2}
 	rc := ResNetConfig{Depth: 18, Stem: "small", Width: 4, Classes: 10, InC: 1, InH: 8, InW: 8, Compute: tensor.F16, Checkpoint: 1}
 	cases := []struct {

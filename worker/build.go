@@ -253,7 +253,7 @@ func gptConfig(cfg *Config) model.GPTConfig {
 	return model.GPTConfig{Layers: cfg.Model.Layers, Width: cfg.Model.Width, Heads: cfg.Model.Heads,
 		Context: cfg.Model.Context, Vocab: cfg.Model.Vocab, Tied: cfg.Model.Tied, Dropout: float32(cfg.Model.Dropout),
 		Compute: computeDType(cfg), Checkpoint: cfg.Model.Checkpoint.Every, Attention: attentionMode(cfg.Model.Attention),
-		CheckpointKeepAttn: cfg.Model.CheckpointKeepAttention}
+		CheckpointKeepAttn: cfg.Model.CheckpointKeepAttention, GemmEpilogue: cfg.Model.GemmEpilogue}
 }
 
 // printSettings logs the run's settings once, as an aligned table.

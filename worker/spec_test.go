@@ -56,7 +56,7 @@ func TestModelSpec_buildsTheSameModels(t *testing.T) {
 	}{
 		{"opticks-gpt-tiny.yaml", []string{"model.layers=2", "model.width=64", "model.context=32"}, model.Input{Tokens: 32}, 32, false},
 		{"opticks-gpt-tiny.yaml", []string{"model.layers=2", "model.width=64", "model.context=32", "precision=fp16", "model.checkpoint=blocks",
-			"model.dropout=0", "model.attention=flash", "model.checkpoint_keep_attention=true"}, model.Input{Tokens: 32}, 32, false},
+			"model.dropout=0", "model.attention=flash", "model.checkpoint_keep_attention=true", "model.gemm_epilogue=true"}, model.Input{Tokens: 32}, 32, false},
 		{"mnist-mlp.yaml", nil, model.Input{Shape: []int{784}}, 1, true},
 		{"mnist-mlp.yaml", []string{"precision=fp16", "model.activation=gelu", "model.dropout=0.1", "model.checkpoint=blocks"}, model.Input{Shape: []int{784}}, 1, true},
 		{"mnist-resnet.yaml", []string{"model.width=4"}, model.Input{Shape: []int{1, 28, 28}}, 1, true},

@@ -310,7 +310,8 @@ func (t *Trainer) startEngine(ctx context.Context, gcfg allreduce.Config) error 
 		}
 	}
 	dopts := ddp.Options{BucketCapMB: cfg.DDP.BucketCapMB, Wire: wireOf(cfg), Logger: t.log, Channels: comms[1:],
-		ShardOptimizer: model.ShardOf(t.optim) != nil} // the shard the optimizer was built on
+		ShardOptimizer: model.ShardOf(t.optim) != nil, // the shard the optimizer was built on
+		HostStaging:    t.wantsDeviceReduce()}         // no pinned staging: UseDevice takes the device path (intrahost.go)
 	if t.trace != nil { // not a nil *Trace in the interface
 		dopts.Tracer = t.trace
 	}
@@ -318,7 +319,7 @@ func (t *Trainer) startEngine(ctx context.Context, gcfg allreduce.Config) error 
 	eng.SetBuffers(modelBuffers(t.m)) // the replica check covers the BatchNorm running statistics
 	t.eng = eng
 	t.onClose(func() error { eng.Close(); return nil })
-	return nil
+	return t.intraHostDevice(ctx, eng)
 }
 
 // resumeOrInit resumes from the newest checkpoint any rank has (or --resume-from's), or else

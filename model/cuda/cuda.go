@@ -53,6 +53,7 @@ type Device struct {
 	bf16     bf16Kernels // bf16 instantiations, loaded on first use (bf16.go)
 	bf16Once sync.Once
 	blas     *cudadrv.Blas
+	lt       *ltState   // cublasLt's fused epilogues (lt.go), made on first use
 	mu       sync.Mutex // guards nothing on the hot path; held by Close
 	closed   bool
 
@@ -197,6 +198,7 @@ func (d *Device) Close() error {
 	defer d.leave()
 	d.blas.Destroy()
 	d.closeConv()
+	d.closeLt()
 	d.module.Unload()
 	d.closeBF16()
 	if d.flash {

@@ -90,8 +90,9 @@ type ipcReducer struct {
 	dt   int
 	me   ipcHandle
 
-	flags, table uint64   // this rank's flags and the kernel's table (cuMemAlloc, not the pool)
-	opened       []uint64 // peers' allocations mapped by IpcOpenMemHandle, closed by Close
+	flags, table uint64     // this rank's flags and the kernel's table (cuMemAlloc, not the pool)
+	ctl          *[2]uint32 // pinned host memory: abort word, stalled word (ipc_async.go)
+	opened       []uint64   // peers' allocations mapped by IpcOpenMemHandle, closed by Close
 	mod          cudadrv.Module
 	loaded       bool // mod
 	fn           cudadrv.Function
@@ -148,6 +149,9 @@ func (d *Device) NewIPCReducer(buf *tensor.Tensor, plan tensor.IPCPlan) (tensor.
 		return fail(err)
 	}
 	if r.table, err = cudadrv.MemAlloc(int64(5*plan.Size) * 8); err != nil {
+		return fail(err)
+	}
+	if r.ctl, err = newIPCControl(); err != nil {
 		return fail(err)
 	}
 	cb, ok := buf.Buffer().(*cudaBuf)
@@ -265,13 +269,19 @@ func (r *ipcReducer) AllReduce(avg bool) {
 			scale = 1 / float32(r.plan.Size) // the 16-bit wire scales each contribution (allreduce.AvgScale)
 		}
 	}
-	r.epoch++
-	var args [cudadrv.MaxArgs]uint64
-	copy(args[:], []uint64{r.table, uint64(r.plan.Size), uint64(r.plan.Rank), uint64(r.dt), uint64(r.epoch), f32a(scale), f32a(div)})
 	d := r.d
 	d.enter()
 	defer d.leave()
-	must(cudadrv.Launch(r.fn, [3]int{r.grid, 1, 1}, [3]int{ipcThreads, 1, 1}, 0, d.stream, &args, 7))
+	must(r.launch(d.stream, scale, div, 0))
+}
+
+// launch enqueues the kernel on s; ctl is the abort word's address (0: the waits are unbounded).
+// The caller holds the thread (enter).
+func (r *ipcReducer) launch(s cudadrv.Stream, scale, div float32, ctl uint64) error {
+	r.epoch++
+	var args [cudadrv.MaxArgs]uint64
+	copy(args[:], []uint64{r.table, uint64(r.plan.Size), uint64(r.plan.Rank), uint64(r.dt), uint64(r.epoch), f32a(scale), f32a(div), ctl})
+	return cudadrv.Launch(r.fn, [3]int{r.grid, 1, 1}, [3]int{ipcThreads, 1, 1}, 0, s, &args, 8)
 }
 
 // Close waits for the compute stream (the last all-reduce), unmaps the peers and frees the flags
@@ -299,6 +309,10 @@ func (r *ipcReducer) release() error {
 			errs = append(errs, cudadrv.MemFree(*p))
 			*p = 0
 		}
+	}
+	if r.ctl != nil {
+		errs = append(errs, cudadrv.HostFree(unsafe.Pointer(r.ctl)))
+		r.ctl = nil
 	}
 	if r.loaded {
 		errs = append(errs, r.mod.Unload())

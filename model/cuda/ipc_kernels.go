@@ -5,8 +5,8 @@ package cuda
 // ipcKernelSource is the all-reduce over CUDA IPC buffers (ipc.go), compiled by NVRTC into its
 // own module the first time a reducer is made (and cached on disk like the device's kernels).
 //
-// k_ipc_allreduce(tab, n, rank, dt, e, scale, div): one launch per all-reduce, on the compute
-// stream. tab is a device table of 5n u64: every rank's buffer (mapped here), every rank's flags,
+// k_ipc_allreduce(tab, n, rank, dt, e, scale, div, ctl): one launch per all-reduce, on the compute
+// stream (AllReduce) or a side stream (ipc_async.go: Launch, whose ctl makes every wait abortable). tab is a device table of 5n u64: every rank's buffer (mapped here), every rank's flags,
 // the segments' starts and ends by rank, then the order this rank adds in. dt: 0 f32, 1 f16,
 // 2 bf16. e: the collective's number (1, 2, …, the same on every rank).
 //
@@ -23,7 +23,8 @@ package cuda
 // grid-stride loop from the segment's start), so a block waits only for its namesakes. A meeting
 // writes this rank's number e into slot [phase][b][rank] of each peer's flags (st.release at
 // system scope, after __syncthreads and a system fence) and spins on its own slots until every
-// peer's is e (ld.acquire at system scope): the start/end flags of vLLM's custom all-reduce and
+// peer's is e (ld.acquire at system scope), or gives up when the host sets the abort word ctl[0]
+// (the rank waited on goes to ctl[1]; the block returns and the buffer holds no result): the start/end flags of vLLM's custom all-reduce and
 // TensorRT-LLM's, written afresh. The grid is small (ipc.go: at most the multiprocessors ÷ ranks)
 // so that the blocks of every rank can be resident on the GPU at once: spinning blocks never wait
 // for a block that cannot be scheduled. Peers' memory is read with __ldcg (L2, not a stale L1).
@@ -68,8 +69,19 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
 	return v;
 }
 
+__device__ __forceinline__ unsigned ld_volatile(const unsigned* p) {
+	unsigned v;
+	asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+
 // meet: block blockIdx.x of this rank and of every other rank have all reached phase ph of e.
-__device__ void meet(const u64* tab, int n, int rank, int ph, unsigned e) {
+// It returns 0 when they have, 1 when this block gave up because the host set the abort word
+// ctl[0] (pinned host memory, polled every 256 spins; ctl 0: no abort word): the thread that saw
+// it writes the rank it was waiting for, plus one, into ctl[1] (ipc_async.go, Stalled).
+__device__ int meet(const u64* tab, int n, int rank, int ph, unsigned e, unsigned* ctl) {
+	__shared__ int quit;
+	if (threadIdx.x == 0) quit = 0;
 	__syncthreads();
 	if (threadIdx.x < n) {
 		long slot = ((long)ph * IPC_MAXB + blockIdx.x) * IPC_MAXR;
@@ -77,17 +89,27 @@ __device__ void meet(const u64* tab, int n, int rank, int ph, unsigned e) {
 		const unsigned* self = (const unsigned*)tab[n + rank];
 		__threadfence_system();
 		st_release(peer + slot + rank, e);
-		while (ld_acquire(self + slot + threadIdx.x) != e) {}
+		unsigned spins = 0;
+		while (ld_acquire(self + slot + threadIdx.x) != e) {
+			if (++spins & 255u) continue;
+			if (ctl && ld_volatile(ctl) != 0) {
+				ctl[1] = (unsigned)threadIdx.x + 1;
+				quit = 1;
+				break;
+			}
+		}
 	}
 	__syncthreads();
+	return quit;
 }
 
 extern "C" {
 
-__global__ void k_ipc_allreduce(const u64* __restrict__ tab, int n, int rank, int dt, unsigned e, float scale, float div) {
+__global__ void k_ipc_allreduce(const u64* __restrict__ tab, int n, int rank, int dt, unsigned e, float scale, float div, unsigned* ctl) {
 	long stride = (long)gridDim.x * blockDim.x, first = blockIdx.x * (long)blockDim.x + threadIdx.x;
 	u64 own = tab[rank];
-	meet(tab, n, rank, 0, e);
+	if (ctl != 0 && ld_volatile(ctl) != 0) return; // aborted before it began: not even a flag is written
+	if (meet(tab, n, rank, 0, e, ctl)) return;
 	long lo = (long)tab[2 * n + rank], hi = (long)tab[3 * n + rank];
 	for (long i = lo + first; i < hi; i += stride) {
 		float s = __fmul_rn(load(tab[tab[4 * n]], i, dt), scale);
@@ -95,13 +117,13 @@ __global__ void k_ipc_allreduce(const u64* __restrict__ tab, int n, int rank, in
 		if (div != 1.0f) s = __fdiv_rn(s, div);
 		store(own, i, dt, s);
 	}
-	meet(tab, n, rank, 1, e);
+	if (meet(tab, n, rank, 1, e, ctl)) return;
 	for (int q = 0; q < n; q++) {
 		if (q == rank) continue;
 		long qlo = (long)tab[2 * n + q], qhi = (long)tab[3 * n + q];
 		for (long i = qlo + first; i < qhi; i += stride) copy1(own, tab[q], i, dt);
 	}
-	meet(tab, n, rank, 2, e);
+	meet(tab, n, rank, 2, e, ctl);
 }
 
 } // extern "C"

@@ -100,6 +100,11 @@ type ModelConfig struct {
 	// recompute skips the attention kernel (selective checkpointing: more
 	// memory than blocks alone, less recompute). Default false.
 	CheckpointKeepAttention bool `yaml:"checkpoint_keep_attention,omitempty"`
+	// gemm_epilogue (GPT): the MLP's bias adds, GELU and bias gradients in its
+	// GEMMs' epilogues (the CUDA device through cublasLt; the CPU composes the
+	// same operations, bit-identical). On the GPU the numbers differ from the
+	// separate kernels' in the last bits. Not yet run on a GPU. Default false.
+	GemmEpilogue bool `yaml:"gemm_epilogue,omitempty"`
 }
 
 // TrainConfig is the `train:` section.
@@ -243,8 +248,9 @@ type DDPConfig struct {
 	// it (they run in the background); raise it for slow networks or very large buckets.
 	Timeout Duration `yaml:"timeout,omitempty"`
 	// intra_host: auto | host | device: how gradients are reduced among the ranks of one host
-	// (issue 34, intrahost.go). auto and host: the host planes (shared memory). device: an
-	// all-reduce over CUDA IPC buffers, refused until it has run on a GPU. Default auto.
+	// (issue 34, intrahost.go). auto and host: the host planes (shared memory). device: each
+	// bucket all-reduced on the GPU over CUDA IPC buffers (ddp/engine_device.go; --device cuda,
+	// one host; not yet run on a GPU). Default auto.
 	IntraHost IntraHost `yaml:"intra_host,omitempty"`
 	// hierarchical: all-reduce gradients in three rings: reduce-scatter among the ranks of each
 	// host, the ring between hosts on each local rank's 1/LOCAL_WORLD_SIZE share, all-gather

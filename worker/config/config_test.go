@@ -155,6 +155,7 @@ func TestConfig_badValue(t *testing.T) {
 		{"model.attention=fused", `model.attention: "fused"`},
 		{"model.dropout=0.1,model.attention=flash", "model.attention: flash has no attention dropout"},
 		{"model.checkpoint_keep_attention=true", "model.checkpoint_keep_attention: true without checkpointing"},
+		{"model.gemm_epilogue=true", "model.gemm_epilogue: true: only a gpt model"},
 		{"ddp.timeout=-5s", "--set ddp.timeout: -5s: must be positive"},     // issue 30: the key, and why
 		{"ddp.timeout=soon", `--set ddp.timeout: "soon" is not a duration`}, // the key
 		{"train.optimizer=adam", `--set train.optimizer: "adam"`},           // named once, by the choice

@@ -46,7 +46,7 @@ var notTrajectory = []struct {
 	{key: "ddp.channels", why: "bit-identical results for any number of channels"},
 	{key: "ddp.shard_optimizer", why: "bit-identical results sharded or not (ddp's shard_test.go); a checkpoint's shard files re-shard to any world size, or to none"},
 	{key: "ddp.timeout", why: "a bound on waiting, not part of the arithmetic"},
-	{key: "ddp.intra_host", why: "auto and host are the same host path (device is refused until run on a GPU)"},
+	{key: "ddp.intra_host", why: "how the same average is reduced inside a host (device rounds a 16-bit wire once, the host ring per hop: within the wire's unit), not what is trained"},
 	{key: "train.log_every", why: "how often progress and metrics lines are written"},
 	{key: "train.eval_every", why: "how often the run evaluates (evaluation changes no weight)"},
 	{key: "train.eval_batches", why: "how much of the eval split an evaluation reads"},
@@ -111,7 +111,8 @@ func (c *Config) Trajectory() map[string]string {
 // Trajectory while they hold their zero value (as YAML's omitempty leaves them out of a config), so
 // the hash of every config that does not set them is as it was; set, they are ordinary trajectory
 // keys. DiffTrajectory compares a key one side lacks with the default (the zero value), the same.
-var addedOmitZero = map[string]bool{"data.image_size": true, "data.mean": true, "data.std": true, "ddp.hierarchical": true}
+var addedOmitZero = map[string]bool{"data.image_size": true, "data.mean": true, "data.std": true, "ddp.hierarchical": true,
+	"model.gemm_epilogue": true}
 
 // zeroText is key's value text in a zero Config.
 func (c *Config) zeroText(key string) string {

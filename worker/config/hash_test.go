@@ -125,7 +125,7 @@ func TestHash_everyKeyIsClassified(t *testing.T) {
 		"precision": "fp16", "seed": "2",
 		"model.kind": "gpt", "model.widths": "[784,64,10]", "model.activation": "gelu", "model.layers": "3",
 		"model.width": "64", "model.heads": "2", "model.context": "16", "model.vocab": "256", "model.tied": "false",
-		"model.dropout": "0.1", "model.attention": "flash", "model.vocab_used": "250",
+		"model.dropout": "0.1", "model.attention": "flash", "model.vocab_used": "250", "model.gemm_epilogue": "true",
 		"model.depth": "34", "model.stem": "small", "model.classes": "7", "model.sync_batchnorm": "true",
 		"train.micro_batch": "32", "train.global_batch": "256", "train.lr": "0.02", "train.schedule": "cosine",
 		"train.optimizer": "sgd", "train.weight_decay": "0.1", "train.momentum": "0.9", "train.nesterov": "true",

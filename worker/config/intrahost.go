@@ -12,7 +12,7 @@ type IntraHost string
 const (
 	IntraHostAuto   IntraHost = "auto"   // the host path, until the device path has been measured faster on a GPU
 	IntraHostHost   IntraHost = "host"   // the host planes: f32 or f16 through shared memory
-	IntraHostDevice IntraHost = "device" // an all-reduce over CUDA IPC buffers (model/cuda): not yet run on a GPU
+	IntraHostDevice IntraHost = "device" // the engine all-reduces on the device over CUDA IPC buffers (ddp/engine_device.go): not yet run on a GPU
 )
 
 var intraHosts = choices[IntraHost]{key: "ddp.intra_host", values: []IntraHost{IntraHostAuto, IntraHostHost, IntraHostDevice},
@@ -21,16 +21,18 @@ var intraHosts = choices[IntraHost]{key: "ddp.intra_host", values: []IntraHost{I
 // ParseIntraHost reads `ddp.intra_host`: auto (or ""), host or device.
 func ParseIntraHost(s string) (IntraHost, error) { return intraHosts.parse(s) }
 
-// validateIntraHost checks ddp.intra_host and ddp.hierarchical. device is refused: the device
-// all-reduce (model/cuda's IPC all-reduce, `ddpbench allreduce --device cuda`) is type-checked
-// but has not yet run on a GPU, and the engine does not call it yet.
+// validateIntraHost checks ddp.intra_host and ddp.hierarchical. device (the engine's all-reduce
+// over CUDA IPC buffers, ddp/engine_device.go: not yet run on a GPU) is the user's explicit
+// choice, auto stays on the host path; device needs --device cuda and one host (the trainer
+// refuses it otherwise, when the device and the world are known) and does not compose with
+// ddp.hierarchical (whose rings inside the host are the host planes).
 func (d *DDPConfig) validateIntraHost() error {
 	v, err := ParseIntraHost(string(d.IntraHost))
 	if err != nil {
 		return err
 	}
-	if v == IntraHostDevice {
-		return fmt.Errorf("ddp.intra_host: device: the all-reduce over CUDA IPC buffers is not yet run on a GPU (ddpbench allreduce --device cuda runs it alone); use auto or host")
+	if v == IntraHostDevice && d.Hierarchical {
+		return fmt.Errorf("ddp.intra_host: device with ddp.hierarchical: the hierarchical rings reduce inside the host on the host planes; choose one")
 	}
 	return nil
 }

@@ -114,6 +114,9 @@ func (c *Config) validateModel(p *problems) {
 			p.bad("model.classes", "%d: want > 0 for a resnet", m.Classes)
 		}
 	}
+	if m.Kind != ModelGPT && m.GemmEpilogue {
+		p.bad("model.gemm_epilogue", "true: only a gpt model's MLP has the fused epilogues")
+	}
 	if m.Kind != ModelGPT && m.VocabUsed != 0 {
 		p.bad("model.vocab_used", "%d: only a gpt model has a vocabulary", m.VocabUsed)
 	}

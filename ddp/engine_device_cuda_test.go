@@ -1,0 +1,272 @@
+//go:build cuda
+
+package ddp
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goddp/goddp/allreduce"
+	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/cuda"
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// The device path (ddp.intra_host: device) on the GPU: every rank is a goroutine with its own
+// CUDA device on GPU 0 (the ranks share the GPU, as two or four workers of ddplaunch would),
+// talking over the in-process transport; the IPC all-reduce runs on each rank's side stream.
+
+// trainGPTDevice trains a small GPT for steps steps on rank's share of a fixed token stream,
+// on the device path or the host path, and returns the final param_sha256 and rank 0's losses.
+// stopAt ≥ 0: the rank stops before that step. hold, when set, runs before the engine closes,
+// however the run ends: in one process a peer's kernel may still address this rank's buffers,
+// so the fault test keeps every rank's open until all have returned.
+func trainGPTDevice(t *testing.T, rank, W int, comm Comm, steps int, wire allreduce.Wire, device bool, stopAt int, hold func()) (string, []float64, error) {
+	return trainGPTDeviceKill(t, rank, W, comm, steps, wire, device, stopAt, -1, hold)
+}
+
+// trainGPTDeviceKill is trainGPTDevice whose process kills itself (SIGKILL) at step killAt ≥ 0,
+// after backward has launched the step's device all-reduces: a rank killed mid-collective.
+func trainGPTDeviceKill(t *testing.T, rank, W int, comm Comm, steps int, wire allreduce.Wire, device bool, stopAt, killAt int, hold func()) (string, []float64, error) {
+	dev, err := cuda.New(0)
+	if err != nil {
+		t.Fatalf("rank %d: cuda.New(0): %v", rank, err)
+	}
+	defer dev.Close()
+	cfg := model.GPTConfig{Layers: 2, Width: 64, Heads: 4, Context: 32, Vocab: 97, Tied: true, Compute: tensor.F32}
+	m, err := model.NewGPT(dev, cfg, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	ps := m.Params()
+	opt, err := model.NewSGD(ps, model.SGDConfig{Momentum: 0.9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer opt.Free()
+	eng := New(ps, comm, Options{BucketCapMB: 0.05, Wire: wire, HostStaging: !device})
+	defer eng.Close()
+	if hold != nil {
+		defer hold()
+	}
+	ctx := context.Background()
+	if device {
+		if err := eng.UseDevice(ctx, 1); err != nil {
+			return "", nil, err
+		}
+	}
+	if err := eng.BroadcastParams(ctx); err != nil {
+		return "", nil, err
+	}
+	const B, T = 4, 32
+	x, y := dev.Alloc(tensor.I32, "tokens", B, T), dev.Alloc(tensor.I32, "targets", B, T)
+	defer dev.Free(x)
+	defer dev.Free(y)
+	tok, tg := make([]int32, B*T), make([]int32, B*T)
+	lh := []float32{0}
+	var losses []float64
+	for s := 0; s < steps; s++ {
+		if s == stopAt {
+			return "", losses, nil
+		}
+		r := rand.New(rand.NewPCG(uint64(s), uint64(rank)))
+		for i := range tok {
+			tok[i] = int32(r.IntN(cfg.Vocab))
+			tg[i] = int32((int(tok[i])*7 + 3) % cfg.Vocab)
+		}
+		dev.UploadI32(x, tok)
+		dev.UploadI32(y, tg)
+		ps.ZeroGrad()
+		l := m.Forward(model.Inputs{Tokens: x, Targets: y, Valid: B * T, Seed: uint64(s*W + rank)}, true)
+		dev.Download(lh, l)
+		eng.BeginMicro(0, 1)
+		eng.BeginBackward()
+		m.Backward(1)
+		eng.EndBackwardAt(dev.Fence())
+		if s == killAt {
+			dev.Sync() // the launches are on the GPU, the peers' kernels meeting this rank's
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		if err := eng.Wait(ctx); err != nil {
+			return "", losses, fmt.Errorf("rank %d step %d: %w", rank, s, err)
+		}
+		opt.Step(0.05)
+		lv := []float32{lh[0]}
+		if err := comm.AllReduce(ctx, lv, allreduce.Avg, allreduce.WireF32); err != nil {
+			return "", losses, err
+		}
+		losses = append(losses, float64(lv[0]))
+	}
+	h, err := eng.CheckReplicas(ctx, steps)
+	return h, losses, err
+}
+
+// Two and four ranks sharing the GPU train the GPT with ddp.intra_host: device: the same
+// param_sha256 on every rank, and the loss curve within the wire's tolerance of the host path's.
+func TestCUDADevice_trainsGPTLikeHostPath(t *testing.T) {
+	const steps = 6
+	for _, wire := range []allreduce.Wire{allreduce.WireF32, allreduce.WireF16, allreduce.WireBF16} {
+		if wire == allreduce.WireBF16 {
+			d, err := cuda.New(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = tensor.CheckCompute(d, tensor.BF16)
+			d.Close()
+			if err != nil {
+				t.Logf("bf16 wire skipped: %v", err)
+				continue
+			}
+		}
+		for _, W := range []int{2, 4} {
+			run := func(device bool) []trainOut {
+				out := make([]trainOut, W)
+				eachRank(t, W, func(r int, g *allreduce.Group) {
+					h, l, err := trainGPTDevice(t, r, W, g, steps, wire, device, -1, nil)
+					if err != nil {
+						t.Errorf("wire %s W=%d device %v: %v", wire, W, device, err)
+					}
+					out[r] = trainOut{hash: h, losses: l}
+				})
+				return out
+			}
+			dev, host := run(true), run(false)
+			if t.Failed() {
+				return
+			}
+			for r := range dev {
+				if dev[r].hash != dev[0].hash {
+					t.Fatalf("wire %s W=%d: rank %d's param_sha256 differs from rank 0's on the device path", wire, W, r)
+				}
+			}
+			tol := map[allreduce.Wire]float64{allreduce.WireF32: 1e-5, allreduce.WireF16: 2e-3, allreduce.WireBF16: 2e-2}[wire]
+			for s := range dev[0].losses {
+				a, h := dev[0].losses[s], host[0].losses[s]
+				if rel := abs(a-h) / max(abs(h), 1e-12); rel > tol {
+					t.Errorf("wire %s W=%d step %d: loss %g on the device path, %g on the host path (rel %.2g > %g)", wire, W, s, a, h, rel, tol)
+				}
+			}
+		}
+	}
+}
+
+// A rank that stops mid-run (its control-plane links close; its kernels never come) makes the
+// others' steps fail within 15 s naming it, and no rank hangs on a device wait.
+func TestCUDADevice_stoppedRankNamedWithin15s(t *testing.T) {
+	const W, dead = 3, 2
+	errs := make([]error, W)
+	returned := make([]time.Time, W)
+	var stopped time.Time
+	var all sync.WaitGroup // every rank's engine stays open until all have returned
+	all.Add(W)
+	hold := func() {
+		all.Done()
+		done := make(chan struct{})
+		go func() { all.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			t.Errorf("a rank did not return within 60 s: a device wait hangs")
+		}
+	}
+	eachRank(t, W, func(r int, g *allreduce.Group) {
+		if r == dead {
+			trainGPTDevice(t, r, W, g, 6, allreduce.WireF16, true, 2, func() {
+				stopped = time.Now()
+				g.Close() // the process is gone: its control-plane links close
+				hold()
+			})
+			return
+		}
+		_, _, errs[r] = trainGPTDevice(t, r, W, g, 6, allreduce.WireF16, true, -1, func() {
+			returned[r] = time.Now()
+			hold()
+		})
+	})
+	for r, err := range errs {
+		if r == dead {
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("rank %d", dead)) {
+			t.Errorf("rank %d: got %v, want an error naming rank %d", r, err, dead)
+		}
+		if d := returned[r].Sub(stopped); d > 15*time.Second {
+			t.Errorf("rank %d failed %s after rank %d stopped, want within 15 s", r, d, dead)
+		}
+	}
+}
+
+// Three processes sharing GPU 0 on the device path (handles opened with cuIpcOpenMemHandle);
+// rank 2 kills itself (SIGKILL) in step 2 after its all-reduces are launched. The other two must
+// exit within 15 s of its death with an error naming rank 2; none may hang on a device wait. The
+// test binary runs itself as the ranks.
+func TestCUDADevice_killedProcessNamedWithin15s(t *testing.T) {
+	const W, dead = 3, 2
+	if rank := os.Getenv("GODDP_DEVICE_TEST_RANK"); rank != "" {
+		cfg, err := allreduce.ConfigFromEnv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := allreduce.NewGroup(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		kill := -1
+		if g.Rank() == dead {
+			kill = 2
+		}
+		_, _, err = trainGPTDeviceKill(t, g.Rank(), W, g, 6, allreduce.WireF16, true, -1, kill, nil)
+		fmt.Printf("DEVICE-RESULT rank %d: %v\n", g.Rank(), err)
+		return
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	outs := make([]string, W)
+	ended := make([]time.Time, W)
+	var wg sync.WaitGroup
+	for r := range W {
+		env := append(os.Environ(), "GODDP_DEVICE_TEST_RANK="+strconv.Itoa(r), "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(W),
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "DDP_TOKEN=device-test")
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			c := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCUDADevice_killedProcessNamedWithin15s$", "-test.v")
+			c.Env = env
+			b, _ := c.CombinedOutput()
+			outs[r], ended[r] = string(b), time.Now()
+		})
+	}
+	wg.Wait()
+	for r := range W {
+		if r == dead {
+			continue
+		}
+		i := strings.Index(outs[r], "DEVICE-RESULT ")
+		if i < 0 {
+			t.Fatalf("rank %d printed no result (killed by the 2-minute bound: a hang?):\n%s", r, outs[r])
+		}
+		line := strings.SplitN(outs[r][i:], "\n", 2)[0]
+		if !strings.Contains(line, fmt.Sprintf("rank %d", dead)) || strings.HasSuffix(line, "<nil>") {
+			t.Errorf("rank %d: %s — want an error naming rank %d", r, line, dead)
+		}
+		if d := ended[r].Sub(ended[dead]); d > 15*time.Second {
+			t.Errorf("rank %d exited %s after rank %d was killed, want within 15 s", r, d, dead)
+		}
+	}
+}

@@ -1,0 +1,121 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"errors"
+	"runtime"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/goddp/goddp/model/cuda/cudadrv"
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// The CUDA device's IPCStreamDevice (tensor.IPCStreamDevice says what each call does): the IPC
+// all-reduce (ipc.go) launched on a side stream ordered against the compute stream by events,
+// and its waits made abortable. Each reducer has two words of pinned host memory (ctl): the host
+// writes ctl[0] ≠ 0 to abort (a plain atomic store: no CUDA call, so no lock and no stream is
+// involved, and it works while the compute stream is blocked behind the kernel); a kernel's
+// waiting thread polls it every 256 spins and, once set, writes which peer it was waiting for
+// into ctl[1] and its block returns (ipc_kernels.go, meet). Under unified addressing (every
+// 64-bit CUDA platform) cuMemHostAlloc's pointer is the same on the device. Not yet run on a GPU.
+
+var _ tensor.IPCStreamDevice = (*Device)(nil)
+var _ tensor.IPCAsyncReducer = (*ipcReducer)(nil)
+
+func newIPCControl() (*[2]uint32, error) {
+	p, err := cudadrv.HostAlloc(8)
+	if err != nil {
+		return nil, err
+	}
+	c := (*[2]uint32)(p)
+	atomic.StoreUint32(&c[0], 0)
+	atomic.StoreUint32(&c[1], 0)
+	return c, nil
+}
+
+// ipcStream is a side stream and the two events that order it against the compute stream.
+type ipcStream struct {
+	d          *Device
+	s          cudadrv.Stream
+	fork, join cudadrv.Event
+}
+
+// NewIPCStream makes a side stream for Launch.
+func (d *Device) NewIPCStream() (tensor.IPCStream, error) {
+	d.enter()
+	defer d.leave()
+	st := &ipcStream{d: d}
+	var err error
+	if st.s, err = cudadrv.NewStream(); err != nil {
+		return nil, err
+	}
+	if st.fork, err = cudadrv.NewEvent(false); err != nil {
+		st.s.Destroy()
+		return nil, err
+	}
+	if st.join, err = cudadrv.NewEvent(false); err != nil {
+		st.fork.Destroy()
+		st.s.Destroy()
+		return nil, err
+	}
+	return st, nil
+}
+
+// Fork makes the side stream wait for the compute stream's work so far.
+func (st *ipcStream) Fork() {
+	st.d.enter()
+	defer st.d.leave()
+	must(st.fork.Record(st.d.stream))
+	must(st.s.Wait(st.fork))
+}
+
+// Join makes the compute stream wait for the side stream's work so far.
+func (st *ipcStream) Join() {
+	st.d.enter()
+	defer st.d.leave()
+	must(st.join.Record(st.s))
+	must(st.d.stream.Wait(st.join))
+}
+
+// Close waits for the side stream and destroys it. Abort the reducers first if a peer may be
+// gone.
+func (st *ipcStream) Close() error {
+	st.d.enter()
+	defer st.d.leave()
+	return errors.Join(st.s.Sync(), st.fork.Destroy(), st.join.Destroy(), st.s.Destroy())
+}
+
+// Launch enqueues the all-reduce on the side stream s (tensor.IPCAsyncReducer) with abortable
+// waits, and returns a fence after it.
+func (r *ipcReducer) Launch(s tensor.IPCStream, scale, div float32) tensor.Fence {
+	if !r.connected || r.closed {
+		panic("cuda: IPC all-reduce before Connect or after Close")
+	}
+	st, ok := s.(*ipcStream)
+	if !ok || st.d != r.d {
+		panic("cuda: IPC all-reduce launched on a stream of another device")
+	}
+	d := r.d
+	d.enter()
+	defer d.leave()
+	must(r.launch(st.s, scale, div, uint64(uintptr(unsafe.Pointer(r.ctl)))))
+	ev := d.takeEvent()
+	must(ev.Record(st.s))
+	f := &fence{d: d, ev: ev}
+	f.cleanup = runtime.AddCleanup(f, func(ev cudadrv.Event) { d.putEvent(ev) }, ev)
+	return f
+}
+
+// Abort sets the abort word: every wait of this rank's kernels gives up.
+func (r *ipcReducer) Abort() { atomic.StoreUint32(&r.ctl[0], 1) }
+
+// Stalled returns the rank a kernel gave up waiting for, or -1.
+func (r *ipcReducer) Stalled() int {
+	v := atomic.LoadUint32(&r.ctl[1])
+	if v == 0 {
+		return -1
+	}
+	return int((v - 1) & 0xff)
+}

@@ -1,0 +1,77 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// The fused epilogues (lt.go) against the CPU device's composition of its separate operations,
+// within the dtype's tolerance (cuTol): GPT-2-like shapes, which must run fused (cublasLt has
+// algorithms for them: the counters say so), and odd ones, which may be composed instead.
+// Forward: y = x·wᵀ + b and y = GELU(pre), pre = x·wᵀ + b, with the bias in the activations'
+// dtype and in f32. Backward: dw += dyᵀ·x with db += colsum(dy), and dx = GELU'(pre)⊙(dy·w) with
+// db += colsum(dx), both accumulating into random f32 gradients. In f32 the tolerance (1e-5
+// relative) also tells cublasLt's GELU from another formula: the erf form differs from the tanh
+// form by ~1e-4 relative.
+func TestCUDA_epilogueMatchesCPU(t *testing.T) {
+	g := gpu(t)
+	base := g.Stats().Allocated
+	type shape struct {
+		R, In, Out int
+		fused      bool // must run through cublasLt
+	}
+	shapes := []shape{{64, 128, 512, true}, {96, 512, 128, true}, {37, 13, 29, false}, {5, 24, 40, false}}
+	var cases []cuOpCase
+	var mustFuse []bool // per case: a GPT-2-like shape in the model's dtypes (bias in the activations')
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
+		for _, bdt := range []tensor.DType{dt, tensor.F32} {
+			for _, s := range shapes {
+				name := fmt.Sprintf("%s bias %s %dx%dx%d", dt, bdt, s.R, s.In, s.Out)
+				mustFuse = append(mustFuse, s.fused && bdt == dt, s.fused && bdt == dt)
+				cases = append(cases,
+					cuOpCase{"LinearBias/" + name, func(m *cuMaker) []*tensor.Tensor {
+						y := m.out(dt, s.R, s.Out)
+						m.dev.(tensor.EpilogueDevice).LinearBias(y, m.in(dt, s.R, s.In), m.in(dt, s.Out, s.In), m.in(bdt, s.Out))
+						return []*tensor.Tensor{y}
+					}},
+					cuOpCase{"LinearBiasGELU/" + name, func(m *cuMaker) []*tensor.Tensor {
+						y, pre := m.out(dt, s.R, s.Out), m.out(dt, s.R, s.Out)
+						m.dev.(tensor.EpilogueDevice).LinearBiasGELU(y, pre, m.in(dt, s.R, s.In), m.in(dt, s.Out, s.In), m.in(bdt, s.Out))
+						return []*tensor.Tensor{y, pre}
+					}})
+			}
+		}
+		for _, s := range shapes {
+			name := fmt.Sprintf("%s %dx%dx%d", dt, s.R, s.In, s.Out)
+			mustFuse = append(mustFuse, s.fused, s.fused)
+			cases = append(cases,
+				cuOpCase{"LinearGradWB/" + name, func(m *cuMaker) []*tensor.Tensor {
+					dw, db := m.acc(tensor.F32, s.Out, s.In), m.acc(tensor.F32, s.Out)
+					m.dev.(tensor.EpilogueDevice).LinearGradWB(dw, db, m.in(dt, s.R, s.Out), m.in(dt, s.R, s.In))
+					return []*tensor.Tensor{dw, db}
+				}},
+				cuOpCase{"LinearGradDGELU/" + name, func(m *cuMaker) []*tensor.Tensor {
+					dx, db := m.out(dt, s.R, s.In), m.acc(tensor.F32, s.In)
+					m.dev.(tensor.EpilogueDevice).LinearGradDGELU(dx, db, m.in(dt, s.R, s.Out), m.in(dt, s.Out, s.In), m.in(dt, s.R, s.In))
+					return []*tensor.Tensor{dx, db}
+				}})
+		}
+	}
+	for i, c := range cases {
+		f0, c0 := g.ltCounts()
+		cuRunCase(t, g, c, uint64(3500+i))
+		f1, c1 := g.ltCounts()
+		t.Logf("%s: fused %d, composed %d", c.name, f1-f0, c1-c0)
+		if mustFuse[i] && f1 == f0 {
+			t.Errorf("%s: composed, not fused: cublasLt found no algorithm for a GPT-2-like shape", c.name)
+		}
+	}
+	g.Sync()
+	if a := g.Stats().Allocated; a != base {
+		t.Errorf("allocated %d after the epilogue tests, %d before: a leak\n%s", a, base, tensor.MemorySummary(g))
+	}
+}
