@@ -14,9 +14,9 @@
 #   (ddpbench allreduce --device cuda: algbw and busbw; a 25 MiB-f32 bucket and the whole gradient,
 #   WIRES f16); then the one-worker step and, for each N, ddp.intra_host host and device
 #   (DSTEPS=200 steps at N=2, D4STEPS=60 at N=4): step, target 1.10 × N × one worker, replicas
-#   (param_sha256), the loss curve against the host path's (target within 1e-3 relative). A run the
-#   config refuses (ddp.intra_host: device before the engine has it) is a SKIPPED row with the
-#   refusal, not a failure.
+#   (param_sha256), the loss curve against the host path's (target within 1e-3 relative). A run that
+#   refuses its settings (ddp.intra_host: device in a tree without the engine's path, or on
+#   --device cpu) is a SKIPPED row quoting the refusal, and the rest goes on.
 #
 #   OUT=dir (default out/bench-gpu-ddp-ROWS)  BIN=dir (prebuilt ddptrain, ddplaunch, ddpbench; else
 #   `make cuda` into bin/)  CONFIG DEVICE=cuda  PRINT_ONLY=1 (print the commands)
@@ -56,10 +56,12 @@ launch() {
     --set train.max_steps="$n" --set train.micro_batch="$BATCH" --set train.log_every=5 --set train.eval_batches=2 \
     --set checkpoint.dir= "${sets[@]}" -- --device "$DEVICE" --metrics "$OUT/$name.jsonl" "${rest[@]}" > "$OUT/$name.log" 2>&1
 }
-# refusal NAME: the first error line of a run that failed (a config's refusal names its key:
-# "ddplaunch: config: ddp.intra_host: device: ..."), else its last line.
+# refusal NAME: why a run failed — the launcher's or trainer's own line first (a refusal names its
+# key: "ddplaunch: config: ddp.intra_host: ...", "ddptrain: ddp.intra_host: device needs --device
+# cuda ..."), else the first error line, else the last line.
 refusal() {
-  { grep -m1 -E 'config:|[Ee]rror|refus|invalid' "$OUT/$1.log" || tail -1 "$OUT/$1.log"; } 2>/dev/null | cut -c1-200
+  { grep -m1 -E '^(\[rank [0-9]+\] )?(ddplaunch: config:|ddptrain: )' "$OUT/$1.log" ||
+    grep -m1 -E '[Ee]rror|refus|invalid' "$OUT/$1.log" || tail -1 "$OUT/$1.log"; } 2>/dev/null | sed 's/^\[rank [0-9]*\] //' | cut -c1-200
 }
 
 if [ "$ROWS" = shard ]; then

@@ -36,6 +36,8 @@ bf16) precs="fp16 bf16"; torchdt="--dtype bf16" ;; # bf16 against fp16 in the sa
 esac
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+# The table reads every RESULT line of these logs: an earlier run's must not stand in for this one's.
+rm -f "$OUT/goddp.log" "$OUT"/pytorch*.log
 BIN=${BIN:-}
 if [ -z "$BIN" ] && { [ "${TRAINER:-1}" != 0 ] || [ "$DTYPE" = bf16 ]; }; then
   BIN=$OUT/bin
@@ -44,7 +46,6 @@ fi
 
 if [ "${MODEL:-1}" != 0 ]; then
   x bash scripts/cuda-env.sh go test -tags cuda -c -o "$OUT/model.test" ./model/
-  : > "$OUT/goddp.log"
   for p in $precs; do
     (cd model && x env GODDP_BENCH="$BATCHES" GODDP_BENCH_STEPS="$STEPS" GODDP_PROFILE="${PROFILE:-}" GODDP_BENCH_DTYPE="$p" \
       "$OUT/model.test" -test.run '^TestCUDA_gpt2Bench$' -test.v) 2>&1 | tee -a "$OUT/goddp.log" || echo "model bench $p: exit $? (its rows are missing)"

@@ -52,7 +52,8 @@ done
 grep -q "rank's shard" "$W/shard/shard-w2-true.log" || bad "ddp.shard_optimizer true did not shard (no shard row in the memory report)"
 ok "shard part on the cpu"
 
-# device: the host ring rows, the host path rows, and the device path refused today or run.
+# device: the host ring rows, the host path rows, and the device path refused on the cpu (the row
+# quotes the refusal naming ddp.intra_host) or, where it runs, a row of its own.
 "${cpu[@]}" ROWS=device BATCH=4 DSTEPS=20 D4STEPS=10 NS=2 ITERS=2 OUT="$W/device" bash scripts/bench-gpu-ddp.sh > "$W/device.txt" 2>&1 ||
   bad "device part: exit $? ($W/device.txt)"
 grep -qE '^grpc +2 +497903616 +f16' "$W/device.txt" || bad "device: no host ring row for the whole gradient"
