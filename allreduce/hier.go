@@ -204,3 +204,69 @@ func (h *Hierarchy) AllGather(ctx context.Context, send []byte) ([][]byte, error
 func (h *Hierarchy) Close() error {
 	return errors.Join(h.intra.Close(), h.inter.Close())
 }
+
+// Inside and Between are this rank's two rings as process groups of their own, for a caller that
+// composes the hierarchy itself: ddp's device path across hosts (issue 34) reduce-scatters and
+// all-gathers inside the host on the device, over CUDA IPC, using Inside only as its control
+// plane, and carries each local rank's share between hosts on Between. A collective that fails
+// on one ring breaks the other too, naming the same rank, as AllReduce's stages do, so a rank
+// waiting on its host's ring learns of a rank lost on another host, and the other way round.
+func (h *Hierarchy) Inside() *HierRing {
+	return &HierRing{g: h.intra, other: h.inter, name: "inside the host"}
+}
+func (h *Hierarchy) Between() *HierRing {
+	return &HierRing{g: h.inter, other: h.intra, name: "between hosts"}
+}
+
+// HierRing is one ring of a Hierarchy (Inside, Between): the Group's collectives, each of
+// whose failures breaks the hierarchy's other ring with the same error. Rank and Size are the
+// ring's own (the local rank and the local ranks inside; the host and the hosts between); its
+// errors name peers by their rank in the world.
+type HierRing struct {
+	g, other *Group
+	name     string
+}
+
+func (r *HierRing) Rank() int { return r.g.Rank() }
+func (r *HierRing) Size() int { return r.g.Size() }
+
+// linked passes err on after breaking the other ring with it (a CollectiveError: a peer failed
+// or aborted; a caller's cancelled context breaks nothing).
+func (r *HierRing) linked(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ce := (*CollectiveError)(nil); errors.As(err, &ce) {
+		r.other.abortWith(ce)
+	}
+	return fmt.Errorf("allreduce: %s of the ring %s: %w", what, r.name, err)
+}
+
+func (r *HierRing) AllReduce(ctx context.Context, buf []float32, op Op, wire Wire) error {
+	return r.linked("all-reduce", r.g.AllReduce(ctx, buf, op, wire))
+}
+
+func (r *HierRing) AllReduceF16(ctx context.Context, buf []uint16, op Op) error {
+	return r.linked("all-reduce (f16)", r.g.AllReduceF16(ctx, buf, op))
+}
+
+func (r *HierRing) AllReduceBF16(ctx context.Context, buf []uint16, op Op) error {
+	return r.linked("all-reduce (bf16)", r.g.AllReduceBF16(ctx, buf, op))
+}
+
+func (r *HierRing) ReduceScatter(ctx context.Context, buf []float32, op Op, wire Wire) error {
+	return r.linked("reduce-scatter", r.g.ReduceScatter(ctx, buf, op, wire))
+}
+
+func (r *HierRing) AllGatherSegments(ctx context.Context, buf []float32, wire Wire) error {
+	return r.linked("all-gather", r.g.AllGatherSegments(ctx, buf, wire))
+}
+
+func (r *HierRing) BroadcastF32(ctx context.Context, buf []float32, root int) error {
+	return r.linked("broadcast", r.g.BroadcastF32(ctx, buf, root))
+}
+
+func (r *HierRing) AllGather(ctx context.Context, send []byte) ([][]byte, error) {
+	out, err := r.g.AllGather(ctx, send)
+	return out, r.linked("all-gather", err)
+}

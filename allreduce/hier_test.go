@@ -387,3 +387,81 @@ func TestHier_killedRank(t *testing.T) {
 		}
 	}
 }
+
+// Inside and Between composed by hand (as ddp's device path across hosts composes them, its
+// reduce-scatter and all-gather inside the host on the device) give Hierarchy.AllReduce's bits:
+// the same three collectives on the same segments.
+func TestHier_ringsComposeAsAllReduce(t *testing.T) {
+	w := inprocHier(t, 2, 3, func(c *Config) { c.ChunkBytes = 1000 })
+	n := len(w.main)
+	for _, size := range []int{1, 7, 5003} {
+		in := inputs(n, size, uint64(size), false)
+		whole, parts := make([][]float32, n), make([][]float32, n)
+		for r := range in {
+			whole[r] = append([]float32{}, in[r]...)
+			parts[r] = append([]float32{}, in[r]...)
+		}
+		ctx := context.Background()
+		noErrors(t, each(w.main, func(g *Group) error { return w.hs[g.Rank()].AllReduce(ctx, whole[g.Rank()], Avg, WireF16) }))
+		noErrors(t, each(w.main, func(g *Group) error {
+			h, buf := w.hs[g.Rank()], parts[g.Rank()]
+			in, bt := h.Inside(), h.Between()
+			if in.Size() != 3 || bt.Size() != 2 || in.Rank() != g.Rank()%3 || bt.Rank() != g.Rank()/3 {
+				return fmt.Errorf("rank %d: inside %d of %d, between %d of %d", g.Rank(), in.Rank(), in.Size(), bt.Rank(), bt.Size())
+			}
+			if err := in.ReduceScatter(ctx, buf, Avg, WireF16); err != nil {
+				return err
+			}
+			lo, hi := Segment(len(buf), in.Size(), in.Rank())
+			if err := bt.AllReduce(ctx, buf[lo:hi], Avg, WireF16); err != nil {
+				return err
+			}
+			return in.AllGatherSegments(ctx, buf, WireF16)
+		}))
+		for r := range n {
+			for i := range whole[r] {
+				if math.Float32bits(whole[r][i]) != math.Float32bits(parts[r][i]) {
+					t.Fatalf("size %d rank %d [%d]: composed %g, Hierarchy.AllReduce %g", size, r, i, parts[r][i], whole[r][i])
+				}
+			}
+		}
+	}
+}
+
+// A rank killed while the others use the rings apart: a rank whose two rings both exclude it
+// (host 1's local rank 0, waiting inside its host) still fails naming it, told by the abort its
+// host's other rank sends on after its ring between hosts lost the victim.
+func TestHier_ringsLinked(t *testing.T) {
+	const victim = 1 // host 0, local rank 1
+	w := inprocHier(t, 2, 2, func(c *Config) { c.Timeout = 3 * time.Second })
+	ctx := context.Background()
+	start := time.Now()
+	errs := each(w.main, func(g *Group) error {
+		h := w.hs[g.Rank()]
+		switch g.Rank() {
+		case victim:
+			w.kill(victim)
+			return nil
+		case 3: // host 1, local rank 1: between hosts with the victim
+			return h.Between().AllReduce(ctx, make([]float32, 100), Sum, WireF32)
+		default: // rank 0 inside its host with the victim; rank 2 inside host 1 with rank 3
+			_, err := h.Inside().AllGather(ctx, []byte{1})
+			return err
+		}
+	})
+	if el := time.Since(start); el > 4*time.Second {
+		t.Errorf("failure took %v to surface", el)
+	}
+	for r, err := range errs {
+		if r == victim {
+			continue
+		}
+		var ce *CollectiveError
+		if !errors.As(err, &ce) || ce.Peer != victim {
+			t.Fatalf("rank %d: got %v, want an error naming rank %d", r, err, victim)
+		}
+		if !strings.Contains(err.Error(), "of the ring") {
+			t.Fatalf("rank %d: %q does not say which ring", r, err)
+		}
+	}
+}

@@ -172,7 +172,7 @@ func (e *Engine) Close() {
 			close(jobs)
 		}
 		if e.devp != nil {
-			e.devp.abort() // before waiting for the comm goroutines: none waits on a dead peer's kernel
+			e.devp.stop() // before waiting for the comm goroutines: none waits on a dead peer's kernel
 		}
 		e.wg.Wait()
 		if e.devp != nil {
@@ -191,7 +191,7 @@ func (e *Engine) commLoop(ch int, comm Comm, jobs <-chan *bucket) {
 	defer e.wg.Done()
 	for b := range jobs {
 		if e.devp != nil {
-			err := e.reduceDevice(comm, b)
+			err := e.reduceDevice(ch, b)
 			e.pollBackward(false)
 			e.results <- err
 			continue
@@ -337,7 +337,9 @@ func (e *Engine) Wait(ctx context.Context) error {
 		e.gpu.stg.Finish()
 	}
 	if e.devp != nil {
-		e.finishDevice()
+		if err := e.finishDevice(ctx); err != nil {
+			return err
+		}
 	}
 	e.pollBackward(true)
 	for _, b := range e.buckets {

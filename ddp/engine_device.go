@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/model/tensor"
@@ -36,8 +38,35 @@ import (
 //
 // Averaging has one owner, allreduce.AvgScale: with a 16-bit wire every contribution is scaled
 // by it in f32 before the addition; with f32 the sum is divided by the world size, as
-// allreduce's Avg does. Several hosts: refused (UseDevice), the hierarchical composition on the
-// device is not built yet.
+// allreduce's Avg does.
+//
+// Several hosts (the engine's groups are allreduce.Hierarchy's, which the worker opens): the
+// device path inside each host composed with the host ring between hosts, as ddp.hierarchical
+// composes three host rings, each bucket split into the host's local ranks' shares
+// (allreduce.Segment among the local ranks, the Hierarchy's own shares):
+//
+//	training goroutine, per bucket in index order:
+//	  Fork; ReduceScatter                           side stream: the reduce half among the host's
+//	                                                ranks, then this rank's share copied to its
+//	                                                pinned buffer (tensor.IPCHalfReducer)
+//	comm goroutine, per bucket:
+//	  the 1-float all-reduce over the host's ring (Hierarchy.Inside: the control plane)
+//	  poll the reduce half's fence, bounded
+//	  all-reduce the pinned share with this local rank's peers on the other hosts
+//	  (Hierarchy.Between: f16 or bf16 on the wire, or f32), in place
+//	Wait, once every bucket reported: per bucket in index order, AllGather (the share copied back,
+//	then the gather half); the control plane agrees every local rank launched them; the last
+//	gather's fence is polled, bounded; Join and copy back as on one host
+//
+// The arithmetic is ddp.hierarchical's: with f32 the host's sum (in the ring's order) divided by
+// the local ranks, then the ring between hosts' Avg over the hosts, the very additions of the
+// host rings (the same bits, TestEngineDevice_acrossHostsLikeHierarchical); with a 16-bit wire
+// every contribution scaled by AvgScale(world) on the device, rounded once, then summed between
+// hosts. The gather runs after backward (the ring between hosts overlaps it; the gather on the
+// device takes its bandwidth's time), and the step's end waits on the host for the last gather's
+// fence: a peer that died after the control plane agreed would otherwise leave the compute stream
+// behind a kernel no one aborts. The two rings break each other (allreduce.HierRing), so a rank
+// lost on any host is named on every other.
 
 // DefaultDeviceGrace is how long a launched device all-reduce may take once every rank has
 // launched it (the control plane agreed) before the engine aborts it.
@@ -52,7 +81,39 @@ type devicePath struct {
 	scale  float32
 	div    float32
 	grace  time.Duration
+
+	// control[ch] is channel ch's control plane: the channel's group on one host, the host's
+	// ring (Hierarchy.Inside) across hosts.
+	control []Comm
+	// Across hosts only (nil on one host): per channel the ring between hosts
+	// (Hierarchy.Between), per bucket the half reducer and its pinned share.
+	between []betweenRing
+	halves  []tensor.IPCHalfReducer
+	pinned  [][]byte
+	local   int // ranks per host
+	hosts   int
+
+	names  []int       // the world's rank of each of the host's ranks (a reducer's peer q)
+	failed atomic.Bool // abort was called: every later bucket fails
 }
+
+// hostRings is what the device path across hosts needs of an engine's group: allreduce.Hierarchy.
+type hostRings interface {
+	Hosts() int
+	Inside() *allreduce.HierRing
+	Between() *allreduce.HierRing
+}
+
+var _ hostRings = (*allreduce.Hierarchy)(nil)
+
+// betweenRing all-reduces a pinned share with the other hosts (allreduce.HierRing).
+type betweenRing interface {
+	AllReduce(ctx context.Context, buf []float32, op allreduce.Op, wire allreduce.Wire) error
+	AllReduceF16(ctx context.Context, buf []uint16, op allreduce.Op) error
+	AllReduceBF16(ctx context.Context, buf []uint16, op allreduce.Op) error
+}
+
+var _ betweenRing = (*allreduce.HierRing)(nil)
 
 // wireDType is the device buffers' dtype for a wire: f32, f16 or bf16.
 func wireDType(w allreduce.Wire) (tensor.DType, error) {
@@ -76,17 +137,37 @@ func deviceScale(dt tensor.DType, size int) (scale, div float32) {
 }
 
 // UseDevice switches the engine to the device path: a device reducer per bucket, their handles
-// exchanged over the process group. It is a collective of the engine's group: call it on every
-// rank after New and before the first step. hosts is the number of hosts in the world: more than
-// one is refused. A rank that fails still takes part in every exchange, so all ranks fail.
+// exchanged over the process group (the host's ring across hosts). It is a collective of the
+// engine's group: call it on every rank after New and before the first step. hosts is the number
+// of hosts in the world: with more than one, the engine's groups must be allreduce.Hierarchy's
+// (the worker opens them), and the device path inside each host is composed with the ring
+// between hosts. A rank that fails still takes part in every exchange, so all ranks fail.
 func (e *Engine) UseDevice(ctx context.Context, hosts int) error {
 	n := e.comm.Size()
 	var mine error
 	sd, ok := e.dev.(tensor.IPCStreamDevice)
 	dt, werr := wireDType(e.opts.Wire)
+	control := e.comms // the handle exchanges and the control plane, per channel
+	var between []betweenRing
+	if hosts > 1 {
+		control = nil
+		for _, c := range e.comms {
+			hr, ok := c.(hostRings)
+			if !ok || hr.Hosts() != hosts {
+				control = nil
+				break
+			}
+			control = append(control, hr.Inside())
+			between = append(between, hr.Between())
+		}
+	}
+	exchange := e.comm
+	if len(control) > 0 {
+		exchange = control[0]
+	}
 	switch {
-	case hosts > 1:
-		mine = fmt.Errorf("ddp.intra_host: device with %d hosts: the device all-reduce between hosts is not built yet (one host only); use ddp.intra_host: host", hosts)
+	case hosts > 1 && len(control) == 0:
+		mine = fmt.Errorf("ddp.intra_host: device with %d hosts: the engine's groups are not the rings inside and between %d hosts (allreduce.Hierarchy)", hosts, hosts)
 	case !ok:
 		mine = fmt.Errorf("ddp.intra_host: device: device %s has no all-reduce over IPC buffers on a side stream (a CUDA build has)", e.dev.Name())
 	case werr != nil:
@@ -99,17 +180,25 @@ func (e *Engine) UseDevice(ctx context.Context, hosts int) error {
 	if mine != nil {
 		// The others are making reducers: fail their handle exchanges too.
 		for range e.buckets {
-			if _, err := e.comm.AllGather(ctx, []byte{0}); err != nil {
+			if _, err := exchange.AllGather(ctx, []byte{0}); err != nil {
 				break
 			}
 		}
 		return mine
 	}
-	p := &devicePath{fences: make([]tensor.Fence, len(e.buckets)), grace: e.opts.DeviceGrace}
+	p := &devicePath{fences: make([]tensor.Fence, len(e.buckets)), grace: e.opts.DeviceGrace,
+		control: control, between: between, local: exchange.Size(), hosts: max(1, hosts)}
+	host := e.comm.Rank() / p.local // ranks are numbered host by host (allreduce.Hierarchy checks it)
+	for q := range p.local {
+		p.names = append(p.names, host*p.local+q)
+	}
 	if p.grace <= 0 {
 		p.grace = DefaultDeviceGrace
 	}
 	p.scale, p.div = deviceScale(dt, n)
+	if p.between != nil {
+		p.scale, p.div = acrossHostsScale(dt, n, p.local)
+	}
 	var err error
 	p.stream, err = sd.NewIPCStream()
 	for _, b := range e.buckets {
@@ -117,9 +206,9 @@ func (e *Engine) UseDevice(ctx context.Context, hosts int) error {
 		buf := e.dev.Alloc(dt, "ddp.device_bucket", b.hi-b.lo)
 		p.bufs = append(p.bufs, buf)
 		if err != nil { // keep the exchanges matched: NewDeviceReducer with a device that fails
-			red, err = NewDeviceReducer(ctx, failingIPC{e.dev, err}, buf, e.comm)
+			red, err = NewDeviceReducer(ctx, failingIPC{e.dev, err}, buf, exchange)
 		} else {
-			red, err = NewDeviceReducer(ctx, e.dev, buf, e.comm)
+			red, err = NewDeviceReducer(ctx, e.dev, buf, exchange)
 		}
 		if err != nil {
 			continue
@@ -131,6 +220,18 @@ func (e *Engine) UseDevice(ctx context.Context, hosts int) error {
 			continue
 		}
 		p.reds = append(p.reds, ar)
+		if p.between != nil {
+			hr, ok := ar.(tensor.IPCHalfReducer)
+			if !ok {
+				err = fmt.Errorf("ddp.intra_host: device with %d hosts: device %s's reducer cannot run its halves apart", hosts, e.dev.Name())
+				continue
+			}
+			var pin []byte
+			if pin, err = hr.PinSegment(); err != nil {
+				continue
+			}
+			p.halves, p.pinned = append(p.halves, hr), append(p.pinned, pin)
+		}
 	}
 	if err != nil {
 		p.close(true)
@@ -147,9 +248,29 @@ func (e *Engine) UseDevice(ctx context.Context, hosts int) error {
 	for _, b := range e.buckets {
 		b.host = nil
 	}
+	if p.between != nil {
+		var pinned int
+		for _, b := range p.pinned {
+			pinned += len(b)
+		}
+		e.log.Info("ddp: gradients are reduced on the device over CUDA IPC inside the host and on the ring between hosts in shares (ddp.intra_host: device)",
+			"buckets", len(e.buckets), "wire", e.opts.Wire.String(), "local_ranks", p.local, "hosts", p.hosts, "pinned", tensor.FormatBytes(int64(pinned)), "grace", p.grace)
+		return nil
+	}
 	e.log.Info("ddp: gradients are all-reduced on the device over CUDA IPC inside the host (ddp.intra_host: device)",
 		"buckets", len(e.buckets), "wire", e.opts.Wire.String(), "ranks", n, "grace", p.grace)
 	return nil
+}
+
+// acrossHostsScale is (scale, div) of the reduce half across hosts, world ranks of local per
+// host: with f32 the host's sum divided by its ranks (the ring between hosts then divides by
+// the hosts, allreduce's Avg); 16-bit, every contribution scaled by AvgScale(world) (the ring
+// between hosts then sums), as the staged path scales before its cast.
+func acrossHostsScale(dt tensor.DType, world, local int) (scale, div float32) {
+	if dt == tensor.F32 {
+		return 1, float32(local)
+	}
+	return allreduce.AvgScale(world), 1
 }
 
 // failingIPC is a device whose NewIPCReducer fails with err: a rank that could not make its side
@@ -166,17 +287,28 @@ func (f failingIPC) NewIPCReducer(*tensor.Tensor, tensor.IPCPlan) (tensor.IPCRed
 // Device reports whether the engine all-reduces on the device (UseDevice).
 func (e *Engine) Device() bool { return e.devp != nil }
 
-// abort makes every reducer's kernels give up their waits.
+// abort is a failure's: every reducer's kernels give up their waits, and every later bucket
+// fails at once (an aborted all-reduce leaves its buffer undefined, and its fence passes as if it
+// had finished: nothing after it may be trusted or sent on).
 func (p *devicePath) abort() {
+	p.failed.Store(true)
+	p.stop()
+}
+
+// stop makes every reducer's kernels give up their waits (Close, failed or not).
+func (p *devicePath) stop() {
 	for _, r := range p.reds {
 		r.Abort()
 	}
 }
 
-// stalled is the first rank a reducer's kernel gave up waiting for, or -1.
+// stalled is the first rank (in the world) a reducer's kernel gave up waiting for, or -1.
 func (p *devicePath) stalled() int {
 	for _, r := range p.reds {
 		if q := r.Stalled(); q >= 0 {
+			if q < len(p.names) {
+				return p.names[q]
+			}
 			return q
 		}
 	}
@@ -187,7 +319,7 @@ func (p *devicePath) stalled() int {
 // for a peer.
 func (p *devicePath) close(abort bool) {
 	if abort {
-		p.abort()
+		p.stop()
 	}
 	if p.stream != nil {
 		p.stream.Close()
@@ -205,21 +337,60 @@ func (p *devicePath) close(abort bool) {
 func (e *Engine) launchDevice(b *bucket) {
 	p := e.devp
 	p.stream.Fork()
+	if p.between != nil { // across hosts: the reduce half now, the gather half in Wait
+		p.fences[b.index] = p.halves[b.index].ReduceScatter(p.stream, p.scale, p.div)
+		return
+	}
 	p.fences[b.index] = p.reds[b.index].Launch(p.stream, p.scale, p.div)
 }
 
 // reduceDevice is channel ch's comm goroutine's work for bucket b on the device path: agree over
-// the control plane that every rank launched it, then wait for its fence, bounded.
-func (e *Engine) reduceDevice(comm Comm, b *bucket) error {
+// the control plane that every rank (of the host) launched it, then wait for its fence, bounded;
+// across hosts, then all-reduce this rank's pinned share with the other hosts.
+func (e *Engine) reduceDevice(ch int, b *bucket) error {
 	p := e.devp
 	b.start = e.now()
 	defer func() { b.end = e.now() }()
 	name := fmt.Sprintf("ddp: device all-reduce of gradient bucket %d (%s)", b.index, b.params[0].Name)
-	if err := comm.AllReduce(e.ctx, []float32{0}, allreduce.Sum, allreduce.WireF32); err != nil {
+	if p.failed.Load() {
+		return fmt.Errorf("%s: not run: the device path was aborted by an earlier failure", name)
+	}
+	if err := p.control[ch].AllReduce(e.ctx, []float32{0}, allreduce.Sum, allreduce.WireF32); err != nil {
 		p.abort()
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	return waitFence(e.ctx, p.fences[b.index], p.grace, p.abort, p.stalled, name)
+	if err := waitFence(e.ctx, p.fences[b.index], p.grace, p.abort, p.stalled, name); err != nil {
+		return err
+	}
+	if p.failed.Load() { // aborted while this bucket ran: its fence passed, its values are undefined
+		return fmt.Errorf("%s: aborted by another bucket's failure", name)
+	}
+	if p.between == nil {
+		return nil
+	}
+	if err := p.acrossHosts(e.ctx, ch, b.index, e.opts.Wire); err != nil {
+		p.abort() // this rank gathers nothing: its host's gathers must not wait for it
+		return fmt.Errorf("%s: between hosts: %w", name, err)
+	}
+	return nil
+}
+
+// acrossHosts all-reduces bucket i's pinned share, in place, over channel ch's ring between
+// hosts: the f32 ring's Avg (the hosts' count divides), or the 16-bit ring's Sum of shares
+// already scaled (acrossHostsScale). The pinned bytes are the device's little-endian elements,
+// read here as the host's (every platform CUDA runs on is little-endian).
+func (p *devicePath) acrossHosts(ctx context.Context, ch, i int, wire allreduce.Wire) error {
+	b := p.pinned[i]
+	if len(b) == 0 {
+		return nil // local rank i's share is empty on every host alike (the same split of the same bucket)
+	}
+	switch wire {
+	case allreduce.WireF16:
+		return p.between[ch].AllReduceF16(ctx, unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2), allreduce.Sum)
+	case allreduce.WireBF16:
+		return p.between[ch].AllReduceBF16(ctx, unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2), allreduce.Sum)
+	}
+	return p.between[ch].AllReduce(ctx, unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4), allreduce.Avg, allreduce.WireF32)
 }
 
 // waitFence polls f until it passes. When ctx ends or grace runs out first it calls abort (the
@@ -259,20 +430,42 @@ func waitFence(ctx context.Context, f tensor.Fence, grace time.Duration, abort f
 }
 
 // finishDevice orders the compute stream after every all-reduce and copies the results back into
-// the gradients (Wait, training goroutine, after every bucket reported success).
-func (e *Engine) finishDevice() {
+// the gradients (Wait, training goroutine, after every bucket reported success). Across hosts it
+// first launches the gather halves, in index order, agrees over the control plane that every rank
+// of the host has, and waits (bounded) for the last one.
+func (e *Engine) finishDevice(ctx context.Context) error {
 	p := e.devp
+	if p.between != nil && len(e.buckets) > 0 {
+		for _, b := range e.buckets {
+			p.fences[b.index] = p.halves[b.index].AllGather(p.stream)
+		}
+		name := "ddp: device all-gather of the gradient buckets inside the host"
+		if err := p.control[0].AllReduce(ctx, []float32{0}, allreduce.Sum, allreduce.WireF32); err != nil {
+			p.abort()
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		last := len(e.buckets) - 1
+		if err := waitFence(ctx, p.fences[last], p.grace, p.abort, p.stalled, name); err != nil {
+			return err
+		}
+	}
 	p.stream.Join()
 	for _, b := range e.buckets {
 		e.dev.Copy(b.view, p.bufs[b.index])
 		p.fences[b.index] = nil
 	}
+	return nil
 }
 
-// closeDevice aborts whatever may still wait and frees the device path (Close).
+// closeDevice aborts whatever may still wait and frees the device path (Close). After a failure
+// the wire buffers stay allocated: a peer's kernel that passed its meeting with this rank before
+// the failure may still read them, and the process is going down.
 func (e *Engine) closeDevice() {
 	p := e.devp
 	p.close(true)
+	if p.failed.Load() {
+		return
+	}
 	for _, t := range p.bufs {
 		e.dev.Free(t)
 	}

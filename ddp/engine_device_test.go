@@ -16,6 +16,7 @@ import (
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/cpu"
+	"github.com/goddp/goddp/model/half"
 	"github.com/goddp/goddp/model/tensor"
 )
 
@@ -103,6 +104,7 @@ type fakeRed struct {
 	arrived [3]atomic.Uint32 // the last epoch that reached each meeting
 	abort   atomic.Bool
 	stalled atomic.Int32
+	pinned  []byte // PinSegment's share
 }
 
 func (r *fakeRed) Handle() []byte { return binary.LittleEndian.AppendUint64(nil, r.id) }
@@ -138,8 +140,79 @@ func (r *fakeRed) Launch(s tensor.IPCStream, scale, div float32) tensor.Fence {
 	r.epoch++
 	e := r.epoch
 	f := make(fakeFence)
-	s.(*fakeStream).push(func() { defer close(f); r.run(e, scale, div) })
+	s.(*fakeStream).push(func() { defer close(f); r.run(e, scale, div, 3) })
 	return f
+}
+
+var _ tensor.IPCHalfReducer = (*fakeRed)(nil)
+
+// PinSegment, ReduceScatter and AllGather are the halves apart (tensor.IPCHalfReducer): the
+// "pinned" share is a byte slice in the buffer's dtype, copied from and into the rank's segment
+// on the stream.
+func (r *fakeRed) PinSegment() ([]byte, error) {
+	if r.pinned == nil {
+		s := r.plan.Segments[r.plan.Rank]
+		r.pinned = make([]byte, (s[1]-s[0])*r.buf.DType().Size())
+	}
+	return r.pinned, nil
+}
+
+func (r *fakeRed) ReduceScatter(s tensor.IPCStream, scale, div float32) tensor.Fence {
+	r.epoch++
+	e := r.epoch
+	f := make(fakeFence)
+	s.(*fakeStream).push(func() {
+		defer close(f)
+		if r.run(e, scale, div, 1) {
+			v := make([]float32, len(r.pinned)/r.buf.DType().Size())
+			r.d.Download(v, r.seg(r.plan.Rank))
+			putElems(r.buf.DType(), r.pinned, v)
+		}
+	})
+	return f
+}
+
+func (r *fakeRed) AllGather(s tensor.IPCStream) tensor.Fence {
+	r.epoch++
+	e := r.epoch
+	f := make(fakeFence)
+	s.(*fakeStream).push(func() {
+		defer close(f)
+		if !r.abort.Load() {
+			r.d.Upload(r.seg(r.plan.Rank), getElems(r.buf.DType(), r.pinned))
+		}
+		r.run(e, 1, 1, 2)
+	})
+	return f
+}
+
+// putElems and getElems write and read a dtype's little-endian elements as float32.
+func putElems(dt tensor.DType, b []byte, v []float32) {
+	for i, x := range v {
+		switch dt {
+		case tensor.F32:
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+		case tensor.F16:
+			binary.LittleEndian.PutUint16(b[2*i:], half.FromFloat32(x))
+		default:
+			binary.LittleEndian.PutUint16(b[2*i:], half.BF16FromFloat32(x))
+		}
+	}
+}
+
+func getElems(dt tensor.DType, b []byte) []float32 {
+	out := make([]float32, len(b)/dt.Size())
+	for i := range out {
+		switch dt {
+		case tensor.F32:
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		case tensor.F16:
+			out[i] = half.ToFloat32(binary.LittleEndian.Uint16(b[2*i:]))
+		default:
+			out[i] = half.BF16ToFloat32(binary.LittleEndian.Uint16(b[2*i:]))
+		}
+	}
+	return out
 }
 
 // meet is the kernel's meeting ph of epoch e: false when aborted first.
@@ -162,18 +235,46 @@ func (r *fakeRed) seg(q int) *tensor.Tensor {
 	return r.buf.View(s[0], s[1]-s[0])
 }
 
-func (r *fakeRed) run(e uint32, scale, div float32) {
+// run is the kernel: halves 1 the reduce (meeting 0, the reduce), 2 the gather (meeting 1, the
+// copies, meeting 2), 3 both, as k_ipc_allreduce. It reports whether it finished (not aborted).
+func (r *fakeRed) run(e uint32, scale, div float32, halves int) bool {
 	if r.abort.Load() {
-		return
+		return false
 	}
+	me := r.plan.Rank
+	if halves&1 != 0 {
+		if !r.reduce(e, scale, div) {
+			return false
+		}
+	}
+	if halves&2 == 0 {
+		return true
+	}
+	if !r.meet(1, e) {
+		return false
+	}
+	for q, p := range r.peers {
+		if q == me {
+			continue
+		}
+		s := r.plan.Segments[q]
+		w := make([]float32, s[1]-s[0])
+		p.d.Download(w, p.seg(q))
+		r.d.Upload(r.seg(q), w)
+	}
+	return r.meet(2, e)
+}
+
+// reduce is the reduce half: meeting 0, then this rank's segment summed in the plan's order.
+func (r *fakeRed) reduce(e uint32, scale, div float32) bool {
 	if !r.meet(0, e) {
-		return
+		return false
 	}
 	if r.d.hangAfter == e {
 		for !r.abort.Load() { // killed: never arrives again (the test aborts it at its end)
 			time.Sleep(time.Millisecond)
 		}
-		return
+		return false
 	}
 	me := r.plan.Rank
 	n := r.plan.Segments[me][1] - r.plan.Segments[me][0]
@@ -192,19 +293,7 @@ func (r *fakeRed) run(e uint32, scale, div float32) {
 		}
 	}
 	r.d.Upload(r.seg(me), sum)
-	if !r.meet(1, e) {
-		return
-	}
-	for q, p := range r.peers {
-		if q == me {
-			continue
-		}
-		s := r.plan.Segments[q]
-		w := make([]float32, s[1]-s[0])
-		p.d.Download(w, p.seg(q))
-		r.d.Upload(r.seg(q), w)
-	}
-	r.meet(2, e)
+	return true
 }
 
 // trainDevice trains the fp16 MLP of trainStaged with the engine on the device path (device) or
@@ -212,6 +301,11 @@ func (r *fakeRed) run(e uint32, scale, div float32) {
 // (the rank stops; onStop, when set, runs then, before the engine is closed), returning the
 // error of the step that failed otherwise.
 func trainDevice(t *testing.T, dev tensor.Device, rank, W int, comm Comm, d dataset, steps, b int, wire allreduce.Wire, device bool, stopAt int, onStop func()) (string, []float64, error) {
+	return trainDeviceHosts(t, dev, rank, W, 1, comm, d, steps, b, wire, device, stopAt, onStop)
+}
+
+// trainDeviceHosts is trainDevice in a world of hosts (comm an allreduce.Hierarchy when hosts > 1).
+func trainDeviceHosts(t *testing.T, dev tensor.Device, rank, W, hosts int, comm Comm, d dataset, steps, b int, wire allreduce.Wire, device bool, stopAt int, onStop func()) (string, []float64, error) {
 	m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{nFeat, nHidden, nHidden, nClass}, Activation: "gelu"}, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -227,7 +321,7 @@ func trainDevice(t *testing.T, dev tensor.Device, rank, W int, comm Comm, d data
 	defer eng.Close()
 	ctx := context.Background()
 	if device {
-		if err := eng.UseDevice(ctx, 1); err != nil {
+		if err := eng.UseDevice(ctx, hosts); err != nil {
 			return "", nil, err
 		}
 		if !eng.Device() {
@@ -439,7 +533,7 @@ func TestEngineDevice_refusals(t *testing.T) {
 		want  string
 	}{
 		{"cpu", 1, true, false, "has no all-reduce over IPC"},
-		{"hosts", 2, false, false, "with 2 hosts"},
+		{"hosts", 2, false, false, "are not the rings inside and between 2 hosts"},
 		{"shard", 1, false, true, "shard_optimizer"},
 	} {
 		hub := newFakeHub()

@@ -130,7 +130,8 @@ func (e *Engine) StagingBytes() (pinned, device int64) {
 
 // BytesPerStep says what one syncing step moves per rank: across PCIe between device and host
 // (both directions together: f16 on the staged path, f32 on the host path; meaningless on the
-// CPU device) and sent into the ring by this rank (2(W-1)/W of the buffer in the wire format).
+// CPU device) and sent into the ring by this rank (2(W-1)/W of the buffer in the wire format;
+// on the device path across hosts, the share's 2(H-1)/H on the ring between hosts).
 func (e *Engine) BytesPerStep() (pcie, ring int64) {
 	n := int64(e.comm.Size())
 	if n < 2 {
@@ -142,6 +143,12 @@ func (e *Engine) BytesPerStep() (pcie, ring int64) {
 	}
 	w := int64(e.opts.Wire.ElemBytes())
 	ring = w * elems * 2 * (n - 1) / n
+	if p := e.devp; p != nil && p.between != nil {
+		// across hosts: this rank's share down and up, and the ring between hosts on it
+		share := elems / int64(p.local)
+		h := int64(p.hosts)
+		return 2 * w * share, w * share * 2 * (h - 1) / h
+	}
 	if e.devp != nil {
 		pcie = 0 // the device path (engine_device.go): nothing crosses PCIe
 	} else if e.gpu != nil {

@@ -15,6 +15,13 @@ import (
 // allreduce.Hierarchy over in-process networks (the world's, one per host, one per local rank).
 func hierWorld[R any](t *testing.T, hosts, local int, rank func(r int, comm Comm) R) []R {
 	t.Helper()
+	return hierWorldKill(t, hosts, local, func(r int, comm Comm, _ func()) R { return rank(r, comm) })
+}
+
+// hierWorldKill is hierWorld whose ranks may kill themselves: kill closes the rank's three groups,
+// as its process dying would.
+func hierWorldKill[R any](t *testing.T, hosts, local int, rank func(r int, comm Comm, kill func()) R) []R {
+	t.Helper()
 	W := hosts * local
 	group := func(nw *allreduce.InprocNetwork, r, size int) *allreduce.Group {
 		g, err := allreduce.NewGroup(context.Background(), allreduce.Config{Rank: r, WorldSize: size, Transport: nw.Transport(r)})
@@ -36,11 +43,13 @@ func hierWorld[R any](t *testing.T, hosts, local int, rank func(r int, comm Comm
 	var wg sync.WaitGroup
 	for r := range W {
 		h, l := r/local, r%local
-		hr, err := allreduce.NewHierarchy(group(mainNw, r, W), group(intraNw[h], l, local), group(interNw[l], h, hosts))
+		mg := group(mainNw, r, W)
+		hr, err := allreduce.NewHierarchy(mg, group(intraNw[h], l, local), group(interNw[l], h, hosts))
 		if err != nil {
 			t.Fatal(err)
 		}
-		wg.Go(func() { out[r] = rank(r, hr) })
+		kill := func() { hr.Close(); mg.Close() }
+		wg.Go(func() { out[r] = rank(r, hr, kill) })
 	}
 	wg.Wait()
 	return out

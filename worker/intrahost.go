@@ -11,8 +11,10 @@ import (
 
 // intraHostDevice puts the engine on the device path for `ddp.intra_host: device` (issue 34
 // stage 2, ddp/engine_device.go; not yet run on a GPU): refused on a device without the IPC
-// all-reduce (the CPU) and with more than one host, on every rank alike before any collective.
-// auto and host stay on the host path.
+// all-reduce (the CPU), on every rank alike before any collective. With several hosts the
+// engine's groups are the hierarchy's rings (startEngine opens them: deviceAcrossHosts) and the
+// device path inside each host is composed with the ring between hosts. auto and host stay on
+// the host path.
 func (t *Trainer) intraHostDevice(ctx context.Context, eng *ddp.Engine) error {
 	v, err := config.ParseIntraHost(string(t.cfg.DDP.IntraHost))
 	if err != nil || v != config.IntraHostDevice {
@@ -23,6 +25,13 @@ func (t *Trainer) intraHostDevice(ctx context.Context, eng *ddp.Engine) error {
 	}
 	hosts := max(1, t.env.WorldSize/max(1, t.env.LocalWorldSize))
 	return eng.UseDevice(ctx, hosts)
+}
+
+// deviceAcrossHosts reports whether ddp.intra_host is device in a world of several hosts: the
+// engine then runs over allreduce.Hierarchy's rings, as ddp.hierarchical does.
+func (t *Trainer) deviceAcrossHosts() bool {
+	_, ipc := t.dev.(tensor.IPCStreamDevice) // without it intraHostDevice refuses, rings or not
+	return ipc && t.wantsDeviceReduce() && t.env.WorldSize > max(1, t.env.LocalWorldSize)
 }
 
 // wantsDeviceReduce reports whether ddp.intra_host is device (then the engine skips the pinned

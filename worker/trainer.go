@@ -304,7 +304,7 @@ func (t *Trainer) startEngine(ctx context.Context, gcfg allreduce.Config) error 
 		return err
 	}
 	comms := asComms(t.groups)
-	if cfg.DDP.Hierarchical && t.group.Size() > 1 {
+	if (cfg.DDP.Hierarchical || t.deviceAcrossHosts()) && t.group.Size() > 1 {
 		if comms, err = t.hierarchies(ctx, gcfg, t.groups); err != nil {
 			return err
 		}

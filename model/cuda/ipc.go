@@ -98,6 +98,8 @@ type ipcReducer struct {
 	fn           cudadrv.Function
 	grid         int
 	epoch        uint32
+	pinned       unsafe.Pointer // this rank's segment in page-locked host memory (PinSegment), or nil
+	pinnedLen    int64          // its bytes
 	connected    bool
 	closed       bool
 }
@@ -272,16 +274,23 @@ func (r *ipcReducer) AllReduce(avg bool) {
 	d := r.d
 	d.enter()
 	defer d.leave()
-	must(r.launch(d.stream, scale, div, 0))
+	must(r.launch(d.stream, scale, div, 0, ipcBoth))
 }
 
-// launch enqueues the kernel on s; ctl is the abort word's address (0: the waits are unbounded).
-// The caller holds the thread (enter).
-func (r *ipcReducer) launch(s cudadrv.Stream, scale, div float32, ctl uint64) error {
+// The halves argument of k_ipc_allreduce: which halves of the all-reduce a launch runs.
+const (
+	ipcReduce = 1
+	ipcGather = 2
+	ipcBoth   = ipcReduce | ipcGather
+)
+
+// launch enqueues the kernel on s; ctl is the abort word's address (0: the waits are unbounded);
+// halves which halves it runs (ipcBoth: the whole all-reduce). The caller holds the thread (enter).
+func (r *ipcReducer) launch(s cudadrv.Stream, scale, div float32, ctl uint64, halves int) error {
 	r.epoch++
 	var args [cudadrv.MaxArgs]uint64
-	copy(args[:], []uint64{r.table, uint64(r.plan.Size), uint64(r.plan.Rank), uint64(r.dt), uint64(r.epoch), f32a(scale), f32a(div), ctl})
-	return cudadrv.Launch(r.fn, [3]int{r.grid, 1, 1}, [3]int{ipcThreads, 1, 1}, 0, s, &args, 8)
+	copy(args[:], []uint64{r.table, uint64(r.plan.Size), uint64(r.plan.Rank), uint64(r.dt), uint64(r.epoch), f32a(scale), f32a(div), ctl, uint64(halves)})
+	return cudadrv.Launch(r.fn, [3]int{r.grid, 1, 1}, [3]int{ipcThreads, 1, 1}, 0, s, &args, 9)
 }
 
 // Close waits for the compute stream (the last all-reduce), unmaps the peers and frees the flags
@@ -313,6 +322,10 @@ func (r *ipcReducer) release() error {
 	if r.ctl != nil {
 		errs = append(errs, cudadrv.HostFree(unsafe.Pointer(r.ctl)))
 		r.ctl = nil
+	}
+	if r.pinned != nil {
+		errs = append(errs, cudadrv.HostFree(r.pinned))
+		r.pinned, r.pinnedLen = nil, 0
 	}
 	if r.loaded {
 		errs = append(errs, r.mod.Unload())

@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"sync/atomic"
 	"unsafe"
@@ -90,6 +91,27 @@ func (st *ipcStream) Close() error {
 // Launch enqueues the all-reduce on the side stream s (tensor.IPCAsyncReducer) with abortable
 // waits, and returns a fence after it.
 func (r *ipcReducer) Launch(s tensor.IPCStream, scale, div float32) tensor.Fence {
+	st := r.sideStream(s)
+	d := r.d
+	d.enter()
+	defer d.leave()
+	must(r.launch(st.s, scale, div, uint64(uintptr(unsafe.Pointer(r.ctl))), ipcBoth))
+	return r.fenceOn(st)
+}
+
+// fenceOn records an event on the side stream and returns it as a fence. The caller holds the
+// thread (enter).
+func (r *ipcReducer) fenceOn(st *ipcStream) tensor.Fence {
+	d := r.d
+	ev := d.takeEvent()
+	must(ev.Record(st.s))
+	f := &fence{d: d, ev: ev}
+	f.cleanup = runtime.AddCleanup(f, func(ev cudadrv.Event) { d.putEvent(ev) }, ev)
+	return f
+}
+
+// sideStream checks that s is a side stream of r's device and the reducer is connected.
+func (r *ipcReducer) sideStream(s tensor.IPCStream) *ipcStream {
 	if !r.connected || r.closed {
 		panic("cuda: IPC all-reduce before Connect or after Close")
 	}
@@ -97,15 +119,68 @@ func (r *ipcReducer) Launch(s tensor.IPCStream, scale, div float32) tensor.Fence
 	if !ok || st.d != r.d {
 		panic("cuda: IPC all-reduce launched on a stream of another device")
 	}
+	return st
+}
+
+var _ tensor.IPCHalfReducer = (*ipcReducer)(nil)
+
+// segment is this rank's segment's device address and bytes.
+func (r *ipcReducer) segment() (ptr uint64, bytes int64) {
+	s := r.plan.Segments[r.plan.Rank]
+	es := int64(r.buf.DType().Size())
+	return r.me.dataPtr + uint64(int64(s[0])*es), int64(s[1]-s[0]) * es
+}
+
+// PinSegment allocates this rank's segment in page-locked host memory (tensor.IPCHalfReducer):
+// the copies of ReduceScatter and AllGather run on the side stream from and into it, and the
+// caller's ring between hosts reduces it in place. Not yet run on a GPU.
+func (r *ipcReducer) PinSegment() ([]byte, error) {
+	_, n := r.segment()
+	if r.pinned == nil {
+		d := r.d
+		d.enter()
+		p, err := cudadrv.HostAlloc(max(n, 1))
+		d.leave()
+		if err != nil {
+			return nil, fmt.Errorf("cuda: IPC all-reduce: pinning rank %d's segment (%s): %w", r.plan.Rank, tensor.FormatBytes(n), err)
+		}
+		r.pinned, r.pinnedLen = p, n
+	}
+	return unsafe.Slice((*byte)(r.pinned), r.pinnedLen), nil
+}
+
+// ReduceScatter enqueues the reduce half on the side stream, then the copy of this rank's
+// segment into the pinned segment (tensor.IPCHalfReducer). Not yet run on a GPU.
+func (r *ipcReducer) ReduceScatter(s tensor.IPCStream, scale, div float32) tensor.Fence {
+	st := r.sideStream(s)
+	if r.pinned == nil {
+		panic("cuda: IPC all-reduce: ReduceScatter before PinSegment")
+	}
 	d := r.d
 	d.enter()
 	defer d.leave()
-	must(r.launch(st.s, scale, div, uint64(uintptr(unsafe.Pointer(r.ctl)))))
-	ev := d.takeEvent()
-	must(ev.Record(st.s))
-	f := &fence{d: d, ev: ev}
-	f.cleanup = runtime.AddCleanup(f, func(ev cudadrv.Event) { d.putEvent(ev) }, ev)
-	return f
+	must(r.launch(st.s, scale, div, uint64(uintptr(unsafe.Pointer(r.ctl))), ipcReduce))
+	if ptr, n := r.segment(); n > 0 {
+		must(cudadrv.DtoH(r.pinned, ptr, n, st.s))
+	}
+	return r.fenceOn(st)
+}
+
+// AllGather enqueues the copy of the pinned segment into this rank's segment, then the gather
+// half, on the side stream (tensor.IPCHalfReducer). Not yet run on a GPU.
+func (r *ipcReducer) AllGather(s tensor.IPCStream) tensor.Fence {
+	st := r.sideStream(s)
+	if r.pinned == nil {
+		panic("cuda: IPC all-reduce: AllGather before PinSegment")
+	}
+	d := r.d
+	d.enter()
+	defer d.leave()
+	if ptr, n := r.segment(); n > 0 {
+		must(cudadrv.HtoD(ptr, r.pinned, n, st.s))
+	}
+	must(r.launch(st.s, 1, 1, uint64(uintptr(unsafe.Pointer(r.ctl))), ipcGather))
+	return r.fenceOn(st)
 }
 
 // Abort sets the abort word: every wait of this rank's kernels gives up.

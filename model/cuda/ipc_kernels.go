@@ -5,7 +5,8 @@ package cuda
 // ipcKernelSource is the all-reduce over CUDA IPC buffers (ipc.go), compiled by NVRTC into its
 // own module the first time a reducer is made (and cached on disk like the device's kernels).
 //
-// k_ipc_allreduce(tab, n, rank, dt, e, scale, div, ctl): one launch per all-reduce, on the compute
+// k_ipc_allreduce(tab, n, rank, dt, e, scale, div, ctl, halves): one launch per all-reduce (or per
+// half of one: halves 1 the reduce, 2 the gather, 3 both), on the compute
 // stream (AllReduce) or a side stream (ipc_async.go: Launch, whose ctl makes every wait abortable). tab is a device table of 5n u64: every rank's buffer (mapped here), every rank's flags,
 // the segments' starts and ends by rank, then the order this rank adds in. dt: 0 f32, 1 f16,
 // 2 bf16. e: the collective's number (1, 2, …, the same on every rank).
@@ -18,6 +19,15 @@ package cuda
 //	gather   every other rank's segment copied (bits) from that rank's buffer into this one's
 //	meet 2   block b of every rank has copied: no rank's next all-reduce (or the caller's next
 //	         write of its buffer) can overwrite a segment a peer still reads
+//
+// The halves apart (ipc_async.go, ReduceScatter and AllGather: the device path across hosts, where
+// each rank's segment goes through the ring between hosts between them): halves 1 is meet 0 and
+// the reduce, and returns (the rank's own segment is final in its buffer; nobody reads it before
+// the gather's meet 1, and the gather's copies into this buffer wait for that meeting, which no
+// rank reaches before its reduce has finished on its stream); halves 2 is meet 1 (every rank's
+// segment final: its copy back from the host ran before this launch on its stream), the gather and
+// meet 2. Flags compare equal to the launch's number, so a slot a half skips keeps an older number
+// and every meeting of a later launch still waits for that launch's own.
 //
 // Block b of every rank handles the same elements of a segment (the same grid, the same
 // grid-stride loop from the segment's start), so a block waits only for its namesakes. A meeting
@@ -105,18 +115,21 @@ __device__ int meet(const u64* tab, int n, int rank, int ph, unsigned e, unsigne
 
 extern "C" {
 
-__global__ void k_ipc_allreduce(const u64* __restrict__ tab, int n, int rank, int dt, unsigned e, float scale, float div, unsigned* ctl) {
+__global__ void k_ipc_allreduce(const u64* __restrict__ tab, int n, int rank, int dt, unsigned e, float scale, float div, unsigned* ctl, int halves) {
 	long stride = (long)gridDim.x * blockDim.x, first = blockIdx.x * (long)blockDim.x + threadIdx.x;
 	u64 own = tab[rank];
 	if (ctl != 0 && ld_volatile(ctl) != 0) return; // aborted before it began: not even a flag is written
-	if (meet(tab, n, rank, 0, e, ctl)) return;
-	long lo = (long)tab[2 * n + rank], hi = (long)tab[3 * n + rank];
-	for (long i = lo + first; i < hi; i += stride) {
-		float s = __fmul_rn(load(tab[tab[4 * n]], i, dt), scale);
-		for (int k = 1; k < n; k++) s = __fadd_rn(s, __fmul_rn(load(tab[tab[4 * n + k]], i, dt), scale));
-		if (div != 1.0f) s = __fdiv_rn(s, div);
-		store(own, i, dt, s);
+	if (halves & 1) {
+		if (meet(tab, n, rank, 0, e, ctl)) return;
+		long lo = (long)tab[2 * n + rank], hi = (long)tab[3 * n + rank];
+		for (long i = lo + first; i < hi; i += stride) {
+			float s = __fmul_rn(load(tab[tab[4 * n]], i, dt), scale);
+			for (int k = 1; k < n; k++) s = __fadd_rn(s, __fmul_rn(load(tab[tab[4 * n + k]], i, dt), scale));
+			if (div != 1.0f) s = __fdiv_rn(s, div);
+			store(own, i, dt, s);
+		}
 	}
+	if (!(halves & 2)) return;
 	if (meet(tab, n, rank, 1, e, ctl)) return;
 	for (int q = 0; q < n; q++) {
 		if (q == rank) continue;

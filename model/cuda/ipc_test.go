@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -204,6 +205,124 @@ func TestCUDA_ipcAllReduceBackToBack(t *testing.T) {
 			if v != want {
 				t.Fatalf("rank %d [%d] = %g after %d rounds, want %g", r, i, v, rounds, want)
 			}
+		}
+	}
+}
+
+// pinnedGet and pinnedSet read and write a pinned segment's elements (the buffer's dtype's
+// little-endian bytes) as float32.
+func pinnedGet(dt tensor.DType, b []byte) []float32 {
+	out := make([]float32, len(b)/dt.Size())
+	for i := range out {
+		switch dt {
+		case tensor.F32:
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		case tensor.F16:
+			out[i] = half.ToFloat32(binary.LittleEndian.Uint16(b[2*i:]))
+		default:
+			out[i] = half.BF16ToFloat32(binary.LittleEndian.Uint16(b[2*i:]))
+		}
+	}
+	return out
+}
+
+func pinnedSet(dt tensor.DType, b []byte, v []float32) {
+	for i, x := range v {
+		switch dt {
+		case tensor.F32:
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+		case tensor.F16:
+			binary.LittleEndian.PutUint16(b[2*i:], half.FromFloat32(x))
+		default:
+			binary.LittleEndian.PutUint16(b[2*i:], half.BF16FromFloat32(x))
+		}
+	}
+}
+
+// The halves apart (tensor.IPCHalfReducer, the device path across hosts), on side streams:
+// ReduceScatter leaves in each rank's pinned segment exactly the bits the whole all-reduce
+// would (the plan-order f32 sum, scaled, rounded once); whatever each rank then writes into its
+// pinned segment (here: its own marker values, as the ring between hosts would write its
+// result) is what AllGather puts into that segment on every rank. Twice, back to back, so the
+// second round's meetings wait for their own launch numbers. Not yet run on a GPU.
+func TestCUDA_ipcHalves(t *testing.T) {
+	for _, size := range []int{2, 3} {
+		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
+			t.Run(fmt.Sprintf("n%d/%s", size, dt), func(t *testing.T) {
+				const count = 70001
+				devs, bufs, reds := ipcWorld(t, size, count, dt)
+				streams := make([]tensor.IPCStream, size)
+				pins := make([][]byte, size)
+				halves := make([]tensor.IPCHalfReducer, size)
+				for r := range size {
+					s, err := devs[r].NewIPCStream()
+					if err != nil {
+						t.Fatal(err)
+					}
+					streams[r] = s
+					t.Cleanup(func() { s.Close() })
+					halves[r] = reds[r].(tensor.IPCHalfReducer)
+					if pins[r], err = halves[r].PinSegment(); err != nil {
+						t.Fatal(err)
+					}
+					p := ipcPlan(count, size, r)
+					if want := (p.Segments[r][1] - p.Segments[r][0]) * dt.Size(); len(pins[r]) != want {
+						t.Fatalf("rank %d: pinned segment of %d bytes, want %d", r, len(pins[r]), want)
+					}
+				}
+				rng := rand.New(rand.NewPCG(uint64(size), uint64(dt)))
+				for round := range 2 {
+					in := make([][]float32, size)
+					for r := range size {
+						in[r] = make([]float32, count)
+						for i := range in[r] {
+							in[r][i] = roundTo(dt, float32(rng.NormFloat64()))
+						}
+						ipcUpload(devs[r], bufs[r], in[r])
+						streams[r].Fork()
+					}
+					fs := make([]tensor.Fence, size)
+					for r := range size {
+						fs[r] = halves[r].ReduceScatter(streams[r], 1, 1)
+					}
+					for r := range size {
+						fs[r].Wait()
+						p := ipcPlan(count, size, r)
+						s := p.Segments[r]
+						got := pinnedGet(dt, pins[r])
+						for i := s[0]; i < s[1]; i++ {
+							want := in[p.Order[0]][i]
+							for _, q := range p.Order[1:] {
+								want = float32(want + in[q][i])
+							}
+							if want = roundTo(dt, want); math.Float32bits(got[i-s[0]]) != math.Float32bits(want) {
+								t.Fatalf("round %d rank %d [%d]: pinned %g, want %g (the plan-order sum)", round, r, i, got[i-s[0]], want)
+							}
+						}
+						mark := make([]float32, len(got))
+						for i := range mark {
+							mark[i] = float32(4*(r+1)) + float32((i+round)%8)/4 // exact in bf16 too
+						}
+						pinnedSet(dt, pins[r], mark)
+					}
+					for r := range size {
+						fs[r] = halves[r].AllGather(streams[r])
+					}
+					for r := range size {
+						fs[r].Wait()
+						streams[r].Join()
+						out := ipcDownload(devs[r], bufs[r])
+						for q := range size {
+							s := ipcPlan(count, size, q).Segments[q]
+							for i := s[0]; i < s[1]; i++ {
+								if want := float32(4*(q+1)) + float32((i-s[0]+round)%8)/4; out[i] != want {
+									t.Fatalf("round %d rank %d [%d] (rank %d's segment) = %g, want %g", round, r, i, q, out[i], want)
+								}
+							}
+						}
+					}
+				}
+			})
 		}
 	}
 }

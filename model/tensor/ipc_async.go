@@ -42,3 +42,27 @@ type IPCAsyncReducer interface {
 	// Stalled returns the rank a kernel of this reducer gave up waiting for after Abort, or -1.
 	Stalled() int
 }
+
+// IPCHalfReducer is the ability of an IPCAsyncReducer to run the two halves of its all-reduce
+// apart, with this rank's segment in page-locked host memory between them: the DDP engine's
+// device path across hosts (ddp/engine_device.go) reduces inside the host on the device, carries
+// each rank's segment between hosts on the host ring, and gathers inside the host on the device.
+//
+//	p := PinSegment()             once: this rank's segment's bytes in page-locked host memory
+//	f := ReduceScatter(s, sc, d)  side stream: meet, reduce this rank's segment (as Launch does),
+//	                              then copy it into p; f passes when the copy has landed
+//	(the caller all-reduces p in place with the other hosts)
+//	g := AllGather(s)             side stream: copy p into this rank's segment, meet (every rank's
+//	                              segment final), copy every other segment from its owner, meet
+//
+// The ranks of a host launch the halves in the same order (a stream runs its kernels in order,
+// and a half waits for its namesake on every peer). The waits are abortable as Launch's are.
+type IPCHalfReducer interface {
+	IPCAsyncReducer
+	// PinSegment allocates (on the first call) and returns this rank's segment in page-locked
+	// host memory: the buffer's dtype's little-endian bytes (4 per element for f32, 2 for f16
+	// and bf16). It stays valid until Close.
+	PinSegment() ([]byte, error)
+	ReduceScatter(s IPCStream, scale, div float32) Fence
+	AllGather(s IPCStream) Fence
+}

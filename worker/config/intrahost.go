@@ -23,16 +23,17 @@ func ParseIntraHost(s string) (IntraHost, error) { return intraHosts.parse(s) }
 
 // validateIntraHost checks ddp.intra_host and ddp.hierarchical. device (the engine's all-reduce
 // over CUDA IPC buffers, ddp/engine_device.go: not yet run on a GPU) is the user's explicit
-// choice, auto stays on the host path; device needs --device cuda and one host (the trainer
-// refuses it otherwise, when the device and the world are known) and does not compose with
-// ddp.hierarchical (whose rings inside the host are the host planes).
+// choice, auto stays on the host path; device needs --device cuda (the trainer refuses it
+// otherwise, when the device is known). Across hosts it is hierarchical by itself (the device
+// inside each host, the ring between hosts), so it is not combined with ddp.hierarchical (whose
+// rings inside the host are the host planes).
 func (d *DDPConfig) validateIntraHost() error {
 	v, err := ParseIntraHost(string(d.IntraHost))
 	if err != nil {
 		return err
 	}
 	if v == IntraHostDevice && d.Hierarchical {
-		return fmt.Errorf("ddp.intra_host: device with ddp.hierarchical: the hierarchical rings reduce inside the host on the host planes; choose one")
+		return fmt.Errorf("ddp.intra_host: device with ddp.hierarchical: device is hierarchical across hosts by itself (the device inside each host, the ring between hosts) and ddp.hierarchical reduces inside the host on the host planes; choose one")
 	}
 	return nil
 }
