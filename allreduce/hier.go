@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync"
 )
 
 // Hierarchy is the hierarchical all-reduce of a world of hosts × local ranks (hier_schedule.go):
@@ -71,30 +72,46 @@ func OpenHierarchy(ctx context.Context, main *Group, base Config, local int) (*H
 	if err != nil {
 		return nil, fmt.Errorf("allreduce: hierarchy: %w", err)
 	}
-	// This rank's offer: the intra ring's port (local rank 0), the inter ring's (host 0), its host name.
+	// This rank's offer: the intra ring's port (local rank 0), the inter ring's (host 0), its host
+	// name. A port is held (listening) from the moment it is picked until the ring's rank 0
+	// serves on it, so no other process can take it in between; a rank that cannot pick one
+	// offers port 0 and every rank fails naming it, instead of the others waiting for a ring
+	// that never forms.
 	offer := make([]byte, 8, 8+len(name))
+	var intraHeld, interHeld *heldPort
+	defer func() { intraHeld.close(); interHeld.close() }()
+	var mine error
 	if lr == 0 && local > 1 {
-		p, err := freePort("127.0.0.1")
-		if err != nil {
-			return nil, err
+		if intraHeld, err = holdPort("127.0.0.1", base.GRPCListen == nil); err != nil {
+			mine = err
+		} else {
+			binary.LittleEndian.PutUint32(offer, uint32(intraHeld.port))
 		}
-		binary.LittleEndian.PutUint32(offer, uint32(p))
 	}
-	if host == 0 && hosts > 1 {
-		p, err := freePort(masterHost)
-		if err != nil {
-			return nil, err
+	if host == 0 && hosts > 1 && mine == nil {
+		if interHeld, err = holdPort(masterHost, base.GRPCListen == nil); err != nil {
+			mine = err
+		} else {
+			binary.LittleEndian.PutUint32(offer[4:], uint32(interHeld.port))
 		}
-		binary.LittleEndian.PutUint32(offer[4:], uint32(p))
 	}
 	offer = append(offer, name...)
 	all, err := main.AllGather(ctx, offer)
+	if mine != nil {
+		return nil, mine
+	}
 	if err != nil {
 		return nil, fmt.Errorf("allreduce: hierarchy: sharing the rings' ports: %w", err)
 	}
 	for r, b := range all {
 		if len(b) < 8 {
 			return nil, fmt.Errorf("allreduce: hierarchy: rank %d sent %d bytes, want at least 8", r, len(b))
+		}
+		if hierLocal(r, local) == 0 && local > 1 && binary.LittleEndian.Uint32(b) == 0 {
+			return nil, fmt.Errorf("allreduce: hierarchy: rank %d could not pick a port for the ring inside its host", r)
+		}
+		if hierHost(r, local) == 0 && hosts > 1 && binary.LittleEndian.Uint32(b[4:]) == 0 {
+			return nil, fmt.Errorf("allreduce: hierarchy: rank %d could not pick a port on %s for the ring between hosts of its local rank", r, masterHost)
 		}
 		if h0 := hierRank(hierHost(r, local), 0, local); string(b[8:]) != string(all[h0][8:]) {
 			return nil, fmt.Errorf("allreduce: hierarchy: rank %d runs on %q but rank %d, local rank 0 of its host by LOCAL_WORLD_SIZE %d, on %q: ranks must be numbered host by host",
@@ -105,10 +122,13 @@ func OpenHierarchy(ctx context.Context, main *Group, base Config, local int) (*H
 	if log == nil {
 		log = slog.Default()
 	}
-	ring := func(kind string, r, size int, addr string) (*Group, error) {
+	ring := func(kind string, r, size int, addr string, held *heldPort) (*Group, error) {
 		cfg := base
 		cfg.Rank, cfg.WorldSize, cfg.MasterAddr = r, size, addr
 		cfg.Logger = log.With("ring", kind)
+		if held != nil && held.lis != nil {
+			cfg.GRPCListen = held.listen // the ring's rank 0 serves on the port it picked
+		}
 		g, err := NewGroup(ctx, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("allreduce: hierarchy: joining the ring %s: %w", kind, err)
@@ -116,12 +136,12 @@ func OpenHierarchy(ctx context.Context, main *Group, base Config, local int) (*H
 		return g, nil
 	}
 	intraPort := binary.LittleEndian.Uint32(all[hierRank(host, 0, local)])
-	intra, err := ring(fmt.Sprintf("inside host %d", host), lr, local, net.JoinHostPort("127.0.0.1", strconv.Itoa(int(intraPort))))
+	intra, err := ring(fmt.Sprintf("inside host %d", host), lr, local, net.JoinHostPort("127.0.0.1", strconv.Itoa(int(intraPort))), intraHeld)
 	if err != nil {
 		return nil, err
 	}
 	interPort := binary.LittleEndian.Uint32(all[hierRank(0, lr, local)][4:])
-	inter, err := ring(fmt.Sprintf("between hosts, local rank %d", lr), host, hosts, net.JoinHostPort(masterHost, strconv.Itoa(int(interPort))))
+	inter, err := ring(fmt.Sprintf("between hosts, local rank %d", lr), host, hosts, net.JoinHostPort(masterHost, strconv.Itoa(int(interPort))), interHeld)
 	if err != nil {
 		intra.Close()
 		return nil, err
@@ -135,13 +155,61 @@ func OpenHierarchy(ctx context.Context, main *Group, base Config, local int) (*H
 	return h, nil
 }
 
-func freePort(host string) (int, error) {
+// heldPort is a port picked for a ring's rank 0 and kept listening until the ring's group
+// serves on it (listen hands the listener over), so that the port cannot be taken by another
+// process between its choice and its use. Picked with net.Listen; where the configuration
+// listens some other way (Config.GRPCListen: the in-memory tests), the port is only picked.
+type heldPort struct {
+	port int
+	addr string
+	mu   sync.Mutex
+	lis  net.Listener // until handed over or closed
+}
+
+// holdPort picks a free port on host; hold keeps its listener open (else it is closed at once).
+func holdPort(host string, hold bool) (*heldPort, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
-		return 0, fmt.Errorf("allreduce: hierarchy: finding a free port on %s: %w", host, err)
+		return nil, fmt.Errorf("allreduce: hierarchy: finding a free port on %s: %w", host, err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	h := &heldPort{port: l.Addr().(*net.TCPAddr).Port}
+	h.addr = net.JoinHostPort(host, strconv.Itoa(h.port))
+	if hold {
+		h.lis = l
+	} else {
+		l.Close()
+	}
+	return h, nil
+}
+
+// listen is the ring's Config.GRPCListen: the held listener for the held address (once), a new
+// listener for anything else (a Unix-domain twin, a data-plane port).
+func (h *heldPort) listen(network, addr string) (net.Listener, error) {
+	h.mu.Lock()
+	l := h.lis
+	if network == "tcp" && addr == h.addr {
+		h.lis = nil
+	} else {
+		l = nil
+	}
+	h.mu.Unlock()
+	if l != nil {
+		return l, nil
+	}
+	return net.Listen(network, addr)
+}
+
+// close closes the listener if the ring never took it.
+func (h *heldPort) close() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lis != nil {
+		h.lis.Close()
+		h.lis = nil
+	}
 }
 
 // Rank and Size are the world's.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -463,5 +464,45 @@ func TestHier_ringsLinked(t *testing.T) {
 		if !strings.Contains(err.Error(), "of the ring") {
 			t.Fatalf("rank %d: %q does not say which ring", r, err)
 		}
+	}
+}
+
+// A port picked for a ring stays listening until the ring's rank 0 takes it over: no other
+// listener can take it in between (the race that once made TestHier_loopback fail with "address
+// already in use" while other tests ran), and closing what was handed over is the ring's affair.
+func TestHier_heldPort(t *testing.T) {
+	h, err := holdPort("127.0.0.1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := net.Listen("tcp", h.addr); err == nil {
+		l.Close()
+		t.Fatalf("%s could be listened on while held", h.addr)
+	}
+	l, err := h.listen("tcp", h.addr)
+	if err != nil || l.Addr().String() != h.addr {
+		t.Fatalf("hand-over: %v, %v", l, err)
+	}
+	defer l.Close()
+	h.close() // handed over: not closed here
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatalf("the handed-over listener was closed: %v", err)
+	}
+	c.Close()
+	other, err := h.listen("tcp", "127.0.0.1:0") // anything else is a listener of its own
+	if err != nil || other.Addr().String() == h.addr {
+		t.Fatalf("another address: %v, %v", other, err)
+	}
+	other.Close()
+	// Not held (Config.GRPCListen set): picked and released at once.
+	f, err := holdPort("127.0.0.1", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := net.Listen("tcp", f.addr); err != nil {
+		t.Fatalf("an unheld port is still taken: %v", err)
+	} else {
+		l.Close()
 	}
 }

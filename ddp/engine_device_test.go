@@ -16,7 +16,6 @@ import (
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/cpu"
-	"github.com/goddp/goddp/model/half"
 	"github.com/goddp/goddp/model/tensor"
 )
 
@@ -166,7 +165,7 @@ func (r *fakeRed) ReduceScatter(s tensor.IPCStream, scale, div float32) tensor.F
 		if r.run(e, scale, div, 1) {
 			v := make([]float32, len(r.pinned)/r.buf.DType().Size())
 			r.d.Download(v, r.seg(r.plan.Rank))
-			putElems(r.buf.DType(), r.pinned, v)
+			copy(r.pinned, model.FloatBytes(r.buf.DType(), v))
 		}
 	})
 	return f
@@ -179,40 +178,11 @@ func (r *fakeRed) AllGather(s tensor.IPCStream) tensor.Fence {
 	s.(*fakeStream).push(func() {
 		defer close(f)
 		if !r.abort.Load() {
-			r.d.Upload(r.seg(r.plan.Rank), getElems(r.buf.DType(), r.pinned))
+			r.d.Upload(r.seg(r.plan.Rank), model.BytesFloat(r.buf.DType(), r.pinned))
 		}
 		r.run(e, 1, 1, 2)
 	})
 	return f
-}
-
-// putElems and getElems write and read a dtype's little-endian elements as float32.
-func putElems(dt tensor.DType, b []byte, v []float32) {
-	for i, x := range v {
-		switch dt {
-		case tensor.F32:
-			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-		case tensor.F16:
-			binary.LittleEndian.PutUint16(b[2*i:], half.FromFloat32(x))
-		default:
-			binary.LittleEndian.PutUint16(b[2*i:], half.BF16FromFloat32(x))
-		}
-	}
-}
-
-func getElems(dt tensor.DType, b []byte) []float32 {
-	out := make([]float32, len(b)/dt.Size())
-	for i := range out {
-		switch dt {
-		case tensor.F32:
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		case tensor.F16:
-			out[i] = half.ToFloat32(binary.LittleEndian.Uint16(b[2*i:]))
-		default:
-			out[i] = half.BF16ToFloat32(binary.LittleEndian.Uint16(b[2*i:]))
-		}
-	}
-	return out
 }
 
 // meet is the kernel's meeting ph of epoch e: false when aborted first.

@@ -301,6 +301,34 @@ func BF16Bytes(v []float32) []byte {
 	return b
 }
 
+// FloatBytes encodes float32s as dt's little-endian elements: F32Bytes, F16Bytes or BF16Bytes.
+// Another dtype panics.
+func FloatBytes(dt tensor.DType, v []float32) []byte {
+	switch dt {
+	case tensor.F32:
+		return F32Bytes(v)
+	case tensor.F16:
+		return F16Bytes(v)
+	case tensor.BF16:
+		return BF16Bytes(v)
+	}
+	panic(fmt.Sprintf("model: FloatBytes of %v", dt))
+}
+
+// BytesFloat decodes dt's little-endian elements into float32s (a new slice, exact): the
+// inverse of FloatBytes. Another dtype, or a length that is not a whole number of elements,
+// panics.
+func BytesFloat(dt tensor.DType, b []byte) []float32 {
+	if (dt != tensor.F32 && !dt.Half()) || len(b)%dt.Size() != 0 {
+		panic(fmt.Sprintf("model: BytesFloat of %d bytes of %v", len(b), dt))
+	}
+	v, err := NamedTensor{Name: "bytes", DType: dt, Shape: []int{len(b) / dt.Size()}, Data: b}.Float32s()
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
 // Float32s widens the tensor to float32 (a new slice): F32 as it is, F16 and BF16 exactly (every
 // half and bfloat16 is a float32). Other dtypes are an error naming the tensor.
 func (t NamedTensor) Float32s() ([]float32, error) {

@@ -245,3 +245,36 @@ func TestSafetensors_bf16(t *testing.T) {
 		t.Error("an i32 tensor widened to f32")
 	}
 }
+
+// FloatBytes and BytesFloat are the dtype-chosen forms of F32Bytes, F16Bytes, BF16Bytes and
+// their decoders: values a dtype holds exactly come back bit for bit, others come back rounded
+// as the dtype rounds.
+func TestFloatBytes_roundTrip(t *testing.T) {
+	v := []float32{0, -1.5, 3.25, 1024, 0.1}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
+		b := FloatBytes(dt, v)
+		if len(b) != len(v)*dt.Size() {
+			t.Fatalf("%v: %d bytes", dt, len(b))
+		}
+		back := BytesFloat(dt, b)
+		for i, x := range v[:4] { // exact in every dtype
+			if back[i] != x {
+				t.Errorf("%v [%d]: %g back as %g", dt, i, x, back[i])
+			}
+		}
+		want := map[tensor.DType]float32{tensor.F32: 0.1, tensor.F16: 0.099975586, tensor.BF16: 0.100097656}[dt]
+		if back[4] != want {
+			t.Errorf("%v: 0.1 back as %.9g, want %.9g", dt, back[4], want)
+		}
+	}
+	for _, bad := range []func(){func() { FloatBytes(tensor.I32, v) }, func() { BytesFloat(tensor.F16, []byte{1, 2, 3}) }} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("no panic")
+				}
+			}()
+			bad()
+		}()
+	}
+}

@@ -3,13 +3,13 @@
 package cuda
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
 
+	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/half"
 	"github.com/goddp/goddp/model/tensor"
 )
@@ -209,36 +209,6 @@ func TestCUDA_ipcAllReduceBackToBack(t *testing.T) {
 	}
 }
 
-// pinnedGet and pinnedSet read and write a pinned segment's elements (the buffer's dtype's
-// little-endian bytes) as float32.
-func pinnedGet(dt tensor.DType, b []byte) []float32 {
-	out := make([]float32, len(b)/dt.Size())
-	for i := range out {
-		switch dt {
-		case tensor.F32:
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		case tensor.F16:
-			out[i] = half.ToFloat32(binary.LittleEndian.Uint16(b[2*i:]))
-		default:
-			out[i] = half.BF16ToFloat32(binary.LittleEndian.Uint16(b[2*i:]))
-		}
-	}
-	return out
-}
-
-func pinnedSet(dt tensor.DType, b []byte, v []float32) {
-	for i, x := range v {
-		switch dt {
-		case tensor.F32:
-			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-		case tensor.F16:
-			binary.LittleEndian.PutUint16(b[2*i:], half.FromFloat32(x))
-		default:
-			binary.LittleEndian.PutUint16(b[2*i:], half.BF16FromFloat32(x))
-		}
-	}
-}
-
 // The halves apart (tensor.IPCHalfReducer, the device path across hosts), on side streams:
 // ReduceScatter leaves in each rank's pinned segment exactly the bits the whole all-reduce
 // would (the plan-order f32 sum, scaled, rounded once); whatever each rank then writes into its
@@ -289,7 +259,7 @@ func TestCUDA_ipcHalves(t *testing.T) {
 						fs[r].Wait()
 						p := ipcPlan(count, size, r)
 						s := p.Segments[r]
-						got := pinnedGet(dt, pins[r])
+						got := model.BytesFloat(dt, pins[r])
 						for i := s[0]; i < s[1]; i++ {
 							want := in[p.Order[0]][i]
 							for _, q := range p.Order[1:] {
@@ -303,7 +273,7 @@ func TestCUDA_ipcHalves(t *testing.T) {
 						for i := range mark {
 							mark[i] = float32(4*(r+1)) + float32((i+round)%8)/4 // exact in bf16 too
 						}
-						pinnedSet(dt, pins[r], mark)
+						copy(pins[r], model.FloatBytes(dt, mark))
 					}
 					for r := range size {
 						fs[r] = halves[r].AllGather(streams[r])
