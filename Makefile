@@ -34,7 +34,9 @@ vet:
 
 # gofmt -l must list nothing; then go vet and staticcheck; environment variables are read only in
 # a package's *env*.go files (tests excepted); the cuda-tagged code type-checks; and the kernels'
-# CUDA C passes clang's CUDA front end (scripts/cuda-kernels-check.sh; skipped without clang).
+# CUDA C passes clang's CUDA front end (scripts/cuda-kernels-check.sh; skipped without clang); and
+# the cgo compiles against real CUDA headers (scripts/cuda-cgo-check.sh; skipped without them:
+# scripts/cuda-headers.sh fetches Debian's).
 lint: vet
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt: not formatted (make fmt):"; echo "$$unformatted"; exit 1; fi
@@ -43,6 +45,7 @@ lint: vet
 	if [ -n "$$reads" ]; then echo "environment read outside a *env*.go file:"; echo "$$reads"; exit 1; fi
 	$(MAKE) --no-print-directory cuda-typecheck
 	bash scripts/cuda-kernels-check.sh
+	bash scripts/cuda-cgo-check.sh
 
 # The cuda-tagged code vetted against the pure-Go stubs of gorgonia.org/cu and model/cuda/cudadrv
 # (scripts/cudastub): names, qualifiers and types, on a machine without CUDA.
