@@ -1,8 +1,9 @@
 // Package allreduce is goddp's communication engine: process groups and the collectives the
 // data-parallel trainer exchanges gradients through — ring all-reduce (sum, average) with an
 // f32, f16 or bf16 wire, its two halves reduce-scatter and all-gather as collectives of their own,
-// broadcast, all-gather of blocks and barrier — over pluggable transports. It knows buffers
-// and ranks, never models.
+// broadcast, all-gather of blocks (GatherTo: one whose blocks only some ranks keep, the others
+// passing them on) and barrier — over pluggable transports. It knows buffers and ranks, never
+// models.
 //
 // # The layout
 //

@@ -47,7 +47,8 @@ const (
 	kindKeepalive // "still here": sent by an idle sender so its neighbour does not time out
 	kindReduceScatter
 	kindAllGatherSegments
-	kindCount // not a kind: the number of kinds
+	kindGatherTo // an all-gather whose blocks only some ranks keep (Group.GatherTo)
+	kindCount    // not a kind: the number of kinds
 )
 
 func (k frameKind) String() string {
@@ -68,6 +69,8 @@ func (k frameKind) String() string {
 		return "reduce-scatter"
 	case kindAllGatherSegments:
 		return "all-gather-segments"
+	case kindGatherTo:
+		return "gather-to"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

@@ -61,7 +61,7 @@ type Stats struct {
 // CollectiveError is how every collective fails: which collective, its sequence number (the
 // "step" counted from 1, the same on every rank), the peer blamed, and why.
 type CollectiveError struct {
-	Kind string // "all-reduce", "reduce-scatter", "all-gather-segments", "broadcast", "all-gather", "barrier"
+	Kind string // "all-reduce", "reduce-scatter", "all-gather-segments", "broadcast", "all-gather", "gather-to", "barrier"
 	Seq  uint64
 	Peer int // rank blamed; -1 when no peer is (e.g. the caller's context was cancelled)
 	Err  error
@@ -185,6 +185,12 @@ type collective struct {
 	next   int
 
 	senderDone chan error
+
+	// sentSig, when set (a GatherTo rank that keeps nothing), makes the sender count the data
+	// frames it has handed to the transport in sent and signal each one (capacity 1), so the
+	// receiver can bound what it holds for forwarding (collectives.go).
+	sentSig chan struct{}
+	sent    atomic.Int64
 }
 
 // begin starts a collective: locks the group, checks it is usable, numbers the call and arms

@@ -537,6 +537,14 @@ func TestFailure_mismatch(t *testing.T) {
 				{"broadcast length", func(g *Group) error {
 					return g.Broadcast(context.Background(), make([]byte, 10*g.Rank()+1), 0)
 				}},
+				{"gather-to and all-gather", func(g *Group) error {
+					if g.Rank() == 1 {
+						_, err := g.AllGather(context.Background(), make([]byte, 10))
+						return err
+					}
+					_, err := g.GatherTo(context.Background(), make([]byte, 10), []bool{true, false, false})
+					return err
+				}},
 			} {
 				// The mismatch is detected from the first frames, in milliseconds; the timeout only
 				// has to be longer than that under a loaded -race run (3 s was not, on 2 busy

@@ -268,6 +268,11 @@ func (h *Hierarchy) AllGather(ctx context.Context, send []byte) ([][]byte, error
 	return h.main.AllGather(ctx, send)
 }
 
+// GatherTo is main's, as AllGather is.
+func (h *Hierarchy) GatherTo(ctx context.Context, send []byte, keep []bool) ([][]byte, error) {
+	return h.main.GatherTo(ctx, send, keep)
+}
+
 // Close closes the two rings (not main, the caller's).
 func (h *Hierarchy) Close() error {
 	return errors.Join(h.intra.Close(), h.inter.Close())

@@ -137,6 +137,13 @@ func (c *collective) runSender(q *jobQueue) error {
 		}
 		g.bytesSent.Add(int64(p.Size()))
 		c.progress()
+		if c.sentSig != nil {
+			c.sent.Add(1)
+			select {
+			case c.sentSig <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 

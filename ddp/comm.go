@@ -18,6 +18,13 @@ type Comm interface {
 	AllGatherSegments(ctx context.Context, buf []float32, wire allreduce.Wire) error
 	BroadcastF32(ctx context.Context, buf []float32, root int) error
 	AllGather(ctx context.Context, send []byte) ([][]byte, error)
+	// GatherTo is AllGather whose blocks only the ranks with keep[rank] collect; the others
+	// pass them on, holding one block at most, and get nil for every rank's but their own
+	// (allreduce.Group.GatherTo). The checkpoint's optimizer shard files go to the writers so.
+	GatherTo(ctx context.Context, send []byte, keep []bool) ([][]byte, error)
 }
 
-var _ Comm = (*allreduce.Group)(nil)
+var (
+	_ Comm = (*allreduce.Group)(nil)
+	_ Comm = (*allreduce.Hierarchy)(nil)
+)

@@ -359,13 +359,16 @@ func (e *Engine) GatherState(ctx context.Context, t *tensor.Tensor) ([]float32, 
 }
 
 // GatherShardFiles sends this rank's optimizer shard file (a sharded checkpoint's
-// optim-rank-NNNNN.safetensors) to every rank and returns all of them, indexed by rank: the
-// writers save them, the others drop them. Unsharded it is an error. A collective.
-func (e *Engine) GatherShardFiles(ctx context.Context, mine []byte) ([][]byte, error) {
+// optim-rank-NNNNN.safetensors) to the ranks with keep[rank] — the checkpoint's writers — which
+// get every rank's file, indexed by rank. The other ranks only pass the files on along the ring
+// (Comm.GatherTo): they hold one at a time at most, not the whole optimizer state, and get nil
+// for every rank's file but their own (mine itself). keep has one entry per rank and is the same
+// on every rank. Unsharded it is an error. A collective.
+func (e *Engine) GatherShardFiles(ctx context.Context, mine []byte, keep []bool) ([][]byte, error) {
 	if e.shard == nil {
 		return nil, fmt.Errorf("ddp: gathering optimizer shard files of an unsharded run")
 	}
-	files, err := e.comm.AllGather(ctx, mine)
+	files, err := e.comm.GatherTo(ctx, mine, keep)
 	if err != nil {
 		return nil, fmt.Errorf("ddp: gathering the ranks' optimizer shard files: %w", err)
 	}

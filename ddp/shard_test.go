@@ -1,6 +1,7 @@
 package ddp
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -425,4 +426,56 @@ func TestShardStaged_bf16FallsBackBitIdentical(t *testing.T) {
 			t.Errorf("rank %d: staged %v, in place %v; want the in-place path", r, s.staged, s.inPlace)
 		}
 	}
+}
+
+// GatherShardFiles gives every rank's optimizer shard file to the ranks keep names (the
+// checkpoint's writers) and to no other: those get their own file alone. On the flat ring with
+// rank 0 the writer, and over a Hierarchy of two hosts of two ranks with checkpoint.per_host's
+// writers (each host's local rank 0: GatherTo is the main group's).
+func TestGatherShardFiles_onlyTheWritersGetThem(t *testing.T) {
+	file := func(r int) []byte { return bytes.Repeat([]byte(fmt.Sprintf("optim-rank-%05d;", r)), 3000*(r+1)) }
+	gather := func(r int, comm Comm, keep []bool) [][]byte {
+		m, err := model.NewMLP(cpu.New(), model.MLPConfig{Widths: []int{nFeat, nHidden, nClass}}, 3)
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		defer m.Free()
+		eng := New(m.Params(), comm, Options{BucketCapMB: 0.01, ShardOptimizer: true})
+		defer eng.Close()
+		if eng.Shard() == nil {
+			t.Errorf("rank %d: the engine is not sharded", r)
+			return nil
+		}
+		mine := file(r)
+		files, err := eng.GatherShardFiles(context.Background(), mine, keep)
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+			return nil
+		}
+		if !keep[r] && len(files) > r && &files[r][0] != &mine[0] {
+			t.Errorf("rank %d (not a writer): its own file is not the one it sent", r)
+		}
+		return files
+	}
+	check := func(name string, keep []bool, got [][][]byte) {
+		t.Helper()
+		for r, files := range got {
+			if len(files) != len(keep) {
+				t.Fatalf("%s: rank %d: %d files, want %d", name, r, len(files), len(keep))
+			}
+			for o, f := range files {
+				switch {
+				case (keep[r] || o == r) && !bytes.Equal(f, file(o)):
+					t.Fatalf("%s: rank %d (writer %v): rank %d's file has %d bytes, want its %d", name, r, keep[r], o, len(f), len(file(o)))
+				case !keep[r] && o != r && f != nil:
+					t.Fatalf("%s: rank %d, not a writer, received rank %d's file (%d bytes)", name, r, o, len(f))
+				}
+			}
+		}
+	}
+	flat := []bool{true, false, false}
+	check("flat", flat, inprocWorld(t, 3, 1, func(r int, main Comm, _ []Comm) [][]byte { return gather(r, main, flat) }))
+	perHost := []bool{true, false, true, false}
+	check("per host", perHost, hierWorld(t, 2, 2, func(r int, comm Comm) [][]byte { return gather(r, comm, perHost) }))
 }

@@ -486,9 +486,10 @@ func (t *Trainer) saveCheckpoint(shards *checkpoint.OptimShards) error {
 
 // gatherOptimShards: under ddp.shard_optimizer every rank joins in gathering the f32 master
 // weights whole (the writers save them as model.safetensors) and in sending its optimizer shard,
-// encoded as its shard file, to the writers (an all-gather of the files: every rank receives them,
-// the non-writers drop them), so each writer's checkpoint holds every rank's shard file
-// (checkpoint/shards.go). Unsharded it returns nil: the optimizer's own state is whole.
+// encoded as its shard file, to the writers (ddp's GatherShardFiles: the all-gather's ring, in
+// which only the writers collect the files; the others pass each on and hold one at most), so
+// each writer's checkpoint holds every rank's shard file (checkpoint/shards.go). Unsharded it
+// returns nil: the optimizer's own state is whole.
 func (t *Trainer) gatherOptimShards(ctx context.Context) (*checkpoint.OptimShards, error) {
 	sh := t.eng.Shard()
 	if sh == nil {
@@ -507,11 +508,19 @@ func (t *Trainer) gatherOptimShards(ctx context.Context) (*checkpoint.OptimShard
 	if err != nil {
 		return nil, fmt.Errorf("worker: checkpoint of step %d: rank %d's optimizer shard: %w", t.st.Step, rank, err)
 	}
-	files, err := t.eng.GatherShardFiles(ctx, mine)
+	keep := shardFileKeepers(t.cfg.Checkpoint.PerHost, world, t.env.LocalWorldSize)
+	writer := checkpoint.IsWriter(t.cfg.Checkpoint.PerHost, rank, t.env.LocalRank)
+	if keep[rank] != writer {
+		// Every rank must agree on who collects the files; a writer left out would save nil.
+		lw := max(1, t.env.LocalWorldSize)
+		return nil, fmt.Errorf("worker: checkpoint of step %d: rank %d has LOCAL_RANK=%d, not RANK %% LOCAL_WORLD_SIZE = %d %% %d = %d: the ranks are not numbered host by host",
+			t.st.Step, rank, t.env.LocalRank, rank, lw, rank%lw)
+	}
+	files, err := t.eng.GatherShardFiles(ctx, mine, keep)
 	if err != nil {
 		return nil, fmt.Errorf("worker: checkpoint of step %d: %w", t.st.Step, err)
 	}
-	if !checkpoint.IsWriter(t.cfg.Checkpoint.PerHost, rank, t.env.LocalRank) {
+	if !writer {
 		return nil, nil
 	}
 	l := checkpoint.ShardLayout{WorldSize: world, BucketCapMB: t.cfg.DDP.BucketCapMB, N: t.ps.N}
@@ -519,6 +528,18 @@ func (t *Trainer) gatherOptimShards(ctx context.Context) (*checkpoint.OptimShard
 		l.Ranks = append(l.Ranks, ddp.PlanShard(t.ps, t.cfg.DDP.BucketCapMB, world, r).Ranges)
 	}
 	return &checkpoint.OptimShards{Layout: l, Files: files}, nil
+}
+
+// shardFileKeepers says, for each rank of a world of world ranks, whether it writes checkpoints
+// (checkpoint.IsWriter) and so keeps every rank's optimizer shard file when they are gathered.
+// Every rank computes it alike from the job's shape: ranks are numbered host by host,
+// localWorld (LOCAL_WORLD_SIZE) to a host, so rank r's local rank is r % localWorld.
+func shardFileKeepers(perHost bool, world, localWorld int) []bool {
+	keep := make([]bool, world)
+	for r := range keep {
+		keep[r] = checkpoint.IsWriter(perHost, r, r%max(1, localWorld))
+	}
+	return keep
 }
 
 // wireBytes are the bytes the groups have sent and received, all collectives so far.

@@ -15,9 +15,12 @@ package checkpoint
 // the unsharded checkpoint's. An unsharded run writes format 1, as before.
 //
 // Who writes: the writers of today (rank 0; with checkpoint.per_host each host's local rank 0).
-// Every rank sends its shard file's bytes to them (an all-gather over the group, the size of the
-// whole state, as the former gather of the state was), so each writer's directory holds every
-// shard and stands alone: a host's disk never depends on another's.
+// Every rank sends its shard file's bytes to them around the group's all-gather ring (ddp's
+// GatherShardFiles over allreduce's GatherTo: the whole state's bytes once around the ring, as the
+// former gather of the state was), in which only the writers collect the files: every other rank
+// passes each file on as it goes by, holding one file at most, so the whole state never lands in
+// the memory of a rank that does not write it. Each writer's directory holds every shard and
+// stands alone: a host's disk never depends on another's.
 //
 // Reading: a resume asks for the ranges its own shard holds now (Checkpoint.OptimRanges). It reads
 // only the files whose recorded ranges overlap them, verifying each against the manifest first,
