@@ -343,3 +343,8 @@ func (r *HierRing) AllGather(ctx context.Context, send []byte) ([][]byte, error)
 	out, err := r.g.AllGather(ctx, send)
 	return out, r.linked("all-gather", err)
 }
+
+func (r *HierRing) GatherTo(ctx context.Context, send []byte, keep []bool) ([][]byte, error) {
+	out, err := r.g.GatherTo(ctx, send, keep)
+	return out, r.linked("gather", err)
+}
