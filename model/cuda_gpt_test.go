@@ -190,7 +190,15 @@ func cuBenchGPT2(t *testing.T, g *cuda.Device, B, T, steps int) string {
 	}
 	cfg.CheckpointKeepAttn = os.Getenv("GODDP_CKPT_KEEP") != ""
 	cfg.GemmEpilogue = os.Getenv("GODDP_GEMM_EPILOGUE") != "" // bias, GELU and bias gradients in cublasLt's epilogues
-	t.Logf("attention %s, checkpoint every %d (keep attention %v), gemm epilogue %v", cfg.Attention, cfg.Checkpoint, cfg.CheckpointKeepAttn, cfg.GemmEpilogue)
+	flashRows := 64                                           // GODDP_FLASH_ROWS=128: model.flash_forward_rows
+	if s := os.Getenv("GODDP_FLASH_ROWS"); s != "" {
+		fmt.Sscan(s, &flashRows)
+	}
+	if err := g.SetFlashForwardRows(flashRows); err != nil {
+		t.Fatal(err)
+	}
+	defer g.SetFlashForwardRows(64)
+	t.Logf("attention %s, checkpoint every %d (keep attention %v), gemm epilogue %v, flash forward rows %d", cfg.Attention, cfg.Checkpoint, cfg.CheckpointKeepAttn, cfg.GemmEpilogue, flashRows)
 	g.EmptyCache()
 	base := g.Stats().Allocated
 	m, err := NewGPT(g, cfg, 1)

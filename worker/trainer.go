@@ -222,6 +222,9 @@ func (t *Trainer) buildModel() (data.Dataset, error) {
 		return nil, err
 	}
 	t.dev = dev
+	if err := flashForwardRows(dev, cfg.Model.FlashForwardRows); err != nil {
+		return nil, err
+	}
 	spec, err := ModelSpec(cfg) // the one derivation: the model, the data, the checkpoints and the logs use it
 	if err != nil {
 		return nil, err

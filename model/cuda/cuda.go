@@ -43,19 +43,22 @@ type Device struct {
 	minor   int
 	sms     int
 
-	stream   cudadrv.Stream // compute
-	copyS    cudadrv.Stream // copies to and from pinned host memory
-	module   cudadrv.Module
-	flashM   cudadrv.Module // fused attention (flash.go); loaded when flash is true
-	flash    bool
-	conv     *convState // cuDNN and the convolution kernels (conv.go; nil without the cudnn tag)
-	fns      map[string]cudadrv.Function
-	bf16     bf16Kernels // bf16 instantiations, loaded on first use (bf16.go)
-	bf16Once sync.Once
-	blas     *cudadrv.Blas
-	lt       *ltState   // cublasLt's fused epilogues (lt.go), made on first use
-	mu       sync.Mutex // guards nothing on the hot path; held by Close
-	closed   bool
+	stream cudadrv.Stream // compute
+	copyS  cudadrv.Stream // copies to and from pinned host memory
+	module cudadrv.Module
+	flashM cudadrv.Module // fused attention (flash.go); loaded when flash is true
+	flash  bool
+	// flashRows is the fused forward's block of query rows: 0 or 64 k_flash_fwd, 128
+	// k_flash_fwd128 (SetFlashForwardRows, model.flash_forward_rows).
+	flashRows int
+	conv      *convState // cuDNN and the convolution kernels (conv.go; nil without the cudnn tag)
+	fns       map[string]cudadrv.Function
+	bf16      bf16Kernels // bf16 instantiations, loaded on first use (bf16.go)
+	bf16Once  sync.Once
+	blas      *cudadrv.Blas
+	lt        *ltState   // cublasLt's fused epilogues (lt.go), made on first use
+	mu        sync.Mutex // guards nothing on the hot path; held by Close
+	closed    bool
 
 	evMu   sync.Mutex      // guards evFree: fences are spent on any goroutine (fence.go)
 	evFree []cudadrv.Event // events of spent fences, recorded again by the next Fence

@@ -74,8 +74,25 @@ func (d *Device) FlashAttention(y, lse, qkv *tensor.Tensor, heads int, scale flo
 	if B*T == 0 {
 		return
 	}
-	d.launch(kn("k_flash_fwd", y, qkv), [3]int{(T + 63) / 64, B * heads, 1}, [3]int{128, 1, 1}, 0,
+	name, rows := "k_flash_fwd", 64
+	if d.flashRows == 128 {
+		name, rows = "k_flash_fwd128", 128
+	}
+	d.launch(kn(name, y, qkv), [3]int{(T + rows - 1) / rows, B * heads, 1}, [3]int{2 * rows, 1, 1}, 0,
 		ptra(y), ptra(lse), ptra(qkv), i32a(T), i32a(heads), f32a(scale*math.Log2E))
+}
+
+var _ tensor.FlashForwardRower = (*Device)(nil)
+
+// SetFlashForwardRows picks the fused forward's block of query rows (tensor.FlashForwardRower):
+// 64 (k_flash_fwd, 4 warps) or 128 (k_flash_fwd128, 8 warps; not yet run on a GPU). The backward
+// keeps its blocks of 64.
+func (d *Device) SetFlashForwardRows(rows int) error {
+	if rows != 64 && rows != 128 {
+		return fmt.Errorf("%d rows: the fused attention's forward runs blocks of 64 or 128", rows)
+	}
+	d.flashRows = rows
+	return nil
 }
 
 func (d *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, heads int, scale float32) {

@@ -14,7 +14,8 @@ package cuda
 // dqkv (B,T,3C) the same way.
 //
 // Tiles: a block of 4 warps owns 64 rows (queries in the forward and dq kernels, keys in the dk/dv
-// kernel); each warp owns 16 of them and holds its operand rows as mma A fragments in registers.
+// kernel; k_flash_fwd128: 8 warps, 128 query rows); each warp owns 16 of them and holds its operand
+// rows as mma A fragments in registers.
 // The other side streams through shared memory in tiles of 64 rows, rows padded to 72 halves so the
 // fragment loads are free of bank conflicts, double-buffered: cp.async fetches tile i+1 while the
 // warps compute on tile i. Fragments come out of shared memory with ldmatrix, and with
@@ -59,7 +60,7 @@ __device__ __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) {
 // load_async starts copying 64 rows of 64 halves (row stride ld halves) into s[64][LDS]; rows
 // ≥ nvalid are zero-filled (cp.async with source size 0). Completes at cp_wait.
 __device__ __forceinline__ void load_async(half_t* s, const half_t* g, long ld, int nvalid) {
-	for (int i = threadIdx.x; i < 512; i += 128) {
+	for (int i = threadIdx.x; i < 512; i += blockDim.x) {
 		int r = i >> 3, c = (i & 7) * 8;
 		int n = r < nvalid ? 16 : 0;
 		const half_t* src = r < nvalid ? g + r * ld + c : g;
@@ -136,41 +137,47 @@ __device__ __forceinline__ void zero8x4(float (*x)[4]) {
 	for (int n = 0; n < 8; n++) { x[n][0] = 0.f; x[n][1] = 0.f; x[n][2] = 0.f; x[n][3] = 0.f; }
 }
 
-extern "C" {
-
-// k_flash_fwd: grid (⌈T/64⌉, B·H), 128 threads. y (B,T,C) f16, lse (B,H,T) f32 natural log.
-// sl2 = scale·log2(e).
-__global__ void __launch_bounds__(128) k_flash_fwd(half_t* __restrict__ y, float* __restrict__ lse,
-		const half_t* __restrict__ qkv, int T, int H, float sl2) {
-	__shared__ __align__(16) half_t sK[2][64 * LDS];
-	__shared__ __align__(16) half_t sV[2][64 * LDS];
+// flash_fwd is the forward for query blocks of NW·16 rows, one warp per 16 (k_flash_fwd: NW = 4,
+// 64 rows; k_flash_fwd128: NW = 8, 128 rows, so each key/value tile fetched into shared memory
+// serves twice the queries). Keys stream in tiles of 64 either way and every row adds its tiles in
+// the same order with the same arithmetic, so both give the same bits; a tile wholly after a
+// warp's rows (the 128-row block's last, for its first four warps) adds nothing and is skipped.
+// sK, sV: [2][64·LDS] each, the double buffers; the queries pass through sK[1] (and sV[1]).
+template <int NW>
+__device__ __forceinline__ void flash_fwd(half_t* __restrict__ y, float* __restrict__ lse,
+		const half_t* __restrict__ qkv, int T, int H, float sl2, half_t (*sK)[64 * LDS], half_t (*sV)[64 * LDS]) {
+	const int BR = NW * 16;
 	int qt = gridDim.x - 1 - blockIdx.x; // the longest (most key tiles) first
 	int bh = blockIdx.y, b = bh / H, h = bh % H;
 	int C = H * HS;
 	long ld = 3L * C;
 	const half_t* base = qkv + (long)b * T * ld + h * HS;
-	int q0 = qt * 64;
+	int q0 = qt * BR;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
-	int r0 = q0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
+	int w0 = q0 + warp * 16; // this warp's first row
+	int r0 = w0 + (lane >> 2), r1 = r0 + 8;
 
-	load_async(sK[1], base + (long)q0 * ld, ld, min(64, T - q0)); // q, into the second buffer
+	load_async(sK[1], base + (long)q0 * ld, ld, min(64, T - q0)); // q, into the second buffers
+	if (NW == 8) load_async(sV[1], q0 + 64 < T ? base + (long)(q0 + 64) * ld : base, ld, min(64, T - q0 - 64)); // no row valid: no byte read
 	load_async(sK[0], base + C, ld, min(64, T));
 	load_async(sV[0], base + 2 * C, ld, min(64, T));
 	cp_commit();
 	cp_wait0();
 	__syncthreads();
 	u32 qa[4][4];
+	const half_t* sq = warp < 4 ? sK[1] : sV[1];
 	#pragma unroll
-	for (int kk = 0; kk < 4; kk++) ldA(qa[kk], sK[1], warp * 16, kk * 16, lane);
+	for (int kk = 0; kk < 4; kk++) ldA(qa[kk], sq, (warp & 3) * 16, kk * 16, lane);
 	__syncthreads();
 
 	float o[8][4];
 	zero8x4(o);
 	float m0 = -INF, m1 = -INF, l0 = 0.f, l1 = 0.f;
 
-	for (int kt = 0; kt <= qt; kt++) {
+	int last = min((q0 + BR - 1) / 64, (T - 1) / 64); // the last key tile a row of the block needs
+	for (int kt = 0; kt <= last; kt++) {
 		int cur = kt & 1;
-		if (kt < qt) {
+		if (kt < last) {
 			int k1 = (kt + 1) * 64;
 			load_async(sK[cur ^ 1], base + C + (long)k1 * ld, ld, min(64, T - k1));
 			load_async(sV[cur ^ 1], base + 2 * C + (long)k1 * ld, ld, min(64, T - k1));
@@ -181,45 +188,47 @@ __global__ void __launch_bounds__(128) k_flash_fwd(half_t* __restrict__ y, float
 		}
 		__syncthreads();
 
-		float s[8][4];
-		zero8x4(s);
-		mm_nk(s, qa, sK[cur], lane);
 		int k0 = kt * 64;
-		float mx0 = -INF, mx1 = -INF;
-		bool diag = kt == qt;
-		#pragma unroll
-		for (int j = 0; j < 8; j++) {
+		if (k0 <= w0 + 15) { // else every key of the tile is after every row of this warp
+			float s[8][4];
+			zero8x4(s);
+			mm_nk(s, qa, sK[cur], lane);
+			float mx0 = -INF, mx1 = -INF;
+			bool diag = k0 + 63 > w0; // some key of the tile is after some row of this warp
 			#pragma unroll
-			for (int i = 0; i < 4; i++) {
-				int key = k0 + j * 8 + t4 * 2 + (i & 1);
-				float v = s[j][i] * sl2;
-				if (diag && key > (i < 2 ? r0 : r1)) v = -INF;
-				s[j][i] = v;
+			for (int j = 0; j < 8; j++) {
+				#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					int key = k0 + j * 8 + t4 * 2 + (i & 1);
+					float v = s[j][i] * sl2;
+					if (diag && key > (i < 2 ? r0 : r1)) v = -INF;
+					s[j][i] = v;
+				}
+				mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
+				mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
 			}
-			mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
-			mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+			mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
+			mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
+			mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
+			mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
+			// Key 0 is in tile 0 and never masked, so the running max is finite from the first tile on.
+			float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+			float a0 = exp2f(m0 - mn0), a1 = exp2f(m1 - mn1);
+			m0 = mn0; m1 = mn1;
+			float ps0 = 0.f, ps1 = 0.f;
+			#pragma unroll
+			for (int j = 0; j < 8; j++) {
+				s[j][0] = exp2f(s[j][0] - m0); s[j][1] = exp2f(s[j][1] - m0);
+				s[j][2] = exp2f(s[j][2] - m1); s[j][3] = exp2f(s[j][3] - m1);
+				ps0 += s[j][0] + s[j][1];
+				ps1 += s[j][2] + s[j][3];
+			}
+			l0 = l0 * a0 + ps0;
+			l1 = l1 * a1 + ps1;
+			#pragma unroll
+			for (int n = 0; n < 8; n++) { o[n][0] *= a0; o[n][1] *= a0; o[n][2] *= a1; o[n][3] *= a1; }
+			mm_pkn(o, s, sV[cur], lane);
 		}
-		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
-		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
-		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
-		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
-		// Key 0 is in tile 0 and never masked, so the running max is finite from the first tile on.
-		float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-		float a0 = exp2f(m0 - mn0), a1 = exp2f(m1 - mn1);
-		m0 = mn0; m1 = mn1;
-		float ps0 = 0.f, ps1 = 0.f;
-		#pragma unroll
-		for (int j = 0; j < 8; j++) {
-			s[j][0] = exp2f(s[j][0] - m0); s[j][1] = exp2f(s[j][1] - m0);
-			s[j][2] = exp2f(s[j][2] - m1); s[j][3] = exp2f(s[j][3] - m1);
-			ps0 += s[j][0] + s[j][1];
-			ps1 += s[j][2] + s[j][3];
-		}
-		l0 = l0 * a0 + ps0;
-		l1 = l1 * a1 + ps1;
-		#pragma unroll
-		for (int n = 0; n < 8; n++) { o[n][0] *= a0; o[n][1] *= a0; o[n][2] *= a1; o[n][3] *= a1; }
-		mm_pkn(o, s, sV[cur], lane);
 		__syncthreads(); // every warp is done with this buffer before the next prefetch refills it
 	}
 	l0 += __shfl_xor_sync(0xffffffff, l0, 1);
@@ -238,6 +247,26 @@ __global__ void __launch_bounds__(128) k_flash_fwd(half_t* __restrict__ y, float
 		for (int n = 0; n < 8; n++) *(u32*)(yb + (long)r1 * C + n * 8) = pack2(o[n][2] * i1, o[n][3] * i1);
 		if (t4 == 0) lse[(long)bh * T + r1] = (m1 + log2f(l1)) * LN2;
 	}
+}
+
+extern "C" {
+
+// k_flash_fwd: grid (⌈T/64⌉, B·H), 128 threads. y (B,T,C) f16, lse (B,H,T) f32 natural log.
+// sl2 = scale·log2(e).
+__global__ void __launch_bounds__(128) k_flash_fwd(half_t* __restrict__ y, float* __restrict__ lse,
+		const half_t* __restrict__ qkv, int T, int H, float sl2) {
+	__shared__ __align__(16) half_t sK[2][64 * LDS];
+	__shared__ __align__(16) half_t sV[2][64 * LDS];
+	flash_fwd<4>(y, lse, qkv, T, H, sl2, sK, sV);
+}
+
+// k_flash_fwd128: k_flash_fwd with query blocks of 128 rows: grid (⌈T/128⌉, B·H), 256 threads
+// (model.flash_forward_rows: 128; not yet run on a GPU).
+__global__ void __launch_bounds__(256) k_flash_fwd128(half_t* __restrict__ y, float* __restrict__ lse,
+		const half_t* __restrict__ qkv, int T, int H, float sl2) {
+	__shared__ __align__(16) half_t sK[2][64 * LDS];
+	__shared__ __align__(16) half_t sV[2][64 * LDS];
+	flash_fwd<8>(y, lse, qkv, T, H, sl2, sK, sV);
 }
 
 // k_flash_bwd_delta: delta (B,H,T) f32 = Σ_d dy·y per row and head (dy, y (B,T,C) f16). n = B·T·H.

@@ -4,7 +4,10 @@ package cuda
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/goddp/goddp/model/tensor"
 )
@@ -36,5 +39,60 @@ func TestCUDA_flashAttentionMatchesCPU(t *testing.T) {
 	g.Sync()
 	if a := g.Stats().Allocated; a != base {
 		t.Errorf("allocated %d after the flash tests, %d before\n%s", a, base, tensor.MemorySummary(g))
+	}
+}
+
+// model.flash_forward_rows: 128 launches k_flash_fwd128, whose blocks own 128 query rows: every
+// row still adds the same key tiles in the same order with the same arithmetic, so its output and
+// log-sum-exp are k_flash_fwd's very bits, in f16 and in bf16, on lengths that are and are not
+// multiples of 128 (and of 64), one row to 1024. Not yet run on a GPU.
+func TestCUDA_flashForward128SameBits(t *testing.T) {
+	g := gpu(t)
+	defer g.SetFlashForwardRows(64) // the shared test device goes back to the default
+	if err := g.SetFlashForwardRows(96); err == nil {
+		t.Error("96 rows accepted")
+	}
+	for _, dt := range []tensor.DType{tensor.F16, tensor.BF16} {
+		if !g.FlashAttentionFast(64, dt) {
+			t.Logf("no fused attention in %s on %s", dt, g.DeviceName())
+			continue
+		}
+		for i, sh := range [][3]int{{1, 1, 1}, {2, 64, 3}, {2, 100, 2}, {1, 130, 2}, {1, 200, 12}, {2, 1024, 2}} {
+			B, T, H := sh[0], sh[1], sh[2]
+			C := 64 * H
+			rng := rand.New(rand.NewPCG(uint64(i), uint64(dt)))
+			v := make([]float32, B*T*3*C)
+			for j := range v {
+				v[j] = float32(rng.NormFloat64())
+			}
+			qkv := g.Alloc(dt, "qkv", B, T, 3*C)
+			ipcUpload(g, qkv, v)
+			var ys [2][]uint16
+			var lses [2][]float32
+			for k, rows := range []int{64, 128} {
+				if err := g.SetFlashForwardRows(rows); err != nil {
+					t.Fatal(err)
+				}
+				y, lse := g.Alloc(dt, "y", B, T, C), g.Alloc(tensor.F32, "lse", B, H, T)
+				g.FlashAttention(y, lse, qkv, H, 0.125)
+				ys[k] = make([]uint16, y.Len())
+				g.dtoh(unsafe.Pointer(&ys[k][0]), y)
+				lses[k] = make([]float32, lse.Len())
+				g.Download(lses[k], lse)
+				g.Free(y)
+				g.Free(lse)
+			}
+			g.Free(qkv)
+			for j := range ys[0] {
+				if ys[0][j] != ys[1][j] {
+					t.Fatalf("%s B%d T%d H%d: y[%d] bits %#04x with 128-row blocks, %#04x with 64", dt, B, T, H, j, ys[1][j], ys[0][j])
+				}
+			}
+			for j := range lses[0] {
+				if math.Float32bits(lses[0][j]) != math.Float32bits(lses[1][j]) {
+					t.Fatalf("%s B%d T%d H%d: lse[%d] %g with 128-row blocks, %g with 64", dt, B, T, H, j, lses[1][j], lses[0][j])
+				}
+			}
+		}
 	}
 }

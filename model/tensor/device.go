@@ -152,6 +152,14 @@ type Device interface {
 	SGD(p, g, mom, half *Tensor, a SGDArgs)
 }
 
+// FlashForwardRower is an optional ability of a device whose fused attention forward runs in
+// blocks of query rows (the CUDA device: 64 rows by default, or 128): SetFlashForwardRows picks
+// the block height (model.flash_forward_rows). Every row adds the same key tiles in the same order
+// either way, so the results are the same bits; an unsupported height is an error.
+type FlashForwardRower interface {
+	SetFlashForwardRows(rows int) error
+}
+
 // AdamWArgs are one AdamW step's scalars. Bias corrections are 1-β^t, computed by the caller.
 type AdamWArgs struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float32

@@ -105,6 +105,11 @@ type ModelConfig struct {
 	// same operations, bit-identical). On the GPU the numbers differ from the
 	// separate kernels' in the last bits. Not yet run on a GPU. Default false.
 	GemmEpilogue bool `yaml:"gemm_epilogue,omitempty"`
+	// flash_forward_rows (GPT on --device cuda): the query rows a block of the fused attention's
+	// forward kernel owns, 64 (4 warps, the default) or 128 (8 warps: each key/value tile read
+	// into shared memory serves twice the queries). The same bits either way. Not yet run on a
+	// GPU. 0 = 64.
+	FlashForwardRows int `yaml:"flash_forward_rows,omitempty"`
 }
 
 // TrainConfig is the `train:` section.

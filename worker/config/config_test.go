@@ -156,6 +156,8 @@ func TestConfig_badValue(t *testing.T) {
 		{"model.dropout=0.1,model.attention=flash", "model.attention: flash has no attention dropout"},
 		{"model.checkpoint_keep_attention=true", "model.checkpoint_keep_attention: true without checkpointing"},
 		{"model.gemm_epilogue=true", "model.gemm_epilogue: true: only a gpt model"},
+		{"model.flash_forward_rows=128", "model.flash_forward_rows: 128: only a gpt model has the fused attention"},
+		{"model.kind=gpt,model.flash_forward_rows=96", "model.flash_forward_rows: 96: want 64 or 128"},
 		{"ddp.timeout=-5s", "--set ddp.timeout: -5s: must be positive"},     // issue 30: the key, and why
 		{"ddp.timeout=soon", `--set ddp.timeout: "soon" is not a duration`}, // the key
 		{"train.optimizer=adam", `--set train.optimizer: "adam"`},           // named once, by the choice

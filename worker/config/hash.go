@@ -54,6 +54,7 @@ var notTrajectory = []struct {
 	{key: "model.checkpoint", why: "activation checkpointing recomputes the same activations (bit-identical on the CPU: model's TestCheckpoint_sameGradsLessMemory)"},
 	{key: "model.layout", why: "the activations' order in memory: the same network and parameters (on the CPU bit-identical: model's TestResNet_channelsLastIsTheSameNetwork)"},
 	{key: "model.checkpoint_keep_attention", why: "keeps a recomputation's input instead of recomputing it: the same numbers"},
+	{key: "model.flash_forward_rows", why: "how many query rows a block of the attention kernel owns: every row adds the same tiles in the same order, the same bits"},
 	{key: "metrics.listen", why: "where Prometheus metrics are served"},
 	{key: "model.init_from", why: "the weights of step 0, read once by rank 0 (a path, like data.path); a resume's checkpoint supersedes them, and state.json records init_from and the sha256 of the weights it gave"},
 	{key: "checkpoint.fresh_if_broken", why: "what to do when every checkpoint is broken: start over (setting them aside) instead of failing"},

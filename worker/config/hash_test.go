@@ -144,6 +144,7 @@ func TestHash_everyKeyIsClassified(t *testing.T) {
 		"train.log_every": "3", "train.eval_every": "7", "train.eval_batches": "3", "train.memory_budget": "1GiB",
 		"model.checkpoint": "blocks", "model.checkpoint_keep_attention": "true", "model.layout": "nhwc", "metrics.listen": ":9100",
 		"model.init_from": "/somewhere/model.safetensors", "checkpoint.fresh_if_broken": "true",
+		"model.flash_forward_rows": "128",
 	}
 	// notTrajectory's conditional keys: a value, and the sets that make the key count (on) and not
 	// count (off).

@@ -114,6 +114,12 @@ func (c *Config) validateModel(p *problems) {
 			p.bad("model.classes", "%d: want > 0 for a resnet", m.Classes)
 		}
 	}
+	switch {
+	case m.FlashForwardRows != 0 && m.FlashForwardRows != 64 && m.FlashForwardRows != 128:
+		p.bad("model.flash_forward_rows", "%d: want 64 or 128", m.FlashForwardRows)
+	case m.FlashForwardRows != 0 && m.Kind != ModelGPT:
+		p.bad("model.flash_forward_rows", "%d: only a gpt model has the fused attention", m.FlashForwardRows)
+	}
 	if m.Kind != ModelGPT && m.GemmEpilogue {
 		p.bad("model.gemm_epilogue", "true: only a gpt model's MLP has the fused epilogues")
 	}
