@@ -32,6 +32,7 @@ package checkpoint
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 
 	"github.com/goddp/goddp/model"
@@ -119,6 +120,29 @@ func (c *Checkpoint) ShardWorld() int {
 		return 0
 	}
 	return c.shards.WorldSize
+}
+
+// ShardFileFor is the rank whose shard file holds exactly ranges (a resume that reads that file
+// alone, the very values it wrote), or -1 when the ranges are cut from the files anew: another
+// world size, or the same one with another bucket cap, or an unsharded checkpoint.
+func (c *Checkpoint) ShardFileFor(ranges [][2]int) int {
+	if c.shards == nil {
+		return -1
+	}
+	for r, rs := range c.shards.Ranks {
+		if slices.Equal(rs, ranges) {
+			return r
+		}
+	}
+	return -1
+}
+
+// ShardBucketCapMB is the bucket cap a sharded checkpoint's shards were cut with (0 when unsharded).
+func (c *Checkpoint) ShardBucketCapMB() float64 {
+	if c.shards == nil {
+		return 0
+	}
+	return c.shards.BucketCapMB
 }
 
 // OptimRanges reads the optimizer state tensors names for the slab ranges want (ascending, inside

@@ -249,3 +249,29 @@ func TestSharded_badManifest(t *testing.T) {
 		t.Errorf("overlapping ranges: %v", err)
 	}
 }
+
+// ShardFileFor names the file that holds exactly a rank's ranges (a resume reading it alone), and
+// -1 where ranges are cut anew: another world, the same world with other buckets, unsharded.
+func TestSharded_shardFileFor(t *testing.T) {
+	c, err := Load(saveSharded(t, t.TempDir(), 30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, rs := range testLayout.Ranks {
+		if got := c.ShardFileFor(rs); got != r {
+			t.Errorf("rank %d's own ranges: file of rank %d", r, got)
+		}
+	}
+	for _, rs := range [][][2]int{{{0, 5}}, {{0, 3}}, {{0, 3}, {6, 8}, {9, 10}}, {{0, 10}}} {
+		if got := c.ShardFileFor(rs); got != -1 {
+			t.Errorf("ranges %v: file of rank %d, want none", rs, got)
+		}
+	}
+	if c.ShardBucketCapMB() != 0.25 {
+		t.Errorf("bucket cap %g", c.ShardBucketCapMB())
+	}
+	un := &Checkpoint{}
+	if un.ShardFileFor([][2]int{{0, 3}}) != -1 || un.ShardBucketCapMB() != 0 {
+		t.Error("an unsharded checkpoint names a shard file")
+	}
+}

@@ -219,12 +219,14 @@ func (s *State) Restore(path, where string, world int, cfg *config.Config, ps *m
 			}
 			optLoads = append(optLoads, tensorLoad{st.T, vals[st.Name]})
 		}
-		if sw := ck.ShardWorld(); sw != world || shard == nil {
-			how := "re-sharded"
-			if shard == nil {
-				how = "gathered whole (this run is unsharded)"
-			}
-			log.Info("checkpoint: optimizer state written sharded over "+fmt.Sprint(sw)+" ranks, "+how+" for a world of "+fmt.Sprint(world), "path", path)
+		sw := ck.ShardWorld()
+		switch {
+		case shard == nil:
+			log.Info("checkpoint: optimizer state written sharded over "+fmt.Sprint(sw)+" ranks, gathered whole (this run is unsharded) for a world of "+fmt.Sprint(world), "path", path)
+		case ck.ShardFileFor(shard.Ranges) < 0 && sw == world: // the same world, other buckets
+			log.Info(fmt.Sprintf("checkpoint: optimizer state written sharded over %d ranks with ddp.bucket_cap_mb %g, re-sharded for this run's %g", sw, ck.ShardBucketCapMB(), cfg.DDP.BucketCapMB), "path", path)
+		case ck.ShardFileFor(shard.Ranges) < 0:
+			log.Info("checkpoint: optimizer state written sharded over "+fmt.Sprint(sw)+" ranks, re-sharded for a world of "+fmt.Sprint(world), "path", path)
 		}
 	} else {
 		for _, st := range opt.State() {
