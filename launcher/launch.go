@@ -274,7 +274,9 @@ func Run(ctx context.Context, o Options) error {
 	if msg := GPUSharing(o.NProcPerNode, o.VisibleGPUs, o.VisibleDevices); msg != "" {
 		log.Warn("ddplaunch: workers share GPUs; each uses GPU LOCAL_RANK % " + fmt.Sprint(o.VisibleGPUs) + ": " + msg)
 	}
+	portRedraws := 0 // attempts started again because their drawn master port was taken: not restarts
 	for attempt := 0; ; attempt++ {
+		restarts := attempt - portRedraws
 		if sig := pendingSignal(o.Signals); sig != nil {
 			return &SignalError{Signal: sig}
 		}
@@ -302,7 +304,7 @@ func Run(ctx context.Context, o Options) error {
 				Rank: rank, LocalRank: lr, WorldSize: asg.WorldSize, LocalWorldSize: o.NProcPerNode,
 				NodeRank: asg.NodeRank, NNodes: asg.NNodes,
 				MasterAddr: asg.MasterAddr, MasterPort: asg.MasterPort, Token: asg.Token,
-				RestartCount: attempt, MaxRestarts: o.MaxRestarts,
+				RestartCount: restarts, MaxRestarts: o.MaxRestarts,
 				Torchrun: &TorchrunEnv{RunID: o.RunID, Role: o.Role},
 			}
 			var extra []*os.File
@@ -331,7 +333,7 @@ func Run(ctx context.Context, o Options) error {
 				sink.OutLog, sink.ErrLog = attemptLogs[lr].out, attemptLogs[lr].err
 				we.Torchrun.ErrorFile = layout.ErrorFile(attempt, lr)
 				fmt.Fprintf(logs[lr], "=== ddplaunch: rank %d, attempt %d (restart count %d), %s ===\n",
-					rank, attempt, attempt, time.Now().Format(time.RFC3339))
+					rank, attempt, restarts, time.Now().Format(time.RFC3339))
 				sink.Log = logs[lr]
 			}
 			specs[lr] = WorkerSpec{
@@ -342,7 +344,7 @@ func Run(ctx context.Context, o Options) error {
 		log.Info("ddplaunch: starting workers", "nproc", o.NProcPerNode, "world_size", asg.WorldSize,
 			"node_rank", asg.NodeRank, "nnodes", asg.NNodes,
 			"master", fmt.Sprintf("%s:%d", asg.MasterAddr, asg.MasterPort),
-			"restart", attempt, "max_restarts", o.MaxRestarts)
+			"restart", restarts, "max_restarts", o.MaxRestarts)
 
 		out, err := Supervise(ctx, specs, SuperviseConfig{
 			Grace: o.Grace, Signals: o.Signals, Lost: asg.Lost, TailLines: o.TailLines,
@@ -359,7 +361,7 @@ func Run(ctx context.Context, o Options) error {
 		switch {
 		case out.Succeeded():
 			reportEnd(rdzv, attempt, nil)
-			log.Info("ddplaunch: all workers exited 0", "nproc", o.NProcPerNode, "restarts", attempt)
+			log.Info("ddplaunch: all workers exited 0", "nproc", o.NProcPerNode, "restarts", restarts)
 			return nil
 		case out.Signal != nil:
 			end = &SignalError{Signal: out.Signal}
@@ -372,9 +374,16 @@ func Run(ctx context.Context, o Options) error {
 		case out.Lost != nil:
 			end = &LostError{Err: out.Lost}
 			log.Error("ddplaunch: " + end.Error())
+		case portRedraws < MaxPortRedraws && masterPortTaken(rdzv, out.Failure):
+			portRedraws++
+			f := out.Failure
+			reportEnd(rdzv, attempt, &WorkerError{Rank: f.Rank, LocalRank: f.LocalRank, Pid: f.Pid, Status: f.Status, Tail: f.Tail, Restarts: restarts})
+			log.Warn(fmt.Sprintf("ddplaunch: MASTER_PORT %d was taken by another process before rank 0 could listen on it; starting the workers again on another port (not a restart; %d of %d such redraws)",
+				asg.MasterPort, portRedraws, MaxPortRedraws))
+			continue
 		default:
 			f := out.Failure
-			end = &WorkerError{Rank: f.Rank, LocalRank: f.LocalRank, Pid: f.Pid, Status: f.Status, Tail: f.Tail, Restarts: attempt}
+			end = &WorkerError{Rank: f.Rank, LocalRank: f.LocalRank, Pid: f.Pid, Status: f.Status, Tail: f.Tail, Restarts: restarts}
 			printFailure(stderr, f, out.Failures[1:])
 			if layout != nil {
 				p := layout.ErrorFile(attempt, f.LocalRank)
@@ -398,13 +407,13 @@ func Run(ctx context.Context, o Options) error {
 				}
 			}
 		}
-		if attempt >= o.MaxRestarts {
+		if restarts >= o.MaxRestarts {
 			if o.MaxRestarts > 0 {
 				log.Error("ddplaunch: no restart left", "max_restarts", o.MaxRestarts)
 			}
 			return end
 		}
-		log.Warn(fmt.Sprintf("ddplaunch: restarting all %d workers (restart %d of %d)", o.NProcPerNode, attempt+1, o.MaxRestarts))
+		log.Warn(fmt.Sprintf("ddplaunch: restarting all %d workers (restart %d of %d)", o.NProcPerNode, restarts+1, o.MaxRestarts))
 	}
 }
 

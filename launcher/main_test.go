@@ -48,6 +48,7 @@ func TestMain(m *testing.M) {
 //	beat           heartbeat every 100 ms on $DDP_HEARTBEAT_FD
 //	kill:N         kill myself with signal N
 //	failfirst:N    exit with N when DDP_RESTART_COUNT is 0
+//	failonce:N     exit with N the first time this rank runs in the job (a marker file)
 //	errorfile:T    write T to $TORCHELASTIC_ERROR_FILE as PyTorch's @record writes an exception
 func fakeWorker() {
 	rank := os.Getenv("RANK")
@@ -156,6 +157,13 @@ func fakeWorker() {
 			}
 		case "failfirst":
 			if os.Getenv("DDP_RESTART_COUNT") == "0" {
+				n, _ := strconv.Atoi(arg)
+				os.Exit(n)
+			}
+		case "failonce": // the first time this rank runs in the job, whatever its restart count
+			p := filepath.Join(dir, "failedonce-"+rank)
+			if _, err := os.Stat(p); err != nil {
+				os.WriteFile(p, nil, 0o644)
 				n, _ := strconv.Atoi(arg)
 				os.Exit(n)
 			}

@@ -120,8 +120,9 @@ func NewToken() (string, error) {
 }
 
 // FreePort asks the kernel for a free TCP port on host (any interface when host is not local) and
-// releases it. As with torchrun, another process may take it before rank 0 binds it; a restart then
-// draws a new one.
+// releases it. As with torchrun, another process may take it before rank 0 binds it: goddp's
+// trainer then exits ExitMasterPortTaken and Run draws a new one without counting a restart (one
+// host); other programs' attempts restart under --max-restarts.
 func FreePort(host string) (int, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {

@@ -117,6 +117,26 @@ const Trainer = "ddptrain"
 // master, or a stop signal ended it. Any other failure of the trainer is its own.
 const ExitFollowOn = 4
 
+// ExitMasterPortTaken is the exit code with which goddp's trainer, as rank 0, says it could not
+// listen on MASTER_ADDR:MASTER_PORT because another process holds that address: the port was
+// free when drawn (FreePort) and taken before rank 0 bound it. Run then starts the same workers
+// on another port without counting a restart, when it drew the port itself (masterPortTaken).
+const ExitMasterPortTaken = 5
+
+// MaxPortRedraws bounds how many attempts of one job Run starts again on a new port because the
+// drawn one was taken (ExitMasterPortTaken); past it the failure counts as any other.
+const MaxPortRedraws = 3
+
+// masterPortTaken says whether an attempt failed only because the master port Run drew for it was
+// taken: a single-host job whose port is drawn per attempt (LocalRendezvous with Port 0) and whose
+// root-cause worker is goddp's trainer exiting ExitMasterPortTaken. A port the user chose
+// (--master-port) is theirs to change; multi-host rendezvous agree on their attempts across hosts
+// and are left to --max-restarts.
+func masterPortTaken(r Rendezvous, f *WorkerExit) bool {
+	lr, ok := r.(*LocalRendezvous)
+	return ok && f != nil && lr.Port == 0 && f.Program == Trainer && f.Status.Signal == 0 && f.Status.Code == ExitMasterPortTaken
+}
+
 // IsFollowOn says whether e's failure is a consequence of another worker's. goddp's trainer
 // says so by its exit code (ExitFollowOn), and only by it; any other program by its words: its
 // first error line or its last output line (where a Go program's fatal message and a Python

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/goddp/goddp/allreduce"
@@ -192,6 +193,9 @@ func (t *Trainer) joinGroup(ctx context.Context) (allreduce.Config, error) {
 		gcfg.Logger = t.log
 		gcfg.Timeout = cfg.DDP.Timeout.D // 0: allreduce's default
 		group, err = allreduce.NewGroup(ctx, gcfg)
+		if err != nil && env.Rank == 0 && errors.Is(err, syscall.EADDRINUSE) {
+			return gcfg, &MasterPortTakenError{Addr: gcfg.MasterAddr, Err: err}
+		}
 		if err != nil {
 			return gcfg, fmt.Errorf("worker: joining the process group: %w", err)
 		}
@@ -503,6 +507,21 @@ func sameDir(a, b string) bool {
 	sb, errB := os.Stat(b)
 	return errA == nil && errB == nil && os.SameFile(sa, sb)
 }
+
+// MasterPortTakenError is rank 0's failure to listen on MASTER_ADDR:MASTER_PORT because another
+// process holds that address: a launcher that drew the port itself (ddplaunch without
+// --master-port) takes the same workers again on another port instead of counting a restart;
+// ddptrain says it by its exit status (launcher.ExitMasterPortTaken).
+type MasterPortTakenError struct {
+	Addr string // MASTER_ADDR:MASTER_PORT
+	Err  error
+}
+
+func (e *MasterPortTakenError) Error() string {
+	return fmt.Sprintf("worker: joining the process group: MASTER_ADDR:MASTER_PORT %s is taken by another process: %v", e.Addr, e.Err)
+}
+
+func (e *MasterPortTakenError) Unwrap() error { return e.Err }
 
 // FinishedError is what New (and Run) return when the checkpoint a run resumes from is at or
 // past its last step: there is nothing to train. It is not a failure: ddptrain prints it and

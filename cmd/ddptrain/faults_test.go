@@ -23,6 +23,9 @@ func TestExitFollowOn_isTheLaunchers(t *testing.T) {
 	if exitFollowOn != launcher.ExitFollowOn || launcher.Trainer != "ddptrain" {
 		t.Fatalf("ddptrain exits %d for a follow-on, the launcher reads %d from %q", exitFollowOn, launcher.ExitFollowOn, launcher.Trainer)
 	}
+	if exitMasterPort != launcher.ExitMasterPortTaken {
+		t.Fatalf("ddptrain exits %d for a taken MASTER_PORT, the launcher reads %d", exitMasterPort, launcher.ExitMasterPortTaken)
+	}
 }
 
 // runLaunch runs ddplaunch with 2 workers and the given trainer arguments; its output and how

@@ -12,7 +12,9 @@
 // it failed because another rank did (a collective or link naming a peer, a rendezvous that lost
 // its master: allreduce.FailedByPeer) or its failure is the cancellation a stop signal made (a rank
 // whose own error came as the signal arrived exits 1): ddplaunch reads 4 as a follow-on
-// (launcher.ExitFollowOn) and blames another rank first.
+// (launcher.ExitFollowOn) and blames another rank first; 5 when, as rank 0, it could not listen on
+// MASTER_ADDR:MASTER_PORT because another process holds it: ddplaunch, when it drew the port,
+// starts the job again on another one without counting a restart (launcher.ExitMasterPortTaken).
 package main
 
 import (
@@ -38,6 +40,7 @@ const (
 	exitUsage         = 2 // also a config that does not load
 	exitInjectedFault = 3 // DDP_FAIL_AT_STEP (-tags ddptesthooks)
 	exitFollowOn      = 4 // another rank's failure, or a stop signal (launcher.ExitFollowOn)
+	exitMasterPort    = 5 // rank 0: MASTER_ADDR:MASTER_PORT taken by another process (launcher.ExitMasterPortTaken)
 )
 
 func main() {
@@ -106,6 +109,9 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "ddptrain:", err)
 		if injectedFault(err) {
 			return exitInjectedFault
+		}
+		if mp := (*worker.MasterPortTakenError)(nil); errors.As(err, &mp) {
+			return exitMasterPort
 		}
 		// A stop signal counts only when the failure is the cancellation itself: a rank whose own
 		// error (bad data, say) came as the launcher's SIGTERM arrived is a root cause, not a
