@@ -95,6 +95,53 @@ type devicePath struct {
 
 	names  []int       // the world's rank of each of the host's ranks (a reducer's peer q)
 	failed atomic.Bool // abort was called: every later bucket fails
+
+	// ddp.shard_optimizer (one host): the buckets' reduce halves alone leave each rank its segment
+	// (no pinned copies; each ends in a meeting, so a rank rewrites its buffer only once every peer
+	// has read it), Wait copies back the owned segments only, and GatherParams runs the gather
+	// halves over gathers: per bucket, a reducer over that bucket's range of the slab the next
+	// forward reads (the 16-bit compute copy, or the f32 master under fp32).
+	shard   bool
+	gathers []tensor.IPCHalfReducer
+	gslab   *tensor.Tensor
+}
+
+func asAsync(rs []tensor.IPCHalfReducer) []tensor.IPCAsyncReducer {
+	out := make([]tensor.IPCAsyncReducer, len(rs))
+	for i, r := range rs {
+		out[i] = r
+	}
+	return out
+}
+
+// gatherReducers makes the sharded path's gather reducers (devicePath.gathers), their handles
+// exchanged over comm like the buckets'. A collective of comm.
+func (p *devicePath) gatherReducers(ctx context.Context, e *Engine, comm Comm) error {
+	p.gslab = e.ps.Half
+	if p.gslab == nil {
+		p.gslab = e.ps.Data
+	}
+	var err error
+	for _, b := range e.buckets {
+		var red tensor.IPCReducer
+		view := p.gslab.View(b.lo, b.hi-b.lo)
+		if err != nil { // keep the exchanges matched
+			red, err = NewDeviceReducer(ctx, failingIPC{e.dev, err}, view, comm)
+		} else {
+			red, err = NewDeviceReducer(ctx, e.dev, view, comm)
+		}
+		if err != nil {
+			continue
+		}
+		hr, ok := red.(tensor.IPCHalfReducer)
+		if !ok {
+			red.Close()
+			err = fmt.Errorf("ddp.intra_host: device with ddp.shard_optimizer: device %s's reducer cannot run its halves apart", e.dev.Name())
+			continue
+		}
+		p.gathers = append(p.gathers, hr)
+	}
+	return err
 }
 
 // hostRings is what the device path across hosts needs of an engine's group: allreduce.Hierarchy.
@@ -172,8 +219,8 @@ func (e *Engine) UseDevice(ctx context.Context, hosts int) error {
 		mine = fmt.Errorf("ddp.intra_host: device: device %s has no all-reduce over IPC buffers on a side stream (a CUDA build has)", e.dev.Name())
 	case werr != nil:
 		mine = werr
-	case e.shard != nil:
-		mine = errors.New("ddp.intra_host: device with ddp.shard_optimizer: not built yet; use one or the other")
+	case e.shard != nil && len(between) > 0:
+		mine = errors.New("ddp.intra_host: device with ddp.shard_optimizer across hosts: not built yet (one host is); use one or the other")
 	case len(e.buckets) == 0 || n < 2:
 		return nil // nothing to reduce
 	}
@@ -187,7 +234,7 @@ func (e *Engine) UseDevice(ctx context.Context, hosts int) error {
 		return mine
 	}
 	p := &devicePath{fences: make([]tensor.Fence, len(e.buckets)), grace: e.opts.DeviceGrace,
-		control: control, between: between, local: exchange.Size(), hosts: max(1, hosts)}
+		control: control, between: between, local: exchange.Size(), hosts: max(1, hosts), shard: e.shard != nil}
 	host := e.comm.Rank() / p.local // ranks are numbered host by host (allreduce.Hierarchy checks it)
 	for q := range p.local {
 		p.names = append(p.names, host*p.local+q)
@@ -220,18 +267,24 @@ func (e *Engine) UseDevice(ctx context.Context, hosts int) error {
 			continue
 		}
 		p.reds = append(p.reds, ar)
-		if p.between != nil {
+		if p.between != nil || p.shard {
 			hr, ok := ar.(tensor.IPCHalfReducer)
 			if !ok {
-				err = fmt.Errorf("ddp.intra_host: device with %d hosts: device %s's reducer cannot run its halves apart", hosts, e.dev.Name())
+				err = fmt.Errorf("ddp.intra_host: device (%d hosts, shard_optimizer %v): device %s's reducer cannot run its halves apart", hosts, p.shard, e.dev.Name())
 				continue
 			}
-			var pin []byte
-			if pin, err = hr.PinSegment(); err != nil {
-				continue
+			p.halves = append(p.halves, hr)
+			if p.between != nil {
+				var pin []byte
+				if pin, err = hr.PinSegment(); err != nil {
+					continue
+				}
+				p.pinned = append(p.pinned, pin)
 			}
-			p.halves, p.pinned = append(p.halves, hr), append(p.pinned, pin)
 		}
+	}
+	if err == nil && p.shard {
+		err = p.gatherReducers(ctx, e, exchange)
 	}
 	if err != nil {
 		p.close(true)
@@ -300,11 +353,15 @@ func (p *devicePath) stop() {
 	for _, r := range p.reds {
 		r.Abort()
 	}
+	for _, r := range p.gathers {
+		r.Abort()
+	}
 }
 
 // stalled is the first rank (in the world) a reducer's kernel gave up waiting for, or -1.
 func (p *devicePath) stalled() int {
-	for _, r := range p.reds {
+	all := append(append([]tensor.IPCAsyncReducer{}, p.reds...), asAsync(p.gathers)...)
+	for _, r := range all {
 		if q := r.Stalled(); q >= 0 {
 			if q < len(p.names) {
 				return p.names[q]
@@ -327,7 +384,10 @@ func (p *devicePath) close(abort bool) {
 	for _, r := range p.reds {
 		r.Close()
 	}
-	p.reds, p.stream = nil, nil
+	for _, r := range p.gathers {
+		r.Close()
+	}
+	p.reds, p.gathers, p.stream = nil, nil, nil
 }
 
 // launchDevice enqueues bucket b's all-reduce on the side stream, after the compute stream's
@@ -337,7 +397,7 @@ func (p *devicePath) close(abort bool) {
 func (e *Engine) launchDevice(b *bucket) {
 	p := e.devp
 	p.stream.Fork()
-	if p.between != nil { // across hosts: the reduce half now, the gather half in Wait
+	if p.between != nil || p.shard { // the reduce half now; the gather half in Wait (across hosts) or GatherParams (sharded)
 		p.fences[b.index] = p.halves[b.index].ReduceScatter(p.stream, p.scale, p.div)
 		return
 	}
@@ -451,8 +511,45 @@ func (e *Engine) finishDevice(ctx context.Context) error {
 	}
 	p.stream.Join()
 	for _, b := range e.buckets {
-		e.dev.Copy(b.view, p.bufs[b.index])
+		if p.shard { // the owned segment only: the rest of the buffer holds this rank's own values
+			lo, hi := e.ownedSeg(b)
+			e.dev.Copy(b.view.View(lo, hi-lo), p.bufs[b.index].View(lo, hi-lo))
+		} else {
+			e.dev.Copy(b.view, p.bufs[b.index])
+		}
 		p.fences[b.index] = nil
+	}
+	return nil
+}
+
+// gatherParamsDevice is GatherParams on the sharded device path: per bucket in index order the
+// gather half over the slab the next forward reads (each rank's updated segment copied from its
+// owner, on the side stream after the optimizer's step), the control plane's agreement that every
+// rank launched them, the last one's fence (bounded), and the compute stream ordered after them.
+func (e *Engine) gatherParamsDevice(ctx context.Context) error {
+	p := e.devp
+	name := "ddp: device all-gather of the updated weights"
+	if p.failed.Load() {
+		return fmt.Errorf("%s: not run: the device path was aborted by an earlier failure", name)
+	}
+	if len(e.buckets) == 0 {
+		return nil
+	}
+	p.stream.Fork()
+	var last tensor.Fence
+	for _, g := range p.gathers {
+		last = g.AllGather(p.stream)
+	}
+	if err := p.control[0].AllReduce(ctx, []float32{0}, allreduce.Sum, allreduce.WireF32); err != nil {
+		p.abort()
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if err := waitFence(ctx, last, p.grace, p.abort, p.stalled, name); err != nil {
+		return err
+	}
+	p.stream.Join()
+	if e.ps.Half != nil {
+		e.masterStale = true
 	}
 	return nil
 }

@@ -162,6 +162,12 @@ func (r *fakeRed) ReduceScatter(s tensor.IPCStream, scale, div float32) tensor.F
 	f := make(fakeFence)
 	s.(*fakeStream).push(func() {
 		defer close(f)
+		if r.pinned == nil { // the halves alone: the reduce ends in a meeting (no peer reads this buffer after)
+			if r.run(e, scale, div, 1) {
+				r.meet(1, e)
+			}
+			return
+		}
 		if r.run(e, scale, div, 1) {
 			v := make([]float32, len(r.pinned)/r.buf.DType().Size())
 			r.d.Download(v, r.seg(r.plan.Rank))
@@ -177,7 +183,7 @@ func (r *fakeRed) AllGather(s tensor.IPCStream) tensor.Fence {
 	f := make(fakeFence)
 	s.(*fakeStream).push(func() {
 		defer close(f)
-		if !r.abort.Load() {
+		if !r.abort.Load() && r.pinned != nil {
 			r.d.Upload(r.seg(r.plan.Rank), model.BytesFloat(r.buf.DType(), r.pinned))
 		}
 		r.run(e, 1, 1, 2)
@@ -492,8 +498,9 @@ func TestDeviceScale_isAllreducesAvg(t *testing.T) {
 	}
 }
 
-// UseDevice refuses, on every rank and without hanging, a device without the ability, several
-// hosts, and the sharded optimizer.
+// UseDevice refuses, on every rank and without hanging, a device without the ability and several
+// hosts without the hierarchy's rings (the sharded optimizer across hosts:
+// TestEngineDevice_shardAcrossHostsRefused).
 func TestEngineDevice_refusals(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -504,7 +511,6 @@ func TestEngineDevice_refusals(t *testing.T) {
 	}{
 		{"cpu", 1, true, false, "has no all-reduce over IPC"},
 		{"hosts", 2, false, false, "are not the rings inside and between 2 hosts"},
-		{"shard", 1, false, true, "shard_optimizer"},
 	} {
 		hub := newFakeHub()
 		eachRank(t, 2, func(r int, g *allreduce.Group) {
@@ -582,4 +588,68 @@ func TestEngineDevice_launchesInIndexOrder(t *testing.T) {
 			}
 		}
 	}
+}
+
+// ddp.shard_optimizer on the device path (one host; fakeIPCDev): the buckets' reduce halves alone
+// leave each rank its segment, the sharded step updates it, GatherParams' gather halves copy every
+// rank's updated segment of the weights the next forward reads from its owner. The run ends
+// bit-identical to the device path unsharded — weights, 16-bit copy, gradient norms, AdamW's m and
+// v — since the same reduce computes the owned segments, the update is elementwise and the gathers
+// copy bits: f32, f16 (with the loss scaler) and bf16, W 2 and 4, accumulation, clipping, several
+// channels.
+func TestShardDevice_bitIdenticalToUnsharded(t *testing.T) {
+	type tc struct {
+		compute tensor.DType
+		wire    allreduce.Wire
+	}
+	for _, c := range []tc{{tensor.F32, allreduce.WireF32}, {tensor.F16, allreduce.WireF16}, {tensor.BF16, allreduce.WireBF16}} {
+		for _, W := range []int{2, 4} {
+			for _, ch := range []int{1, 2} {
+				t.Run(fmt.Sprintf("%s/W%d/ch%d", c.compute, W, ch), func(t *testing.T) {
+					b, k, steps := 3, 2, 5
+					d := makeData(W * b * k * steps)
+					hub := newFakeHub()
+					sc := shardCfg{W: W, b: b, k: k, steps: steps, compute: c.compute, wire: c.wire, bucketMB: 0.0005,
+						clip: 0.5, channels: ch, injectRank: -1, device: true,
+						newDev: func(*testing.T, int) (tensor.Device, func()) {
+							return fakeIPCDev{Device: cpu.New(), hub: hub}, func() {}
+						}}
+					plain := runShardWorld(t, sc, d)
+					sc.shard = true
+					sharded := runShardWorld(t, sc, d)
+					if t.Failed() {
+						return
+					}
+					checkSame(t, plain, sharded)
+					for r := range sharded {
+						if sharded[r].hash != sharded[0].hash {
+							t.Errorf("rank %d's param_sha256 differs from rank 0's", r)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// ddp.shard_optimizer with the device path across hosts is not built: refused on every rank in one
+// line, without hanging.
+func TestEngineDevice_shardAcrossHostsRefused(t *testing.T) {
+	hub := newFakeHub()
+	hierWorld(t, 2, 2, func(r int, comm Comm) bool {
+		dev := fakeIPCDev{Device: cpu.New(), hub: hub}
+		m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{nFeat, nHidden, nClass}}, 3)
+		if err != nil {
+			t.Error(err)
+			return false
+		}
+		defer m.Free()
+		eng := New(m.Params(), comm, Options{BucketCapMB: 0.0005, ShardOptimizer: true, HostStaging: true})
+		defer eng.Close()
+		err = eng.UseDevice(context.Background(), 2)
+		if err == nil || !strings.Contains(err.Error(), "shard_optimizer across hosts") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("rank %d: got %v", r, err)
+		}
+		return true
+	})
 }

@@ -191,6 +191,9 @@ func (e *Engine) GatherParams(ctx context.Context) error {
 	if e.shard == nil {
 		return nil
 	}
+	if e.devp != nil { // on the device, over CUDA IPC (engine_device.go)
+		return e.gatherParamsDevice(ctx)
+	}
 	if e.ps.Half == nil {
 		return e.gatherSlab(ctx, e.ps.Data, allreduce.WireF32, "master weights")
 	}

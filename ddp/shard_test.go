@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/model"
@@ -31,6 +32,7 @@ type shardCfg struct {
 	hideHost       bool             // the device without tensor.HostMemory: the host-buffer path (CUDA's)
 	sgd            *model.SGDConfig // SGD instead of AdamW
 	newDev         newDevFunc       // nil: the CPU device (hideHost: without HostMemory)
+	device         bool             // ddp.intra_host: device (UseDevice; newDev gives an IPC device)
 }
 
 // noHostMem is the CPU device behind the bare tensor.Device interface, so without its
@@ -92,12 +94,18 @@ func trainShardRank(t *testing.T, sc shardCfg, rank int, comm Comm, d dataset, e
 		t.Fatal(err)
 	}
 	defer scaler.Free()
-	eng := New(ps, comm, Options{BucketCapMB: sc.bucketMB, Wire: sc.wire, Channels: extra, ShardOptimizer: sc.shard})
+	eng := New(ps, comm, Options{BucketCapMB: sc.bucketMB, Wire: sc.wire, Channels: extra, ShardOptimizer: sc.shard,
+		HostStaging: sc.device, DeviceGrace: 5 * time.Second})
 	defer eng.Close()
 	if fmt.Sprint(eng.Shard()) != fmt.Sprint(sh) {
 		t.Fatalf("rank %d: the engine's shard %v, PlanShard's %v", rank, eng.Shard(), sh)
 	}
 	ctx := context.Background()
+	if sc.device {
+		if err := eng.UseDevice(ctx, 1); err != nil || !eng.Device() {
+			t.Fatalf("rank %d: UseDevice: %v (device path %v)", rank, err, eng.Device())
+		}
+	}
 	if err := eng.BroadcastParams(ctx); err != nil {
 		t.Fatal(err)
 	}

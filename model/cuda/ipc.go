@@ -279,9 +279,10 @@ func (r *ipcReducer) AllReduce(avg bool) {
 
 // The halves argument of k_ipc_allreduce: which halves of the all-reduce a launch runs.
 const (
-	ipcReduce = 1
-	ipcGather = 2
-	ipcBoth   = ipcReduce | ipcGather
+	ipcReduce    = 1
+	ipcGather    = 2
+	ipcBoth      = ipcReduce | ipcGather
+	ipcReduceEnd = 4 // with ipcReduce alone: a last meeting, every peer done reading this buffer
 )
 
 // launch enqueues the kernel on s; ctl is the abort word's address (0: the waits are unbounded);

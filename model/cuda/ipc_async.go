@@ -150,33 +150,32 @@ func (r *ipcReducer) PinSegment() ([]byte, error) {
 }
 
 // ReduceScatter enqueues the reduce half on the side stream, then the copy of this rank's
-// segment into the pinned segment (tensor.IPCHalfReducer). Not yet run on a GPU.
+// segment into the pinned segment (tensor.IPCHalfReducer); without one (the halves used alone)
+// the half ends in a meeting instead (ipcReduceEnd). Not yet run on a GPU.
 func (r *ipcReducer) ReduceScatter(s tensor.IPCStream, scale, div float32) tensor.Fence {
 	st := r.sideStream(s)
-	if r.pinned == nil {
-		panic("cuda: IPC all-reduce: ReduceScatter before PinSegment")
-	}
 	d := r.d
 	d.enter()
 	defer d.leave()
-	must(r.launch(st.s, scale, div, uint64(uintptr(unsafe.Pointer(r.ctl))), ipcReduce))
-	if ptr, n := r.segment(); n > 0 {
+	halves := ipcReduce
+	if r.pinned == nil {
+		halves |= ipcReduceEnd
+	}
+	must(r.launch(st.s, scale, div, uint64(uintptr(unsafe.Pointer(r.ctl))), halves))
+	if ptr, n := r.segment(); n > 0 && r.pinned != nil {
 		must(cudadrv.DtoH(r.pinned, ptr, n, st.s))
 	}
 	return r.fenceOn(st)
 }
 
-// AllGather enqueues the copy of the pinned segment into this rank's segment, then the gather
-// half, on the side stream (tensor.IPCHalfReducer). Not yet run on a GPU.
+// AllGather enqueues the copy of the pinned segment into this rank's segment (when there is one),
+// then the gather half, on the side stream (tensor.IPCHalfReducer). Not yet run on a GPU.
 func (r *ipcReducer) AllGather(s tensor.IPCStream) tensor.Fence {
 	st := r.sideStream(s)
-	if r.pinned == nil {
-		panic("cuda: IPC all-reduce: AllGather before PinSegment")
-	}
 	d := r.d
 	d.enter()
 	defer d.leave()
-	if ptr, n := r.segment(); n > 0 {
+	if ptr, n := r.segment(); n > 0 && r.pinned != nil {
 		must(cudadrv.HtoD(ptr, r.pinned, n, st.s))
 	}
 	must(r.launch(st.s, 1, 1, uint64(uintptr(unsafe.Pointer(r.ctl))), ipcGather))

@@ -6,7 +6,7 @@ package cuda
 // own module the first time a reducer is made (and cached on disk like the device's kernels).
 //
 // k_ipc_allreduce(tab, n, rank, dt, e, scale, div, ctl, halves): one launch per all-reduce (or per
-// half of one: halves 1 the reduce, 2 the gather, 3 both), on the compute
+// half of one: halves 1 the reduce, 2 the gather, 3 both; 5 the reduce ending in meet 1), on the compute
 // stream (AllReduce) or a side stream (ipc_async.go: Launch, whose ctl makes every wait abortable). tab is a device table of 5n u64: every rank's buffer (mapped here), every rank's flags,
 // the segments' starts and ends by rank, then the order this rank adds in. dt: 0 f32, 1 f16,
 // 2 bf16. e: the collective's number (1, 2, …, the same on every rank).
@@ -27,7 +27,12 @@ package cuda
 // rank reaches before its reduce has finished on its stream); halves 2 is meet 1 (every rank's
 // segment final: its copy back from the host ran before this launch on its stream), the gather and
 // meet 2. Flags compare equal to the launch's number, so a slot a half skips keeps an older number
-// and every meeting of a later launch still waits for that launch's own.
+// and every meeting of a later launch still waits for that launch's own. Halves 5 (the reduce
+// half used alone, ddp.shard_optimizer: no gather follows on this buffer) adds meet 1 after the
+// reduce, so that a rank rewrites its buffer only once every peer has read it. A slot is written
+// anew only after the writer has passed another meeting that every rank reaches after its wait
+// on the slot (meet 0 → 1 → 0 for halves 5; 0 → 1 → 2 → 0 for 1 then 2; 1 → 2 → 1 for 2 alone),
+// so no rank can miss the number it waits for.
 //
 // Block b of every rank handles the same elements of a segment (the same grid, the same
 // grid-stride loop from the segment's start), so a block waits only for its namesakes. A meeting
@@ -129,8 +134,10 @@ __global__ void k_ipc_allreduce(const u64* __restrict__ tab, int n, int rank, in
 			store(own, i, dt, s);
 		}
 	}
+	// 2: every segment final before the gather; 4: the reduce half used alone ends here, every
+	// rank done reading this rank's buffer, so the caller may rewrite it once the launch is done.
+	if ((halves & 6) && meet(tab, n, rank, 1, e, ctl)) return;
 	if (!(halves & 2)) return;
-	if (meet(tab, n, rank, 1, e, ctl)) return;
 	for (int q = 0; q < n; q++) {
 		if (q == rank) continue;
 		long qlo = (long)tab[2 * n + q], qhi = (long)tab[3 * n + q];

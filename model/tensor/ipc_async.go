@@ -57,6 +57,12 @@ type IPCAsyncReducer interface {
 //
 // The ranks of a host launch the halves in the same order (a stream runs its kernels in order,
 // and a half waits for its namesake on every peer). The waits are abortable as Launch's are.
+//
+// Without PinSegment the halves run alone, with no copies (ddp.shard_optimizer on the device
+// path: the reduce half leaves each rank its segment of a gradient bucket; the gather half fills
+// a weight bucket's other segments from their owners). A reduce half alone then ends in a meeting:
+// when its fence passes, no peer reads this rank's buffer any more, so the caller may rewrite it
+// (with a pinned segment the gather half that must follow gives that).
 type IPCHalfReducer interface {
 	IPCAsyncReducer
 	// PinSegment allocates (on the first call) and returns this rank's segment in page-locked
