@@ -124,13 +124,7 @@ func (p *devicePath) gatherReducers(ctx context.Context, e *Engine, comm Comm) e
 	var err error
 	for _, b := range e.buckets {
 		var red tensor.IPCReducer
-		view := p.gslab.View(b.lo, b.hi-b.lo)
-		if err != nil { // keep the exchanges matched
-			red, err = NewDeviceReducer(ctx, failingIPC{e.dev, err}, view, comm)
-		} else {
-			red, err = NewDeviceReducer(ctx, e.dev, view, comm)
-		}
-		if err != nil {
+		if red, err = matchedReducer(ctx, e.dev, p.gslab.View(b.lo, b.hi-b.lo), comm, err); err != nil {
 			continue
 		}
 		hr, ok := red.(tensor.IPCHalfReducer)
@@ -252,12 +246,7 @@ func (e *Engine) UseDevice(ctx context.Context, hosts int) error {
 		var red tensor.IPCReducer
 		buf := e.dev.Alloc(dt, "ddp.device_bucket", b.hi-b.lo)
 		p.bufs = append(p.bufs, buf)
-		if err != nil { // keep the exchanges matched: NewDeviceReducer with a device that fails
-			red, err = NewDeviceReducer(ctx, failingIPC{e.dev, err}, buf, exchange)
-		} else {
-			red, err = NewDeviceReducer(ctx, e.dev, buf, exchange)
-		}
-		if err != nil {
+		if red, err = matchedReducer(ctx, e.dev, buf, exchange, err); err != nil {
 			continue
 		}
 		ar, ok := red.(tensor.IPCAsyncReducer)
@@ -324,6 +313,16 @@ func acrossHostsScale(dt tensor.DType, world, local int) (scale, div float32) {
 		return 1, float32(local)
 	}
 	return allreduce.AvgScale(world), 1
+}
+
+// matchedReducer is NewDeviceReducer for one of a series of buffers: once an earlier one failed
+// (prev), this rank still takes part in the handle exchange, with a device that fails, so every
+// rank's exchanges stay matched and every rank fails naming this one.
+func matchedReducer(ctx context.Context, dev tensor.Device, buf *tensor.Tensor, comm Comm, prev error) (tensor.IPCReducer, error) {
+	if prev != nil {
+		return NewDeviceReducer(ctx, failingIPC{dev, prev}, buf, comm)
+	}
+	return NewDeviceReducer(ctx, dev, buf, comm)
 }
 
 // failingIPC is a device whose NewIPCReducer fails with err: a rank that could not make its side
