@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goddp/goddp/allreduce/internal/leaftest"
 	"github.com/goddp/goddp/allreduce/internal/memnet"
 	"github.com/goddp/goddp/allreduce/link"
 	"github.com/goddp/goddp/model/half"
@@ -604,33 +605,6 @@ func TestGroup_oneRank(t *testing.T) {
 	}
 }
 
-// recordingHandler keeps log records for assertions.
-type recordingHandler struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (h *recordingHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *recordingHandler) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.msgs = append(h.msgs, r.Message)
-	return nil
-}
-func (h *recordingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *recordingHandler) WithGroup(string) slog.Handler      { return h }
-
-func (h *recordingHandler) has(sub string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, m := range h.msgs {
-		if strings.Contains(m, sub) {
-			return true
-		}
-	}
-	return false
-}
-
 // The gRPC plane and the rendezvous run on an in-memory network (Config.GRPCListen and
 // GRPCDial), which the protocol tests use instead of sockets: a world forms and all-reduces.
 func TestGRPC_inMemory(t *testing.T) {
@@ -652,7 +626,7 @@ func TestGRPC_inMemory(t *testing.T) {
 func TestGRPC_wrongTokenRefused(t *testing.T) {
 	mn := memnet.New()
 	const master = "127.0.0.1:29500"
-	rec := &recordingHandler{}
+	rec := &leaftest.RecordingHandler{}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -675,8 +649,8 @@ func TestGRPC_wrongTokenRefused(t *testing.T) {
 	if err0 == nil {
 		t.Fatal("rank 0 formed a group with a refused peer")
 	}
-	if !rec.has("refused") {
-		t.Fatalf("refusal not logged: %v", rec.msgs)
+	if !rec.Has("refused") {
+		t.Fatalf("refusal not logged: %v", rec.Msgs())
 	}
 }
 

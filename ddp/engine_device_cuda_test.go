@@ -6,10 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -131,32 +128,16 @@ func TestCUDADevice_trainsGPTLikeHostPath(t *testing.T) {
 		}
 		for _, W := range []int{2, 4} {
 			run := func(device bool) []trainOut {
-				out := make([]trainOut, W)
-				eachRank(t, W, func(r int, g *allreduce.Group) {
-					h, l, err := trainGPTDevice(t, r, W, g, steps, wire, device, -1, nil)
-					if err != nil {
-						t.Errorf("wire %s W=%d device %v: %v", wire, W, device, err)
-					}
-					out[r] = trainOut{hash: h, losses: l}
+				return trainEachRank(t, W, fmt.Sprintf("wire %s W=%d device %v", wire, W, device), func(r int, g *allreduce.Group) (string, []float64, error) {
+					return trainGPTDevice(t, r, W, g, steps, wire, device, -1, nil)
 				})
-				return out
 			}
 			dev, host := run(true), run(false)
 			if t.Failed() {
 				return
 			}
-			for r := range dev {
-				if dev[r].hash != dev[0].hash {
-					t.Fatalf("wire %s W=%d: rank %d's param_sha256 differs from rank 0's on the device path", wire, W, r)
-				}
-			}
 			tol := map[allreduce.Wire]float64{allreduce.WireF32: 1e-5, allreduce.WireF16: 2e-3, allreduce.WireBF16: 2e-2}[wire]
-			for s := range dev[0].losses {
-				a, h := dev[0].losses[s], host[0].losses[s]
-				if rel := abs(a-h) / max(abs(h), 1e-12); rel > tol {
-					t.Errorf("wire %s W=%d step %d: loss %g on the device path, %g on the host path (rel %.2g > %g)", wire, W, s, a, h, rel, tol)
-				}
-			}
+			checkDeviceLikeHost(t, wire, W, dev, host, tol)
 		}
 	}
 }
@@ -214,45 +195,16 @@ func TestCUDADevice_stoppedRankNamedWithin15s(t *testing.T) {
 func TestCUDADevice_killedProcessNamedWithin15s(t *testing.T) {
 	const W, dead = 3, 2
 	if rank := os.Getenv("GODDP_DEVICE_TEST_RANK"); rank != "" {
-		cfg, err := allreduce.ConfigFromEnv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := allreduce.NewGroup(context.Background(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer g.Close()
+		g := rankGroupFromEnv(t)
 		kill := -1
 		if g.Rank() == dead {
 			kill = 2
 		}
-		_, _, err = trainGPTDeviceKill(t, g.Rank(), W, g, 6, allreduce.WireF16, true, -1, kill, nil)
+		_, _, err := trainGPTDeviceKill(t, g.Rank(), W, g, 6, allreduce.WireF16, true, -1, kill, nil)
 		fmt.Printf("DEVICE-RESULT rank %d: %v\n", g.Rank(), err)
 		return
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	outs := make([]string, W)
-	ended := make([]time.Time, W)
-	var wg sync.WaitGroup
-	for r := range W {
-		env := append(os.Environ(), "GODDP_DEVICE_TEST_RANK="+strconv.Itoa(r), "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(W),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "DDP_TOKEN=device-test")
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			c := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCUDADevice_killedProcessNamedWithin15s$", "-test.v")
-			c.Env = env
-			b, _ := c.CombinedOutput()
-			outs[r], ended[r] = string(b), time.Now()
-		})
-	}
-	wg.Wait()
+	outs, _, ended := runSelfAsRanks(t, W, "GODDP_DEVICE_TEST_RANK", "device-test", "TestCUDADevice_killedProcessNamedWithin15s")
 	for r := range W {
 		if r == dead {
 			continue

@@ -347,38 +347,56 @@ func TestEngineDevice_trainsLikeHostPath(t *testing.T) {
 			d := makeData(W * b * steps)
 			run := func(device bool) []trainOut {
 				hub := newFakeHub()
-				out := make([]trainOut, W)
-				eachRank(t, W, func(r int, g *allreduce.Group) {
-					h, l, err := trainDevice(t, fakeIPCDev{Device: cpu.New(), hub: hub}, r, W, g, d, steps, b, wire, device, -1, nil)
-					if err != nil {
-						t.Errorf("wire %s W=%d device %v: %v", wire, W, device, err)
-					}
-					out[r] = trainOut{hash: h, losses: l}
+				return trainEachRank(t, W, fmt.Sprintf("wire %s W=%d device %v", wire, W, device), func(r int, g *allreduce.Group) (string, []float64, error) {
+					return trainDevice(t, fakeIPCDev{Device: cpu.New(), hub: hub}, r, W, g, d, steps, b, wire, device, -1, nil)
 				})
-				return out
 			}
 			dev, host := run(true), run(false)
 			if t.Failed() {
 				return
 			}
-			for r := range dev {
-				if dev[r].hash != dev[0].hash {
-					t.Fatalf("wire %s W=%d: rank %d's param_sha256 differs from rank 0's on the device path", wire, W, r)
-				}
-			}
 			// The device adds every rank's value once in f32 and rounds once; the host ring
 			// rounds each hop to the wire (16-bit) or adds in the ring's order (f32, the same
 			// order: the plan is the ring's), so the curves agree within the wire's unit.
 			tol := map[allreduce.Wire]float64{allreduce.WireF32: 1e-6, allreduce.WireF16: 2e-3, allreduce.WireBF16: 2e-2}[wire]
-			for s := range dev[0].losses {
-				a, h := dev[0].losses[s], host[0].losses[s]
-				if rel := abs(a-h) / max(abs(h), 1e-12); rel > tol {
-					t.Errorf("wire %s W=%d step %d: loss %g on the device path, %g on the host path (rel %.2g > %g)", wire, W, s, a, h, rel, tol)
-				}
-			}
+			checkDeviceLikeHost(t, wire, W, dev, host, tol)
 			if wire == allreduce.WireF32 && dev[0].hash != host[0].hash {
 				t.Errorf("wire f32 W=%d: param_sha256 %s… on the device path, %s… on the host path (want the same bits: same order of additions)", W, dev[0].hash[:12], host[0].hash[:12])
 			}
+		}
+	}
+}
+
+// trainEachRank runs train, one rank's training, on every rank of a W-rank in-process world at
+// once and returns each rank's param_sha256 and losses by rank; a rank's error marks the test
+// failed (t.Errorf: the ranks still all return), named with what.
+func trainEachRank(t *testing.T, W int, what string, train func(r int, g *allreduce.Group) (hash string, losses []float64, err error)) []trainOut {
+	t.Helper()
+	out := make([]trainOut, W)
+	eachRank(t, W, func(r int, g *allreduce.Group) {
+		h, l, err := train(r, g)
+		if err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+		out[r] = trainOut{hash: h, losses: l}
+	})
+	return out
+}
+
+// checkDeviceLikeHost checks a run on the device path (dev) against the same run on the host
+// path (host), both by rank: every rank's param_sha256 on the device path is rank 0's, and rank
+// 0's loss at every step is within tol (relative) of the host path's.
+func checkDeviceLikeHost(t *testing.T, wire allreduce.Wire, W int, dev, host []trainOut, tol float64) {
+	t.Helper()
+	for r := range dev {
+		if dev[r].hash != dev[0].hash {
+			t.Fatalf("wire %s W=%d: rank %d's param_sha256 differs from rank 0's on the device path", wire, W, r)
+		}
+	}
+	for s := range dev[0].losses {
+		a, h := dev[0].losses[s], host[0].losses[s]
+		if rel := abs(a-h) / max(abs(h), 1e-12); rel > tol {
+			t.Errorf("wire %s W=%d step %d: loss %g on the device path, %g on the host path (rel %.2g > %g)", wire, W, s, a, h, rel, tol)
 		}
 	}
 }

@@ -8,14 +8,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
-	"net"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 	"unsafe"
 
 	"github.com/goddp/goddp/allreduce"
@@ -103,42 +98,13 @@ func TestCUDAIPC_goroutineRanks(t *testing.T) {
 // itself as the two ranks.
 func TestCUDAIPC_twoProcesses(t *testing.T) {
 	if rank := os.Getenv("GODDP_IPC_TEST_RANK"); rank != "" {
-		cfg, err := allreduce.ConfigFromEnv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := allreduce.NewGroup(context.Background(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer g.Close()
+		g := rankGroupFromEnv(t)
 		if s := ipcRank(t, g.Rank(), g, 1<<20+3); s != "" {
 			fmt.Printf("IPC-RESULT %s\n", s)
 		}
 		return
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	outs := make([]string, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		env := append(os.Environ(), "GODDP_IPC_TEST_RANK="+strconv.Itoa(r), "RANK="+strconv.Itoa(r), "WORLD_SIZE=2",
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "DDP_TOKEN=ipc-test")
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			c := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCUDAIPC_twoProcesses$", "-test.v")
-			c.Env = env
-			b, err := c.CombinedOutput()
-			outs[r], errs[r] = string(b), err
-		})
-	}
-	wg.Wait()
+	outs, errs, _ := runSelfAsRanks(t, 2, "GODDP_IPC_TEST_RANK", "ipc-test", "TestCUDAIPC_twoProcesses")
 	var sums []string
 	for r := range 2 {
 		if errs[r] != nil {

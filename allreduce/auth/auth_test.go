@@ -7,10 +7,10 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/goddp/goddp/allreduce/internal/leaftest"
 	"github.com/goddp/goddp/allreduce/link"
 )
 
@@ -98,104 +98,14 @@ func TestAuth_wrongProofRefused(t *testing.T) {
 	}
 }
 
-// squatter is a local process that took a rank's addresses first (the TCP port and the Unix
-// socket name, as if it knew the token): it records every byte peers send it and answers the
-// hello with a guess.
-type squatter struct {
-	mu   sync.Mutex
-	got  bytes.Buffer
-	lis  []net.Listener
-	dial int
-}
-
-func newSquatter(t *testing.T, unixName func(addr string) string) (*squatter, string) {
-	t.Helper()
-	s := &squatter{}
-	tl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := tl.Addr().String()
-	s.lis = append(s.lis, tl)
-	if ul, err := net.Listen("unix", unixName(addr)); err == nil {
-		s.lis = append(s.lis, ul)
-	}
-	for _, l := range s.lis {
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				s.mu.Lock()
-				s.dial++
-				s.mu.Unlock()
-				go s.serve(c)
-			}
-		}()
-	}
-	t.Cleanup(func() {
-		for _, l := range s.lis {
-			l.Close()
-		}
-	})
-	return s, addr
-}
-
-func (s *squatter) serve(c net.Conn) {
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(3 * time.Second))
-	buf := make([]byte, 4096)
-	answered := false
-	for {
-		n, err := c.Read(buf)
-		s.mu.Lock()
-		s.got.Write(buf[:n])
-		s.mu.Unlock()
-		if err != nil {
-			return
-		}
-		if !answered {
-			answered = true
-			c.Write(bytes.Repeat([]byte{0x5a}, nonceSize+macSize)) // a guess at the proof
-			c.Write([]byte{statusOK, 0, 0})                        // and "welcome"
-		}
-	}
-}
-
-func (s *squatter) received() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return bytes.Clone(s.got.Bytes())
-}
-
 // The same for the gRPC plane's dialer (rendezvous and data links).
 func TestGRPC_squatterLearnsNothing(t *testing.T) {
 	const token = "the-group-token-0123456789"
-	sq, addr := newSquatter(t, func(a string) string { return GRPCUnixName(a, token) })
+	guess := append(bytes.Repeat([]byte{0x5a}, nonceSize+macSize), statusOK, 0, 0) // a guess at the proof, and "welcome"
+	sq, addr := leaftest.NewSquatter(t, func(a string) string { return GRPCUnixName(a, token) }, guess)
 	_, err := DialGRPC(context.Background(), addr, link.Config{Rank: 0, WorldSize: 2, Token: token, Timeout: 3 * time.Second}, nil)
 	if !errors.Is(err, ErrListener) {
 		t.Fatalf("dial to a squatter: %v, want %v", err, ErrListener)
 	}
-	checkNothingLearned(t, sq, token)
-}
-
-func checkNothingLearned(t *testing.T, sq *squatter, token string) {
-	t.Helper()
-	time.Sleep(50 * time.Millisecond) // the squatter's last reads
-	got := sq.received()
-	if len(got) == 0 || sq.dial == 0 {
-		t.Fatal("the squatter was never dialled: the test proves nothing")
-	}
-	if len(got) != helloSize+macSize || !bytes.Equal(got[helloSize:], make([]byte, macSize)) {
-		t.Errorf("the squatter received %d bytes, want only the %d-byte hello and a proof of zeros: % x", len(got), helloSize, got)
-	}
-	for _, form := range []string{token, token[:8], strings.ToUpper(token)} {
-		if bytes.Contains(got, []byte(form)) {
-			t.Fatalf("the squatter received the token (%q)", form)
-		}
-	}
-	if k := tokenKey(token); bytes.Contains(got, k[:8]) {
-		t.Fatal("the squatter received the key")
-	}
+	sq.CheckLearnedNothing(t, token, helloSize, macSize, tokenKey(token))
 }

@@ -5,11 +5,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/goddp/goddp/allreduce/internal/leaftest"
 	"github.com/goddp/goddp/allreduce/link"
 )
 
@@ -22,7 +22,7 @@ func (c *closer) Close() error { c.closed++; return nil }
 // MaxPending in all, a source that authenticated before the reserve beyond them, and Done gives
 // a slot back.
 func TestGuard_bounds(t *testing.T) {
-	g := NewGuard(slog.New(&logRecorder{}), time.Hour)
+	g := NewGuard(slog.New(&leaftest.RecordingHandler{}), time.Hour)
 	defer g.Stop()
 	var flood []*Slot
 	for i := range MaxPendingPerSource {
@@ -65,7 +65,7 @@ func TestGuard_bounds(t *testing.T) {
 // A source holding as many slots as every other gets nothing, and sources that authenticated
 // before are never pushed out.
 func TestGuard_fullListenerMakesRoomForANewSource(t *testing.T) {
-	g := NewGuard(slog.New(&logRecorder{}), time.Hour)
+	g := NewGuard(slog.New(&leaftest.RecordingHandler{}), time.Hour)
 	defer g.Stop()
 	known := g.Admit("10.0.0.2", &closer{})
 	g.Done(known, true)
@@ -129,7 +129,7 @@ func TestGuard_fullListenerMakesRoomForANewSource(t *testing.T) {
 // "suppressed N refusals from SRC in the last T"; another source is logged on its own; the
 // process-wide counters count them all.
 func TestGuard_refusalsRateLimited(t *testing.T) {
-	rec := &logRecorder{}
+	rec := &leaftest.RecordingHandler{}
 	g := NewGuard(slog.New(rec), 10*time.Second) // its ticker never fires within the test
 	defer g.Stop()
 	now := time.Unix(1000, 0)
@@ -141,37 +141,25 @@ func TestGuard_refusalsRateLimited(t *testing.T) {
 		g.Refuse("10.0.0.66", "allreduce: refused connection with a wrong or missing token")
 	}
 	g.Refuse("10.0.0.7", "allreduce: refused connection with a wrong or missing token")
-	if n := rec.count("wrong or missing token"); n != 2 {
-		t.Fatalf("%d refusal lines for 1001 refusals from 2 sources in one period, want 2: %v", n, rec.msgs)
+	if n := rec.Count("wrong or missing token"); n != 2 {
+		t.Fatalf("%d refusal lines for 1001 refusals from 2 sources in one period, want 2: %v", n, rec.Msgs())
 	}
 	now = now.Add(11 * time.Second)
 	g.Refuse("10.0.0.66", "allreduce: refused connection with a wrong or missing token")
-	if !rec.has("suppressed 999 refusals from 10.0.0.66 in the last 11s") {
-		t.Fatalf("no summary of the suppressed refusals: %v", rec.msgs)
+	if !rec.Has("suppressed 999 refusals from 10.0.0.66 in the last 11s") {
+		t.Fatalf("no summary of the suppressed refusals: %v", rec.Msgs())
 	}
 	for range 5 {
 		g.Refuse("10.0.0.66", "x")
 	}
 	g.Stop() // the last period's count is logged on the way out
-	if !rec.has("suppressed 5 refusals from 10.0.0.66") {
-		t.Fatalf("the last period's suppressed refusals were not logged: %v", rec.msgs)
+	if !rec.Has("suppressed 5 refusals from 10.0.0.66") {
+		t.Fatalf("the last period's suppressed refusals were not logged: %v", rec.Msgs())
 	}
 	logged, supp := Refusals()
 	if logged-logged0 != 3 || supp-supp0 != 1004 {
 		t.Fatalf("counters: %d logged, %d suppressed; want 3 and 1004", logged-logged0, supp-supp0)
 	}
-}
-
-func (h *logRecorder) count(sub string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for _, m := range h.msgs {
-		if strings.Contains(m, sub) {
-			n++
-		}
-	}
-	return n
 }
 
 // pipeListener is an in-memory listener whose connections come from a source the test names.
@@ -221,7 +209,7 @@ func (l *pipeListener) dial(t *testing.T, src string, port int) net.Conn {
 // are closed within HelloDeadline, not the handshake's Deadline.
 func TestListener_idleFloodDoesNotStall(t *testing.T) {
 	pl := newPipeListener()
-	rec := &logRecorder{}
+	rec := &leaftest.RecordingHandler{}
 	cfg := link.Config{Rank: 0, WorldSize: 2, Token: "tok", Timeout: time.Minute}
 	lis := NewListener(pl, cfg, slog.New(rec))
 	defer lis.Close()
@@ -271,7 +259,7 @@ func TestListener_idleFloodDoesNotStall(t *testing.T) {
 	if d := time.Since(t0); d > HelloDeadline+time.Second {
 		t.Errorf("an idle connection was held %v, want at most HelloDeadline=%v", d, HelloDeadline)
 	}
-	if n := rec.count("too many connections authenticating"); n != 1 {
+	if n := rec.Count("too many connections authenticating"); n != 1 {
 		t.Errorf("%d lines for %d connections closed at the bound, want 1 (rate-limited)", n, 3*MaxPending-MaxPendingPerSource)
 	}
 }
@@ -282,7 +270,7 @@ func TestListener_idleFloodDoesNotStall(t *testing.T) {
 // (Before the guard made room, the peer's connection was closed at once: the test fails there.)
 func TestListener_floodFromManySourcesAdmitsANewPeer(t *testing.T) {
 	pl := newPipeListener()
-	rec := &logRecorder{}
+	rec := &leaftest.RecordingHandler{}
 	cfg := link.Config{Rank: 0, WorldSize: 2, Token: "tok", Timeout: time.Minute}
 	lis := NewListener(pl, cfg, slog.New(rec))
 	defer lis.Close()
@@ -333,15 +321,15 @@ func TestListener_floodFromManySourcesAdmitsANewPeer(t *testing.T) {
 	// handshakes without a refusal each (Close waits for them, then flushes the counts).
 	logged0, supp0 := Refusals()
 	lis.Close()
-	evictions := rec.count("closed an unauthenticated connection to make room")
+	evictions := rec.Count("closed an unauthenticated connection to make room")
 	if evictions == 0 {
-		t.Errorf("no eviction was logged: %v", rec.msgs)
+		t.Errorf("no eviction was logged: %v", rec.Msgs())
 	}
-	if n := rec.count("refused connection"); n != 0 {
+	if n := rec.Count("refused connection"); n != 0 {
 		t.Errorf("%d refusals logged for handshakes the guard itself closed, want 0", n)
 	}
-	if rec.has("suppressed") {
-		t.Errorf("the evicted handshake was counted again as a suppressed refusal: %v", rec.msgs)
+	if rec.Has("suppressed") {
+		t.Errorf("the evicted handshake was counted again as a suppressed refusal: %v", rec.Msgs())
 	}
 	if logged, supp := Refusals(); logged != logged0 || supp != supp0 {
 		t.Errorf("closing the listener counted %d refusals and %d suppressed, want none", logged-logged0, supp-supp0)
@@ -353,7 +341,7 @@ func TestListener_floodFromManySourcesAdmitsANewPeer(t *testing.T) {
 // is being answered; and an evicted handshake that proves the token afterwards is told to fail
 // (Proven false), so no answer goes out on a closed connection.
 func TestGuard_provenHandshakeIsNotEvicted(t *testing.T) {
-	g := NewGuard(slog.New(&logRecorder{}), time.Hour)
+	g := NewGuard(slog.New(&leaftest.RecordingHandler{}), time.Hour)
 	defer g.Stop()
 	// "unix" holds the most slots: its oldest is the first victim, unless proven.
 	var local []*Slot

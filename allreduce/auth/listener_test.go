@@ -4,41 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/goddp/goddp/allreduce/internal/leaftest"
 	"github.com/goddp/goddp/allreduce/internal/memnet"
 	"github.com/goddp/goddp/allreduce/link"
 )
-
-// logRecorder keeps log messages for assertions.
-type logRecorder struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.msgs = append(h.msgs, r.Message)
-	return nil
-}
-func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *logRecorder) WithGroup(string) slog.Handler      { return h }
-
-func (h *logRecorder) has(sub string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, m := range h.msgs {
-		if strings.Contains(m, sub) {
-			return true
-		}
-	}
-	return false
-}
 
 // The listener and the gRPC dialler on an in-memory network (bufconn): the handshake is the
 // test, not the sockets. A dialler with the token gets through and its rank comes with the
@@ -47,7 +19,7 @@ func (h *logRecorder) has(sub string) bool {
 func TestListener_overMemnet(t *testing.T) {
 	mn := memnet.New()
 	const addr = "127.0.0.1:29500"
-	rec := &logRecorder{}
+	rec := &leaftest.RecordingHandler{}
 	server := link.Config{Rank: 0, WorldSize: 3, Token: "tok", Timeout: 5 * time.Second, GRPCListen: mn.Listen, GRPCDial: mn.Dial}
 	raw, err := server.ListenGRPC("tcp", addr)
 	if err != nil {
@@ -80,9 +52,9 @@ func TestListener_overMemnet(t *testing.T) {
 		t.Errorf("the handshakes took %v", d)
 	}
 	// The listener logs after its answer, which the refused dialler may read first.
-	for deadline := time.Now().Add(5 * time.Second); !rec.has("wrong or missing token"); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); !rec.Has("wrong or missing token"); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("refusal not logged: %v", rec.msgs)
+			t.Fatalf("refusal not logged: %v", rec.Msgs())
 		}
 	}
 }

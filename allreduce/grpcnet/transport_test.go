@@ -23,6 +23,7 @@ import (
 	"github.com/goddp/goddp/allreduce/auth"
 	"github.com/goddp/goddp/allreduce/grpcnet"
 	"github.com/goddp/goddp/allreduce/internal/grouptest"
+	"github.com/goddp/goddp/allreduce/internal/leaftest"
 	"github.com/goddp/goddp/allreduce/internal/memnet"
 	"github.com/goddp/goddp/allreduce/link"
 )
@@ -163,7 +164,7 @@ func TestGRPC_unixDataLink(t *testing.T) {
 // A gRPC client that does not make the handshake (package auth) reaches nothing, even on the right
 // Unix socket: the listener refuses the connection before gRPC reads it, and logs it.
 func TestGRPC_pushWithoutHandshakeRefused(t *testing.T) {
-	rec := &grouptest.RecordingHandler{}
+	rec := &leaftest.RecordingHandler{}
 	gs := grouptest.NewGroups(t, "grpc", 2, func(c *allreduce.Config) {
 		if c.Rank == 1 {
 			c.Logger = slog.New(rec)

@@ -11,7 +11,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -249,34 +248,6 @@ func KillRank(t *testing.T, kind string, g *allreduce.Group) {
 	}
 }
 
-// RecordingHandler keeps log records for assertions.
-type RecordingHandler struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (h *RecordingHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *RecordingHandler) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.msgs = append(h.msgs, r.Message)
-	return nil
-}
-func (h *RecordingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *RecordingHandler) WithGroup(string) slog.Handler      { return h }
-
-// Has says whether a record's message contains sub.
-func (h *RecordingHandler) Has(sub string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, m := range h.msgs {
-		if strings.Contains(m, sub) {
-			return true
-		}
-	}
-	return false
-}
-
 var (
 	mu         sync.Mutex
 	transports = map[*allreduce.Group]link.Transport{}
@@ -297,11 +268,4 @@ func Plane(g *allreduce.Group) link.Transport {
 		return s.Unwrap()
 	}
 	return tr
-}
-
-// Msgs are the messages recorded so far.
-func (h *RecordingHandler) Msgs() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return slices.Clone(h.msgs)
 }
