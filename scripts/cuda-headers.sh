@@ -16,7 +16,8 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
   echo "cuda-headers: needs root and apt-get" >&2
   exit 1
 fi
-if ! apt-cache show nvidia-cuda-dev >/dev/null 2>&1; then
+# A package with no candidate (no source lists it) still answers apt-cache show: ask for a candidate.
+if ! apt-cache policy nvidia-cuda-dev 2>/dev/null | grep -q 'Candidate: [0-9]'; then
   . /etc/os-release
   cat > /etc/apt/sources.list.d/goddp-nonfree.sources <<SRC
 Types: deb
