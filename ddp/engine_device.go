@@ -103,7 +103,6 @@ type devicePath struct {
 	// forward reads (the 16-bit compute copy, or the f32 master under fp32).
 	shard   bool
 	gathers []tensor.IPCHalfReducer
-	gslab   *tensor.Tensor
 }
 
 func asAsync(rs []tensor.IPCHalfReducer) []tensor.IPCAsyncReducer {
@@ -117,14 +116,14 @@ func asAsync(rs []tensor.IPCHalfReducer) []tensor.IPCAsyncReducer {
 // gatherReducers makes the sharded path's gather reducers (devicePath.gathers), their handles
 // exchanged over comm like the buckets'. A collective of comm.
 func (p *devicePath) gatherReducers(ctx context.Context, e *Engine, comm Comm) error {
-	p.gslab = e.ps.Half
-	if p.gslab == nil {
-		p.gslab = e.ps.Data
+	slab := e.ps.Half // what the next forward reads
+	if slab == nil {
+		slab = e.ps.Data
 	}
 	var err error
 	for _, b := range e.buckets {
 		var red tensor.IPCReducer
-		if red, err = matchedReducer(ctx, e.dev, p.gslab.View(b.lo, b.hi-b.lo), comm, err); err != nil {
+		if red, err = matchedReducer(ctx, e.dev, slab.View(b.lo, b.hi-b.lo), comm, err); err != nil {
 			continue
 		}
 		hr, ok := red.(tensor.IPCHalfReducer)

@@ -282,17 +282,9 @@ func trainDevice(t *testing.T, dev tensor.Device, rank, W int, comm Comm, d data
 
 // trainDeviceHosts is trainDevice in a world of hosts (comm an allreduce.Hierarchy when hosts > 1).
 func trainDeviceHosts(t *testing.T, dev tensor.Device, rank, W, hosts int, comm Comm, d dataset, steps, b int, wire allreduce.Wire, device bool, stopAt int, onStop func()) (string, []float64, error) {
-	m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{nFeat, nHidden, nHidden, nClass}, Activation: "gelu"}, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Free()
+	m, opt, free := newTestMLP(t, dev, tensor.F32)
+	defer free()
 	ps := m.Params()
-	opt, err := model.NewSGD(ps, model.SGDConfig{Momentum: 0.9})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer opt.Free()
 	eng := New(ps, comm, Options{BucketCapMB: 0.0005, Wire: wire, HostStaging: true, DeviceGrace: 5 * time.Second})
 	defer eng.Close()
 	ctx := context.Background()

@@ -311,17 +311,9 @@ func TestEngineStaged_onlyWithF16WireAndStager(t *testing.T) {
 // trainStaged trains an fp16 MLP replica with the f16 wire on rank's device and returns the
 // final parameter hash and the loss of each step.
 func trainStaged(t *testing.T, dev tensor.Device, rank, W int, comm Comm, d dataset, steps, b int, hostStaging bool) (string, []float64, bool) {
-	m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{nFeat, nHidden, nHidden, nClass}, Activation: "gelu", Compute: tensor.F16}, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Free()
+	m, opt, free := newTestMLP(t, dev, tensor.F16)
+	defer free()
 	ps := m.Params()
-	opt, err := model.NewSGD(ps, model.SGDConfig{Momentum: 0.9})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer opt.Free()
 	sc, err := model.NewScaler(dev, model.ScalerConfig{Enabled: true, Init: 1024, Growth: 2, Backoff: 0.5, Interval: 1000, MinScale: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -64,17 +64,9 @@ type rankResult struct {
 
 func trainRank(t *testing.T, rc runCfg, rank int, comm Comm, d dataset, extra ...Comm) rankResult {
 	dev := cpu.New()
-	m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{nFeat, nHidden, nHidden, nClass}, Activation: "gelu", Compute: rc.compute}, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Free()
+	m, opt, free := newTestMLP(t, dev, rc.compute)
+	defer free()
 	ps := m.Params()
-	opt, err := model.NewSGD(ps, model.SGDConfig{Momentum: 0.9})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer opt.Free()
 	sc, err := model.NewScaler(dev, model.ScalerConfig{Enabled: rc.compute == tensor.F16, Init: 1024, Growth: 2, Backoff: 0.5, Interval: 1000, MinScale: 1})
 	if err != nil {
 		t.Fatal(err)

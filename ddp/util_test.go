@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/goddp/goddp/allreduce"
+	"github.com/goddp/goddp/model"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
@@ -66,4 +68,21 @@ func inprocWorld[R any](t *testing.T, W, channels int, rank func(r int, main Com
 	}
 	wg.Wait()
 	return out
+}
+
+// newTestMLP is the replica the engine tests train: an MLP nFeat → nHidden → nHidden → nClass
+// with GELU in compute (F32, or F16/BF16 for mixed precision), seed 3, and SGD with momentum 0.9
+// over its parameters. free releases both.
+func newTestMLP(t *testing.T, dev tensor.Device, compute tensor.DType) (*model.MLP, model.Optimizer, func()) {
+	t.Helper()
+	m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{nFeat, nHidden, nHidden, nClass}, Activation: "gelu", Compute: compute}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, err := model.NewSGD(m.Params(), model.SGDConfig{Momentum: 0.9})
+	if err != nil {
+		m.Free()
+		t.Fatal(err)
+	}
+	return m, opt, func() { opt.Free(); m.Free() }
 }
