@@ -41,7 +41,7 @@
 // bucket is cast to f16 on the device and copied to pinned memory on a copy stream, the comm
 // goroutine waits for that copy's event, all-reduces the pinned halves and enqueues the copy back
 // and the widen into the slab; Wait only makes the compute stream wait for them by event. With
-// `ddp.intra_host: device` (UseDevice, engine_device.go: not yet run on a GPU) the bucket is
+// `ddp.intra_host: device` (UseDevice, engine_device.go; run on one shared H200, not yet on several GPUs) the bucket is
 // all-reduced on the device over CUDA IPC on a side stream, the comm goroutine only agreeing over
 // the control plane and polling the launch's fence, bounded (abortable kernel waits).
 package ddp

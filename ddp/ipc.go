@@ -12,7 +12,7 @@ import (
 // knows nothing of devices, to the device's all-reduce over IPC buffers (tensor.IPCDevice), which
 // knows nothing of rings. The handles travel over the process group: the authenticated control
 // plane, never a socket of their own. `ddpbench allreduce --device cuda` runs it alone; the engine
-// calls it for `ddp.intra_host: device` (engine_device.go, on a side stream: not yet run on a GPU).
+// calls it for `ddp.intra_host: device` (engine_device.go, on a side stream; docs/perf-gpu-ddp.md has its numbers).
 
 // DevicePlan is rank's schedule of a device all-reduce of count elements among size ranks: rank r
 // reduces the ring's owned segment (allreduce.Segment), adding the ranks' values in the order the

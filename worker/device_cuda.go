@@ -13,6 +13,7 @@ import (
 // With the cuda build tag, --device cuda opens GPU LOCAL_RANK modulo the visible GPUs (so two
 // workers on a host with one GPU share it, each with its own context).
 func init() {
+	visibleGPUs = cuda.DeviceCount
 	autoDevice = func() string {
 		if n, err := cuda.DeviceCount(); err == nil && n > 0 {
 			return "cuda"

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/goddp/goddp/ddp"
 	"github.com/goddp/goddp/model/tensor"
@@ -10,8 +11,10 @@ import (
 )
 
 // intraHostDevice puts the engine on the device path for `ddp.intra_host: device` (issue 34
-// stage 2, ddp/engine_device.go; not yet run on a GPU): refused on a device without the IPC
-// all-reduce (the CPU), on every rank alike before any collective. With several hosts the
+// stage 2, ddp/engine_device.go; run on one H200 shared by 2 and 4 workers, 2026-12-05): refused
+// on a device without the IPC all-reduce (the CPU), on every rank alike before any collective;
+// workers sharing a GPU are warned (there it measured 3.7x slower than the host path:
+// docs/perf-gpu-ddp.md). With several hosts the
 // engine's groups are the hierarchy's rings (startEngine opens them: deviceAcrossHosts) and the
 // device path inside each host is composed with the ring between hosts. auto and host stay on
 // the host path.
@@ -23,9 +26,18 @@ func (t *Trainer) intraHostDevice(ctx context.Context, eng *ddp.Engine) error {
 	if _, ok := t.dev.(tensor.IPCStreamDevice); !ok {
 		return fmt.Errorf("ddp.intra_host: device needs --device cuda (this run's device is %s); use auto or host", t.dev.Name())
 	}
+	if visibleGPUs != nil {
+		if n, err := visibleGPUs(); err == nil && n < t.env.LocalWorldSize {
+			slog.Warn("ddp.intra_host: device with workers sharing GPUs: each all-reduce waits for the GPU to switch between the workers' contexts, measured 3.7x slower than the host path on 2 workers of one H200 (docs/perf-gpu-ddp.md); use auto or host",
+				"local_world_size", t.env.LocalWorldSize, "gpus", n)
+		}
+	}
 	hosts := max(1, t.env.WorldSize/max(1, t.env.LocalWorldSize))
 	return eng.UseDevice(ctx, hosts)
 }
+
+// visibleGPUs counts the GPUs this process sees (nil in a build without cuda: device_cuda.go).
+var visibleGPUs func() (int, error)
 
 // deviceAcrossHosts reports whether ddp.intra_host is device in a world of several hosts: the
 // engine then runs over allreduce.Hierarchy's rings, as ddp.hierarchical does.

@@ -1,0 +1,24 @@
+//go:build cuda
+
+package ddp
+
+import (
+	"os"
+	"testing"
+)
+
+// TestMain loads every CUDA kernel when the context is created (CUDA_MODULE_LOADING=EAGER, unless
+// the caller chose). The device-path tests run their ranks as goroutines of this process, so all
+// ranks share GPU 0's primary context; under lazy loading (the driver's default since CUDA 11.7) a
+// rank's first launch of a kernel loads it, and loading waits for the context's running kernels —
+// among them a peer's IPC all-reduce spinning until this rank's arrives, which this rank can now
+// never launch. Seen on the H200 on 2026-12-05: TestCUDADevice_trainsGPTLikeHostPath, the first
+// test of the process, stopped at step 0 with "rank 1 never arrived" while the same path across
+// processes (scripts/gpu-stage3.sh ipc) trained to identical replicas. Ranks that are processes
+// have a context each and cannot wait on one another this way (docs/ddp-device-path.md).
+func TestMain(m *testing.M) {
+	if _, set := os.LookupEnv("CUDA_MODULE_LOADING"); !set {
+		os.Setenv("CUDA_MODULE_LOADING", "EAGER")
+	}
+	os.Exit(m.Run())
+}
