@@ -438,6 +438,7 @@ func (d *Device) sum(out, x *tensor.Tensor, sq int) {
 }
 
 func (d *Device) SumSquares(out, x *tensor.Tensor) { d.sum(out, x, 1) }
+func (d *Device) Sum(out, x *tensor.Tensor)        { d.sum(out, x, 0) }
 
 var _ tensor.SquareSummer = (*Device)(nil)
 
@@ -462,7 +463,6 @@ func (d *Device) SumSquaresF64(xs []*tensor.Tensor) float64 {
 	d.Free(acc)
 	return math.Float64frombits(uint64(math.Float32bits(h[0])) | uint64(math.Float32bits(h[1]))<<32)
 }
-func (d *Device) Sum(out, x *tensor.Tensor) { d.sum(out, x, 0) }
 
 func (d *Device) UnscaleCheck(x *tensor.Tensor, inv float32, found *tensor.Tensor) {
 	tensor.CheckFloat("UnscaleCheck", x)
