@@ -70,6 +70,9 @@ type Engine struct {
 
 	shard       *model.Shard // this rank's part under ddp.shard_optimizer (shard.go); nil: unsharded
 	masterStale bool         // other ranks' segments of the f32 master are stale (GatherMaster)
+	// sharded under mixed precision, per rank, its owned ranges of the master weights forward reads
+	// (model.Param.MasterRead), gathered with the 16-bit copy (shard.go); nil: none
+	masterRead [][][2]int
 	// inPlace (stage 2, shard.go): sharded on a device whose slabs are host memory, buckets are
 	// reduce-scattered and all-gathered in the slabs themselves; no bucket has a host buffer.
 	inPlace tensor.HostMemory
@@ -106,6 +109,9 @@ func New(ps *model.Params, comm Comm, opts Options) *Engine {
 	e.comms = append([]Comm{comm}, opts.Channels...)
 	if opts.ShardOptimizer && comm.Size() > 1 {
 		e.shard = PlanShard(ps, opts.BucketCapMB, comm.Size(), comm.Rank())
+		if ps.Half != nil {
+			e.masterRead = masterReadPieces(ps, opts.BucketCapMB, comm.Size())
+		}
 		if hm, ok := e.dev.(tensor.HostMemory); ok {
 			e.inPlace = hm // stage 2: no host copy of the gradients (shard.go)
 		}

@@ -17,9 +17,12 @@ package ddp
 //  4. GatherParams all-gathers what the next forward reads: under fp16 (bf16) the 16-bit
 //     compute copy that AdamW wrote beside the shard's master weights, on the f16 (bf16) wire,
 //     which carries those values exactly — the bytes of the all-reduce's second half, so the
-//     sharded step moves no more than the all-reduce; under fp32 the f32 master weights. The
-//     other ranks' segments of the f32 master are then stale here; GatherMaster all-gathers
-//     them (f32) where the whole master is read: CheckReplicas (param_sha256) and checkpoints.
+//     sharded step moves no more than the all-reduce; under fp32 the f32 master weights. Under
+//     mixed precision it also all-gathers, f32, the few master weights forward reads itself
+//     (model.Param.MasterRead: LayerNorm's and BatchNorm's gains and biases; 150 KiB for GPT-2
+//     small). The other ranks' segments of the rest of the f32 master are then stale here;
+//     GatherMaster all-gathers them (f32) where the whole master is read: CheckReplicas
+//     (param_sha256) and checkpoints.
 //
 // Accumulation micro-steps send nothing, as without sharding. The saving is the optimizer
 // state: m and v hold about N/W elements per rank instead of N.
@@ -203,24 +206,113 @@ func (e *Engine) GatherParams(ctx context.Context) error {
 	if e.shard == nil {
 		return nil
 	}
-	if e.devp != nil { // on the device, over CUDA IPC (engine_device.go)
-		return e.gatherParamsDevice(ctx)
-	}
-	if e.ps.Half == nil {
+	if e.ps.Half == nil && e.devp == nil {
 		return e.gatherSlab(ctx, e.ps.Data, allreduce.WireF32, "master weights")
 	}
-	if e.gpu != nil { // through pinned memory (shard_gpu.go)
-		return e.gatherStagedHalf(ctx)
+	var err error
+	switch {
+	case e.devp != nil: // on the device, over CUDA IPC (engine_device.go)
+		err = e.gatherParamsDevice(ctx)
+	case e.gpu != nil: // through pinned memory (shard_gpu.go)
+		err = e.gatherStagedHalf(ctx)
+	default:
+		wire := allreduce.WireF16
+		if e.ps.Half.DType() == tensor.BF16 {
+			wire = allreduce.WireBF16
+		}
+		if err = e.gatherSlab(ctx, e.ps.Half, wire, e.ps.Half.DType().String()+" weights"); err == nil {
+			e.masterStale = true
+		}
 	}
-	wire := allreduce.WireF16
-	if e.ps.Half.DType() == tensor.BF16 {
-		wire = allreduce.WireBF16
-	}
-	if err := e.gatherSlab(ctx, e.ps.Half, wire, e.ps.Half.DType().String()+" weights"); err != nil {
+	if err != nil {
 		return err
 	}
-	e.masterStale = true
+	return e.gatherMasterRead(ctx)
+}
+
+// masterReadPieces is, for each rank of a world of size, the part of its shard that lies in
+// parameters forward reads as f32 master weights (model.Param.MasterRead: the norms' gains and
+// biases), as ascending slab ranges; nil when no parameter is so read.
+func masterReadPieces(ps *model.Params, capMB float64, size int) [][][2]int {
+	var reads [][2]int
+	for _, p := range ps.List {
+		if p.MasterRead {
+			reads = append(reads, [2]int{p.Offset, p.Offset + p.W.Len()})
+		}
+	}
+	if len(reads) == 0 {
+		return nil
+	}
+	out := make([][][2]int, size)
+	for r := range out {
+		for _, g := range PlanShard(ps, capMB, size, r).Ranges {
+			for _, m := range reads {
+				if lo, hi := max(g[0], m[0]), min(g[1], m[1]); hi > lo {
+					out[r] = append(out[r], [2]int{lo, hi})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// gatherMasterRead all-gathers, as f32, the master weights that forward reads under mixed
+// precision (masterReadPieces): the 16-bit gather leaves every other rank's segments of the
+// master stale here, and a LayerNorm or BatchNorm would otherwise normalise with the gains of
+// the step the run began at on the ranks that do not own them. Each rank sends its pieces'
+// values in slab order (Comm.AllGather) and writes every other rank's into place. Small: GPT-2
+// small has 38,400 such elements (150 KiB) of 124M. A collective.
+func (e *Engine) gatherMasterRead(ctx context.Context) error {
+	if e.masterRead == nil {
+		return nil
+	}
+	me := e.comm.Rank()
+	mine := e.readPieces(e.masterRead[me])
+	buf := make([]byte, 4*len(mine))
+	for i, v := range mine {
+		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
+	}
+	all, err := e.comm.AllGather(ctx, buf)
+	if err != nil {
+		return fmt.Errorf("ddp: all-gather of the f32 master weights forward reads (norm gains and biases): %w", err)
+	}
+	for r, b := range all {
+		if r == me {
+			continue
+		}
+		n := 0
+		for _, pc := range e.masterRead[r] {
+			n += pc[1] - pc[0]
+		}
+		if len(b) != 4*n {
+			return fmt.Errorf("ddp: rank %d sent %d bytes of f32 master weights forward reads, want %d (%d elements)", r, len(b), 4*n, n)
+		}
+		k := 0
+		for _, pc := range e.masterRead[r] {
+			v := make([]float32, pc[1]-pc[0])
+			for i := range v {
+				v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*(k+i):]))
+			}
+			e.dev.Upload(e.ps.Data.View(pc[0], len(v)), v)
+			k += len(v)
+		}
+	}
 	return nil
+}
+
+// readPieces is the master weights' values in pieces, concatenated.
+func (e *Engine) readPieces(pieces [][2]int) []float32 {
+	n := 0
+	for _, pc := range pieces {
+		n += pc[1] - pc[0]
+	}
+	out := make([]float32, n)
+	k := 0
+	for _, pc := range pieces {
+		e.dev.Download(out[k:k+pc[1]-pc[0]], e.ps.Data.View(pc[0], pc[1]-pc[0]))
+		k += pc[1] - pc[0]
+	}
+	return out
 }
 
 // GatherMaster all-gathers the f32 master weights when GatherParams left other ranks' segments

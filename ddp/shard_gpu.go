@@ -16,7 +16,8 @@ package ddp
 //  3. GatherParams: the training goroutine copies each bucket's owned segment of the f16 compute
 //     copy into its pinned buffer (StageWeights), the channels all-gather the pinned halves
 //     (AllGatherSegmentsF16: exact), and the whole buckets go back to the device on the compute
-//     stream (ReturnWeights) before the next forward.
+//     stream (ReturnWeights) before the next forward; then the f32 master weights forward reads
+//     (gatherMasterRead, shard.go).
 //
 // What stays whole on the device: the gradient slab backward writes into, the f32 master and the
 // f16 copy, and the staging plan's f16 buffers (DeviceBytes) and pinned memory. What is sharded:

@@ -33,11 +33,13 @@ const (
 )
 
 // NewBatchNorm2d registers name+".w" (ones) and name+".b" (zeros), and the buffers
-// name+".running_mean" and name+".running_var" in bufs.
+// name+".running_mean" and name+".running_var" in bufs. The gain and bias are read as f32
+// master weights (Param.MasterRead).
 func NewBatchNorm2d(ps *Params, bufs *Buffers, name string, c int) *BatchNorm2d {
 	bn := &BatchNorm2d{C: c, Eps: BatchNormEps, Momentum: BatchNormMomentum}
 	bn.W = ps.Add(name+".w", Init{Value: 1}, false, c)
 	bn.B = ps.Add(name+".b", Init{}, false, c)
+	bn.W.MasterRead, bn.B.MasterRead = true, true
 	bufs.Add(name+".running_mean", 0, c, &bn.RunMean)
 	bufs.Add(name+".running_var", 1, c, &bn.RunVar)
 	return bn

@@ -12,13 +12,16 @@ type LayerNorm struct {
 	C    int
 }
 
-// NewLayerNorm registers name+".w" (ones) and name+".b" (zeros), neither decayed.
+// NewLayerNorm registers name+".w" (ones) and name+".b" (zeros), neither decayed; both are read
+// as f32 master weights (Param.MasterRead).
 func NewLayerNorm(ps *Params, name string, c int) *LayerNorm {
-	return &LayerNorm{
+	l := &LayerNorm{
 		W: ps.Add(name+".w", Init{Value: 1}, false, c),
 		B: ps.Add(name+".b", Init{}, false, c),
 		C: c,
 	}
+	l.W.MasterRead, l.B.MasterRead = true, true
+	return l
 }
 
 // LayerNormForward: y = (x − mean)·rstd·w + b over rows.

@@ -41,8 +41,12 @@ type Param struct {
 	G      *tensor.Tensor // f32 gradient view
 	H      *tensor.Tensor // f16 or bf16 view (nil under fp32)
 	Decay  bool           // weight decay applies (matrices and embeddings; not biases or norm gains)
-	Init   Init
-	ps     *Params
+	// MasterRead: forward and backward read the f32 master weights (W) even under mixed precision,
+	// not the 16-bit copy (LayerNorm's and BatchNorm's gains and biases). ddp's sharded step
+	// all-gathers these master values as well as the 16-bit copy (ddp.Engine.GatherParams).
+	MasterRead bool
+	Init       Init
+	ps         *Params
 }
 
 // Init says how a parameter starts: N(0, Std²) when Std > 0, otherwise the constant Value.
