@@ -312,3 +312,29 @@ func TestCopy_f16AndBF16(t *testing.T) {
 		}
 	}
 }
+
+// SumSquaresF64 adds each view's float64 sum of squares in order: against a plain float64 loop,
+// within float64's rounding (its partial sums are in another order), and 0 for no views.
+func TestSumSquaresF64(t *testing.T) {
+	d := New()
+	r := rand.New(rand.NewPCG(3, 4))
+	host := make([]float32, 200_003)
+	for i := range host {
+		host[i] = float32(r.NormFloat64())
+	}
+	slab := tensor.FromHost(d, tensor.F32, "slab", host, len(host))
+	var want float64
+	var views []*tensor.Tensor
+	for _, rg := range [][2]int{{0, 3}, {50, 50}, {100, 150_000}, {160_000, 200_003}} {
+		views = append(views, slab.View(rg[0], rg[1]-rg[0]))
+		for _, v := range host[rg[0]:rg[1]] {
+			want += float64(v) * float64(v)
+		}
+	}
+	if got := d.SumSquaresF64(views); math.Abs(got-want) > 1e-12*want {
+		t.Errorf("SumSquaresF64 = %.17g, want %.17g", got, want)
+	}
+	if got := d.SumSquaresF64(nil); got != 0 {
+		t.Errorf("SumSquaresF64(nil) = %g, want 0", got)
+	}
+}

@@ -474,6 +474,15 @@ func (c *Device) SumSquares(out, x *tensor.Tensor) {
 	f32s(out)[0] += float32(s)
 }
 
+// SumSquaresF64 is tensor.SquareSummer: each x's squares in float64 partial sums, added in order.
+func (c *Device) SumSquaresF64(xs []*tensor.Tensor) float64 {
+	var total float64
+	for _, x := range xs {
+		total += c.sumParallel(read(x), func(v float32) float64 { return float64(v) * float64(v) })
+	}
+	return total
+}
+
 func (c *Device) Sum(out, x *tensor.Tensor) {
 	s := c.sumParallel(read(x), func(v float32) float64 { return float64(v) })
 	f32s(out)[0] += float32(s)

@@ -610,6 +610,13 @@ __global__ void k_sum_finish(float* out, const double* part, int nparts) {
 	s = blockSumD(s);
 	if (threadIdx.x == 0) out[0] += (float)s;
 }
+// k_sum_finish64: k_sum_finish's blocks added into a double accumulator (SumSquaresF64).
+__global__ void k_sum_finish64(double* out, const double* part, int nparts) {
+	double s = 0.0;
+	for (int i = threadIdx.x; i < nparts; i += blockDim.x) s += part[i];
+	s = blockSumD(s);
+	if (threadIdx.x == 0) out[0] += s;
+}
 __global__ void k_unscale(void* x, int dx, long n, float inv, float* found) {
 	bool bad = false;
 	FOR(i, n) {

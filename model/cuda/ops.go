@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/goddp/goddp/model/cuda/cudadrv"
 	"github.com/goddp/goddp/model/tensor"
@@ -438,6 +439,30 @@ func (d *Device) sum(out, x *tensor.Tensor, sq int) {
 
 func (d *Device) SumSquares(out, x *tensor.Tensor) { d.sum(out, x, 1) }
 func (d *Device) Sum(out, x *tensor.Tensor)        { d.sum(out, x, 0) }
+
+var _ tensor.SquareSummer = (*Device)(nil)
+
+// SumSquaresF64 is tensor.SquareSummer: per x, k_sum_part's float64 block partials, added by
+// k_sum_finish64 into one double on the device (in xs's order); one download at the end.
+func (d *Device) SumSquaresF64(xs []*tensor.Tensor) float64 {
+	acc := d.scratch(2) // one double, as two f32 words
+	d.Fill(acc, 0)
+	for _, x := range xs {
+		tensor.CheckFloat("SumSquaresF64", x)
+		if x.Len() == 0 {
+			continue
+		}
+		blocks := max(1, min((x.Len()+1023)/1024, d.sms*4))
+		part := d.scratch(2 * blocks) // doubles
+		d.launch(kn("k_sum_part", x), [3]int{blocks, 1, 1}, [3]int{256, 1, 1}, 0, ptra(part), ptra(x), dta(x), u64a(uint64(x.Len())), i32a(1))
+		d.launch("k_sum_finish64", [3]int{1, 1, 1}, [3]int{256, 1, 1}, 0, ptra(acc), ptra(part), i32a(blocks))
+		d.Free(part)
+	}
+	var h [2]float32
+	d.Download(h[:], acc)
+	d.Free(acc)
+	return math.Float64frombits(uint64(math.Float32bits(h[0])) | uint64(math.Float32bits(h[1]))<<32)
+}
 
 func (d *Device) UnscaleCheck(x *tensor.Tensor, inv float32, found *tensor.Tensor) {
 	tensor.CheckFloat("UnscaleCheck", x)

@@ -160,6 +160,14 @@ type FlashForwardRower interface {
 	SetFlashForwardRows(rows int) error
 }
 
+// SquareSummer is an optional ability of a device that hands back a sum of squares in float64
+// (the CUDA device; the CPU device too): SumSquaresF64 adds, in xs's order, each tensor's Σ v²
+// computed in float64, and returns the float64 total after one wait. ddp's sharded ClipGradNorm
+// uses it for the owned segments of the gradients instead of copying them to the host.
+type SquareSummer interface {
+	SumSquaresF64(xs []*Tensor) float64
+}
+
 // AdamWArgs are one AdamW step's scalars. Bias corrections are 1-β^t, computed by the caller.
 type AdamWArgs struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float32
