@@ -17,19 +17,32 @@
 #   bash .gpu/run bash scripts/bench-resnet.sh
 #   BATCHES=64,128  TSTEPS=30  BUDGET=16  (GiB)  OUT=dir (default ./out/bench-resnet)
 #   SKIP_TESTS=1 SKIP_TORCH=1 SKIP_COMPILE=1 SKIP_MAXBATCH=1
+#   MODES=fp32,fp16,fp16+ckpt  LAYOUT=nhwc|nchw  WORKERS=8
+#   VARIANTS="base split:GODDP_BN_SPLIT=1 split+tf32:GODDP_BN_SPLIT=1,GODDP_CUDNN_TF32=1": each goddp
+#     row once per variant, its environment set (model/cuda/env.go's knobs); a variant other than
+#     base is named in the row's mode (fp32/split). Default "base".
+#   PRINT_ONLY=1: print the goddp commands, run nothing (no GPU, no build).
+# Each goddp row ends with the median data_ms (the loop's wait for batches, from the metrics).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BATCHES=${BATCHES:-64,128}
 TSTEPS=${TSTEPS:-30}
 BUDGET=${BUDGET:-16}
+MODES=${MODES:-fp32,fp16,fp16+ckpt}
+VARIANTS=${VARIANTS:-base}
 OUT=${OUT:-out/bench-resnet}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 t0=$(date +%s)
 stamp() { echo "== [$(($(date +%s) - t0)) s] $*"; }
 
+if [ -n "${PRINT_ONLY:-}" ]; then
+  SKIP_TESTS=1 SKIP_TORCH=1
+  echo "build: bash scripts/cuda-env.sh go build -tags cuda,cudnn -o $OUT/bin/ ./cmd/ddptrain"
+else
 stamp "build (-tags cuda,cudnn)"
 bash scripts/cuda-env.sh go build -tags cuda,cudnn -o "$OUT/bin/" ./cmd/ddptrain || { echo "build failed"; exit 1; }
+fi
 if [ -z "${SKIP_TESTS:-}" ]; then
   stamp "GPU tests of the convolutional path"
   bash scripts/cuda-env.sh go test -count=1 -tags cuda,cudnn ./model/cuda/ ./model/ -run 'CUDA_conv|CUDA_resnet' 2>&1 | tail -8
@@ -43,22 +56,39 @@ modeargs() {
   fp16+ckpt) echo "--set precision=fp16 --set model.checkpoint=blocks" ;;
   esac
 }
-run() { # name, mode, extra args...
+run() { # name, mode, extra args... ($venv: the variant's environment, VAR=val,...)
   local name=$1 mode=$2; shift 2
+  local envs=(${venv//,/ })
+  if [ -n "${PRINT_ONLY:-}" ]; then
+    # shellcheck disable=SC2046
+    echo env "${envs[@]}" "$OUT/bin/ddptrain" --device cuda --config configs/resnet50-synthetic.yaml --set model.layout=${LAYOUT:-nhwc} \
+      --set data.workers=${WORKERS:-8} --set checkpoint.dir= $(modeargs "$mode") --metrics "$OUT/$name.jsonl" "$@"
+    return 1
+  fi
   # shellcheck disable=SC2046
-  "$OUT/bin/ddptrain" --device cuda --config configs/resnet50-synthetic.yaml --set model.layout=${LAYOUT:-nhwc} \
+  env "${envs[@]}" "$OUT/bin/ddptrain" --device cuda --config configs/resnet50-synthetic.yaml --set model.layout=${LAYOUT:-nhwc} \
     --set data.workers=${WORKERS:-8} --set checkpoint.dir= $(modeargs "$mode") --metrics "$OUT/$name.jsonl" "$@" > "$OUT/$name.log" 2>&1
 }
-for mode in fp32 fp16 fp16+ckpt; do
+for mode in ${MODES//,/ }; do
   for b in ${BATCHES//,/ }; do
-    stamp "goddp $mode batch $b"
-    run "goddp-$mode-$b" $mode --set train.micro_batch=$b --set train.global_batch=$b --set train.max_steps=$TSTEPS --set train.log_every=5 ||
-      { tail -3 "$OUT/goddp-$mode-$b.log"; continue; }
-    grep '"event":"step"' "$OUT/goddp-$mode-$b.jsonl" | sed -n '2,$p' | sed 's/.*"step_ms":\([0-9.]*\).*/\1/' | sort -n |
-      awk -v b=$b -v m=$mode -v peak="$(grep -o '"peak_memory_bytes":[0-9]*' "$OUT/goddp-$mode-$b.jsonl" | tail -1 | cut -d: -f2)" \
-        '{a[NR]=$1} END {ms=a[int((NR+1)/2)]; printf "STEP goddp %s %d %.0f %.2f %.2f -\n", m, b, b*1000/ms, ms, peak/2^30}' | tee -a "$OUT/goddp.log"
+    for v in $VARIANTS; do
+      label=${v%%:*} venv=""
+      [ "$v" != "$label" ] && venv=${v#*:}
+      m=$mode n="goddp-$mode-$b"
+      [ "$label" != base ] && m="$mode/$label" n="goddp-$mode-$label-$b"
+      stamp "goddp $m batch $b ${venv}"
+      run "$n" $mode --set train.micro_batch=$b --set train.global_batch=$b --set train.max_steps=$TSTEPS --set train.log_every=5 ||
+        { [ -z "${PRINT_ONLY:-}" ] && tail -3 "$OUT/$n.log"; continue; }
+      median() { grep '"event":"step"' "$OUT/$n.jsonl" | sed -n '2,$p' | grep -o "\"$1\":[0-9.]*" | cut -d: -f2 | sort -n |
+        awk '{a[NR]=$1} END {print (NR ? a[int((NR+1)/2)] : "nan")}'; }
+      ms=$(median step_ms) dms=$(median data_ms)
+      awk -v b=$b -v m=$m -v ms="$ms" -v dms="$dms" -v peak="$(grep -o '"peak_memory_bytes":[0-9]*' "$OUT/$n.jsonl" | tail -1 | cut -d: -f2)" \
+        'BEGIN {printf "STEP goddp %s %d %.0f %.2f %.2f - %.1f\n", m, b, b*1000/ms, ms, peak/2^30, dms}' | tee -a "$OUT/goddp.log"
+    done
   done
 done
+[ -n "${PRINT_ONLY:-}" ] && exit 0
+venv=""
 if [ -z "${SKIP_MAXBATCH:-}" ]; then
   for mode in fp32 fp16 fp16+ckpt; do
     stamp "goddp largest batch, $mode, ${BUDGET} GiB"
@@ -80,7 +110,7 @@ fi
 
 echo
 echo "ResNet-50 train step, 224×224, SGD momentum, channels last — $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-echo "impl mode batch images/s ms peak_GiB reserved_GiB"
+echo "impl mode batch images/s ms peak_GiB reserved_GiB data_ms(goddp)"
 grep -hs '^STEP' "$OUT/goddp.log" "$OUT"/pytorch*.log | sed 's/^STEP //' | sed 's/ amp / fp16 /; s/ amp+ckpt / fp16+ckpt /' | sort -k2,2 -k3,3n -k1,1
 echo "largest batch under ${BUDGET} GiB (impl mode batch):"
 grep -hs '^MAXBATCH' "$OUT/goddp.log" "$OUT"/pytorch*.log | awk '{print $2, $3, $4}' | sed 's/ amp / fp16 /; s/ amp+ckpt / fp16+ckpt /' | sort -k2,2 -k1,1

@@ -73,7 +73,9 @@ func loadData(cfg *Config, spec model.Spec) (train, eval data.Dataset, err error
 	case "synthetic-images":
 		c, h, w := imageShape(cfg)
 		seed := uint64(cfg.Seed)
-		return data.NewSyntheticImages(12800, c, h, w, cfg.Model.Classes, seed), data.NewSyntheticImages(1280, c, h, w, cfg.Model.Classes, seed^1), nil
+		pool := cfg.Data.SyntheticPool // 0: every sample drawn in Fill
+		return data.NewSyntheticImages(12800, c, h, w, cfg.Model.Classes, seed).WithPool(pool),
+			data.NewSyntheticImages(1280, c, h, w, cfg.Model.Classes, seed^1).WithPool(pool), nil
 	case "image_folder":
 		tr, te, err := data.LoadImageFolder(cfg.Data.Path, imageFolderConfig(cfg))
 		if err != nil {

@@ -20,7 +20,11 @@ import (
 // Convolution. The parameters keep PyTorch's (OC, C, KH, KW) filter in both layouts. NCHW hands
 // it to cuDNN as it is (KCRS); NHWC first copies it channels last (KRSC) into a scratch tensor,
 // which is what cuDNN's NHWC tensor-core kernels read. f16 convolutions accumulate in f32 and may
-// use tensor cores; f32 ones use FMA only (no TF32, as the device's GEMMs). The filter gradient
+// use tensor cores; f32 ones use FMA only (no TF32, as the device's GEMMs) unless
+// GODDP_CUDNN_TF32=1 (env.go) allows TF32, as PyTorch's torch.backends.cudnn.allow_tf32 does by
+// default. The batch norms' per-channel sums run one block per channel tile, or with
+// GODDP_BN_SPLIT=1 over row chunks too (k_chan_part: an NHWC tile of 32 channels otherwise adds
+// all N·P rows on one SM). The filter gradient
 // comes out of cuDNN in the data's dtype and layout into scratch and is added into the f32 dw
 // (PyTorch's AMP does the same: its f16 filter gradient is cast into the f32 parameter's). The
 // algorithm of each (shape, operation) is chosen once by cuDNN's heuristics among the
@@ -167,7 +171,7 @@ func convOf(op string, y, x, w *tensor.Tensor, g tensor.ConvGeom) cudnn.Conv {
 		panic(fmt.Sprintf("cuda: %s: x %s, w %s and y %s must share one dtype", op, x, w, y))
 	}
 	return cudnn.Conv{N: N, C: C, H: H, W: W, K: OC, R: g.KH, S: g.KW, PadH: g.Pad, PadW: g.Pad,
-		StrideH: g.Stride, StrideW: g.Stride, OH: OH, OW: OW, NHWC: g.Layout == tensor.NHWC, DType: dt}
+		StrideH: g.Stride, StrideW: g.Stride, OH: OH, OW: OW, NHWC: g.Layout == tensor.NHWC, DType: dt, TF32: dt == 0 && cudnnTF32()}
 }
 
 // filterFor is w as cuDNN reads it for c: w itself (KCRS) for NCHW, a KRSC copy for NHWC (the
@@ -290,7 +294,42 @@ func (d *Device) BatchNormBackward(l tensor.Layout, dx, dw, db, dy, x, w, mean, 
 
 func (d *Device) BatchNormStats(l tensor.Layout, mean, variance, x *tensor.Tensor) {
 	N, C, P := bnDims("BatchNormStats", l, x, mean, variance)
+	if bnSplit() {
+		S := chanChunks(N * P)
+		part, mu := d.Alloc(tensor.F32, "bn.part", 4*S*C), d.Alloc(tensor.F32, "bn.mu", 2*C) // (2,S,C) and (C) f64
+		d.chanPart(l, 0, N, C, P, S, x, nil, nilPtr, nilPtr, nilPtr, part)
+		d.launch1("k_chan_fin", C, i32a(0), ptra(part), i32a(S), i32a(C), u64a(uint64(N*P)), ptra(mu), ptra(mean), nilPtr, nilPtr, nilPtr)
+		d.chanPart(l, 1, N, C, P, S, x, nil, ptra(mu), nilPtr, nilPtr, part)
+		d.launch1("k_chan_fin", C, i32a(1), ptra(part), i32a(S), i32a(C), u64a(uint64(N*P)), nilPtr, ptra(variance), nilPtr, nilPtr, nilPtr)
+		d.Free(part)
+		d.Free(mu)
+		return
+	}
 	d.chanTiles("k_bn_stats", l, C, ptra(x), dta(x), nhwcArg(l), i32a(N), i32a(C), i32a(P), ptra(mean), ptra(variance))
+}
+
+// chanSplitRows is the rows (of a batch norm's N·P) one block of k_chan_part adds: ResNet-50's
+// stem at batch 64 (802 816 rows, 64 channels) becomes 196 chunks × 2 tiles = 392 blocks. A
+// variable only so that a test can split its small batches.
+var chanSplitRows = 4096
+
+// chanChunks is the number of row chunks k_chan_part splits M rows into: a function of the shape
+// alone, so the sums' order (and bits) do not depend on the GPU.
+func chanChunks(M int) int { return (M + chanSplitRows - 1) / chanSplitRows }
+
+// chanPart launches k_chan_part (what: 0 Σa, 1 Σ(a−mu)², 2 Σa and Σa·x̂) over C channels in tiles
+// as chanTiles and S row chunks, into part (2, S, C) f64.
+func (d *Device) chanPart(l tensor.Layout, what, N, C, P, S int, a, x *tensor.Tensor, mu, mean, rstd uint64, part *tensor.Tensor) {
+	bx, by := 1, 256
+	if l == tensor.NHWC {
+		bx, by = 32, 8
+	}
+	xp := nilPtr
+	if x != nil {
+		xp = ptra(x)
+	}
+	d.launch("k_chan_part", [3]int{(C + bx - 1) / bx, S, 1}, [3]int{bx, by, 1}, 0, i32a(what), ptra(a), xp, dta(a), nhwcArg(l),
+		i32a(N), i32a(C), i32a(P), u64a(uint64(chanSplitRows)), mu, mean, rstd, ptra(part))
 }
 
 func (d *Device) BatchNormBackwardReduce(l tensor.Layout, sdy, sdyx, dw, db, dy, x, mean, rstd *tensor.Tensor) {
@@ -302,6 +341,14 @@ func (d *Device) BatchNormBackwardReduce(l tensor.Layout, sdy, sdyx, dw, db, dy,
 	}
 	if db != nil {
 		dbp = ptra(db)
+	}
+	if bnSplit() {
+		S := chanChunks(N * P)
+		part := d.Alloc(tensor.F32, "bn.part", 4*S*C) // (2,S,C) f64
+		d.chanPart(l, 2, N, C, P, S, dy, x, nilPtr, ptra(mean), ptra(rstd), part)
+		d.launch1("k_chan_fin", C, i32a(2), ptra(part), i32a(S), i32a(C), u64a(uint64(N*P)), nilPtr, ptra(sdy), ptra(sdyx), dwp, dbp)
+		d.Free(part)
+		return
 	}
 	d.chanTiles("k_bn_reduce", l, C, ptra(dy), ptra(x), dta(x), nhwcArg(l), i32a(N), i32a(C), i32a(P),
 		ptra(mean), ptra(rstd), ptra(sdy), ptra(sdyx), dwp, dbp)

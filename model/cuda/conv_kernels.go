@@ -79,6 +79,64 @@ __global__ void k_bn_stats(const void* x, int dt, int nhwc, int N, int C, int P,
 	}
 }
 
+// k_chan_part and k_chan_fin: the per-channel reductions split over row chunks (GODDP_BN_SPLIT=1,
+// conv.go). k_bn_stats and k_bn_reduce run one block per tile of channels, so an NHWC batch norm
+// of 64 channels has 2 blocks on a GPU of 132 SMs, each adding N·P = 802 816 rows (ResNet-50's
+// stem at batch 64). Here block (tile, y) adds rows [y·R, (y+1)·R) of its channels (each thread
+// its rows in order, the block's rows in row order, f64) into part[y·C + c], and k_chan_fin adds
+// the chunks' partials in chunk order: fixed orders still, so results do not depend on timing
+// (they differ from the one-block sums in rounding only).
+//
+// what 0: Σa; 1: Σ(a − mu[c])²; 2: Σa and Σa·x̂ with x̂ = (x − mean[c])·rstd[c] (a = dy), the
+// second sum at part[(gridDim.y + y)·C + c]. part is (2, S, C) f64.
+__global__ void k_chan_part(int what, const void* a, const void* x, int dt, int nhwc, int N, int C, int P, long R,
+		const double* mu, const float* mean, const float* rstd, double* part) {
+	__shared__ double sh[TILE_MAX];
+	long c = (long)blockIdx.x * blockDim.x + threadIdx.x, M = (long)N * P;
+	long j0 = (long)blockIdx.y * R, j1 = min(M, j0 + R);
+	bool ok = c < C;
+	double m = (ok && what == 1) ? mu[c] : 0.0;
+	float fm = (ok && what == 2) ? mean[c] : 0.f, fr = (ok && what == 2) ? rstd[c] : 0.f;
+	double s = 0, t = 0;
+	for (long j = j0 + threadIdx.y; ok && j < j1; j += blockDim.y) {
+		long o = nhwc ? j * C + c : ((j / P) * C + c) * P + j % P;
+		double v = ldv(a, dt, o);
+		if (what == 0) s += v;
+		else if (what == 1) { double d = v - m; s += d * d; }
+		else { s += v; t += v * (double)((ldv(x, dt, o) - fm) * fr); }
+	}
+	s = tileSum(s, sh);
+	t = tileSum(t, sh);
+	if (ok && threadIdx.y == 0) {
+		part[(long)blockIdx.y * C + c] = s;
+		if (what == 2) part[((long)gridDim.y + blockIdx.y) * C + c] = t;
+	}
+}
+
+// k_chan_fin: channel c's S partials of k_chan_part added in chunk order. what 0: mu[c] (f64) and
+// o1[c] = the mean over M; 1: o1[c] = the mean square over M (the biased variance); 2: o1 = sdy,
+// o2 = sdyx, and dw[c] += sdyx, db[c] += sdy when set (as k_bn_reduce).
+__global__ void k_chan_fin(int what, const double* part, int S, int C, long M, double* mu, float* o1, float* o2,
+		float* dw, float* db) {
+	int c = blockIdx.x * blockDim.x + threadIdx.x;
+	if (c >= C) return;
+	double a = 0, b = 0;
+	for (int y = 0; y < S; y++) a += part[(long)y * C + c];
+	if (what == 0) {
+		double m = a / (double)M;
+		mu[c] = m;
+		o1[c] = (float)m;
+	} else if (what == 1) {
+		o1[c] = (float)(a / (double)M);
+	} else {
+		for (int y = 0; y < S; y++) b += part[((long)S + y) * C + c];
+		o1[c] = (float)a;
+		o2[c] = (float)b;
+		if (dw) dw[c] += (float)b;
+		if (db) db[c] += (float)a;
+	}
+}
+
 // k_bn_finish: rstd = 1/√(var+eps) in place of var; running statistics moved with momentum (the
 // variance unbiased, over count − 1) when run is set.
 __global__ void k_bn_finish(const float* mean, float* var_rstd, float* runMean, float* runVar, int run,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/goddp/goddp/model/tensor"
@@ -142,6 +143,26 @@ func TestCUDA_convOpsMatchCPU(t *testing.T) {
 	g := gpu(t)
 	for i, c := range convOpCases() {
 		t.Run(c.name, func(t *testing.T) { cuRunCase(t, g, c, uint64(100+i)) })
+	}
+}
+
+// GODDP_BN_SPLIT's path (k_chan_part, k_chan_fin) matches the CPU too: the batch norms' cases
+// with the split forced and chunks of 64 rows, so their 4·11·10 = 440 rows are 7 chunks, the last
+// one partial.
+func TestCUDA_bnSplitMatchesCPU(t *testing.T) {
+	g := gpu(t)
+	oldSplit, oldRows := bnSplit, chanSplitRows
+	bnSplit, chanSplitRows = func() bool { return true }, 64
+	t.Cleanup(func() { bnSplit, chanSplitRows = oldSplit, oldRows })
+	n := 0
+	for i, c := range convOpCases() {
+		if strings.HasPrefix(c.name, "BatchNorm/") || strings.HasPrefix(c.name, "BatchNormBackward/") || strings.HasPrefix(c.name, "SyncBatchNormOps/") {
+			n++
+			t.Run(c.name, func(t *testing.T) { cuRunCase(t, g, c, uint64(100+i)) })
+		}
+	}
+	if n != 12 {
+		t.Errorf("%d batch-norm cases, want 12 (2 layouts × 2 dtypes × 3 ops)", n)
 	}
 }
 

@@ -5,15 +5,26 @@ package cuda
 import (
 	"os"
 	"path/filepath"
+	"sync"
 )
 
 // The environment the CUDA device reads, all of it here:
 //
 //	GODDP_FLASH=0     turns the fused attention kernels off (flash.go)
+//	GODDP_BN_SPLIT=1  splits the batch norms' per-channel reductions over row chunks (conv.go)
+//	GODDP_CUDNN_TF32=1 lets f32 convolutions use TF32 tensor cores (conv.go; as PyTorch's default)
 //	XDG_CACHE_HOME    where compiled kernels are cached (KernelCacheDir)
 
 // flashOff reports whether GODDP_FLASH=0 turned the fused attention off.
 func flashOff() bool { return os.Getenv("GODDP_FLASH") == "0" }
+
+// bnSplit reports whether GODDP_BN_SPLIT=1 asked for the split batch-norm reductions
+// (k_chan_part): many blocks per channel tile instead of one. Read once.
+var bnSplit = sync.OnceValue(func() bool { return os.Getenv("GODDP_BN_SPLIT") == "1" })
+
+// cudnnTF32 reports whether GODDP_CUDNN_TF32=1 let f32 convolutions use TF32 (cuDNN's tensor-op
+// math; the default is FMA only, as the device's f32 GEMMs). Read once.
+var cudnnTF32 = sync.OnceValue(func() bool { return os.Getenv("GODDP_CUDNN_TF32") == "1" })
 
 // KernelCacheDir is where compiled kernels are kept: $XDG_CACHE_HOME/goddp/kernels, by default
 // ~/.cache/goddp/kernels.

@@ -112,7 +112,7 @@ func (c *Config) Trajectory() map[string]string {
 // Trajectory while they hold their zero value (as YAML's omitempty leaves them out of a config), so
 // the hash of every config that does not set them is as it was; set, they are ordinary trajectory
 // keys. DiffTrajectory compares a key one side lacks with the default (the zero value), the same.
-var addedOmitZero = map[string]bool{"data.image_size": true, "data.mean": true, "data.std": true, "ddp.hierarchical": true,
+var addedOmitZero = map[string]bool{"data.image_size": true, "data.mean": true, "data.std": true, "data.synthetic_pool": true, "ddp.hierarchical": true,
 	"model.gemm_epilogue": true}
 
 // zeroText is key's value text in a zero Config.

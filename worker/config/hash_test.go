@@ -132,7 +132,7 @@ func TestHash_everyKeyIsClassified(t *testing.T) {
 		"train.beta1": "0.8", "train.beta2": "0.95", "train.eps": "1e-6", "train.grad_clip": "1",
 		"data.kind": "text", "data.eval_fraction": "0.2", "data.shuffle": "false",
 		"data.image_size": "32", "data.mean": "[0.5,0.5,0.5]", "data.std": "[0.2,0.2,0.2]",
-		"ddp.bucket_cap_mb": "1", "ddp.wire": "f16", "ddp.hierarchical": "true",
+		"data.synthetic_pool": "64", "ddp.bucket_cap_mb": "1", "ddp.wire": "f16", "ddp.hierarchical": "true",
 		"loss_scale.init": "1024", "loss_scale.growth_interval": "100", "loss_scale.growth_factor": "4",
 		"loss_scale.backoff": "0.25", "loss_scale.min": "2",
 	}

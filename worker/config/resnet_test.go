@@ -31,17 +31,20 @@ func TestValidate_resnet(t *testing.T) {
 	for _, kvs := range [][]string{
 		{"data.kind=image_folder", "data.path=/imgs"},
 		{"data.kind=image_folder", "data.path=/imgs", "data.image_size=32", "data.mean=[0.1,0.1,0.1]", "data.std=[0.3,0.3,0.3]"},
+		{"data.kind=synthetic-images", "model.classes=1000", "data.synthetic_pool=256"},
 	} {
 		if err := resnetConfig(t, kvs...).Validate(); err != nil {
 			t.Errorf("%v: %v", kvs, err)
 		}
 	}
 	for kvs, want := range map[[3]string]string{
-		{"data.kind=image_folder"}:                                       "data.path: empty: data.kind image_folder needs ROOT",
-		{"data.kind=image_folder", "data.path=/i", "data.mean=[1,2]"}:    "data.mean: [1 2]: want 3 values",
-		{"data.kind=image_folder", "data.path=/i", "data.std=[1,0,1]"}:   "data.std: [1 0 1]: want every value > 0",
-		{"data.image_size=32"}:                                           "data.image_size: 32: only data.kind image_folder",
-		{"data.kind=image_folder", "data.path=/i", "data.image_size=-1"}: "data.image_size: -1",
+		{"data.kind=image_folder"}:                                          "data.path: empty: data.kind image_folder needs ROOT",
+		{"data.kind=image_folder", "data.path=/i", "data.mean=[1,2]"}:       "data.mean: [1 2]: want 3 values",
+		{"data.kind=image_folder", "data.path=/i", "data.std=[1,0,1]"}:      "data.std: [1 0 1]: want every value > 0",
+		{"data.image_size=32"}:                                              "data.image_size: 32: only data.kind image_folder",
+		{"data.kind=synthetic-images", "data.synthetic_pool=-1"}:            "data.synthetic_pool: -1",
+		{"data.kind=image_folder", "data.path=/i", "data.synthetic_pool=8"}: "data.synthetic_pool: 8: only data.kind synthetic-images",
+		{"data.kind=image_folder", "data.path=/i", "data.image_size=-1"}:    "data.image_size: -1",
 	} {
 		var set []string
 		for _, kv := range kvs {

@@ -250,6 +250,12 @@ func (c *Config) validateData(p *problems) {
 	if d.ImageSize != 0 && d.Kind != DataImageFolder {
 		p.bad("data.image_size", "%d: only data.kind image_folder has an image size", d.ImageSize)
 	}
+	if d.SyntheticPool < 0 {
+		p.bad("data.synthetic_pool", "%d: want >= 0 (0: every sample drawn)", d.SyntheticPool)
+	}
+	if d.SyntheticPool != 0 && d.Kind != DataSyntheticImages {
+		p.bad("data.synthetic_pool", "%d: only data.kind synthetic-images has a pool", d.SyntheticPool)
+	}
 	for _, ms := range []struct {
 		key string
 		v   []float64

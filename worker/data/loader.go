@@ -23,7 +23,7 @@ type LoaderConfig struct {
 	Shuffle bool   // false: every epoch in index order
 
 	Workers  int // goroutines assembling batches [1]
-	Prefetch int // batches assembled ahead of Next [2]
+	Prefetch int // batches assembled ahead of Next, beyond one per worker [2]
 
 	Start LoaderState // where to begin (a resumed run's saved State)
 	Alloc Allocator   // batch buffers [HeapAllocator]
@@ -56,7 +56,11 @@ type job struct {
 // each batch's result channel on `order` in sequence and hands the job to
 // any free worker. Next takes result channels from `order` in sequence and
 // waits on each: the order of delivery is the plan's whatever the number of
-// workers, and at most Prefetch batches (plus one per worker) wait ready.
+// workers. `order` holds Prefetch+Workers-1 jobs, so with the one Next waits
+// on, Prefetch+Workers batches are ready or in assembly ahead of the trainer:
+// every worker busy while Prefetch wait ready. (With room for Prefetch only,
+// at most Prefetch+1 workers ever ran: data.workers 8, prefetch 2 filled 3
+// batches at a time.)
 // The workers and queue persist across epochs.
 //
 // Next and State are for one consumer goroutine; Release and Close may be
@@ -204,7 +208,7 @@ func checkRank(c LoaderConfig) error {
 func newLoader(ds Dataset, cfg LoaderConfig, capacity int) *Loader {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Loader{ds: ds, cfg: cfg, layout: ds.Layout(), cap: capacity, ctx: ctx, cancel: cancel,
-		order: make(chan *job, cfg.Prefetch)}
+		order: make(chan *job, cfg.Prefetch+cfg.Workers-1)}
 }
 
 // start launches the dispatcher and the workers.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"runtime"
 	"sort"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -252,6 +253,33 @@ func TestLoader_contextCloseAndLeaks(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > before {
 		t.Errorf("%d goroutines after Close, %d before", n, before)
 	}
+}
+
+// slowDataset is seqDataset whose Fill takes a while and records how many Fills ran at once.
+type slowDataset struct {
+	seqDataset
+	cur, peak *atomic.Int32
+}
+
+func (d slowDataset) Fill(b *Batch, idx []int) {
+	n := d.cur.Add(1)
+	for p := d.peak.Load(); n > p && !d.peak.CompareAndSwap(p, n); p = d.peak.Load() {
+	}
+	time.Sleep(30 * time.Millisecond)
+	d.seqDataset.Fill(b, idx)
+	d.cur.Add(-1)
+}
+
+// Every worker fills a batch while the trainer is busy, whatever Prefetch (a queue of Prefetch
+// jobs kept all but Prefetch+1 of 6 workers idle).
+func TestLoader_everyWorkerBusy(t *testing.T) {
+	ds := slowDataset{seqDataset{1000}, new(atomic.Int32), new(atomic.Int32)}
+	l := mustLoader(t, ds, LoaderConfig{MicroBatch: 4, Workers: 6, Prefetch: 1, Shuffle: true})
+	time.Sleep(300 * time.Millisecond) // the trainer's step: ten Fills' time
+	if p := ds.peak.Load(); p != 6 {
+		t.Errorf("%d Fills at once with 6 workers, prefetch 1: want 6", p)
+	}
+	take(t, l, 20) // the order and contents are still the plan's
 }
 
 // countingAlloc counts buffers and frees, standing in for a pinned allocator.

@@ -21,7 +21,7 @@ package cudnn
 #include <cudnn.h>
 #include <string.h>
 
-typedef struct { int n, c, h, w, k, r, s, ph, pw, sh, sw, oh, ow, nhwc, dt; } goddp_conv;
+typedef struct { int n, c, h, w, k, r, s, ph, pw, sh, sw, oh, ow, nhwc, dt, tf32; } goddp_conv;
 typedef struct {
 	cudnnTensorDescriptor_t x, y;
 	cudnnFilterDescriptor_t w;
@@ -37,7 +37,8 @@ static void goddp_descs_free(goddp_descs *d) {
 
 // goddp_descs_make describes x (n,c,h,w), y (n,k,oh,ow) and the filter (k,c,r,s), all in one
 // layout (NHWC: the filter KRSC), f32 (dt 0) or f16 (dt 1) data with f32 accumulation; f16 may
-// use tensor cores, f32 never (CUDNN_FMA_MATH: no TF32, as the device's GEMMs).
+// use tensor cores, f32 only with tf32 set (CUDNN_DEFAULT_MATH, which allows TF32 as PyTorch's
+// default does), else never (CUDNN_FMA_MATH: no TF32, as the device's GEMMs).
 static cudnnStatus_t goddp_descs_make(const goddp_conv *g, goddp_descs *d) {
 	cudnnStatus_t st;
 	cudnnTensorFormat_t f = g->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
@@ -52,7 +53,7 @@ static cudnnStatus_t goddp_descs_make(const goddp_conv *g, goddp_descs *d) {
 	if ((st = cudnnSetFilter4dDescriptor(d->w, t, f, g->k, g->c, g->r, g->s)) != CUDNN_STATUS_SUCCESS) return st;
 	if ((st = cudnnSetConvolution2dDescriptor(d->conv, g->ph, g->pw, g->sh, g->sw, 1, 1,
 			CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT)) != CUDNN_STATUS_SUCCESS) return st;
-	return cudnnSetConvolutionMathType(d->conv, g->dt ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
+	return cudnnSetConvolutionMathType(d->conv, g->dt ? CUDNN_TENSOR_OP_MATH : g->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
 }
 
 #define GODDP_MAXALGO 16
@@ -136,11 +137,13 @@ var opNames = [...]string{"forward", "backward data", "backward filter"}
 
 // Conv is one convolution's shapes: x (N,C,H,W), filter (K,C,R,S), y (N,K,OH,OW), padding and
 // stride per side, in NHWC (filter KRSC) or NCHW (filter KCRS); DType 0 f32, 1 f16 (f32
-// accumulation either way). It is comparable: the caller's cache key.
+// accumulation either way); TF32 lets an f32 convolution use TF32 tensor cores. It is
+// comparable: the caller's cache key.
 type Conv struct {
 	N, C, H, W, K, R, S, PadH, PadW, StrideH, StrideW, OH, OW int
 	NHWC                                                      bool
 	DType                                                     int
+	TF32                                                      bool
 }
 
 func (c Conv) String() string {
@@ -153,13 +156,16 @@ func (c Conv) String() string {
 }
 
 func (c Conv) c() C.goddp_conv {
-	b := 0
+	b, tf := 0, 0
 	if c.NHWC {
 		b = 1
 	}
+	if c.TF32 {
+		tf = 1
+	}
 	return C.goddp_conv{n: C.int(c.N), c: C.int(c.C), h: C.int(c.H), w: C.int(c.W), k: C.int(c.K), r: C.int(c.R), s: C.int(c.S),
 		ph: C.int(c.PadH), pw: C.int(c.PadW), sh: C.int(c.StrideH), sw: C.int(c.StrideW), oh: C.int(c.OH), ow: C.int(c.OW),
-		nhwc: C.int(b), dt: C.int(c.DType)}
+		nhwc: C.int(b), dt: C.int(c.DType), tf32: C.int(tf)}
 }
 
 func check(op string, st C.cudnnStatus_t) error {
