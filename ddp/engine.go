@@ -41,7 +41,7 @@ type Options struct {
 	// instead of all-reduced, each rank's optimizer updates only its shard (Shard, PlanShard),
 	// and GatherParams all-gathers the updated weights. On the host path, in place on the CPU
 	// device (stage 2); on the staged path under fp16 when the device's plan has
-	// tensor.ShardStaging (shard_gpu.go: not yet run on a GPU).
+	// tensor.ShardStaging (shard_gpu.go).
 	ShardOptimizer bool
 	// DeviceGrace bounds the device path's wait for a launched all-reduce once every rank has
 	// launched it (engine_device.go; 0: DefaultDeviceGrace).

@@ -250,7 +250,7 @@ type DDPConfig struct {
 	// device the gradients are reduced in place and each rank keeps only its shard's averaged
 	// gradient (ZeRO-2, ddp/shard.go). Results are bit-identical to unsharded. adamw (m and v
 	// sharded) and sgd (its momentum sharded). On cuda the shard lives on the device and fp16
-	// keeps the staged path (ddp/shard_gpu.go; not yet run on a GPU). Default false.
+	// keeps the staged path (ddp/shard_gpu.go; measured on the H200: docs/perf-memory.md). Default false.
 	ShardOptimizer bool `yaml:"shard_optimizer,omitempty"`
 	// timeout: how long a collective waits for a silent peer before the job fails (Go duration:
 	// 30s, 5m). Default 30s (allreduce.DefaultTimeout). Checkpoint writes do not count against
