@@ -233,11 +233,22 @@ func TestLaunch_killedWorkerStopsTheJob(t *testing.T) {
 	workers := childPIDs(cmd.Process.Pid)
 	syscall.Kill(victim, syscall.SIGKILL)
 	killed := time.Now()
+	// Read stderr to its end before Wait (Wait closes the pipe: lines still in it would be lost,
+	// the failure report among them — a CI run saw that with a 100 ms sleep in place of this).
+	read := make(chan struct{})
 	go func() {
 		for sc.Scan() {
 			lines = append(lines, sc.Text())
 		}
+		close(read)
 	}()
+	select {
+	case <-read:
+	case <-time.After(15 * time.Second):
+		cmd.Process.Kill()
+		<-read
+		t.Fatalf("ddplaunch's stderr still open 15 s after the kill:\n%s", strings.Join(lines, "\n"))
+	}
 	err := cmd.Wait()
 	took := time.Since(killed)
 	if err == nil {
@@ -246,7 +257,6 @@ func TestLaunch_killedWorkerStopsTheJob(t *testing.T) {
 	if took > 15*time.Second {
 		t.Fatalf("ddplaunch took %v to exit after the kill (bound 15 s)", took)
 	}
-	time.Sleep(100 * time.Millisecond)
 	all := strings.Join(lines, "\n")
 	if !strings.Contains(all, "rank 1") {
 		t.Fatalf("the failure report does not name rank 1:\n%s", all)
