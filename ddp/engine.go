@@ -43,6 +43,10 @@ type Options struct {
 	// device (stage 2); on the staged path under fp16 when the device's plan has
 	// tensor.ShardStaging (shard_gpu.go).
 	ShardOptimizer bool
+	// OverlapGather is ddp.overlap_gather: under ShardOptimizer, GatherParams leaves the
+	// all-gather of the updated weights in flight and the next forward waits for each bucket as
+	// it reads it (gather_overlap.go). The same bits; the device path always waits.
+	OverlapGather bool
 	// DeviceGrace bounds the device path's wait for a launched all-reduce once every rank has
 	// launched it (engine_device.go; 0: DefaultDeviceGrace).
 	DeviceGrace time.Duration
@@ -77,6 +81,10 @@ type Engine struct {
 	// reduce-scattered and all-gathered in the slabs themselves; no bucket has a host buffer.
 	inPlace tensor.HostMemory
 	scratch [][]float32 // per channel, the largest bucket's length, at first use (shard.go)
+	// inflight is the all-gather GatherParams left running under OverlapGather, until settled
+	// (gather_overlap.go); gatherErr is a failed one's error, returned by every later settle.
+	inflight  *flight
+	gatherErr error
 
 	buffers []*tensor.Tensor // compared by CheckReplicas (SetBuffers)
 
@@ -144,6 +152,9 @@ func New(ps *model.Params, comm Comm, opts Options) *Engine {
 			go e.commLoop(ch, c, jobs)
 		}
 		ps.OnGradReady = e.onReady
+		if e.shard != nil && opts.OverlapGather {
+			ps.OnRead = e.onRead
+		}
 	}
 	return e
 }
@@ -174,6 +185,7 @@ func (e *Engine) now() int64 {
 func (e *Engine) Close() {
 	e.closeOnce.Do(func() {
 		e.cancel()
+		e.settle() // a gather in flight stops with the engine's context; its error is moot
 		for _, jobs := range e.jobs {
 			close(jobs)
 		}
@@ -189,6 +201,7 @@ func (e *Engine) Close() {
 		}
 	})
 	e.ps.OnGradReady = nil
+	e.ps.OnRead = nil
 }
 
 // commLoop is channel ch's comm goroutine: it all-reduces the channel's buckets over comm in the
@@ -228,6 +241,9 @@ func (e *Engine) commLoop(ch int, comm Comm, jobs <-chan *bucket) {
 func (e *Engine) BeginMicro(micro, accum int) {
 	e.syncing = e.comm.Size() > 1 && micro == accum-1
 	if e.syncing {
+		// The buckets' buffers and the groups are the gradients' now: the weights' all-gather
+		// must be over (forward has normally waited for all of it). Wait returns its error.
+		e.settle()
 		for i := range e.staged {
 			e.staged[i] = false
 		}
@@ -312,7 +328,10 @@ func (e *Engine) stage(b *bucket) {
 // averaged gradients back into the gradient slab. A no-sync micro-step returns at once.
 func (e *Engine) Wait(ctx context.Context) error {
 	if !e.syncing {
-		return nil
+		return e.settle()
+	}
+	if err := e.settle(); err != nil {
+		return err
 	}
 	e.syncing = false
 	for _, b := range e.buckets {
@@ -401,6 +420,9 @@ func (e *Engine) AgreeAny(ctx context.Context, flag bool) (bool, error) {
 // AgreeAny's agreement with names, for an error that says where an inf or NaN gradient was
 // seen (precision bf16 has no scaler to skip the step). A collective, like AgreeAny.
 func (e *Engine) RanksWith(ctx context.Context, flag bool) ([]int, error) {
+	if err := e.settle(); err != nil {
+		return nil, err
+	}
 	v := make([]float32, e.comm.Size())
 	if flag {
 		v[e.comm.Rank()] = 1
@@ -427,6 +449,9 @@ func (e *Engine) BroadcastParams(ctx context.Context) error {
 // BroadcastTensors copies rank 0's values of f32 device tensors to every rank (parameters,
 // optimizer state on resume); the 16-bit copy is refreshed when the parameters are among them.
 func (e *Engine) BroadcastTensors(ctx context.Context, ts []*tensor.Tensor) error {
+	if err := e.settle(); err != nil {
+		return err
+	}
 	if e.comm.Size() == 1 {
 		return nil
 	}

@@ -55,7 +55,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"sync"
 
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/model"
@@ -147,6 +146,9 @@ func (e *Engine) ClipGradNorm(ctx context.Context, maxNorm float32) (float32, er
 	if e.shard == nil {
 		return model.ClipGradNorm(e.ps, maxNorm), nil
 	}
+	if err := e.settle(); err != nil {
+		return 0, err
+	}
 	local := e.shardSumSquares()
 	var buf [8]byte
 	binary.LittleEndian.PutUint64(buf[:], math.Float64bits(local))
@@ -201,33 +203,49 @@ func (e *Engine) shardSumSquares() float64 {
 
 // GatherParams all-gathers the weights the next forward reads after a sharded optimizer step:
 // the 16-bit compute copy under mixed precision (on its own 16-bit wire: exact), the f32 master
-// weights under fp32. Unsharded it does nothing. A collective.
+// weights under fp32. Under mixed precision the f32 masters forward reads (gatherMasterRead) come
+// first. With Options.OverlapGather the all-gather is left in flight and forward waits for each
+// bucket as it reads it (gather_overlap.go); otherwise GatherParams returns once every bucket has
+// landed. The device path (ddp.intra_host: device) always waits. Unsharded it does nothing. A
+// collective.
 func (e *Engine) GatherParams(ctx context.Context) error {
 	if e.shard == nil {
 		return nil
 	}
-	if e.ps.Half == nil && e.devp == nil {
-		return e.gatherSlab(ctx, e.ps.Data, allreduce.WireF32, "master weights")
+	if err := e.settle(); err != nil {
+		return err
 	}
-	var err error
+	if e.devp != nil { // on the device, over CUDA IPC (engine_device.go)
+		if err := e.gatherMasterRead(ctx); err != nil {
+			return err
+		}
+		return e.gatherParamsDevice(ctx)
+	}
+	if err := e.gatherMasterRead(ctx); err != nil {
+		return err
+	}
+	var what string
+	var op gatherOp
 	switch {
-	case e.devp != nil: // on the device, over CUDA IPC (engine_device.go)
-		err = e.gatherParamsDevice(ctx)
+	case e.ps.Half == nil:
+		what, op = "master weights", e.slabGather(e.ps.Data, allreduce.WireF32)
 	case e.gpu != nil: // through pinned memory (shard_gpu.go)
-		err = e.gatherStagedHalf(ctx)
+		what, op = "f16 weights", e.stagedHalfGather()
 	default:
 		wire := allreduce.WireF16
 		if e.ps.Half.DType() == tensor.BF16 {
 			wire = allreduce.WireBF16
 		}
-		if err = e.gatherSlab(ctx, e.ps.Half, wire, e.ps.Half.DType().String()+" weights"); err == nil {
-			e.masterStale = true
-		}
+		what, op = e.ps.Half.DType().String()+" weights", e.slabGather(e.ps.Half, wire)
 	}
-	if err != nil {
-		return err
+	if e.ps.Half != nil {
+		e.masterStale = true // the other ranks' segments of the f32 master: GatherMaster
 	}
-	return e.gatherMasterRead(ctx)
+	if e.opts.OverlapGather {
+		e.inflight = e.startGather(ctx, what, op)
+		return nil
+	}
+	return e.runGather(ctx, what, op)
 }
 
 // masterReadPieces is, for each rank of a world of size, the part of its shard that lies in
@@ -320,24 +338,28 @@ func (e *Engine) readPieces(pieces [][2]int) []float32 {
 // it itself; a checkpoint's writer). Otherwise it does nothing. A collective: every rank calls
 // it at the same points.
 func (e *Engine) GatherMaster(ctx context.Context) error {
+	if err := e.settle(); err != nil {
+		return err
+	}
 	if !e.masterStale {
 		return nil
 	}
-	if err := e.gatherSlab(ctx, e.ps.Data, allreduce.WireF32, "master weights"); err != nil {
+	if err := e.runGather(ctx, "master weights", e.slabGather(e.ps.Data, allreduce.WireF32)); err != nil {
 		return err
 	}
 	e.masterStale = false
 	return nil
 }
 
-// gatherSlab all-gathers every bucket's range of slab t (the master weights or their 16-bit
-// copy): in place when t is f32 on a HostMemory device, through the channels' scratch (decoded
-// from and encoded back to t's 16 bits: the 16-bit wire carries those values exactly) when t is
-// 16-bit there, else through the buckets' host buffers.
-func (e *Engine) gatherSlab(ctx context.Context, t *tensor.Tensor, wire allreduce.Wire, what string) error {
+// slabGather is the all-gather of every bucket's range of slab t (the master weights or their
+// 16-bit copy): in place when t is f32 on a HostMemory device; through the channels' scratch
+// (decoded from and encoded back to t's 16 bits: the 16-bit wire carries those values exactly)
+// when t is 16-bit there; else through the buckets' host buffers, downloaded here and uploaded as
+// each bucket lands.
+func (e *Engine) slabGather(t *tensor.Tensor, wire allreduce.Wire) gatherOp {
 	if hm := e.inPlace; hm != nil {
 		if t.DType() == tensor.F32 {
-			return e.gatherHost(ctx, what, wire, func(_ int, b *bucket) []float32 {
+			return e.hostGather(wire, func(_ int, b *bucket) []float32 {
 				return hm.HostF32(t.View(b.lo, b.hi-b.lo))
 			}, nil)
 		}
@@ -345,7 +367,7 @@ func (e *Engine) gatherSlab(ctx context.Context, t *tensor.Tensor, wire allreduc
 		if t.DType() == tensor.BF16 {
 			f = half.BF16
 		}
-		return e.gatherHost(ctx, what, wire, func(ch int, b *bucket) []float32 {
+		return e.hostGather(wire, func(ch int, b *bucket) []float32 {
 			buf := e.scratchFor(ch)[:b.hi-b.lo]
 			lo, hi := e.ownedSeg(b)
 			f.Decode(buf[lo:hi], hm.HostHalf(t.View(b.lo+lo, hi-lo)))
@@ -362,47 +384,26 @@ func (e *Engine) gatherSlab(ctx context.Context, t *tensor.Tensor, wire allreduc
 		}
 		e.dev.Download(bufs[b.index], t.View(b.lo, b.hi-b.lo))
 	}
-	if err := e.gatherHost(ctx, what, wire, func(_ int, b *bucket) []float32 { return bufs[b.index] }, nil); err != nil {
-		return err
-	}
-	for _, b := range e.buckets {
-		e.dev.Upload(t.View(b.lo, b.hi-b.lo), bufs[b.index])
-	}
-	return nil
+	op := e.hostGather(wire, func(_ int, b *bucket) []float32 { return bufs[b.index] }, nil)
+	op.land = func(b *bucket) { e.dev.Upload(t.View(b.lo, b.hi-b.lo), bufs[b.index]) }
+	return op
 }
 
-// gatherHost all-gathers the owned segments of every bucket, channel by channel at once
-// (buckets dealt as in the step). buf gives bucket b's buffer on channel ch with this rank's
-// segment filled in; done, when not nil, takes the gathered buffer back. Both run on the
-// channel's goroutine, so they touch memory only, never the device.
-func (e *Engine) gatherHost(ctx context.Context, what string, wire allreduce.Wire,
-	buf func(ch int, b *bucket) []float32, done func(b *bucket, buf []float32)) error {
-	errs := make([]error, len(e.comms))
-	var wg sync.WaitGroup
-	for ch, c := range e.comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := ch; i < len(e.buckets); i += len(e.comms) {
-				b := e.buckets[i]
-				v := buf(ch, b)
-				if err := c.AllGatherSegments(ctx, v, wire); err != nil {
-					errs[ch] = fmt.Errorf("ddp: all-gather of the %s of bucket %d (%s): %w", what, b.index, b.params[0].Name, err)
-					return
-				}
-				if done != nil {
-					done(b, v)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
+// hostGather is the all-gather of the owned segments of every bucket in host memory. buf gives
+// bucket b's buffer on channel ch with this rank's segment filled in; done, when not nil, takes
+// the gathered buffer back. Both run on the channel's goroutine, so they touch memory only,
+// never the device.
+func (e *Engine) hostGather(wire allreduce.Wire, buf func(ch int, b *bucket) []float32, done func(b *bucket, buf []float32)) gatherOp {
+	return gatherOp{gather: func(ctx context.Context, ch int, b *bucket) error {
+		v := buf(ch, b)
+		if err := e.comms[ch].AllGatherSegments(ctx, v, wire); err != nil {
 			return err
 		}
-	}
-	return nil
+		if done != nil {
+			done(b, v)
+		}
+		return nil
+	}}
 }
 
 // gradBuf is the buffer bucket b's gradients are reduce-scattered in: the slab's own range in
@@ -454,14 +455,17 @@ func (e *Engine) GatherState(ctx context.Context, t *tensor.Tensor) ([]float32, 
 	if e.shard == nil {
 		return tensor.ToHost(t), nil
 	}
+	if err := e.settle(); err != nil {
+		return nil, err
+	}
 	if t.Len() != e.shard.N() {
 		return nil, fmt.Errorf("ddp: gathering optimizer state %s: %d elements, the shard has %d", t, t.Len(), e.shard.N())
 	}
 	full := make([]float32, e.ps.N)
 	e.shard.Unpack(full, tensor.ToHost(t))
-	err := e.gatherHost(ctx, "optimizer state", allreduce.WireF32, func(_ int, b *bucket) []float32 {
+	err := e.runGather(ctx, "optimizer state", e.hostGather(allreduce.WireF32, func(_ int, b *bucket) []float32 {
 		return full[b.lo:b.hi] // this rank's segment unpacked, the rest filled by the gather
-	}, nil)
+	}, nil))
 	return full, err
 }
 
@@ -474,6 +478,9 @@ func (e *Engine) GatherState(ctx context.Context, t *tensor.Tensor) ([]float32, 
 func (e *Engine) GatherShardFiles(ctx context.Context, mine []byte, keep []bool) ([][]byte, error) {
 	if e.shard == nil {
 		return nil, fmt.Errorf("ddp: gathering optimizer shard files of an unsharded run")
+	}
+	if err := e.settle(); err != nil {
+		return nil, err
 	}
 	files, err := e.comm.GatherTo(ctx, mine, keep)
 	if err != nil {

@@ -14,11 +14,12 @@ package ddp
 //     stream. The rest of the slab range keeps this rank's local gradient, read by nothing.
 //  2. The scaler's check, clipping and the optimizer's step run on the shard, on the device (the
 //     optimizer's state, N/W elements, lives there).
-//  3. GatherParams: the training goroutine copies each bucket's owned segment of the f16 compute
-//     copy into its pinned buffer (StageWeights), the channels all-gather the pinned halves
+//  3. GatherParams: the f32 master weights forward reads first (gatherMasterRead, shard.go);
+//     then the training goroutine copies each bucket's owned segment of the f16 compute copy into
+//     its pinned buffer (StageWeights), the channels all-gather the pinned halves
 //     (AllGatherSegmentsF16: exact), and the whole buckets go back to the device on the compute
-//     stream (ReturnWeights) before the next forward; then the f32 master weights forward reads
-//     (gatherMasterRead, shard.go).
+//     stream (ReturnWeights) before the next forward — with ddp.overlap_gather as forward
+//     reaches each bucket (gather_overlap.go).
 //
 // What stays whole on the device: the gradient slab backward writes into, the f32 master and the
 // f16 copy, and the staging plan's f16 buffers (DeviceBytes) and pinned memory. What is sharded:
@@ -28,8 +29,6 @@ package ddp
 
 import (
 	"context"
-	"fmt"
-	"sync"
 
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/model/tensor"
@@ -76,39 +75,21 @@ func (e *Engine) reduceStagedShard(ch int, b *bucket, buf []uint16) error {
 	return nil
 }
 
-// gatherStagedHalf is GatherParams on the sharded staged path: the f16 compute copy's owned
-// segments out through pinned memory, all-gathered there, and back whole.
-func (e *Engine) gatherStagedHalf(ctx context.Context) error {
+// stagedHalfGather is GatherParams' all-gather on the sharded staged path: the f16 compute
+// copy's owned segments are copied out to the pinned buffers here (StageWeights waits for each),
+// the channels all-gather the pinned halves, and each bucket lands whole on the compute stream
+// (ReturnWeights), before the layers that read it.
+func (e *Engine) stagedHalfGather() gatherOp {
 	g := e.gpu
 	bufs := make([][]uint16, len(e.buckets))
 	for _, b := range e.buckets {
 		lo, hi := e.ownedSeg(b)
 		bufs[b.index] = g.shardStg.StageWeights(b.index, e.ps.Half, lo, hi)
 	}
-	errs := make([]error, len(e.comms))
-	var wg sync.WaitGroup
-	for ch := range e.comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := ch; i < len(e.buckets); i += len(e.comms) {
-				b := e.buckets[i]
-				if err := g.shardRed[ch].AllGatherSegmentsF16(ctx, bufs[i]); err != nil {
-					errs[ch] = fmt.Errorf("ddp: all-gather of the f16 weights of bucket %d (%s): %w", b.index, b.params[0].Name, err)
-					return
-				}
-			}
-		}()
+	return gatherOp{
+		gather: func(ctx context.Context, ch int, b *bucket) error {
+			return g.shardRed[ch].AllGatherSegmentsF16(ctx, bufs[b.index])
+		},
+		land: func(b *bucket) { g.shardStg.ReturnWeights(b.index, e.ps.Half) },
 	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	for _, b := range e.buckets {
-		g.shardStg.ReturnWeights(b.index, e.ps.Half)
-	}
-	e.masterStale = true
-	return nil
 }

@@ -33,6 +33,7 @@ type shardCfg struct {
 	sgd            *model.SGDConfig // SGD instead of AdamW
 	newDev         newDevFunc       // nil: the CPU device (hideHost: without HostMemory)
 	device         bool             // ddp.intra_host: device (UseDevice; newDev gives an IPC device)
+	overlap        bool             // Options.OverlapGather: GatherParams leaves the gather to forward
 }
 
 // noHostMem is the CPU device behind the bare tensor.Device interface, so without its
@@ -95,7 +96,7 @@ func trainShardRank(t *testing.T, sc shardCfg, rank int, comm Comm, d dataset, e
 	}
 	defer scaler.Free()
 	eng := New(ps, comm, Options{BucketCapMB: sc.bucketMB, Wire: sc.wire, Channels: extra, ShardOptimizer: sc.shard,
-		HostStaging: sc.device, DeviceGrace: 5 * time.Second})
+		OverlapGather: sc.overlap, HostStaging: sc.device, DeviceGrace: 5 * time.Second})
 	defer eng.Close()
 	if fmt.Sprint(eng.Shard()) != fmt.Sprint(sh) {
 		t.Fatalf("rank %d: the engine's shard %v, PlanShard's %v", rank, eng.Shard(), sh)
@@ -386,8 +387,9 @@ func shardStagingDev(t *testing.T, rank int) (tensor.Device, func()) {
 // device (shardStagingCPU): fp16 with the f16 wire, the gradients reduce-scattered as half and
 // only the owned segment widened back, the f16 weights all-gathered through the staging buffers;
 // bit-identical to the unsharded staged run (weights, 16-bit copy, norms, m and v), with
-// accumulation, clipping, several channels and a skipped step. runShardStaged is the same
-// harness on the GPU (shard_gpu_cuda_test.go).
+// accumulation, clipping, several channels and a skipped step, with and without
+// ddp.overlap_gather (each bucket's weights landing as forward reads them). runShardStaged is
+// the same harness on the GPU (shard_gpu_cuda_test.go).
 func TestShardStaged_bitIdenticalToUnsharded(t *testing.T) {
 	runShardStaged(t, shardStagingDev)
 }
@@ -395,25 +397,31 @@ func TestShardStaged_bitIdenticalToUnsharded(t *testing.T) {
 func runShardStaged(t *testing.T, newDev newDevFunc) {
 	for _, W := range []int{2, 4} {
 		for _, ch := range []int{1, 2} {
-			t.Run(fmt.Sprintf("W%d/ch%d", W, ch), func(t *testing.T) {
-				b, k, steps := 3, 2, 6
-				d := makeData(W * b * k * steps)
-				sc := shardCfg{W: W, b: b, k: k, steps: steps, compute: tensor.F16, wire: allreduce.WireF16, bucketMB: 0.0005,
-					clip: 0.5, channels: ch, injectRank: 1, injectStep: 3, newDev: newDev}
-				plain := runShardWorld(t, sc, d)
-				sc.shard = true
-				sharded := runShardWorld(t, sc, d)
-				checkSame(t, plain, sharded)
-				for r := range sharded {
-					if !plain[r].staged || !sharded[r].staged || sharded[r].inPlace || sharded[r].hostBytes != 0 {
-						t.Errorf("rank %d: staged %v unsharded, %v sharded (in place %v, host buffers %d bytes): want the staged path, no host copy",
-							r, plain[r].staged, sharded[r].staged, sharded[r].inPlace, sharded[r].hostBytes)
-					}
-					if sharded[r].skipped != 1 {
-						t.Errorf("rank %d skipped %d steps, want 1", r, sharded[r].skipped)
-					}
+			for _, overlap := range []bool{false, true} {
+				name := fmt.Sprintf("W%d/ch%d", W, ch)
+				if overlap {
+					name += "/overlap_gather"
 				}
-			})
+				t.Run(name, func(t *testing.T) {
+					b, k, steps := 3, 2, 6
+					d := makeData(W * b * k * steps)
+					sc := shardCfg{W: W, b: b, k: k, steps: steps, compute: tensor.F16, wire: allreduce.WireF16, bucketMB: 0.0005,
+						clip: 0.5, channels: ch, injectRank: 1, injectStep: 3, newDev: newDev}
+					plain := runShardWorld(t, sc, d)
+					sc.shard, sc.overlap = true, overlap
+					sharded := runShardWorld(t, sc, d)
+					checkSame(t, plain, sharded)
+					for r := range sharded {
+						if !plain[r].staged || !sharded[r].staged || sharded[r].inPlace || sharded[r].hostBytes != 0 {
+							t.Errorf("rank %d: staged %v unsharded, %v sharded (in place %v, host buffers %d bytes): want the staged path, no host copy",
+								r, plain[r].staged, sharded[r].staged, sharded[r].inPlace, sharded[r].hostBytes)
+						}
+						if sharded[r].skipped != 1 {
+							t.Errorf("rank %d skipped %d steps, want 1", r, sharded[r].skipped)
+						}
+					}
+				})
+			}
 		}
 	}
 }
@@ -486,4 +494,42 @@ func TestGatherShardFiles_onlyTheWritersGetThem(t *testing.T) {
 	check("flat", flat, inprocWorld(t, 3, 1, func(r int, main Comm, _ []Comm) [][]byte { return gather(r, main, flat) }))
 	perHost := []bool{true, false, true, false}
 	check("per host", perHost, hierWorld(t, 2, 2, func(r int, comm Comm) [][]byte { return gather(r, comm, perHost) }))
+}
+
+// ddp.overlap_gather: GatherParams leaves the weights' all-gather in flight and the next forward
+// waits for each bucket as it reads it (gather_overlap.go). The run stays bit-identical to the
+// unsharded one — weights, 16-bit copy, norms, m and v — on the in-place and host-buffer paths,
+// fp32 (the f32 master gathered in flight), fp16 and bf16 (the 16-bit copy in flight, the norms'
+// masters before it), with accumulation, a skipped step, tiny buckets (parameters split over
+// several) and several channels. The staged path's case is in runShardStaged.
+func TestShard_overlapGatherBitIdentical(t *testing.T) {
+	type tc struct {
+		compute tensor.DType
+		wire    allreduce.Wire
+	}
+	for _, c := range []tc{{tensor.F32, allreduce.WireF32}, {tensor.F16, allreduce.WireF16}, {tensor.BF16, allreduce.WireBF16}} {
+		for _, W := range []int{2, 3} {
+			for _, ch := range []int{1, 2} {
+				for _, hide := range []bool{false, true} {
+					name := fmt.Sprintf("%s/W%d/ch%d", c.compute, W, ch)
+					if hide {
+						name += "/hostbuffers"
+					}
+					t.Run(name, func(t *testing.T) {
+						b, k, steps := 3, 2, 6
+						d := makeData(W * b * k * steps)
+						sc := shardCfg{W: W, b: b, k: k, steps: steps, compute: c.compute, wire: c.wire, bucketMB: 0.0005,
+							clip: 0.5, channels: ch, injectRank: -1, hideHost: hide}
+						if c.compute == tensor.F16 {
+							sc.injectRank, sc.injectStep = W-1, 2
+						}
+						plain := runShardWorld(t, sc, d)
+						sc.shard, sc.overlap = true, true
+						sharded := runShardWorld(t, sc, d)
+						checkSame(t, plain, sharded)
+					})
+				}
+			}
+		}
+	}
 }

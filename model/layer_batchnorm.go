@@ -68,12 +68,12 @@ func (l *BatchNorm2d) Forward(y, mean, rstd, x *tensor.Tensor, update bool) {
 	if !update {
 		rm, rv = nil, nil
 	}
-	BatchNormForward(x.Device(), l.Layout, y, mean, rstd, rm, rv, x, l.W.W, l.B.W, l.Eps, l.Momentum)
+	BatchNormForward(x.Device(), l.Layout, y, mean, rstd, rm, rv, x, l.W.Master(), l.B.Master(), l.Eps, l.Momentum)
 }
 
 // Eval is the evaluation-mode forward, with the running statistics.
 func (l *BatchNorm2d) Eval(y, x *tensor.Tensor) {
-	conv(x.Device()).BatchNormInference(l.Layout, y, x, l.W.W, l.B.W, l.RunMean, l.RunVar, l.Eps)
+	conv(x.Device()).BatchNormInference(l.Layout, y, x, l.W.Master(), l.B.Master(), l.RunMean, l.RunVar, l.Eps)
 }
 
 // Backward writes dx and accumulates the gain and shift gradients; then both are ready.
@@ -81,7 +81,7 @@ func (l *BatchNorm2d) Backward(dx, dy, x, mean, rstd *tensor.Tensor) {
 	if l.Sync != nil {
 		l.syncBackward(dx, dy, x, mean, rstd)
 	} else {
-		BatchNormBackward(x.Device(), l.Layout, dx, l.W.G, l.B.G, dy, x, l.W.W, mean, rstd)
+		BatchNormBackward(x.Device(), l.Layout, dx, l.W.G, l.B.G, dy, x, l.W.Master(), mean, rstd)
 	}
 	l.B.Ready()
 	l.W.Ready()

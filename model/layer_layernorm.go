@@ -39,12 +39,12 @@ func LayerNormBackward(dev tensor.Device, dx, dw, db, dy, x, w, mean, rstd *tens
 
 // Forward: y (R,C), mean and rstd (R) f32 from x (R,C).
 func (l *LayerNorm) Forward(y, mean, rstd, x *tensor.Tensor) {
-	LayerNormForward(x.Device(), y, mean, rstd, x, l.W.W, l.B.W)
+	LayerNormForward(x.Device(), y, mean, rstd, x, l.W.Master(), l.B.Master())
 }
 
 // Backward accumulates dx (R,C) and the gain/bias gradients, then both parameters are ready.
 func (l *LayerNorm) Backward(dx, dy, x, mean, rstd *tensor.Tensor) {
-	LayerNormBackward(x.Device(), dx, l.W.G, l.B.G, dy, x, l.W.W, mean, rstd)
+	LayerNormBackward(x.Device(), dx, l.W.G, l.B.G, dy, x, l.W.Master(), mean, rstd)
 	l.B.Ready()
 	l.W.Ready()
 }

@@ -140,7 +140,7 @@ func (l *BatchNorm2d) syncForward(y, mean, rstd, x *tensor.Tensor, update bool) 
 	}
 	dev.Upload(mean, gm)
 	dev.Upload(rstd, gv) // the global variance, for the normalisation
-	conv(dev).BatchNormInference(l.Layout, y, x, l.W.W, l.B.W, mean, rstd, l.Eps)
+	conv(dev).BatchNormInference(l.Layout, y, x, l.W.Master(), l.B.Master(), mean, rstd, l.Eps)
 	dev.Upload(rstd, rs)
 }
 
@@ -170,5 +170,5 @@ func (l *BatchNorm2d) syncBackward(dx, dy, x, mean, rstd *tensor.Tensor) {
 		dev.Download(buf, sums)
 	}
 	dev.Upload(sums, buf)
-	sb.BatchNormBackwardElemt(l.Layout, dx, dy, x, l.W.W, mean, rstd, sdy, sdyx, l.count)
+	sb.BatchNormBackwardElemt(l.Layout, dx, dy, x, l.W.Master(), mean, rstd, sdy, sdyx, l.count)
 }

@@ -29,6 +29,12 @@ type Params struct {
 	// OnGradReady, when set, is called by layers as soon as a parameter's gradient for this
 	// backward is complete (DDP starts communication from it). Called on the training goroutine.
 	OnGradReady func(p *Param)
+	// OnRead, when set, is called before a layer reads a parameter's weights: its compute copy
+	// (Compute, master false) or its f32 master (Master, master true). DDP's sharded step sets
+	// it while the updated weights are still being all-gathered, overlapped with the next
+	// forward (ddp.overlap_gather): the call returns once p's values are in place. Called on the
+	// training goroutine.
+	OnRead func(p *Param, master bool)
 }
 
 // Param is one named parameter: views into the slabs plus how it is initialised and decayed.
@@ -121,10 +127,24 @@ func (ps *Params) SyncHalf() {
 // ZeroGrad clears the gradient slab (micro-step 0 of each optimizer step).
 func (ps *Params) ZeroGrad() { ps.dev.Fill(ps.Grad, 0) }
 
-// Compute is the tensor forward and backward read: the f16 copy under mixed precision.
+// Compute is the tensor forward and backward read: the f16 copy under mixed precision. Layers
+// read a parameter's weights through it (or Master), never p.W or p.H directly, so that a
+// parameter still in transit (Params.OnRead) is waited for.
 func (p *Param) Compute() *tensor.Tensor {
+	if f := p.ps.OnRead; f != nil {
+		f(p, false)
+	}
 	if p.H != nil {
 		return p.H
+	}
+	return p.W
+}
+
+// Master is the f32 master weights, for the layers that read them under mixed precision too
+// (MasterRead: the norms' gains and biases); it waits as Compute does.
+func (p *Param) Master() *tensor.Tensor {
+	if f := p.ps.OnRead; f != nil {
+		f(p, true)
 	}
 	return p.W
 }

@@ -3,7 +3,8 @@
 # for ROWS=shard and ROWS=device): GPT-2 small (configs/gpt2-124m.yaml on byte-level text),
 # workers sharing the one GPU, micro-batch BATCH (8) each. Each fits one 10-minute device call.
 #
-# shard (issue 31): for W in WS (2,4) and ddp.shard_optimizer off/on, STEPS (30) steps with
+# shard (issue 31): for W in WS (2,4) and ddp.shard_optimizer off/on, and on with
+#   ddp.overlap_gather: on (the row "overlap": the weights' all-gather left to the next forward), STEPS (30) steps with
 #   --memory-report: the step (median of the logged windows after the first), per-rank peak
 #   (each rank's summary), static memory (rank 0's report: peak − input batch − activations;
 #   target ≤ 0.6 GiB + 1.9 GiB / W), param_sha256 of all ranks; then the largest micro-batch under
@@ -66,10 +67,18 @@ refusal() {
 
 if [ "$ROWS" = shard ]; then
   WS=${WS:-2,4}
+  # shardsets ROW: the sets of a row: false, true, or overlap (true with ddp.overlap_gather on)
+  shardsets() {
+    case $1 in
+    overlap) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=on" ;;
+    *) echo "--set ddp.shard_optimizer=$1 --set ddp.overlap_gather=off" ;;
+    esac
+  }
   for w in ${WS//,/ }; do
-    for sh in false true; do
+    for sh in false true overlap; do
       stamp "$w workers, ddp.shard_optimizer $sh"
-      launch "shard-w$w-$sh" "$w" "$STEPS" --set ddp.shard_optimizer="$sh" -- --memory-report || echo "exit $?: $(refusal "shard-w$w-$sh")"
+      # shellcheck disable=SC2046 # shardsets' words are the sets
+      launch "shard-w$w-$sh" "$w" "$STEPS" $(shardsets "$sh") -- --memory-report || echo "exit $?: $(refusal "shard-w$w-$sh")"
     done
   done
   MAXW=${MAXW:-2}
@@ -86,7 +95,7 @@ if [ "$ROWS" = shard ]; then
   printf '%-3s %-6s | %8s %7s | %-28s %6s | %7s %7s %7s | %s\n' W shard "step ms" "/unsh." "per-rank peak GiB" "max" "static" "target" "activ." "param_sha256"
   for w in ${WS//,/ }; do
     base=$(m step "$OUT/shard-w$w-false.jsonl")
-    for sh in false true; do
+    for sh in false true overlap; do
       f=$OUT/shard-w$w-$sh
       ms=$(m step "$f.jsonl")
       peaks=- mx=- sha=- static=- act=-
@@ -97,7 +106,7 @@ if [ "$ROWS" = shard ]; then
       printf '%-3s %-6s | %8s %7s | %-28s %6s | %7s %7s %7s | %s\n' "$w" "$sh" "$ms" "$rel" "${peaks:--}" "${mx:--}" "${static:--}" "<=$tgt" "${act:--}" "${sha:--}"
     done
   done
-  echo "(step /unsh.: target <= 1.05; static = rank 0's peak - input batch - activations, from --memory-report; GiB)"
+  echo "(overlap: sharded with ddp.overlap_gather on; step /unsh.: target <= 1.05; static = rank 0's peak - input batch - activations, from --memory-report; GiB)"
   echo "largest micro-batch under $BUDGET per worker, $MAXW workers:"
   for sh in false true; do
     b=$(grep -o 'largest_fit_here=[0-9]*' "$OUT/max-$sh.log" 2>/dev/null | head -1 | cut -d= -f2)

@@ -338,3 +338,11 @@ func buildSchedule(cfg *Config, total int) (model.Schedule, error) {
 	return model.NewSchedule(model.ScheduleConfig{Kind: string(t.Schedule), LR: float32(t.LR), MinLR: float32(t.MinLR),
 		Warmup: int64(t.WarmupSteps), Total: int64(max(total, t.WarmupSteps+1))})
 }
+
+// overlapGather is ddp.overlap_gather resolved: on only when asked for. auto is off until the
+// overlap has been measured faster: on the CPU (2 cores, 2 workers, docs/perf-memory.md) it was
+// within noise of off, since the gather and forward share the cores; on cuda's staged path it is
+// not yet run on a GPU.
+func (t *Trainer) overlapGather() bool {
+	return config.OverlapGather(t.cfg.DDP.OverlapGather) == config.OverlapOn
+}

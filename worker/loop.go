@@ -370,6 +370,9 @@ func (t *Trainer) afterStep(ctx context.Context) error {
 	}
 	if st.Step%evalEvery == 0 && st.Step < t.total {
 		te := time.Now()
+		if err := t.eng.Settle(); err != nil { // evaluate all-reduces on the main group
+			return err
+		}
 		ev, err := evaluate(ctx, t.m, t.dev, t.evalSet, cfg, t.env, t.group)
 		if err != nil {
 			return err
@@ -411,6 +414,9 @@ func (t *Trainer) afterStep(ctx context.Context) error {
 func (t *Trainer) finish(ctx context.Context, ls *loopState) (*Result, error) {
 	cfg, env, st := t.cfg, t.env, &t.st
 	te := time.Now()
+	if err := t.eng.Settle(); err != nil { // evaluate all-reduces on the main group
+		return nil, err
+	}
 	ev, err := evaluate(ctx, t.m, t.dev, t.evalSet, cfg, env, t.group)
 	if err != nil {
 		return nil, err

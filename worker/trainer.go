@@ -318,7 +318,8 @@ func (t *Trainer) startEngine(ctx context.Context, gcfg allreduce.Config) error 
 	}
 	dopts := ddp.Options{BucketCapMB: cfg.DDP.BucketCapMB, Wire: wireOf(cfg), Logger: t.log, Channels: comms[1:],
 		ShardOptimizer: model.ShardOf(t.optim) != nil, // the shard the optimizer was built on
-		HostStaging:    t.wantsDeviceReduce()}         // no pinned staging: UseDevice takes the device path (intrahost.go)
+		OverlapGather:  t.overlapGather(),
+		HostStaging:    t.wantsDeviceReduce()} // no pinned staging: UseDevice takes the device path (intrahost.go)
 	if t.trace != nil { // not a nil *Trace in the interface
 		dopts.Tracer = t.trace
 	}

@@ -252,6 +252,12 @@ type DDPConfig struct {
 	// sharded) and sgd (its momentum sharded). On cuda the shard lives on the device and fp16
 	// keeps the staged path (ddp/shard_gpu.go; measured on the H200: docs/perf-memory.md). Default false.
 	ShardOptimizer bool `yaml:"shard_optimizer,omitempty"`
+	// overlap_gather: auto | on | off. Under shard_optimizer, the all-gather of the updated
+	// weights after each optimizer step overlaps the next forward (each layer waits for its own
+	// bucket, as FSDP's forward prefetch) instead of finishing before it; the same bits either
+	// way. auto: off for now (on the CPU it measured within noise of off; on cuda not yet run on
+	// a GPU). Default auto.
+	OverlapGather OverlapGather `yaml:"overlap_gather,omitempty"`
 	// timeout: how long a collective waits for a silent peer before the job fails (Go duration:
 	// 30s, 5m). Default 30s (allreduce.DefaultTimeout). Checkpoint writes do not count against
 	// it (they run in the background); raise it for slow networks or very large buckets.

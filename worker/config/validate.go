@@ -306,6 +306,7 @@ func (c *Config) validateDDP(p *problems) {
 		p.bad("ddp.channels", "%d: want 1 to 16", c.DDP.Channels)
 	}
 	p.choice(c.DDP.validateIntraHost())
+	p.choice(recheck(c.DDP.OverlapGather, ParseOverlapGather))
 	if c.DDP.CheckEvery < 0 {
 		p.bad("ddp.check_every", "%d: want >= 0 (0 = only at the end)", c.DDP.CheckEvery)
 	}
