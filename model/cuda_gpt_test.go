@@ -190,7 +190,10 @@ func cuBenchGPT2(t *testing.T, g *cuda.Device, B, T, steps int) string {
 	}
 	cfg.CheckpointKeepAttn = os.Getenv("GODDP_CKPT_KEEP") != ""
 	cfg.GemmEpilogue = os.Getenv("GODDP_GEMM_EPILOGUE") != "" // bias, GELU and bias gradients in cublasLt's epilogues
-	flashRows := 64                                           // GODDP_FLASH_ROWS=128: model.flash_forward_rows
+	if s := os.Getenv("GODDP_LOSS_CHUNK"); s != "" {          // rows of logits the head holds at a time (default ~128 MiB)
+		fmt.Sscan(s, &cfg.LossChunk)
+	}
+	flashRows := 64 // GODDP_FLASH_ROWS=128: model.flash_forward_rows
 	if s := os.Getenv("GODDP_FLASH_ROWS"); s != "" {
 		fmt.Sscan(s, &flashRows)
 	}
@@ -198,7 +201,8 @@ func cuBenchGPT2(t *testing.T, g *cuda.Device, B, T, steps int) string {
 		t.Fatal(err)
 	}
 	defer g.SetFlashForwardRows(64)
-	t.Logf("attention %s, checkpoint every %d (keep attention %v), gemm epilogue %v, flash forward rows %d", cfg.Attention, cfg.Checkpoint, cfg.CheckpointKeepAttn, cfg.GemmEpilogue, flashRows)
+	t.Logf("attention %s, checkpoint every %d (keep attention %v), gemm epilogue %v, flash forward rows %d, loss chunk %d rows (0: the default)",
+		cfg.Attention, cfg.Checkpoint, cfg.CheckpointKeepAttn, cfg.GemmEpilogue, flashRows, cfg.LossChunk)
 	g.EmptyCache()
 	base := g.Stats().Allocated
 	m, err := NewGPT(g, cfg, 1)

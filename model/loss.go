@@ -24,11 +24,15 @@ func CrossEntropyForward(dev tensor.Device, loss, losses, logits, targets *tenso
 // CrossEntropyBackward: dlogits (R,V) = (softmax(logits) − onehot(targets))·dloss/count, zero on
 // ignored rows. dlogits may be logits itself (the logits are then gone).
 func CrossEntropyBackward(dev tensor.Device, dlogits, logits, targets *tensor.Tensor, dloss float32, count int) {
-	s := float32(0)
+	dev.CrossEntropyBackward(dlogits, logits, targets, crossEntropyScale(dloss, count))
+}
+
+// crossEntropyScale is the gradient's factor dloss/count (0 when no target counts).
+func crossEntropyScale(dloss float32, count int) float32 {
 	if count > 0 {
-		s = dloss / float32(count)
+		return dloss / float32(count)
 	}
-	dev.CrossEntropyBackward(dlogits, logits, targets, s)
+	return 0
 }
 
 // CountTargets returns how many targets (any shape, i32) are not negative. It reads the tensor back
@@ -108,8 +112,12 @@ func LMHeadLossForwardBackward(dev tensor.Device, loss, losses, dx, dw, x, w, ta
 		xc := x2.View(r0*C, n, C)
 		logits := dev.Alloc(x.DType(), "logits.chunk", n, V)
 		LinearForward(dev, logits, xc, w, nil)
-		dev.CrossEntropy(losses.View(r0, n), logits, t1.View(r0, n))
-		CrossEntropyBackward(dev, logits, logits, t1.View(r0, n), dloss, count) // dlogits in place
+		if cg, ok := dev.(tensor.CrossEntropyGrad); ok { // the same bits, fewer passes
+			cg.CrossEntropyWithGrad(losses.View(r0, n), logits, logits, t1.View(r0, n), crossEntropyScale(dloss, count))
+		} else {
+			dev.CrossEntropy(losses.View(r0, n), logits, t1.View(r0, n))
+			CrossEntropyBackward(dev, logits, logits, t1.View(r0, n), dloss, count) // dlogits in place
+		}
 		LinearBackward(dev, dx2.View(r0*C, n, C), dw, nil, logits, xc, w)
 		dev.Free(logits)
 	}

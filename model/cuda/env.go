@@ -13,6 +13,7 @@ import (
 //	GODDP_FLASH=0     turns the fused attention kernels off (flash.go)
 //	GODDP_BN_SPLIT=1  splits the batch norms' per-channel reductions over row chunks (conv.go)
 //	GODDP_CUDNN_TF32=1 lets f32 convolutions use TF32 tensor cores (conv.go; as PyTorch's default)
+//	GODDP_XENT_FUSED=1 the loss head's cross-entropy loss and gradient in one launch (ops.go)
 //	XDG_CACHE_HOME    where compiled kernels are cached (KernelCacheDir)
 
 // flashOff reports whether GODDP_FLASH=0 turned the fused attention off.
@@ -25,6 +26,10 @@ var bnSplit = sync.OnceValue(func() bool { return os.Getenv("GODDP_BN_SPLIT") ==
 // cudnnTF32 reports whether GODDP_CUDNN_TF32=1 let f32 convolutions use TF32 (cuDNN's tensor-op
 // math; the default is FMA only, as the device's f32 GEMMs). Read once.
 var cudnnTF32 = sync.OnceValue(func() bool { return os.Getenv("GODDP_CUDNN_TF32") == "1" })
+
+// xentFused reports whether GODDP_XENT_FUSED=1 asked for CrossEntropyWithGrad's one launch (not
+// yet run on a GPU: off by default). Read once.
+var xentFused = sync.OnceValue(func() bool { return os.Getenv("GODDP_XENT_FUSED") == "1" })
 
 // KernelCacheDir is where compiled kernels are kept: $XDG_CACHE_HOME/goddp/kernels, by default
 // ~/.cache/goddp/kernels.

@@ -515,8 +515,10 @@ __global__ void k_permute0213(void* dst, int dd, const void* src, int ds, long n
 	}
 }
 
-// Cross-entropy: one block per row; online max/sum, then loss or gradient. Gradient may alias logits:
-// every read of the row finishes (block reduction) before the first write.
+// Cross-entropy: one block per row; online max/sum, then loss or gradient (bwd), or both (bwd with
+// losses not null: CrossEntropyWithGrad, the same bits as the two launches). Gradient may alias
+// logits: every read of the row finishes (block reduction; the loss's read of the target logit
+// before the __syncthreads) before the first write.
 __global__ void k_xent(float* losses, void* dl, int ddl, const void* logits, int dlg, const int* targets, int V, float scale, int bwd, int vecok) {
 	long row = blockIdx.x;
 	long base = row * V;
@@ -546,6 +548,7 @@ __global__ void k_xent(float* losses, void* dl, int ddl, const void* logits, int
 		if (threadIdx.x == 0) losses[row] = t < 0 ? 0.f : logf(s) - (ld(logits, dlg, base + t) - m);
 		return;
 	}
+	if (losses && threadIdx.x == 0) losses[row] = t < 0 ? 0.f : logf(s) - (ld(logits, dlg, base + t) - m);
 	__syncthreads();
 	float inv = 1.f / s;
 	if (vec && ddl == dlg) {

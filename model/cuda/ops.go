@@ -409,6 +409,33 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, targets *tensor.Tensor, s
 	}
 }
 
+// CrossEntropyWithGrad is CrossEntropy then CrossEntropyBackward (tensor.CrossEntropyGrad):
+// under GODDP_XENT_FUSED=1 one launch of k_xent writes the losses in its gradient pass, reading
+// the logits twice instead of three times (the same arithmetic: the same bits); otherwise the two
+// launches. dlogits may alias logits.
+func (d *Device) CrossEntropyWithGrad(losses, dlogits, logits, targets *tensor.Tensor, scale float32) {
+	if !xentFused() {
+		d.CrossEntropy(losses, logits, targets)
+		d.CrossEntropyBackward(dlogits, logits, targets, scale)
+		return
+	}
+	d.crossEntropyOneLaunch(losses, dlogits, logits, targets, scale)
+}
+
+// crossEntropyOneLaunch is CrossEntropyWithGrad's one launch.
+func (d *Device) crossEntropyOneLaunch(losses, dlogits, logits, targets *tensor.Tensor, scale float32) {
+	r, v := tensor.MatDims(logits)
+	tensor.CheckLen("CrossEntropyWithGrad", dlogits, logits)
+	if losses.Len() != r || targets.Len() != r || losses.DType() != tensor.F32 || targets.DType() != tensor.I32 {
+		panic(fmt.Sprintf("cuda: CrossEntropyWithGrad shapes: losses %s, logits %s, targets %s", losses, logits, targets))
+	}
+	tensor.CheckFloat("CrossEntropyWithGrad", dlogits, logits)
+	if r > 0 {
+		d.launch(kn("k_xent", dlogits, logits), [3]int{r, 1, 1}, [3]int{512, 1, 1}, 0, ptra(losses), ptra(dlogits), dta(dlogits), ptra(logits), dta(logits),
+			ptra(targets), i32a(v), f32a(scale), i32a(1), vecArg(v%8 == 0 && vec8(8, logits, dlogits)))
+	}
+}
+
 func (d *Device) ArgMax(out, x *tensor.Tensor) {
 	r, cols := tensor.MatDims(x)
 	if out.Len() != r || out.DType() != tensor.I32 {

@@ -168,6 +168,14 @@ type SquareSummer interface {
 	SumSquaresF64(xs []*Tensor) float64
 }
 
+// CrossEntropyGrad is an optional ability of a device that computes a cross-entropy's per-row
+// losses and its gradient together (the CUDA device): CrossEntropy then CrossEntropyBackward, to
+// the bit, possibly in fewer passes over the logits. dlogits may alias logits. The loss head
+// (model.LMHeadLossForwardBackward) uses it.
+type CrossEntropyGrad interface {
+	CrossEntropyWithGrad(losses, dlogits, logits, targets *Tensor, scale float32)
+}
+
 // AdamWArgs are one AdamW step's scalars. Bias corrections are 1-β^t, computed by the caller.
 type AdamWArgs struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float32

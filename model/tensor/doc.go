@@ -9,7 +9,8 @@
 //	device.go   Device, the interface every layer calls (memory, transfers, elementwise, matmul,
 //	            activations, normalisation, embeddings, softmax and attention, loss, reductions,
 //	            optimizers) and its argument types; Fence, a point in a device's stream of work
-//	            to wait for; MultiAdamW, an optional fused optimizer step
+//	            to wait for; MultiAdamW, an optional fused optimizer step; SquareSummer and
+//	            CrossEntropyGrad, optional fused reductions
 //	conv.go     ConvDevice, an optional ability: Conv2d, BatchNorm, MaxPool2d, GlobalAvgPool and
 //	            their backwards on NCHW images (the CPU device has it, the CUDA device not yet);
 //	            ConvGeom, AsConv
