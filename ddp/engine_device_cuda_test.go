@@ -132,7 +132,12 @@ func TestCUDADevice_trainsGPTLikeHostPath(t *testing.T) {
 					return trainGPTDevice(t, r, W, g, steps, wire, device, -1, nil)
 				})
 			}
-			dev, host := run(true), run(false)
+			// The host path first: it loads every kernel the step uses (cuBLAS's among them) into
+			// the context the goroutine ranks share, while no IPC kernel spins; a first use on the
+			// device path could otherwise load one while a peer's all-reduce spins for this rank
+			// (main_cuda_test.go).
+			host := run(false)
+			dev := run(true)
 			if t.Failed() {
 				return
 			}

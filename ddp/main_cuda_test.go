@@ -16,6 +16,11 @@ import (
 // test of the process, stopped at step 0 with "rank 1 never arrived" while the same path across
 // processes (scripts/gpu-stage3.sh ipc) trained to identical replicas. Ranks that are processes
 // have a context each and cannot wait on one another this way (docs/ddp-device-path.md).
+// EAGER alone did not do it: on an H100 on 2026-12-05 the same test still stopped at step 0 ("rank
+// 0 never arrived") while every later device-path test of the run passed — the kernels were loaded
+// by then. Libraries load some of theirs at first use whatever this variable says (cuBLAS's GEMM
+// kernels for a new shape or transpose), so the test also runs the host path first
+// (TestCUDADevice_trainsGPTLikeHostPath), which loads them while nothing spins.
 func TestMain(m *testing.M) {
 	if _, set := os.LookupEnv("CUDA_MODULE_LOADING"); !set {
 		os.Setenv("CUDA_MODULE_LOADING", "EAGER")

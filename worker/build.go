@@ -339,10 +339,17 @@ func buildSchedule(cfg *Config, total int) (model.Schedule, error) {
 		Warmup: int64(t.WarmupSteps), Total: int64(max(total, t.WarmupSteps+1))})
 }
 
-// overlapGather is ddp.overlap_gather resolved: on only when asked for. auto is off until the
-// overlap has been measured faster: on the CPU (2 cores, 2 workers, docs/perf-memory.md) it was
-// within noise of off, since the gather and forward share the cores; on cuda's staged path it is
-// not yet run on a GPU.
+// overlapGather is ddp.overlap_gather resolved. auto is on where the overlap measured faster: on
+// a device (cuda's staged path on an H100, 2026-12-05: GPT-2 small's sharded step 81.5 -> 71.5 ms
+// at 2 workers, 163.4 -> 141.0 at 4), and off on the CPU device, where it measured within noise
+// (2 cores: the gather and forward share them). docs/perf-memory.md.
 func (t *Trainer) overlapGather() bool {
-	return config.OverlapGather(t.cfg.DDP.OverlapGather) == config.OverlapOn
+	switch config.OverlapGather(t.cfg.DDP.OverlapGather) {
+	case config.OverlapOn:
+		return true
+	case config.OverlapOff:
+		return false
+	}
+	_, host := t.dev.(tensor.HostMemory)
+	return !host
 }

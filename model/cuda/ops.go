@@ -410,9 +410,9 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, targets *tensor.Tensor, s
 }
 
 // CrossEntropyWithGrad is CrossEntropy then CrossEntropyBackward (tensor.CrossEntropyGrad):
-// under GODDP_XENT_FUSED=1 one launch of k_xent writes the losses in its gradient pass, reading
-// the logits twice instead of three times (the same arithmetic: the same bits); otherwise the two
-// launches. dlogits may alias logits.
+// one launch of k_xent writes the losses in its gradient pass, reading the logits twice instead of
+// three times (the same arithmetic: the same bits); GODDP_XENT_FUSED=0 keeps the two launches.
+// dlogits may alias logits.
 func (d *Device) CrossEntropyWithGrad(losses, dlogits, logits, targets *tensor.Tensor, scale float32) {
 	if !xentFused() {
 		d.CrossEntropy(losses, logits, targets)

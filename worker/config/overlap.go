@@ -8,8 +8,9 @@ import "gopkg.in/yaml.v3"
 type OverlapGather string
 
 const (
-	// OverlapAuto: off until the overlap has been measured faster somewhere (the CPU: within
-	// noise; cuda's staged path: not yet run on a GPU). Worker's overlapGather decides.
+	// OverlapAuto: on where it measured faster (--device cuda: the host cores that run the
+	// gather are idle while the GPU computes), off on the CPU device (within noise there: the
+	// gather and forward share the cores). Worker's overlapGather decides.
 	OverlapAuto OverlapGather = "auto"
 	OverlapOn   OverlapGather = "on"
 	OverlapOff  OverlapGather = "off"
