@@ -3,9 +3,12 @@
 package model
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/model/tensor"
@@ -84,4 +87,54 @@ func TestCUDA_resnetMatchesCPU(t *testing.T) {
 			t.Logf("%+v: first step's gradients within relative L2 %.2g", tc.cfg, e)
 		}
 	}
+}
+
+// TestCUDA_resnet50Profile prints where one ResNet-50 training step's GPU time goes, kernel by
+// kernel (and cuDNN call by call): GODDP_RESNET_PROFILE=B (a batch, e.g. 64) runs it, in fp16
+// NHWC at 224², SGD with momentum, after three warm-up steps; GODDP_RESNET_PROFILE_DTYPE=f32 for
+// fp32. Skipped otherwise. Diagnostics for issue 33 (docs/perf-resnet-gpu.md), not a check.
+func TestCUDA_resnet50Profile(t *testing.T) {
+	s := os.Getenv("GODDP_RESNET_PROFILE")
+	if s == "" {
+		t.Skip("GODDP_RESNET_PROFILE=B runs it")
+	}
+	var B int
+	if _, err := fmt.Sscan(s, &B); err != nil || B <= 0 {
+		t.Fatalf("GODDP_RESNET_PROFILE=%q: want a batch size", s)
+	}
+	g := gpu(t)
+	dt := tensor.F16
+	if os.Getenv("GODDP_RESNET_PROFILE_DTYPE") == "f32" {
+		dt = tensor.F32
+	}
+	cfg := ResNetConfig{Depth: 50, Stem: "imagenet", Width: 64, Classes: 1000, InC: 3, InH: 224, InW: 224, Compute: dt, Layout: tensor.NHWC}
+	m, err := NewResNet(g, cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	opt, err := NewSGD(m.Params(), SGDConfig{Momentum: 0.9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer opt.Free()
+	in := resnetInputs(g, rand.New(rand.NewSource(1)), B, cfg)
+	step := func() {
+		m.Params().ZeroGrad()
+		m.Forward(in, true)
+		m.Backward(1)
+		opt.Step(0.01)
+	}
+	for range 3 {
+		step()
+	}
+	g.Sync()
+	t0 := time.Now()
+	step()
+	g.Sync()
+	plain := time.Since(t0)
+	g.ProfileStart()
+	step()
+	fmt.Printf("ResNet-50 %s NHWC batch %d on %s: one step %.2f ms unprofiled; profile (events around each kernel):\n%s",
+		dt, B, g.DeviceName(), float64(plain.Microseconds())/1000, g.ProfileStop())
 }
