@@ -45,7 +45,7 @@ bash scripts/cuda-env.sh go build -tags cuda,cudnn -o "$OUT/bin/" ./cmd/ddptrain
 fi
 if [ -z "${SKIP_TESTS:-}" ]; then
   stamp "GPU tests of the convolutional path"
-  bash scripts/cuda-env.sh go test -count=1 -tags cuda,cudnn ./model/cuda/ ./model/ -run 'CUDA_conv|CUDA_resnet' 2>&1 | tail -8
+  bash scripts/cuda-env.sh go test -count=1 -tags cuda,cudnn ./model/cuda/ ./model/ -run 'CUDA_conv|CUDA_resnet|CUDA_bn' 2>&1 | tail -8
 fi
 
 # modeargs MODE: ddptrain's settings for fp32 | fp16 | fp16+ckpt.

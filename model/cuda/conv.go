@@ -272,8 +272,18 @@ func (d *Device) BatchNorm(l tensor.Layout, y, mean, rstd, runMean, runVar, x, w
 		run, rm, rv = 1, ptra(runMean), ptra(runVar)
 	}
 	d.launch1("k_bn_finish", C, ptra(mean), ptra(rstd), rm, rv, run, i32a(C), u64a(uint64(N*P)), f32a(eps), f32a(momentum))
+	if bnVec8(l, C, y, x) {
+		d.launch1("k_bn_apply8", x.Len()/8, ptra(y), ptra(x), dta(x), i32a(x.Len()/8), i32a(C), ptra(mean), ptra(rstd), ptra(w), ptra(b))
+		return
+	}
 	d.launch1("k_bn_apply", x.Len(), ptra(y), ptra(x), dta(x), nhwcArg(l), u64a(uint64(x.Len())), i32a(C), i32a(P),
 		ptra(mean), ptra(rstd), ptra(w), ptra(b))
+}
+
+// bnVec8 reports whether a batch norm's elementwise pass over ts takes the 8-wide kernel: asked
+// for (GODDP_BN_VEC=1), NHWC with channels in eights, 16-byte aligned.
+func bnVec8(l tensor.Layout, C int, ts ...*tensor.Tensor) bool {
+	return bnVec() && l == tensor.NHWC && C%8 == 0 && vec8(ts[0].Len(), ts...)
 }
 
 func (d *Device) BatchNormInference(l tensor.Layout, y, x, w, b, runMean, runVar *tensor.Tensor, eps float32) {
@@ -358,6 +368,11 @@ func (d *Device) BatchNormBackwardElemt(l tensor.Layout, dx, dy, x, w, mean, rst
 	_, C, P := bnDims("BatchNormBackwardElemt", l, x, w, mean, rstd, sdy, sdyx)
 	sameImage("BatchNormBackwardElemt", dy, x)
 	sameImage("BatchNormBackwardElemt", dx, x)
+	if bnVec8(l, C, dx, dy, x) {
+		d.launch1("k_bn_elemt8", x.Len()/8, ptra(dx), ptra(dy), ptra(x), dta(x), i32a(x.Len()/8), i32a(C),
+			ptra(w), ptra(mean), ptra(rstd), ptra(sdy), ptra(sdyx), f32a(float32(count)))
+		return
+	}
 	d.launch1("k_bn_elemt", x.Len(), ptra(dx), ptra(dy), ptra(x), dta(x), nhwcArg(l), u64a(uint64(x.Len())), i32a(C), i32a(P),
 		ptra(w), ptra(mean), ptra(rstd), ptra(sdy), ptra(sdyx), f32a(float32(count)))
 }

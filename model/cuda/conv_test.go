@@ -196,3 +196,55 @@ func TestCUDA_convDeterministic(t *testing.T) {
 		m.free()
 	}
 }
+
+// GODDP_BN_VEC's 8-wide kernels (k_bn_apply8, k_bn_elemt8, k_relu8, k_relu_bwd8) give the scalar
+// kernels' bits: a batch norm's forward and backward and ReLU's on NHWC images of 64 channels, f32
+// and f16, with a ReLU backward written in place as the ResNet does.
+func TestCUDA_bnVecSameBits(t *testing.T) {
+	g := gpu(t)
+	oldVec := bnVec
+	t.Cleanup(func() { bnVec = oldVec })
+	r := rand.New(rand.NewPCG(7, 7))
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+		const N, H, W, C = 3, 5, 7, 64
+		rnd := func(n int, scale float64) []float32 {
+			v := make([]float32, n)
+			for i := range v {
+				v[i] = float32(r.NormFloat64() * scale)
+			}
+			return v
+		}
+		xs, dys, ws, bs := rnd(N*H*W*C, 2), rnd(N*H*W*C, 1), rnd(C, 1), rnd(C, 0.5)
+		run := func(vec bool) [][]float32 {
+			bnVec = func() bool { return vec }
+			x := tensor.FromHost(g, dt, "x", xs, N, H, W, C)
+			dy := tensor.FromHost(g, dt, "dy", dys, N, H, W, C)
+			w := tensor.FromHost(g, tensor.F32, "w", ws, C)
+			b := tensor.FromHost(g, tensor.F32, "b", bs, C)
+			y, dx := g.Alloc(dt, "y", N, H, W, C), g.Alloc(dt, "dx", N, H, W, C)
+			a, da := g.Alloc(dt, "a", N, H, W, C), g.Alloc(dt, "da", N, H, W, C)
+			mean, rstd := g.Alloc(tensor.F32, "mean", C), g.Alloc(tensor.F32, "rstd", C)
+			rm, rv := tensor.FromHost(g, tensor.F32, "rm", make([]float32, C), C), tensor.FromHost(g, tensor.F32, "rv", make([]float32, C), C)
+			dw, db := tensor.FromHost(g, tensor.F32, "dw", make([]float32, C), C), tensor.FromHost(g, tensor.F32, "db", make([]float32, C), C)
+			defer func() {
+				for _, tt := range []*tensor.Tensor{x, dy, w, b, y, dx, a, da, mean, rstd, rm, rv, dw, db} {
+					g.Free(tt)
+				}
+			}()
+			g.BatchNorm(tensor.NHWC, y, mean, rstd, rm, rv, x, w, b, 1e-5, 0.1)
+			g.ReLU(a, y)
+			g.Copy(da, dy)
+			g.ReLUBackward(da, da, a) // in place, as the ResNet's backward
+			g.BatchNormBackward(tensor.NHWC, dx, dw, db, da, y, w, mean, rstd)
+			return [][]float32{tensor.ToHost(y), tensor.ToHost(a), tensor.ToHost(da), tensor.ToHost(dx), tensor.ToHost(dw), tensor.ToHost(db)}
+		}
+		want, got := run(false), run(true)
+		for k, name := range []string{"y", "relu", "relu backward", "dx", "dw", "db"} {
+			for i := range want[k] {
+				if math.Float32bits(got[k][i]) != math.Float32bits(want[k][i]) {
+					t.Fatalf("%s %s[%d]: 8-wide %g, scalar %g", dt, name, i, got[k][i], want[k][i])
+				}
+			}
+		}
+	}
+}

@@ -11,18 +11,20 @@ import (
 // The environment the CUDA device reads, all of it here:
 //
 //	GODDP_FLASH=0     turns the fused attention kernels off (flash.go)
-//	GODDP_BN_SPLIT=0  one block per channel tile in the batch norms' reductions (the split is the default; conv.go)
+//	GODDP_BN_SPLIT=1  splits the batch norms' per-channel reductions over row chunks (conv.go)
 //	GODDP_CUDNN_TF32=1 lets f32 convolutions use TF32 tensor cores (conv.go; as PyTorch's default)
+//	GODDP_BN_VEC=1    8-wide batch-norm apply and backward passes and ReLU (conv.go, ops.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
 //	XDG_CACHE_HOME    where compiled kernels are cached (KernelCacheDir)
 
 // flashOff reports whether GODDP_FLASH=0 turned the fused attention off.
 func flashOff() bool { return os.Getenv("GODDP_FLASH") == "0" }
 
-// bnSplit reports whether the batch norms' reductions are split (k_chan_part): many blocks per
-// channel tile instead of one. The default since the H100 A/B of 2026-12-05 (ResNet-50 fp16 b128
-// 96.4 -> 70.8 ms, docs/perf-resnet-gpu.md); GODDP_BN_SPLIT=0 keeps one block per tile. Read once.
-var bnSplit = sync.OnceValue(func() bool { return os.Getenv("GODDP_BN_SPLIT") != "0" })
+// bnSplit reports whether GODDP_BN_SPLIT=1 asked for the split batch-norm reductions
+// (k_chan_part): many blocks per channel tile instead of one. Faster on the H100 (ResNet-50 fp16
+// b128 96.4 -> 70.8 ms, docs/perf-resnet-gpu.md), but its test against the CPU
+// (TestCUDA_bnSplitMatchesCPU) has not run on a GPU yet: off by default until it has. Read once.
+var bnSplit = sync.OnceValue(func() bool { return os.Getenv("GODDP_BN_SPLIT") == "1" })
 
 // cudnnTF32 reports whether GODDP_CUDNN_TF32=1 let f32 convolutions use TF32 (cuDNN's tensor-op
 // math; the default is FMA only, as the device's f32 GEMMs). Read once.
@@ -32,6 +34,11 @@ var cudnnTF32 = sync.OnceValue(func() bool { return os.Getenv("GODDP_CUDNN_TF32"
 // of 2026-12-05 (GPT-2 small b16 42.44 -> 41.76 ms, the same bits: docs/perf-gpu.md);
 // GODDP_XENT_FUSED=0 keeps the two launches. Read once.
 var xentFused = sync.OnceValue(func() bool { return os.Getenv("GODDP_XENT_FUSED") != "0" })
+
+// bnVec reports whether GODDP_BN_VEC=1 asked for the 8-wide elementwise kernels of the batch
+// norms (NHWC, channels in eights) and of ReLU: the same arithmetic per element, 16-byte accesses.
+// Not yet run on a GPU: off by default. Read once.
+var bnVec = sync.OnceValue(func() bool { return os.Getenv("GODDP_BN_VEC") == "1" })
 
 // KernelCacheDir is where compiled kernels are kept: $XDG_CACHE_HOME/goddp/kernels, by default
 // ~/.cache/goddp/kernels.

@@ -93,30 +93,7 @@ __device__ void blockMaxSum(float& m, float& s) {
 }
 
 
-// 8-wide loads and stores: 16 bytes of f16 or 32 of f32 per thread. i is a multiple of 8 and the
-// base is 16-byte aligned (the Go side checks before choosing a *8 kernel).
-__device__ __forceinline__ void ld8(const void* p, int dt, long i, float* v) {
-	if (dt == 0) {
-		float4 a = ((const float4*)p)[i / 4], b = ((const float4*)p)[i / 4 + 1];
-		v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-	} else {
-		uint4 u = ((const uint4*)p)[i / 8];
-		v[0] = h2f(u.x & 0xffff); v[1] = h2f(u.x >> 16); v[2] = h2f(u.y & 0xffff); v[3] = h2f(u.y >> 16);
-		v[4] = h2f(u.z & 0xffff); v[5] = h2f(u.z >> 16); v[6] = h2f(u.w & 0xffff); v[7] = h2f(u.w >> 16);
-	}
-}
-__device__ __forceinline__ void st8(void* p, int dt, long i, const float* v) {
-	if (dt == 0) {
-		((float4*)p)[i / 4] = make_float4(v[0], v[1], v[2], v[3]);
-		((float4*)p)[i / 4 + 1] = make_float4(v[4], v[5], v[6], v[7]);
-	} else {
-		uint4 u;
-		u.x = f2h(v[0]) | ((unsigned int)f2h(v[1]) << 16); u.y = f2h(v[2]) | ((unsigned int)f2h(v[3]) << 16);
-		u.z = f2h(v[4]) | ((unsigned int)f2h(v[5]) << 16); u.w = f2h(v[6]) | ((unsigned int)f2h(v[7]) << 16);
-		((uint4*)p)[i / 8] = u;
-	}
-}
-__device__ __forceinline__ float gelu_f(float v) { return 0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))); }
+` + vec8Source + `__device__ __forceinline__ float gelu_f(float v) { return 0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))); }
 __device__ __forceinline__ float gelu_g(float v) {
 	float t = tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v));
 	return 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * 0.7978845608028654f * (1.f + 3.f * 0.044715f * v * v);
@@ -693,6 +670,18 @@ __global__ void k_axpy8(void* y, int dy, const void* x, int dx, int n8, float a)
 		for (int k = 0; k < 8; k++) v[k] += a * u[k];
 		st8(y, dy, i, v); }
 }
+__global__ void k_relu8(void* y, int dy, const void* x, int dx, int n8) {
+	FOR8(i, n8) { float v[8]; ld8(x, dx, i, v);
+		#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] = fmaxf(v[k], 0.f);
+		st8(y, dy, i, v); }
+}
+__global__ void k_relu_bwd8(void* dxp, int ddx, const void* dyp, int ddy, const void* y, int dyt, int n8) {
+	FOR8(i, n8) { float g[8], u[8]; ld8(dyp, ddy, i, g); ld8(y, dyt, i, u);
+		#pragma unroll
+		for (int k = 0; k < 8; k++) g[k] = u[k] > 0.f ? g[k] : 0.f;
+		st8(dxp, ddx, i, g); }
+}
 __global__ void k_add8(void* o, int dout, const void* a, int da, const void* b, int db, int n8) {
 	FOR8(i, n8) { float v[8], u[8]; ld8(a, da, i, v); ld8(b, db, i, u);
 		#pragma unroll
@@ -794,6 +783,33 @@ __global__ void k_softmax8_8(void* y, int dy, const void* x, int dx, long R, int
 __global__ void k_softmax_bwd8_8(void* dxp, int ddx, const void* dyp, int ddy, const void* y, int dyt, long R, int C, float scale) { softmax_bwd8<8>(dxp, ddx, dyp, ddy, y, dyt, R, C, scale); }
 
 } // extern "C"
+`
+
+// vec8Source is ld8 and st8, the 8-wide loads and stores, shared by every module that defines
+// h2f and f2h before it (kernelSource, convKernelSource).
+const vec8Source = `// 8-wide loads and stores: 16 bytes of f16 or 32 of f32 per thread. i is a multiple of 8 and the
+// base is 16-byte aligned (the Go side checks before choosing a *8 kernel).
+__device__ __forceinline__ void ld8(const void* p, int dt, long i, float* v) {
+	if (dt == 0) {
+		float4 a = ((const float4*)p)[i / 4], b = ((const float4*)p)[i / 4 + 1];
+		v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+	} else {
+		uint4 u = ((const uint4*)p)[i / 8];
+		v[0] = h2f(u.x & 0xffff); v[1] = h2f(u.x >> 16); v[2] = h2f(u.y & 0xffff); v[3] = h2f(u.y >> 16);
+		v[4] = h2f(u.z & 0xffff); v[5] = h2f(u.z >> 16); v[6] = h2f(u.w & 0xffff); v[7] = h2f(u.w >> 16);
+	}
+}
+__device__ __forceinline__ void st8(void* p, int dt, long i, const float* v) {
+	if (dt == 0) {
+		((float4*)p)[i / 4] = make_float4(v[0], v[1], v[2], v[3]);
+		((float4*)p)[i / 4 + 1] = make_float4(v[4], v[5], v[6], v[7]);
+	} else {
+		uint4 u;
+		u.x = f2h(v[0]) | ((unsigned int)f2h(v[1]) << 16); u.y = f2h(v[2]) | ((unsigned int)f2h(v[3]) << 16);
+		u.z = f2h(v[4]) | ((unsigned int)f2h(v[5]) << 16); u.w = f2h(v[6]) | ((unsigned int)f2h(v[7]) << 16);
+		((uint4*)p)[i / 8] = u;
+	}
+}
 `
 
 var kernelNameRE = regexp.MustCompile(`__global__ void (?:__launch_bounds__\(\d+\) )?(k_[a-z0-9_]+)\(`)

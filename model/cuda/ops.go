@@ -152,7 +152,9 @@ func (d *Device) colSum(out, x *tensor.Tensor, r, cols int) {
 func (d *Device) ReLU(y, x *tensor.Tensor) {
 	tensor.CheckLen("ReLU", y, x)
 	tensor.CheckFloat("ReLU", y, x)
-	if y.Len() > 0 {
+	if bnVec() && vec8(y.Len(), y, x) {
+		d.launch1(kn("k_relu8", y, x), y.Len()/8, ptra(y), dta(y), ptra(x), dta(x), i32a(y.Len()/8))
+	} else if y.Len() > 0 {
 		d.launch1(kn("k_relu", y, x), y.Len(), ptra(y), dta(y), ptra(x), dta(x), u64a(uint64(y.Len())))
 	}
 }
@@ -160,7 +162,9 @@ func (d *Device) ReLU(y, x *tensor.Tensor) {
 func (d *Device) ReLUBackward(dx, dy, y *tensor.Tensor) {
 	tensor.CheckLen("ReLUBackward", dx, dy, y)
 	tensor.CheckFloat("ReLUBackward", dx, dy, y)
-	if dx.Len() > 0 {
+	if bnVec() && vec8(dx.Len(), dx, dy, y) {
+		d.launch1(kn("k_relu_bwd8", dx, dy, y), dx.Len()/8, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(y), dta(y), i32a(dx.Len()/8))
+	} else if dx.Len() > 0 {
 		d.launch1(kn("k_relu_bwd", dx, dy, y), dx.Len(), ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(y), dta(y), u64a(uint64(dx.Len())))
 	}
 }
