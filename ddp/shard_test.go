@@ -209,7 +209,10 @@ func sameF32(a, b []float32) bool {
 
 // Sharded equals unsharded bit for bit: weights (param_sha256), the 16-bit copy, the gradient
 // norms, AdamW's m and v, with accumulation, clipping that bites, tiny buckets (segments cut
-// across parameters) and several channels, on the f32, f16 and bf16 wires.
+// across parameters) and several channels, on the f32, f16 and bf16 wires; and again with
+// ddp.overlap_gather (gather_overlap.go: the weights' all-gather left in flight, the next forward
+// waiting for each bucket as it reads it — fp32's f32 master, the 16-bit copies after the norms'
+// masters), on the in-place and host-buffer paths.
 func TestShard_bitIdenticalToUnsharded(t *testing.T) {
 	type tc struct {
 		compute tensor.DType
@@ -236,6 +239,8 @@ func TestShard_bitIdenticalToUnsharded(t *testing.T) {
 						if sharded[0].norms[0] <= sc.clip {
 							t.Errorf("the first step's norm %g does not exceed the clip %g: clipping was not exercised", sharded[0].norms[0], sc.clip)
 						}
+						sc.overlap = true // ddp.overlap_gather: the next forward waits for each bucket itself
+						checkSame(t, plain, runShardWorld(t, sc, d))
 					})
 				}
 			}
@@ -338,11 +343,14 @@ func TestShard_skippedStepAsUnsharded(t *testing.T) {
 		injectRank: 1, injectStep: 2}
 	plain := runShardWorld(t, sc, d)
 	sc.shard = true
-	sharded := runShardWorld(t, sc, d)
-	checkSame(t, plain, sharded)
-	for r, s := range sharded {
-		if s.skipped != 1 {
-			t.Errorf("rank %d skipped %d steps, want 1", r, s.skipped)
+	for _, overlap := range []bool{false, true} {
+		sc.overlap = overlap
+		sharded := runShardWorld(t, sc, d)
+		checkSame(t, plain, sharded)
+		for r, s := range sharded {
+			if s.skipped != 1 {
+				t.Errorf("overlap_gather %v: rank %d skipped %d steps, want 1", overlap, r, s.skipped)
+			}
 		}
 	}
 }
@@ -494,42 +502,4 @@ func TestGatherShardFiles_onlyTheWritersGetThem(t *testing.T) {
 	check("flat", flat, inprocWorld(t, 3, 1, func(r int, main Comm, _ []Comm) [][]byte { return gather(r, main, flat) }))
 	perHost := []bool{true, false, true, false}
 	check("per host", perHost, hierWorld(t, 2, 2, func(r int, comm Comm) [][]byte { return gather(r, comm, perHost) }))
-}
-
-// ddp.overlap_gather: GatherParams leaves the weights' all-gather in flight and the next forward
-// waits for each bucket as it reads it (gather_overlap.go). The run stays bit-identical to the
-// unsharded one — weights, 16-bit copy, norms, m and v — on the in-place and host-buffer paths,
-// fp32 (the f32 master gathered in flight), fp16 and bf16 (the 16-bit copy in flight, the norms'
-// masters before it), with accumulation, a skipped step, tiny buckets (parameters split over
-// several) and several channels. The staged path's case is in runShardStaged.
-func TestShard_overlapGatherBitIdentical(t *testing.T) {
-	type tc struct {
-		compute tensor.DType
-		wire    allreduce.Wire
-	}
-	for _, c := range []tc{{tensor.F32, allreduce.WireF32}, {tensor.F16, allreduce.WireF16}, {tensor.BF16, allreduce.WireBF16}} {
-		for _, W := range []int{2, 3} {
-			for _, ch := range []int{1, 2} {
-				for _, hide := range []bool{false, true} {
-					name := fmt.Sprintf("%s/W%d/ch%d", c.compute, W, ch)
-					if hide {
-						name += "/hostbuffers"
-					}
-					t.Run(name, func(t *testing.T) {
-						b, k, steps := 3, 2, 6
-						d := makeData(W * b * k * steps)
-						sc := shardCfg{W: W, b: b, k: k, steps: steps, compute: c.compute, wire: c.wire, bucketMB: 0.0005,
-							clip: 0.5, channels: ch, injectRank: -1, hideHost: hide}
-						if c.compute == tensor.F16 {
-							sc.injectRank, sc.injectStep = W-1, 2
-						}
-						plain := runShardWorld(t, sc, d)
-						sc.shard, sc.overlap = true, true
-						sharded := runShardWorld(t, sc, d)
-						checkSame(t, plain, sharded)
-					})
-				}
-			}
-		}
-	}
 }

@@ -330,13 +330,19 @@ func chanChunks(M int) int { return (M + chanSplitRows - 1) / chanSplitRows }
 // chanPart launches k_chan_part (what: 0 Σa, 1 Σ(a−mu)², 2 Σa and Σa·x̂) over C channels in tiles
 // as chanTiles and S row chunks, into part (2, S, C) f64.
 func (d *Device) chanPart(l tensor.Layout, what, N, C, P, S int, a, x *tensor.Tensor, mu, mean, rstd uint64, part *tensor.Tensor) {
-	bx, by := 1, 256
-	if l == tensor.NHWC {
-		bx, by = 32, 8
-	}
 	xp := nilPtr
 	if x != nil {
 		xp = ptra(x)
+	}
+	if bnVec() && l == tensor.NHWC && C%8 == 0 && vec8(8, a, x) { // eight channels a thread (k_chan_part8)
+		bx := min(32, C/8)
+		d.launch("k_chan_part8", [3]int{(C/8 + bx - 1) / bx, S, 1}, [3]int{bx, 256 / bx, 1}, 0, i32a(what), ptra(a), xp, dta(a),
+			i32a(C), u64a(uint64(N*P)), u64a(uint64(chanSplitRows)), mu, mean, rstd, ptra(part))
+		return
+	}
+	bx, by := 1, 256
+	if l == tensor.NHWC {
+		bx, by = 32, 8
 	}
 	d.launch("k_chan_part", [3]int{(C + bx - 1) / bx, S, 1}, [3]int{bx, by, 1}, 0, i32a(what), ptra(a), xp, dta(a), nhwcArg(l),
 		i32a(N), i32a(C), i32a(P), u64a(uint64(chanSplitRows)), mu, mean, rstd, ptra(part))

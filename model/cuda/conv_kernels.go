@@ -115,6 +115,66 @@ __global__ void k_chan_part(int what, const void* a, const void* x, int dt, int 
 	}
 }
 
+// rows8: the block's rows' eight sums of each thread column added in row order into out[0..7] (by
+// the threads of row 0 where ok). sh holds 8·blockDim.x·blockDim.y ≤ 2048 doubles.
+__device__ __forceinline__ void rows8(const double* v, double* sh, double* out, bool ok) {
+	int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
+	__syncthreads();
+	#pragma unroll
+	for (int k = 0; k < 8; k++) sh[(ty * bx + tx) * 8 + k] = v[k];
+	__syncthreads();
+	if (ok && ty == 0) {
+		#pragma unroll
+		for (int k = 0; k < 8; k++) {
+			double acc = 0;
+			for (int r = 0; r < by; r++) acc += sh[(r * bx + tx) * 8 + k];
+			out[k] = acc;
+		}
+	}
+}
+
+// k_chan_part8: k_chan_part on NHWC with C % 8 == 0 (every ResNet-50 layer), eight neighbouring
+// channels a thread: 16-byte loads and eight (what 2: sixteen) independent f64 sums a thread, where
+// k_chan_part's warp reads 64 bytes a row and adds one dependent chain. Block (tile, y):
+// blockDim.x threads across 8·blockDim.x channels, blockDim.y threads down rows [y·R, (y+1)·R);
+// the same fixed orders (each thread its rows in order, the block's rows in row order, then
+// k_chan_fin's chunk order), so results do not depend on timing. part as k_chan_part's.
+__global__ void k_chan_part8(int what, const void* a, const void* x, int dt, int C, long M, long R,
+		const double* mu, const float* mean, const float* rstd, double* part) {
+	__shared__ double sh[256 * 8];
+	int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
+	long j0 = (long)blockIdx.y * R, j1 = min(M, j0 + R);
+	bool ok = c0 < C;
+	double s[8], t[8], m[8];
+	float fm[8], fr[8];
+	#pragma unroll
+	for (int k = 0; k < 8; k++) {
+		s[k] = 0; t[k] = 0;
+		m[k] = (ok && what == 1) ? mu[c0 + k] : 0.0;
+		fm[k] = (ok && what == 2) ? mean[c0 + k] : 0.f;
+		fr[k] = (ok && what == 2) ? rstd[c0 + k] : 0.f;
+	}
+	for (long j = j0 + threadIdx.y; ok && j < j1; j += blockDim.y) {
+		long o = j * C + c0;
+		float v[8];
+		ld8(a, dt, o, v);
+		if (what == 0) {
+			#pragma unroll
+			for (int k = 0; k < 8; k++) s[k] += v[k];
+		} else if (what == 1) {
+			#pragma unroll
+			for (int k = 0; k < 8; k++) { double d = v[k] - m[k]; s[k] += d * d; }
+		} else {
+			float xv[8];
+			ld8(x, dt, o, xv);
+			#pragma unroll
+			for (int k = 0; k < 8; k++) { s[k] += v[k]; t[k] += v[k] * (double)((xv[k] - fm[k]) * fr[k]); }
+		}
+	}
+	rows8(s, sh, part + (long)blockIdx.y * C + c0, ok);
+	if (what == 2) rows8(t, sh, part + ((long)gridDim.y + blockIdx.y) * C + c0, ok);
+}
+
 // k_chan_fin: channel c's S partials of k_chan_part added in chunk order. what 0: mu[c] (f64) and
 // o1[c] = the mean over M; 1: o1[c] = the mean square over M (the biased variance); 2: o1 = sdy,
 // o2 = sdyx, and dw[c] += sdyx, db[c] += sdy when set (as k_bn_reduce).

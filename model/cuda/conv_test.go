@@ -57,49 +57,55 @@ func convOpCases() []cuOpCase {
 			}
 			s := fmt.Sprintf("%s/%s", l, dt)
 			const N, C, H, W = 4, 12, 11, 10
-			bn := func(m *cuMaker) (x, w, b *tensor.Tensor) {
-				return m.in(dt, l.Shape(N, C, H, W)...), m.in(tensor.F32, C), m.in(tensor.F32, C)
+			for _, bc := range []int{C, 16} { // 16: channels in eights, the 8-wide kernels' case
+				bs := s
+				if bc != C {
+					bs = fmt.Sprintf("%s/C%d", s, bc)
+				}
+				bn := func(m *cuMaker) (x, w, b *tensor.Tensor) {
+					return m.in(dt, l.Shape(N, bc, H, W)...), m.in(tensor.F32, bc), m.in(tensor.F32, bc)
+				}
+				add("BatchNorm/"+bs, func(m *cuMaker) []*tensor.Tensor {
+					x, w, b := bn(m)
+					y, mean, rstd := m.out(dt, x.Shape()...), m.out(tensor.F32, bc), m.out(tensor.F32, bc)
+					rm, rv := m.acc(tensor.F32, bc), m.in(tensor.F32, bc)
+					m.dev.Fill(rv, 0.5) // a variance: > 0
+					m.dev.(tensor.ConvDevice).BatchNorm(l, y, mean, rstd, rm, rv, x, w, b, 1e-5, 0.1)
+					return []*tensor.Tensor{y, mean, rstd, rm, rv}
+				})
+				add("BatchNormInference/"+bs, func(m *cuMaker) []*tensor.Tensor {
+					x, w, b := bn(m)
+					rm, rv := m.in(tensor.F32, bc), m.in(tensor.F32, bc)
+					m.dev.Fill(rv, 0.7)
+					y := m.out(dt, x.Shape()...)
+					m.dev.(tensor.ConvDevice).BatchNormInference(l, y, x, w, b, rm, rv, 1e-5)
+					return []*tensor.Tensor{y}
+				})
+				add("BatchNormBackward/"+bs, func(m *cuMaker) []*tensor.Tensor {
+					x, w, b := bn(m)
+					y, mean, rstd := m.out(dt, x.Shape()...), m.out(tensor.F32, bc), m.out(tensor.F32, bc)
+					cd := m.dev.(tensor.ConvDevice)
+					cd.BatchNorm(l, y, mean, rstd, nil, nil, x, w, b, 1e-5, 0.1)
+					dy := m.in(dt, x.Shape()...)
+					dx, dw, db := m.out(dt, x.Shape()...), m.acc(tensor.F32, bc), m.acc(tensor.F32, bc)
+					cd.BatchNormBackward(l, dx, dw, db, dy, x, w, mean, rstd)
+					return []*tensor.Tensor{dx, dw, db}
+				})
+				add("SyncBatchNormOps/"+bs, func(m *cuMaker) []*tensor.Tensor {
+					x, w, _ := bn(m)
+					sb := m.dev.(tensor.SyncBatchNormDevice)
+					mean, vr := m.out(tensor.F32, bc), m.out(tensor.F32, bc)
+					sb.BatchNormStats(l, mean, vr, x)
+					rstd := m.in(tensor.F32, bc)
+					m.dev.Fill(rstd, 1.3)
+					dy := m.in(dt, x.Shape()...)
+					sdy, sdyx := m.out(tensor.F32, bc), m.out(tensor.F32, bc)
+					sb.BatchNormBackwardReduce(l, sdy, sdyx, nil, nil, dy, x, mean, rstd)
+					dx := m.out(dt, x.Shape()...)
+					sb.BatchNormBackwardElemt(l, dx, dy, x, w, mean, rstd, sdy, sdyx, 3*N*H*W)
+					return []*tensor.Tensor{mean, vr, sdy, sdyx, dx}
+				})
 			}
-			add("BatchNorm/"+s, func(m *cuMaker) []*tensor.Tensor {
-				x, w, b := bn(m)
-				y, mean, rstd := m.out(dt, x.Shape()...), m.out(tensor.F32, C), m.out(tensor.F32, C)
-				rm, rv := m.acc(tensor.F32, C), m.in(tensor.F32, C)
-				m.dev.Fill(rv, 0.5) // a variance: > 0
-				m.dev.(tensor.ConvDevice).BatchNorm(l, y, mean, rstd, rm, rv, x, w, b, 1e-5, 0.1)
-				return []*tensor.Tensor{y, mean, rstd, rm, rv}
-			})
-			add("BatchNormInference/"+s, func(m *cuMaker) []*tensor.Tensor {
-				x, w, b := bn(m)
-				rm, rv := m.in(tensor.F32, C), m.in(tensor.F32, C)
-				m.dev.Fill(rv, 0.7)
-				y := m.out(dt, x.Shape()...)
-				m.dev.(tensor.ConvDevice).BatchNormInference(l, y, x, w, b, rm, rv, 1e-5)
-				return []*tensor.Tensor{y}
-			})
-			add("BatchNormBackward/"+s, func(m *cuMaker) []*tensor.Tensor {
-				x, w, b := bn(m)
-				y, mean, rstd := m.out(dt, x.Shape()...), m.out(tensor.F32, C), m.out(tensor.F32, C)
-				cd := m.dev.(tensor.ConvDevice)
-				cd.BatchNorm(l, y, mean, rstd, nil, nil, x, w, b, 1e-5, 0.1)
-				dy := m.in(dt, x.Shape()...)
-				dx, dw, db := m.out(dt, x.Shape()...), m.acc(tensor.F32, C), m.acc(tensor.F32, C)
-				cd.BatchNormBackward(l, dx, dw, db, dy, x, w, mean, rstd)
-				return []*tensor.Tensor{dx, dw, db}
-			})
-			add("SyncBatchNormOps/"+s, func(m *cuMaker) []*tensor.Tensor {
-				x, w, _ := bn(m)
-				sb := m.dev.(tensor.SyncBatchNormDevice)
-				mean, vr := m.out(tensor.F32, C), m.out(tensor.F32, C)
-				sb.BatchNormStats(l, mean, vr, x)
-				rstd := m.in(tensor.F32, C)
-				m.dev.Fill(rstd, 1.3)
-				dy := m.in(dt, x.Shape()...)
-				sdy, sdyx := m.out(tensor.F32, C), m.out(tensor.F32, C)
-				sb.BatchNormBackwardReduce(l, sdy, sdyx, nil, nil, dy, x, mean, rstd)
-				dx := m.out(dt, x.Shape()...)
-				sb.BatchNormBackwardElemt(l, dx, dy, x, w, mean, rstd, sdy, sdyx, 3*N*H*W)
-				return []*tensor.Tensor{mean, vr, sdy, sdyx, dx}
-			})
 			for _, g := range []tensor.ConvGeom{{KH: 3, KW: 3, Stride: 2, Pad: 1}, {KH: 2, KW: 2, Stride: 2}, {KH: 3, KW: 3, Stride: 1, Pad: 1}} {
 				g.Layout = l
 				OH, OW := g.OutHW(H, W)
@@ -148,21 +154,24 @@ func TestCUDA_convOpsMatchCPU(t *testing.T) {
 
 // GODDP_BN_SPLIT's path (k_chan_part, k_chan_fin) matches the CPU too: the batch norms' cases
 // with the split forced and chunks of 64 rows, so their 4·11·10 = 440 rows are 7 chunks, the last
-// one partial.
+// one partial; and again with GODDP_BN_VEC's k_chan_part8 (the cases of 16 channels in NHWC).
 func TestCUDA_bnSplitMatchesCPU(t *testing.T) {
 	g := gpu(t)
-	oldSplit, oldRows := bnSplit, chanSplitRows
+	oldSplit, oldRows, oldVec := bnSplit, chanSplitRows, bnVec
 	bnSplit, chanSplitRows = func() bool { return true }, 64
-	t.Cleanup(func() { bnSplit, chanSplitRows = oldSplit, oldRows })
-	n := 0
-	for i, c := range convOpCases() {
-		if strings.HasPrefix(c.name, "BatchNorm/") || strings.HasPrefix(c.name, "BatchNormBackward/") || strings.HasPrefix(c.name, "SyncBatchNormOps/") {
-			n++
-			t.Run(c.name, func(t *testing.T) { cuRunCase(t, g, c, uint64(100+i)) })
+	t.Cleanup(func() { bnSplit, chanSplitRows, bnVec = oldSplit, oldRows, oldVec })
+	for _, vec := range []bool{false, true} { // true: k_chan_part8 where NHWC has channels in eights
+		bnVec = func() bool { return vec }
+		n := 0
+		for i, c := range convOpCases() {
+			if strings.HasPrefix(c.name, "BatchNorm/") || strings.HasPrefix(c.name, "BatchNormBackward/") || strings.HasPrefix(c.name, "SyncBatchNormOps/") {
+				n++
+				t.Run(fmt.Sprintf("vec=%v/%s", vec, c.name), func(t *testing.T) { cuRunCase(t, g, c, uint64(100+i)) })
+			}
 		}
-	}
-	if n != 12 {
-		t.Errorf("%d batch-norm cases, want 12 (2 layouts × 2 dtypes × 3 ops)", n)
+		if n != 24 {
+			t.Errorf("%d batch-norm cases, want 24 (2 layouts × 2 dtypes × 2 channel counts × 3 ops)", n)
+		}
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 //	GODDP_FLASH=0     turns the fused attention kernels off (flash.go)
 //	GODDP_BN_SPLIT=1  splits the batch norms' per-channel reductions over row chunks (conv.go)
 //	GODDP_CUDNN_TF32=1 lets f32 convolutions use TF32 tensor cores (conv.go; as PyTorch's default)
-//	GODDP_BN_VEC=1    8-wide batch-norm apply and backward passes and ReLU (conv.go, ops.go)
+//	GODDP_BN_VEC=1    8-wide batch-norm passes and reductions, and ReLU (conv.go, ops.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
 //	XDG_CACHE_HOME    where compiled kernels are cached (KernelCacheDir)
 
@@ -35,9 +35,11 @@ var cudnnTF32 = sync.OnceValue(func() bool { return os.Getenv("GODDP_CUDNN_TF32"
 // GODDP_XENT_FUSED=0 keeps the two launches. Read once.
 var xentFused = sync.OnceValue(func() bool { return os.Getenv("GODDP_XENT_FUSED") != "0" })
 
-// bnVec reports whether GODDP_BN_VEC=1 asked for the 8-wide elementwise kernels of the batch
-// norms (NHWC, channels in eights) and of ReLU: the same arithmetic per element, 16-byte accesses.
-// Not yet run on a GPU: off by default. Read once.
+// bnVec reports whether GODDP_BN_VEC=1 asked for the 8-wide kernels of the batch norms (NHWC,
+// channels in eights) and of ReLU: the elementwise passes (the same arithmetic per element, 16-byte
+// accesses; run on an H100: the same bits, within noise of the scalar ones) and, with
+// GODDP_BN_SPLIT=1, the split reductions (k_chan_part8: sums grouped otherwise, within rounding;
+// not yet run on a GPU). Off by default. Read once.
 var bnVec = sync.OnceValue(func() bool { return os.Getenv("GODDP_BN_VEC") == "1" })
 
 // KernelCacheDir is where compiled kernels are kept: $XDG_CACHE_HOME/goddp/kernels, by default

@@ -125,6 +125,15 @@ func (d *Device) NewIPCReducer(buf *tensor.Tensor, plan tensor.IPCPlan) (tensor.
 	if plan.Size > ipcMaxRanks {
 		return nil, fmt.Errorf("cuda: IPC all-reduce among %d ranks: at most %d", plan.Size, ipcMaxRanks)
 	}
+	if dt == 2 {
+		// The bf16 kernels (the casts into and out of this buffer) load now, not at their first
+		// launch: loading a module waits for the context's running kernels, and ranks that share a
+		// context (goroutine ranks on one GPU) would wait there on a peer's all-reduce spinning for
+		// this rank (ddp/main_cuda_test.go).
+		if _, err := d.bf16Fns(); err != nil {
+			return nil, err
+		}
+	}
 	ptx, err := compileCached(ipcKernelSource, []string{fmt.Sprintf("--gpu-architecture=compute_%d%d", d.major, d.minor), "-default-device", "--std=c++17"})
 	if err != nil {
 		return nil, err
