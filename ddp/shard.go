@@ -215,14 +215,11 @@ func (e *Engine) GatherParams(ctx context.Context) error {
 	if err := e.settle(); err != nil {
 		return err
 	}
-	if e.devp != nil { // on the device, over CUDA IPC (engine_device.go)
-		if err := e.gatherMasterRead(ctx); err != nil {
-			return err
-		}
-		return e.gatherParamsDevice(ctx)
-	}
 	if err := e.gatherMasterRead(ctx); err != nil {
 		return err
+	}
+	if e.devp != nil { // on the device, over CUDA IPC (engine_device.go)
+		return e.gatherParamsDevice(ctx)
 	}
 	var what string
 	var op gatherOp

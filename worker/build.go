@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/ddp"
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/cpu"
@@ -339,10 +340,11 @@ func buildSchedule(cfg *Config, total int) (model.Schedule, error) {
 		Warmup: int64(t.WarmupSteps), Total: int64(max(total, t.WarmupSteps+1))})
 }
 
-// overlapGather is ddp.overlap_gather resolved. auto is on where the overlap measured faster: on
-// a device (cuda's staged path on an H100, 2026-12-05: GPT-2 small's sharded step 81.5 -> 71.5 ms
-// at 2 workers, 163.4 -> 141.0 at 4), and off on the CPU device, where it measured within noise
-// (2 cores: the gather and forward share them). docs/perf-memory.md.
+// overlapGather is ddp.overlap_gather resolved. auto is on where the overlap measured faster:
+// the CUDA device's staged fp16 path (fp16 on the f16 wire; on an H100, 2026-12-05: GPT-2 small's
+// sharded step 81.5 -> 71.5 ms at 2 workers, 163.4 -> 141.0 at 4). Off on the CPU device, where it
+// measured within noise (2 cores: the gather and forward share them), and on a device's other
+// sharded paths (fp32, bf16: the host buffers), not yet run on a GPU with it. docs/perf-memory.md.
 func (t *Trainer) overlapGather() bool {
 	switch config.OverlapGather(t.cfg.DDP.OverlapGather) {
 	case config.OverlapOn:
@@ -351,5 +353,5 @@ func (t *Trainer) overlapGather() bool {
 		return false
 	}
 	_, host := t.dev.(tensor.HostMemory)
-	return !host
+	return !host && t.cfg.Precision == config.FP16 && wireOf(t.cfg) == allreduce.WireF16
 }

@@ -255,8 +255,8 @@ type DDPConfig struct {
 	// overlap_gather: auto | on | off. Under shard_optimizer, the all-gather of the updated
 	// weights after each optimizer step overlaps the next forward (each layer waits for its own
 	// bucket, as FSDP's forward prefetch) instead of finishing before it; the same bits either
-	// way. auto: on with --device cuda (measured faster on an H100), off on the CPU (within
-	// noise there). Default auto.
+	// way. auto: on with --device cuda under fp16 on the f16 wire (measured faster on an H100),
+	// off otherwise (the CPU: within noise there). Default auto.
 	OverlapGather OverlapGather `yaml:"overlap_gather,omitempty"`
 	// timeout: how long a collective waits for a silent peer before the job fails (Go duration:
 	// 30s, 5m). Default 30s (allreduce.DefaultTimeout). Checkpoint writes do not count against

@@ -8,9 +8,10 @@ import "gopkg.in/yaml.v3"
 type OverlapGather string
 
 const (
-	// OverlapAuto: on where it measured faster (--device cuda: the host cores that run the
-	// gather are idle while the GPU computes), off on the CPU device (within noise there: the
-	// gather and forward share the cores). Worker's overlapGather decides.
+	// OverlapAuto: on where it measured faster (--device cuda with fp16 on the f16 wire: the
+	// staged path, whose host cores are idle while the GPU computes), off elsewhere (the CPU
+	// device: within noise; a device's fp32 and bf16 sharded paths: not yet run on a GPU with it).
+	// Worker's overlapGather decides.
 	OverlapAuto OverlapGather = "auto"
 	OverlapOn   OverlapGather = "on"
 	OverlapOff  OverlapGather = "off"
