@@ -124,10 +124,21 @@ func Dial(c net.Conn, token string, plane byte, rank, world int) error {
 // still sets, to bound the handshake) is moved to the past, the handshake fails at once, and
 // the error is ctx's cause. A peer that accepted the connection and never answers (a stopped
 // process: its kernel still accepts) then holds an aborting rank no longer than ctx.
+//
+// Once ctx has ended during the handshake the connection is unusable even if the handshake
+// itself got through: the deadline is moved to the past from ctx's own goroutine, possibly after
+// the caller has cleared it, and the caller's first write would then fail. So that case is an
+// error too, and the caller closes the connection: the peer, which may have taken it as this
+// rank's stream, reads its end at once instead of waiting on a stream that never carries a frame
+// (seen as a 15 s timeout of TestFailure_mismatch/tcp-inet, where a collective's sender was
+// cancelled mid-dial and the abort that followed was refused as a second stream).
 func DialContext(ctx context.Context, c net.Conn, token string, plane byte, rank, world int) error {
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	err := Dial(c, token, plane, rank, world)
-	if !stop() && err != nil {
+	if !stop() {
+		if err == nil {
+			err = errors.New("interrupted after it completed")
+		}
 		return fmt.Errorf("%w (handshake: %v)", context.Cause(ctx), err)
 	}
 	return err

@@ -347,8 +347,11 @@ func graceful(ctx context.Context, setDeadline func(time.Time) error, io func() 
 	return err
 }
 
-// sendFailed makes a failed write (or read of an answer) the link's sticky error.
+// sendFailed makes a failed write (or read of an answer) the link's sticky error, and closes
+// the connection: nothing is sent on it again, and the peer, which may be waiting for the rest of
+// a frame, reads its end at once instead of waiting out its timeout.
 func (t *Transport) sendFailed(ctx context.Context, l *tcpOut, to int, err error) error {
+	l.conn.Close()
 	select {
 	case <-t.closed:
 		l.err = link.ErrClosed
