@@ -2,8 +2,10 @@ package auth
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"testing"
 	"time"
 
@@ -57,4 +59,47 @@ func TestListener_closeEndsStalledHandshakes(t *testing.T) {
 	case <-time.After(HelloDeadline):
 		t.Fatalf("Close waited more than %v for a stalled handshake", HelloDeadline)
 	}
+}
+
+// A handshake during which the context ended fails, even when the handshake itself got through:
+// the context's goroutine moves the connection's deadline to the past at a moment of its own, so
+// such a connection could fail its first write after the caller cleared the deadline, leaving
+// the peer (which took it as this rank's stream) waiting on it for its whole timeout. Cancelling
+// at varied points of the handshake, a DialContext that returns nil must leave a connection whose
+// next write goes through; otherwise it returns the context's error.
+func TestDialContext_cancelledMidwayFails(t *testing.T) {
+	cfg := link.Config{Rank: 0, WorldSize: 2}
+	ok, failed := 0, 0
+	for i := range 1000 {
+		a, b := net.Pipe()
+		a.SetDeadline(time.Now().Add(5 * time.Second))
+		b.SetDeadline(time.Now().Add(5 * time.Second))
+		go func() {
+			defer b.Close()
+			if rank, world, err := Accept(b, "tok", PlaneTCP, 5*time.Second); err == nil && Reply(b, CheckPeer(cfg, rank, world)) == nil {
+				io.ReadFull(b, make([]byte, 1)) // the dialer's first frame
+			}
+		}()
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			time.Sleep(time.Duration(i%30) * 4 * time.Microsecond)
+			cancel()
+		}()
+		err := DialContext(ctx, a, "tok", PlaneTCP, 1, 2)
+		if err == nil {
+			ok++
+			a.SetDeadline(time.Time{}) // as the data planes do after the handshake
+			time.Sleep(time.Millisecond)
+			if _, werr := a.Write([]byte{1}); werr != nil {
+				t.Fatalf("iteration %d: the handshake returned nil, then the connection's first write failed: %v", i, werr)
+			}
+		} else if !errors.Is(err, context.Canceled) {
+			t.Fatalf("iteration %d: %v, want nil or the context's error", i, err)
+		} else {
+			failed++
+		}
+		a.Close()
+		cancel()
+	}
+	t.Logf("%d handshakes through before the cancellation, %d cut by it", ok, failed)
 }
