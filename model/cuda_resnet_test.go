@@ -108,16 +108,7 @@ func TestCUDA_resnet50Profile(t *testing.T) {
 		dt = tensor.F32
 	}
 	cfg := ResNetConfig{Depth: 50, Stem: "imagenet", Width: 64, Classes: 1000, InC: 3, InH: 224, InW: 224, Compute: dt, Layout: tensor.NHWC}
-	m, err := NewResNet(g, cfg, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Free()
-	opt, err := NewSGD(m.Params(), SGDConfig{Momentum: 0.9})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer opt.Free()
+	m, opt := newResNetSGD(t, g, cfg, 1)
 	in := resnetInputs(g, rand.New(rand.NewSource(1)), B, cfg)
 	step := func() {
 		m.Params().ZeroGrad()

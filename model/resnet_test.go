@@ -118,15 +118,7 @@ func TestResNet_channelsLastIsTheSameNetwork(t *testing.T) {
 			c := cfg
 			c.Layout = l
 			dev := cpu.New()
-			m, err := NewResNet(dev, c, 3)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Free()
-			opt, err := NewSGD(m.Params(), SGDConfig{Momentum: 0.9})
-			if err != nil {
-				t.Fatal(err)
-			}
+			m, opt := newResNetSGD(t, dev, c, 3)
 			in := resnetInputs(dev, rand.New(rand.NewSource(5)), 6, c)
 			for range 3 {
 				m.Params().ZeroGrad()
@@ -143,4 +135,21 @@ func TestResNet_channelsLastIsTheSameNetwork(t *testing.T) {
 			t.Errorf("%+v: NHWC params %s buffers %s eval loss %v; NCHW %s %s %v", cfg, p1[:12], b1[:12], e1, p0[:12], b0[:12], e0)
 		}
 	}
+}
+
+// newResNetSGD builds a ResNet of cfg on dev with SGD (momentum 0.9) over its parameters; both are
+// freed when the test ends.
+func newResNetSGD(t *testing.T, dev tensor.Device, cfg ResNetConfig, seed uint64) (*ResNet, Optimizer) {
+	t.Helper()
+	m, err := NewResNet(dev, cfg, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, err := NewSGD(m.Params(), SGDConfig{Momentum: 0.9})
+	if err != nil {
+		m.Free()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { opt.Free(); m.Free() })
+	return m, opt
 }
