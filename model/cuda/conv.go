@@ -305,47 +305,74 @@ func (d *Device) BatchNormBackward(l tensor.Layout, dx, dw, db, dy, x, w, mean, 
 func (d *Device) BatchNormStats(l tensor.Layout, mean, variance, x *tensor.Tensor) {
 	N, C, P := bnDims("BatchNormStats", l, x, mean, variance)
 	if bnSplit() {
-		S := chanChunks(N * P)
-		part, mu := d.Alloc(tensor.F32, "bn.part", 4*S*C), d.Alloc(tensor.F32, "bn.mu", 2*C) // (2,S,C) and (C) f64
-		d.chanPart(l, 0, N, C, P, S, x, nil, nilPtr, nilPtr, nilPtr, part)
-		d.launch1("k_chan_fin", C, i32a(0), ptra(part), i32a(S), i32a(C), u64a(uint64(N*P)), ptra(mu), ptra(mean), nilPtr, nilPtr, nilPtr)
-		d.chanPart(l, 1, N, C, P, S, x, nil, ptra(mu), nilPtr, nilPtr, part)
-		d.launch1("k_chan_fin", C, i32a(1), ptra(part), i32a(S), i32a(C), u64a(uint64(N*P)), nilPtr, ptra(variance), nilPtr, nilPtr, nilPtr)
+		p := planChan(l, C, N*P, x, nil)
+		part := d.Alloc(tensor.F32, "bn.part", 4*p.S*C) // (2,S,C) f64
+		d.chanPart(l, p, 0, N, C, P, x, nil, nilPtr, nilPtr, part)
+		d.chanFin(0, p, C, N*P, part, ptra(mean), ptra(variance), nilPtr, nilPtr)
 		d.Free(part)
-		d.Free(mu)
 		return
 	}
 	d.chanTiles("k_bn_stats", l, C, ptra(x), dta(x), nhwcArg(l), i32a(N), i32a(C), i32a(P), ptra(mean), ptra(variance))
 }
 
-// chanSplitRows is the rows (of a batch norm's N·P) one block of k_chan_part adds: ResNet-50's
-// stem at batch 64 (802 816 rows, 64 channels) becomes 196 chunks × 2 tiles = 392 blocks. A
-// variable only so that a test can split its small batches.
-var chanSplitRows = 4096
+// The split reductions' plan: enough blocks to fill a GPU (chanTargetBlocks over all channel
+// tiles) with at least chanMinRows rows a chunk. Version 1 cut every batch norm into chunks of
+// 4096 rows, which left ResNet-50's deep layers (2048 channels of 3136 rows: 8 blocks; 512 of
+// 3136: 2) on a few SMs each: 55–65% of a step on the H100 (docs/perf-resnet-gpu.md). Variables
+// only so that a test can split its small batches.
+var (
+	chanTargetBlocks = 512
+	chanMinRows      = 64
+)
 
-// chanChunks is the number of row chunks k_chan_part splits M rows into: a function of the shape
-// alone, so the sums' order (and bits) do not depend on the GPU.
-func chanChunks(M int) int { return (M + chanSplitRows - 1) / chanSplitRows }
+// chanPlan is how k_chan_part (or k_chan_part8) and k_chan_fin cut a batch norm's M = N·P rows
+// of C channels: tiles of bx channel threads (8 channels each when vec) × by row threads, S chunks
+// of R rows. A function of the shape and the kernel alone, so the sums' order (and bits) do not
+// depend on the GPU.
+type chanPlan struct {
+	vec           bool
+	tiles, bx, by int
+	S, R          int
+}
 
-// chanPart launches k_chan_part (what: 0 Σa, 1 Σ(a−mu)², 2 Σa and Σa·x̂) over C channels in tiles
-// as chanTiles and S row chunks, into part (2, S, C) f64.
-func (d *Device) chanPart(l tensor.Layout, what, N, C, P, S int, a, x *tensor.Tensor, mu, mean, rstd uint64, part *tensor.Tensor) {
+func planChan(l tensor.Layout, C, M int, a, x *tensor.Tensor) chanPlan {
+	p := chanPlan{bx: 1, by: 256}
+	if l == tensor.NHWC {
+		p.bx, p.by = 32, 8
+	}
+	lanes := C
+	if bnVec() && l == tensor.NHWC && C%8 == 0 && vec8(8, a, x) { // eight channels a thread
+		p.vec, lanes = true, C/8
+		p.bx = min(32, lanes)
+		p.by = 256 / p.bx
+	}
+	p.tiles = (lanes + p.bx - 1) / p.bx
+	p.S = max(1, min((chanTargetBlocks+p.tiles-1)/p.tiles, M/chanMinRows))
+	p.R = (M + p.S - 1) / p.S
+	p.S = (M + p.R - 1) / p.R
+	return p
+}
+
+// chanPart launches k_chan_part (what: 0 Σa and Σa², 2 Σa and Σa·x̂) or k_chan_part8 as p
+// says, into part (2, p.S, C) f64.
+func (d *Device) chanPart(l tensor.Layout, p chanPlan, what, N, C, P int, a, x *tensor.Tensor, mean, rstd uint64, part *tensor.Tensor) {
 	xp := nilPtr
 	if x != nil {
 		xp = ptra(x)
 	}
-	if bnVec() && l == tensor.NHWC && C%8 == 0 && vec8(8, a, x) { // eight channels a thread (k_chan_part8)
-		bx := min(32, C/8)
-		d.launch("k_chan_part8", [3]int{(C/8 + bx - 1) / bx, S, 1}, [3]int{bx, 256 / bx, 1}, 0, i32a(what), ptra(a), xp, dta(a),
-			i32a(C), u64a(uint64(N*P)), u64a(uint64(chanSplitRows)), mu, mean, rstd, ptra(part))
+	if p.vec {
+		d.launch("k_chan_part8", [3]int{p.tiles, p.S, 1}, [3]int{p.bx, p.by, 1}, 0, i32a(what), ptra(a), xp, dta(a),
+			i32a(C), u64a(uint64(N*P)), u64a(uint64(p.R)), mean, rstd, ptra(part))
 		return
 	}
-	bx, by := 1, 256
-	if l == tensor.NHWC {
-		bx, by = 32, 8
-	}
-	d.launch("k_chan_part", [3]int{(C + bx - 1) / bx, S, 1}, [3]int{bx, by, 1}, 0, i32a(what), ptra(a), xp, dta(a), nhwcArg(l),
-		i32a(N), i32a(C), i32a(P), u64a(uint64(chanSplitRows)), mu, mean, rstd, ptra(part))
+	d.launch("k_chan_part", [3]int{p.tiles, p.S, 1}, [3]int{p.bx, p.by, 1}, 0, i32a(what), ptra(a), xp, dta(a), nhwcArg(l),
+		i32a(N), i32a(C), i32a(P), u64a(uint64(p.R)), mean, rstd, ptra(part))
+}
+
+// chanFin launches k_chan_fin over C channels: 32 channels × 8 lanes a block.
+func (d *Device) chanFin(what int, p chanPlan, C, M int, part *tensor.Tensor, o1, o2, dw, db uint64) {
+	d.launch("k_chan_fin", [3]int{(C + 31) / 32, 1, 1}, [3]int{32, 8, 1}, 0, i32a(what), ptra(part), i32a(p.S), i32a(C),
+		u64a(uint64(M)), o1, o2, dw, db)
 }
 
 func (d *Device) BatchNormBackwardReduce(l tensor.Layout, sdy, sdyx, dw, db, dy, x, mean, rstd *tensor.Tensor) {
@@ -359,10 +386,10 @@ func (d *Device) BatchNormBackwardReduce(l tensor.Layout, sdy, sdyx, dw, db, dy,
 		dbp = ptra(db)
 	}
 	if bnSplit() {
-		S := chanChunks(N * P)
-		part := d.Alloc(tensor.F32, "bn.part", 4*S*C) // (2,S,C) f64
-		d.chanPart(l, 2, N, C, P, S, dy, x, nilPtr, ptra(mean), ptra(rstd), part)
-		d.launch1("k_chan_fin", C, i32a(2), ptra(part), i32a(S), i32a(C), u64a(uint64(N*P)), nilPtr, ptra(sdy), ptra(sdyx), dwp, dbp)
+		p := planChan(l, C, N*P, dy, x)
+		part := d.Alloc(tensor.F32, "bn.part", 4*p.S*C) // (2,S,C) f64
+		d.chanPart(l, p, 2, N, C, P, dy, x, ptra(mean), ptra(rstd), part)
+		d.chanFin(2, p, C, N*P, part, ptra(sdy), ptra(sdyx), dwp, dbp)
 		d.Free(part)
 		return
 	}

@@ -86,32 +86,35 @@ __global__ void k_bn_stats(const void* x, int dt, int nhwc, int N, int C, int P,
 // of 64 channels has 2 blocks on a GPU of 132 SMs, each adding N·P = 802 816 rows (ResNet-50's
 // stem at batch 64). Here block (tile, y) adds rows [y·R, (y+1)·R) of its channels (each thread
 // its rows in order, the block's rows in row order, f64) into part[y·C + c], and k_chan_fin adds
-// the chunks' partials in chunk order: fixed orders still, so results do not depend on timing
-// (they differ from the one-block sums in rounding only).
+// the chunks' partials in an order fixed by S: fixed orders still, so results do not depend on
+// timing (they differ from the one-block sums in rounding only). The number of chunks S and rows
+// R per chunk are the shape's alone (conv.go: chanPlan).
 //
-// what 0: Σa; 1: Σ(a − mu[c])²; 2: Σa and Σa·x̂ with x̂ = (x − mean[c])·rstd[c] (a = dy), the
-// second sum at part[(gridDim.y + y)·C + c]. part is (2, S, C) f64.
+// Two sums a channel, the first at part[y·C + c], the second at part[(gridDim.y + y)·C + c];
+// part is (2, S, C) f64. what 0, the statistics in one pass: Σa and Σa² (a² of an f16 or f32
+// value is exact in f64, and k_chan_fin's Σa²/M − mean² loses nothing that matters for a batch
+// norm's inputs: version 1 read x twice, for the mean and then the squared deviations); what 2:
+// Σa and Σa·x̂ with x̂ = (x − mean[c])·rstd[c] (a = dy).
 __global__ void k_chan_part(int what, const void* a, const void* x, int dt, int nhwc, int N, int C, int P, long R,
-		const double* mu, const float* mean, const float* rstd, double* part) {
+		const float* mean, const float* rstd, double* part) {
 	__shared__ double sh[TILE_MAX];
 	long c = (long)blockIdx.x * blockDim.x + threadIdx.x, M = (long)N * P;
 	long j0 = (long)blockIdx.y * R, j1 = min(M, j0 + R);
 	bool ok = c < C;
-	double m = (ok && what == 1) ? mu[c] : 0.0;
 	float fm = (ok && what == 2) ? mean[c] : 0.f, fr = (ok && what == 2) ? rstd[c] : 0.f;
 	double s = 0, t = 0;
 	for (long j = j0 + threadIdx.y; ok && j < j1; j += blockDim.y) {
 		long o = nhwc ? j * C + c : ((j / P) * C + c) * P + j % P;
 		double v = ldv(a, dt, o);
-		if (what == 0) s += v;
-		else if (what == 1) { double d = v - m; s += d * d; }
-		else { s += v; t += v * (double)((ldv(x, dt, o) - fm) * fr); }
+		s += v;
+		if (what == 0) t += v * v;
+		else t += v * (double)((ldv(x, dt, o) - fm) * fr);
 	}
 	s = tileSum(s, sh);
 	t = tileSum(t, sh);
 	if (ok && threadIdx.y == 0) {
 		part[(long)blockIdx.y * C + c] = s;
-		if (what == 2) part[((long)gridDim.y + blockIdx.y) * C + c] = t;
+		part[((long)gridDim.y + blockIdx.y) * C + c] = t;
 	}
 }
 
@@ -133,65 +136,85 @@ __device__ __forceinline__ void rows8(const double* v, double* sh, double* out, 
 	}
 }
 
+// acc8: one row's eight values v (and x's xv for what 2) added into the eight sums s and t, as
+// k_chan_part adds one: what 0 s += v, t += v²; 2 s += v, t += v·(xv − fm)·fr.
+__device__ __forceinline__ void acc8(int what, const float* v, const float* xv, double* s, double* t,
+		const float* fm, const float* fr) {
+	if (what == 0) {
+		#pragma unroll
+		for (int k = 0; k < 8; k++) { double d = v[k]; s[k] += d; t[k] += d * d; }
+	} else {
+		#pragma unroll
+		for (int k = 0; k < 8; k++) { s[k] += v[k]; t[k] += v[k] * (double)((xv[k] - fm[k]) * fr[k]); }
+	}
+}
+
 // k_chan_part8: k_chan_part on NHWC with C % 8 == 0 (every ResNet-50 layer), eight neighbouring
-// channels a thread: 16-byte loads and eight (what 2: sixteen) independent f64 sums a thread, where
+// channels a thread: 16-byte loads and sixteen independent f64 sums a thread, where
 // k_chan_part's warp reads 64 bytes a row and adds one dependent chain. Block (tile, y):
 // blockDim.x threads across 8·blockDim.x channels, blockDim.y threads down rows [y·R, (y+1)·R);
-// the same fixed orders (each thread its rows in order, the block's rows in row order, then
+// each thread loads two of its rows before adding them (in order), so two loads are in flight.
+// The same fixed orders (each thread its rows in order, the block's rows in row order, then
 // k_chan_fin's chunk order), so results do not depend on timing. part as k_chan_part's.
 __global__ void k_chan_part8(int what, const void* a, const void* x, int dt, int C, long M, long R,
-		const double* mu, const float* mean, const float* rstd, double* part) {
+		const float* mean, const float* rstd, double* part) {
 	__shared__ double sh[256 * 8];
 	int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
-	long j0 = (long)blockIdx.y * R, j1 = min(M, j0 + R);
+	long by = blockDim.y, j0 = (long)blockIdx.y * R, j1 = min(M, j0 + R);
 	bool ok = c0 < C;
-	double s[8], t[8], m[8];
+	double s[8], t[8];
 	float fm[8], fr[8];
 	#pragma unroll
 	for (int k = 0; k < 8; k++) {
 		s[k] = 0; t[k] = 0;
-		m[k] = (ok && what == 1) ? mu[c0 + k] : 0.0;
 		fm[k] = (ok && what == 2) ? mean[c0 + k] : 0.f;
 		fr[k] = (ok && what == 2) ? rstd[c0 + k] : 0.f;
 	}
-	for (long j = j0 + threadIdx.y; ok && j < j1; j += blockDim.y) {
-		long o = j * C + c0;
-		float v[8];
-		ld8(a, dt, o, v);
-		if (what == 0) {
-			#pragma unroll
-			for (int k = 0; k < 8; k++) s[k] += v[k];
-		} else if (what == 1) {
-			#pragma unroll
-			for (int k = 0; k < 8; k++) { double d = v[k] - m[k]; s[k] += d * d; }
-		} else {
-			float xv[8];
-			ld8(x, dt, o, xv);
-			#pragma unroll
-			for (int k = 0; k < 8; k++) { s[k] += v[k]; t[k] += v[k] * (double)((xv[k] - fm[k]) * fr[k]); }
+	long j = j0 + threadIdx.y;
+	for (; ok && j + by < j1; j += 2 * by) {
+		float v[8], w[8], xv[8], xw[8];
+		ld8(a, dt, j * C + c0, v);
+		ld8(a, dt, (j + by) * C + c0, w);
+		if (what == 2) {
+			ld8(x, dt, j * C + c0, xv);
+			ld8(x, dt, (j + by) * C + c0, xw);
 		}
+		acc8(what, v, xv, s, t, fm, fr);
+		acc8(what, w, xw, s, t, fm, fr);
+	}
+	if (ok && j < j1) {
+		float v[8], xv[8];
+		ld8(a, dt, j * C + c0, v);
+		if (what == 2) ld8(x, dt, j * C + c0, xv);
+		acc8(what, v, xv, s, t, fm, fr);
 	}
 	rows8(s, sh, part + (long)blockIdx.y * C + c0, ok);
-	if (what == 2) rows8(t, sh, part + ((long)gridDim.y + blockIdx.y) * C + c0, ok);
+	rows8(t, sh, part + ((long)gridDim.y + blockIdx.y) * C + c0, ok);
 }
 
-// k_chan_fin: channel c's S partials of k_chan_part added in chunk order. what 0: mu[c] (f64) and
-// o1[c] = the mean over M; 1: o1[c] = the mean square over M (the biased variance); 2: o1 = sdy,
-// o2 = sdyx, and dw[c] += sdyx, db[c] += sdy when set (as k_bn_reduce).
-__global__ void k_chan_fin(int what, const double* part, int S, int C, long M, double* mu, float* o1, float* o2,
+// k_chan_fin: channel c's S partials of k_chan_part added, in a fixed order: a block of
+// blockDim.x channels × blockDim.y lanes, lane l adds chunks l, l + blockDim.y, … in order, then
+// the lanes are added in lane order (tileSum), so S of several hundred chunks is not one
+// thread's chain of loads. what 0: o1 = the mean over M, o2 = the biased variance Σa²/M − mean²
+// (not below 0); 2: o1 = sdy, o2 = sdyx, and dw[c] += sdyx, db[c] += sdy when set (as k_bn_reduce).
+__global__ void k_chan_fin(int what, const double* part, int S, int C, long M, float* o1, float* o2,
 		float* dw, float* db) {
+	__shared__ double sh[TILE_MAX];
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
-	if (c >= C) return;
+	bool ok = c < C;
 	double a = 0, b = 0;
-	for (int y = 0; y < S; y++) a += part[(long)y * C + c];
+	for (int y = threadIdx.y; ok && y < S; y += blockDim.y) {
+		a += part[(long)y * C + c];
+		b += part[((long)S + y) * C + c];
+	}
+	a = tileSum(a, sh);
+	b = tileSum(b, sh);
+	if (!ok || threadIdx.y != 0) return;
 	if (what == 0) {
 		double m = a / (double)M;
-		mu[c] = m;
 		o1[c] = (float)m;
-	} else if (what == 1) {
-		o1[c] = (float)(a / (double)M);
+		o2[c] = (float)fmax(0.0, b / (double)M - m * m);
 	} else {
-		for (int y = 0; y < S; y++) b += part[((long)S + y) * C + c];
 		o1[c] = (float)a;
 		o2[c] = (float)b;
 		if (dw) dw[c] += (float)b;

@@ -157,9 +157,9 @@ func TestCUDA_convOpsMatchCPU(t *testing.T) {
 // one partial; and again with GODDP_BN_VEC's k_chan_part8 (the cases of 16 channels in NHWC).
 func TestCUDA_bnSplitMatchesCPU(t *testing.T) {
 	g := gpu(t)
-	oldSplit, oldRows, oldVec := bnSplit, chanSplitRows, bnVec
-	bnSplit, chanSplitRows = func() bool { return true }, 64
-	t.Cleanup(func() { bnSplit, chanSplitRows, bnVec = oldSplit, oldRows, oldVec })
+	oldSplit, oldRows, oldVec := bnSplit, chanMinRows, bnVec
+	bnSplit, chanMinRows = func() bool { return true }, 16 // 440 rows: 26 chunks of 17, the last of 15
+	t.Cleanup(func() { bnSplit, chanMinRows, bnVec = oldSplit, oldRows, oldVec })
 	for _, vec := range []bool{false, true} { // true: k_chan_part8 where NHWC has channels in eights
 		bnVec = func() bool { return vec }
 		n := 0
@@ -171,6 +171,32 @@ func TestCUDA_bnSplitMatchesCPU(t *testing.T) {
 		}
 		if n != 24 {
 			t.Errorf("%d batch-norm cases, want 24 (2 layouts × 2 dtypes × 2 channel counts × 3 ops)", n)
+		}
+	}
+}
+
+// planChan cuts every batch norm of ResNet-50 at batch 64 (NHWC f16) into chunks that cover its
+// rows exactly, with at least chanTargetBlocks blocks where the rows allow chanMinRows a chunk —
+// version 1's fixed 4096-row chunks gave the 2048-channel layers 8 blocks.
+func TestChanPlan_fillsTheGPU(t *testing.T) {
+	oldVec := bnVec
+	t.Cleanup(func() { bnVec = oldVec })
+	for _, vec := range []bool{false, true} {
+		bnVec = func() bool { return vec }
+		for _, k := range []struct{ C, HW int }{{64, 112}, {64, 56}, {256, 56}, {128, 28}, {512, 28}, {256, 14}, {1024, 14}, {512, 7}, {2048, 7}} {
+			const N = 64
+			M := N * k.HW * k.HW
+			p := planChan(tensor.NHWC, k.C, M, nil, nil) // no tensors: taken as aligned
+
+			if p.vec != vec {
+				t.Fatalf("C=%d: vec %v, want %v", k.C, p.vec, vec)
+			}
+			if p.S*p.R < M || (p.S-1)*p.R >= M {
+				t.Errorf("C=%d M=%d: %d chunks of %d rows do not cover the rows exactly", k.C, M, p.S, p.R)
+			}
+			if blocks := p.S * p.tiles; blocks < chanTargetBlocks && p.R > 2*chanMinRows {
+				t.Errorf("C=%d M=%d vec=%v: %d blocks (%d tiles × %d chunks of %d rows), want ≥ %d", k.C, M, vec, blocks, p.tiles, p.S, p.R, chanTargetBlocks)
+			}
 		}
 	}
 }
