@@ -282,7 +282,8 @@ func TestGradResNet(t *testing.T) {
 
 // identityReLU puts the identity in place of the ResNet's ReLU and returns the undo.
 func identityReLU() func() {
-	f, b := resnetReLU, resnetReLUBackward
+	f, b, fuse := resnetReLU, resnetReLUBackward, resnetFuseReLU
+	resnetFuseReLU = false
 	resnetReLU = func(dev tensor.Device, y, x *tensor.Tensor) {
 		if y != x {
 			dev.Copy(y, x)
@@ -293,7 +294,7 @@ func identityReLU() func() {
 			dev.Copy(dx, dy)
 		}
 	}
-	return func() { resnetReLU, resnetReLUBackward = f, b }
+	return func() { resnetReLU, resnetReLUBackward, resnetFuseReLU = f, b, fuse }
 }
 
 // allTiny: a gradient that is 0 in exact arithmetic (a BN shift followed by another BN, with

@@ -71,6 +71,45 @@ func (l *BatchNorm2d) Forward(y, mean, rstd, x *tensor.Tensor, update bool) {
 	BatchNormForward(x.Device(), l.Layout, y, mean, rstd, rm, rv, x, l.W.Master(), l.B.Master(), l.Eps, l.Momentum)
 }
 
+// fusedReLU returns the device's BatchNormReLUDevice when this layer may fold the ReLU after it
+// into its passes: the device offers and switches it on, and the statistics are this process's
+// (a SyncBatchNorm's go through its own reductions).
+func (l *BatchNorm2d) fusedReLU(dev tensor.Device) (tensor.BatchNormReLUDevice, bool) {
+	f, ok := dev.(tensor.BatchNormReLUDevice)
+	if !ok || l.Sync != nil || !f.FusesBatchNormReLU() {
+		return nil, false
+	}
+	return f, true
+}
+
+// ForwardReLU is Forward then y = max(y, 0) in one go where the device fuses the two
+// (tensor.BatchNormReLUDevice); it reports whether it did. Where it did not, it did nothing: the
+// caller runs Forward and its ReLU.
+func (l *BatchNorm2d) ForwardReLU(y, mean, rstd, x *tensor.Tensor, update bool) bool {
+	f, ok := l.fusedReLU(x.Device())
+	if !ok {
+		return false
+	}
+	rm, rv := l.RunMean, l.RunVar
+	if !update {
+		rm, rv = nil, nil
+	}
+	f.BatchNormReLU(l.Layout, y, mean, rstd, rm, rv, x, l.W.Master(), l.B.Master(), l.Eps, l.Momentum)
+	return true
+}
+
+// BackwardReLU is the backward of a ForwardReLU that fused (y its output): ReLU's backward and
+// Backward in one go; dy may be overwritten.
+func (l *BatchNorm2d) BackwardReLU(dx, dy, y, x, mean, rstd *tensor.Tensor) {
+	f, ok := l.fusedReLU(x.Device())
+	if !ok {
+		panic("model: BatchNorm2d.BackwardReLU without the device's fusion")
+	}
+	f.BatchNormReLUBackward(l.Layout, dx, l.W.G, l.B.G, dy, y, x, l.W.Master(), mean, rstd)
+	l.B.Ready()
+	l.W.Ready()
+}
+
 // Eval is the evaluation-mode forward, with the running statistics.
 func (l *BatchNorm2d) Eval(y, x *tensor.Tensor) {
 	conv(x.Device()).BatchNormInference(l.Layout, y, x, l.W.Master(), l.B.Master(), l.RunMean, l.RunVar, l.Eps)

@@ -70,6 +70,7 @@ type cbr struct {
 // ReLU's backward reads: it needs the output), mean and rstd the BN batch statistics.
 type cbrAct struct {
 	z, a, mean, rstd *tensor.Tensor
+	fused            bool // the ReLU was folded into the batch norm (BatchNorm2d.ForwardReLU)
 }
 
 func (u *cbr) forward(dev tensor.Device, x *tensor.Tensor, dt tensor.DType, train, update bool) cbrAct {
@@ -81,6 +82,10 @@ func (u *cbr) forward(dev tensor.Device, x *tensor.Tensor, dt tensor.DType, trai
 	if train {
 		s.mean = dev.Alloc(tensor.F32, u.name+".mean", u.bn.C)
 		s.rstd = dev.Alloc(tensor.F32, u.name+".rstd", u.bn.C)
+		if u.relu && resnetFuseReLU && u.bn.ForwardReLU(s.a, s.mean, s.rstd, s.z, update) {
+			s.fused = true
+			return s
+		}
 		u.bn.Forward(s.a, s.mean, s.rstd, s.z, update)
 	} else {
 		u.bn.Eval(s.a, s.z)
@@ -95,19 +100,26 @@ func (u *cbr) forward(dev tensor.Device, x *tensor.Tensor, dt tensor.DType, trai
 
 // resnetReLU and resnetReLUBackward are the network's nonlinearity (ReLU; in place, the backward
 // reading the output). Tests swap in the identity to check the wiring without ReLU's kinks.
+// resnetFuseReLU lets a unit's ReLU fold into its batch norm where the device fuses them
+// (tensor.BatchNormReLUDevice); a test that swaps the nonlinearity turns it off.
 var (
 	resnetReLU         = func(dev tensor.Device, y, x *tensor.Tensor) { dev.ReLU(y, x) }
 	resnetReLUBackward = func(dev tensor.Device, dx, dy, y *tensor.Tensor) { dev.ReLUBackward(dx, dy, y) }
+	resnetFuseReLU     = true
 )
 
 // backward: dx (x's shape, nil skips it) overwritten from da (a's shape; consumed: it is
 // overwritten with ReLU's backward) and x, the unit's input. Frees z, mean, rstd (not a).
 func (u *cbr) backward(dev tensor.Device, dx, da, x *tensor.Tensor, s *cbrAct) {
-	if u.relu {
-		resnetReLUBackward(dev, da, da, s.a)
-	}
 	dz := dev.Alloc(da.DType(), u.name+".dz", s.z.Shape()...)
-	u.bn.Backward(dz, da, s.z, s.mean, s.rstd)
+	if s.fused {
+		u.bn.BackwardReLU(dz, da, s.a, s.z, s.mean, s.rstd)
+	} else {
+		if u.relu {
+			resnetReLUBackward(dev, da, da, s.a)
+		}
+		u.bn.Backward(dz, da, s.z, s.mean, s.rstd)
+	}
 	freeAll(dev, s.z, s.mean, s.rstd)
 	s.z, s.mean, s.rstd = nil, nil, nil
 	u.conv.Backward(dx, dz, x)

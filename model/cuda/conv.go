@@ -34,7 +34,23 @@ import (
 var (
 	_ tensor.ConvDevice          = (*Device)(nil)
 	_ tensor.SyncBatchNormDevice = (*Device)(nil)
+	_ tensor.BatchNormReLUDevice = (*Device)(nil)
 )
+
+// optPtr is t's device pointer, or 0 for a nil t (a kernel's optional argument).
+func optPtr(t *tensor.Tensor) uint64 {
+	if t == nil {
+		return nilPtr
+	}
+	return ptra(t)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // convState is the device's cuDNN handle, its conv kernels' module and the algorithm cache.
 type convState struct {
@@ -263,6 +279,33 @@ func sameImage(op string, a, b *tensor.Tensor) {
 }
 
 func (d *Device) BatchNorm(l tensor.Layout, y, mean, rstd, runMean, runVar, x, w, b *tensor.Tensor, eps, momentum float32) {
+	d.batchNorm(l, y, mean, rstd, runMean, runVar, x, w, b, eps, momentum, false)
+}
+
+// BatchNormReLU is tensor.BatchNormReLUDevice's forward: the batch norm's apply pass ReLUs what it
+// writes (k_bn_apply's relu: the bits of BatchNorm then ReLU).
+func (d *Device) BatchNormReLU(l tensor.Layout, y, mean, rstd, runMean, runVar, x, w, b *tensor.Tensor, eps, momentum float32) {
+	d.batchNorm(l, y, mean, rstd, runMean, runVar, x, w, b, eps, momentum, true)
+}
+
+// FusesBatchNormReLU reports whether the ResNet should take BatchNormReLU(Backward):
+// GODDP_BN_RELU=1 (env.go) with the split reductions, whose kernels take the mask.
+func (d *Device) FusesBatchNormReLU() bool { return bnReLU() && bnSplit() }
+
+// BatchNormReLUBackward is tensor.BatchNormReLUDevice's backward: dy masked by y > 0 inside the
+// reductions and the elementwise pass (the bits of ReLUBackward then BatchNormBackward); dy is
+// left as it was, except without the split reductions, where it is masked in place first.
+func (d *Device) BatchNormReLUBackward(l tensor.Layout, dx, dw, db, dy, y, x, w, mean, rstd *tensor.Tensor) {
+	sameImage("BatchNormReLUBackward", y, x)
+	if !bnSplit() {
+		d.ReLUBackward(dy, dy, y)
+		d.BatchNormBackward(l, dx, dw, db, dy, x, w, mean, rstd)
+		return
+	}
+	d.batchNormBackward(l, dx, dw, db, dy, x, w, mean, rstd, y)
+}
+
+func (d *Device) batchNorm(l tensor.Layout, y, mean, rstd, runMean, runVar, x, w, b *tensor.Tensor, eps, momentum float32, relu bool) {
 	N, C, P := bnDims("BatchNorm", l, x, mean, rstd, runMean, runVar, w, b)
 	sameImage("BatchNorm", y, x)
 	d.BatchNormStats(l, mean, rstd, x) // rstd holds the variance until k_bn_finish
@@ -273,11 +316,11 @@ func (d *Device) BatchNorm(l tensor.Layout, y, mean, rstd, runMean, runVar, x, w
 	}
 	d.launch1("k_bn_finish", C, ptra(mean), ptra(rstd), rm, rv, run, i32a(C), u64a(uint64(N*P)), f32a(eps), f32a(momentum))
 	if bnVec8(l, C, y, x) {
-		d.launch1("k_bn_apply8", x.Len()/8, ptra(y), ptra(x), dta(x), i32a(x.Len()/8), i32a(C), ptra(mean), ptra(rstd), ptra(w), ptra(b))
+		d.launch1("k_bn_apply8", x.Len()/8, ptra(y), ptra(x), dta(x), i32a(x.Len()/8), i32a(C), ptra(mean), ptra(rstd), ptra(w), ptra(b), i32a(b2i(relu)))
 		return
 	}
 	d.launch1("k_bn_apply", x.Len(), ptra(y), ptra(x), dta(x), nhwcArg(l), u64a(uint64(x.Len())), i32a(C), i32a(P),
-		ptra(mean), ptra(rstd), ptra(w), ptra(b))
+		ptra(mean), ptra(rstd), ptra(w), ptra(b), i32a(b2i(relu)))
 }
 
 // bnVec8 reports whether a batch norm's elementwise pass over ts takes the 8-wide kernel: asked
@@ -294,10 +337,15 @@ func (d *Device) BatchNormInference(l tensor.Layout, y, x, w, b, runMean, runVar
 }
 
 func (d *Device) BatchNormBackward(l tensor.Layout, dx, dw, db, dy, x, w, mean, rstd *tensor.Tensor) {
+	d.batchNormBackward(l, dx, dw, db, dy, x, w, mean, rstd, nil)
+}
+
+// batchNormBackward is BatchNormBackward with dy taken as 0 where mask ≤ 0 when mask is set.
+func (d *Device) batchNormBackward(l tensor.Layout, dx, dw, db, dy, x, w, mean, rstd, mask *tensor.Tensor) {
 	N, C, P := bnDims("BatchNormBackward", l, x, dw, db, w, mean, rstd)
 	sdy, sdyx := d.Alloc(tensor.F32, "bn.sdy", C), d.Alloc(tensor.F32, "bn.sdyx", C)
-	d.BatchNormBackwardReduce(l, sdy, sdyx, dw, db, dy, x, mean, rstd)
-	d.BatchNormBackwardElemt(l, dx, dy, x, w, mean, rstd, sdy, sdyx, N*P)
+	d.backwardReduce(l, sdy, sdyx, dw, db, dy, x, mean, rstd, mask)
+	d.backwardElemt(l, dx, dy, x, w, mean, rstd, sdy, sdyx, N*P, mask)
 	d.Free(sdy)
 	d.Free(sdyx)
 }
@@ -305,9 +353,9 @@ func (d *Device) BatchNormBackward(l tensor.Layout, dx, dw, db, dy, x, w, mean, 
 func (d *Device) BatchNormStats(l tensor.Layout, mean, variance, x *tensor.Tensor) {
 	N, C, P := bnDims("BatchNormStats", l, x, mean, variance)
 	if bnSplit() {
-		p := planChan(l, C, N*P, x, nil)
+		p := planChan(l, C, N*P, x, nil, nil)
 		part := d.Alloc(tensor.F32, "bn.part", 4*p.S*C) // (2,S,C) f64
-		d.chanPart(l, p, 0, N, C, P, x, nil, nilPtr, nilPtr, part)
+		d.chanPart(l, p, 0, N, C, P, x, nil, nil, nilPtr, nilPtr, part)
 		d.chanFin(0, p, C, N*P, part, ptra(mean), ptra(variance), nilPtr, nilPtr)
 		d.Free(part)
 		return
@@ -335,13 +383,13 @@ type chanPlan struct {
 	S, R          int
 }
 
-func planChan(l tensor.Layout, C, M int, a, x *tensor.Tensor) chanPlan {
+func planChan(l tensor.Layout, C, M int, a, x, mask *tensor.Tensor) chanPlan {
 	p := chanPlan{bx: 1, by: 256}
 	if l == tensor.NHWC {
 		p.bx, p.by = 32, 8
 	}
 	lanes := C
-	if bnVec() && l == tensor.NHWC && C%8 == 0 && vec8(8, a, x) { // eight channels a thread
+	if bnVec() && l == tensor.NHWC && C%8 == 0 && vec8(8, a, x, mask) { // eight channels a thread
 		p.vec, lanes = true, C/8
 		p.bx = min(32, lanes)
 		p.by = 256 / p.bx
@@ -353,19 +401,16 @@ func planChan(l tensor.Layout, C, M int, a, x *tensor.Tensor) chanPlan {
 	return p
 }
 
-// chanPart launches k_chan_part (what: 0 Σa and Σa², 2 Σa and Σa·x̂) or k_chan_part8 as p
-// says, into part (2, p.S, C) f64.
-func (d *Device) chanPart(l tensor.Layout, p chanPlan, what, N, C, P int, a, x *tensor.Tensor, mean, rstd uint64, part *tensor.Tensor) {
-	xp := nilPtr
-	if x != nil {
-		xp = ptra(x)
-	}
+// chanPart launches k_chan_part (what: 0 Σa and Σa², 2 Σa and Σa·x̂; a counted where mask > 0
+// when mask is set) or k_chan_part8 as p says, into part (2, p.S, C) f64.
+func (d *Device) chanPart(l tensor.Layout, p chanPlan, what, N, C, P int, a, x, mask *tensor.Tensor, mean, rstd uint64, part *tensor.Tensor) {
+	xp, mp := optPtr(x), optPtr(mask)
 	if p.vec {
-		d.launch("k_chan_part8", [3]int{p.tiles, p.S, 1}, [3]int{p.bx, p.by, 1}, 0, i32a(what), ptra(a), xp, dta(a),
+		d.launch("k_chan_part8", [3]int{p.tiles, p.S, 1}, [3]int{p.bx, p.by, 1}, 0, i32a(what), ptra(a), xp, mp, dta(a),
 			i32a(C), u64a(uint64(N*P)), u64a(uint64(p.R)), mean, rstd, ptra(part))
 		return
 	}
-	d.launch("k_chan_part", [3]int{p.tiles, p.S, 1}, [3]int{p.bx, p.by, 1}, 0, i32a(what), ptra(a), xp, dta(a), nhwcArg(l),
+	d.launch("k_chan_part", [3]int{p.tiles, p.S, 1}, [3]int{p.bx, p.by, 1}, 0, i32a(what), ptra(a), xp, mp, dta(a), nhwcArg(l),
 		i32a(N), i32a(C), i32a(P), u64a(uint64(p.R)), mean, rstd, ptra(part))
 }
 
@@ -376,6 +421,12 @@ func (d *Device) chanFin(what int, p chanPlan, C, M int, part *tensor.Tensor, o1
 }
 
 func (d *Device) BatchNormBackwardReduce(l tensor.Layout, sdy, sdyx, dw, db, dy, x, mean, rstd *tensor.Tensor) {
+	d.backwardReduce(l, sdy, sdyx, dw, db, dy, x, mean, rstd, nil)
+}
+
+// backwardReduce is BatchNormBackwardReduce with dy masked as batchNormBackward's; a mask
+// needs the split reductions (k_bn_reduce has none).
+func (d *Device) backwardReduce(l tensor.Layout, sdy, sdyx, dw, db, dy, x, mean, rstd, mask *tensor.Tensor) {
 	N, C, P := bnDims("BatchNormBackwardReduce", l, x, sdy, sdyx, dw, db, mean, rstd)
 	sameImage("BatchNormBackwardReduce", dy, x)
 	var dwp, dbp uint64
@@ -386,27 +437,35 @@ func (d *Device) BatchNormBackwardReduce(l tensor.Layout, sdy, sdyx, dw, db, dy,
 		dbp = ptra(db)
 	}
 	if bnSplit() {
-		p := planChan(l, C, N*P, dy, x)
+		p := planChan(l, C, N*P, dy, x, mask)
 		part := d.Alloc(tensor.F32, "bn.part", 4*p.S*C) // (2,S,C) f64
-		d.chanPart(l, p, 2, N, C, P, dy, x, ptra(mean), ptra(rstd), part)
+		d.chanPart(l, p, 2, N, C, P, dy, x, mask, ptra(mean), ptra(rstd), part)
 		d.chanFin(2, p, C, N*P, part, ptra(sdy), ptra(sdyx), dwp, dbp)
 		d.Free(part)
 		return
+	}
+	if mask != nil {
+		panic("cuda: BatchNormReLUBackward's mask without GODDP_BN_SPLIT's reductions")
 	}
 	d.chanTiles("k_bn_reduce", l, C, ptra(dy), ptra(x), dta(x), nhwcArg(l), i32a(N), i32a(C), i32a(P),
 		ptra(mean), ptra(rstd), ptra(sdy), ptra(sdyx), dwp, dbp)
 }
 
 func (d *Device) BatchNormBackwardElemt(l tensor.Layout, dx, dy, x, w, mean, rstd, sdy, sdyx *tensor.Tensor, count int) {
+	d.backwardElemt(l, dx, dy, x, w, mean, rstd, sdy, sdyx, count, nil)
+}
+
+func (d *Device) backwardElemt(l tensor.Layout, dx, dy, x, w, mean, rstd, sdy, sdyx *tensor.Tensor, count int, mask *tensor.Tensor) {
 	_, C, P := bnDims("BatchNormBackwardElemt", l, x, w, mean, rstd, sdy, sdyx)
 	sameImage("BatchNormBackwardElemt", dy, x)
 	sameImage("BatchNormBackwardElemt", dx, x)
-	if bnVec8(l, C, dx, dy, x) {
-		d.launch1("k_bn_elemt8", x.Len()/8, ptra(dx), ptra(dy), ptra(x), dta(x), i32a(x.Len()/8), i32a(C),
+	mp := optPtr(mask)
+	if bnVec8(l, C, dx, dy, x, mask) {
+		d.launch1("k_bn_elemt8", x.Len()/8, ptra(dx), ptra(dy), ptra(x), mp, dta(x), i32a(x.Len()/8), i32a(C),
 			ptra(w), ptra(mean), ptra(rstd), ptra(sdy), ptra(sdyx), f32a(float32(count)))
 		return
 	}
-	d.launch1("k_bn_elemt", x.Len(), ptra(dx), ptra(dy), ptra(x), dta(x), nhwcArg(l), u64a(uint64(x.Len())), i32a(C), i32a(P),
+	d.launch1("k_bn_elemt", x.Len(), ptra(dx), ptra(dy), ptra(x), mp, dta(x), nhwcArg(l), u64a(uint64(x.Len())), i32a(C), i32a(P),
 		ptra(w), ptra(mean), ptra(rstd), ptra(sdy), ptra(sdyx), f32a(float32(count)))
 }
 

@@ -27,6 +27,11 @@ __device__ __forceinline__ float ldv(const void* p, int dt, long i) {
 __device__ __forceinline__ void stv(void* p, int dt, long i, float v) {
 	if (dt == 0) ((float*)p)[i] = v; else ((half_t*)p)[i] = f2h(v);
 }
+// reluAfter: v rounded to dt, then ReLU'd: what storing v and running k_relu over it gives, bit for
+// bit (a negative v that rounds to −0 comes out as fmaxf(−0, 0), as there).
+__device__ __forceinline__ float reluAfter(int dt, float v) {
+	return fmaxf(dt == 0 ? v : h2f(f2h(v)), 0.f);
+}
 
 ` + vec8Source + `
 
@@ -94,8 +99,9 @@ __global__ void k_bn_stats(const void* x, int dt, int nhwc, int N, int C, int P,
 // part is (2, S, C) f64. what 0, the statistics in one pass: Σa and Σa² (a² of an f16 or f32
 // value is exact in f64, and k_chan_fin's Σa²/M − mean² loses nothing that matters for a batch
 // norm's inputs: version 1 read x twice, for the mean and then the squared deviations); what 2:
-// Σa and Σa·x̂ with x̂ = (x − mean[c])·rstd[c] (a = dy).
-__global__ void k_chan_part(int what, const void* a, const void* x, int dt, int nhwc, int N, int C, int P, long R,
+// Σa and Σa·x̂ with x̂ = (x − mean[c])·rstd[c] (a = dy), where a counts only where mask > 0 when
+// mask is set (a ReLU's output: its backward folded in, as k_relu_bwd would have masked dy).
+__global__ void k_chan_part(int what, const void* a, const void* x, const void* mask, int dt, int nhwc, int N, int C, int P, long R,
 		const float* mean, const float* rstd, double* part) {
 	__shared__ double sh[TILE_MAX];
 	long c = (long)blockIdx.x * blockDim.x + threadIdx.x, M = (long)N * P;
@@ -106,6 +112,7 @@ __global__ void k_chan_part(int what, const void* a, const void* x, int dt, int 
 	for (long j = j0 + threadIdx.y; ok && j < j1; j += blockDim.y) {
 		long o = nhwc ? j * C + c : ((j / P) * C + c) * P + j % P;
 		double v = ldv(a, dt, o);
+		if (mask && !(ldv(mask, dt, o) > 0.f)) v = 0.0;
 		s += v;
 		if (what == 0) t += v * v;
 		else t += v * (double)((ldv(x, dt, o) - fm) * fr);
@@ -137,9 +144,14 @@ __device__ __forceinline__ void rows8(const double* v, double* sh, double* out, 
 }
 
 // acc8: one row's eight values v (and x's xv for what 2) added into the eight sums s and t, as
-// k_chan_part adds one: what 0 s += v, t += v²; 2 s += v, t += v·(xv − fm)·fr.
-__device__ __forceinline__ void acc8(int what, const float* v, const float* xv, double* s, double* t,
+// k_chan_part adds one: what 0 s += v, t += v²; 2 s += v, t += v·(xv − fm)·fr. u, when set, is
+// the row of k_chan_part's mask: v counts where u > 0 (it is changed in place).
+__device__ __forceinline__ void acc8(int what, float* v, const float* xv, const float* u, double* s, double* t,
 		const float* fm, const float* fr) {
+	if (u) {
+		#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] = u[k] > 0.f ? v[k] : 0.f;
+	}
 	if (what == 0) {
 		#pragma unroll
 		for (int k = 0; k < 8; k++) { double d = v[k]; s[k] += d; t[k] += d * d; }
@@ -156,7 +168,7 @@ __device__ __forceinline__ void acc8(int what, const float* v, const float* xv, 
 // each thread loads two of its rows before adding them (in order), so two loads are in flight.
 // The same fixed orders (each thread its rows in order, the block's rows in row order, then
 // k_chan_fin's chunk order), so results do not depend on timing. part as k_chan_part's.
-__global__ void k_chan_part8(int what, const void* a, const void* x, int dt, int C, long M, long R,
+__global__ void k_chan_part8(int what, const void* a, const void* x, const void* mask, int dt, int C, long M, long R,
 		const float* mean, const float* rstd, double* part) {
 	__shared__ double sh[256 * 8];
 	int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
@@ -172,21 +184,26 @@ __global__ void k_chan_part8(int what, const void* a, const void* x, int dt, int
 	}
 	long j = j0 + threadIdx.y;
 	for (; ok && j + by < j1; j += 2 * by) {
-		float v[8], w[8], xv[8], xw[8];
+		float v[8], w[8], xv[8], xw[8], u[8], uw[8];
 		ld8(a, dt, j * C + c0, v);
 		ld8(a, dt, (j + by) * C + c0, w);
 		if (what == 2) {
 			ld8(x, dt, j * C + c0, xv);
 			ld8(x, dt, (j + by) * C + c0, xw);
 		}
-		acc8(what, v, xv, s, t, fm, fr);
-		acc8(what, w, xw, s, t, fm, fr);
+		if (mask) {
+			ld8(mask, dt, j * C + c0, u);
+			ld8(mask, dt, (j + by) * C + c0, uw);
+		}
+		acc8(what, v, xv, mask ? u : nullptr, s, t, fm, fr);
+		acc8(what, w, xw, mask ? uw : nullptr, s, t, fm, fr);
 	}
 	if (ok && j < j1) {
-		float v[8], xv[8];
+		float v[8], xv[8], u[8];
 		ld8(a, dt, j * C + c0, v);
 		if (what == 2) ld8(x, dt, j * C + c0, xv);
-		acc8(what, v, xv, s, t, fm, fr);
+		if (mask) ld8(mask, dt, j * C + c0, u);
+		acc8(what, v, xv, mask ? u : nullptr, s, t, fm, fr);
 	}
 	rows8(s, sh, part + (long)blockIdx.y * C + c0, ok);
 	rows8(t, sh, part + ((long)gridDim.y + blockIdx.y) * C + c0, ok);
@@ -237,19 +254,21 @@ __global__ void k_bn_finish(const float* mean, float* var_rstd, float* runMean, 
 	var_rstd[c] = 1.f / sqrtf(v + eps);
 }
 
-// k_bn_apply: y = (x − mean[c])·rstd[c]·w[c] + b[c] over n elements.
+// k_bn_apply: y = (x − mean[c])·rstd[c]·w[c] + b[c] over n elements, ReLU'd after when relu is
+// set (reluAfter: the bits of k_bn_apply then k_relu).
 __global__ void k_bn_apply(void* y, const void* x, int dt, int nhwc, long n, int C, int P,
-		const float* mean, const float* rstd, const float* w, const float* b) {
+		const float* mean, const float* rstd, const float* w, const float* b, int relu) {
 	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
 		long c = chanOf(nhwc, i, C, P);
-		stv(y, dt, i, (ldv(x, dt, i) - mean[c]) * rstd[c] * w[c] + b[c]);
+		float v = (ldv(x, dt, i) - mean[c]) * rstd[c] * w[c] + b[c];
+		stv(y, dt, i, relu ? reluAfter(dt, v) : v);
 	}
 }
 
 // k_bn_apply8: k_bn_apply on NHWC with C % 8 == 0, eight neighbouring channels a thread (16-byte
 // loads and stores, the channel found once per eight): the same arithmetic per element.
 __global__ void k_bn_apply8(void* y, const void* x, int dt, int n8, int C,
-		const float* mean, const float* rstd, const float* w, const float* b) {
+		const float* mean, const float* rstd, const float* w, const float* b, int relu) {
 	for (int v8 = blockIdx.x * blockDim.x + threadIdx.x; v8 < n8; v8 += gridDim.x * blockDim.x) {
 		long i = (long)v8 * 8;
 		int c = (int)(i % C);
@@ -257,6 +276,10 @@ __global__ void k_bn_apply8(void* y, const void* x, int dt, int n8, int C,
 		ld8(x, dt, i, v);
 		#pragma unroll
 		for (int k = 0; k < 8; k++) v[k] = (v[k] - mean[c + k]) * rstd[c + k] * w[c + k] + b[c + k];
+		if (relu) {
+			#pragma unroll
+			for (int k = 0; k < 8; k++) v[k] = reluAfter(dt, v[k]);
+		}
 		st8(y, dt, i, v);
 	}
 }
@@ -295,19 +318,21 @@ __global__ void k_bn_reduce(const void* dy, const void* x, int dt, int nhwc, int
 	}
 }
 
-// k_bn_elemt: dx = w·rstd·(dy − sdy/count − x̂·sdyx/count).
-__global__ void k_bn_elemt(void* dx, const void* dy, const void* x, int dt, int nhwc, long n, int C, int P,
+// k_bn_elemt: dx = w·rstd·(dy − sdy/count − x̂·sdyx/count), dy taken as 0 where mask ≤ 0 when mask
+// is set (as k_chan_part's).
+__global__ void k_bn_elemt(void* dx, const void* dy, const void* x, const void* mask, int dt, int nhwc, long n, int C, int P,
 		const float* w, const float* mean, const float* rstd, const float* sdy, const float* sdyx, float count) {
 	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
 		long c = chanOf(nhwc, i, C, P);
 		float xh = (ldv(x, dt, i) - mean[c]) * rstd[c];
-		stv(dx, dt, i, w[c] * rstd[c] * (ldv(dy, dt, i) - sdy[c] / count - xh * sdyx[c] / count));
+		float g = (mask && !(ldv(mask, dt, i) > 0.f)) ? 0.f : ldv(dy, dt, i);
+		stv(dx, dt, i, w[c] * rstd[c] * (g - sdy[c] / count - xh * sdyx[c] / count));
 	}
 }
 
 // k_bn_elemt8: k_bn_elemt on NHWC with C % 8 == 0, eight neighbouring channels a thread; dx may
-// be dy (each thread reads its eight elements before it writes them).
-__global__ void k_bn_elemt8(void* dx, const void* dy, const void* x, int dt, int n8, int C,
+// be dy (each thread reads its eight elements before it writes them), mask as k_bn_elemt's.
+__global__ void k_bn_elemt8(void* dx, const void* dy, const void* x, const void* mask, int dt, int n8, int C,
 		const float* w, const float* mean, const float* rstd, const float* sdy, const float* sdyx, float count) {
 	for (int v8 = blockIdx.x * blockDim.x + threadIdx.x; v8 < n8; v8 += gridDim.x * blockDim.x) {
 		long i = (long)v8 * 8;
@@ -315,6 +340,12 @@ __global__ void k_bn_elemt8(void* dx, const void* dy, const void* x, int dt, int
 		float xv[8], g[8];
 		ld8(x, dt, i, xv);
 		ld8(dy, dt, i, g);
+		if (mask) {
+			float u[8];
+			ld8(mask, dt, i, u);
+			#pragma unroll
+			for (int k = 0; k < 8; k++) g[k] = u[k] > 0.f ? g[k] : 0.f;
+		}
 		#pragma unroll
 		for (int k = 0; k < 8; k++) {
 			float xh = (xv[k] - mean[c + k]) * rstd[c + k];

@@ -178,7 +178,7 @@ func TestCUDA_bnSplitMatchesCPU(t *testing.T) {
 // planChan cuts every batch norm of ResNet-50 at batch 64 (NHWC f16) into chunks that cover its
 // rows exactly, with at least chanTargetBlocks blocks where the rows allow chanMinRows a chunk —
 // version 1's fixed 4096-row chunks gave the 2048-channel layers 8 blocks.
-func TestChanPlan_fillsTheGPU(t *testing.T) {
+func TestCUDA_bnChanPlanFillsTheGPU(t *testing.T) {
 	oldVec := bnVec
 	t.Cleanup(func() { bnVec = oldVec })
 	for _, vec := range []bool{false, true} {
@@ -186,7 +186,7 @@ func TestChanPlan_fillsTheGPU(t *testing.T) {
 		for _, k := range []struct{ C, HW int }{{64, 112}, {64, 56}, {256, 56}, {128, 28}, {512, 28}, {256, 14}, {1024, 14}, {512, 7}, {2048, 7}} {
 			const N = 64
 			M := N * k.HW * k.HW
-			p := planChan(tensor.NHWC, k.C, M, nil, nil) // no tensors: taken as aligned
+			p := planChan(tensor.NHWC, k.C, M, nil, nil, nil) // no tensors: taken as aligned
 
 			if p.vec != vec {
 				t.Fatalf("C=%d: vec %v, want %v", k.C, p.vec, vec)
@@ -278,6 +278,78 @@ func TestCUDA_bnVecSameBits(t *testing.T) {
 			for i := range want[k] {
 				if math.Float32bits(got[k][i]) != math.Float32bits(want[k][i]) {
 					t.Fatalf("%s %s[%d]: 8-wide %g, scalar %g", dt, name, i, got[k][i], want[k][i])
+				}
+			}
+		}
+	}
+}
+
+// GODDP_BN_RELU's fusion (BatchNormReLU, BatchNormReLUBackward) gives the bits of the unfused
+// pair — BatchNorm then ReLU; ReLU's backward in place then BatchNormBackward — on the split
+// reductions, scalar and 8-wide, NHWC and NCHW, f32 and f16; and it leaves dy as it was.
+func TestCUDA_bnReLUFusedSameBits(t *testing.T) {
+	g := gpu(t)
+	oldSplit, oldVec := bnSplit, bnVec
+	bnSplit = func() bool { return true }
+	t.Cleanup(func() { bnSplit, bnVec = oldSplit, oldVec })
+	r := rand.New(rand.NewPCG(9, 9))
+	for _, l := range []tensor.Layout{tensor.NHWC, tensor.NCHW} {
+		for _, vec := range []bool{false, true} {
+			for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+				bnVec = func() bool { return vec }
+				N, C, H, W := 3, 64, 5, 7
+				if l == tensor.NCHW {
+					C = 12
+				}
+				shape := l.Shape(N, C, H, W)
+				rnd := func(n int, scale float64) []float32 {
+					v := make([]float32, n)
+					for i := range v {
+						v[i] = float32(r.NormFloat64() * scale)
+					}
+					return v
+				}
+				xs, dys, ws, bs := rnd(N*H*W*C, 2), rnd(N*H*W*C, 1), rnd(C, 1), rnd(C, 0.5)
+				run := func(fused bool) [][]float32 {
+					x := tensor.FromHost(g, dt, "x", xs, shape...)
+					dy := tensor.FromHost(g, dt, "dy", dys, shape...)
+					w := tensor.FromHost(g, tensor.F32, "w", ws, C)
+					b := tensor.FromHost(g, tensor.F32, "b", bs, C)
+					y, dx := g.Alloc(dt, "y", shape...), g.Alloc(dt, "dx", shape...)
+					mean, rstd := g.Alloc(tensor.F32, "mean", C), g.Alloc(tensor.F32, "rstd", C)
+					rm, rv := tensor.FromHost(g, tensor.F32, "rm", make([]float32, C), C), tensor.FromHost(g, tensor.F32, "rv", make([]float32, C), C)
+					dw, db := tensor.FromHost(g, tensor.F32, "dw", rnd(C, 1), C), tensor.FromHost(g, tensor.F32, "db", make([]float32, C), C)
+					defer func() {
+						for _, tt := range []*tensor.Tensor{x, dy, w, b, y, dx, mean, rstd, rm, rv, dw, db} {
+							g.Free(tt)
+						}
+					}()
+					if fused {
+						g.BatchNormReLU(l, y, mean, rstd, rm, rv, x, w, b, 1e-5, 0.1)
+						g.BatchNormReLUBackward(l, dx, dw, db, dy, y, x, w, mean, rstd)
+						if got := tensor.ToHost(dy); dt == tensor.F32 {
+							for i := range got {
+								if got[i] != dys[i] {
+									t.Fatalf("%s vec=%v %s: the fused backward changed dy[%d]", l, vec, dt, i)
+								}
+							}
+						}
+					} else {
+						g.BatchNorm(l, y, mean, rstd, rm, rv, x, w, b, 1e-5, 0.1)
+						g.ReLU(y, y)
+						g.ReLUBackward(dy, dy, y)
+						g.BatchNormBackward(l, dx, dw, db, dy, x, w, mean, rstd)
+					}
+					return [][]float32{tensor.ToHost(y), tensor.ToHost(mean), tensor.ToHost(rstd), tensor.ToHost(rm), tensor.ToHost(rv),
+						tensor.ToHost(dx), tensor.ToHost(dw), tensor.ToHost(db)}
+				}
+				want, got := run(false), run(true)
+				for k, name := range []string{"y", "mean", "rstd", "running mean", "running var", "dx", "dw", "db"} {
+					for i := range want[k] {
+						if math.Float32bits(got[k][i]) != math.Float32bits(want[k][i]) {
+							t.Fatalf("%s vec=%v %s %s[%d]: fused %g, unfused %g", l, vec, dt, name, i, got[k][i], want[k][i])
+						}
+					}
 				}
 			}
 		}

@@ -14,6 +14,7 @@ import (
 //	GODDP_BN_SPLIT=1  splits the batch norms' per-channel reductions over row chunks (conv.go)
 //	GODDP_CUDNN_TF32=1 lets f32 convolutions use TF32 tensor cores (conv.go; as PyTorch's default)
 //	GODDP_BN_VEC=1    8-wide batch-norm passes and reductions, and ReLU (conv.go, ops.go)
+//	GODDP_BN_RELU=1   the ResNet's ReLUs folded into the batch norms' passes (conv.go; with GODDP_BN_SPLIT=1)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
 //	XDG_CACHE_HOME    where compiled kernels are cached (KernelCacheDir)
 
@@ -41,6 +42,12 @@ var xentFused = sync.OnceValue(func() bool { return os.Getenv("GODDP_XENT_FUSED"
 // GODDP_BN_SPLIT=1, the split reductions (k_chan_part8: sums grouped otherwise, within rounding;
 // not yet run on a GPU). Off by default. Read once.
 var bnVec = sync.OnceValue(func() bool { return os.Getenv("GODDP_BN_VEC") == "1" })
+
+// bnReLU reports whether GODDP_BN_RELU=1 asked for the ReLU after a batch norm folded into its
+// passes (tensor.BatchNormReLUDevice: the apply pass ReLUs what it writes; backward masks dy in
+// the reductions and the elementwise pass instead of a ReLU backward pass of its own). Taken only
+// with GODDP_BN_SPLIT=1. Not yet run on a GPU: off by default. Read once.
+var bnReLU = sync.OnceValue(func() bool { return os.Getenv("GODDP_BN_RELU") == "1" })
 
 // KernelCacheDir is where compiled kernels are kept: $XDG_CACHE_HOME/goddp/kernels, by default
 // ~/.cache/goddp/kernels.

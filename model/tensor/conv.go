@@ -59,7 +59,7 @@ type ConvDevice interface {
 // variance. Layers find it with AsSyncBatchNorm.
 type SyncBatchNormDevice interface {
 	// BatchNormStats: mean (C) and variance (C) f32 get x's (N,C,H,W) per-channel mean and biased
-	// variance over N·H·W (two passes, accumulated in f64), as BatchNorm computes them.
+	// variance over N·H·W (accumulated in f64), as BatchNorm computes them.
 	BatchNormStats(l Layout, mean, variance, x *Tensor)
 	// BatchNormBackwardReduce: sdy (C) and sdyx (C) f32 are overwritten with Σdy and Σdy·x̂ over
 	// N·H·W, x̂ = (x − mean)·rstd; dw and db (C) accumulate sdyx and sdy (nil skips them).
@@ -67,6 +67,20 @@ type SyncBatchNormDevice interface {
 	// BatchNormBackwardElemt: dx = w·rstd·(dy − sdy/count − x̂·sdyx/count), overwritten, with
 	// sdy, sdyx and count the reduction's over every process.
 	BatchNormBackwardElemt(l Layout, dx, dy, x, w, mean, rstd, sdy, sdyx *Tensor, count int)
+}
+
+// BatchNormReLUDevice is the optional ability of a device to fold the ReLU after a training-mode
+// batch norm (a ResNet's conv → BN → ReLU) into the batch norm's own passes. The results are
+// those of the unfused pair, bit for bit; a device may keep the fusion behind a switch, which
+// FusesBatchNormReLU reports.
+type BatchNormReLUDevice interface {
+	// BatchNormReLU: BatchNorm, then y = max(y, 0).
+	BatchNormReLU(l Layout, y, mean, rstd, runMean, runVar, x, w, b *Tensor, eps, momentum float32)
+	// BatchNormReLUBackward: BatchNormBackward of dy taken as 0 where y ≤ 0, y being
+	// BatchNormReLU's output (ReLUBackward then BatchNormBackward); dy may be overwritten.
+	BatchNormReLUBackward(l Layout, dx, dw, db, dy, y, x, w, mean, rstd *Tensor)
+	// FusesBatchNormReLU reports whether callers should take the two methods above.
+	FusesBatchNormReLU() bool
 }
 
 // AsSyncBatchNorm returns dev's SyncBatchNormDevice, or an error naming the device.
