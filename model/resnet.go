@@ -166,6 +166,12 @@ func (b *resBlock) forward(dev tensor.Device, x *tensor.Tensor, dt tensor.DType,
 		sc = s.down.a
 	}
 	dev.Add(cur, cur, sc)
+	if train && b.down != nil {
+		// the shortcut's BN output is read by the add only (its unit has no ReLU; its backward
+		// reads z): PyTorch's autograd frees it here too. 1.5 M elements a sample in ResNet-50.
+		dev.Free(s.down.a)
+		s.down.a = nil
+	}
 	resnetReLU(dev, cur, cur)
 	s.out = cur
 	if !train {

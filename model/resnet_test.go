@@ -153,3 +153,35 @@ func newResNetSGD(t *testing.T, dev tensor.Device, cfg ResNetConfig, seed uint64
 	t.Cleanup(func() { opt.Free(); m.Free() })
 	return m, opt
 }
+
+// A training forward keeps what backward reads and not the shortcut's batch-norm output, which
+// only the residual add reads (PyTorch's autograd frees it too): after the forward, no
+// "….down.a" is live while the units' "….a" are, and backward still gives the gradients it gave
+// (TestResNet_gradcheck*).
+func TestResNet_forwardDropsTheShortcutOutput(t *testing.T) {
+	dev := cpu.New()
+	cfg := ResNetConfig{Depth: 50, Stem: "imagenet", Width: 2, Classes: 3, InC: 3, InH: 32, InW: 32}
+	m, err := NewResNet(dev, cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	in := resnetInputs(dev, rand.New(rand.NewSource(1)), 4, cfg)
+	defer freeAll(dev, in.X, in.Targets)
+	m.Forward(in, true)
+	units, downs := 0, 0
+	for _, b := range dev.Live() {
+		switch {
+		case strings.HasSuffix(b.Tag, ".down.a"):
+			downs++
+			t.Errorf("live after forward: %s %v", b.Tag, b.Shape)
+		case strings.HasSuffix(b.Tag, ".a"):
+			units++
+		}
+	}
+	if units == 0 {
+		t.Fatalf("no unit outputs live after forward: tags changed? %v", dev.Live())
+	}
+	m.Backward(1)
+	t.Logf("%d unit outputs live after forward, %d shortcut outputs", units, downs)
+}
