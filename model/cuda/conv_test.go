@@ -309,7 +309,7 @@ func TestCUDA_bnReLUFusedSameBits(t *testing.T) {
 					}
 					return v
 				}
-				xs, dys, ws, bs := rnd(N*H*W*C, 2), rnd(N*H*W*C, 1), rnd(C, 1), rnd(C, 0.5)
+				xs, dys, ws, bs, dw0 := rnd(N*H*W*C, 2), rnd(N*H*W*C, 1), rnd(C, 1), rnd(C, 0.5), rnd(C, 1)
 				run := func(fused bool) [][]float32 {
 					x := tensor.FromHost(g, dt, "x", xs, shape...)
 					dy := tensor.FromHost(g, dt, "dy", dys, shape...)
@@ -318,7 +318,7 @@ func TestCUDA_bnReLUFusedSameBits(t *testing.T) {
 					y, dx := g.Alloc(dt, "y", shape...), g.Alloc(dt, "dx", shape...)
 					mean, rstd := g.Alloc(tensor.F32, "mean", C), g.Alloc(tensor.F32, "rstd", C)
 					rm, rv := tensor.FromHost(g, tensor.F32, "rm", make([]float32, C), C), tensor.FromHost(g, tensor.F32, "rv", make([]float32, C), C)
-					dw, db := tensor.FromHost(g, tensor.F32, "dw", rnd(C, 1), C), tensor.FromHost(g, tensor.F32, "db", make([]float32, C), C)
+					dw, db := tensor.FromHost(g, tensor.F32, "dw", dw0, C), tensor.FromHost(g, tensor.F32, "db", make([]float32, C), C)
 					defer func() {
 						for _, tt := range []*tensor.Tensor{x, dy, w, b, y, dx, mean, rstd, rm, rv, dw, db} {
 							g.Free(tt)

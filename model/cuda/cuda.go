@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/goddp/goddp/model/cuda/cudadrv"
@@ -70,6 +71,7 @@ type Device struct {
 type profEntry struct {
 	name string
 	a, b cudadrv.Event
+	host time.Duration // the host's time from the start event to the end event's record
 }
 
 var (
@@ -463,25 +465,29 @@ func (d *Device) profBegin(name string) func() {
 	b, err := cudadrv.NewEvent(true)
 	must(err)
 	must(a.Record(d.stream))
+	t0 := time.Now()
 	return func() {
+		host := time.Since(t0)
 		must(b.Record(d.stream))
-		d.prof = append(d.prof, profEntry{name, a, b})
+		d.prof = append(d.prof, profEntry{name, a, b, host})
 	}
 }
 
-// ProfileStop ends profiling and returns the time per kernel name, largest first, as a table.
+// ProfileStop ends profiling and returns the time per kernel name, largest first, as a table:
+// the GPU's time between each pair of events, and the host's time in the call between them (where
+// the host takes longer than the GPU, the GPU waits, and its column counts the wait too).
 func (d *Device) ProfileStop() string {
 	d.pOn = false
 	d.Sync()
 	d.enter()
 	defer d.leave()
 	type row struct {
-		name  string
-		ms    float64
-		calls int
+		name     string
+		ms, host float64
+		calls    int
 	}
 	by := map[string]*row{}
-	var total float64
+	var total, totalHost float64
 	n := len(d.prof)
 	for _, e := range d.prof {
 		ms, err := e.a.Elapsed(e.b)
@@ -492,8 +498,10 @@ func (d *Device) ProfileStop() string {
 			by[e.name] = r
 		}
 		r.ms += float64(ms)
+		r.host += e.host.Seconds() * 1000
 		r.calls++
 		total += float64(ms)
+		totalHost += e.host.Seconds() * 1000
 		e.a.Destroy()
 		e.b.Destroy()
 	}
@@ -504,11 +512,11 @@ func (d *Device) ProfileStop() string {
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].ms > rows[j].ms })
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-44s %6s %10s %6s\n", "kernel", "calls", "ms", "%")
+	fmt.Fprintf(&b, "%-44s %6s %10s %6s %10s\n", "kernel", "calls", "ms", "%", "host ms")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "%-44s %6d %10.3f %6.1f\n", r.name, r.calls, r.ms, 100*r.ms/total)
+		fmt.Fprintf(&b, "%-44s %6d %10.3f %6.1f %10.3f\n", r.name, r.calls, r.ms, 100*r.ms/total, r.host)
 	}
-	fmt.Fprintf(&b, "%-44s %6d %10.3f\n", "total (kernels back to back)", n, total)
+	fmt.Fprintf(&b, "%-44s %6d %10.3f %6s %10.3f\n", "total (kernels back to back)", n, total, "", totalHost)
 	return b.String()
 }
 
