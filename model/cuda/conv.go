@@ -58,6 +58,12 @@ type convState struct {
 	module cudadrv.Module
 	mu     sync.Mutex
 	algos  map[convKey]convAlgo
+	plans  map[planKey]*cudnn.Plan // GODDP_CUDNN_GRAPH=1's execution plans
+}
+
+type planKey struct {
+	convKey
+	beta float32
 }
 
 type convKey struct {
@@ -76,7 +82,7 @@ func (d *Device) initConv() error {
 	if err != nil {
 		return err
 	}
-	cs := &convState{algos: map[convKey]convAlgo{}}
+	cs := &convState{algos: map[convKey]convAlgo{}, plans: map[planKey]*cudnn.Plan{}}
 	if cs.module, err = cudadrv.LoadPTX(ptx); err != nil {
 		return fmt.Errorf("cuda: loading the convolution kernels' PTX: %w", err)
 	}
@@ -98,6 +104,9 @@ func (d *Device) initConv() error {
 func (d *Device) closeConv() {
 	if d.conv == nil {
 		return
+	}
+	for _, p := range d.conv.plans {
+		p.Destroy()
 	}
 	d.conv.h.Destroy()
 	d.conv.module.Unload()
@@ -145,8 +154,53 @@ func (d *Device) algo(op int, c cudnn.Conv) convAlgo {
 	return a
 }
 
-// runConv enqueues op on c into out (out = result + beta·out) with a workspace from the pool.
+// plan is the cached execution plan of op on c with beta (GODDP_CUDNN_GRAPH=1).
+func (d *Device) plan(op int, c cudnn.Conv, beta float32) *cudnn.Plan {
+	cs := d.conv
+	k := planKey{convKey{c, op}, beta}
+	cs.mu.Lock()
+	p, ok := cs.plans[k]
+	cs.mu.Unlock()
+	if ok {
+		return p
+	}
+	d.enter()
+	p, err := cs.h.NewPlan(op, c, beta)
+	d.leave()
+	if err != nil {
+		panic("cuda: " + err.Error())
+	}
+	cs.mu.Lock()
+	cs.plans[k] = p
+	cs.mu.Unlock()
+	return p
+}
+
+// runConv enqueues op on c into out (out = result + beta·out) with a workspace from the pool:
+// through a cached execution plan under GODDP_CUDNN_GRAPH=1 where every operand is 16-byte
+// aligned (the plans' tensors say so), else through the legacy call.
 func (d *Device) runConv(op int, c cudnn.Conv, a, b *tensor.Tensor, beta float32, out *tensor.Tensor) {
+	if cudnnGraph() && dptr(a)%16 == 0 && dptr(b)%16 == 0 && dptr(out)%16 == 0 {
+		p := d.plan(op, c, beta)
+		var ws *tensor.Tensor
+		var wsp uint64
+		if p.Workspace > 0 {
+			ws = d.Alloc(tensor.F32, "cudnn.workspace", int((p.Workspace+3)/4))
+			wsp = dptr(ws)
+		}
+		d.enter()
+		end := d.profBegin("cudnn." + [...]string{"fwd", "bwd_data", "bwd_filter"}[op])
+		err := d.conv.h.Execute(p, dptr(a), dptr(b), wsp, dptr(out))
+		end()
+		d.leave()
+		if ws != nil {
+			d.Free(ws)
+		}
+		if err != nil {
+			panic("cuda: " + err.Error())
+		}
+		return
+	}
 	al := d.algo(op, c)
 	var ws *tensor.Tensor
 	var wsp uint64

@@ -355,3 +355,59 @@ func TestCUDA_bnReLUFusedSameBits(t *testing.T) {
 		}
 	}
 }
+
+// GODDP_CUDNN_GRAPH's path (cached cuDNN execution plans) matches the CPU as the legacy calls do:
+// every convolution case, forward and backward, both layouts, f32 and f16; the same case run
+// twice gives the same bits (the plans' engines are deterministic); and the cache holds one plan
+// per operation, shape and beta.
+func TestCUDA_convGraphMatchesCPU(t *testing.T) {
+	g := gpu(t)
+	old := cudnnGraph
+	cudnnGraph = func() bool { return true }
+	t.Cleanup(func() { cudnnGraph = old })
+	n := 0
+	for i, c := range convOpCases() {
+		if strings.HasPrefix(c.name, "Conv2d/") || strings.HasPrefix(c.name, "Conv2dBackward/") {
+			n++
+			t.Run(c.name, func(t *testing.T) { cuRunCase(t, g, c, uint64(200+i)) })
+		}
+	}
+	if n == 0 {
+		t.Fatal("no convolution cases")
+	}
+	g.conv.mu.Lock()
+	plans := len(g.conv.plans)
+	g.conv.mu.Unlock()
+	if plans == 0 {
+		t.Fatal("GODDP_CUDNN_GRAPH=1 ran the convolutions without a plan")
+	}
+	t.Logf("%d convolution cases, %d plans cached", n, plans)
+	k := convCases[0]
+	geom := k.g
+	geom.Layout = tensor.NHWC
+	m := &cuMaker{dev: g, r: rand.New(rand.NewPCG(5, 8))}
+	x, w := m.in(tensor.F16, geom.Layout.Shape(k.N, k.C, k.H, k.W)...), m.in(tensor.F16, k.OC, k.C, 3, 3)
+	dy := m.in(tensor.F16, geom.Layout.Shape(k.N, k.OC, k.H, k.W)...)
+	var first []float32
+	for rep := range 2 {
+		dx, dw := m.out(tensor.F16, x.Shape()...), m.acc(tensor.F32, w.Shape()...)
+		g.Fill(dw, 0)
+		g.Conv2dBackward(dx, dw, nil, dy, x, w, geom)
+		got := append(tensor.ToHost(dx), tensor.ToHost(dw)...)
+		if rep == 0 {
+			first = got
+			continue
+		}
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(first[i]) {
+				t.Fatalf("run 2 differs at %d: %v vs %v", i, got[i], first[i])
+			}
+		}
+	}
+	m.free()
+	g.conv.mu.Lock()
+	if len(g.conv.plans) != plans {
+		t.Errorf("re-running a case grew the plan cache from %d to %d", plans, len(g.conv.plans))
+	}
+	g.conv.mu.Unlock()
+}

@@ -15,6 +15,7 @@ import (
 //	GODDP_CUDNN_TF32=1 lets f32 convolutions use TF32 tensor cores (conv.go; as PyTorch's default)
 //	GODDP_BN_VEC=1    8-wide batch-norm passes and reductions, and ReLU (conv.go, ops.go)
 //	GODDP_BN_RELU=1   the ResNet's ReLUs folded into the batch norms' passes (conv.go; with GODDP_BN_SPLIT=1)
+//	GODDP_CUDNN_GRAPH=1 convolutions through cached cuDNN execution plans, not the legacy calls (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
 //	XDG_CACHE_HOME    where compiled kernels are cached (KernelCacheDir)
 
@@ -48,6 +49,12 @@ var bnVec = sync.OnceValue(func() bool { return os.Getenv("GODDP_BN_VEC") == "1"
 // the reductions and the elementwise pass instead of a ReLU backward pass of its own). Taken only
 // with GODDP_BN_SPLIT=1. Not yet run on a GPU: off by default. Read once.
 var bnReLU = sync.OnceValue(func() bool { return os.Getenv("GODDP_BN_RELU") == "1" })
+
+// cudnnGraph reports whether GODDP_CUDNN_GRAPH=1 asked for the convolutions through cuDNN's graph
+// API: one execution plan per operation, shape and beta, built once and run with a variant pack
+// (cudnn.Plan), where each legacy call cost the host ~200 µs under cuDNN 9 and made a ResNet-50
+// step host-bound (docs/perf-resnet-gpu.md). Not yet run on a GPU: off by default. Read once.
+var cudnnGraph = sync.OnceValue(func() bool { return os.Getenv("GODDP_CUDNN_GRAPH") == "1" })
 
 // KernelCacheDir is where compiled kernels are kept: $XDG_CACHE_HOME/goddp/kernels, by default
 // ~/.cache/goddp/kernels.
