@@ -11,25 +11,29 @@ import (
 	"github.com/goddp/goddp/model/tensor"
 )
 
-// The CUDA device's tensor.ConvDevice and tensor.SyncBatchNormDevice (issue 33, stage 2; not yet
-// run on a GPU): convolutions through cuDNN 9 (model/cuda/cudnn), batch normalisation, pooling
-// and the layout moves as kernels of this package (conv_kernels.go). Built with the tags cuda and
-// cudnn; without cudnn the device has no convolutions (conv_off.go) and a ResNet is refused by
-// name, as before.
+// The CUDA device's tensor.ConvDevice, tensor.SyncBatchNormDevice and tensor.BatchNormReLUDevice
+// (issue 33; run on an H100, docs/perf-resnet-gpu.md): convolutions through cuDNN 9
+// (model/cuda/cudnn), batch normalisation, pooling and the layout moves as kernels of this package
+// (conv_kernels.go). Built with the tags cuda and cudnn; without cudnn the device has no
+// convolutions (conv_off.go) and a ResNet is refused by name, as before.
 //
 // Convolution. The parameters keep PyTorch's (OC, C, KH, KW) filter in both layouts. NCHW hands
 // it to cuDNN as it is (KCRS); NHWC first copies it channels last (KRSC) into a scratch tensor,
 // which is what cuDNN's NHWC tensor-core kernels read. f16 convolutions accumulate in f32 and may
 // use tensor cores; f32 ones use FMA only (no TF32, as the device's GEMMs) unless
 // GODDP_CUDNN_TF32=1 (env.go) allows TF32, as PyTorch's torch.backends.cudnn.allow_tf32 does by
-// default. The batch norms' per-channel sums run one block per channel tile, or with
-// GODDP_BN_SPLIT=1 over row chunks too (k_chan_part: an NHWC tile of 32 channels otherwise adds
-// all N·P rows on one SM). The filter gradient
-// comes out of cuDNN in the data's dtype and layout into scratch and is added into the f32 dw
-// (PyTorch's AMP does the same: its f16 filter gradient is cast into the f32 parameter's). The
-// algorithm of each (shape, operation) is chosen once by cuDNN's heuristics among the
-// deterministic ones and cached; its workspace comes from the device's caching allocator, so the
-// memory report sees it, and is freed after the call (stream order makes the reuse safe).
+// default. Each (operation, shape, beta) gets one cuDNN execution plan, built once (the graph
+// API; GODDP_CUDNN_GRAPH=0 takes the legacy calls, whose host cost is ~200 µs each), its engine
+// the first that the heuristics rank among the deterministic ones. The filter gradient comes out
+// of cuDNN in the data's dtype and layout into scratch and is added into the f32 dw (PyTorch's
+// AMP does the same: its f16 filter gradient is cast into the f32 parameter's). Workspaces come
+// from the device's caching allocator, so the memory report sees them, and are freed after the
+// call (stream order makes the reuse safe).
+//
+// Batch norms. The per-channel sums are split over row chunks (k_chan_part8 or k_chan_part, cut
+// by chanPlan to fill the GPU; GODDP_BN_SPLIT=0 runs one block per channel tile), the statistics
+// in one f64 pass; the elementwise passes are 8-wide where NHWC has channels in eights; a ReLU
+// after a batch norm is folded into its passes (BatchNormReLU).
 
 var (
 	_ tensor.ConvDevice          = (*Device)(nil)
@@ -58,7 +62,7 @@ type convState struct {
 	module cudadrv.Module
 	mu     sync.Mutex
 	algos  map[convKey]convAlgo
-	plans  map[planKey]*cudnn.Plan // GODDP_CUDNN_GRAPH=1's execution plans
+	plans  map[planKey]*cudnn.Plan // the graph API's execution plans (GODDP_CUDNN_GRAPH)
 }
 
 type planKey struct {
@@ -154,7 +158,7 @@ func (d *Device) algo(op int, c cudnn.Conv) convAlgo {
 	return a
 }
 
-// plan is the cached execution plan of op on c with beta (GODDP_CUDNN_GRAPH=1).
+// plan is the cached execution plan of op on c with beta (the graph path, env.go's cudnnGraph).
 func (d *Device) plan(op int, c cudnn.Conv, beta float32) *cudnn.Plan {
 	cs := d.conv
 	k := planKey{convKey{c, op}, beta}
@@ -177,7 +181,7 @@ func (d *Device) plan(op int, c cudnn.Conv, beta float32) *cudnn.Plan {
 }
 
 // runConv enqueues op on c into out (out = result + beta·out) with a workspace from the pool:
-// through a cached execution plan under GODDP_CUDNN_GRAPH=1 where every operand is 16-byte
+// through a cached execution plan (unless GODDP_CUDNN_GRAPH=0) where every operand is 16-byte
 // aligned (the plans' tensors say so), else through the legacy call.
 func (d *Device) runConv(op int, c cudnn.Conv, a, b *tensor.Tensor, beta float32, out *tensor.Tensor) {
 	if cudnnGraph() && dptr(a)%16 == 0 && dptr(b)%16 == 0 && dptr(out)%16 == 0 {
@@ -343,7 +347,7 @@ func (d *Device) BatchNormReLU(l tensor.Layout, y, mean, rstd, runMean, runVar, 
 }
 
 // FusesBatchNormReLU reports whether the ResNet should take BatchNormReLU(Backward):
-// GODDP_BN_RELU=1 (env.go) with the split reductions, whose kernels take the mask.
+// on unless GODDP_BN_RELU=0 (env.go), with the split reductions, whose kernels take the mask.
 func (d *Device) FusesBatchNormReLU() bool { return bnReLU() && bnSplit() }
 
 // BatchNormReLUBackward is tensor.BatchNormReLUDevice's backward: dy masked by y > 0 inside the
@@ -378,7 +382,7 @@ func (d *Device) batchNorm(l tensor.Layout, y, mean, rstd, runMean, runVar, x, w
 }
 
 // bnVec8 reports whether a batch norm's elementwise pass over ts takes the 8-wide kernel: asked
-// for (GODDP_BN_VEC=1), NHWC with channels in eights, 16-byte aligned.
+// for (unless GODDP_BN_VEC=0), NHWC with channels in eights, 16-byte aligned.
 func bnVec8(l tensor.Layout, C int, ts ...*tensor.Tensor) bool {
 	return bnVec() && l == tensor.NHWC && C%8 == 0 && vec8(ts[0].Len(), ts...)
 }
@@ -499,7 +503,7 @@ func (d *Device) backwardReduce(l tensor.Layout, sdy, sdyx, dw, db, dy, x, mean,
 		return
 	}
 	if mask != nil {
-		panic("cuda: BatchNormReLUBackward's mask without GODDP_BN_SPLIT's reductions")
+		panic("cuda: BatchNormReLUBackward's mask without the split reductions (GODDP_BN_SPLIT=0)")
 	}
 	d.chanTiles("k_bn_reduce", l, C, ptra(dy), ptra(x), dta(x), nhwcArg(l), i32a(N), i32a(C), i32a(P),
 		ptra(mean), ptra(rstd), ptra(sdy), ptra(sdyx), dwp, dbp)

@@ -11,22 +11,23 @@ import (
 // The environment the CUDA device reads, all of it here:
 //
 //	GODDP_FLASH=0     turns the fused attention kernels off (flash.go)
-//	GODDP_BN_SPLIT=1  splits the batch norms' per-channel reductions over row chunks (conv.go)
+//	GODDP_BN_SPLIT=0  the batch norms' per-channel reductions one block per channel tile, not split over row chunks (conv.go)
 //	GODDP_CUDNN_TF32=1 lets f32 convolutions use TF32 tensor cores (conv.go; as PyTorch's default)
-//	GODDP_BN_VEC=1    8-wide batch-norm passes and reductions, and ReLU (conv.go, ops.go)
-//	GODDP_BN_RELU=1   the ResNet's ReLUs folded into the batch norms' passes (conv.go; with GODDP_BN_SPLIT=1)
-//	GODDP_CUDNN_GRAPH=1 convolutions through cached cuDNN execution plans, not the legacy calls (conv.go)
+//	GODDP_BN_VEC=0    scalar batch-norm passes and reductions, and ReLU, not 8-wide (conv.go, ops.go)
+//	GODDP_BN_RELU=0   the ResNet's ReLUs as passes of their own, not folded into the batch norms' (conv.go)
+//	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
 //	XDG_CACHE_HOME    where compiled kernels are cached (KernelCacheDir)
 
 // flashOff reports whether GODDP_FLASH=0 turned the fused attention off.
 func flashOff() bool { return os.Getenv("GODDP_FLASH") == "0" }
 
-// bnSplit reports whether GODDP_BN_SPLIT=1 asked for the split batch-norm reductions
-// (k_chan_part): many blocks per channel tile instead of one. Faster on the H100 (ResNet-50 fp16
-// b128 96.4 -> 70.8 ms, docs/perf-resnet-gpu.md), but its test against the CPU
-// (TestCUDA_bnSplitMatchesCPU) has not run on a GPU yet: off by default until it has. Read once.
-var bnSplit = sync.OnceValue(func() bool { return os.Getenv("GODDP_BN_SPLIT") == "1" })
+// bnSplit reports whether the batch norms' reductions are split over row chunks (k_chan_part,
+// chanPlan): many blocks per channel tile instead of one. The default since the H100 runs of
+// 2026-12-05 (TestCUDA_bnSplitMatchesCPU and the whole -tags cuda suite passed with it; the sums
+// of a ResNet-50 step at b64 37 -> 4.3 ms, docs/perf-resnet-gpu.md); GODDP_BN_SPLIT=0 keeps one
+// block per channel tile. Read once.
+var bnSplit = sync.OnceValue(func() bool { return os.Getenv("GODDP_BN_SPLIT") != "0" })
 
 // cudnnTF32 reports whether GODDP_CUDNN_TF32=1 let f32 convolutions use TF32 (cuDNN's tensor-op
 // math; the default is FMA only, as the device's f32 GEMMs). Read once.
@@ -37,24 +38,27 @@ var cudnnTF32 = sync.OnceValue(func() bool { return os.Getenv("GODDP_CUDNN_TF32"
 // GODDP_XENT_FUSED=0 keeps the two launches. Read once.
 var xentFused = sync.OnceValue(func() bool { return os.Getenv("GODDP_XENT_FUSED") != "0" })
 
-// bnVec reports whether GODDP_BN_VEC=1 asked for the 8-wide kernels of the batch norms (NHWC,
-// channels in eights) and of ReLU: the elementwise passes (the same arithmetic per element, 16-byte
-// accesses; run on an H100: the same bits, within noise of the scalar ones) and, with
-// GODDP_BN_SPLIT=1, the split reductions (k_chan_part8: sums grouped otherwise, within rounding;
-// not yet run on a GPU). Off by default. Read once.
-var bnVec = sync.OnceValue(func() bool { return os.Getenv("GODDP_BN_VEC") == "1" })
+// bnVec reports whether the batch norms (NHWC, channels in eights) and ReLU take their 8-wide
+// kernels: the elementwise passes (the same arithmetic per element, 16-byte accesses: the same
+// bits as the scalar ones, TestCUDA_bnVecSameBits) and the split reductions (k_chan_part8: sums
+// grouped otherwise, within rounding; TestCUDA_bnSplitMatchesCPU). The default since the H100 runs
+// of 2026-12-05; GODDP_BN_VEC=0 keeps the scalar kernels. Read once.
+var bnVec = sync.OnceValue(func() bool { return os.Getenv("GODDP_BN_VEC") != "0" })
 
-// bnReLU reports whether GODDP_BN_RELU=1 asked for the ReLU after a batch norm folded into its
-// passes (tensor.BatchNormReLUDevice: the apply pass ReLUs what it writes; backward masks dy in
-// the reductions and the elementwise pass instead of a ReLU backward pass of its own). Taken only
-// with GODDP_BN_SPLIT=1. Not yet run on a GPU: off by default. Read once.
-var bnReLU = sync.OnceValue(func() bool { return os.Getenv("GODDP_BN_RELU") == "1" })
+// bnReLU reports whether the ReLU after a batch norm is folded into its passes
+// (tensor.BatchNormReLUDevice: the apply pass ReLUs what it writes; backward masks dy in the
+// reductions and the elementwise pass instead of a ReLU backward pass of its own; the unfused
+// pair's bits, TestCUDA_bnReLUFusedSameBits). Taken only with the split reductions. The default
+// since the H100 runs of 2026-12-05; GODDP_BN_RELU=0 keeps the passes apart. Read once.
+var bnReLU = sync.OnceValue(func() bool { return os.Getenv("GODDP_BN_RELU") != "0" })
 
-// cudnnGraph reports whether GODDP_CUDNN_GRAPH=1 asked for the convolutions through cuDNN's graph
-// API: one execution plan per operation, shape and beta, built once and run with a variant pack
-// (cudnn.Plan), where each legacy call cost the host ~200 µs under cuDNN 9 and made a ResNet-50
-// step host-bound (docs/perf-resnet-gpu.md). Not yet run on a GPU: off by default. Read once.
-var cudnnGraph = sync.OnceValue(func() bool { return os.Getenv("GODDP_CUDNN_GRAPH") == "1" })
+// cudnnGraph reports whether the convolutions go through cuDNN's graph API: one execution plan
+// per operation, shape and beta, built once and run with a variant pack (cudnn.Plan), where each
+// legacy call cost the host ~200 µs under cuDNN 9 and made a ResNet-50 step host-bound (the
+// host's share of a b64 step 36.5 -> 5.0 ms, docs/perf-resnet-gpu.md; TestCUDA_convGraphMatchesCPU).
+// The default since the H100 runs of 2026-12-05; GODDP_CUDNN_GRAPH=0 keeps the legacy calls.
+// Read once.
+var cudnnGraph = sync.OnceValue(func() bool { return os.Getenv("GODDP_CUDNN_GRAPH") != "0" })
 
 // KernelCacheDir is where compiled kernels are kept: $XDG_CACHE_HOME/goddp/kernels, by default
 // ~/.cache/goddp/kernels.
