@@ -137,4 +137,7 @@ func TestCUDA_resnet50Profile(t *testing.T) {
 	step()
 	fmt.Printf("ResNet-50 %s NHWC batch %d on %s: one step %.2f ms unprofiled (median of 5; the host enqueues it in %.2f ms); profile (events around each kernel):\n%s",
 		dt, B, g.DeviceName(), steps[2], enq[2], g.ProfileStop())
+	for _, m := range g.PlanMisses() {
+		fmt.Println("left to cuDNN's legacy calls:", m)
+	}
 }

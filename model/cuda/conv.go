@@ -62,7 +62,8 @@ type convState struct {
 	module cudadrv.Module
 	mu     sync.Mutex
 	algos  map[convKey]convAlgo
-	plans  map[planKey]*cudnn.Plan // the graph API's execution plans (GODDP_CUDNN_GRAPH)
+	plans  map[planKey]*cudnn.Plan // the graph API's execution plans (GODDP_CUDNN_GRAPH); nil: none, legacy
+	misses []string                // why each nil plan is nil
 }
 
 type planKey struct {
@@ -110,7 +111,9 @@ func (d *Device) closeConv() {
 		return
 	}
 	for _, p := range d.conv.plans {
-		p.Destroy()
+		if p != nil {
+			p.Destroy()
+		}
 	}
 	d.conv.h.Destroy()
 	d.conv.module.Unload()
@@ -158,7 +161,10 @@ func (d *Device) algo(op int, c cudnn.Conv) convAlgo {
 	return a
 }
 
-// plan is the cached execution plan of op on c with beta (the graph path, env.go's cudnnGraph).
+// plan is the cached execution plan of op on c with beta (the graph path, env.go's cudnnGraph),
+// or nil where cuDNN offers none under the path's rules — then the legacy call runs it, as it
+// did for some of ResNet-50's f32 shapes on the H100 (the graph path's first trainer run in f32
+// panicked on one; which, the next GPU run's PlanMisses says). The miss is cached too.
 func (d *Device) plan(op int, c cudnn.Conv, beta float32) *cudnn.Plan {
 	cs := d.conv
 	k := planKey{convKey{c, op}, beta}
@@ -171,21 +177,41 @@ func (d *Device) plan(op int, c cudnn.Conv, beta float32) *cudnn.Plan {
 	d.enter()
 	p, err := cs.h.NewPlan(op, c, beta)
 	d.leave()
-	if err != nil {
-		panic("cuda: " + err.Error())
-	}
 	cs.mu.Lock()
+	if err != nil {
+		p = nil
+		cs.misses = append(cs.misses, err.Error())
+	}
 	cs.plans[k] = p
 	cs.mu.Unlock()
 	return p
+}
+
+// PlanMisses lists the convolutions the graph path left to the legacy calls (cuDNN offered no
+// execution plan under its rules), one line each: diagnostics.
+func (d *Device) PlanMisses() []string {
+	if d.conv == nil {
+		return nil
+	}
+	d.conv.mu.Lock()
+	defer d.conv.mu.Unlock()
+	return append([]string(nil), d.conv.misses...)
+}
+
+// graphPlan is the plan runConv takes, nil for the legacy call: the graph path on (the default),
+// every operand 16-byte aligned (the plans' tensors say so), and a plan for the shape.
+func (d *Device) graphPlan(op int, c cudnn.Conv, a, b *tensor.Tensor, beta float32, out *tensor.Tensor) *cudnn.Plan {
+	if !cudnnGraph() || dptr(a)%16 != 0 || dptr(b)%16 != 0 || dptr(out)%16 != 0 {
+		return nil
+	}
+	return d.plan(op, c, beta)
 }
 
 // runConv enqueues op on c into out (out = result + beta·out) with a workspace from the pool:
 // through a cached execution plan (unless GODDP_CUDNN_GRAPH=0) where every operand is 16-byte
 // aligned (the plans' tensors say so), else through the legacy call.
 func (d *Device) runConv(op int, c cudnn.Conv, a, b *tensor.Tensor, beta float32, out *tensor.Tensor) {
-	if cudnnGraph() && dptr(a)%16 == 0 && dptr(b)%16 == 0 && dptr(out)%16 == 0 {
-		p := d.plan(op, c, beta)
+	if p := d.graphPlan(op, c, a, b, beta, out); p != nil {
 		var ws *tensor.Tensor
 		var wsp uint64
 		if p.Workspace > 0 {
