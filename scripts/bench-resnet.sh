@@ -11,12 +11,14 @@
 #      bisection, real trial steps; the budget bounds reserved bytes, the cache freed and the
 #      allocation retried first), per mode.
 #   4. PyTorch eager and torch.compile the same way (scripts/bench_resnet_pytorch.py; its
-#      checkpointing is per stage, layer1..layer4, goddp's per residual block).
+#      checkpointing is per stage, layer1..layer4, goddp's per residual block). PyTorch's batch
+#      is drawn on the GPU once, so its rows compare with goddp-model's (the model step alone,
+#      TestCUDA_resnet50Profile, fp16 and fp32), ddptrain's adding the loader and the upload.
 #
 # Run on the GPU host from the repository root inside the Go environment, e.g.
 #   bash .gpu/run bash scripts/bench-resnet.sh
 #   BATCHES=64,128  TSTEPS=30  BUDGET=16  (GiB)  OUT=dir (default ./out/bench-resnet)
-#   SKIP_TESTS=1 SKIP_TORCH=1 SKIP_COMPILE=1 SKIP_MAXBATCH=1
+#   SKIP_TESTS=1 SKIP_TORCH=1 SKIP_COMPILE=1 SKIP_MAXBATCH=1 SKIP_MODEL_STEP=1
 #   MODES=fp32,fp16,fp16+ckpt  LAYOUT=nhwc|nchw  WORKERS=8
 #   VARIANTS="base split:GODDP_BN_SPLIT=1 split+tf32:GODDP_BN_SPLIT=1,GODDP_CUDNN_TF32=1": each goddp
 #     row once per variant, its environment set (model/cuda/env.go's knobs); a variant other than
@@ -87,6 +89,25 @@ for mode in ${MODES//,/ }; do
     done
   done
 done
+# The model step alone (TestCUDA_resnet50Profile: forward, backward and SGD on a batch already on
+# the GPU, median of 5): what PyTorch's bench measures too (it draws its batch on the GPU once and
+# uploads nothing), where ddptrain's rows add the loader and the upload.
+if [ -z "${SKIP_MODEL_STEP:-}" ] && [ -z "${PRINT_ONLY:-}" ]; then
+  for mode in ${MODES//,/ }; do
+    case $mode in fp16) pdt=f16 ;; fp32) pdt=f32 ;; *) continue ;; esac
+    for b in ${BATCHES//,/ }; do
+      stamp "goddp model step $mode batch $b"
+      GODDP_RESNET_PROFILE=$b GODDP_RESNET_PROFILE_DTYPE=$pdt bash scripts/cuda-env.sh go test -count=1 -tags cuda,cudnn ./model/ \
+        -run TestCUDA_resnet50Profile -v > "$OUT/model-$mode-$b.log" 2>&1
+      ms=$(grep -o 'one step [0-9.]* ms' "$OUT/model-$mode-$b.log" | awk '{print $3}')
+      if [ -n "$ms" ]; then
+        awk -v b="$b" -v m="$mode" -v ms="$ms" 'BEGIN {printf "STEP goddp-model %s %d %.0f %.2f - - -\n", m, b, b*1000/ms, ms}' | tee -a "$OUT/goddp.log"
+      else
+        echo "goddp model step $mode $b failed:"; tail -5 "$OUT/model-$mode-$b.log"
+      fi
+    done
+  done
+fi
 [ -n "${PRINT_ONLY:-}" ] && exit 0
 venv=""
 if [ -z "${SKIP_MAXBATCH:-}" ]; then
