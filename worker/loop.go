@@ -166,7 +166,7 @@ func (t *Trainer) beforeStep(ctx context.Context, step int) error {
 func (t *Trainer) microStep(ctx context.Context, ls *loopState, step, micro int) error {
 	cfg, dev, trace, eng, in := t.cfg, t.dev, t.trace, t.eng, t.in
 	k := cfg.Train.GradAccumSteps
-	td := time.Now()
+	td, tdt := time.Now(), trace.Now()
 	ls.release()
 	batch, err := t.loader.Next(ctx)
 	if err != nil {
@@ -175,6 +175,7 @@ func (t *Trainer) microStep(ctx context.Context, ls *loopState, step, micro int)
 	in.upload(dev, batch, tensor.DeriveSeed(uint64(cfg.Seed), fmt.Sprint("drop", step, micro, t.env.Rank)))
 	ls.held, ls.heldFence = batch, dev.Fence() // the (asynchronous) upload reads batch until then
 	ls.window.data += time.Since(td)
+	trace.Span("data", "compute", tdt, trace.Now(), map[string]any{"step": step, "micro": micro})
 
 	t0 := trace.Now()
 	gscale := float32(t.scaler.Scale()) / float32(k)
@@ -226,6 +227,7 @@ func (t *Trainer) update(ctx context.Context, ls *loopState, step int, lr float3
 	to := t.trace.Now()
 	found := scaler.UnscaleCheckShard(ps, eng.Shard()) // sharded: the averaged part only
 	localInf := scaler.Checks() && readFlag(dev, found)
+	t.trace.Span("inf check", "compute", to, t.trace.Now(), nil) // the read-back: waits for the device
 	infRanks, err := eng.RanksWith(ctx, localInf)
 	if err != nil {
 		return stepResult{}, fmt.Errorf("worker: step %d: %w", step, err)
