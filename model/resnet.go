@@ -108,8 +108,9 @@ var (
 	resnetFuseReLU     = true
 )
 
-// backward: dx (x's shape, nil skips it) overwritten from da (a's shape; consumed: it is
-// overwritten with ReLU's backward) and x, the unit's input. Frees z, mean, rstd (not a).
+// backward: dx (x's shape, nil skips it) overwritten from da (a's shape; consumed by a unit
+// with a ReLU, whose backward is written over it; only read by one without) and x, the unit's
+// input. Frees z, mean, rstd (not a).
 func (u *cbr) backward(dev tensor.Device, dx, da, x *tensor.Tensor, s *cbrAct) {
 	dz := dev.Alloc(da.DType(), u.name+".dz", s.z.Shape()...)
 	if s.fused {
@@ -199,17 +200,26 @@ func (s *blockAct) dropInner(dev tensor.Device) {
 // block's activations including out.
 func (b *resBlock) backward(dev tensor.Device, dx, dout, x *tensor.Tensor, s *blockAct) {
 	resnetReLUBackward(dev, dout, dout, s.out) // d(main + shortcut)
+	// Both branches read dout. A unit without a ReLU (the shortcut's, and the main branch's last
+	// in every block built here) only reads its da, so each gets dout itself; one with a ReLU
+	// would write over it, and gets a copy. In a checkpointed ResNet-50 the copies were two
+	// block outputs at the backward's peak.
 	if b.down != nil {
-		dsc := dev.Alloc(dout.DType(), b.name+".dsc", dout.Shape()...)
-		dev.Copy(dsc, dout)
+		dsc := dout
+		if b.down.relu {
+			dsc = dev.Alloc(dout.DType(), b.name+".dsc", dout.Shape()...)
+			dev.Copy(dsc, dout)
+		}
 		b.down.backward(dev, dx, dsc, x, &s.down)
-		dev.Free(dsc)
+		if dsc != dout {
+			dev.Free(dsc)
+		}
 		s.down.free(dev)
 	}
 	// the main branch, last unit first; dcur holds d(unit j's a)
 	dcur := dout
-	if b.down == nil {
-		// the identity shortcut's share is dout itself: keep a copy, the units consume dcur
+	if b.down == nil && b.units[len(b.units)-1].relu {
+		// the identity shortcut's share is dout itself: keep a copy from the consuming unit
 		dcur = dev.Alloc(dout.DType(), b.name+".dmain", dout.Shape()...)
 		dev.Copy(dcur, dout)
 	}

@@ -156,9 +156,10 @@ func newResNetSGD(t *testing.T, dev tensor.Device, cfg ResNetConfig, seed uint64
 
 // A training forward keeps what backward reads and not the shortcut's batch-norm output, which
 // only the residual add reads (PyTorch's autograd frees it too): after the forward, no
-// "….down.a" is live while the units' "….a" are, and backward still gives the gradients it gave
-// (TestResNet_gradcheck*).
-func TestResNet_forwardDropsTheShortcutOutput(t *testing.T) {
+// "….down.a" is live while the units' "….a" are. Backward copies no block gradient for a branch
+// that only reads it. The gradients are still those the gradient checks and the checkpointing
+// test compare.
+func TestResNet_keepsAndCopiesOnlyWhatBackwardNeeds(t *testing.T) {
 	dev := cpu.New()
 	cfg := ResNetConfig{Depth: 50, Stem: "imagenet", Width: 2, Classes: 3, InC: 3, InH: 32, InW: 32}
 	m, err := NewResNet(dev, cfg, 1)
@@ -182,6 +183,22 @@ func TestResNet_forwardDropsTheShortcutOutput(t *testing.T) {
 	if units == 0 {
 		t.Fatalf("no unit outputs live after forward: tags changed? %v", dev.Live())
 	}
+	// Backward hands dout to the branches that only read it: no copy of a block's gradient
+	// (….dsc for the shortcut, ….dmain for an identity's main branch), and units' da do occur.
+	copies, das := 0, 0
+	dev.SetObserver(func(e tensor.AllocEvent) {
+		switch {
+		case e.Free:
+		case strings.HasSuffix(e.Tag, ".dsc") || strings.HasSuffix(e.Tag, ".dmain"):
+			copies++
+		case strings.HasSuffix(e.Tag, ".da"):
+			das++
+		}
+	})
 	m.Backward(1)
-	t.Logf("%d unit outputs live after forward, %d shortcut outputs", units, downs)
+	dev.SetObserver(nil)
+	if copies != 0 || das == 0 {
+		t.Errorf("backward allocated %d gradient copies (want 0) and %d unit gradients (want > 0)", copies, das)
+	}
+	t.Logf("%d unit outputs live after forward, %d shortcut outputs; backward: %d unit gradients, %d copies", units, downs, das, copies)
 }
