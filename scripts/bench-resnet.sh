@@ -93,11 +93,18 @@ done
 # the GPU, median of 5): what PyTorch's bench measures too (it draws its batch on the GPU once and
 # uploads nothing), where ddptrain's rows add the loader and the upload.
 if [ -z "${SKIP_MODEL_STEP:-}" ] && [ -z "${PRINT_ONLY:-}" ]; then
+  # fp32 also with TF32 convolutions (GODDP_CUDNN_TF32=1): PyTorch's default for cuDNN, so the
+  # row its fp32 compares with.
+  mmodes=""
   for mode in ${MODES//,/ }; do
-    case $mode in fp16) pdt=f16 ;; fp32) pdt=f32 ;; *) continue ;; esac
+    case $mode in fp16) mmodes="$mmodes fp16" ;; fp32) mmodes="$mmodes fp32 fp32+tf32" ;; esac
+  done
+  for mode in $mmodes; do
+    pdt=f16 tf32=0
+    case $mode in fp32) pdt=f32 ;; fp32+tf32) pdt=f32 tf32=1 ;; esac
     for b in ${BATCHES//,/ }; do
       stamp "goddp model step $mode batch $b"
-      GODDP_RESNET_PROFILE=$b GODDP_RESNET_PROFILE_DTYPE=$pdt bash scripts/cuda-env.sh go test -count=1 -tags cuda,cudnn ./model/ \
+      GODDP_CUDNN_TF32=$tf32 GODDP_RESNET_PROFILE=$b GODDP_RESNET_PROFILE_DTYPE=$pdt bash scripts/cuda-env.sh go test -count=1 -tags cuda,cudnn ./model/ \
         -run TestCUDA_resnet50Profile -v > "$OUT/model-$mode-$b.log" 2>&1
       ms=$(grep -o 'one step [0-9.]* ms' "$OUT/model-$mode-$b.log" | awk '{print $3}')
       if [ -n "$ms" ]; then
