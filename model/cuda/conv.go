@@ -211,36 +211,29 @@ func (d *Device) graphPlan(op int, c cudnn.Conv, a, b *tensor.Tensor, beta float
 // through a cached execution plan (unless GODDP_CUDNN_GRAPH=0) where every operand is 16-byte
 // aligned (the plans' tensors say so), else through the legacy call.
 func (d *Device) runConv(op int, c cudnn.Conv, a, b *tensor.Tensor, beta float32, out *tensor.Tensor) {
-	if p := d.graphPlan(op, c, a, b, beta, out); p != nil {
-		var ws *tensor.Tensor
-		var wsp uint64
-		if p.Workspace > 0 {
-			ws = d.Alloc(tensor.F32, "cudnn.workspace", int((p.Workspace+3)/4))
-			wsp = dptr(ws)
-		}
-		d.enter()
-		end := d.profBegin("cudnn." + [...]string{"fwd", "bwd_data", "bwd_filter"}[op])
-		err := d.conv.h.Execute(p, dptr(a), dptr(b), wsp, dptr(out))
-		end()
-		d.leave()
-		if ws != nil {
-			d.Free(ws)
-		}
-		if err != nil {
-			panic("cuda: " + err.Error())
-		}
-		return
+	p := d.graphPlan(op, c, a, b, beta, out)
+	var al convAlgo
+	wsBytes := int64(0)
+	if p != nil {
+		wsBytes = p.Workspace
+	} else {
+		al = d.algo(op, c)
+		wsBytes = al.ws
 	}
-	al := d.algo(op, c)
 	var ws *tensor.Tensor
 	var wsp uint64
-	if al.ws > 0 {
-		ws = d.Alloc(tensor.F32, "cudnn.workspace", int((al.ws+3)/4))
+	if wsBytes > 0 {
+		ws = d.Alloc(tensor.F32, "cudnn.workspace", int((wsBytes+3)/4))
 		wsp = dptr(ws)
 	}
 	d.enter()
 	end := d.profBegin("cudnn." + [...]string{"fwd", "bwd_data", "bwd_filter"}[op])
-	err := d.conv.h.Run(op, c, al.algo, dptr(a), dptr(b), wsp, al.ws, beta, dptr(out))
+	var err error
+	if p != nil {
+		err = d.conv.h.Execute(p, dptr(a), dptr(b), wsp, dptr(out))
+	} else {
+		err = d.conv.h.Run(op, c, al.algo, dptr(a), dptr(b), wsp, al.ws, beta, dptr(out))
+	}
 	end()
 	d.leave()
 	if ws != nil {

@@ -201,34 +201,41 @@ func TestCUDA_bnChanPlanFillsTheGPU(t *testing.T) {
 	}
 }
 
-// The same convolution twice gives the same bits (the algorithms are chosen among cuDNN's
-// deterministic ones), and the algorithm cache holds one entry per shape and operation.
+// The same convolution thrice gives the same bits (the plans' engines, or the legacy calls'
+// algorithms, are chosen among cuDNN's deterministic ones).
 func TestCUDA_convDeterministic(t *testing.T) {
 	g := gpu(t)
-	k := convCases[0]
 	for _, l := range []tensor.Layout{tensor.NCHW, tensor.NHWC} {
-		geom := k.g
-		geom.Layout = l
-		m := &cuMaker{dev: g, r: rand.New(rand.NewPCG(5, 7))}
-		x, w := m.in(tensor.F16, l.Shape(k.N, k.C, k.H, k.W)...), m.in(tensor.F16, k.OC, k.C, 3, 3)
-		dy := m.in(tensor.F16, l.Shape(k.N, k.OC, k.H, k.W)...)
-		var first []float32
-		for rep := range 3 {
-			dx, dw := m.out(tensor.F16, x.Shape()...), m.acc(tensor.F32, w.Shape()...)
-			g.Fill(dw, 0)
-			g.Conv2dBackward(dx, dw, nil, dy, x, w, geom)
-			got := append(tensor.ToHost(dx), tensor.ToHost(dw)...)
-			if rep == 0 {
-				first = got
-				continue
-			}
-			for i := range got {
-				if math.Float32bits(got[i]) != math.Float32bits(first[i]) {
-					t.Fatalf("%s: run %d differs at %d: %v vs %v", l, rep, i, got[i], first[i])
-				}
+		convBackwardRepeats(t, g, l, 5, 3)
+	}
+}
+
+// convBackwardRepeats runs convCases[0]'s backward (f16, layout l) reps times on the same
+// operands and fails on any bit of dx or dw that differs from the first run's.
+func convBackwardRepeats(t *testing.T, g *Device, l tensor.Layout, seed uint64, reps int) {
+	t.Helper()
+	k := convCases[0]
+	geom := k.g
+	geom.Layout = l
+	m := &cuMaker{dev: g, r: rand.New(rand.NewPCG(seed, 7))}
+	defer m.free()
+	x, w := m.in(tensor.F16, l.Shape(k.N, k.C, k.H, k.W)...), m.in(tensor.F16, k.OC, k.C, 3, 3)
+	dy := m.in(tensor.F16, l.Shape(k.N, k.OC, k.H, k.W)...)
+	var first []float32
+	for rep := range reps {
+		dx, dw := m.out(tensor.F16, x.Shape()...), m.acc(tensor.F32, w.Shape()...)
+		g.Fill(dw, 0)
+		g.Conv2dBackward(dx, dw, nil, dy, x, w, geom)
+		got := append(tensor.ToHost(dx), tensor.ToHost(dw)...)
+		if rep == 0 {
+			first = got
+			continue
+		}
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(first[i]) {
+				t.Fatalf("%s: run %d differs at %d: %v vs %v", l, rep, i, got[i], first[i])
 			}
 		}
-		m.free()
 	}
 }
 
@@ -387,29 +394,7 @@ func TestCUDA_convGraphMatchesCPU(t *testing.T) {
 		t.Fatal("the graph path ran no f16 convolution through a plan")
 	}
 	t.Logf("%d convolution cases, %d plans cached (%d f16); left to the legacy calls: %q", n, plans, f16, g.PlanMisses())
-	k := convCases[0]
-	geom := k.g
-	geom.Layout = tensor.NHWC
-	m := &cuMaker{dev: g, r: rand.New(rand.NewPCG(5, 8))}
-	x, w := m.in(tensor.F16, geom.Layout.Shape(k.N, k.C, k.H, k.W)...), m.in(tensor.F16, k.OC, k.C, 3, 3)
-	dy := m.in(tensor.F16, geom.Layout.Shape(k.N, k.OC, k.H, k.W)...)
-	var first []float32
-	for rep := range 2 {
-		dx, dw := m.out(tensor.F16, x.Shape()...), m.acc(tensor.F32, w.Shape()...)
-		g.Fill(dw, 0)
-		g.Conv2dBackward(dx, dw, nil, dy, x, w, geom)
-		got := append(tensor.ToHost(dx), tensor.ToHost(dw)...)
-		if rep == 0 {
-			first = got
-			continue
-		}
-		for i := range got {
-			if math.Float32bits(got[i]) != math.Float32bits(first[i]) {
-				t.Fatalf("run 2 differs at %d: %v vs %v", i, got[i], first[i])
-			}
-		}
-	}
-	m.free()
+	convBackwardRepeats(t, g, tensor.NHWC, 8, 2)
 	g.conv.mu.Lock()
 	if len(g.conv.plans) != plans {
 		t.Errorf("re-running a case grew the plan cache from %d to %d", plans, len(g.conv.plans))
