@@ -49,6 +49,9 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	// when metrics are asked for (--metrics, metrics.listen), at the steps that write a line
 	// (observe.StepMetrics: GradNorm says what that costs).
 	measureNorm := t.opt.MetricsPath != "" || t.prom != nil
+	if n := t.opt.ProfileStep; n > 0 && (n <= st.Step || n > t.total) {
+		return nil, fmt.Errorf("worker: --profile-step %d: this run trains steps %d to %d", n, st.Step+1, t.total)
+	}
 	dev.ResetPeak()
 	leakBase := int64(-1) // --check-leaks: allocated at the end of the run's first step
 	if env.Rank == 0 && st.Step < t.total {
@@ -68,6 +71,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		lr := t.sched(int64(step))
 		logNow := cfg.Train.LogEvery > 0 && ((step+1)%cfg.Train.LogEvery == 0 || step+1 == t.total)
 		memRec := t.startMemoryPlot(step)
+		prof := t.startProfile(step)
 
 		// ==== TRAINING STEP BEGIN ====
 		ps.ZeroGrad()
@@ -90,6 +94,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		}
 		// ==== TRAINING STEP END ====
 		stepTime := time.Since(tStep)
+		t.finishProfile(prof, step)
 		if err := t.finishMemoryPlot(memRec, step); err != nil {
 			return nil, err
 		}
@@ -192,6 +197,9 @@ func (t *Trainer) microStep(ctx context.Context, ls *loopState, step, micro int)
 		return fmt.Errorf("worker: step %d micro %d: %w", step, micro, err)
 	}
 	if trace != nil {
+		// The host's enqueueing alone, then the wait for the device: where the first is most of
+		// the second, the host bounds the step.
+		trace.Span("backward enqueue", "compute", t1, trace.Now(), map[string]any{"step": step, "micro": micro})
 		dev.Sync() // the trace's spans are host times: let them cover the device's work
 		eng.EndBackward()
 	} else {
@@ -269,6 +277,33 @@ func (t *Trainer) update(ctx context.Context, ls *loopState, step int, lr float3
 	}
 	t.trace.Span("optimizer", "compute", to, t.trace.Now(), map[string]any{"skipped": res.skipped})
 	return res, nil
+}
+
+// kernelProfiler is a device that times each kernel with events (cuda.Device): --profile-step.
+type kernelProfiler interface {
+	ProfileStart()
+	ProfileStop() string
+}
+
+// startProfile starts --profile-step's kernel profile when step is the one it names (the device
+// drained first, so the table holds this step's kernels only); nil on other steps.
+func (t *Trainer) startProfile(step int) kernelProfiler {
+	p, ok := t.dev.(kernelProfiler)
+	if !ok || step+1 != t.opt.ProfileStep {
+		return nil
+	}
+	t.dev.Sync()
+	p.ProfileStart()
+	return p
+}
+
+// finishProfile prints the step's kernel table on stderr (the step has ended in a Sync).
+func (t *Trainer) finishProfile(p kernelProfiler, step int) {
+	if p == nil {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "ddptrain: rank %d, step %d: kernel profile (device events around each kernel; the step ran slower for them):\n%s",
+		t.env.Rank, step+1, p.ProfileStop())
 }
 
 // startMemoryPlot starts --memory-plot's recording on the step it draws: the second of the run

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -46,9 +47,19 @@ func TestTrace_stepPhases(t *testing.T) {
 		}
 	}
 	// two micro-steps a step (global batch 4 of micro-batch 2 on one rank)
-	for name, want := range map[string]int{"data": 2 * steps, "forward": 2 * steps, "backward": 2 * steps, "inf check": steps, "optimizer": steps} {
+	for name, want := range map[string]int{"data": 2 * steps, "forward": 2 * steps, "backward": 2 * steps, "backward enqueue": 2 * steps, "inf check": steps, "optimizer": steps} {
 		if n[name] != want {
 			t.Errorf("%d %q spans, want %d (all: %v)", n[name], name, want, n)
 		}
+	}
+}
+
+// --profile-step names a step of the run on a device that profiles kernels; the CPU device has
+// no kernel profile, which the run says before training.
+func TestProfileStep_refusedWhereNoProfile(t *testing.T) {
+	cfg := tinyGPT(t, "train.max_steps=2")
+	_, err := Run(context.Background(), cfg, Options{Logger: quiet(), ProfileStep: 1})
+	if err == nil || !strings.Contains(err.Error(), "--profile-step") || !strings.Contains(err.Error(), "cpu") {
+		t.Fatalf("err = %v, want --profile-step refused naming the cpu device", err)
 	}
 }

@@ -35,6 +35,11 @@ type Options struct {
 	MemoryReport bool   // --memory-report
 	CheckLeaks   bool   // --check-leaks
 	MemoryPlot   string // --memory-plot: PNG of device memory over one step (observe.MemTimeline)
+	// ProfileStep (--profile-step N), when > 0, times every kernel of the run's Nth step (counted
+	// from 1, as the logs count) with device events and prints the table per kernel name on
+	// stderr, each rank its own: a device with a kernel profile only (cuda). Slower than an
+	// unprofiled step; the steps around it are not.
+	ProfileStep int
 	// ResumeFrom (--resume-from) is a checkpoint step directory to resume from instead of the
 	// newest in checkpoint.dir (resumePoint says when checkpoint.dir's newest is taken anyway).
 	// Every rank must be able to read it.
@@ -226,6 +231,9 @@ func (t *Trainer) buildModel() (data.Dataset, error) {
 		return nil, err
 	}
 	t.dev = dev
+	if _, ok := dev.(kernelProfiler); t.opt.ProfileStep > 0 && !ok {
+		return nil, fmt.Errorf("--profile-step: the %s device has no kernel profile (a cuda device has)", dev.Name())
+	}
 	if err := flashForwardRows(dev, cfg.Model.FlashForwardRows); err != nil {
 		return nil, err
 	}

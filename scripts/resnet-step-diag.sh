@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# resnet-step-diag.sh — where ddptrain's ResNet-50 step goes beside the model step alone (issue
+# 33): one GPU, synthetic 224² batches, NHWC.
+#
+#   1. ddptrain (configs/resnet50-synthetic.yaml, --device cuda) at batch B: STEPS steps with
+#      --trace, then the median of each span of the steps after the first five (data, forward,
+#      backward enqueue, backward — the trace syncs after it —, inf check, optimizer) and the
+#      metrics' median step_ms and data_ms.
+#   2. The same run without --trace and with --profile-step 10: the unsynchronised step's time and
+#      the device's per-kernel table of step 10 (GPU ms, count, host ms per kernel name).
+#   3. The model step alone (TestCUDA_resnet50Profile at batch B): its median step, host enqueue
+#      time and per-kernel table, the same kernels without the trainer.
+#
+# Run on the GPU host from the repository root inside the Go environment:
+#   bash .gpu/run bash scripts/resnet-step-diag.sh
+#   B=64  PREC=fp16  STEPS=30  WORKERS=8  OUT=dir (default ./out/resnet-diag)  SKIP_MODEL=1
+#   EXTRA="--set key=value ..." (more ddptrain settings)
+# Logs under OUT; the summary last.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+B=${B:-64}
+PREC=${PREC:-fp16}
+STEPS=${STEPS:-30}
+WORKERS=${WORKERS:-8}
+OUT=${OUT:-out/resnet-diag}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+bin="$OUT/bin"
+bash scripts/cuda-env.sh go build -tags cuda,cudnn -o "$bin/" ./cmd/ddptrain || { echo "build failed"; exit 1; }
+# shellcheck disable=SC2206
+extra=(${EXTRA:-})
+args=(--device cuda --config configs/resnet50-synthetic.yaml --set model.layout=nhwc
+  --set "data.workers=$WORKERS" --set checkpoint.dir= --set "precision=$PREC"
+  --set "train.micro_batch=$B" --set "train.global_batch=$B" --set "train.max_steps=$STEPS"
+  --set train.log_every=5 --set train.eval_batches=0 "${extra[@]}")
+
+"$bin/ddptrain" "${args[@]}" --trace "$OUT/trace.json" --metrics "$OUT/traced.jsonl" > "$OUT/traced.log" 2>&1
+echo "traced run exit $?"
+"$bin/ddptrain" "${args[@]}" --profile-step 10 --metrics "$OUT/plain.jsonl" > "$OUT/plain.log" 2>&1
+echo "plain run (--profile-step 10) exit $?"
+if [ -z "${SKIP_MODEL:-}" ]; then
+  dt=f16
+  [ "$PREC" = fp32 ] && dt=f32
+  GODDP_RESNET_PROFILE=$B GODDP_RESNET_PROFILE_DTYPE=$dt bash scripts/cuda-env.sh \
+    go test -count=1 -tags cuda,cudnn ./model/ -run 'TestCUDA_resnet50Profile$' -v > "$OUT/model.log" 2>&1
+  echo "model step exit $?"
+fi
+
+echo
+echo "== ddptrain step 10's kernel profile (rank 0), the top 25"
+sed -n '/kernel profile/,$p' "$OUT/plain.log" | head -28
+if [ -z "${SKIP_MODEL:-}" ]; then
+  echo
+  echo "== the model step's profile, the top 25"
+  sed -n '/ResNet-50/,$p' "$OUT/model.log" | head -28
+fi
+echo
+python3 - "$OUT" "$B" <<'EOF'
+import json, statistics, sys
+out, b = sys.argv[1], int(sys.argv[2])
+tr = json.load(open(out + "/trace.json"))
+ev = [e for e in tr["traceEvents"] if e.get("ph") == "X"]
+spans = {}
+for e in ev:
+    s = (e.get("args") or {}).get("step")
+    if s is not None and s < 5:
+        continue
+    spans.setdefault(e["name"], []).append(e["dur"] / 1000)
+def med(path, key):
+    v = []
+    for line in open(path):
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if key in r and r.get("step", 0) > 5:
+            v.append(r[key])
+    return statistics.median(v) if v else float("nan")
+print(f"== ResNet-50 batch {b}: the traced run's spans (median ms, steps after the fifth)")
+for name in ["data", "forward", "backward enqueue", "backward", "inf check", "optimizer"]:
+    if name in spans:
+        print(f"{name:18s} {statistics.median(spans[name]):8.2f}  (n={len(spans[name])})")
+print(f"{'step_ms traced':18s} {med(out + '/traced.jsonl', 'step_ms'):8.2f}")
+print(f"{'step_ms plain':18s} {med(out + '/plain.jsonl', 'step_ms'):8.2f}  data_ms {med(out + '/plain.jsonl', 'data_ms'):.2f}")
+EOF
+grep -h "one step" "$OUT/model.log" 2>/dev/null
