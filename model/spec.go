@@ -126,6 +126,9 @@ type Spec struct {
 	LossChunk          int           `json:"-"`
 	// GemmEpilogue is GPTConfig.GemmEpilogue (biases, GELU and bias gradients in the GEMMs).
 	GemmEpilogue bool `json:"-"`
+	// Layout is the ResNet's activation layout (ResNetConfig.Layout: NCHW, or NHWC for the CUDA
+	// device's tensor cores); the weights are stored the same in either.
+	Layout tensor.Layout `json:"-"`
 }
 
 // Spec is the spec of a GPT of this configuration: its architecture, compute dtype and memory
@@ -168,7 +171,7 @@ func (c ResNetConfig) Spec() Spec {
 		Depth: c.Depth, Stem: c.Stem, Width: c.Width, Classes: c.Classes, Image: []int{c.InC, c.InH, c.InW},
 		Norm: SpecBatchNorm, BatchNormEps: BatchNormEps, BatchNormMomentum: BatchNormMomentum, ConvLayout: SpecConvLayout,
 		Bias: true, Activation: specReLU, LinearLayout: SpecLinearLayout,
-		Compute: c.Compute, Checkpoint: c.Checkpoint,
+		Compute: c.Compute, Checkpoint: c.Checkpoint, Layout: c.Layout,
 	}
 }
 
@@ -284,7 +287,8 @@ func (s Spec) ResNetConfig() (ResNetConfig, error) {
 		return ResNetConfig{}, fmt.Errorf("model: spec dropout %g: goddp's ResNet has no dropout", s.Dropout)
 	}
 	return ResNetConfig{Depth: s.Depth, Stem: s.Stem, Width: s.Width, Classes: s.Classes,
-		InC: s.Image[0], InH: s.Image[1], InW: s.Image[2], Compute: s.Compute, Checkpoint: s.Checkpoint}, nil
+		InC: s.Image[0], InH: s.Image[1], InW: s.Image[2], Compute: s.Compute, Checkpoint: s.Checkpoint,
+		Layout: s.Layout}, nil
 }
 
 // specInt is a spec field's JSON name and value.
@@ -378,7 +382,11 @@ func (s Spec) Summary() string {
 		}
 		return "mlp " + strings.Join(w, "-") + " " + s.Activation
 	case SpecKindResNet:
-		return fmt.Sprintf("resnet depth %d stem %q width %d classes %d", s.Depth, s.Stem, s.Width, s.Classes)
+		r := fmt.Sprintf("resnet depth %d stem %q width %d classes %d", s.Depth, s.Stem, s.Width, s.Classes)
+		if s.Layout == tensor.NHWC {
+			r += " layout nhwc" // NCHW, the default, goes unsaid
+		}
+		return r
 	}
 	return s.Kind
 }

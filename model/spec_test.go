@@ -320,6 +320,11 @@ func TestSpec_summary(t *testing.T) {
 			t.Errorf("%s: %q, want %q", kind, got, want)
 		}
 	}
+	nhwc := specsOfEachKind()[SpecKindResNet]
+	nhwc.Layout = tensor.NHWC
+	if got, want := nhwc.Summary(), `resnet depth 18 stem "small" width 4 classes 10 layout nhwc`; got != want {
+		t.Errorf("NHWC: %q, want %q", got, want)
+	}
 }
 
 // A ResNet's checkpoint directory (weights with the BatchNorm running statistics beside them,

@@ -30,7 +30,7 @@ func oldBuildModel(dev tensor.Device, cfg *Config) (model.Model, error) {
 		}
 	}
 	return model.NewResNet(dev, model.ResNetConfig{Depth: cfg.Model.Depth, Stem: stem, Width: cfg.Model.Width,
-		Classes: cfg.Model.Classes, InC: c, InH: h, InW: wd, Compute: computeDType(cfg), Checkpoint: cfg.Model.Checkpoint.Every}, seed)
+		Classes: cfg.Model.Classes, InC: c, InH: h, InW: wd, Compute: computeDType(cfg), Checkpoint: cfg.Model.Checkpoint.Every, Layout: imageLayout(cfg)}, seed)
 }
 
 // Every config's model, built through ModelSpec and model.New, is the model the kind's own
@@ -62,6 +62,8 @@ func TestModelSpec_buildsTheSameModels(t *testing.T) {
 		{"mnist-resnet.yaml", []string{"model.width=4"}, model.Input{Shape: []int{1, 28, 28}}, 1, true},
 		{"mnist-resnet.yaml", []string{"model.width=4", "model.stem=", "precision=fp16", "model.checkpoint=blocks"}, model.Input{Shape: []int{1, 28, 28}}, 1, true},
 		{"resnet50-synthetic.yaml", []string{"model.depth=18", "model.width=4", "model.classes=7"}, model.Input{Shape: []int{3, 224, 224}}, 1, true},
+		// model.layout reaches the model (until session 13 the spec dropped it: ddptrain ran NCHW)
+		{"resnet50-synthetic.yaml", []string{"model.depth=18", "model.width=8", "model.layout=nhwc", "precision=fp16"}, model.Input{Shape: []int{3, 224, 224}}, 1, true},
 	}
 	dev := cpu.New()
 	for _, c := range cases {
