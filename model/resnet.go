@@ -166,14 +166,18 @@ func (b *resBlock) forward(dev tensor.Device, x *tensor.Tensor, dt tensor.DType,
 		s.down = b.down.forward(dev, x, dt, train, update)
 		sc = s.down.a
 	}
-	dev.Add(cur, cur, sc)
+	if ar, ok := dev.(tensor.AddReLUDevice); ok && resnetFuseReLU {
+		ar.AddReLU(cur, cur, sc) // one pass where the device has it
+	} else {
+		dev.Add(cur, cur, sc)
+		resnetReLU(dev, cur, cur)
+	}
 	if train && b.down != nil {
 		// the shortcut's BN output is read by the add only (its unit has no ReLU; its backward
 		// reads z): PyTorch's autograd frees it here too. 1.5 M elements a sample in ResNet-50.
 		dev.Free(s.down.a)
 		s.down.a = nil
 	}
-	resnetReLU(dev, cur, cur)
 	s.out = cur
 	if !train {
 		s.down.free(dev)

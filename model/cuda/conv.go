@@ -391,11 +391,17 @@ func (d *Device) batchNorm(l tensor.Layout, y, mean, rstd, runMean, runVar, x, w
 	if runMean != nil && runVar != nil {
 		run, rm, rv = 1, ptra(runMean), ptra(runVar)
 	}
-	d.launch1("k_bn_finish", C, ptra(mean), ptra(rstd), rm, rv, run, i32a(C), u64a(uint64(N*P)), f32a(eps), f32a(momentum))
 	if bnVec8(l, C, y, x) {
-		d.launch1("k_bn_apply8", x.Len()/8, ptra(y), ptra(x), dta(x), i32a(x.Len()/8), i32a(C), ptra(mean), ptra(rstd), ptra(w), ptra(b), i32a(b2i(relu)))
+		// k_bn_finish packs mean, rstd, w and b (4, C) for the 8-wide pass's vector loads
+		pack := d.Alloc(tensor.F32, "bn.pack", 4*C)
+		d.launch1("k_bn_finish", C, ptra(mean), ptra(rstd), rm, rv, run, i32a(C), u64a(uint64(N*P)), f32a(eps), f32a(momentum),
+			ptra(w), ptra(b), ptra(pack))
+		d.launch1("k_bn_apply8", x.Len()/8, ptra(y), ptra(x), dta(x), i32a(x.Len()/8), i32a(C), ptra(pack), i32a(b2i(relu)))
+		d.Free(pack)
 		return
 	}
+	d.launch1("k_bn_finish", C, ptra(mean), ptra(rstd), rm, rv, run, i32a(C), u64a(uint64(N*P)), f32a(eps), f32a(momentum),
+		nilPtr, nilPtr, nilPtr)
 	d.launch1("k_bn_apply", x.Len(), ptra(y), ptra(x), dta(x), nhwcArg(l), u64a(uint64(x.Len())), i32a(C), i32a(P),
 		ptra(mean), ptra(rstd), ptra(w), ptra(b), i32a(b2i(relu)))
 }
@@ -538,8 +544,11 @@ func (d *Device) backwardElemt(l tensor.Layout, dx, dy, x, w, mean, rstd, sdy, s
 	sameImage("BatchNormBackwardElemt", dx, x)
 	mp := optPtr(mask)
 	if bnVec8(l, C, dx, dy, x, mask) {
-		d.launch1("k_bn_elemt8", x.Len()/8, ptra(dx), ptra(dy), ptra(x), mp, dta(x), i32a(x.Len()/8), i32a(C),
-			ptra(w), ptra(mean), ptra(rstd), ptra(sdy), ptra(sdyx), f32a(float32(count)))
+		// the per-channel coefficients packed (5, C) for the 8-wide pass's vector loads
+		pack := d.Alloc(tensor.F32, "bn.pack", 5*C)
+		d.launch1("k_bn_coef", C, ptra(pack), ptra(w), ptra(mean), ptra(rstd), ptra(sdy), ptra(sdyx), i32a(C), f32a(float32(count)))
+		d.launch1("k_bn_elemt8", x.Len()/8, ptra(dx), ptra(dy), ptra(x), mp, dta(x), i32a(x.Len()/8), i32a(C), ptra(pack))
+		d.Free(pack)
 		return
 	}
 	d.launch1("k_bn_elemt", x.Len(), ptra(dx), ptra(dy), ptra(x), mp, dta(x), nhwcArg(l), u64a(uint64(x.Len())), i32a(C), i32a(P),
@@ -561,12 +570,39 @@ func poolDims(op string, y, x *tensor.Tensor, g tensor.ConvGeom) (N, C, H, W, OH
 	return
 }
 
+// AddReLU is tensor.AddReLUDevice's: out = max(a + b, 0) in one 8-wide pass (k_add_relu8) where
+// the three share a dtype (f32 or f16), lengths in eights and 16-byte alignment and
+// GODDP_BN_RELU is not 0; else Add then ReLU. The same bits either way.
+func (d *Device) AddReLU(out, a, b *tensor.Tensor) {
+	tensor.CheckLen("AddReLU", out, a, b)
+	tensor.CheckFloat("AddReLU", out, a, b)
+	dt := out.DType()
+	if !bnReLU() || (dt != tensor.F32 && dt != tensor.F16) || a.DType() != dt || b.DType() != dt || !vec8(out.Len(), out, a, b) {
+		d.Add(out, a, b)
+		d.ReLU(out, out)
+		return
+	}
+	d.launch1("k_add_relu8", out.Len()/8, ptra(out), ptra(a), ptra(b), dta(out), i32a(out.Len()/8))
+}
+
+// idx32Max: tensors below it take the 32-bit-index kernels (a variable for a test).
+var idx32Max = 1 << 30
+
+// idx32 is the kernel name's 32-bit-index twin (name + "32") for tensors of n elements well
+// below 2^31 (a grid-stride step past the end must not overflow), else name.
+func idx32(name string, n int) string {
+	if n < idx32Max {
+		return name + "32"
+	}
+	return name
+}
+
 func (d *Device) MaxPool2d(y, arg, x *tensor.Tensor, g tensor.ConvGeom) {
 	N, C, H, W, OH, OW := poolDims("MaxPool2d", y, x, g)
 	if arg.Len() != y.Len() || arg.DType() != tensor.I32 {
 		panic(fmt.Sprintf("cuda: MaxPool2d: arg %s for y %s (want i32)", arg, y))
 	}
-	d.launch1("k_maxpool", y.Len(), ptra(y), ptra(arg), ptra(x), dta(x), nhwcArg(g.Layout), i32a(N), i32a(C), i32a(H), i32a(W),
+	d.launch1(idx32("k_maxpool", x.Len()), y.Len(), ptra(y), ptra(arg), ptra(x), dta(x), nhwcArg(g.Layout), i32a(N), i32a(C), i32a(H), i32a(W),
 		i32a(OH), i32a(OW), i32a(g.KH), i32a(g.KW), i32a(g.Stride), i32a(g.Pad))
 }
 
@@ -575,7 +611,7 @@ func (d *Device) MaxPool2dBackward(dx, dy, arg *tensor.Tensor, g tensor.ConvGeom
 	if arg.Len() != dy.Len() || arg.DType() != tensor.I32 {
 		panic(fmt.Sprintf("cuda: MaxPool2dBackward: arg %s for dy %s (want i32)", arg, dy))
 	}
-	d.launch1("k_maxpool_bwd", dx.Len(), ptra(dx), ptra(dy), ptra(arg), dta(dx), nhwcArg(g.Layout), i32a(N), i32a(C), i32a(H), i32a(W),
+	d.launch1(idx32("k_maxpool_bwd", dx.Len()), dx.Len(), ptra(dx), ptra(dy), ptra(arg), dta(dx), nhwcArg(g.Layout), i32a(N), i32a(C), i32a(H), i32a(W),
 		i32a(OH), i32a(OW), i32a(g.KH), i32a(g.KW), i32a(g.Stride), i32a(g.Pad))
 }
 

@@ -44,6 +44,12 @@ __device__ __forceinline__ long chanOf(int nhwc, long i, long C, long P) {
 	return nhwc ? i % C : (i / P) % C;
 }
 
+// ld8f: eight f32 at p[c..c+7], p + c 16-byte aligned (two 16-byte loads).
+__device__ __forceinline__ void ld8f(const float* p, int c, float* v) {
+	float4 a = *(const float4*)(p + c), b = *(const float4*)(p + c + 4);
+	v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+
 #define TILE_MAX 256
 
 // tileSum: the sum over this block's rows of v (one value per thread), in row order; valid in
@@ -58,6 +64,62 @@ __device__ double tileSum(double v, double* sh) {
 		for (int r = 0; r < by; r++) s += sh[r * bx + tx];
 	__syncthreads();
 	return s;
+}
+
+// maxpool_fwd: y and arg (the index h·W + w of the maximum within its plane) per output element;
+// the window scanned row by row, the first maximum kept (padding never wins), as the CPU does.
+template <typename I>
+__device__ __forceinline__ void maxpool_fwd(void* y, int* arg, const void* x, int dt, int nhwc, int N, int C, int H, int W,
+		int OH, int OW, int KH, int KW, int s, int pad) {
+	I n_out = (I)N * C * OH * OW, OP = (I)OH * OW;
+	for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n_out; i += (I)gridDim.x * blockDim.x) {
+		I n, c, q;
+		if (nhwc) { c = i % C; q = (i / C) % OP; n = i / (C * OP); }
+		else { q = i % OP; c = (i / OP) % C; n = i / (OP * C); }
+		int oh = q / OW, ow = q % OW;
+		float best = 0.f;
+		int where = -1;
+		for (int kh = 0; kh < KH; kh++) {
+			int ih = oh * s - pad + kh;
+			if (ih < 0 || ih >= H) continue;
+			for (int kw = 0; kw < KW; kw++) {
+				int iw = ow * s - pad + kw;
+				if (iw < 0 || iw >= W) continue;
+				I p = (I)ih * W + iw, HW = (I)H * W;
+				float v = ldv(x, dt, nhwc ? (n * HW + p) * C + c : (n * C + c) * HW + p);
+				if (where < 0 || v > best) { best = v; where = ih * W + iw; }
+			}
+		}
+		stv(y, dt, i, where < 0 ? __int_as_float(0xff800000) : best);
+		arg[i] = where;
+	}
+}
+
+// maxpool_bwd: dx per input element: the sum, in window order (oh, then ow, ascending), of dy
+// over the windows covering it whose maximum it was — the order the CPU's scatter adds in.
+template <typename I>
+__device__ __forceinline__ void maxpool_bwd(void* dx, const void* dy, const int* arg, int dt, int nhwc, int N, int C, int H, int W,
+		int OH, int OW, int KH, int KW, int s, int pad) {
+	I n_in = (I)N * C * H * W, HW = (I)H * W, OP = (I)OH * OW;
+	for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n_in; i += (I)gridDim.x * blockDim.x) {
+		I n, c, p;
+		if (nhwc) { c = i % C; p = (i / C) % HW; n = i / (C * HW); }
+		else { p = i % HW; c = (i / HW) % C; n = i / (HW * C); }
+		int ih = p / W, iw = p % W;
+		// windows oh with oh·s − pad ≤ ih ≤ oh·s − pad + KH − 1
+		int oh0 = ih + pad - KH + 1, ow0 = iw + pad - KW + 1;
+		oh0 = oh0 <= 0 ? 0 : (oh0 + s - 1) / s;
+		ow0 = ow0 <= 0 ? 0 : (ow0 + s - 1) / s;
+		int oh1 = min(OH - 1, (ih + pad) / s), ow1 = min(OW - 1, (iw + pad) / s);
+		float g = 0.f;
+		for (int oh = oh0; oh <= oh1; oh++)
+			for (int ow = ow0; ow <= ow1; ow++) {
+				I q = (I)oh * OW + ow;
+				I o = nhwc ? (n * OP + q) * C + c : (n * C + c) * OP + q;
+				if (arg[o] == (int)p) g += ldv(dy, dt, o);
+			}
+		stv(dx, dt, i, g);
+	}
 }
 
 extern "C" {
@@ -220,9 +282,20 @@ __global__ void k_chan_fin(int what, const double* part, int S, int C, long M, f
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
 	bool ok = c < C;
 	double a = 0, b = 0;
-	for (int y = threadIdx.y; ok && y < S; y += blockDim.y) {
-		a += part[(long)y * C + c];
-		b += part[((long)S + y) * C + c];
+	int by = blockDim.y;
+	// eight of the lane's partials loaded before they are added (in the same order): S of
+	// several hundred chunks was a chain of dependent loads from L2, ~10 µs a call
+	for (int y0 = threadIdx.y; ok && y0 < S; y0 += 8 * by) {
+		double pa[8], pb[8];
+		#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			int y = y0 + u * by;
+			pa[u] = y < S ? part[(long)y * C + c] : 0.0;
+			pb[u] = y < S ? part[((long)S + y) * C + c] : 0.0;
+		}
+		#pragma unroll
+		for (int u = 0; u < 8; u++)
+			if (y0 + u * by < S) { a += pa[u]; b += pb[u]; }
 	}
 	a = tileSum(a, sh);
 	b = tileSum(b, sh);
@@ -239,10 +312,24 @@ __global__ void k_chan_fin(int what, const double* part, int S, int C, long M, f
 	}
 }
 
+// k_bn_coef: the backward's per-channel coefficients packed for k_bn_elemt8, pack (5, C):
+// mean, rstd, w·rstd, sdy/count, sdyx/count — the values k_bn_elemt computes per element.
+__global__ void k_bn_coef(float* pack, const float* w, const float* mean, const float* rstd, const float* sdy,
+		const float* sdyx, int C, float count) {
+	int c = blockIdx.x * blockDim.x + threadIdx.x;
+	if (c >= C) return;
+	pack[c] = mean[c];
+	pack[C + c] = rstd[c];
+	pack[2 * C + c] = w[c] * rstd[c];
+	pack[3 * C + c] = sdy[c] / count;
+	pack[4 * C + c] = sdyx[c] / count;
+}
+
 // k_bn_finish: rstd = 1/√(var+eps) in place of var; running statistics moved with momentum (the
 // variance unbiased, over count − 1) when run is set.
+// pack, when set, gets (4, C): mean, rstd, w, b — what k_bn_apply8 reads as vectors.
 __global__ void k_bn_finish(const float* mean, float* var_rstd, float* runMean, float* runVar, int run,
-		int C, long count, float eps, float momentum) {
+		int C, long count, float eps, float momentum, const float* w, const float* b, float* pack) {
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
 	if (c >= C) return;
 	float v = var_rstd[c];
@@ -251,7 +338,14 @@ __global__ void k_bn_finish(const float* mean, float* var_rstd, float* runMean, 
 		runMean[c] = (1.f - momentum) * runMean[c] + momentum * mean[c];
 		runVar[c] = (1.f - momentum) * runVar[c] + momentum * unb;
 	}
-	var_rstd[c] = 1.f / sqrtf(v + eps);
+	float r = 1.f / sqrtf(v + eps);
+	var_rstd[c] = r;
+	if (pack) {
+		pack[c] = mean[c];
+		pack[C + c] = r;
+		pack[2 * C + c] = w[c];
+		pack[3 * C + c] = b[c];
+	}
 }
 
 // k_bn_apply: y = (x − mean[c])·rstd[c]·w[c] + b[c] over n elements, ReLU'd after when relu is
@@ -266,21 +360,41 @@ __global__ void k_bn_apply(void* y, const void* x, int dt, int nhwc, long n, int
 }
 
 // k_bn_apply8: k_bn_apply on NHWC with C % 8 == 0, eight neighbouring channels a thread (16-byte
-// loads and stores, the channel found once per eight): the same arithmetic per element.
-__global__ void k_bn_apply8(void* y, const void* x, int dt, int n8, int C,
-		const float* mean, const float* rstd, const float* w, const float* b, int relu) {
+// loads and stores, the channel found once per eight, in 32 bits): the same arithmetic per
+// element. The per-channel values come from k_bn_finish's pack (4, C) as 16-byte loads: with
+// four scalar loads per element the pass was bound by instructions at ~1/3 of HBM's bandwidth.
+__global__ void k_bn_apply8(void* y, const void* x, int dt, int n8, int C, const float* pack, int relu) {
+	int C8 = C / 8;
 	for (int v8 = blockIdx.x * blockDim.x + threadIdx.x; v8 < n8; v8 += gridDim.x * blockDim.x) {
 		long i = (long)v8 * 8;
-		int c = (int)(i % C);
-		float v[8];
+		int c = (v8 % C8) * 8;
+		float v[8], m[8], r[8], w[8], b[8];
 		ld8(x, dt, i, v);
+		ld8f(pack, c, m);
+		ld8f(pack + C, c, r);
+		ld8f(pack + 2 * C, c, w);
+		ld8f(pack + 3 * C, c, b);
 		#pragma unroll
-		for (int k = 0; k < 8; k++) v[k] = (v[k] - mean[c + k]) * rstd[c + k] * w[c + k] + b[c + k];
+		for (int k = 0; k < 8; k++) v[k] = (v[k] - m[k]) * r[k] * w[k] + b[k];
 		if (relu) {
 			#pragma unroll
 			for (int k = 0; k < 8; k++) v[k] = reluAfter(dt, v[k]);
 		}
 		st8(y, dt, i, v);
+	}
+}
+
+// k_add_relu8: o = max(a + b, 0) over n8 vectors of eight, a, b and o of one dtype: the sum
+// rounded to it, then ReLU'd (reluAfter: the bits of k_add8 then k_relu8).
+__global__ void k_add_relu8(void* o, const void* a, const void* b, int dt, int n8) {
+	for (int v8 = blockIdx.x * blockDim.x + threadIdx.x; v8 < n8; v8 += gridDim.x * blockDim.x) {
+		long i = (long)v8 * 8;
+		float v[8], u[8];
+		ld8(a, dt, i, v);
+		ld8(b, dt, i, u);
+		#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] = reluAfter(dt, v[k] + u[k]);
+		st8(o, dt, i, v);
 	}
 }
 
@@ -318,26 +432,35 @@ __global__ void k_bn_reduce(const void* dy, const void* x, int dt, int nhwc, int
 	}
 }
 
-// k_bn_elemt: dx = w·rstd·(dy − sdy/count − x̂·sdyx/count), dy taken as 0 where mask ≤ 0 when mask
-// is set (as k_chan_part's).
+// k_bn_elemt: dx = w·rstd·(dy − sdy/count − x̂·(sdyx/count)), dy taken as 0 where mask ≤ 0 when mask
+// is set (as k_chan_part's). The two quotients are per channel (k_bn_coef's, bit for bit), not
+// per element.
 __global__ void k_bn_elemt(void* dx, const void* dy, const void* x, const void* mask, int dt, int nhwc, long n, int C, int P,
 		const float* w, const float* mean, const float* rstd, const float* sdy, const float* sdyx, float count) {
 	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
 		long c = chanOf(nhwc, i, C, P);
 		float xh = (ldv(x, dt, i) - mean[c]) * rstd[c];
 		float g = (mask && !(ldv(mask, dt, i) > 0.f)) ? 0.f : ldv(dy, dt, i);
-		stv(dx, dt, i, w[c] * rstd[c] * (g - sdy[c] / count - xh * sdyx[c] / count));
+		float q1 = sdy[c] / count, q2 = sdyx[c] / count;
+		stv(dx, dt, i, w[c] * rstd[c] * (g - q1 - xh * q2));
 	}
 }
 
 // k_bn_elemt8: k_bn_elemt on NHWC with C % 8 == 0, eight neighbouring channels a thread; dx may
 // be dy (each thread reads its eight elements before it writes them), mask as k_bn_elemt's.
+// The per-channel values are k_bn_coef's pack (5, C) as 16-byte loads (see k_bn_apply8).
 __global__ void k_bn_elemt8(void* dx, const void* dy, const void* x, const void* mask, int dt, int n8, int C,
-		const float* w, const float* mean, const float* rstd, const float* sdy, const float* sdyx, float count) {
+		const float* pack) {
+	int C8 = C / 8;
 	for (int v8 = blockIdx.x * blockDim.x + threadIdx.x; v8 < n8; v8 += gridDim.x * blockDim.x) {
 		long i = (long)v8 * 8;
-		int c = (int)(i % C);
-		float xv[8], g[8];
+		int c = (v8 % C8) * 8;
+		float xv[8], g[8], m[8], r[8], wr[8], q1[8], q2[8];
+		ld8f(pack, c, m);
+		ld8f(pack + C, c, r);
+		ld8f(pack + 2 * C, c, wr);
+		ld8f(pack + 3 * C, c, q1);
+		ld8f(pack + 4 * C, c, q2);
 		ld8(x, dt, i, xv);
 		ld8(dy, dt, i, g);
 		if (mask) {
@@ -348,8 +471,8 @@ __global__ void k_bn_elemt8(void* dx, const void* dy, const void* x, const void*
 		}
 		#pragma unroll
 		for (int k = 0; k < 8; k++) {
-			float xh = (xv[k] - mean[c + k]) * rstd[c + k];
-			g[k] = w[c + k] * rstd[c + k] * (g[k] - sdy[c + k] / count - xh * sdyx[c + k] / count);
+			float xh = (xv[k] - m[k]) * r[k];
+			g[k] = wr[k] * (g[k] - q1[k] - xh * q2[k]);
 		}
 		st8(dx, dt, i, g);
 	}
@@ -372,56 +495,24 @@ __global__ void k_bias_add(void* y, int dt, const void* b, int bdt, int nhwc, lo
 		stv(y, dt, i, ldv(y, dt, i) + ldv(b, bdt, chanOf(nhwc, i, C, P)));
 }
 
-// k_maxpool: y and arg (the index h·W + w of the maximum within its plane) per output element;
-// the window scanned row by row, the first maximum kept (padding never wins), as the CPU does.
+// k_maxpool, k_maxpool_bwd (maxpool_fwd and maxpool_bwd with 64-bit indices) and their *32
+// twins (32-bit: every tensor under 2^31 elements; the index arithmetic, five divisions an
+// element, was most of the stem's pooling time): the same results.
 __global__ void k_maxpool(void* y, int* arg, const void* x, int dt, int nhwc, int N, int C, int H, int W,
 		int OH, int OW, int KH, int KW, int s, int pad) {
-	long n_out = (long)N * C * OH * OW, OP = (long)OH * OW;
-	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n_out; i += (long)gridDim.x * blockDim.x) {
-		long n, c, q;
-		if (nhwc) { c = i % C; q = (i / C) % OP; n = i / (C * OP); }
-		else { q = i % OP; c = (i / OP) % C; n = i / (OP * C); }
-		int oh = q / OW, ow = q % OW;
-		float best = 0.f;
-		int where = -1;
-		for (int kh = 0; kh < KH; kh++) {
-			int ih = oh * s - pad + kh;
-			if (ih < 0 || ih >= H) continue;
-			for (int kw = 0; kw < KW; kw++) {
-				int iw = ow * s - pad + kw;
-				if (iw < 0 || iw >= W) continue;
-				float v = ldv(x, dt, at(nhwc, n, c, (long)ih * W + iw, C, (long)H * W));
-				if (where < 0 || v > best) { best = v; where = ih * W + iw; }
-			}
-		}
-		stv(y, dt, i, where < 0 ? __int_as_float(0xff800000) : best);
-		arg[i] = where;
-	}
+	maxpool_fwd<long>(y, arg, x, dt, nhwc, N, C, H, W, OH, OW, KH, KW, s, pad);
 }
-
-// k_maxpool_bwd: dx per input element: the sum, in window order (oh, then ow, ascending), of dy
-// over the windows covering it whose maximum it was — the order the CPU's scatter adds in.
+__global__ void k_maxpool32(void* y, int* arg, const void* x, int dt, int nhwc, int N, int C, int H, int W,
+		int OH, int OW, int KH, int KW, int s, int pad) {
+	maxpool_fwd<int>(y, arg, x, dt, nhwc, N, C, H, W, OH, OW, KH, KW, s, pad);
+}
 __global__ void k_maxpool_bwd(void* dx, const void* dy, const int* arg, int dt, int nhwc, int N, int C, int H, int W,
 		int OH, int OW, int KH, int KW, int s, int pad) {
-	long n_in = (long)N * C * H * W, HW = (long)H * W, OP = (long)OH * OW;
-	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n_in; i += (long)gridDim.x * blockDim.x) {
-		long n, c, p;
-		if (nhwc) { c = i % C; p = (i / C) % HW; n = i / (C * HW); }
-		else { p = i % HW; c = (i / HW) % C; n = i / (HW * C); }
-		int ih = p / W, iw = p % W;
-		// windows oh with oh·s − pad ≤ ih ≤ oh·s − pad + KH − 1
-		int oh0 = ih + pad - KH + 1, ow0 = iw + pad - KW + 1;
-		oh0 = oh0 <= 0 ? 0 : (oh0 + s - 1) / s;
-		ow0 = ow0 <= 0 ? 0 : (ow0 + s - 1) / s;
-		int oh1 = min(OH - 1, (ih + pad) / s), ow1 = min(OW - 1, (iw + pad) / s);
-		float g = 0.f;
-		for (int oh = oh0; oh <= oh1; oh++)
-			for (int ow = ow0; ow <= ow1; ow++) {
-				long o = at(nhwc, n, c, (long)oh * OW + ow, C, OP);
-				if (arg[o] == (int)p) g += ldv(dy, dt, o);
-			}
-		stv(dx, dt, i, g);
-	}
+	maxpool_bwd<long>(dx, dy, arg, dt, nhwc, N, C, H, W, OH, OW, KH, KW, s, pad);
+}
+__global__ void k_maxpool_bwd32(void* dx, const void* dy, const int* arg, int dt, int nhwc, int N, int C, int H, int W,
+		int OH, int OW, int KH, int KW, int s, int pad) {
+	maxpool_bwd<int>(dx, dy, arg, dt, nhwc, N, C, H, W, OH, OW, KH, KW, s, pad);
 }
 
 // k_gap: y[n·C + c] = mean over P of x, f64 sums in position order.

@@ -401,3 +401,75 @@ func TestCUDA_convGraphMatchesCPU(t *testing.T) {
 	}
 	g.conv.mu.Unlock()
 }
+
+// The ResNet's session-13 passes give the bits of what they replace: AddReLU (k_add_relu8) those
+// of Add then ReLU, f32 and f16, 8-wide and (an odd length) the fallback; the 32-bit-index max
+// pools those of the 64-bit ones, NHWC and NCHW, forward (y and arg) and backward.
+func TestCUDA_fusedPassesSameBits(t *testing.T) {
+	g := gpu(t)
+	r := rand.New(rand.NewPCG(13, 13))
+	rnd := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(r.NormFloat64())
+		}
+		return v
+	}
+	same := func(what string, got, want []float32) {
+		t.Helper()
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%s[%d]: %g, want %g", what, i, got[i], want[i])
+			}
+		}
+	}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+		for _, n := range []int{8 * 1000, 8*1000 + 3} {
+			as, bs := rnd(n), rnd(n)
+			a, b := tensor.FromHost(g, dt, "a", as, n), tensor.FromHost(g, dt, "b", bs, n)
+			fused, plain := g.Alloc(dt, "fused", n), g.Alloc(dt, "plain", n)
+			g.AddReLU(fused, a, b)
+			g.Add(plain, a, b)
+			g.ReLU(plain, plain)
+			same(fmt.Sprintf("%s AddReLU n=%d", dt, n), tensor.ToHost(fused), tensor.ToHost(plain))
+			for _, tt := range []*tensor.Tensor{a, b, fused, plain} {
+				g.Free(tt)
+			}
+		}
+	}
+	old := idx32Max
+	t.Cleanup(func() { idx32Max = old })
+	for _, l := range []tensor.Layout{tensor.NHWC, tensor.NCHW} {
+		for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+			geo := tensor.ConvGeom{KH: 3, KW: 3, Stride: 2, Pad: 1, Layout: l}
+			const N, C, H, W = 3, 16, 13, 12
+			OH, OW := geo.OutHW(H, W)
+			xs, dys := rnd(N*C*H*W), rnd(N*C*OH*OW)
+			run := func(limit int) [][]float32 {
+				idx32Max = limit
+				x := tensor.FromHost(g, dt, "x", xs, l.Shape(N, C, H, W)...)
+				dy := tensor.FromHost(g, dt, "dy", dys, l.Shape(N, C, OH, OW)...)
+				y, dx := g.Alloc(dt, "y", l.Shape(N, C, OH, OW)...), g.Alloc(dt, "dx", l.Shape(N, C, H, W)...)
+				arg := g.Alloc(tensor.I32, "arg", l.Shape(N, C, OH, OW)...)
+				defer func() {
+					for _, tt := range []*tensor.Tensor{x, dy, y, dx, arg} {
+						g.Free(tt)
+					}
+				}()
+				g.MaxPool2d(y, arg, x, geo)
+				g.MaxPool2dBackward(dx, dy, arg, geo)
+				ai := make([]int32, arg.Len())
+				g.DownloadI32(ai, arg)
+				args := make([]float32, len(ai))
+				for i, v := range ai {
+					args[i] = float32(v)
+				}
+				return [][]float32{tensor.ToHost(y), args, tensor.ToHost(dx)}
+			}
+			want, got := run(0), run(1<<30)
+			for k, name := range []string{"y", "arg", "dx"} {
+				same(fmt.Sprintf("%s %s max pool %s (32-bit)", l, dt, name), got[k], want[k])
+			}
+		}
+	}
+}

@@ -83,6 +83,12 @@ type BatchNormReLUDevice interface {
 	FusesBatchNormReLU() bool
 }
 
+// AddReLUDevice is the optional ability of a device to add two tensors and ReLU the sum in one
+// pass (a residual block's end: out = relu(main + shortcut)): the bits of Add then ReLU.
+type AddReLUDevice interface {
+	AddReLU(out, a, b *Tensor)
+}
+
 // AsSyncBatchNorm returns dev's SyncBatchNormDevice, or an error naming the device.
 func AsSyncBatchNorm(dev Device) (SyncBatchNormDevice, error) {
 	if c, ok := dev.(SyncBatchNormDevice); ok {
