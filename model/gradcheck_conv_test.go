@@ -350,7 +350,7 @@ func TestGradResidualBlock(t *testing.T) {
 		ps.ZeroGrad()
 		d := tensor.FromHost(dev, tensor.F32, "d", f32of(r), oshape...)
 		dx := dev.Alloc(tensor.F32, "dx", x.Shape()...)
-		blk.backward(dev, dx, d, x, &s)
+		blk.backward(dev, dx, d, x, &s, false, false)
 		g := tensor.ToHost(ps.Grad)
 		for _, q := range ps.List {
 			if gq := g[q.Offset : q.Offset+q.W.Len()]; !allTiny(gq) {

@@ -106,6 +106,7 @@ var (
 	resnetReLU         = func(dev tensor.Device, y, x *tensor.Tensor) { dev.ReLU(y, x) }
 	resnetReLUBackward = func(dev tensor.Device, dx, dy, y *tensor.Tensor) { dev.ReLUBackward(dx, dy, y) }
 	resnetFuseReLU     = true
+	resnetFuseAdd      = true // the blocks' add and ReLU through tensor.AddReLUDevice (a test compares both ways)
 )
 
 // backward: dx (x's shape, nil skips it) overwritten from da (a's shape; consumed by a unit
@@ -166,7 +167,7 @@ func (b *resBlock) forward(dev tensor.Device, x *tensor.Tensor, dt tensor.DType,
 		s.down = b.down.forward(dev, x, dt, train, update)
 		sc = s.down.a
 	}
-	if ar, ok := dev.(tensor.AddReLUDevice); ok && resnetFuseReLU {
+	if ar := fusedAddReLU(dev); ar != nil {
 		ar.AddReLU(cur, cur, sc) // one pass where the device has it
 	} else {
 		dev.Add(cur, cur, sc)
@@ -200,10 +201,32 @@ func (s *blockAct) dropInner(dev tensor.Device) {
 	s.ckpt = true
 }
 
+// fusedAddReLU is dev's AddReLUDevice where the ResNet takes it (not when a test swapped the
+// nonlinearity), else nil.
+func fusedAddReLU(dev tensor.Device) tensor.AddReLUDevice {
+	if ar, ok := dev.(tensor.AddReLUDevice); ok && resnetFuseReLU && resnetFuseAdd {
+		return ar
+	}
+	return nil
+}
+
 // backward: dx (x's shape) overwritten from dout (out's shape; consumed) and x. Frees the
-// block's activations including out.
-func (b *resBlock) backward(dev tensor.Device, dx, dout, x *tensor.Tensor, s *blockAct) {
-	resnetReLUBackward(dev, dout, dout, s.out) // d(main + shortcut)
+// block's activations including out. masked says dout has been taken through the block's ReLU
+// already (the next block's backward did it: its maskX); maskX takes dx through the ReLU that
+// made x (x is the previous block's out) as the last pass writing it does (AddReLUBackward),
+// which saves the previous block a pass over its dout.
+func (b *resBlock) backward(dev tensor.Device, dx, dout, x *tensor.Tensor, s *blockAct, masked, maskX bool) {
+	if !masked {
+		resnetReLUBackward(dev, dout, dout, s.out) // d(main + shortcut)
+	}
+	// the last pass writing dx: dx += v, taken through x's ReLU with maskX
+	accumulate := func(v *tensor.Tensor) {
+		if maskX {
+			fusedAddReLU(dev).AddReLUBackward(dx, v, x)
+			return
+		}
+		dev.Axpy(dx, 1, v)
+	}
 	// Both branches read dout. A unit without a ReLU (the shortcut's, and the main branch's last
 	// in every block built here) only reads its da, so each gets dout itself; one with a ReLU
 	// would write over it, and gets a copy. In a checkpointed ResNet-50 the copies were two
@@ -239,7 +262,7 @@ func (b *resBlock) backward(dev tensor.Device, dx, dout, x *tensor.Tensor, s *bl
 		} else if b.down != nil {
 			tmp := dev.Alloc(dout.DType(), b.name+".dx", x.Shape()...)
 			b.units[j].backward(dev, tmp, dcur, in, &s.units[j])
-			dev.Axpy(dx, 1, tmp)
+			accumulate(tmp)
 			dev.Free(tmp)
 		} else {
 			b.units[j].backward(dev, dx, dcur, in, &s.units[j])
@@ -250,7 +273,7 @@ func (b *resBlock) backward(dev tensor.Device, dx, dout, x *tensor.Tensor, s *bl
 		dcur = dprev
 	}
 	if b.down == nil {
-		dev.Axpy(dx, 1, dout) // the identity shortcut
+		accumulate(dout) // the identity shortcut
 	}
 	for j := range s.units {
 		s.units[j].free(dev)
@@ -450,6 +473,9 @@ func (m *ResNet) Backward(scale float32) {
 	if m.pool {
 		stemOut = a.pooled
 	}
+	// Each block but the first takes its dx through the ReLU that ends the block before it
+	// (where the device fuses it), which then skips that pass.
+	fused, masked := fusedAddReLU(dev) != nil, false
 	for i := len(m.blocks) - 1; i >= 0; i-- {
 		x := stemOut
 		if i > 0 {
@@ -462,9 +488,10 @@ func (m *ResNet) Backward(scale float32) {
 			dev.Free(kept)
 		}
 		dx := dev.Alloc(dt, m.blocks[i].name+".dx", x.Shape()...)
-		m.blocks[i].backward(dev, dx, dcur, x, s)
+		maskX := fused && i > 0
+		m.blocks[i].backward(dev, dx, dcur, x, s, masked, maskX)
 		dev.Free(dcur)
-		dcur = dx
+		dcur, masked = dx, maskX
 	}
 	if m.pool {
 		ds := dev.Alloc(dt, "stem.da", a.stem.a.Shape()...)

@@ -202,3 +202,50 @@ func TestResNet_keepsAndCopiesOnlyWhatBackwardNeeds(t *testing.T) {
 	}
 	t.Logf("%d unit outputs live after forward, %d shortcut outputs; backward: %d unit gradients, %d copies", units, downs, das, copies)
 }
+
+// The blocks' add and ReLU through tensor.AddReLUDevice — forward in one pass, and in backward
+// each block's input gradient taken through the previous block's ReLU by the pass that finishes
+// it (that block then skips its own) — give the gradients and loss of the plain passes bit for
+// bit: ResNet-50's bottleneck and projection blocks, with and without checkpointing, NCHW and
+// NHWC (the CPU device's AddReLU is the two passes, so only the wiring differs).
+func TestResNet_fusedAddReLUSameBits(t *testing.T) {
+	for _, l := range []tensor.Layout{tensor.NCHW, tensor.NHWC} {
+		for _, ck := range []int{0, 1} {
+			cfg := ResNetConfig{Depth: 50, Stem: "imagenet", Width: 2, Classes: 3, InC: 3, InH: 32, InW: 32, Checkpoint: ck, Layout: l}
+			run := func(fuse bool) ([]float32, float32) {
+				old := resnetFuseAdd
+				resnetFuseAdd = fuse
+				defer func() { resnetFuseAdd = old }()
+				dev := cpu.New()
+				m, err := NewResNet(dev, cfg, 3)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer m.Free()
+				in := resnetInputs(dev, rand.New(rand.NewSource(3)), 4, cfg)
+				defer freeAll(dev, in.X, in.Targets)
+				m.Params().ZeroGrad()
+				loss := tensor.ToHost(m.Forward(in, true))[0]
+				m.Backward(1)
+				return tensor.ToHost(m.Params().Grad), loss
+			}
+			want, wl := run(false)
+			got, gl := run(true)
+			if math.Float32bits(gl) != math.Float32bits(wl) {
+				t.Errorf("%s ckpt %d: loss %g fused, %g plain", l, ck, gl, wl)
+			}
+			nonzero := 0
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%s ckpt %d: grad[%d] %g fused, %g plain", l, ck, i, got[i], want[i])
+				}
+				if want[i] != 0 {
+					nonzero++
+				}
+			}
+			if nonzero < len(want)/2 {
+				t.Fatalf("%s ckpt %d: only %d of %d gradients nonzero", l, ck, nonzero, len(want))
+			}
+		}
+	}
+}

@@ -583,3 +583,15 @@ func (c *Device) SGD(p, g, mom, halfW *tensor.Tensor, a tensor.SGDArgs) {
 		}
 	})
 }
+
+// AddReLU and AddReLUBackward are tensor.AddReLUDevice's, as the two passes they fuse on a GPU
+// (the same bits by construction): here they let the ResNet's fused wiring run on the CPU.
+func (c *Device) AddReLU(out, a, b *tensor.Tensor) {
+	c.Add(out, a, b)
+	c.ReLU(out, out)
+}
+
+func (c *Device) AddReLUBackward(dx, a, y *tensor.Tensor) {
+	c.Axpy(dx, 1, a)
+	c.ReLUBackward(dx, dx, y)
+}

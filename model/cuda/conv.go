@@ -585,8 +585,31 @@ func (d *Device) AddReLU(out, a, b *tensor.Tensor) {
 	d.launch1("k_add_relu8", out.Len()/8, ptra(out), ptra(a), ptra(b), dta(out), i32a(out.Len()/8))
 }
 
+// pool8 reports whether a max pool takes its 8-wide kernels: NHWC, channels in eights, every
+// tensor 16-byte aligned and the 32-bit kernels' sizes (ts[0] the input image).
+func pool8(g tensor.ConvGeom, C int, ts ...*tensor.Tensor) bool {
+	return bnVec() && pool8On && g.Layout == tensor.NHWC && C%8 == 0 && ts[0].Len() < idx32Max && vec8(8, ts...)
+}
+
+// pool8On: a test turns the 8-wide max pools off to compare them with the 32-bit scalar ones.
+var pool8On = true
+
 // idx32Max: tensors below it take the 32-bit-index kernels (a variable for a test).
 var idx32Max = 1 << 30
+
+// AddReLUBackward is tensor.AddReLUDevice's: dx = y > 0 ? dx + a : 0 in one 8-wide pass
+// (k_add_relu_bwd8) under AddReLU's conditions, else Axpy then ReLUBackward. The same bits.
+func (d *Device) AddReLUBackward(dx, a, y *tensor.Tensor) {
+	tensor.CheckLen("AddReLUBackward", dx, a, y)
+	tensor.CheckFloat("AddReLUBackward", dx, a, y)
+	dt := dx.DType()
+	if !bnReLU() || (dt != tensor.F32 && dt != tensor.F16) || a.DType() != dt || y.DType() != dt || !vec8(dx.Len(), dx, a, y) {
+		d.Axpy(dx, 1, a)
+		d.ReLUBackward(dx, dx, y)
+		return
+	}
+	d.launch1("k_add_relu_bwd8", dx.Len()/8, ptra(dx), ptra(a), ptra(y), dta(dx), i32a(dx.Len()/8))
+}
 
 // idx32 is the kernel name's 32-bit-index twin (name + "32") for tensors of n elements well
 // below 2^31 (a grid-stride step past the end must not overflow), else name.
@@ -602,6 +625,11 @@ func (d *Device) MaxPool2d(y, arg, x *tensor.Tensor, g tensor.ConvGeom) {
 	if arg.Len() != y.Len() || arg.DType() != tensor.I32 {
 		panic(fmt.Sprintf("cuda: MaxPool2d: arg %s for y %s (want i32)", arg, y))
 	}
+	if pool8(g, C, x, y, arg) {
+		d.launch1("k_maxpool8", y.Len()/8, ptra(y), ptra(arg), ptra(x), dta(x), i32a(N), i32a(C), i32a(H), i32a(W),
+			i32a(OH), i32a(OW), i32a(g.KH), i32a(g.KW), i32a(g.Stride), i32a(g.Pad))
+		return
+	}
 	d.launch1(idx32("k_maxpool", x.Len()), y.Len(), ptra(y), ptra(arg), ptra(x), dta(x), nhwcArg(g.Layout), i32a(N), i32a(C), i32a(H), i32a(W),
 		i32a(OH), i32a(OW), i32a(g.KH), i32a(g.KW), i32a(g.Stride), i32a(g.Pad))
 }
@@ -610,6 +638,11 @@ func (d *Device) MaxPool2dBackward(dx, dy, arg *tensor.Tensor, g tensor.ConvGeom
 	N, C, H, W, OH, OW := poolDims("MaxPool2dBackward", dy, dx, g)
 	if arg.Len() != dy.Len() || arg.DType() != tensor.I32 {
 		panic(fmt.Sprintf("cuda: MaxPool2dBackward: arg %s for dy %s (want i32)", arg, dy))
+	}
+	if pool8(g, C, dx, dy, arg) {
+		d.launch1("k_maxpool_bwd8", dx.Len()/8, ptra(dx), ptra(dy), ptra(arg), dta(dx), i32a(N), i32a(C), i32a(H), i32a(W),
+			i32a(OH), i32a(OW), i32a(g.KH), i32a(g.KW), i32a(g.Stride), i32a(g.Pad))
+		return
 	}
 	d.launch1(idx32("k_maxpool_bwd", dx.Len()), dx.Len(), ptra(dx), ptra(dy), ptra(arg), dta(dx), nhwcArg(g.Layout), i32a(N), i32a(C), i32a(H), i32a(W),
 		i32a(OH), i32a(OW), i32a(g.KH), i32a(g.KW), i32a(g.Stride), i32a(g.Pad))

@@ -403,8 +403,10 @@ func TestCUDA_convGraphMatchesCPU(t *testing.T) {
 }
 
 // The ResNet's session-13 passes give the bits of what they replace: AddReLU (k_add_relu8) those
-// of Add then ReLU, f32 and f16, 8-wide and (an odd length) the fallback; the 32-bit-index max
-// pools those of the 64-bit ones, NHWC and NCHW, forward (y and arg) and backward.
+// of Add then ReLU and AddReLUBackward (k_add_relu_bwd8) those of Axpy then ReLUBackward, f32 and
+// f16, 8-wide and (an odd length) the fallback; the 32-bit-index max
+// pools and the 8-wide NHWC ones (k_maxpool8, k_maxpool_bwd8) those of the 64-bit ones, NHWC and
+// NCHW, forward (y and arg) and backward.
 func TestCUDA_fusedPassesSameBits(t *testing.T) {
 	g := gpu(t)
 	r := rand.New(rand.NewPCG(13, 13))
@@ -432,21 +434,29 @@ func TestCUDA_fusedPassesSameBits(t *testing.T) {
 			g.Add(plain, a, b)
 			g.ReLU(plain, plain)
 			same(fmt.Sprintf("%s AddReLU n=%d", dt, n), tensor.ToHost(fused), tensor.ToHost(plain))
+			// backward: dx (here fused/plain, equal) += a, through a ReLU whose output is b's ReLU
+			y := g.Alloc(dt, "y", n)
+			g.ReLU(y, b)
+			g.AddReLUBackward(fused, a, y)
+			g.Axpy(plain, 1, a)
+			g.ReLUBackward(plain, plain, y)
+			same(fmt.Sprintf("%s AddReLUBackward n=%d", dt, n), tensor.ToHost(fused), tensor.ToHost(plain))
+			g.Free(y)
 			for _, tt := range []*tensor.Tensor{a, b, fused, plain} {
 				g.Free(tt)
 			}
 		}
 	}
-	old := idx32Max
-	t.Cleanup(func() { idx32Max = old })
+	old, old8 := idx32Max, pool8On
+	t.Cleanup(func() { idx32Max, pool8On = old, old8 })
 	for _, l := range []tensor.Layout{tensor.NHWC, tensor.NCHW} {
 		for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
 			geo := tensor.ConvGeom{KH: 3, KW: 3, Stride: 2, Pad: 1, Layout: l}
 			const N, C, H, W = 3, 16, 13, 12
 			OH, OW := geo.OutHW(H, W)
 			xs, dys := rnd(N*C*H*W), rnd(N*C*OH*OW)
-			run := func(limit int) [][]float32 {
-				idx32Max = limit
+			run := func(limit int, vec bool) [][]float32 {
+				idx32Max, pool8On = limit, vec
 				x := tensor.FromHost(g, dt, "x", xs, l.Shape(N, C, H, W)...)
 				dy := tensor.FromHost(g, dt, "dy", dys, l.Shape(N, C, OH, OW)...)
 				y, dx := g.Alloc(dt, "y", l.Shape(N, C, OH, OW)...), g.Alloc(dt, "dx", l.Shape(N, C, H, W)...)
@@ -466,9 +476,12 @@ func TestCUDA_fusedPassesSameBits(t *testing.T) {
 				}
 				return [][]float32{tensor.ToHost(y), args, tensor.ToHost(dx)}
 			}
-			want, got := run(0), run(1<<30)
-			for k, name := range []string{"y", "arg", "dx"} {
-				same(fmt.Sprintf("%s %s max pool %s (32-bit)", l, dt, name), got[k], want[k])
+			want := run(0, false)
+			for _, vec := range []bool{false, true} { // 32-bit scalar, then 8-wide (NHWC)
+				got := run(1<<30, vec)
+				for k, name := range []string{"y", "arg", "dx"} {
+					same(fmt.Sprintf("%s %s max pool %s (32-bit, 8-wide %v)", l, dt, name, vec), got[k], want[k])
+				}
 			}
 		}
 	}

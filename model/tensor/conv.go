@@ -87,6 +87,10 @@ type BatchNormReLUDevice interface {
 // pass (a residual block's end: out = relu(main + shortcut)): the bits of Add then ReLU.
 type AddReLUDevice interface {
 	AddReLU(out, a, b *Tensor)
+	// AddReLUBackward: dx = dx + a where y > 0, else 0 (y a ReLU's output: the residual block's
+	// input gradient finished and taken through the ReLU before it): the bits of Axpy(dx, 1, a)
+	// then ReLUBackward(dx, dx, y).
+	AddReLUBackward(dx, a, y *Tensor)
 }
 
 // AsSyncBatchNorm returns dev's SyncBatchNormDevice, or an error naming the device.
