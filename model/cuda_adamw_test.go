@@ -3,6 +3,7 @@
 package model
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -83,6 +84,65 @@ func TestCUDA_adamwMultiMatchesPerRun(t *testing.T) {
 		ps.Init(11)
 		return ps, ps.Free
 	})
+	g.Sync()
+	if a := g.Stats().Allocated; a != base {
+		t.Errorf("allocated %d after freeing, %d before\n%s", a, base, tensor.MemorySummary(g))
+	}
+}
+
+// The fused k_sgd_multi gives k_sgd's per-run results bit for bit (params, f16 copy, momentum
+// after three steps), with momentum and Nesterov, with momentum alone and without it, on a slab
+// of alternating decay runs; memory returns to its baseline after Free.
+func TestCUDA_sgdMultiMatchesPerRun(t *testing.T) {
+	g := gpu(t)
+	base := g.Stats().Allocated
+	for _, cfg := range []SGDConfig{
+		{Momentum: 0.9, WeightDecay: 1e-4, Nesterov: true},
+		{Momentum: 0.9, WeightDecay: 1e-4},
+		{WeightDecay: 0.1},
+	} {
+		var pss [2]*Params
+		var opts [2]*SGD
+		for k := range pss {
+			ps := NewParams(g)
+			sizes := []int{1, 3, 700000, 5, 1, 300001, 17, 2000000, 256, 255, 1, 1000003, 9, 8, 400000}
+			for i, n := range sizes {
+				ps.Add(string(rune('a'+i)), Init{Std: 0.5}, i%3 != 1, n)
+			}
+			ps.Build(tensor.F16)
+			ps.Init(11)
+			opt, err := NewSGD(ps, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if opt.multi == nil || opt.table == nil {
+				t.Fatal("the CUDA device does not take SGD's multi path")
+			}
+			opt.perRun = k == 1
+			pss[k], opts[k] = ps, opt
+		}
+		r := rand.New(rand.NewPCG(5, 3))
+		for step := 1; step <= 3; step++ {
+			gr := make([]float32, pss[0].N)
+			for i := range gr {
+				gr[i] = float32(r.NormFloat64())
+			}
+			for k := range pss {
+				g.Upload(pss[k].Grad, gr)
+				opts[k].Step(1e-2 * float32(step))
+			}
+			name := fmt.Sprintf("%+v step %d", cfg, step)
+			bitsEqual(t, name+" w", tensor.ToHost(pss[0].Data), tensor.ToHost(pss[1].Data))
+			bitsEqual(t, name+" half", tensor.ToHost(pss[0].Half), tensor.ToHost(pss[1].Half))
+			if opts[0].Mom != nil {
+				bitsEqual(t, name+" momentum", tensor.ToHost(opts[0].Mom), tensor.ToHost(opts[1].Mom))
+			}
+		}
+		for k := range pss {
+			opts[k].Free()
+			pss[k].Free()
+		}
+	}
 	g.Sync()
 	if a := g.Stats().Allocated; a != base {
 		t.Errorf("allocated %d after freeing, %d before\n%s", a, base, tensor.MemorySummary(g))

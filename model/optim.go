@@ -260,6 +260,12 @@ type SGD struct {
 	t     int64
 	runs  []decayRun
 	shard *Shard // nil: every element
+
+	// With a MultiSGD device: the runs as one table, and its device copy (as AdamW's).
+	multi  tensor.MultiSGD
+	aruns  []tensor.AdamWRun
+	table  *tensor.Tensor
+	perRun bool // tests: force one Device.SGD call per run
 }
 
 // NewSGD allocates a zeroed momentum buffer when Momentum > 0.
@@ -287,6 +293,13 @@ func NewSGDShard(ps *Params, cfg SGDConfig, shard *Shard) (*SGD, error) {
 		o.Mom = dev.Alloc(tensor.F32, "sgd.momentum", n)
 		dev.Fill(o.Mom, 0)
 	}
+	if md, ok := ps.Device().(tensor.MultiSGD); ok && ps.N > 0 && shard == nil {
+		o.multi = md
+		for _, r := range o.runs {
+			o.aruns = append(o.aruns, tensor.AdamWRun{Off: r.off, N: r.n, Decay: r.decay})
+		}
+		o.table = md.AdamWTable(o.aruns)
+	}
 	return o, nil
 }
 
@@ -294,6 +307,11 @@ func (o *SGD) Step(lr float32) {
 	o.t++
 	dev := o.ps.Device()
 	a := tensor.SGDArgs{LR: lr, Momentum: o.Cfg.Momentum, Nesterov: o.Cfg.Nesterov}
+	if o.multi != nil && !o.perRun {
+		a.WeightDecay = o.Cfg.WeightDecay
+		o.multi.SGDRuns(o.ps.Data, o.ps.Grad, o.Mom, o.ps.Half, o.aruns, o.table, a)
+		return
+	}
 	for _, r := range o.runs {
 		a.WeightDecay = 0
 		if r.decay {
@@ -320,8 +338,8 @@ func (o *SGD) SetSteps(n int64) { o.t = n }
 func (o *SGD) Shard() *Shard { return o.shard }
 
 func (o *SGD) Free() {
-	freeAll(o.ps.Device(), o.Mom)
-	o.Mom = nil
+	freeAll(o.ps.Device(), o.Mom, o.table)
+	o.Mom, o.table = nil, nil
 }
 
 var (

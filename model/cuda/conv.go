@@ -49,12 +49,6 @@ func optPtr(t *tensor.Tensor) uint64 {
 	return ptra(t)
 }
 
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
 
 // convState is the device's cuDNN handle, its conv kernels' module and the algorithm cache.
 type convState struct {

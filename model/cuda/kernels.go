@@ -654,6 +654,26 @@ __global__ void k_sgd(float* p, const float* g, float* mom, half_t* h, long n, f
 	}
 }
 
+// k_sgd over whole slabs in one launch, the runs as k_adamw_multi's: k_sgd's arithmetic with the
+// weight decay of each element's run.
+__global__ void k_sgd_multi(float* p, const float* g, float* mom, half_t* h, long n, const long long* runs, int nruns,
+		float lr, float mu, float wdecay, int nesterov) {
+	int r = 0;
+	FOR(i, n) {
+		while (r + 1 < nruns && (runs[r + 1] >> 1) <= (long long)i) r++;
+		float wd = (runs[r] & 1) ? wdecay : 0.f;
+		float d = g[i] + wd * p[i];
+		if (mom && mu != 0.f) {
+			float mi = mu * mom[i] + d;
+			mom[i] = mi;
+			d = nesterov ? d + mu * mi : mi;
+		}
+		float w = p[i] - lr * d;
+		p[i] = w;
+		if (h) h[i] = f2h(w);
+	}
+}
+
 // ---- 8-wide variants of the hot elementwise kernels (n8 = n/8 vectors) ----
 __global__ void k_cast8(void* y, int dy, const void* x, int dx, int n8) {
 	FOR8(i, n8) { float v[8]; ld8(x, dx, i, v); st8(y, dy, i, v); }

@@ -207,6 +207,14 @@ type MultiAdamW interface {
 	AdamWRuns(p, g, m, v, half *Tensor, runs []AdamWRun, table *Tensor, a AdamWArgs)
 }
 
+// MultiSGD is MultiAdamW's companion for SGD (the same run table, AdamWTable's): SGDRuns is
+// Device.SGD over whole slabs p, g, mom (nil without momentum) and half (may be nil), the weight
+// decay applied only to the runs with Decay set, bit-identical to one Device.SGD call per run.
+type MultiSGD interface {
+	MultiAdamW
+	SGDRuns(p, g, mom, half *Tensor, runs []AdamWRun, table *Tensor, a SGDArgs)
+}
+
 // Fence is a point in a device's stream of work, from Device.Fence: what was enqueued before it
 // is done once Wait returns or Done reports true, and the host may then read what that work wrote
 // (a pinned buffer, say) and reuse what it read. The CPU device's fences are done when made (its
