@@ -49,7 +49,6 @@ func optPtr(t *tensor.Tensor) uint64 {
 	return ptra(t)
 }
 
-
 // convState is the device's cuDNN handle, its conv kernels' module and the algorithm cache.
 type convState struct {
 	h      *cudnn.Handle
