@@ -378,23 +378,32 @@ func (d *Device) BatchNormReLUBackward(l tensor.Layout, dx, dw, db, dy, y, x, w,
 func (d *Device) batchNorm(l tensor.Layout, y, mean, rstd, runMean, runVar, x, w, b *tensor.Tensor, eps, momentum float32, relu bool) {
 	N, C, P := bnDims("BatchNorm", l, x, mean, rstd, runMean, runVar, w, b)
 	sameImage("BatchNorm", y, x)
-	d.BatchNormStats(l, mean, rstd, x) // rstd holds the variance until k_bn_finish
-	run := uint64(0)
-	var rm, rv uint64
+	fe := finExtra{fin: true, eps: eps, momentum: momentum, w: ptra(w), b: ptra(b)}
 	if runMean != nil && runVar != nil {
-		run, rm, rv = 1, ptra(runMean), ptra(runVar)
+		fe.run, fe.runMean, fe.runVar = true, ptra(runMean), ptra(runVar)
 	}
-	if bnVec8(l, C, y, x) {
-		// k_bn_finish packs mean, rstd, w and b (4, C) for the 8-wide pass's vector loads
-		pack := d.Alloc(tensor.F32, "bn.pack", 4*C)
-		d.launch1("k_bn_finish", C, ptra(mean), ptra(rstd), rm, rv, run, i32a(C), u64a(uint64(N*P)), f32a(eps), f32a(momentum),
-			ptra(w), ptra(b), ptra(pack))
+	vec := bnVec8(l, C, y, x)
+	var pack *tensor.Tensor
+	if vec { // mean, rstd, w and b packed (4, C) for the 8-wide pass's vector loads
+		pack = d.Alloc(tensor.F32, "bn.pack", 4*C)
+		fe.pack = ptra(pack)
+	}
+	if bnSplit() { // the sums, then k_chan_fin finishes the statistics too (fe.fin)
+		p := planChan(l, C, N*P, x, nil, nil)
+		part := d.Alloc(tensor.F32, "bn.part", 4*p.S*C) // (2,S,C) f64
+		d.chanPart(l, p, 0, N, C, P, x, nil, nil, nilPtr, nilPtr, part)
+		d.chanFin(0, p, C, N*P, part, ptra(mean), ptra(rstd), nilPtr, nilPtr, fe)
+		d.Free(part)
+	} else { // rstd holds the variance until k_bn_finish
+		d.chanTiles("k_bn_stats", l, C, ptra(x), dta(x), nhwcArg(l), i32a(N), i32a(C), i32a(P), ptra(mean), ptra(rstd))
+		d.launch1("k_bn_finish", C, ptra(mean), ptra(rstd), fe.runMean, fe.runVar, i32a(b2i(fe.run)), i32a(C), u64a(uint64(N*P)),
+			f32a(eps), f32a(momentum), fe.w, fe.b, fe.pack)
+	}
+	if vec {
 		d.launch1("k_bn_apply8", x.Len()/8, ptra(y), ptra(x), dta(x), i32a(x.Len()/8), i32a(C), ptra(pack), i32a(b2i(relu)))
 		d.Free(pack)
 		return
 	}
-	d.launch1("k_bn_finish", C, ptra(mean), ptra(rstd), rm, rv, run, i32a(C), u64a(uint64(N*P)), f32a(eps), f32a(momentum),
-		nilPtr, nilPtr, nilPtr)
 	d.launch1("k_bn_apply", x.Len(), ptra(y), ptra(x), dta(x), nhwcArg(l), u64a(uint64(x.Len())), i32a(C), i32a(P),
 		ptra(mean), ptra(rstd), ptra(w), ptra(b), i32a(b2i(relu)))
 }
@@ -420,10 +429,17 @@ func (d *Device) BatchNormBackward(l tensor.Layout, dx, dw, db, dy, x, w, mean, 
 func (d *Device) batchNormBackward(l tensor.Layout, dx, dw, db, dy, x, w, mean, rstd, mask *tensor.Tensor) {
 	N, C, P := bnDims("BatchNormBackward", l, x, dw, db, w, mean, rstd)
 	sdy, sdyx := d.Alloc(tensor.F32, "bn.sdy", C), d.Alloc(tensor.F32, "bn.sdyx", C)
-	d.backwardReduce(l, sdy, sdyx, dw, db, dy, x, mean, rstd, mask)
-	d.backwardElemt(l, dx, dy, x, w, mean, rstd, sdy, sdyx, N*P, mask)
+	var pack *tensor.Tensor
+	if bnSplit() && bnVec8(l, C, dx, dy, x, mask) { // k_chan_fin packs the elemt pass's coefficients
+		pack = d.Alloc(tensor.F32, "bn.pack", 5*C)
+	}
+	d.backwardReduce(l, sdy, sdyx, dw, db, dy, x, mean, rstd, mask, w, pack)
+	d.backwardElemt(l, dx, dy, x, w, mean, rstd, sdy, sdyx, N*P, mask, pack)
 	d.Free(sdy)
 	d.Free(sdyx)
+	if pack != nil {
+		d.Free(pack)
+	}
 }
 
 func (d *Device) BatchNormStats(l tensor.Layout, mean, variance, x *tensor.Tensor) {
@@ -432,7 +448,7 @@ func (d *Device) BatchNormStats(l tensor.Layout, mean, variance, x *tensor.Tenso
 		p := planChan(l, C, N*P, x, nil, nil)
 		part := d.Alloc(tensor.F32, "bn.part", 4*p.S*C) // (2,S,C) f64
 		d.chanPart(l, p, 0, N, C, P, x, nil, nil, nilPtr, nilPtr, part)
-		d.chanFin(0, p, C, N*P, part, ptra(mean), ptra(variance), nilPtr, nilPtr)
+		d.chanFin(0, p, C, N*P, part, ptra(mean), ptra(variance), nilPtr, nilPtr, finExtra{})
 		d.Free(part)
 		return
 	}
@@ -490,19 +506,32 @@ func (d *Device) chanPart(l tensor.Layout, p chanPlan, what, N, C, P int, a, x, 
 		i32a(N), i32a(C), i32a(P), u64a(uint64(p.R)), mean, rstd, ptra(part))
 }
 
+// finExtra is what k_chan_fin does after the sums besides writing them (zero: nothing): for
+// the statistics (what 0) with fin, k_bn_finish's step (o2 becomes rstd; the running statistics
+// when run; pack (4, C) when set, from w and b); for the backward sums (what 2) with pack set,
+// k_bn_coef's pack (5, C) from w, mean, rstd and count.
+type finExtra struct {
+	fin, run               bool
+	runMean, runVar        uint64
+	eps, momentum, count   float32
+	w, b, mean, rstd, pack uint64
+}
+
 // chanFin launches k_chan_fin over C channels: 32 channels × 8 lanes a block.
-func (d *Device) chanFin(what int, p chanPlan, C, M int, part *tensor.Tensor, o1, o2, dw, db uint64) {
+func (d *Device) chanFin(what int, p chanPlan, C, M int, part *tensor.Tensor, o1, o2, dw, db uint64, fe finExtra) {
 	d.launch("k_chan_fin", [3]int{(C + 31) / 32, 1, 1}, [3]int{32, 8, 1}, 0, i32a(what), ptra(part), i32a(p.S), i32a(C),
-		u64a(uint64(M)), o1, o2, dw, db)
+		u64a(uint64(M)), o1, o2, dw, db, i32a(b2i(fe.fin)), fe.runMean, fe.runVar, i32a(b2i(fe.run)), f32a(fe.eps), f32a(fe.momentum),
+		fe.w, fe.b, fe.mean, fe.rstd, f32a(fe.count), fe.pack)
 }
 
 func (d *Device) BatchNormBackwardReduce(l tensor.Layout, sdy, sdyx, dw, db, dy, x, mean, rstd *tensor.Tensor) {
-	d.backwardReduce(l, sdy, sdyx, dw, db, dy, x, mean, rstd, nil)
+	d.backwardReduce(l, sdy, sdyx, dw, db, dy, x, mean, rstd, nil, nil, nil)
 }
 
 // backwardReduce is BatchNormBackwardReduce with dy masked as batchNormBackward's; a mask
-// needs the split reductions (k_bn_reduce has none).
-func (d *Device) backwardReduce(l tensor.Layout, sdy, sdyx, dw, db, dy, x, mean, rstd, mask *tensor.Tensor) {
+// needs the split reductions (k_bn_reduce has none). pack (5, C), when set (with the split
+// reductions only), gets k_bn_coef's coefficients from w, for count N·P.
+func (d *Device) backwardReduce(l tensor.Layout, sdy, sdyx, dw, db, dy, x, mean, rstd, mask, w, pack *tensor.Tensor) {
 	N, C, P := bnDims("BatchNormBackwardReduce", l, x, sdy, sdyx, dw, db, mean, rstd)
 	sameImage("BatchNormBackwardReduce", dy, x)
 	var dwp, dbp uint64
@@ -516,7 +545,11 @@ func (d *Device) backwardReduce(l tensor.Layout, sdy, sdyx, dw, db, dy, x, mean,
 		p := planChan(l, C, N*P, dy, x, mask)
 		part := d.Alloc(tensor.F32, "bn.part", 4*p.S*C) // (2,S,C) f64
 		d.chanPart(l, p, 2, N, C, P, dy, x, mask, ptra(mean), ptra(rstd), part)
-		d.chanFin(2, p, C, N*P, part, ptra(sdy), ptra(sdyx), dwp, dbp)
+		var fe finExtra
+		if pack != nil {
+			fe = finExtra{w: ptra(w), mean: ptra(mean), rstd: ptra(rstd), count: float32(N * P), pack: ptra(pack)}
+		}
+		d.chanFin(2, p, C, N*P, part, ptra(sdy), ptra(sdyx), dwp, dbp, fe)
 		d.Free(part)
 		return
 	}
@@ -528,20 +561,23 @@ func (d *Device) backwardReduce(l tensor.Layout, sdy, sdyx, dw, db, dy, x, mean,
 }
 
 func (d *Device) BatchNormBackwardElemt(l tensor.Layout, dx, dy, x, w, mean, rstd, sdy, sdyx *tensor.Tensor, count int) {
-	d.backwardElemt(l, dx, dy, x, w, mean, rstd, sdy, sdyx, count, nil)
+	d.backwardElemt(l, dx, dy, x, w, mean, rstd, sdy, sdyx, count, nil, nil)
 }
 
-func (d *Device) backwardElemt(l tensor.Layout, dx, dy, x, w, mean, rstd, sdy, sdyx *tensor.Tensor, count int, mask *tensor.Tensor) {
+// backwardElemt is BatchNormBackwardElemt with dy masked as batchNormBackward's; pack, when set,
+// holds the coefficients already (k_chan_fin's), else the 8-wide pass computes them (k_bn_coef).
+func (d *Device) backwardElemt(l tensor.Layout, dx, dy, x, w, mean, rstd, sdy, sdyx *tensor.Tensor, count int, mask, pack *tensor.Tensor) {
 	_, C, P := bnDims("BatchNormBackwardElemt", l, x, w, mean, rstd, sdy, sdyx)
 	sameImage("BatchNormBackwardElemt", dy, x)
 	sameImage("BatchNormBackwardElemt", dx, x)
 	mp := optPtr(mask)
 	if bnVec8(l, C, dx, dy, x, mask) {
-		// the per-channel coefficients packed (5, C) for the 8-wide pass's vector loads
-		pack := d.Alloc(tensor.F32, "bn.pack", 5*C)
-		d.launch1("k_bn_coef", C, ptra(pack), ptra(w), ptra(mean), ptra(rstd), ptra(sdy), ptra(sdyx), i32a(C), f32a(float32(count)))
+		if pack == nil { // the per-channel coefficients packed (5, C) for the 8-wide pass's vector loads
+			pack = d.Alloc(tensor.F32, "bn.pack", 5*C)
+			defer d.Free(pack)
+			d.launch1("k_bn_coef", C, ptra(pack), ptra(w), ptra(mean), ptra(rstd), ptra(sdy), ptra(sdyx), i32a(C), f32a(float32(count)))
+		}
 		d.launch1("k_bn_elemt8", x.Len()/8, ptra(dx), ptra(dy), ptra(x), mp, dta(x), i32a(x.Len()/8), i32a(C), ptra(pack))
-		d.Free(pack)
 		return
 	}
 	d.launch1("k_bn_elemt", x.Len(), ptra(dx), ptra(dy), ptra(x), mp, dta(x), nhwcArg(l), u64a(uint64(x.Len())), i32a(C), i32a(P),

@@ -122,6 +122,36 @@ __device__ __forceinline__ void maxpool_bwd(void* dx, const void* dy, const int*
 	}
 }
 
+// bnFinish: channel c's batch-norm statistics finished from its mean mf and biased variance v:
+// rstd[c] = 1/√(v+eps); the running statistics moved with momentum (the variance unbiased, over
+// count − 1) when run is set; pack (4, C), when set, gets mean, rstd, w, b (k_bn_apply8's).
+__device__ __forceinline__ void bnFinish(int c, int C, float mf, float v, float* rstd, float* runMean, float* runVar,
+		int run, long count, float eps, float momentum, const float* w, const float* b, float* pack) {
+	if (run) {
+		float unb = count > 1 ? (float)((double)v * (double)count / (double)(count - 1)) : v;
+		runMean[c] = (1.f - momentum) * runMean[c] + momentum * mf;
+		runVar[c] = (1.f - momentum) * runVar[c] + momentum * unb;
+	}
+	float r = 1.f / sqrtf(v + eps);
+	rstd[c] = r;
+	if (pack) {
+		pack[c] = mf;
+		pack[C + c] = r;
+		pack[2 * C + c] = w[c];
+		pack[3 * C + c] = b[c];
+	}
+}
+
+// bnCoef: channel c's backward coefficients packed (5, C) for k_bn_elemt8: mean, rstd, w·rstd,
+// sdy/count, sdyx/count (what k_bn_elemt computes per element).
+__device__ __forceinline__ void bnCoef(int c, int C, float* pack, float w, float mean, float rstd, float sdy, float sdyx, float count) {
+	pack[c] = mean;
+	pack[C + c] = rstd;
+	pack[2 * C + c] = w * rstd;
+	pack[3 * C + c] = sdy / count;
+	pack[4 * C + c] = sdyx / count;
+}
+
 extern "C" {
 
 // k_bn_stats: mean[c] and var[c] (biased) of x over its N·P elements, two passes (the mean, then
@@ -187,21 +217,26 @@ __global__ void k_chan_part(int what, const void* a, const void* x, const void* 
 	}
 }
 
-// rows8: the block's rows' eight sums of each thread column added in row order into out[0..7] (by
-// the threads of row 0 where ok). sh holds 8·blockDim.x·blockDim.y ≤ 2048 doubles.
-__device__ __forceinline__ void rows8(const double* v, double* sh, double* out, bool ok) {
+// rows16: the block's rows' sixteen sums (s[0..7] and t[0..7]) of each thread column, each added
+// in row order (acc = 0, then row 0, 1, …), the 16·blockDim.x chains spread over all the block's
+// threads (version 1 left them to the threads of row 0, eight chains each per sum: a serial tail
+// that was a large share of a small layer's block). ps and pt are the chunk's rows of part; cbase the block's first channel. sh
+// holds 16·blockDim.x·blockDim.y ≤ 4096 doubles.
+__device__ __forceinline__ void rows16(const double* s, const double* t, double* sh, double* ps, double* pt, int cbase, int C) {
 	int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
 	__syncthreads();
 	#pragma unroll
-	for (int k = 0; k < 8; k++) sh[(ty * bx + tx) * 8 + k] = v[k];
+	for (int k = 0; k < 8; k++) {
+		sh[(ty * bx + tx) * 16 + k] = s[k];
+		sh[(ty * bx + tx) * 16 + 8 + k] = t[k];
+	}
 	__syncthreads();
-	if (ok && ty == 0) {
-		#pragma unroll
-		for (int k = 0; k < 8; k++) {
-			double acc = 0;
-			for (int r = 0; r < by; r++) acc += sh[(r * bx + tx) * 8 + k];
-			out[k] = acc;
-		}
+	for (int ch = ty * bx + tx; ch < 16 * bx; ch += bx * by) {
+		int cx = ch >> 4, q = ch & 15;
+		double acc = 0;
+		for (int r = 0; r < by; r++) acc += sh[(r * bx + cx) * 16 + q];
+		int c = cbase + cx * 8 + (q & 7);
+		if (c < C) (q < 8 ? ps : pt)[c] = acc;
 	}
 }
 
@@ -232,7 +267,7 @@ __device__ __forceinline__ void acc8(int what, float* v, const float* xv, const 
 // k_chan_fin's chunk order), so results do not depend on timing. part as k_chan_part's.
 __global__ void k_chan_part8(int what, const void* a, const void* x, const void* mask, int dt, int C, long M, long R,
 		const float* mean, const float* rstd, double* part) {
-	__shared__ double sh[256 * 8];
+	__shared__ double sh[256 * 16];
 	int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
 	long by = blockDim.y, j0 = (long)blockIdx.y * R, j1 = min(M, j0 + R);
 	bool ok = c0 < C;
@@ -267,8 +302,7 @@ __global__ void k_chan_part8(int what, const void* a, const void* x, const void*
 		if (mask) ld8(mask, dt, j * C + c0, u);
 		acc8(what, v, xv, mask ? u : nullptr, s, t, fm, fr);
 	}
-	rows8(s, sh, part + (long)blockIdx.y * C + c0, ok);
-	rows8(t, sh, part + ((long)gridDim.y + blockIdx.y) * C + c0, ok);
+	rows16(s, t, sh, part + (long)blockIdx.y * C, part + ((long)gridDim.y + blockIdx.y) * C, blockIdx.x * blockDim.x * 8, C);
 }
 
 // k_chan_fin: channel c's S partials of k_chan_part added, in a fixed order: a block of
@@ -276,8 +310,13 @@ __global__ void k_chan_part8(int what, const void* a, const void* x, const void*
 // the lanes are added in lane order (tileSum), so S of several hundred chunks is not one
 // thread's chain of loads. what 0: o1 = the mean over M, o2 = the biased variance Σa²/M − mean²
 // (not below 0); 2: o1 = sdy, o2 = sdyx, and dw[c] += sdyx, db[c] += sdy when set (as k_bn_reduce).
+// It also does the batch norm's per-channel step after the sums, which would be a launch of its
+// own (53 a ResNet-50 step each): what 0 with fin set, k_bn_finish's (o2 gets rstd, the running
+// statistics and pack as there, with count M); what 2 with pack set, k_bn_coef's (from sdy, sdyx
+// and w, mean, rstd, count). The same float values and operations: the same bits.
 __global__ void k_chan_fin(int what, const double* part, int S, int C, long M, float* o1, float* o2,
-		float* dw, float* db) {
+		float* dw, float* db, int fin, float* runMean, float* runVar, int run, float eps, float momentum,
+		const float* w, const float* b, const float* mean, const float* rstd, float count, float* pack) {
 	__shared__ double sh[TILE_MAX];
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
 	bool ok = c < C;
@@ -302,13 +341,16 @@ __global__ void k_chan_fin(int what, const double* part, int S, int C, long M, f
 	if (!ok || threadIdx.y != 0) return;
 	if (what == 0) {
 		double m = a / (double)M;
-		o1[c] = (float)m;
-		o2[c] = (float)fmax(0.0, b / (double)M - m * m);
+		float mf = (float)m, v = (float)fmax(0.0, b / (double)M - m * m);
+		o1[c] = mf;
+		if (fin) bnFinish(c, C, mf, v, o2, runMean, runVar, run, M, eps, momentum, w, b, pack);
+		else o2[c] = v;
 	} else {
 		o1[c] = (float)a;
 		o2[c] = (float)b;
 		if (dw) dw[c] += (float)b;
 		if (db) db[c] += (float)a;
+		if (pack) bnCoef(c, C, pack, w[c], mean[c], rstd[c], (float)a, (float)b, count);
 	}
 }
 
@@ -317,12 +359,7 @@ __global__ void k_chan_fin(int what, const double* part, int S, int C, long M, f
 __global__ void k_bn_coef(float* pack, const float* w, const float* mean, const float* rstd, const float* sdy,
 		const float* sdyx, int C, float count) {
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
-	if (c >= C) return;
-	pack[c] = mean[c];
-	pack[C + c] = rstd[c];
-	pack[2 * C + c] = w[c] * rstd[c];
-	pack[3 * C + c] = sdy[c] / count;
-	pack[4 * C + c] = sdyx[c] / count;
+	if (c < C) bnCoef(c, C, pack, w[c], mean[c], rstd[c], sdy[c], sdyx[c], count);
 }
 
 // k_bn_finish: rstd = 1/√(var+eps) in place of var; running statistics moved with momentum (the
@@ -331,21 +368,7 @@ __global__ void k_bn_coef(float* pack, const float* w, const float* mean, const 
 __global__ void k_bn_finish(const float* mean, float* var_rstd, float* runMean, float* runVar, int run,
 		int C, long count, float eps, float momentum, const float* w, const float* b, float* pack) {
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
-	if (c >= C) return;
-	float v = var_rstd[c];
-	if (run) {
-		float unb = count > 1 ? (float)((double)v * (double)count / (double)(count - 1)) : v;
-		runMean[c] = (1.f - momentum) * runMean[c] + momentum * mean[c];
-		runVar[c] = (1.f - momentum) * runVar[c] + momentum * unb;
-	}
-	float r = 1.f / sqrtf(v + eps);
-	var_rstd[c] = r;
-	if (pack) {
-		pack[c] = mean[c];
-		pack[C + c] = r;
-		pack[2 * C + c] = w[c];
-		pack[3 * C + c] = b[c];
-	}
+	if (c < C) bnFinish(c, C, mean[c], var_rstd[c], var_rstd, runMean, runVar, run, count, eps, momentum, w, b, pack);
 }
 
 // k_bn_apply: y = (x − mean[c])·rstd[c]·w[c] + b[c] over n elements, ReLU'd after when relu is
