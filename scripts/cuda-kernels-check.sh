@@ -18,12 +18,46 @@ trap 'rm -rf "$tmp"' EXIT
 python3 - "$root" "$tmp" <<'PY'
 import glob, re, sys
 root, out = sys.argv[1], sys.argv[2]
-consts = {}
+# Each `name = <raw string or constant> + <raw string or constant> + ...`, concatenations resolved
+# (convKernelSource is its own text around vec8Source: the first raw string alone is a fragment).
+exprs = {}
 for f in sorted(glob.glob(root + "/model/cuda/*.go")):
     if f.endswith("_test.go"):
         continue
-    for name, body in re.findall(r"(\w+)\s*=\s*`(.*?)`", open(f).read(), re.S):
-        consts[name] = body
+    text = open(f).read()
+    for m in re.finditer(r"(\w+)\s*=\s*(?=`)", text):
+        parts, i = [], m.end()
+        while True:
+            if text[i] == "`":
+                j = text.index("`", i + 1)
+                parts.append(("raw", text[i + 1:j]))
+                i = j + 1
+            else:
+                k = re.match(r"\w+", text[i:])
+                if not k:
+                    break
+                parts.append(("ref", k.group(0)))
+                i += k.end()
+            k = re.match(r"\s*\+\s*", text[i:])
+            if not k:
+                break
+            i += k.end()
+        exprs[m.group(1)] = parts
+def value(name, seen=()):
+    if name not in exprs or name in seen:
+        return None
+    out = []
+    for kind, v in exprs[name]:
+        if kind == "raw":
+            out.append(v)
+        else:
+            r = value(v, seen + (name,))
+            if r is None:
+                return None
+            out.append(r)
+    return "".join(out)
+consts = {n: value(n) for n in exprs}
+consts = {n: v for n, v in consts.items() if v is not None}
 sources = {n: b for n, b in consts.items() if "__global__" in b}
 if not sources:
     sys.exit("cuda-kernels-check: no kernel sources found in model/cuda")

@@ -320,7 +320,7 @@ __global__ void k_chan_fin(int what, const double* part, int S, int C, long M, f
 	__shared__ double sh[TILE_MAX];
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
 	bool ok = c < C;
-	double a = 0, b = 0;
+	double sa = 0, sb = 0;
 	int by = blockDim.y;
 	// eight of the lane's partials loaded before they are added (in the same order): S of
 	// several hundred chunks was a chain of dependent loads from L2, ~10 µs a call
@@ -334,23 +334,23 @@ __global__ void k_chan_fin(int what, const double* part, int S, int C, long M, f
 		}
 		#pragma unroll
 		for (int u = 0; u < 8; u++)
-			if (y0 + u * by < S) { a += pa[u]; b += pb[u]; }
+			if (y0 + u * by < S) { sa += pa[u]; sb += pb[u]; }
 	}
-	a = tileSum(a, sh);
-	b = tileSum(b, sh);
+	sa = tileSum(sa, sh);
+	sb = tileSum(sb, sh);
 	if (!ok || threadIdx.y != 0) return;
 	if (what == 0) {
-		double m = a / (double)M;
-		float mf = (float)m, v = (float)fmax(0.0, b / (double)M - m * m);
+		double m = sa / (double)M;
+		float mf = (float)m, v = (float)fmax(0.0, sb / (double)M - m * m);
 		o1[c] = mf;
 		if (fin) bnFinish(c, C, mf, v, o2, runMean, runVar, run, M, eps, momentum, w, b, pack);
 		else o2[c] = v;
 	} else {
-		o1[c] = (float)a;
-		o2[c] = (float)b;
-		if (dw) dw[c] += (float)b;
-		if (db) db[c] += (float)a;
-		if (pack) bnCoef(c, C, pack, w[c], mean[c], rstd[c], (float)a, (float)b, count);
+		o1[c] = (float)sa;
+		o2[c] = (float)sb;
+		if (dw) dw[c] += (float)sb;
+		if (db) db[c] += (float)sa;
+		if (pack) bnCoef(c, C, pack, w[c], mean[c], rstd[c], (float)sa, (float)sb, count);
 	}
 }
 

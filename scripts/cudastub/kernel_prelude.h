@@ -54,6 +54,9 @@ struct __attribute__((aligned(16))) float4 { float x, y, z, w; };
 struct __attribute__((aligned(8))) float2 { float x, y; };
 struct __attribute__((aligned(8))) uint2 { unsigned x, y; };
 struct __attribute__((aligned(16))) uint4 { unsigned x, y, z, w; };
+struct __attribute__((aligned(16))) int4 { int x, y, z, w; };
+__device__ int4 make_int4(int, int, int, int);
+__device__ double fmax(double, double);
 #define __align__(n) __attribute__((aligned(n)))
 __device__ float4 make_float4(float, float, float, float);
 __device__ float2 make_float2(float, float);
