@@ -386,6 +386,9 @@ func (m *ResNet) Forward(in Inputs, train bool) *tensor.Tensor {
 	}
 	B := in.X.Dim(0)
 	m.in, m.train = in, train
+	if fc, ok := dev.(tensor.ConvFilterCache); ok && train {
+		fc.CacheConvFilters(true) // the filters' derived copies, from here to the end of Backward
+	}
 	m.count = in.Valid
 	if m.count <= 0 {
 		m.count = CountTargets(in.Targets)
@@ -512,6 +515,9 @@ func (m *ResNet) Backward(scale float32) {
 	m.train = false
 	freeLive(dev, m.xin)
 	m.xin = nil
+	if fc, ok := dev.(tensor.ConvFilterCache); ok {
+		fc.CacheConvFilters(false)
+	}
 }
 
 // Predict: out (B) i32 = argmax of the last Forward's logits.
@@ -545,6 +551,9 @@ func (m *ResNet) Release() {
 	freeLive(dev, m.xin)
 	m.xin = nil
 	m.train = false
+	if fc, ok := dev.(tensor.ConvFilterCache); ok {
+		fc.CacheConvFilters(false) // an interrupted backward's
+	}
 }
 
 // Free releases every buffer, the parameters and the BN buffers.

@@ -486,3 +486,66 @@ func TestCUDA_fusedPassesSameBits(t *testing.T) {
 		}
 	}
 }
+
+// CacheConvFilters: an NHWC convolution's forward and backward with the filter's channels-last
+// copy cached give the bits of the uncached calls, the backward reuses the forward's copy (one
+// k_w_krsc for both), and turning the cache off frees it (allocated back to its baseline).
+func TestCUDA_convFilterCacheSameBits(t *testing.T) {
+	g := gpu(t)
+	r := rand.New(rand.NewPCG(21, 21))
+	rnd := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(r.NormFloat64())
+		}
+		return v
+	}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+		geo := tensor.ConvGeom{KH: 3, KW: 3, Stride: 1, Pad: 1, Layout: tensor.NHWC}
+		const N, C, H, W, K = 2, 16, 8, 8, 32
+		xs, ws, dys := rnd(N*C*H*W), rnd(K*C*9), rnd(N*K*H*W)
+		run := func(cache bool) ([][]float32, int) {
+			x := tensor.FromHost(g, dt, "x", xs, N, H, W, C)
+			w := tensor.FromHost(g, dt, "w", ws, K, C, 3, 3)
+			dy := tensor.FromHost(g, dt, "dy", dys, N, H, W, K)
+			y, dx := g.Alloc(dt, "y", N, H, W, K), g.Alloc(dt, "dx", N, H, W, C)
+			dw := tensor.FromHost(g, tensor.F32, "dw", make([]float32, K*C*9), K, C, 3, 3)
+			defer func() {
+				for _, tt := range []*tensor.Tensor{x, w, dy, y, dx, dw} {
+					g.Free(tt)
+				}
+			}()
+			g.Sync()
+			base := g.Stats().Allocated
+			g.ProfileStart()
+			g.CacheConvFilters(cache)
+			g.Conv2d(y, x, w, nil, geo)
+			g.Conv2dBackward(dx, dw, nil, dy, x, w, geo)
+			g.CacheConvFilters(false)
+			prof := g.ProfileStop()
+			g.Sync()
+			if a := g.Stats().Allocated; a != base {
+				t.Errorf("%s cache %v: allocated %d after the cache's end, %d before", dt, cache, a, base)
+			}
+			copies := 0
+			for _, line := range strings.Split(prof, "\n") {
+				if f := strings.Fields(line); len(f) > 1 && f[0] == "k_w_krsc" {
+					fmt.Sscan(f[1], &copies)
+				}
+			}
+			return [][]float32{tensor.ToHost(y), tensor.ToHost(dx), tensor.ToHost(dw)}, copies
+		}
+		want, n0 := run(false)
+		got, n1 := run(true)
+		for k, name := range []string{"y", "dx", "dw"} {
+			for i := range want[k] {
+				if math.Float32bits(got[k][i]) != math.Float32bits(want[k][i]) {
+					t.Fatalf("%s %s[%d]: cached %g, uncached %g", dt, name, i, got[k][i], want[k][i])
+				}
+			}
+		}
+		if n0 != 2 || n1 != 1 {
+			t.Errorf("%s: %d filter copies uncached (want 2), %d cached (want 1)", dt, n0, n1)
+		}
+	}
+}

@@ -83,6 +83,15 @@ type BatchNormReLUDevice interface {
 	FusesBatchNormReLU() bool
 }
 
+// ConvFilterCache is the optional ability of a device to keep what it derives from a
+// convolution's filter (the CUDA device's channels-last copy for NHWC) from a training forward to
+// the end of its backward, instead of deriving it for each call. CacheConvFilters(true) starts a
+// cache (dropping any before it), false drops it; between the two the caller must not change the
+// filters' values (a training step's forward and backward read the same weights).
+type ConvFilterCache interface {
+	CacheConvFilters(on bool)
+}
+
 // AddReLUDevice is the optional ability of a device to add two tensors and ReLU the sum in one
 // pass (a residual block's end: out = relu(main + shortcut)): the bits of Add then ReLU.
 type AddReLUDevice interface {
