@@ -27,6 +27,21 @@ package ddp
 // Accumulation micro-steps send nothing, as without sharding. The saving is the optimizer
 // state: m and v hold about N/W elements per rank instead of N.
 //
+// The f32 master sharded too (ddp.shard_master; DeepSpeed ZeRO-1 partitions it with the optimizer
+// state). Under mixed precision nothing reads the other ranks' segments of the f32 master during
+// training: forward reads the 16-bit copy (gathered in 4) and the MasterRead masters (gathered in
+// 4 as well), and the optimizer updates its own shard. So each rank may keep the f32 master of its
+// shard and of the MasterRead parameters only (model.Params.ShardMaster: one packed slab, the
+// whole one freed, 4·N·(1−1/W) bytes less per rank): the optimizer steps it through
+// Params.MasterView, gatherMasterRead reads and writes it there, GatherMaster has nothing to
+// refresh, and MasterHost all-gathers the owned segments (f32: exact) into a host buffer where the
+// whole master is read — CheckReplicas' hash and a checkpoint's weights — dropped after. The same
+// update on the same values: the same bits (TestShard_bitIdenticalToUnsharded's shard_master
+// cases). Not under fp32, where forward reads the master as the weights. BroadcastParams refuses a
+// sharded master; the trainer loads a resume or init_from on a whole master
+// (Params.UnshardMaster) and shards it again before the first step. On by default on the CPU
+// device; on --device cuda only when chosen (not yet run on a GPU).
+//
 // Stage 2 (ZeRO-2, the gradients) falls out on a device whose slabs are host memory
 // (tensor.HostMemory: the CPU device): each rank keeps only its shard's averaged gradient.
 // The comm goroutine reduce-scatters each bucket in the gradient slab itself, once backward has
@@ -36,7 +51,7 @@ package ddp
 // next step's ZeroGrad clears. Freed: the buckets' f32 host copies, 4·N bytes per rank, which
 // stage 1 held as the ring's buffers and as a second copy of the averaged segment. Not freed:
 // the gradient slab that backward writes into (N f32, whole on every rank: backward produces
-// every element), nor the master weights or the 16-bit copy. The all-gathers work in place too
+// every element), nor the 16-bit copy (the master: ddp.shard_master above). The all-gathers work in place too
 // (the f32 master, a checkpoint's state); the 16-bit copy is decoded into one scratch buffer of
 // the largest bucket per channel, gathered on its 16-bit wire and encoded back (exact).
 // HostBufferBytes says what is held; the memory report shows it with the gradient shard.
