@@ -69,11 +69,12 @@ refusal() {
 if [ "$ROWS" = shard ]; then
   WS=${WS:-2,4}
   # shardsets ROW: the sets of a row: false, true, overlap (true with ddp.overlap_gather on), or
-  # master (overlap with ddp.shard_master on)
+  # master (overlap with ddp.shard_master on, which needs fp16 or bf16: precision fp16 is set, as
+  # gpt2-124m.yaml has it; the CPU check's tiny config is fp32)
   shardsets() {
     case $1 in
     overlap) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=on --set ddp.shard_master=off" ;;
-    master) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=on --set ddp.shard_master=on" ;;
+    master) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=on --set ddp.shard_master=on --set precision=fp16" ;;
     true) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=off --set ddp.shard_master=off" ;;
     *) echo "--set ddp.shard_optimizer=$1 --set ddp.overlap_gather=off" ;;
     esac
