@@ -23,8 +23,9 @@
 // PlanShard), its optimizer holds m and v for those elements only (model.NewAdamWShard) and
 // updates them, ClipGradNorm takes the global norm from the shards' sums of squares, and
 // GatherParams all-gathers the updated weights before the next forward (the 16-bit copy under
-// mixed precision, whose f32 master GatherMaster gathers where it is read whole; f32 under
-// fp32), or with Options.OverlapGather leaves the gather in flight for the next forward to wait
+// mixed precision, whose f32 master GatherMaster gathers where it is read whole — or, kept for
+// the shard only (ddp.shard_master, model.Params.ShardMaster), MasterHost into a host buffer;
+// f32 under fp32), or with Options.OverlapGather leaves the gather in flight for the next forward to wait
 // on bucket by bucket as it reads them (gather_overlap.go). The
 // reduce-scatter leaves on a segment's owner the very bits the all-reduce would, so the sharded
 // run ends bit-identical to the unsharded one (shard_test.go). On the CPU device (stage 2,

@@ -165,8 +165,8 @@ func (e *Engine) Buckets() []string {
 	for i, b := range e.buckets {
 		out[i] = fmt.Sprintf("bucket %d: %d params, %s (%s … %s)", i, len(b.params),
 			tensor.FormatBytes(int64(b.hi-b.lo)*4), b.params[0].Name, b.params[len(b.params)-1].Name)
-		if p := b.params[0]; len(b.params) == 1 && b.hi-b.lo < p.W.Len() {
-			out[i] += fmt.Sprintf(" elements [%d, %d) of %d", b.lo-p.Offset, b.hi-p.Offset, p.W.Len())
+		if p := b.params[0]; len(b.params) == 1 && b.hi-b.lo < p.Len() {
+			out[i] += fmt.Sprintf(" elements [%d, %d) of %d", b.lo-p.Offset, b.hi-p.Offset, p.Len())
 		}
 	}
 	return out
@@ -443,6 +443,9 @@ func (e *Engine) RanksWith(ctx context.Context, flag bool) ([]int, error) {
 
 // BroadcastParams makes every replica start from rank 0's weights (and refreshes the f16 copy).
 func (e *Engine) BroadcastParams(ctx context.Context) error {
+	if e.ps.MasterSharded() {
+		return fmt.Errorf("ddp: broadcasting the parameters of a sharded f32 master: make it whole first (model.Params.UnshardMaster)")
+	}
 	return e.BroadcastTensors(ctx, []*tensor.Tensor{e.ps.Data})
 }
 
@@ -498,10 +501,11 @@ var ErrReplicaMismatch = errors.New("ddp: replicas diverged")
 // (SetBuffers); a mismatch is an error naming the ranks that differ from rank 0, and what
 // differs. It returns the parameters' hash.
 func (e *Engine) CheckReplicas(ctx context.Context, step int) (string, error) {
-	if err := e.GatherMaster(ctx); err != nil {
+	master, err := e.MasterHost(ctx) // gathered into a host buffer when sharded, dropped after
+	if err != nil {
 		return "", err
 	}
-	h := e.ps.SHA256()
+	h := model.HashF32(master)
 	if e.comm.Size() == 1 {
 		return h, nil
 	}

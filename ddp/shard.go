@@ -27,6 +27,21 @@ package ddp
 // Accumulation micro-steps send nothing, as without sharding. The saving is the optimizer
 // state: m and v hold about N/W elements per rank instead of N.
 //
+// The f32 master sharded too (ddp.shard_master; DeepSpeed ZeRO-1 partitions it with the optimizer
+// state). Under mixed precision nothing reads the other ranks' segments of the f32 master during
+// training: forward reads the 16-bit copy (gathered in 4) and the MasterRead masters (gathered in
+// 4 as well), and the optimizer updates its own shard. So each rank may keep the f32 master of its
+// shard and of the MasterRead parameters only (model.Params.ShardMaster: one packed slab, the
+// whole one freed, 4·N·(1−1/W) bytes less per rank): the optimizer steps it through
+// Params.MasterView, gatherMasterRead reads and writes it there, GatherMaster has nothing to
+// refresh, and MasterHost all-gathers the owned segments (f32: exact) into a host buffer where the
+// whole master is read — CheckReplicas' hash and a checkpoint's weights — dropped after. The same
+// update on the same values: the same bits (TestShard_bitIdenticalToUnsharded's shard_master
+// cases). Not under fp32, where forward reads the master as the weights. BroadcastParams refuses a
+// sharded master; the trainer loads a resume or init_from on a whole master
+// (Params.UnshardMaster) and shards it again before the first step. On by default on the CPU
+// device; on --device cuda only when chosen (not yet run on a GPU).
+//
 // Stage 2 (ZeRO-2, the gradients) falls out on a device whose slabs are host memory
 // (tensor.HostMemory: the CPU device): each rank keeps only its shard's averaged gradient.
 // The comm goroutine reduce-scatters each bucket in the gradient slab itself, once backward has
@@ -36,7 +51,7 @@ package ddp
 // next step's ZeroGrad clears. Freed: the buckets' f32 host copies, 4·N bytes per rank, which
 // stage 1 held as the ring's buffers and as a second copy of the averaged segment. Not freed:
 // the gradient slab that backward writes into (N f32, whole on every rank: backward produces
-// every element), nor the master weights or the 16-bit copy. The all-gathers work in place too
+// every element), nor the 16-bit copy (the master: ddp.shard_master above). The all-gathers work in place too
 // (the f32 master, a checkpoint's state); the 16-bit copy is decoded into one scratch buffer of
 // the largest bucket per channel, gathered on its 16-bit wire and encoded back (exact).
 // HostBufferBytes says what is held; the memory report shows it with the gradient shard.
@@ -76,13 +91,13 @@ func bucketPlan(ps *model.Params, capMB float64) []bucketSpec {
 	}
 	sizes := make([]int, len(ps.List))
 	for i, p := range ps.List {
-		sizes[i] = p.W.Len()
+		sizes[i] = p.Len()
 	}
 	capBytes := int(capMB * (1 << 20))
 	var out []bucketSpec
 	for _, r := range planBuckets(sizes, capBytes) {
 		first, last := ps.List[r[0]], ps.List[r[1]]
-		pieces := [][2]int{{first.Offset, last.Offset + last.W.Len()}}
+		pieces := [][2]int{{first.Offset, last.Offset + last.Len()}}
 		if r[0] == r[1] {
 			pieces = splitRange(pieces[0][0], pieces[0][1], max(1, capBytes/4))
 		}
@@ -235,7 +250,7 @@ func (e *Engine) GatherParams(ctx context.Context) error {
 		}
 		what, op = e.ps.Half.DType().String()+" weights", e.slabGather(e.ps.Half, wire)
 	}
-	if e.ps.Half != nil {
+	if e.ps.Half != nil && !e.ps.MasterSharded() {
 		e.masterStale = true // the other ranks' segments of the f32 master: GatherMaster
 	}
 	if e.opts.OverlapGather {
@@ -252,7 +267,7 @@ func masterReadPieces(ps *model.Params, capMB float64, size int) [][][2]int {
 	var reads [][2]int
 	for _, p := range ps.List {
 		if p.MasterRead {
-			reads = append(reads, [2]int{p.Offset, p.Offset + p.W.Len()})
+			reads = append(reads, [2]int{p.Offset, p.Offset + p.Len()})
 		}
 	}
 	if len(reads) == 0 {
@@ -308,7 +323,7 @@ func (e *Engine) gatherMasterRead(ctx context.Context) error {
 			for i := range v {
 				v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*(k+i):]))
 			}
-			e.dev.Upload(e.ps.Data.View(pc[0], len(v)), v)
+			e.dev.Upload(e.ps.MasterView(pc[0], len(v)), v)
 			k += len(v)
 		}
 	}
@@ -324,16 +339,17 @@ func (e *Engine) readPieces(pieces [][2]int) []float32 {
 	out := make([]float32, n)
 	k := 0
 	for _, pc := range pieces {
-		e.dev.Download(out[k:k+pc[1]-pc[0]], e.ps.Data.View(pc[0], pc[1]-pc[0]))
+		e.dev.Download(out[k:k+pc[1]-pc[0]], e.ps.MasterView(pc[0], pc[1]-pc[0]))
 		k += pc[1] - pc[0]
 	}
 	return out
 }
 
 // GatherMaster all-gathers the f32 master weights when GatherParams left other ranks' segments
-// stale (mixed precision, sharded): before anything reads the whole master (CheckReplicas does
-// it itself; a checkpoint's writer). Otherwise it does nothing. A collective: every rank calls
-// it at the same points.
+// stale (mixed precision, sharded, the master whole on every rank): before anything reads the
+// whole master. Otherwise — and when the master itself is sharded (model.Params.ShardMaster:
+// this rank holds no other segment to refresh; MasterHost gathers it) — it does nothing. A
+// collective: every rank calls it at the same points.
 func (e *Engine) GatherMaster(ctx context.Context) error {
 	if err := e.settle(); err != nil {
 		return err
@@ -346,6 +362,37 @@ func (e *Engine) GatherMaster(ctx context.Context) error {
 	}
 	e.masterStale = false
 	return nil
+}
+
+// MasterHost is the whole f32 master's values on the host, on every rank: the slab downloaded
+// (after GatherMaster) when the master is whole; when it is sharded (model.Params.ShardMaster),
+// each rank's owned segments all-gathered, f32, into a new host buffer, which the caller drops
+// after use (the replica check's hash, a checkpoint's weights): the device holds no whole copy.
+// The same values either way: a rank's owned segments of the master are the ones its optimizer
+// updated, and the f32 wire carries them exactly. A collective when sharded.
+func (e *Engine) MasterHost(ctx context.Context) ([]float32, error) {
+	if err := e.GatherMaster(ctx); err != nil {
+		return nil, err
+	}
+	if !e.ps.MasterSharded() {
+		return tensor.ToHost(e.ps.Data), nil
+	}
+	if e.shard == nil {
+		return nil, fmt.Errorf("ddp: the f32 master is sharded but the engine is not (ddp.shard_master without ddp.shard_optimizer)")
+	}
+	full := make([]float32, e.ps.N)
+	for _, b := range e.buckets {
+		if lo, hi := e.ownedSeg(b); hi > lo {
+			e.dev.Download(full[b.lo+lo:b.lo+hi], e.ps.MasterView(b.lo+lo, hi-lo))
+		}
+	}
+	err := e.runGather(ctx, "master weights", e.hostGather(allreduce.WireF32, func(_ int, b *bucket) []float32 {
+		return full[b.lo:b.hi] // this rank's segment filled in, the rest by the gather
+	}, nil))
+	if err != nil {
+		return nil, err
+	}
+	return full, nil
 }
 
 // slabGather is the all-gather of every bucket's range of slab t (the master weights or their

@@ -21,11 +21,16 @@ package ddp
 //     stream (ReturnWeights) before the next forward — with ddp.overlap_gather as forward
 //     reaches each bucket (gather_overlap.go).
 //
-// What stays whole on the device: the gradient slab backward writes into, the f32 master and the
-// f16 copy, and the staging plan's f16 buffers (DeviceBytes) and pinned memory. What is sharded:
-// the optimizer state, and the averaged gradient (only the owned segments are widened). The f32
-// master's other segments are gathered, through transient host f32 buffers, only where it is
-// read whole (the replica check, checkpoints: GatherMaster).
+// What stays whole on the device: the gradient slab backward writes into, the f16 copy, and the
+// staging plan's f16 buffers (DeviceBytes) and pinned memory; the f32 master too unless
+// ddp.shard_master is on. What is sharded: the optimizer state, and the averaged gradient (only
+// the owned segments are widened). The f32 master's other segments are gathered, through
+// transient host f32 buffers, only where it is read whole (the replica check, checkpoints:
+// GatherMaster). With ddp.shard_master: on (model.Params.ShardMaster; opt-in on cuda, not yet run
+// on a GPU) the device holds the f32 master of the shard and of the norms' gains and biases only:
+// the optimizer steps it through Params.MasterView, gatherMasterRead reads and writes it there,
+// and MasterHost gathers the whole into a host buffer for the replica check and checkpoints; the
+// staged path itself moves only the f16 copy and is unchanged.
 
 import (
 	"context"

@@ -4,11 +4,14 @@ package ddp
 
 import "testing"
 
-// The sharded step on the GPU's staged path (shard_gpu.go; issue 31, stage 2 — not yet run on a
-// GPU): ranks 2 and 4, each a goroutine with its own CUDA device on GPU 0 over the in-process
-// transport, train an fp16 MLP sharded and unsharded on the staged path (the f16 wire); the
-// weights (param_sha256), the f16 copy, the norms, the gathered m and v and the skipped step must
-// match bit for bit, the optimizer state must be N/W on each device, and no host f32 copy held.
+// The sharded step on the GPU's staged path (shard_gpu.go; issue 31, stage 2, passed on the H200
+// on 2026-12-05 without the sharded master): ranks 2 and 4, each a goroutine with its own CUDA
+// device on GPU 0 over the in-process transport, train an fp16 MLP sharded and unsharded on the
+// staged path (the f16 wire); the weights (param_sha256), the f16 copy, the norms, the gathered m
+// and v and the skipped step must match bit for bit, the optimizer state must be N/W on each
+// device, and no host f32 copy held. The shard_master cases (ddp.shard_master: the f32 master kept
+// for the shard only, model.Params.ShardMaster; not yet run on a GPU) also check that each
+// device's live master is the shard's (checkMasterShard: no whole params block).
 func TestCUDAShardStaged_bitIdenticalToUnsharded(t *testing.T) {
 	runShardStaged(t, cudaDev)
 }

@@ -34,6 +34,7 @@ type shardCfg struct {
 	newDev         newDevFunc       // nil: the CPU device (hideHost: without HostMemory)
 	device         bool             // ddp.intra_host: device (UseDevice; newDev gives an IPC device)
 	overlap        bool             // Options.OverlapGather: GatherParams leaves the gather to forward
+	shardMaster    bool             // the f32 master kept for the shard only (model.Params.ShardMaster; mixed precision)
 }
 
 // noHostMem is the CPU device behind the bare tensor.Device interface, so without its
@@ -52,6 +53,8 @@ type shardResult struct {
 	hostBytes      int64     // the engine's host buffers at the end (HostBufferBytes)
 	hostUnsharded  int64
 	slabElems      int
+	masterElems    int   // elements of the f32 master this rank holds (model.Params.MasterTensor)
+	masterLive     int64 // device bytes live under the master's tags: params (whole), params.shard
 }
 
 func trainShardRank(t *testing.T, sc shardCfg, rank int, comm Comm, d dataset, extra []Comm) shardResult {
@@ -109,6 +112,14 @@ func trainShardRank(t *testing.T, sc shardCfg, rank int, comm Comm, d dataset, e
 	}
 	if err := eng.BroadcastParams(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if sc.shardMaster {
+		if err := ps.ShardMaster(sh); err != nil {
+			t.Fatal(err)
+		}
+		if err := eng.BroadcastParams(ctx); err == nil {
+			t.Error("BroadcastParams of a sharded master: no error")
+		}
 	}
 	x := dev.Alloc(tensor.F32, "x", sc.b, nFeat)
 	y := dev.Alloc(tensor.I32, "y", sc.b)
@@ -178,6 +189,12 @@ func trainShardRank(t *testing.T, sc shardCfg, rank int, comm Comm, d dataset, e
 	res.staged = eng.Staged()
 	res.hostBytes, res.hostUnsharded = eng.HostBufferBytes()
 	res.slabElems = ps.N
+	res.masterElems = ps.MasterTensor().Len()
+	for _, l := range dev.Live() {
+		if l.Tag == "params" || l.Tag == "params.shard" {
+			res.masterLive += l.Bytes
+		}
+	}
 	if res.m, err = eng.GatherState(ctx, st[0].T); err != nil {
 		t.Error(err)
 	}
@@ -212,7 +229,9 @@ func sameF32(a, b []float32) bool {
 // across parameters) and several channels, on the f32, f16 and bf16 wires; and again with
 // ddp.overlap_gather (gather_overlap.go: the weights' all-gather left in flight, the next forward
 // waiting for each bucket as it reads it — fp32's f32 master, the 16-bit copies after the norms'
-// masters), on the in-place and host-buffer paths.
+// masters), on the in-place and host-buffer paths; and under fp16 and bf16 with the f32 master
+// kept for the shard only (model.Params.ShardMaster, ddp.shard_master; checkMasterShard: the
+// device holds the shard's master, no whole slab), with and without the overlap.
 func TestShard_bitIdenticalToUnsharded(t *testing.T) {
 	type tc struct {
 		compute tensor.DType
@@ -241,6 +260,15 @@ func TestShard_bitIdenticalToUnsharded(t *testing.T) {
 						}
 						sc.overlap = true // ddp.overlap_gather: the next forward waits for each bucket itself
 						checkSame(t, plain, runShardWorld(t, sc, d))
+						if c.compute != tensor.F32 { // the f32 master kept for the shard only
+							sc.shardMaster = true
+							for _, overlap := range []bool{false, true} {
+								sc.overlap = overlap
+								sm := runShardWorld(t, sc, d)
+								checkSame(t, plain, sm)
+								checkMasterShard(t, plain, sm)
+							}
+						}
 					})
 				}
 			}
@@ -269,6 +297,27 @@ func checkSame(t *testing.T, plain, sharded []shardResult) {
 		}
 		if s.stateElems*len(sharded) > p.stateElems+len(sharded)*64 {
 			t.Errorf("rank %d: %d optimizer state elements sharded over %d ranks, %d unsharded", r, s.stateElems, len(sharded), p.stateElems)
+		}
+	}
+}
+
+// checkMasterShard: with the master sharded each rank's device holds the f32 master of its
+// shard only (the MLP has no MasterRead parameter, so exactly the optimizer state's elements):
+// no whole slab is live, and the shard slab's block is 4 bytes per held element (rounded to the
+// allocator's size class); unsharded, the whole slab's.
+func checkMasterShard(t *testing.T, plain, sharded []shardResult) {
+	t.Helper()
+	for r := range sharded {
+		p, s := plain[r], sharded[r]
+		if p.masterElems != p.slabElems || p.masterLive != tensor.SizeClass(4*int64(p.slabElems)) {
+			t.Errorf("rank %d unsharded: master of %d elements (%d bytes live), want the whole %d", r, p.masterElems, p.masterLive, p.slabElems)
+		}
+		if want := tensor.SizeClass(4 * int64(s.stateElems)); s.masterElems != s.stateElems || s.masterLive != want {
+			t.Errorf("rank %d with the master sharded: master of %d elements (%d bytes live under params and params.shard), want the shard's %d (%d bytes)",
+				r, s.masterElems, s.masterLive, s.stateElems, want)
+		}
+		if s.masterElems*len(sharded) > s.slabElems+len(sharded)*64 {
+			t.Errorf("rank %d: master of %d elements over %d ranks of a %d-element slab: not about N/W", r, s.masterElems, len(sharded), s.slabElems)
 		}
 	}
 }
@@ -396,7 +445,8 @@ func shardStagingDev(t *testing.T, rank int) (tensor.Device, func()) {
 // only the owned segment widened back, the f16 weights all-gathered through the staging buffers;
 // bit-identical to the unsharded staged run (weights, 16-bit copy, norms, m and v), with
 // accumulation, clipping, several channels and a skipped step, with and without
-// ddp.overlap_gather (each bucket's weights landing as forward reads them). runShardStaged is
+// ddp.overlap_gather (each bucket's weights landing as forward reads them), with and without the
+// f32 master kept for the shard only (ddp.shard_master: checkMasterShard). runShardStaged is
 // the same harness on the GPU (shard_gpu_cuda_test.go).
 func TestShardStaged_bitIdenticalToUnsharded(t *testing.T) {
 	runShardStaged(t, shardStagingDev)
@@ -405,10 +455,14 @@ func TestShardStaged_bitIdenticalToUnsharded(t *testing.T) {
 func runShardStaged(t *testing.T, newDev newDevFunc) {
 	for _, W := range []int{2, 4} {
 		for _, ch := range []int{1, 2} {
-			for _, overlap := range []bool{false, true} {
+			for _, v := range []struct{ overlap, master bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+				overlap := v.overlap
 				name := fmt.Sprintf("W%d/ch%d", W, ch)
 				if overlap {
 					name += "/overlap_gather"
+				}
+				if v.master {
+					name += "/shard_master"
 				}
 				t.Run(name, func(t *testing.T) {
 					b, k, steps := 3, 2, 6
@@ -416,9 +470,12 @@ func runShardStaged(t *testing.T, newDev newDevFunc) {
 					sc := shardCfg{W: W, b: b, k: k, steps: steps, compute: tensor.F16, wire: allreduce.WireF16, bucketMB: 0.0005,
 						clip: 0.5, channels: ch, injectRank: 1, injectStep: 3, newDev: newDev}
 					plain := runShardWorld(t, sc, d)
-					sc.shard, sc.overlap = true, overlap
+					sc.shard, sc.overlap, sc.shardMaster = true, overlap, v.master
 					sharded := runShardWorld(t, sc, d)
 					checkSame(t, plain, sharded)
+					if v.master {
+						checkMasterShard(t, plain, sharded)
+					}
 					for r := range sharded {
 						if !plain[r].staged || !sharded[r].staged || sharded[r].inPlace || sharded[r].hostBytes != 0 {
 							t.Errorf("rank %d: staged %v unsharded, %v sharded (in place %v, host buffers %d bytes): want the staged path, no host copy",

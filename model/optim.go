@@ -45,7 +45,7 @@ type decayRun struct {
 func decayRuns(ps *Params) []decayRun {
 	var runs []decayRun
 	for _, p := range ps.List {
-		n := p.W.Len()
+		n := p.Len()
 		if k := len(runs) - 1; k >= 0 && runs[k].decay == p.Decay && runs[k].off+runs[k].n == p.Offset {
 			runs[k].n += n
 			continue
@@ -176,7 +176,9 @@ func NewAdamW(ps *Params, cfg AdamWConfig) (*AdamW, error) { return NewAdamWShar
 // only, and Step updates only the shard's master weights (and their 16-bit copy); the rest of
 // the slab is some other rank's to update and to all-gather (ddp.Engine.GatherParams). Per
 // element the update is the very arithmetic of the unsharded AdamW, so on the same gradients it
-// gives the same bits. The MultiAdamW device path is not used on a shard.
+// gives the same bits. The MultiAdamW device path is not used on a shard. Step reads and writes
+// the master through Params.MasterView, so the master may be kept for the shard only
+// (Params.ShardMaster on the same shard).
 func NewAdamWShard(ps *Params, cfg AdamWConfig, shard *Shard) (*AdamW, error) {
 	if !(cfg.Beta1 >= 0 && cfg.Beta1 < 1) || !(cfg.Beta2 >= 0 && cfg.Beta2 < 1) {
 		return nil, fmt.Errorf("model: AdamW betas (%v, %v) must lie in [0,1)", cfg.Beta1, cfg.Beta2)
@@ -214,6 +216,7 @@ func (o *AdamW) Step(lr float32) {
 		BiasCorr2: float32(1 - math.Pow(float64(o.Cfg.Beta2), float64(o.t))),
 	}
 	if o.multi != nil && !o.perRun {
+		o.ps.mustBeWhole("AdamW.Step (unsharded AdamW)")
 		a.WeightDecay = o.Cfg.WeightDecay
 		o.multi.AdamWRuns(o.ps.Data, o.ps.Grad, o.M, o.V, o.ps.Half, o.aruns, o.table, a)
 		return
@@ -223,7 +226,7 @@ func (o *AdamW) Step(lr float32) {
 		if r.decay {
 			a.WeightDecay = o.Cfg.WeightDecay
 		}
-		dev.AdamW(o.ps.Data.View(r.off, r.n), o.ps.Grad.View(r.off, r.n), o.M.View(r.state, r.n),
+		dev.AdamW(o.ps.MasterView(r.off, r.n), o.ps.Grad.View(r.off, r.n), o.M.View(r.state, r.n),
 			o.V.View(r.state, r.n), halfView(o.ps, r.off, r.n), a)
 	}
 }
@@ -321,7 +324,7 @@ func (o *SGD) Step(lr float32) {
 		if o.Mom != nil {
 			mom = o.Mom.View(r.state, r.n)
 		}
-		dev.SGD(o.ps.Data.View(r.off, r.n), o.ps.Grad.View(r.off, r.n), mom, halfView(o.ps, r.off, r.n), a)
+		dev.SGD(o.ps.MasterView(r.off, r.n), o.ps.Grad.View(r.off, r.n), mom, halfView(o.ps, r.off, r.n), a)
 	}
 }
 

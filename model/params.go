@@ -17,11 +17,16 @@ import (
 //
 // Life cycle: Add every parameter → Build (one allocation per slab) → Init → train. The optimizer
 // steps the slabs; DDP all-reduces contiguous ranges of the gradient slab.
+//
+// Under ddp.shard_optimizer with mixed precision the f32 master may be kept for part of the slab
+// only (ShardMaster, master_shard.go): Data is then nil, the master lives in a packed shard slab,
+// and the views W of the parameters it does not hold whole are nil. Forward and backward read the
+// 16-bit copy (Half, whole) and the MasterRead parameters' masters (held whole).
 type Params struct {
 	dev    tensor.Device
 	List   []*Param
 	byName map[string]*Param
-	Data   *tensor.Tensor // (N) f32 master weights
+	Data   *tensor.Tensor // (N) f32 master weights; nil while the master is sharded (ShardMaster)
 	Grad   *tensor.Tensor // (N) f32 gradients
 	Half   *tensor.Tensor // (N) f16 (bf16) copy used by forward/backward under fp16 (bf16); nil under fp32
 	N      int            // total elements
@@ -35,6 +40,8 @@ type Params struct {
 	// forward (ddp.overlap_gather): the call returns once p's values are in place. Called on the
 	// training goroutine.
 	OnRead func(p *Param, master bool)
+
+	held *heldMaster // the master of part of the slab only (ShardMaster); nil: whole, in Data
 }
 
 // Param is one named parameter: views into the slabs plus how it is initialised and decayed.
@@ -43,7 +50,7 @@ type Param struct {
 	Shape  []int
 	Index  int            // registration order
 	Offset int            // element offset in the slabs
-	W      *tensor.Tensor // f32 master view
+	W      *tensor.Tensor // f32 master view; nil while the master is sharded and this rank holds only part of p
 	G      *tensor.Tensor // f32 gradient view
 	H      *tensor.Tensor // f16 or bf16 view (nil under fp32)
 	Decay  bool           // weight decay applies (matrices and embeddings; not biases or norm gains)
@@ -69,7 +76,7 @@ func (ps *Params) Device() tensor.Device { return ps.dev }
 
 // Add registers a parameter; Build must not have run yet.
 func (ps *Params) Add(name string, init Init, decay bool, shape ...int) *Param {
-	if ps.Data != nil {
+	if ps.Data != nil || ps.held != nil {
 		panic("model: Params.Add after Build")
 	}
 	if _, dup := ps.byName[name]; dup {
@@ -118,7 +125,9 @@ func (ps *Params) Init(seed uint64) {
 }
 
 // SyncHalf copies the master weights into the f16 slab (after loading or broadcasting weights).
+// The master must be whole (not ShardMaster's).
 func (ps *Params) SyncHalf() {
+	ps.mustBeWhole("SyncHalf")
 	if ps.Half != nil {
 		ps.dev.Copy(ps.Half, ps.Data)
 	}
@@ -156,20 +165,32 @@ func (p *Param) Ready() {
 	}
 }
 
-// Free releases the slabs.
+// Len is the number of elements of p.
+func (p *Param) Len() int { return tensor.Numel(p.Shape) }
+
+// Free releases the slabs (the master's shard slab too).
 func (ps *Params) Free() {
 	for _, t := range []*tensor.Tensor{ps.Data, ps.Grad, ps.Half} {
 		if t != nil {
 			ps.dev.Free(t)
 		}
 	}
+	if ps.held != nil {
+		ps.dev.Free(ps.held.slab)
+		ps.held = nil
+	}
 	ps.Data, ps.Grad, ps.Half = nil, nil, nil
 }
 
-// Host returns the master weights as float32 on the host.
-func (ps *Params) Host() []float32 { return tensor.ToHost(ps.Data) }
+// Host returns the master weights as float32 on the host. The master must be whole (a sharded
+// one is gathered: ddp.Engine.MasterHost).
+func (ps *Params) Host() []float32 {
+	ps.mustBeWhole("Host")
+	return tensor.ToHost(ps.Data)
+}
 
 // SHA256 hashes the master weights' little-endian bytes: equal hashes mean bit-identical replicas.
+// The master must be whole (a sharded one: HashF32 of ddp.Engine.MasterHost).
 func (ps *Params) SHA256() string { return HashF32(ps.Host()) }
 
 // HashF32 is the sha256 of x's little-endian bytes, in hex.

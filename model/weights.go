@@ -35,6 +35,7 @@ const (
 // NamedWeights returns the f32 master weights as named tensors (host copies), in registration
 // order.
 func (ps *Params) NamedWeights() []NamedTensor {
+	ps.mustBeWhole("NamedWeights")
 	out := make([]NamedTensor, 0, len(ps.List))
 	for _, p := range ps.List {
 		out = append(out, NamedTensor{Name: p.Name, DType: tensor.F32, Shape: append([]int(nil), p.Shape...), Data: F32Bytes(tensor.ToHost(p.W))})
@@ -46,6 +47,9 @@ func (ps *Params) NamedWeights() []NamedTensor {
 // refreshes the f16 copy. Every parameter must be in ts with its shape, and every tensor of ts
 // must be a parameter; errors name the tensor, and nothing is written unless all are good.
 func (ps *Params) LoadNamed(ts []NamedTensor) error {
+	if ps.held != nil {
+		return fmt.Errorf("model: loading weights into a sharded f32 master (ddp.shard_master): make it whole first (UnshardMaster)")
+	}
 	want := map[string][]int{}
 	for _, p := range ps.List {
 		want[p.Name] = p.Shape

@@ -50,6 +50,8 @@ for sh in false true; do
   grep -qE "ddp.shard_optimizer $sh: [0-9]+ " "$W/shard.txt" || bad "shard: no largest batch for $sh"
 done
 grep -q "rank's shard" "$W/shard/shard-w2-true.log" || bad "ddp.shard_optimizer true did not shard (no shard row in the memory report)"
+grep -qE "^2 +master +\| +[0-9.]+ .*IDENTICAL" "$W/shard.txt" || bad "shard table: no complete row for master (ddp.shard_master on)"
+grep -q "master weights (rank's shard)" "$W/shard/shard-w2-master.log" || bad "ddp.shard_master on did not shard the master (no master shard row in the memory report)"
 ok "shard part on the cpu"
 
 # device: the host ring rows, the host path rows, and the device path refused on the cpu (the row

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -219,4 +220,69 @@ func TestAutoBatch_shardedOptimizerLeavesRoom(t *testing.T) {
 		t.Fatalf("micro-batch %d sharded over 4 ranks, %d unsharded, under the same budget: want larger", sharded, plain)
 	}
 	t.Logf("16 MiB budget: micro-batch %d unsharded (optimizer state %s), %d sharded over 4 (%s)", plain, tensor.FormatBytes(plainState), sharded, tensor.FormatBytes(shardState))
+}
+
+// train.micro_batch: auto sees what ddp.shard_master frees too: the trainer shards the f32 master
+// (model.Params.ShardMaster) right after building the optimizer on its shard, before the search,
+// whose trial steps then update the master's shard through MasterView. Under fp16 on one of four
+// ranks, the same budget, the master sharded finds a larger micro-batch than the optimizer alone
+// sharded, and its trials leave the held master as they found it.
+func TestAutoBatch_shardedMasterLeavesRoom(t *testing.T) {
+	find := func(shardMaster bool) (int, int64) {
+		cfg := tinyGPT(t, "precision=fp16", "model.width=128", "model.layers=4")
+		dev := cpu.New()
+		m, err := buildModel(dev, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Free()
+		ps := m.Params()
+		sh := ddp.PlanShard(ps, cfg.DDP.BucketCapMB, 4, 0)
+		opt, err := buildOptimizer(cfg, ps, sh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer opt.Free()
+		if shardMaster {
+			if err := ps.ShardMaster(sh); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := tensor.ToHost(ps.MasterTensor())
+		scaler, err := buildScaler(dev, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer scaler.Free()
+		dev.SetLimit(12 << 20)
+		b, _, err := findMicroBatch(dev, cfg, m, opt, scaler, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sameBits(before, tensor.ToHost(ps.MasterTensor())) {
+			t.Errorf("shard_master %v: the search's trials changed the f32 master", shardMaster)
+		}
+		return b, ps.MasterTensor().Bytes()
+	}
+	whole, wholeBytes := find(false)
+	sharded, shardBytes := find(true)
+	if shardBytes*3 > wholeBytes {
+		t.Fatalf("the f32 master holds %d bytes on one of four ranks, %d whole: want about a quarter", shardBytes, wholeBytes)
+	}
+	if sharded <= whole {
+		t.Fatalf("micro-batch %d with the master sharded over 4 ranks, %d with it whole, under the same budget: want larger", sharded, whole)
+	}
+	t.Logf("12 MiB budget: micro-batch %d with the master whole (%s), %d sharded over 4 (%s)", whole, tensor.FormatBytes(wholeBytes), sharded, tensor.FormatBytes(shardBytes))
+}
+
+func sameBits(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
 }

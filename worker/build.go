@@ -340,6 +340,25 @@ func buildSchedule(cfg *Config, total int) (model.Schedule, error) {
 		Warmup: int64(t.WarmupSteps), Total: int64(max(total, t.WarmupSteps+1))})
 }
 
+// shardMaster is ddp.shard_master resolved for the optimizer's shard (nil: unsharded or alone,
+// never). Under fp16 and bf16 only (fp32's forward reads the f32 master: the config refuses on
+// there). auto is on where it has run: the CPU device (tensor.HostMemory); off on a device
+// without it (--device cuda: the same code path on the device, not yet run on a GPU; on is the
+// user's choice there). docs/perf-memory.md.
+func (t *Trainer) shardMaster(shard *model.Shard) bool {
+	if shard == nil || t.cfg.Precision == config.FP32 {
+		return false
+	}
+	switch config.ShardMaster(t.cfg.DDP.ShardMaster) {
+	case config.ShardMasterOn:
+		return true
+	case config.ShardMasterOff:
+		return false
+	}
+	_, host := t.dev.(tensor.HostMemory)
+	return host
+}
+
 // overlapGather is ddp.overlap_gather resolved. auto is on where the overlap measured faster:
 // the CUDA device's staged fp16 path (fp16 on the f16 wire; on an H100, 2026-12-05: GPT-2 small's
 // sharded step 81.5 -> 71.5 ms at 2 workers, 163.4 -> 141.0 at 4). Off on the CPU device, where it

@@ -528,7 +528,8 @@ func (t *Trainer) saveCheckpoint(shards *checkpoint.OptimShards) error {
 }
 
 // gatherOptimShards: under ddp.shard_optimizer every rank joins in gathering the f32 master
-// weights whole (the writers save them as model.safetensors) and in sending its optimizer shard,
+// weights whole (the writers save them as model.safetensors; under ddp.shard_master into a host
+// buffer, OptimShards.Master, which the other ranks drop at once) and in sending its optimizer shard,
 // encoded as its shard file, to the writers (ddp's GatherShardFiles: the all-gather's ring, in
 // which only the writers collect the files; the others pass each on and hold one at most), so
 // each writer's checkpoint holds every rank's shard file (checkpoint/shards.go). Unsharded it
@@ -538,7 +539,13 @@ func (t *Trainer) gatherOptimShards(ctx context.Context) (*checkpoint.OptimShard
 	if sh == nil {
 		return nil, nil
 	}
-	if err := t.eng.GatherMaster(ctx); err != nil { // the weights the writer saves, whole
+	var master []float32 // ddp.shard_master: the master gathered whole on the host, for the writers
+	if t.ps.MasterSharded() {
+		var err error
+		if master, err = t.eng.MasterHost(ctx); err != nil {
+			return nil, fmt.Errorf("worker: checkpoint of step %d: %w", t.st.Step, err)
+		}
+	} else if err := t.eng.GatherMaster(ctx); err != nil { // the weights the writer saves, whole
 		return nil, fmt.Errorf("worker: checkpoint of step %d: %w", t.st.Step, err)
 	}
 	world, rank := t.env.WorldSize, t.env.Rank
@@ -570,7 +577,7 @@ func (t *Trainer) gatherOptimShards(ctx context.Context) (*checkpoint.OptimShard
 	for r := range world {
 		l.Ranks = append(l.Ranks, ddp.PlanShard(t.ps, t.cfg.DDP.BucketCapMB, world, r).Ranges)
 	}
-	return &checkpoint.OptimShards{Layout: l, Files: files}, nil
+	return &checkpoint.OptimShards{Layout: l, Files: files, Master: master}, nil
 }
 
 // shardFileKeepers says, for each rank of a world of world ranks, whether it writes checkpoints

@@ -272,6 +272,15 @@ func (t *Trainer) buildModel() (data.Dataset, error) {
 	}
 	t.optim = opt2
 	t.onClose(func() error { opt2.Free(); return nil })
+	if t.shardMaster(shard) { // ddp.shard_master: the f32 master of the shard only (model/master_shard.go)
+		if err := ps.ShardMaster(shard); err != nil {
+			return nil, err
+		}
+		dev.EmptyCache() // the whole slab's block goes back
+		if _, host := dev.(tensor.HostMemory); !host && t.env.Rank == 0 {
+			t.log.Warn("ddp.shard_master: on with a device that has not yet run it (the f32 master sharded on " + dev.Name() + ": not yet run on a GPU)")
+		}
+	}
 	scaler, err := buildScaler(dev, cfg)
 	if err != nil {
 		return nil, err
@@ -343,7 +352,7 @@ func (t *Trainer) startEngine(ctx context.Context, gcfg allreduce.Config) error 
 // identical: rank 0's parameters, optimizer state and buffers broadcast to all. It returns the
 // checkpoint resumed from, "" for a fresh start.
 func (t *Trainer) resumeOrInit(ctx context.Context) (string, error) {
-	cfg, env, log, ps := t.cfg, t.env, t.log, t.ps
+	cfg, env, log := t.cfg, t.env, t.log
 	st := &t.st
 	if b, ok := t.m.(model.Buffered); ok {
 		st.Buffers = b.Buffers()
@@ -362,9 +371,24 @@ func (t *Trainer) resumeOrInit(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	load := func() error { return t.loadState(ctx, resumed, where) }
+	if resumed != "" || cfg.Model.InitFrom != "" {
+		err = t.loadWhole(load) // on the whole master, when ddp.shard_master shards it
+	} else {
+		err = load()
+	}
+	return resumed, err
+}
+
+// loadState loads the checkpoint resumed from (resumed, found where), or else model.init_from's
+// weights on rank 0, and broadcasts rank 0's parameters, optimizer state and buffers to every
+// rank. A fresh start loads nothing and broadcasts as well.
+func (t *Trainer) loadState(ctx context.Context, resumed, where string) error {
+	cfg, env, log, ps := t.cfg, t.env, t.log, t.ps
+	st := &t.st
 	if resumed != "" {
 		if err := st.Restore(resumed, where, env.WorldSize, cfg, ps, t.optim, t.scaler, log); err != nil {
-			return "", err
+			return err
 		}
 		log.Info("resumed from checkpoint", "path", resumed, "step", st.Step)
 		if cfg.Model.InitFrom != "" {
@@ -375,7 +399,7 @@ func (t *Trainer) resumeOrInit(ctx context.Context) (string, error) {
 		st.InitFrom = cfg.Model.InitFrom
 		if env.Rank == 0 {
 			if err := checkpoint.LoadInitFrom(cfg.Model.InitFrom, st.Spec, ps, log); err != nil {
-				return "", err
+				return err
 			}
 		}
 	}
@@ -383,13 +407,36 @@ func (t *Trainer) resumeOrInit(ctx context.Context) (string, error) {
 	if model.ShardOf(t.optim) != nil { // each rank's own shard: zeros, or its part of the checkpoint's whole state
 		optState = nil
 	}
-	if err := t.eng.BroadcastTensors(ctx, append(append([]*tensor.Tensor{ps.Data}, optState...), modelBuffers(t.m)...)); err != nil {
-		return "", err
+	weights := []*tensor.Tensor{ps.Data}
+	if ps.MasterSharded() { // a fresh start: every rank's shard of the master drawn from the same seed
+		weights = nil
+	}
+	if err := t.eng.BroadcastTensors(ctx, append(append(weights, optState...), modelBuffers(t.m)...)); err != nil {
+		return err
 	}
 	if resumed == "" && cfg.Model.InitFrom != "" {
 		st.InitSHA256 = ps.SHA256()
 	}
-	return resumed, nil
+	return nil
+}
+
+// loadWhole runs load — a resume or model.init_from, and the broadcast of rank 0's weights that
+// follows — on a whole f32 master when ddp.shard_master keeps it sharded: the master is made whole
+// (UnshardMaster: the held values, zeros elsewhere, which load overwrites) and sharded again on
+// the same shard after, so loading, broadcasting and InitSHA256 are the unsharded code. The whole
+// slab exists only during setup, before the first step (micro_batch: auto has searched with the
+// master sharded already); its block goes back after.
+func (t *Trainer) loadWhole(load func() error) error {
+	sh := t.ps.UnshardMaster()
+	if sh == nil {
+		return load()
+	}
+	err := load()
+	if e := t.ps.ShardMaster(sh); err == nil {
+		err = e
+	}
+	t.dev.EmptyCache()
+	return err
 }
 
 // openLoader starts the training data loader where the state says (the resumed position), and

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/worker/checkpoint"
 	"github.com/goddp/goddp/worker/observe"
 )
@@ -343,4 +345,94 @@ func TestTrain_shardedPerHostRestart(t *testing.T) {
 			t.Fatalf("rank %d: restarted job ends with %s, uninterrupted %s", r, b.ParamSHA256, a.ParamSHA256)
 		}
 	}
+}
+
+// ddp.shard_master (on by default on the CPU under fp16 with ddp.shard_optimizer): each rank keeps
+// the f32 master of its shard only (the memory report says so), and its checkpoints are today's —
+// the weights (gathered on the host) and every rank's optimizer shard file the same bits as with
+// the master whole; a resume at the same world size ends where the uninterrupted job does, and one
+// at another world size (four workers, the master sharded anew) where four unsharded workers
+// resuming the same checkpoint do.
+func TestTrain_shardedMasterCheckpointResumes(t *testing.T) {
+	dir := t.TempDir()
+	sets := []string{"--set", "ddp.shard_optimizer=true", "--set", "train.global_batch=256"} // fp16: smallRun's
+	run := func(name string, more ...string) (hash, out string) {
+		m := filepath.Join(dir, name+".jsonl")
+		cmd := launch(t, filepath.Join(dir, "ck-"+name), m)
+		cmd.Args = append(append(cmd.Args, sets...), more...)
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, b)
+		}
+		return summary(t, m).ParamSHA256, string(b)
+	}
+	hashOn, out := run("on", "--memory-report")
+	if !strings.Contains(out, "master weights (rank's shard)") {
+		t.Fatalf("the memory report of the default run does not name the master's shard:\n%s", out)
+	}
+	hashOff, out := run("off", "--set", "ddp.shard_master=off", "--memory-report")
+	if strings.Contains(out, "master weights (rank's shard)") {
+		t.Fatalf("ddp.shard_master=off: the memory report names a master shard:\n%s", out)
+	}
+	if hashOn != hashOff {
+		t.Fatalf("param_sha256 with the master sharded %s, whole %s", hashOn, hashOff)
+	}
+	from := filepath.Join(dir, "ck-on", "step-00000040")
+	shardedCheckpoint(t, from, 2)
+	for _, f := range []string{model.WeightsFile, checkpoint.OptimRankFile(0), checkpoint.OptimRankFile(1)} {
+		a, b := readTensors(t, filepath.Join(from, f)), readTensors(t, filepath.Join(dir, "ck-off", "step-00000040", f))
+		if len(a) == 0 || fmt.Sprint(names(a)) != fmt.Sprint(names(b)) {
+			t.Fatalf("%s: tensors %v with the master sharded, %v whole", f, names(a), names(b))
+		}
+		for i := range a {
+			if !bytes.Equal(a[i].Data, b[i].Data) {
+				t.Fatalf("%s: tensor %s differs between the runs with the master sharded and whole", f, a[i].Name)
+			}
+		}
+	}
+	if h, _ := run("resumed", "--resume-from", from); h != hashOn {
+		t.Fatalf("resumed at world 2 from step 40 ends with %s, the uninterrupted job with %s", h, hashOn)
+	}
+	four := func(name string, shard string) string {
+		m := filepath.Join(dir, name+".jsonl")
+		args := []string{"--nproc-per-node", "4", "--grace", "3s", filepath.Join(binaries(t), "ddptrain")}
+		args = append(args, smallRun(t, filepath.Join(dir, "ck-"+name))...)
+		args = append(args, "--set", "train.global_batch=256", "--set", "ddp.shard_optimizer="+shard, "--resume-from", from, "--metrics", m)
+		out, err := exec.Command(filepath.Join(binaries(t), "ddplaunch"), args...).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "resumed from checkpoint") {
+			t.Fatalf("world 4 (%s) from %s: %v\n%s", name, from, err, out)
+		}
+		h := summary(t, m).ParamSHA256
+		for r := 1; r < 4; r++ {
+			if hr := summary(t, observe.RankPath(m, r)).ParamSHA256; hr != h {
+				t.Fatalf("world 4 (%s): rank %d ends with %s, rank 0 %s", name, r, hr, h)
+			}
+		}
+		return h
+	}
+	if a, b := four("four-sharded", "true"), four("four-plain", "false"); a != b {
+		t.Fatalf("world 4 resumed with the master sharded ends with %s, unsharded %s", a, b)
+	}
+}
+
+// readTensors is a safetensors file's tensors, in the file's order.
+func readTensors(t *testing.T, path string) []model.NamedTensor {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, _, err := model.ParseSafetensors(b)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return ts
+}
+
+func names(ts []model.NamedTensor) []string {
+	var out []string
+	for _, x := range ts {
+		out = append(out, x.Name)
+	}
+	return out
 }

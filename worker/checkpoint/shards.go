@@ -62,6 +62,10 @@ type ShardLayout struct {
 type OptimShards struct {
 	Layout ShardLayout
 	Files  [][]byte
+	// Master is the f32 master weights of the whole slab (N), gathered on the host
+	// (ddp.Engine.MasterHost) when the rank holds only its shard of them (ddp.shard_master);
+	// nil: Save reads them from the parameters, whole.
+	Master []float32
 }
 
 // EncodeOptimShard is rank's shard file: its optimizer state tensors (packed, each of the shard's

@@ -84,7 +84,15 @@ func (s *State) Save(cfg *config.Config, world int, ps *model.Params, opt model.
 	if abs, err := filepath.Abs(cfg.Data.Path); err == nil && cfg.Data.Path != "" {
 		s.DataPath = abs
 	}
-	weights := ps.NamedWeights()
+	var weights []model.NamedTensor
+	if shards != nil && shards.Master != nil { // a sharded master, gathered whole on the host
+		var err error
+		if weights, err = ps.NamedWeightsOf(shards.Master); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+	} else {
+		weights = ps.NamedWeights()
+	}
 	if s.Buffers != nil {
 		for _, b := range s.Buffers.List {
 			weights = append(weights, tensorToNamed(b.Name, b.T))

@@ -258,6 +258,13 @@ type DDPConfig struct {
 	// way. auto: on with --device cuda under fp16 on the f16 wire (measured faster on an H100),
 	// off otherwise (the CPU: within noise there). Default auto.
 	OverlapGather OverlapGather `yaml:"overlap_gather,omitempty"`
+	// shard_master: auto | on | off. Under shard_optimizer with precision fp16 or bf16, each rank
+	// keeps the f32 master weights of its shard only (plus the norms' gains and biases, which
+	// forward reads) instead of the whole master: 4·N·(1−1/world) bytes less per rank; the same
+	// bits (model/master_shard.go). auto: on with the CPU device, off with --device cuda (not yet
+	// run on a GPU: on is the user's choice there). Refused on under fp32 (forward reads the f32
+	// master as the weights) and without shard_optimizer. Default auto.
+	ShardMaster ShardMaster `yaml:"shard_master,omitempty"`
 	// timeout: how long a collective waits for a silent peer before the job fails (Go duration:
 	// 30s, 5m). Default 30s (allreduce.DefaultTimeout). Checkpoint writes do not count against
 	// it (they run in the background); raise it for slow networks or very large buckets.

@@ -45,6 +45,7 @@ var notTrajectory = []struct {
 	{key: "ddp.check_every", why: "how often the replicas are compared"},
 	{key: "ddp.channels", why: "bit-identical results for any number of channels"},
 	{key: "ddp.shard_optimizer", why: "bit-identical results sharded or not (ddp's shard_test.go); a checkpoint's shard files re-shard to any world size, or to none"},
+	{key: "ddp.shard_master", why: "where the f32 master of the other ranks' shards lives, not its values (ddp's TestShard_bitIdenticalToUnsharded)"},
 	{key: "ddp.overlap_gather", why: "when the same gathered weights arrive, not their values (ddp's TestShard_bitIdenticalToUnsharded)"},
 	{key: "ddp.timeout", why: "a bound on waiting, not part of the arithmetic"},
 	{key: "ddp.intra_host", why: "how the same average is reduced inside a host (device rounds a 16-bit wire once, the host ring per hop: within the wire's unit), not what is trained"},
@@ -240,7 +241,7 @@ func (c *Config) HashV1() string {
 	cc.DDP.Channels = 0
 	cc.DDP.Timeout = Duration{}
 	cc.DDP.ShardOptimizer = false
-	cc.DDP.IntraHost, cc.DDP.Hierarchical, cc.DDP.OverlapGather = "", false, "" // added after v1
+	cc.DDP.IntraHost, cc.DDP.Hierarchical, cc.DDP.OverlapGather, cc.DDP.ShardMaster = "", false, "", "" // added after v1
 	if cc.Train.GlobalBatch > 0 {
 		cc.Train.GradAccumSteps = 0
 	}

@@ -307,6 +307,13 @@ func (c *Config) validateDDP(p *problems) {
 	}
 	p.choice(c.DDP.validateIntraHost())
 	p.choice(recheck(c.DDP.OverlapGather, ParseOverlapGather))
+	p.choice(recheck(c.DDP.ShardMaster, ParseShardMaster))
+	if c.DDP.ShardMaster == ShardMasterOn && !c.DDP.ShardOptimizer {
+		p.bad("ddp.shard_master", "on needs ddp.shard_optimizer: true (the master is sharded with the optimizer state)")
+	}
+	if c.DDP.ShardMaster == ShardMasterOn && c.Precision == FP32 {
+		p.bad("ddp.shard_master", "on under precision fp32: forward reads the f32 master as the weights, so every rank needs it whole (fp16 or bf16 keep a 16-bit copy for forward)")
+	}
 	if c.DDP.CheckEvery < 0 {
 		p.bad("ddp.check_every", "%d: want >= 0 (0 = only at the end)", c.DDP.CheckEvery)
 	}

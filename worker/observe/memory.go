@@ -37,7 +37,7 @@ func MemoryReportDDP(dev tensor.Device, ps *model.Params, opt model.Optimizer, d
 	var master, weights, grads, optState, rounding int64
 	grads = ps.Grad.Bytes()
 	if ps.Half != nil {
-		master = ps.Data.Bytes()
+		master = ps.MasterTensor().Bytes() // ddp.shard_master: the shard's (and the norms') only
 		weights = ps.Half.Bytes()
 	} else {
 		weights = ps.Data.Bytes()
@@ -72,7 +72,12 @@ func MemoryReportDDP(dev tensor.Device, ps *model.Params, opt model.Optimizer, d
 		copyRow = "parameters (" + ps.Half.DType().String() + " compute copy)"
 	}
 	row(copyRow, weights)
-	if master > 0 {
+	if master > 0 && ps.MasterSharded() { // ddp.shard_master (model/master_shard.go)
+		row("master weights (rank's shard)", master)
+		held := int(master / 4)
+		fmt.Fprintf(&b, "  %-34s %12s  (the shard holds %d of %d elements, the norms' gains and biases whole: %s saved)\n", "master weights unsharded",
+			tensor.FormatBytes(4*int64(ps.N)), held, ps.N, tensor.FormatBytes(4*int64(ps.N)-master))
+	} else if master > 0 {
 		row("master weights (f32)", master)
 	}
 	row("gradients (f32)", grads)
