@@ -17,7 +17,7 @@ pkgs=$(git grep -lE '^//go:build .*cuda' -- '*.go' ':!scripts/' 2>/dev/null | xa
 [ -n "$pkgs" ] || pkgs="./model/cuda/ ./model/ ./ddp/ ./worker/ ./model/cuda/cudadrv/ ./model/cuda/cudnn/"
 timeout 240 bash scripts/cuda-env.sh go test -count=1 -tags cuda $pkgs > "$OUT/cuda.log" 2>&1
 cuda=$?
-timeout 120 bash scripts/cuda-env.sh go test -count=1 -tags cuda,cudnn ./model/cuda/ ./model/ -run 'CUDA_conv|CUDA_resnet|CUDA_bn' -v > "$OUT/cudnn.log" 2>&1
+timeout 120 bash scripts/cuda-env.sh go test -count=1 -tags cuda,cudnn ./model/cuda/ ./model/ -run 'CUDA_conv|CUDA_resnet|CUDA_bn|CUDA_fused' -v > "$OUT/cudnn.log" 2>&1
 cudnn=$?
 ab=skipped
 if [ -n "${1:-}" ]; then
