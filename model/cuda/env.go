@@ -15,7 +15,6 @@ import (
 //	GODDP_CUDNN_TF32=1 lets f32 convolutions use TF32 tensor cores (conv.go; as PyTorch's default)
 //	GODDP_BN_VEC=0    scalar batch-norm passes and reductions, and ReLU, not 8-wide (conv.go, ops.go)
 //	GODDP_BN_RELU=0   the ResNet's ReLUs as passes of their own, not folded into the batch norms' (conv.go)
-//	GODDP_BN_PART_ROWS=4 the batch norms' 8-wide sums with four rows a thread in flight, not two (conv.go; the same bits)
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
 //	XDG_CACHE_HOME    where compiled kernels are cached (KernelCacheDir)
@@ -60,12 +59,6 @@ var bnReLU = sync.OnceValue(func() bool { return os.Getenv("GODDP_BN_RELU") != "
 // The default since the H100 runs of 2026-12-05; GODDP_CUDNN_GRAPH=0 keeps the legacy calls.
 // Read once.
 var cudnnGraph = sync.OnceValue(func() bool { return os.Getenv("GODDP_CUDNN_GRAPH") != "0" })
-
-// bnPartRows4 reports whether GODDP_BN_PART_ROWS=4 asked for k_chan_part8's variant with four
-// rows a thread in flight (k_chan_part8_s4 …: the same sums in the same order, so the same bits;
-// an A/B of whether the pass, at ~50% of its bandwidth floor on an H100, lacks loads in flight).
-// Read once.
-var bnPartRows4 = sync.OnceValue(func() bool { return os.Getenv("GODDP_BN_PART_ROWS") == "4" })
 
 // KernelCacheDir is where compiled kernels are kept: $XDG_CACHE_HOME/goddp/kernels, by default
 // ~/.cache/goddp/kernels.
