@@ -640,20 +640,18 @@ __global__ void k_adamw_multi(float* p, const float* g, float* m, float* v, half
 		if (h) h[i] = f2h(w);
 	}
 }
-// sgd1: one element of SGD (k_sgd, k_sgd_multi), the weight decay wd its run's.
-__device__ __forceinline__ void sgd1(float* p, const float* g, float* mom, half_t* h, long i, float lr, float mu, float wd, int nesterov) {
-	float d = g[i] + wd * p[i];
-	if (mom && mu != 0.f) {
-		float mi = mu * mom[i] + d;
-		mom[i] = mi;
-		d = nesterov ? d + mu * mi : mi;
-	}
-	float w = p[i] - lr * d;
-	p[i] = w;
-	if (h) h[i] = f2h(w);
-}
 __global__ void k_sgd(float* p, const float* g, float* mom, half_t* h, long n, float lr, float mu, float wd, int nesterov) {
-	FOR(i, n) sgd1(p, g, mom, h, i, lr, mu, wd, nesterov);
+	FOR(i, n) {
+		float d = g[i] + wd * p[i];
+		if (mom && mu != 0.f) {
+			float mi = mu * mom[i] + d;
+			mom[i] = mi;
+			d = nesterov ? d + mu * mi : mi;
+		}
+		float w = p[i] - lr * d;
+		p[i] = w;
+		if (h) h[i] = f2h(w);
+	}
 }
 
 // k_sgd over whole slabs in one launch, the runs as k_adamw_multi's: k_sgd's arithmetic with the
@@ -663,7 +661,16 @@ __global__ void k_sgd_multi(float* p, const float* g, float* mom, half_t* h, lon
 	int r = 0;
 	FOR(i, n) {
 		while (r + 1 < nruns && (runs[r + 1] >> 1) <= (long long)i) r++;
-		sgd1(p, g, mom, h, i, lr, mu, (runs[r] & 1) ? wdecay : 0.f, nesterov);
+		float wd = (runs[r] & 1) ? wdecay : 0.f;
+		float d = g[i] + wd * p[i];
+		if (mom && mu != 0.f) {
+			float mi = mu * mom[i] + d;
+			mom[i] = mi;
+			d = nesterov ? d + mu * mi : mi;
+		}
+		float w = p[i] - lr * d;
+		p[i] = w;
+		if (h) h[i] = f2h(w);
 	}
 }
 
