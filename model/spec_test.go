@@ -383,3 +383,37 @@ func TestOpen_resnetWithBuffers(t *testing.T) {
 		t.Errorf("buffer %s missing: %v", missing, err)
 	}
 }
+
+// Every field of each kind's configuration survives Config → Spec → Config: the spec is how
+// ddptrain builds a model (worker.ModelSpec, model.New), so a field it drops is silently ignored
+// in every run (ResNetConfig.Layout was, until session 13: every ddptrain ResNet ran NCHW). Each
+// case sets every field to a value other than its zero, which the test checks by reflection, so
+// a field added later must be added here, and its round trip is then checked too.
+func TestSpec_configRoundTripKeepsEveryField(t *testing.T) {
+	nonZero := func(name string, cfg any) {
+		t.Helper()
+		v := reflect.ValueOf(cfg)
+		for i := 0; i < v.NumField(); i++ {
+			if v.Field(i).IsZero() {
+				t.Errorf("%s.%s is its zero value in this test: give it another, so that its round trip is checked", name, v.Type().Field(i).Name)
+			}
+		}
+	}
+	resnet := ResNetConfig{Depth: 50, Stem: "small", Width: 8, Classes: 7, InC: 3, InH: 32, InW: 30, Compute: tensor.F16,
+		Checkpoint: 2, Layout: tensor.NHWC}
+	nonZero("ResNetConfig", resnet)
+	if got, err := resnet.Spec().ResNetConfig(); err != nil || !reflect.DeepEqual(got, resnet) {
+		t.Errorf("ResNetConfig through its spec: %+v (%v), want %+v", got, err, resnet)
+	}
+	gpt := GPTConfig{Layers: 2, Width: 32, Heads: 4, Context: 16, Vocab: 64, Tied: true, Dropout: 0.1, Compute: tensor.F16,
+		Checkpoint: 1, LossChunk: 8, Attention: AttnFlash, CheckpointKeepAttn: true, GemmEpilogue: true}
+	nonZero("GPTConfig", gpt)
+	if got, err := gpt.Spec().GPTConfig(); err != nil || !reflect.DeepEqual(got, gpt) {
+		t.Errorf("GPTConfig through its spec: %+v (%v), want %+v", got, err, gpt)
+	}
+	mlp := MLPConfig{Widths: []int{5, 4, 3}, Activation: "gelu", Dropout: 0.1, Compute: tensor.F16, Checkpoint: 1}
+	nonZero("MLPConfig", mlp)
+	if got, err := mlp.Spec().MLPConfig(); err != nil || !reflect.DeepEqual(got, mlp) {
+		t.Errorf("MLPConfig through its spec: %+v (%v), want %+v", got, err, mlp)
+	}
+}
