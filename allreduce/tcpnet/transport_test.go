@@ -46,6 +46,16 @@ func testTCPWrongToken(t *testing.T, kind string) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("%s: dial got %v, want %q", tc.name, err, tc.want)
 		}
+		// Rank 0 answers the dialler before it logs the refusal, so the dial can return first:
+		// wait for the wrong token's line before the next dial, whose refusal from the same source
+		// would otherwise come first and rate-limit it away (the guard logs a source once a
+		// period: a flake of CI in session 13).
+		for deadline := time.Now().Add(5 * time.Second); tc.name == "wrong token" && !rec.Has("wrong or missing token"); {
+			if time.Now().After(deadline) {
+				t.Fatalf("the wrong token's refusal not logged within 5 s: %v", rec.Msgs())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 	if !rec.Has("wrong or missing token") || !rec.Has("refused") {
 		t.Fatalf("refusals not logged: %v", rec.Msgs())
