@@ -342,11 +342,9 @@ func buildSchedule(cfg *Config, total int) (model.Schedule, error) {
 
 // shardMaster is ddp.shard_master resolved for the optimizer's shard (nil: unsharded or alone,
 // never). Under fp16 and bf16 only (fp32's forward reads the f32 master: the config refuses on
-// there). auto is on where it has run: the CPU device (tensor.HostMemory), and --device cuda
-// under fp16 (an H100, 2026-12-05, session 13: the -tags cuda shard tests passed with it, and
-// GPT-2 small's static memory per rank 1.63 -> 1.40 GiB at 2 workers, 1.41 -> 1.06 at 4, the
-// step unchanged, replicas identical; docs/perf-memory.md). cuda under bf16 is not yet run on a
-// GPU: on is the user's choice there.
+// there). auto is on where it has run: the CPU device (tensor.HostMemory); off on a device
+// without it (--device cuda: the same code path on the device, not yet run on a GPU; on is the
+// user's choice there). docs/perf-memory.md.
 func (t *Trainer) shardMaster(shard *model.Shard) bool {
 	if shard == nil || t.cfg.Precision == config.FP32 {
 		return false
@@ -358,7 +356,7 @@ func (t *Trainer) shardMaster(shard *model.Shard) bool {
 		return false
 	}
 	_, host := t.dev.(tensor.HostMemory)
-	return host || t.cfg.Precision == config.FP16
+	return host
 }
 
 // overlapGather is ddp.overlap_gather resolved. auto is on where the overlap measured faster:

@@ -23,7 +23,6 @@ import (
 	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/tensor"
 	"github.com/goddp/goddp/worker/checkpoint"
-	"github.com/goddp/goddp/worker/config"
 	"github.com/goddp/goddp/worker/data"
 	"github.com/goddp/goddp/worker/observe"
 )
@@ -278,8 +277,8 @@ func (t *Trainer) buildModel() (data.Dataset, error) {
 			return nil, err
 		}
 		dev.EmptyCache() // the whole slab's block goes back
-		if _, host := dev.(tensor.HostMemory); !host && cfg.Precision != config.FP16 && t.env.Rank == 0 {
-			t.log.Warn("ddp.shard_master: on with a device that has not yet run it (the f32 master sharded under " + string(cfg.Precision) + " on " + dev.Name() + ": not yet run on a GPU)")
+		if _, host := dev.(tensor.HostMemory); !host && t.env.Rank == 0 {
+			t.log.Warn("ddp.shard_master: on with a device that has not yet run it (the f32 master sharded on " + dev.Name() + ": not yet run on a GPU)")
 		}
 	}
 	scaler, err := buildScaler(dev, cfg)
