@@ -296,7 +296,7 @@ func NewSGDShard(ps *Params, cfg SGDConfig, shard *Shard) (*SGD, error) {
 		o.Mom = dev.Alloc(tensor.F32, "sgd.momentum", n)
 		dev.Fill(o.Mom, 0)
 	}
-	if md, ok := ps.Device().(tensor.MultiSGD); ok && ps.N > 0 && shard == nil {
+	if md, ok := ps.Device().(tensor.MultiSGD); ok && md.FusesSGD() && ps.N > 0 && shard == nil {
 		o.multi = md
 		for _, r := range o.runs {
 			o.aruns = append(o.aruns, tensor.AdamWRun{Off: r.off, N: r.n, Decay: r.decay})

@@ -343,8 +343,8 @@ func buildSchedule(cfg *Config, total int) (model.Schedule, error) {
 // shardMaster is ddp.shard_master resolved for the optimizer's shard (nil: unsharded or alone,
 // never). Under fp16 and bf16 only (fp32's forward reads the f32 master: the config refuses on
 // there). auto is on where it has run: the CPU device (tensor.HostMemory); off on a device
-// without it (--device cuda: the same code path on the device, not yet run on a GPU; on is the
-// user's choice there). docs/perf-memory.md.
+// without it (--device cuda: its shard tests and stage-3 rows ran on an H100 in session 13, the
+// whole -tags cuda suite not yet; on is the user's choice there). docs/perf-memory.md.
 func (t *Trainer) shardMaster(shard *model.Shard) bool {
 	if shard == nil || t.cfg.Precision == config.FP32 {
 		return false

@@ -278,7 +278,7 @@ func (t *Trainer) buildModel() (data.Dataset, error) {
 		}
 		dev.EmptyCache() // the whole slab's block goes back
 		if _, host := dev.(tensor.HostMemory); !host && t.env.Rank == 0 {
-			t.log.Warn("ddp.shard_master: on with a device that has not yet run it (the f32 master sharded on " + dev.Name() + ": not yet run on a GPU)")
+			t.log.Warn("ddp.shard_master: on with a device where it is not the default (the f32 master sharded on " + dev.Name() + ": its own tests ran on a GPU, the whole -tags cuda suite not yet)")
 		}
 	}
 	scaler, err := buildScaler(dev, cfg)

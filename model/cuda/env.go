@@ -15,6 +15,7 @@ import (
 //	GODDP_CUDNN_TF32=1 lets f32 convolutions use TF32 tensor cores (conv.go; as PyTorch's default)
 //	GODDP_BN_VEC=0    scalar batch-norm passes and reductions, and ReLU, not 8-wide (conv.go, ops.go)
 //	GODDP_BN_RELU=0   the ResNet's ReLUs as passes of their own, not folded into the batch norms' (conv.go)
+//	GODDP_SGD_MULTI=1 SGD over every parameter in one launch, k_sgd_multi (ops.go; off: not yet run on a GPU under the whole suite)
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
 //	XDG_CACHE_HOME    where compiled kernels are cached (KernelCacheDir)
@@ -59,6 +60,12 @@ var bnReLU = sync.OnceValue(func() bool { return os.Getenv("GODDP_BN_RELU") != "
 // The default since the H100 runs of 2026-12-05; GODDP_CUDNN_GRAPH=0 keeps the legacy calls.
 // Read once.
 var cudnnGraph = sync.OnceValue(func() bool { return os.Getenv("GODDP_CUDNN_GRAPH") != "0" })
+
+// sgdMulti reports whether GODDP_SGD_MULTI=1 asked for SGD in one launch (tensor.MultiSGD):
+// 108 launches of a ResNet-50 step become one (0.69 -> 0.21 ms on an H100, docs/perf-resnet-gpu.md;
+// TestCUDA_sgdMultiMatchesPerRun: the per-run bits). Read at each optimizer's construction, so a
+// test can set it.
+func sgdMulti() bool { return os.Getenv("GODDP_SGD_MULTI") == "1" }
 
 // KernelCacheDir is where compiled kernels are kept: $XDG_CACHE_HOME/goddp/kernels, by default
 // ~/.cache/goddp/kernels.

@@ -616,6 +616,11 @@ func (d *Device) SGDRuns(p, g, mom, half *tensor.Tensor, runs []tensor.AdamWRun,
 		f32a(a.LR), f32a(a.Momentum), f32a(a.WeightDecay), i32a(b2i(a.Nesterov)))
 }
 
+// FusesSGD is tensor.MultiSGD's switch: GODDP_SGD_MULTI=1 (env.go). Off by default: k_sgd_multi's
+// own test passed on an H100 and ddptrain's ResNet-50 ran with it (session 13), but the whole
+// `-tags cuda` suite has not yet run on a GPU with it.
+func (d *Device) FusesSGD() bool { return sgdMulti() }
+
 var _ tensor.MultiSGD = (*Device)(nil)
 
 // b2i is a kernel's int flag.

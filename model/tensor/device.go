@@ -213,6 +213,8 @@ type MultiAdamW interface {
 type MultiSGD interface {
 	MultiAdamW
 	SGDRuns(p, g, mom, half *Tensor, runs []AdamWRun, table *Tensor, a SGDArgs)
+	// FusesSGD reports whether SGD should take SGDRuns (a device may keep it behind a switch).
+	FusesSGD() bool
 }
 
 // Fence is a point in a device's stream of work, from Device.Fence: what was enqueued before it
