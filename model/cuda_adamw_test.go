@@ -74,14 +74,7 @@ func TestCUDA_adamwMultiMatchesPerRun(t *testing.T) {
 		return m.Params(), m.Free
 	})
 	check("slab", func() (*Params, func()) {
-		ps := NewParams(g)
-		sizes := []int{1, 3, 700000, 5, 1, 300001, 17, 2000000, 256, 255, 1, 1000003, 9, 8, 400000}
-		for i, n := range sizes {
-			// decay alternates, with a few neighbours of equal flag (merged into one run)
-			ps.Add(string(rune('a'+i)), Init{Std: 0.5}, i%3 != 1, n)
-		}
-		ps.Build(tensor.F16)
-		ps.Init(11)
+		ps := runSlab(g)
 		return ps, ps.Free
 	})
 	g.Sync()
@@ -105,13 +98,7 @@ func TestCUDA_sgdMultiMatchesPerRun(t *testing.T) {
 		var pss [2]*Params
 		var opts [2]*SGD
 		for k := range pss {
-			ps := NewParams(g)
-			sizes := []int{1, 3, 700000, 5, 1, 300001, 17, 2000000, 256, 255, 1, 1000003, 9, 8, 400000}
-			for i, n := range sizes {
-				ps.Add(string(rune('a'+i)), Init{Std: 0.5}, i%3 != 1, n)
-			}
-			ps.Build(tensor.F16)
-			ps.Init(11)
+			ps := runSlab(g)
 			opt, err := NewSGD(ps, cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -148,4 +135,18 @@ func TestCUDA_sgdMultiMatchesPerRun(t *testing.T) {
 	if a := g.Stats().Allocated; a != base {
 		t.Errorf("allocated %d after freeing, %d before\n%s", a, base, tensor.MemorySummary(g))
 	}
+}
+
+// runSlab is an f16 parameter set whose decay runs alternate (with a few neighbours of equal
+// flag, merged into one run) over sizes large enough that a thread crosses several runs and
+// several grid strides.
+func runSlab(g tensor.Device) *Params {
+	ps := NewParams(g)
+	sizes := []int{1, 3, 700000, 5, 1, 300001, 17, 2000000, 256, 255, 1, 1000003, 9, 8, 400000}
+	for i, n := range sizes {
+		ps.Add(string(rune('a'+i)), Init{Std: 0.5}, i%3 != 1, n)
+	}
+	ps.Build(tensor.F16)
+	ps.Init(11)
+	return ps
 }

@@ -250,24 +250,7 @@ func TestTrain_shardedCheckpointResumesAtAnotherWorldSize(t *testing.T) {
 	}
 	from = filepath.Join(dir, "ck-b", "step-00000040")
 	four := func(name string, shard string) string {
-		m := filepath.Join(dir, name+".jsonl")
-		args := []string{"--nproc-per-node", "4", "--grace", "3s", filepath.Join(binaries(t), "ddptrain")}
-		args = append(args, smallRun(t, filepath.Join(dir, "ck-"+name))...)
-		args = append(args, "--set", "precision=fp32", "--set", "train.global_batch=256", "--set", "ddp.shard_optimizer="+shard,
-			"--resume-from", from, "--metrics", m)
-		cmd := exec.Command(filepath.Join(binaries(t), "ddplaunch"), args...)
-		cmd.Env = os.Environ()
-		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "resumed from checkpoint") {
-			t.Fatalf("world 4 (%s) from %s: %v\n%s", name, from, err, out)
-		}
-		h := summary(t, m).ParamSHA256
-		for r := 1; r < 4; r++ {
-			if hr := summary(t, observe.RankPath(m, r)).ParamSHA256; hr != h {
-				t.Fatalf("world 4 (%s): rank %d ends with %s, rank 0 %s", name, r, hr, h)
-			}
-		}
-		return h
+		return resumeWorld4(t, dir, from, name, shard, "--set", "precision=fp32")
 	}
 	if a, b := four("four-sharded", "true"), four("four-plain", "false"); a != b {
 		t.Fatalf("world 4 resumed sharded ends with %s, unsharded %s", a, b)
@@ -394,21 +377,7 @@ func TestTrain_shardedMasterCheckpointResumes(t *testing.T) {
 		t.Fatalf("resumed at world 2 from step 40 ends with %s, the uninterrupted job with %s", h, hashOn)
 	}
 	four := func(name string, shard string) string {
-		m := filepath.Join(dir, name+".jsonl")
-		args := []string{"--nproc-per-node", "4", "--grace", "3s", filepath.Join(binaries(t), "ddptrain")}
-		args = append(args, smallRun(t, filepath.Join(dir, "ck-"+name))...)
-		args = append(args, "--set", "train.global_batch=256", "--set", "ddp.shard_optimizer="+shard, "--resume-from", from, "--metrics", m)
-		out, err := exec.Command(filepath.Join(binaries(t), "ddplaunch"), args...).CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "resumed from checkpoint") {
-			t.Fatalf("world 4 (%s) from %s: %v\n%s", name, from, err, out)
-		}
-		h := summary(t, m).ParamSHA256
-		for r := 1; r < 4; r++ {
-			if hr := summary(t, observe.RankPath(m, r)).ParamSHA256; hr != h {
-				t.Fatalf("world 4 (%s): rank %d ends with %s, rank 0 %s", name, r, hr, h)
-			}
-		}
-		return h
+		return resumeWorld4(t, dir, from, name, shard)
 	}
 	if a, b := four("four-sharded", "true"), four("four-plain", "false"); a != b {
 		t.Fatalf("world 4 resumed with the master sharded ends with %s, unsharded %s", a, b)
@@ -435,4 +404,27 @@ func names(ts []model.NamedTensor) []string {
 		out = append(out, x.Name)
 	}
 	return out
+}
+
+// resumeWorld4 resumes the checkpoint from at world 4 (ddp.shard_optimizer=shard, the extra
+// settings after smallRun's) and returns the param_sha256 every rank ends with (a rank that
+// differs fails the test).
+func resumeWorld4(t *testing.T, dir, from, name, shard string, extra ...string) string {
+	t.Helper()
+	m := filepath.Join(dir, name+".jsonl")
+	args := []string{"--nproc-per-node", "4", "--grace", "3s", filepath.Join(binaries(t), "ddptrain")}
+	args = append(args, smallRun(t, filepath.Join(dir, "ck-"+name))...)
+	args = append(args, extra...)
+	args = append(args, "--set", "train.global_batch=256", "--set", "ddp.shard_optimizer="+shard, "--resume-from", from, "--metrics", m)
+	out, err := exec.Command(filepath.Join(binaries(t), "ddplaunch"), args...).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "resumed from checkpoint") {
+		t.Fatalf("world 4 (%s) from %s: %v\n%s", name, from, err, out)
+	}
+	h := summary(t, m).ParamSHA256
+	for r := 1; r < 4; r++ {
+		if hr := summary(t, observe.RankPath(m, r)).ParamSHA256; hr != h {
+			t.Fatalf("world 4 (%s): rank %d ends with %s, rank 0 %s", name, r, hr, h)
+		}
+	}
+	return h
 }
