@@ -210,6 +210,14 @@ func fusedAddReLU(dev tensor.Device) tensor.AddReLUDevice {
 	return nil
 }
 
+// cacheConvFilters starts (on) or drops the device's cache of derived filters where it has one
+// (tensor.ConvFilterCache).
+func cacheConvFilters(dev tensor.Device, on bool) {
+	if fc, ok := dev.(tensor.ConvFilterCache); ok {
+		fc.CacheConvFilters(on)
+	}
+}
+
 // backward: dx (x's shape) overwritten from dout (out's shape; consumed) and x. Frees the
 // block's activations including out. masked says dout has been taken through the block's ReLU
 // already (the next block's backward did it: its maskX); maskX takes dx through the ReLU that
@@ -386,8 +394,8 @@ func (m *ResNet) Forward(in Inputs, train bool) *tensor.Tensor {
 	}
 	B := in.X.Dim(0)
 	m.in, m.train = in, train
-	if fc, ok := dev.(tensor.ConvFilterCache); ok && train {
-		fc.CacheConvFilters(true) // the filters' derived copies, from here to the end of Backward
+	if train {
+		cacheConvFilters(dev, true) // the filters' derived copies, from here to the end of Backward
 	}
 	m.count = in.Valid
 	if m.count <= 0 {
@@ -515,9 +523,7 @@ func (m *ResNet) Backward(scale float32) {
 	m.train = false
 	freeLive(dev, m.xin)
 	m.xin = nil
-	if fc, ok := dev.(tensor.ConvFilterCache); ok {
-		fc.CacheConvFilters(false)
-	}
+	cacheConvFilters(dev, false)
 }
 
 // Predict: out (B) i32 = argmax of the last Forward's logits.
@@ -551,9 +557,7 @@ func (m *ResNet) Release() {
 	freeLive(dev, m.xin)
 	m.xin = nil
 	m.train = false
-	if fc, ok := dev.(tensor.ConvFilterCache); ok {
-		fc.CacheConvFilters(false) // an interrupted backward's
-	}
+	cacheConvFilters(dev, false) // an interrupted backward's
 }
 
 // Free releases every buffer, the parameters and the BN buffers.
