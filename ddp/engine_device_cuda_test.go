@@ -137,19 +137,23 @@ func TestCUDADevice_trainsGPTLikeHostPath(t *testing.T) {
 			// device path could otherwise load one while a peer's all-reduce spins for this rank
 			// (main_cuda_test.go).
 			host := run(false)
-			dev := run(true)
-			if t.Failed() {
-				return
-			}
 			tol := map[allreduce.Wire]float64{allreduce.WireF32: 1e-5, allreduce.WireF16: 2e-3, allreduce.WireBF16: 2e-2}[wire]
-			checkDeviceLikeHost(t, wire, W, dev, host, tol)
+			ipcWaits(t, func(t *testing.T) {
+				dev := run(true)
+				if t.Failed() {
+					return
+				}
+				checkDeviceLikeHost(t, wire, W, dev, host, tol)
+			})
 		}
 	}
 }
 
 // A rank that stops mid-run (its control-plane links close; its kernels never come) makes the
 // others' steps fail within 15 s naming it, and no rank hangs on a device wait.
-func TestCUDADevice_stoppedRankNamedWithin15s(t *testing.T) {
+func TestCUDADevice_stoppedRankNamedWithin15s(t *testing.T) { ipcWaits(t, testStoppedRankNamed) }
+
+func testStoppedRankNamed(t *testing.T) {
 	const W, dead = 3, 2
 	errs := make([]error, W)
 	returned := make([]time.Time, W)
@@ -209,21 +213,23 @@ func TestCUDADevice_killedProcessNamedWithin15s(t *testing.T) {
 		fmt.Printf("DEVICE-RESULT rank %d: %v\n", g.Rank(), err)
 		return
 	}
-	outs, _, ended := runSelfAsRanks(t, W, "GODDP_DEVICE_TEST_RANK", "device-test", "TestCUDADevice_killedProcessNamedWithin15s")
-	for r := range W {
-		if r == dead {
-			continue
+	ipcWaits(t, func(t *testing.T) {
+		outs, _, ended := runSelfAsRanks(t, W, "GODDP_DEVICE_TEST_RANK", "device-test", "TestCUDADevice_killedProcessNamedWithin15s")
+		for r := range W {
+			if r == dead {
+				continue
+			}
+			i := strings.Index(outs[r], "DEVICE-RESULT ")
+			if i < 0 {
+				t.Fatalf("rank %d printed no result (killed by the 2-minute bound: a hang?):\n%s", r, outs[r])
+			}
+			line := strings.SplitN(outs[r][i:], "\n", 2)[0]
+			if !strings.Contains(line, fmt.Sprintf("rank %d", dead)) || strings.HasSuffix(line, "<nil>") {
+				t.Errorf("rank %d: %s — want an error naming rank %d", r, line, dead)
+			}
+			if d := ended[r].Sub(ended[dead]); d > 15*time.Second {
+				t.Errorf("rank %d exited %s after rank %d was killed, want within 15 s", r, d, dead)
+			}
 		}
-		i := strings.Index(outs[r], "DEVICE-RESULT ")
-		if i < 0 {
-			t.Fatalf("rank %d printed no result (killed by the 2-minute bound: a hang?):\n%s", r, outs[r])
-		}
-		line := strings.SplitN(outs[r][i:], "\n", 2)[0]
-		if !strings.Contains(line, fmt.Sprintf("rank %d", dead)) || strings.HasSuffix(line, "<nil>") {
-			t.Errorf("rank %d: %s — want an error naming rank %d", r, line, dead)
-		}
-		if d := ended[r].Sub(ended[dead]); d > 15*time.Second {
-			t.Errorf("rank %d exited %s after rank %d was killed, want within 15 s", r, d, dead)
-		}
-	}
+	})
 }

@@ -83,13 +83,27 @@ func ipcRank(t *testing.T, r int, comm Comm, count int) string {
 // Goroutine ranks sharing GPU 0 (each its own Device and streams), the handles over in-process
 // groups: every rank ends with the same bits, the host ring's for f32.
 func TestCUDAIPC_goroutineRanks(t *testing.T) {
-	for _, W := range []int{2, 3, 4} {
-		sums := inprocWorld(t, W, 1, func(r int, comm Comm, _ []Comm) string { return ipcRank(t, r, comm, 300007) })
-		for r, s := range sums {
-			if s == "" || s != sums[0] {
-				t.Fatalf("W=%d rank %d: results %q differ from rank 0's %q", W, r, s, sums[0])
+	ipcWaits(t, func(t *testing.T) {
+		for _, W := range []int{2, 3, 4} {
+			sums := inprocWorld(t, W, 1, func(r int, comm Comm, _ []Comm) string { return ipcRank(t, r, comm, 300007) })
+			for r, s := range sums {
+				if s == "" || s != sums[0] {
+					t.Fatalf("W=%d rank %d: results %q differ from rank 0's %q", W, r, s, sums[0])
+				}
 			}
 		}
+	})
+}
+
+// ipcWaits runs f once for each way the device path's ranks wait for each other
+// (GODDP_IPC_WAIT, model/cuda/ipc_pace.go): in the kernel (the default) and by the stream. The
+// variable is the process's, so ranks run as processes inherit it.
+func ipcWaits(t *testing.T, f func(t *testing.T)) {
+	for _, w := range []string{"kernel", "stream"} {
+		t.Run("wait="+w, func(t *testing.T) {
+			t.Setenv("GODDP_IPC_WAIT", w)
+			f(t)
+		})
 	}
 }
 
@@ -104,19 +118,21 @@ func TestCUDAIPC_twoProcesses(t *testing.T) {
 		}
 		return
 	}
-	outs, errs, _ := runSelfAsRanks(t, 2, "GODDP_IPC_TEST_RANK", "ipc-test", "TestCUDAIPC_twoProcesses")
-	var sums []string
-	for r := range 2 {
-		if errs[r] != nil {
-			t.Fatalf("rank %d: %v\n%s", r, errs[r], outs[r])
+	ipcWaits(t, func(t *testing.T) {
+		outs, errs, _ := runSelfAsRanks(t, 2, "GODDP_IPC_TEST_RANK", "ipc-test", "TestCUDAIPC_twoProcesses")
+		var sums []string
+		for r := range 2 {
+			if errs[r] != nil {
+				t.Fatalf("rank %d: %v\n%s", r, errs[r], outs[r])
+			}
+			i := strings.Index(outs[r], "IPC-RESULT ")
+			if i < 0 {
+				t.Fatalf("rank %d printed no result:\n%s", r, outs[r])
+			}
+			sums = append(sums, strings.Fields(outs[r][i:])[1])
 		}
-		i := strings.Index(outs[r], "IPC-RESULT ")
-		if i < 0 {
-			t.Fatalf("rank %d printed no result:\n%s", r, outs[r])
+		if sums[0] != sums[1] {
+			t.Fatalf("the two processes' results differ: %s, %s", sums[0], sums[1])
 		}
-		sums = append(sums, strings.Fields(outs[r][i:])[1])
-	}
-	if sums[0] != sums[1] {
-		t.Fatalf("the two processes' results differ: %s, %s", sums[0], sums[1])
-	}
+	})
 }

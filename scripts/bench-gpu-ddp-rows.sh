@@ -18,7 +18,10 @@
 #   (DSTEPS=200 steps at N=2, D4STEPS=60 at N=4): step, target 1.10 × N × one worker, replicas
 #   (param_sha256), the loss curve against the host path's (target within 1e-3 relative). A run that
 #   refuses its settings (ddp.intra_host: device in a tree without the engine's path, or on
-#   --device cpu) is a SKIPPED row quoting the refusal, and the rest goes on.
+#   --device cpu) is a SKIPPED row quoting the refusal, and the rest goes on. WAITS (kernel,stream):
+#   the ways the device path's ranks wait for each other (GODDP_IPC_WAIT, model/cuda/ipc_pace.go),
+#   each measured alone and in training: the row "device" waits in the kernel, "device-stream"
+#   by the stream.
 #
 #   OUT=dir (default out/bench-gpu-ddp-ROWS)  BIN=dir (prebuilt ddptrain, ddplaunch, ddpbench; else
 #   `make cuda` into bin/)  CONFIG DEVICE=cuda  PRINT_ONLY=1 (print the commands)
@@ -125,19 +128,28 @@ fi
 # ROWS=device
 NS=${NS:-2,4}
 WIRES=${WIRES:-f16}
+WAITS=${WAITS:-kernel,stream}
+paths=(host)
+for w in ${WAITS//,/ }; do
+  case $w in kernel) paths+=(device) ;; stream) paths+=(device-stream) ;; *) echo "bench-gpu-ddp-rows.sh: WAITS: $w: want kernel or stream" >&2; exit 2 ;; esac
+done
 for n in ${NS//,/ }; do
-  stamp "all-reduce alone, $n processes: host ring and CUDA IPC"
-  x timeout --foreground 150 "$BIN/ddpbench" allreduce --nproc "$n" --wire "$WIRES" --sizes 25M,497903616 --iters "${ITERS:-5}" --warmup 2 \
-    --device "$DEVICE" --json > "$OUT/allreduce-$n.jsonl" 2> "$OUT/allreduce-$n.err" || { echo "exit $?"; tail -3 "$OUT/allreduce-$n.err"; }
+  for w in ${WAITS//,/ }; do
+    stamp "all-reduce alone, $n processes: host ring and CUDA IPC (GODDP_IPC_WAIT=$w)"
+    x env GODDP_IPC_WAIT="$w" timeout --foreground 150 "$BIN/ddpbench" allreduce --nproc "$n" --wire "$WIRES" --sizes 25M,497903616 --iters "${ITERS:-5}" --warmup 2 \
+      --device "$DEVICE" --json > "$OUT/allreduce-$n-$w.jsonl" 2> "$OUT/allreduce-$n-$w.err" || { echo "exit $?"; tail -3 "$OUT/allreduce-$n-$w.err"; }
+  done
 done
 stamp "one worker"
 launch one 1 "${DSTEPS:-200}" || echo "exit $?: $(refusal one)"
 for n in ${NS//,/ }; do
   steps=${DSTEPS:-200}
   [ "$n" -gt 2 ] && steps=${D4STEPS:-60}
-  for path in host device; do
-    stamp "$n workers, ddp.intra_host $path, $steps steps"
-    launch "ddp-$n-$path" "$n" "$steps" --set ddp.intra_host="$path" || echo "exit $?: $(refusal "ddp-$n-$path")"
+  for path in "${paths[@]}"; do
+    wait=kernel
+    [ "$path" = device-stream ] && wait=stream
+    stamp "$n workers, ddp.intra_host ${path%-stream}, $steps steps (GODDP_IPC_WAIT=$wait)"
+    GODDP_IPC_WAIT=$wait launch "ddp-$n-$path" "$n" "$steps" --set ddp.intra_host="${path%-stream}" || echo "exit $?: $(refusal "ddp-$n-$path")"
   done
 done
 [ -z "${PRINT_ONLY:-}" ] || exit 0
@@ -145,21 +157,30 @@ stamp "table"
 echo
 echo "all-reduce alone (ddpbench allreduce --device $DEVICE, wire $WIRES): median of ${ITERS:-5}"
 printf '%-10s %5s %12s %5s %9s %11s %11s\n' transport world bytes wire ms "algbw GB/s" "busbw GB/s"
-cat "$OUT"/allreduce-*.jsonl 2>/dev/null | grep '^{' | python3 -c '
-import json, sys
+for f in "$OUT"/allreduce-*.jsonl; do
+  [ -e "$f" ] || continue
+  w=${f%.jsonl}
+  grep '^{' "$f" | WAIT=${w##*-} python3 -c '
+import json, os, sys
 for l in sys.stdin:
     d = json.loads(l)
-    print("%-10s %5d %12d %5s %9.2f %11.2f %11.2f" % (d["transport"], d["world"], d["bytes"], d["wire"], d["sec"] * 1e3, d["algbw_GBs"], d["busbw_GBs"]))'
+    t = d["transport"]
+    if t == "cuda-ipc" and os.environ["WAIT"] == "stream":
+        t = "cuda-ipc/s"  # GODDP_IPC_WAIT=stream
+    elif t != "cuda-ipc" and os.environ["WAIT"] == "stream":
+        continue  # the host ring measured once, beside the kernel-paced rows
+    print("%-10s %5d %12d %5s %9.2f %11.2f %11.2f" % (t, d["world"], d["bytes"], d["wire"], d["sec"] * 1e3, d["algbw_GBs"], d["busbw_GBs"]))'
+done
 one=$(m step "$OUT/one.jsonl")
 echo
 echo "GPT-2 124M, micro-batch $BATCH per worker, workers sharing one GPU ($DEVICE): ddp.intra_host host against device"
 echo "one worker: step $one ms"
-printf '%-3s %-7s | %8s %9s %7s | %-10s | %s\n' N path "step ms" "target" "/target" "replicas" "loss vs host (max rel, target 1e-3)"
+printf '%-3s %-13s | %8s %9s %7s | %-10s | %s\n' N path "step ms" "target" "/target" "replicas" "loss vs host (max rel, target 1e-3)"
 for n in ${NS//,/ }; do
-  for path in host device; do
+  for path in "${paths[@]}"; do
     f=$OUT/ddp-$n-$path
     if ! grep -q '"event":"summary"' "$f.jsonl" 2>/dev/null; then
-      printf '%-3s %-7s | SKIPPED: %s\n' "$n" "$path" "$(refusal "ddp-$n-$path")"
+      printf '%-3s %-13s | SKIPPED: %s\n' "$n" "$path" "$(refusal "ddp-$n-$path")"
       continue
     fi
     ms=$(m step "$f.jsonl")
@@ -167,8 +188,8 @@ for n in ${NS//,/ }; do
     tgt=$(awk -v o="$one" -v n="$n" 'BEGIN { if (o + 0 > 0) printf "%.1f", 1.10 * n * o; else print "-" }')
     rel=$(awk -v a="$ms" -v b="$tgt" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.3f", a / b; else print "-" }')
     loss="-"
-    [ "$path" = device ] && loss=$(m loss "$f.jsonl" "$OUT/ddp-$n-host.jsonl" 5)
-    printf '%-3s %-7s | %8s %9s %7s | %-10s | %s\n' "$n" "$path" "$ms" "$tgt" "$rel" "${sha:--}" "$loss"
+    [ "$path" != host ] && loss=$(m loss "$f.jsonl" "$OUT/ddp-$n-host.jsonl" 5)
+    printf '%-3s %-13s | %8s %9s %7s | %-10s | %s\n' "$n" "$path" "$ms" "$tgt" "$rel" "${sha:--}" "$loss"
   done
 done
 stamp "end"

@@ -1,5 +1,5 @@
 // Package cuda is goddp's NVIDIA GPU device, built with the cuda build tag (make cuda; without the
-// tag this package is only this comment). Every operation of tensor.Device is enqueued on one
+// tag this package is only this comment and ipc_stalled.go's pure function, tested on any machine). Every operation of tensor.Device is enqueued on one
 // compute stream in call order, so it returns before the GPU is done; only Download, DownloadI32,
 // Sync and a Fence's Wait wait.
 //
@@ -15,7 +15,11 @@
 //	staging.go          tensor.GradStager: gradient buckets through f16 device buffers and pinned
 //	                    memory on streams of their own (staging_kernels.go)
 //	ipc.go              tensor.IPCDevice: an all-reduce over the ranks' buffers mapped by CUDA IPC,
-//	                    one kernel paced by flags in device memory (ipc_kernels.go); not yet run on a GPU
+//	                    one kernel paced by flags in device memory (ipc_kernels.go)
+//	ipc_async.go        the same on a side stream, abortable; its halves for the path across hosts
+//	ipc_pace.go         GODDP_IPC_WAIT=stream: the ranks' meetings as stream waits around launches
+//	                    that never wait (ipc_stalled.go names the peer an abort gave up on); not yet
+//	                    run on a GPU
 //	upload_async.go     UploadAsync, a copy-stream upload the compute stream waits for by event
 //	fence.go            Fence: an event recorded on the compute stream (events recycled)
 //	cudadrv/            the small cgo layer: streams, events, memory, launches, two cuBLAS calls,

@@ -18,6 +18,8 @@ import (
 //	GODDP_SGD_MULTI=1 SGD over every parameter in one launch, k_sgd_multi (ops.go; off: not yet run on a GPU under the whole suite)
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
+//	GODDP_IPC_WAIT=stream the IPC all-reduce's ranks wait for each other by their streams, not in the
+//	                  kernel (ipc_pace.go; read at each NewIPCReducer; not yet run on a GPU)
 //	XDG_CACHE_HOME    where compiled kernels are cached (KernelCacheDir)
 
 // flashOff reports whether GODDP_FLASH=0 turned the fused attention off.

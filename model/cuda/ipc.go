@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/goddp/goddp/model/cuda/cudadrv"
@@ -16,7 +18,8 @@ import (
 // The CUDA device's IPCDevice (tensor.IPCDevice says what each call does): an all-reduce over
 // the buffers of every rank of a host, each rank's mapped into the others by CUDA IPC
 // (cuIpcGetMemHandle / cuIpcOpenMemHandle), one kernel per all-reduce (ipc_kernels.go) paced by
-// flags in device memory. Ranks that are goroutines of one process (the tests) use each other's
+// flags in device memory, or by the stream around launches that never wait (GODDP_IPC_WAIT=stream,
+// ipc_pace.go; not yet run on a GPU). Ranks that are goroutines of one process (the tests) use each other's
 // addresses directly: a process cannot open its own handles. Ranks on different GPUs of the host
 // need peer access (cuDeviceCanAccessPeer; cuCtxEnablePeerAccess within a process, lazily through
 // cuIpcOpenMemHandle across processes). Not yet run on a GPU.
@@ -28,7 +31,7 @@ const (
 	ipcMaxRanks  = 16                                 // IPC_MAXR: the most ranks
 	ipcFlagBytes = 3 * ipcMaxBlocks * ipcMaxRanks * 4 // flags[phase][block][rank] uint32
 	ipcThreads   = 512                                // threads per block
-	ipcVersion   = 1                                  // of the handle's layout
+	ipcVersion   = 2                                  // of the handle's layout
 )
 
 // ipcHandle is what one rank tells the others (Handle, Connect).
@@ -38,12 +41,13 @@ type ipcHandle struct {
 	dtype            uint32 // 0 f32, 1 f16, 2 bf16
 	count            uint64
 	grid             uint32
+	paced            uint32               // 1: the meetings are the stream's (GODDP_IPC_WAIT=stream)
 	data, flags      cudadrv.IpcMemHandle // of buf's allocation and of the flags'
 	dataOff          uint64               // buf's offset in its allocation
 	dataPtr, flagPtr uint64               // the addresses in the exporting process
 }
 
-const ipcHandleBytes = 4 + 8 + 4 + 4 + 8 + 4 + 2*cudadrv.IPCHandleSize + 8 + 8 + 8
+const ipcHandleBytes = 4 + 8 + 4 + 4 + 8 + 4 + 4 + 2*cudadrv.IPCHandleSize + 8 + 8 + 8
 
 func (h *ipcHandle) encode() []byte {
 	b := make([]byte, 0, ipcHandleBytes)
@@ -53,6 +57,7 @@ func (h *ipcHandle) encode() []byte {
 	b = binary.LittleEndian.AppendUint32(b, h.dtype)
 	b = binary.LittleEndian.AppendUint64(b, h.count)
 	b = binary.LittleEndian.AppendUint32(b, h.grid)
+	b = binary.LittleEndian.AppendUint32(b, h.paced)
 	b = append(b, h.data[:]...)
 	b = append(b, h.flags[:]...)
 	b = binary.LittleEndian.AppendUint64(b, h.dataOff)
@@ -74,6 +79,7 @@ func decodeIPCHandle(b []byte) (ipcHandle, error) {
 	h.dtype, b = binary.LittleEndian.Uint32(b), b[4:]
 	h.count, b = binary.LittleEndian.Uint64(b), b[8:]
 	h.grid, b = binary.LittleEndian.Uint32(b), b[4:]
+	h.paced, b = binary.LittleEndian.Uint32(b), b[4:]
 	copy(h.data[:], b)
 	copy(h.flags[:], b[cudadrv.IPCHandleSize:])
 	b = b[2*cudadrv.IPCHandleSize:]
@@ -90,18 +96,28 @@ type ipcReducer struct {
 	dt   int
 	me   ipcHandle
 
-	flags, table uint64     // this rank's flags and the kernel's table (cuMemAlloc, not the pool)
-	ctl          *[2]uint32 // pinned host memory: abort word, stalled word (ipc_async.go)
-	opened       []uint64   // peers' allocations mapped by IpcOpenMemHandle, closed by Close
+	flags, table uint64               // this rank's flags and the kernel's table (cuMemAlloc, not the pool)
+	ctl          *[ipcCtlWords]uint32 // pinned host memory: abort word, stalled word (ipc_async.go), the flags' snapshot (ipc_pace.go)
+	opened       []uint64             // peers' allocations mapped by IpcOpenMemHandle, closed by Close
 	mod          cudadrv.Module
 	loaded       bool // mod
 	fn           cudadrv.Function
 	grid         int
-	epoch        uint32
-	pinned       unsafe.Pointer // this rank's segment in page-locked host memory (PinSegment), or nil
-	pinnedLen    int64          // its bytes
-	connected    bool
-	closed       bool
+	epoch        atomic.Uint32 // the last launch's number (read by Abort's releases)
+
+	// Paced by the stream (ipc_pace.go).
+	paced     bool
+	arrive    cudadrv.Function // k_ipc_arrive
+	abortS    cudadrv.Stream   // Abort's snapshot and releases
+	hasAbortS bool
+	mu        sync.Mutex    // releasing, closed
+	releasing chan struct{} // closed by Close: Abort's releases stop
+	released  sync.WaitGroup
+	stalledQ  atomic.Int32   // the peer Abort found behind, or -1
+	pinned    unsafe.Pointer // this rank's segment in page-locked host memory (PinSegment), or nil
+	pinnedLen int64          // its bytes
+	connected bool
+	closed    bool
 }
 
 // NewIPCReducer checks the plan, allocates and zeroes this rank's flags, loads the kernel and
@@ -122,6 +138,10 @@ func (d *Device) NewIPCReducer(buf *tensor.Tensor, plan tensor.IPCPlan) (tensor.
 	if err := plan.Check(buf.Len()); err != nil {
 		return nil, err
 	}
+	paced, err := ipcWaitStream()
+	if err != nil {
+		return nil, err
+	}
 	if plan.Size > ipcMaxRanks {
 		return nil, fmt.Errorf("cuda: IPC all-reduce among %d ranks: at most %d", plan.Size, ipcMaxRanks)
 	}
@@ -138,8 +158,12 @@ func (d *Device) NewIPCReducer(buf *tensor.Tensor, plan tensor.IPCPlan) (tensor.
 	if err != nil {
 		return nil, err
 	}
-	r := &ipcReducer{d: d, buf: buf, plan: plan, dt: dt,
+	r := &ipcReducer{d: d, buf: buf, plan: plan, dt: dt, paced: paced,
 		grid: max(1, min(ipcMaxBlocks, d.sms/plan.Size))} // every rank's blocks resident at once
+	if paced {
+		r.grid = max(1, d.sms) // no block waits: the grid need not fit beside the peers'
+	}
+	r.stalledQ.Store(-1)
 	d.enter()
 	defer d.leave()
 	fail := func(e error) (tensor.IPCReducer, error) {
@@ -156,6 +180,18 @@ func (d *Device) NewIPCReducer(buf *tensor.Tensor, plan tensor.IPCPlan) (tensor.
 	if r.flags, err = cudadrv.MemAlloc(ipcFlagBytes); err != nil {
 		return fail(err)
 	}
+	if paced {
+		if r.arrive, err = r.mod.Function("k_ipc_arrive"); err != nil {
+			return fail(err)
+		}
+		if r.abortS, err = cudadrv.NewStream(); err != nil {
+			return fail(err)
+		}
+		r.hasAbortS = true
+		if err = r.probePacing(); err != nil {
+			return fail(err)
+		}
+	}
 	if err = cudadrv.MemsetD8Async(r.flags, 0, ipcFlagBytes, d.stream); err != nil {
 		return fail(err)
 	}
@@ -170,7 +206,7 @@ func (d *Device) NewIPCReducer(buf *tensor.Tensor, plan tensor.IPCPlan) (tensor.
 		return fail(fmt.Errorf("%s does not live on a CUDA device", buf))
 	}
 	r.me = ipcHandle{pid: uint64(os.Getpid()), ordinal: uint32(d.ordinal), dtype: uint32(dt), count: uint64(buf.Len()),
-		grid: uint32(r.grid), dataOff: dptr(buf) - cb.ptr, dataPtr: dptr(buf), flagPtr: r.flags}
+		grid: uint32(r.grid), paced: b2u(paced), dataOff: dptr(buf) - cb.ptr, dataPtr: dptr(buf), flagPtr: r.flags}
 	if r.me.data, err = cudadrv.IpcGetMemHandle(cb.ptr); err != nil {
 		return fail(err)
 	}
@@ -209,6 +245,10 @@ func (r *ipcReducer) Connect(handles [][]byte) error {
 		if h.dtype != r.me.dtype || h.count != r.me.count {
 			return fmt.Errorf("cuda: IPC all-reduce: rank %d reduces %d elements of dtype %d, this rank (%d) %d of dtype %d",
 				q, h.count, h.dtype, r.plan.Rank, r.me.count, r.me.dtype)
+		}
+		if h.paced != r.me.paced {
+			return fmt.Errorf("cuda: IPC all-reduce: rank %d waits %s, this rank (%d) %s: set GODDP_IPC_WAIT alike on every rank",
+				q, ipcWaitName(h.paced), r.plan.Rank, ipcWaitName(r.me.paced))
 		}
 		grid = min(grid, int(h.grid))
 		switch {
@@ -256,6 +296,20 @@ func (r *ipcReducer) Connect(handles [][]byte) error {
 	return nil
 }
 
+func b2u(v bool) uint32 {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+func ipcWaitName(paced uint32) string {
+	if paced != 0 {
+		return "by its stream (GODDP_IPC_WAIT=stream)"
+	}
+	return "in the kernel (GODDP_IPC_WAIT=kernel)"
+}
+
 func (r *ipcReducer) peerAccess(peer int) error {
 	can, err := cudadrv.DeviceCanAccessPeer(r.d.ordinal, peer)
 	if err != nil {
@@ -294,25 +348,41 @@ const (
 	ipcReduceEnd = 4 // with ipcReduce alone: a last meeting, every peer done reading this buffer
 )
 
-// launch enqueues the kernel on s; ctl is the abort word's address (0: the waits are unbounded);
-// halves which halves it runs (ipcBoth: the whole all-reduce). The caller holds the thread (enter).
+// launch enqueues the all-reduce (or the halves of it that halves names; ipcBoth: the whole) on s
+// as launch number e: the kernel pacing itself, or paced by the stream (ipc_pace.go). ctl is the
+// abort word's address (0: the kernel's waits are unbounded). The caller holds the thread (enter).
 func (r *ipcReducer) launch(s cudadrv.Stream, scale, div float32, ctl uint64, halves int) error {
-	r.epoch++
+	e := r.epoch.Add(1)
+	if r.paced {
+		return r.launchPaced(s, e, scale, div, halves)
+	}
+	return r.kernel(s, e, scale, div, ctl, halves)
+}
+
+// kernel enqueues one k_ipc_allreduce on s.
+func (r *ipcReducer) kernel(s cudadrv.Stream, e uint32, scale, div float32, ctl uint64, halves int) error {
 	var args [cudadrv.MaxArgs]uint64
-	copy(args[:], []uint64{r.table, uint64(r.plan.Size), uint64(r.plan.Rank), uint64(r.dt), uint64(r.epoch), f32a(scale), f32a(div), ctl, uint64(halves)})
+	copy(args[:], []uint64{r.table, uint64(r.plan.Size), uint64(r.plan.Rank), uint64(r.dt), uint64(e), f32a(scale), f32a(div), ctl, uint64(halves)})
 	return cudadrv.Launch(r.fn, [3]int{r.grid, 1, 1}, [3]int{ipcThreads, 1, 1}, 0, s, &args, 9)
 }
 
 // Close waits for the compute stream (the last all-reduce), unmaps the peers and frees the flags
-// and the table. Call it after every rank's last all-reduce has finished.
+// and the table. Call it after every rank's last all-reduce has finished, or after Abort (whose
+// releases of a paced reducer's waits go on until here).
 func (r *ipcReducer) Close() error {
+	r.mu.Lock()
 	if r.closed {
+		r.mu.Unlock()
 		return nil
 	}
 	r.closed = true
+	r.mu.Unlock()
+	r.d.enter()
+	err := r.d.stream.Sync()
+	r.d.leave()
+	r.stopReleasing()
 	r.d.enter()
 	defer r.d.leave()
-	err := r.d.stream.Sync()
 	return errors.Join(err, r.release())
 }
 
@@ -332,6 +402,10 @@ func (r *ipcReducer) release() error {
 	if r.ctl != nil {
 		errs = append(errs, cudadrv.HostFree(unsafe.Pointer(r.ctl)))
 		r.ctl = nil
+	}
+	if r.hasAbortS {
+		errs = append(errs, r.abortS.Sync(), r.abortS.Destroy())
+		r.hasAbortS = false
 	}
 	if r.pinned != nil {
 		errs = append(errs, cudadrv.HostFree(r.pinned))

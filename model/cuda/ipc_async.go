@@ -15,8 +15,8 @@ import (
 
 // The CUDA device's IPCStreamDevice (tensor.IPCStreamDevice says what each call does): the IPC
 // all-reduce (ipc.go) launched on a side stream ordered against the compute stream by events,
-// and its waits made abortable. Each reducer has two words of pinned host memory (ctl): the host
-// writes ctl[0] ≠ 0 to abort (a plain atomic store: no CUDA call, so no lock and no stream is
+// and its waits made abortable. Each reducer has a block of pinned host memory (ctl), whose first
+// two words are these: the host writes ctl[0] ≠ 0 to abort (a plain atomic store: no CUDA call, so no lock and no stream is
 // involved, and it works while the compute stream is blocked behind the kernel); a kernel's
 // waiting thread polls it every 256 spins and, once set, writes which peer it was waiting for
 // into ctl[1] and its block returns (ipc_kernels.go, meet). Under unified addressing (every
@@ -25,14 +25,15 @@ import (
 var _ tensor.IPCStreamDevice = (*Device)(nil)
 var _ tensor.IPCAsyncReducer = (*ipcReducer)(nil)
 
-func newIPCControl() (*[2]uint32, error) {
-	p, err := cudadrv.HostAlloc(8)
+func newIPCControl() (*[ipcCtlWords]uint32, error) {
+	p, err := cudadrv.HostAlloc(ipcCtlWords * 4)
 	if err != nil {
 		return nil, err
 	}
-	c := (*[2]uint32)(p)
-	atomic.StoreUint32(&c[0], 0)
-	atomic.StoreUint32(&c[1], 0)
+	c := (*[ipcCtlWords]uint32)(p)
+	for i := range c {
+		atomic.StoreUint32(&c[i], 0)
+	}
 	return c, nil
 }
 
@@ -182,11 +183,21 @@ func (r *ipcReducer) AllGather(s tensor.IPCStream) tensor.Fence {
 	return r.fenceOn(st)
 }
 
-// Abort sets the abort word: every wait of this rank's kernels gives up.
-func (r *ipcReducer) Abort() { atomic.StoreUint32(&r.ctl[0], 1) }
+// Abort sets the abort word: every wait of this rank's kernels gives up; paced by the stream, the
+// stream's waits are released too (ipc_pace.go).
+func (r *ipcReducer) Abort() {
+	atomic.StoreUint32(&r.ctl[0], 1)
+	if r.paced {
+		r.abortPaced()
+	}
+}
 
-// Stalled returns the rank a kernel gave up waiting for, or -1.
+// Stalled returns the rank a kernel gave up waiting for (paced by the stream: the peer furthest
+// behind when Abort came), or -1.
 func (r *ipcReducer) Stalled() int {
+	if r.paced {
+		return int(r.stalledQ.Load())
+	}
 	v := atomic.LoadUint32(&r.ctl[1])
 	if v == 0 {
 		return -1

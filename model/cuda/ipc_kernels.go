@@ -6,7 +6,8 @@ package cuda
 // own module the first time a reducer is made (and cached on disk like the device's kernels).
 //
 // k_ipc_allreduce(tab, n, rank, dt, e, scale, div, ctl, halves): one launch per all-reduce (or per
-// half of one: halves 1 the reduce, 2 the gather, 3 both; 5 the reduce ending in meet 1), on the compute
+// half of one: halves 1 the reduce, 2 the gather, 3 both; 5 the reduce ending in meet 1; plus 8:
+// paced by the stream, below), on the compute
 // stream (AllReduce) or a side stream (ipc_async.go: Launch, whose ctl makes every wait abortable). tab is a device table of 5n u64: every rank's buffer (mapped here), every rank's flags,
 // the segments' starts and ends by rank, then the order this rank adds in. dt: 0 f32, 1 f16,
 // 2 bf16. e: the collective's number (1, 2, …, the same on every rank).
@@ -43,6 +44,16 @@ package cuda
 // TensorRT-LLM's, written afresh. The grid is small (ipc.go: at most the multiprocessors ÷ ranks)
 // so that the blocks of every rank can be resident on the GPU at once: spinning blocks never wait
 // for a block that cannot be scheduled. Peers' memory is read with __ldcg (L2, not a stale L1).
+//
+// Paced by the stream (halves | 8; GODDP_IPC_WAIT=stream, ipc_pace.go): the launch holds no
+// meeting at all. The same meetings, for the whole grid at once, go around it on the stream: each
+// rank's k_ipc_arrive writes e into its slot [phase][0][rank] of every rank's flags, and its stream
+// then waits until its own slots of every peer reach e (cuStreamWaitValue32), so the launch starts
+// only when its peers' buffers are ready and no block ever waits for another process: on a GPU
+// the ranks share (MPS), spinning blocks no longer take multiprocessors from a peer's backward,
+// nor hold every slot while the peer they wait for cannot get its own blocks on
+// (docs/perf-gpu-ddp.md, "Under MPS"). The reduce (halves 1|8) and the gather (2|8) are then
+// launches of their own, with meeting 1 between them.
 const ipcKernelSource = `
 typedef unsigned short u16;
 typedef unsigned long long u64;
@@ -124,8 +135,9 @@ __global__ void k_ipc_allreduce(const u64* __restrict__ tab, int n, int rank, in
 	long stride = (long)gridDim.x * blockDim.x, first = blockIdx.x * (long)blockDim.x + threadIdx.x;
 	u64 own = tab[rank];
 	if (ctl != 0 && ld_volatile(ctl) != 0) return; // aborted before it began: not even a flag is written
+	int paced = halves & 8; // the stream met the peers before this launch: no meeting here
 	if (halves & 1) {
-		if (meet(tab, n, rank, 0, e, ctl)) return;
+		if (!paced && meet(tab, n, rank, 0, e, ctl)) return;
 		long lo = (long)tab[2 * n + rank], hi = (long)tab[3 * n + rank];
 		for (long i = lo + first; i < hi; i += stride) {
 			float s = __fmul_rn(load(tab[tab[4 * n]], i, dt), scale);
@@ -136,14 +148,25 @@ __global__ void k_ipc_allreduce(const u64* __restrict__ tab, int n, int rank, in
 	}
 	// 2: every segment final before the gather; 4: the reduce half used alone ends here, every
 	// rank done reading this rank's buffer, so the caller may rewrite it once the launch is done.
-	if ((halves & 6) && meet(tab, n, rank, 1, e, ctl)) return;
+	if (!paced && (halves & 6) && meet(tab, n, rank, 1, e, ctl)) return;
 	if (!(halves & 2)) return;
 	for (int q = 0; q < n; q++) {
 		if (q == rank) continue;
 		long qlo = (long)tab[2 * n + q], qhi = (long)tab[3 * n + q];
 		for (long i = qlo + first; i < qhi; i += stride) copy1(own, tab[q], i, dt);
 	}
-	meet(tab, n, rank, 2, e, ctl);
+	if (!paced) meet(tab, n, rank, 2, e, ctl);
+}
+
+// k_ipc_arrive(tab, n, rank, ph, e, ctl): this rank's arrival at meeting ph of launch e when the
+// stream paces the all-reduce (ipc_pace.go): e into slot [ph][0][rank] of every rank's flags, its
+// own included; one block of at least n threads. Everything before it on the stream is done, its
+// writes made visible by the fence. Aborted, it writes nothing: no peer may take this rank's
+// buffer as ready once this rank has given up.
+__global__ void k_ipc_arrive(const u64* __restrict__ tab, int n, int rank, int ph, unsigned e, unsigned* ctl) {
+	if (ctl != 0 && ld_volatile(ctl) != 0) return;
+	__threadfence_system();
+	if (threadIdx.x < n) st_release((unsigned*)tab[n + threadIdx.x] + (long)ph * IPC_MAXB * IPC_MAXR + rank, e);
 }
 
 } // extern "C"

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/goddp/goddp/model"
@@ -75,6 +77,17 @@ func roundTo(dt tensor.DType, v float32) float32 {
 	return v
 }
 
+// ipcWaits runs f once for each way the ranks can wait for each other (GODDP_IPC_WAIT): in the
+// kernel (the default) and by the stream (ipc_pace.go).
+func ipcWaits(t *testing.T, f func(t *testing.T)) {
+	for _, w := range []string{"kernel", "stream"} {
+		t.Run("wait="+w, func(t *testing.T) {
+			t.Setenv("GODDP_IPC_WAIT", w)
+			f(t)
+		})
+	}
+}
+
 // ipcWorld opens size Devices on GPU 0 (each rank its own streams, as processes sharing the GPU
 // have), a buffer and a reducer on each, and connects them.
 func ipcWorld(t *testing.T, size, count int, dt tensor.DType) ([]*Device, []*tensor.Tensor, []tensor.IPCReducer) {
@@ -118,7 +131,9 @@ func ipcWorld(t *testing.T, size, count int, dt tensor.DType) ([]*Device, []*ten
 // host ring's order), divided or scaled for Avg as allreduce does, rounded once to the dtype —
 // for f32 the host ring's own bits (allreduce's TestReduceOrder_isTheRingsOrder) — and within the
 // dtype's rounding of the float64 sum.
-func TestCUDA_ipcAllReduce(t *testing.T) {
+func TestCUDA_ipcAllReduce(t *testing.T) { ipcWaits(t, testIPCAllReduce) }
+
+func testIPCAllReduce(t *testing.T) {
 	for _, size := range []int{1, 2, 3, 4} {
 		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 			for _, count := range []int{1, 7, 100003} {
@@ -182,7 +197,9 @@ func TestCUDA_ipcAllReduce(t *testing.T) {
 
 // Many all-reduces back to back with no host wait between them (the flags pace the ranks): f32
 // Sum of small integers is exact, so after k rounds every element is size^(k-1) · Σ inputs.
-func TestCUDA_ipcAllReduceBackToBack(t *testing.T) {
+func TestCUDA_ipcAllReduceBackToBack(t *testing.T) { ipcWaits(t, testIPCAllReduceBackToBack) }
+
+func testIPCAllReduceBackToBack(t *testing.T) {
 	const size, count, rounds = 3, 65537, 6
 	devs, bufs, reds := ipcWorld(t, size, count, tensor.F32)
 	in := make([][]float32, size)
@@ -215,7 +232,9 @@ func TestCUDA_ipcAllReduceBackToBack(t *testing.T) {
 // pinned segment (here: its own marker values, as the ring between hosts would write its
 // result) is what AllGather puts into that segment on every rank. Twice, back to back, so the
 // second round's meetings wait for their own launch numbers. Not yet run on a GPU.
-func TestCUDA_ipcHalves(t *testing.T) {
+func TestCUDA_ipcHalves(t *testing.T) { ipcWaits(t, testIPCHalves) }
+
+func testIPCHalves(t *testing.T) {
 	for _, size := range []int{2, 3} {
 		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 			t.Run(fmt.Sprintf("n%d/%s", size, dt), func(t *testing.T) {
@@ -294,5 +313,100 @@ func TestCUDA_ipcHalves(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A rank whose peer never launches: its all-reduce on a side stream does not finish; Abort makes
+// it finish within a second (the kernel's waits give up, or the stream's are released) and
+// Stalled names the peer. The peer, launching afterwards, must not take the aborted rank as
+// arrived: its own all-reduce does not finish either until it aborts too.
+func TestCUDA_ipcAbortNamesThePeer(t *testing.T) {
+	ipcWaits(t, func(t *testing.T) {
+		const size, count = 3, 4099
+		devs, _, reds := ipcWorld(t, size, count, tensor.F16)
+		streams := make([]tensor.IPCStream, size)
+		for r := range size {
+			s, err := devs[r].NewIPCStream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			streams[r] = s
+			t.Cleanup(func() { s.Close() })
+		}
+		async := func(r int) tensor.IPCAsyncReducer { return reds[r].(tensor.IPCAsyncReducer) }
+		waitDone := func(f tensor.Fence, within time.Duration) bool {
+			for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(time.Millisecond) {
+				if f.Done() {
+					return true
+				}
+			}
+			return f.Done()
+		}
+		f0 := async(0).Launch(streams[0], 1, 1)
+		f1 := async(1).Launch(streams[1], 1, 1) // rank 2 never launches
+		if waitDone(f0, 200*time.Millisecond) || f1.Done() {
+			t.Fatal("an all-reduce finished without rank 2")
+		}
+		if q := async(0).Stalled(); q != -1 {
+			t.Fatalf("Stalled before Abort: %d, want -1", q)
+		}
+		async(0).Abort()
+		if !waitDone(f0, time.Second) {
+			t.Fatal("rank 0's all-reduce still running 1 s after Abort")
+		}
+		if q := async(0).Stalled(); q != 2 {
+			t.Fatalf("rank 0 gave up on rank %d, want 2 (the one that never launched)", q)
+		}
+		f2 := async(2).Launch(streams[2], 1, 1) // late: rank 0 has given up
+		if waitDone(f2, 200*time.Millisecond) {
+			t.Fatal("rank 2's all-reduce finished though rank 0 had aborted")
+		}
+		for _, r := range []int{1, 2} {
+			async(r).Abort()
+		}
+		for r, f := range []tensor.Fence{f1, f2} {
+			if !waitDone(f, time.Second) {
+				t.Fatalf("rank %d's all-reduce still running 1 s after Abort", r+1)
+			}
+		}
+		if q := async(2).Stalled(); q != 0 {
+			t.Fatalf("rank 2 gave up on rank %d, want 0 (the one that had aborted)", q)
+		}
+	})
+}
+
+// Ranks that wait in different ways cannot meet: Connect refuses, naming the variable.
+func TestCUDA_ipcWaitsMustAgree(t *testing.T) {
+	const count = 64
+	var handles [][]byte
+	var reds []tensor.IPCReducer
+	for r, w := range []string{"kernel", "stream"} {
+		t.Setenv("GODDP_IPC_WAIT", w)
+		d, err := New(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := d.Alloc(tensor.F32, "ipc", count)
+		red, err := d.NewIPCReducer(buf, ipcPlan(count, 2, r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { red.Close(); d.Free(buf); d.Close() })
+		reds, handles = append(reds, red), append(handles, red.Handle())
+	}
+	err := reds[0].Connect(handles)
+	if err == nil || !strings.Contains(err.Error(), "GODDP_IPC_WAIT") {
+		t.Fatalf("Connect of a kernel-paced rank to a stream-paced one: %v, want an error naming GODDP_IPC_WAIT", err)
+	}
+	t.Setenv("GODDP_IPC_WAIT", "sometimes")
+	d, err := New(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	buf := d.Alloc(tensor.F32, "ipc", count)
+	defer d.Free(buf)
+	if _, err := d.NewIPCReducer(buf, ipcPlan(count, 1, 0)); err == nil || !strings.Contains(err.Error(), "GODDP_IPC_WAIT") {
+		t.Fatalf("GODDP_IPC_WAIT=sometimes: %v, want an error naming it", err)
 	}
 }

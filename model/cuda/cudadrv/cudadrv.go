@@ -229,6 +229,18 @@ func DtoD(dst, src uint64, n int64, s Stream) error {
 	return check("cuMemcpyDtoDAsync", C.cuMemcpyDtoDAsync(C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n), s.s))
 }
 
+// MemsetD32Async sets n 32-bit words at p to v on s.
+func MemsetD32Async(p uint64, v uint32, n int64, s Stream) error {
+	return check("cuMemsetD32Async", C.cuMemsetD32Async(C.CUdeviceptr(p), C.uint(v), C.size_t(n), s.s))
+}
+
+// StreamWaitValue32 enqueues on s a wait until the 32-bit word at addr is at or past v in
+// wrapping order ((int32)(*addr − v) ≥ 0, CU_STREAM_WAIT_VALUE_GEQ): work after it on s starts
+// only then. The stream's front end waits; no kernel spins and no multiprocessor is held.
+func StreamWaitValue32(s Stream, addr uint64, v uint32) error {
+	return check("cuStreamWaitValue32", C.cuStreamWaitValue32(s.s, C.CUdeviceptr(addr), C.cuuint32_t(v), C.CU_STREAM_WAIT_VALUE_GEQ))
+}
+
 // HostAlloc returns page-locked host memory (cuMemHostAlloc, portable).
 func HostAlloc(bytes int64) (unsafe.Pointer, error) {
 	var p unsafe.Pointer
