@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -81,4 +82,17 @@ func KernelCacheDir() string {
 		}
 	}
 	return filepath.Join(base, "goddp", "kernels")
+}
+
+// ipcWaitStream reports whether GODDP_IPC_WAIT asks for stream-paced meetings; read at each
+// NewIPCReducer (tests run both), and every rank must agree (Connect checks).
+func ipcWaitStream() (bool, error) {
+	switch v := os.Getenv("GODDP_IPC_WAIT"); v {
+	case "", "kernel":
+		return false, nil
+	case "stream":
+		return true, nil
+	default:
+		return false, fmt.Errorf("cuda: GODDP_IPC_WAIT=%q: want kernel (the default) or stream", v)
+	}
 }

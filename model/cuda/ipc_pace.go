@@ -4,7 +4,6 @@ package cuda
 
 import (
 	"fmt"
-	"os"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -41,19 +40,6 @@ const ipcPaced = 8
 // ipcCtlWords is the pinned control block: the abort word, the stalled word, and the flags'
 // snapshot Abort takes when paced (3 phases × ipcMaxRanks).
 const ipcCtlWords = 2 + 3*ipcMaxRanks
-
-// ipcWaitStream reports whether GODDP_IPC_WAIT asks for stream-paced meetings; read at each
-// NewIPCReducer (tests run both), and every rank must agree (Connect checks).
-func ipcWaitStream() (bool, error) {
-	switch v := os.Getenv("GODDP_IPC_WAIT"); v {
-	case "", "kernel":
-		return false, nil
-	case "stream":
-		return true, nil
-	default:
-		return false, fmt.Errorf("cuda: GODDP_IPC_WAIT=%q: want kernel (the default) or stream", v)
-	}
-}
 
 // ipcSlot is the byte offset of slot [ph][0][q] in a rank's flags.
 func ipcSlot(ph, q int) uint64 { return uint64(ph*ipcMaxBlocks*ipcMaxRanks+q) * 4 }
