@@ -102,9 +102,12 @@ func (r *trialRunner) step(b int) (BatchTrial, error) {
 	}
 	dev.ResetPeak()
 	defer r.opt.SetSteps(r.opt.Steps()) // the trial's step at lr 0 does not count
-	var in *inputs
+	var in, ahead *inputs
 	err := tensor.CatchOOM(func() {
 		in = newInputs(dev, r.m.Input(), b)
+		if uploadAhead(r.cfg, dev) { // the run holds a second micro-batch of inputs
+			ahead = newInputs(dev, r.m.Input(), b)
+		}
 		fillTrialInputs(dev, in, b)
 		ps.ZeroGrad()
 		in.Inputs.GradScale = r.scaler.Scale() // as the training loop does
@@ -131,6 +134,9 @@ func (r *trialRunner) step(b int) (BatchTrial, error) {
 	}
 	if in != nil {
 		in.free(dev)
+	}
+	if ahead != nil {
+		ahead.free(dev)
 	}
 	for buf, e := range taken {
 		dev.Free(tensor.NewTensor(dev, buf, tensor.F32, e.Tag, []int{0}))

@@ -359,6 +359,13 @@ func (t *Trainer) shardMaster(shard *model.Shard) bool {
 	return host
 }
 
+// uploadAhead is data.upload_ahead resolved: auto is off until a GPU run has measured it (it
+// pays where the device copies while it computes: --device cuda); on works on every device (the
+// CPU's uploads are copies made at once, so there it only costs the second buffers).
+func uploadAhead(cfg *Config, dev tensor.Device) bool {
+	return config.UploadAhead(cfg.Data.UploadAhead) == config.UploadAheadOn
+}
+
 // overlapGather is ddp.overlap_gather resolved. auto is on where the overlap measured faster:
 // the CUDA device's staged fp16 path (fp16 on the f16 wire; on an H100, 2026-12-05: GPT-2 small's
 // sharded step 81.5 -> 71.5 ms at 2 workers, 163.4 -> 141.0 at 4). Off on the CPU device, where it

@@ -38,8 +38,16 @@ func newInputs(dev tensor.Device, shape model.Input, b int) *inputs {
 
 // upload copies batch to the device and returns the number of targets (samples or tokens).
 func (in *inputs) upload(dev tensor.Device, b *data.Batch, seed uint64) int {
+	n := in.load(dev, b)
+	in.Inputs.Seed = seed
+	return n
+}
+
+// load copies batch to the device and points Inputs at it (Seed and GradScale zero: the
+// micro-step that trains on it sets them), returning the number of targets.
+func (in *inputs) load(dev tensor.Device, b *data.Batch) int {
 	n := b.Size
-	in.Inputs = model.Inputs{Seed: seed}
+	in.Inputs = model.Inputs{}
 	if in.tokens != nil {
 		tok := in.tokens.View(0, n, in.T)
 		tgt := in.targets.View(0, n, in.T)

@@ -125,8 +125,16 @@ type loopState struct {
 	// A micro-batch's host buffers go back to the loader once a fence after its upload has passed.
 	held      *data.Batch  // the last micro-batch's host buffers, until fenced
 	heldFence tensor.Fence // recorded after its upload
-	lastLoss  float64      // the last step's loss: the summary's final_loss
-	window    struct {     // since the last metrics line / progress update
+	// The input buffers may be written again once the device is done with the last micro-step
+	// that read them (backward reads them too: the first layer's weight gradient, the
+	// embedding's): a fence after that micro-step's backward, nil when nothing is pending.
+	inFree, aheadFree tensor.Fence // for t.in and t.ahead
+	// data.upload_ahead: the next micro-batch, shown by the loader's Peek and uploaded into
+	// t.ahead while this one's backward runs; Next then returns it (uploadAhead).
+	ahead      *data.Batch
+	aheadFence tensor.Fence // recorded after its upload
+	lastLoss   float64      // the last step's loss: the summary's final_loss
+	window     struct {     // since the last metrics line / progress update
 		start  time.Time
 		steps  int
 		data   time.Duration // time the loop spent in loader.Next and issuing uploads
@@ -152,6 +160,10 @@ func (ls *loopState) release() {
 
 func (ls *loopState) free() {
 	ls.release()
+	if ls.ahead != nil { // its upload may still read the loader's buffer
+		ls.aheadFence.Wait()
+		ls.ahead = nil
+	}
 	ls.t.dev.Free(ls.lossDev)
 }
 
@@ -169,7 +181,7 @@ func (t *Trainer) beforeStep(ctx context.Context, step int) error {
 // device), backward with the DDP engine told where the step stands (it all-reduces the buckets
 // on the step's last micro-step, overlapped with backward).
 func (t *Trainer) microStep(ctx context.Context, ls *loopState, step, micro int) error {
-	cfg, dev, trace, eng, in := t.cfg, t.dev, t.trace, t.eng, t.in
+	cfg, dev, trace, eng := t.cfg, t.dev, t.trace, t.eng
 	k := cfg.Train.GradAccumSteps
 	td, tdt := time.Now(), trace.Now()
 	ls.release()
@@ -177,8 +189,24 @@ func (t *Trainer) microStep(ctx context.Context, ls *loopState, step, micro int)
 	if err != nil {
 		return fmt.Errorf("worker: reading batch for step %d: %w", step, err)
 	}
-	in.upload(dev, batch, tensor.DeriveSeed(uint64(cfg.Seed), fmt.Sprint("drop", step, micro, t.env.Rank)))
-	ls.held, ls.heldFence = batch, dev.Fence() // the (asynchronous) upload reads batch until then
+	seed := tensor.DeriveSeed(uint64(cfg.Seed), fmt.Sprint("drop", step, micro, t.env.Rank))
+	if batch == ls.ahead { // uploaded during the last micro-step's backward (uploadAhead)
+		t.in, t.ahead = t.ahead, t.in
+		ls.inFree, ls.aheadFree = ls.aheadFree, ls.inFree
+		t.in.Inputs.Seed = seed
+		ls.held, ls.heldFence = batch, ls.aheadFence
+		ls.ahead, ls.aheadFence = nil, nil
+		t.aheadTaken++
+	} else {
+		if ls.inFree != nil {
+			// With accumulation the last micro-step's backward may still read these buffers
+			// (after a step's end, whose loss was read, it cannot): a wait only then.
+			ls.inFree.Wait()
+		}
+		t.in.upload(dev, batch, seed)
+		ls.held, ls.heldFence = batch, dev.Fence() // the (asynchronous) upload reads batch until then
+	}
+	in := t.in
 	ls.window.data += time.Since(td)
 	trace.Span("data", "compute", tdt, trace.Now(), map[string]any{"step": step, "micro": micro})
 
@@ -205,8 +233,34 @@ func (t *Trainer) microStep(ctx context.Context, ls *loopState, step, micro int)
 	} else {
 		eng.EndBackwardAt(dev.Fence()) // no wait: the engine learns when backward ended
 	}
+	ls.inFree = dev.Fence() // backward is the last to read this micro-batch's inputs
 	trace.Span("backward", "compute", t1, trace.Now(), map[string]any{"step": step, "micro": micro})
+	if t.ahead != nil && (step+1 < t.total || micro+1 < k) {
+		t.uploadAhead(ctx, ls, step, micro)
+	}
 	return nil
+}
+
+// uploadAhead (data.upload_ahead) uploads the next micro-batch into t.ahead while this one's
+// backward runs on the device: the loader's Peek shows it without moving the stream (a checkpoint
+// written before the next micro-step still resumes at it), and the next micro-step, given the
+// same batch by Next, only swaps the buffers. The upload waits for the device to be done with
+// t.ahead (the micro-step before this one), which it normally is; a batch the loader cannot give
+// is left to Next, which reports it.
+func (t *Trainer) uploadAhead(ctx context.Context, ls *loopState, step, micro int) {
+	td, tdt := time.Now(), t.trace.Now()
+	b, err := t.loader.Peek(ctx)
+	if err != nil {
+		return
+	}
+	if ls.aheadFree != nil {
+		ls.aheadFree.Wait()
+		ls.aheadFree = nil
+	}
+	t.ahead.load(t.dev, b)
+	ls.ahead, ls.aheadFence = b, t.dev.Fence()
+	ls.window.data += time.Since(td)
+	t.trace.Span("data ahead", "compute", tdt, t.trace.Now(), map[string]any{"step": step, "micro": micro})
 }
 
 // waitAllReduce waits for the step's averaged gradients (ddp.Engine.Wait).

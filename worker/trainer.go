@@ -100,7 +100,10 @@ type Trainer struct {
 	prog    *observe.Progress
 	obs     observe.Observers // the three above: what the loop reports to
 	in      *inputs
-	groups  []*allreduce.Group // the main group and the channels: their bytes on the wire
+	ahead   *inputs // data.upload_ahead: the next micro-batch's buffers (loop.go), else nil
+	// aheadTaken counts the micro-steps that took their batch uploaded ahead (tests).
+	aheadTaken int
+	groups     []*allreduce.Group // the main group and the channels: their bytes on the wire
 
 	ckptSkipped int // checkpoints skipped while the previous one was still being written
 
@@ -489,9 +492,17 @@ func (t *Trainer) openOutputs() error {
 		t.obs = append(t.obs, t.prom)
 	}
 	t.obs = append(t.obs, t.prog)
-	in := newInputs(t.dev, t.m.Input(), cfg.Train.MicroBatch)
-	t.in = in
-	t.onClose(func() error { in.free(t.dev); return nil })
+	t.in = newInputs(t.dev, t.m.Input(), cfg.Train.MicroBatch)
+	if uploadAhead(cfg, t.dev) {
+		t.ahead = newInputs(t.dev, t.m.Input(), cfg.Train.MicroBatch)
+	}
+	t.onClose(func() error { // the loop swaps the two: free whichever each holds at the end
+		t.in.free(t.dev)
+		if t.ahead != nil {
+			t.ahead.free(t.dev)
+		}
+		return nil
+	})
 	return nil
 }
 

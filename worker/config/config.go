@@ -206,6 +206,12 @@ type DataConfig struct {
 	// those of sample i mod synthetic_pool (labels stay per sample); 0 = every sample drawn when
 	// its batch is filled (~6 ms of a core per 224² image: a loader bound for a GPU).
 	SyntheticPool int `yaml:"synthetic_pool,omitempty"`
+	// upload_ahead: auto | on | off. The next micro-batch uploaded to the device while the
+	// current one's backward runs (a second set of input buffers: one micro-batch of inputs more
+	// on the device), instead of at the start of its own micro-step, where forward waits for it.
+	// The same batches, the same bits. auto: off until a GPU run has measured it (worker's
+	// uploadAhead). Default auto.
+	UploadAhead UploadAhead `yaml:"upload_ahead,omitempty"`
 }
 
 // CheckpointConfig is the `checkpoint:` section.

@@ -38,6 +38,7 @@ var notTrajectory = []struct {
 	{key: "data.path", why: "where this host keeps the data set"},
 	{key: "data.workers", why: "goroutines assembling the batches, which are the same"},
 	{key: "data.prefetch", why: "batches assembled ahead, which are the same"},
+	{key: "data.upload_ahead", why: "when the same batch is uploaded, not what it holds"},
 	{key: "checkpoint.dir", why: "where checkpoints go"},
 	{key: "checkpoint.every", why: "how often checkpoints are written"},
 	{key: "checkpoint.keep", why: "how many checkpoints are kept"},
@@ -237,7 +238,7 @@ func (c *Config) HashV1() string {
 	cc.Data.Path, cc.Data.Workers, cc.Data.Prefetch = "", 0, 0
 	cc.Checkpoint.Dir, cc.Checkpoint.PerHost, cc.Checkpoint.FreshIfBroken = "", false, false
 	cc.Model.InitFrom = ""
-	cc.Data.ImageSize, cc.Data.Mean, cc.Data.Std = 0, nil, nil // added after v1
+	cc.Data.ImageSize, cc.Data.Mean, cc.Data.Std, cc.Data.UploadAhead = 0, nil, nil, "" // added after v1
 	cc.DDP.Channels = 0
 	cc.DDP.Timeout = Duration{}
 	cc.DDP.ShardOptimizer = false

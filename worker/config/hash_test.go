@@ -138,7 +138,7 @@ func TestHash_everyKeyIsClassified(t *testing.T) {
 	}
 	// notTrajectory's keys, each with a value unlike minimalMLP's.
 	unhashed := map[string]string{
-		"data.path": "/elsewhere", "data.workers": "7", "data.prefetch": "9",
+		"data.path": "/elsewhere", "data.workers": "7", "data.prefetch": "9", "data.upload_ahead": "on",
 		"checkpoint.dir": "/ck", "checkpoint.every": "5", "checkpoint.keep": "9", "checkpoint.per_host": "true",
 		"ddp.check_every": "7", "ddp.channels": "3", "ddp.shard_optimizer": "true", "ddp.timeout": "5m", "ddp.intra_host": "host",
 		"ddp.overlap_gather": "off", "ddp.shard_master": "off", "train.log_every": "3", "train.eval_every": "7", "train.eval_batches": "3", "train.memory_budget": "1GiB",

@@ -250,6 +250,7 @@ func (c *Config) validateData(p *problems) {
 	if d.ImageSize != 0 && d.Kind != DataImageFolder {
 		p.bad("data.image_size", "%d: only data.kind image_folder has an image size", d.ImageSize)
 	}
+	p.choice(recheck(d.UploadAhead, ParseUploadAhead))
 	if d.SyntheticPool < 0 {
 		p.bad("data.synthetic_pool", "%d: want >= 0 (0: every sample drawn)", d.SyntheticPool)
 	}

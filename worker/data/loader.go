@@ -63,8 +63,8 @@ type job struct {
 // batches at a time.)
 // The workers and queue persist across epochs.
 //
-// Next and State are for one consumer goroutine; Release and Close may be
-// called from any.
+// Next, Peek and State are for one consumer goroutine; Release and Close may
+// be called from any.
 type Loader struct {
 	ds     Dataset
 	cfg    LoaderConfig
@@ -83,8 +83,9 @@ type Loader struct {
 
 	stepsPerEpoch int
 
-	next    int  // sequence number of the next batch Next returns
-	pending *job // taken from order but not yet delivered (Next interrupted)
+	next    int    // sequence number of the next batch Next returns
+	pending *job   // taken from order but not yet delivered (Next interrupted)
+	peeked  *Batch // delivered to Peek, not yet to Next
 
 	mu   sync.Mutex
 	free []*Batch
@@ -275,6 +276,47 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	if l.ctx.Err() != nil {
 		return nil, ErrClosed
 	}
+	b := l.peeked
+	if b == nil {
+		var err error
+		if b, err = l.take(ctx); err != nil {
+			return nil, err
+		}
+	}
+	l.peeked = nil
+	if err := b.Err; err != nil {
+		l.Release(b) // the stream stops here: the same batch would fail again
+		return nil, err
+	}
+	l.next++
+	return b, nil
+}
+
+// Peek returns the batch the next call of Next will return, waiting for it as Next does, without
+// moving the stream: State is unchanged, and Next then returns this very batch (the trainer
+// uploads the next micro-batch while the current one's backward runs, and a checkpoint written
+// in between still resumes at the batch not yet trained on). The caller may read the batch but
+// must not Release it: it is the loader's until Next has returned it. Errors are Next's; a batch
+// that could not be filled is Next's error too.
+func (l *Loader) Peek(ctx context.Context) (*Batch, error) {
+	if l.ctx.Err() != nil {
+		return nil, ErrClosed
+	}
+	if l.peeked == nil {
+		b, err := l.take(ctx)
+		if err != nil {
+			return nil, err
+		}
+		l.peeked = b
+	}
+	if err := l.peeked.Err; err != nil {
+		return nil, err
+	}
+	return l.peeked, nil
+}
+
+// take waits for the next batch of the stream (Next and Peek).
+func (l *Loader) take(ctx context.Context) (*Batch, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -297,11 +339,6 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	select {
 	case b := <-l.pending.out:
 		l.pending = nil
-		if err := b.Err; err != nil {
-			l.Release(b) // the stream stops here: the same batch would fail again
-			return nil, err
-		}
-		l.next++
 		return b, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()

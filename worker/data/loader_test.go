@@ -341,3 +341,83 @@ func BenchmarkLoader_MNISTShaped(b *testing.B) {
 		l.Release(bt)
 	}
 }
+
+// failAt fails to fill the batch that holds sample bad.
+type failAt struct {
+	seqDataset
+	bad int
+}
+
+func (d failAt) Fill(b *Batch, idx []int) {
+	d.seqDataset.Fill(b, idx)
+	for _, j := range idx {
+		if j == d.bad {
+			b.Err = errors.New("sample unreadable")
+		}
+	}
+}
+
+// Peek shows the batch Next returns next without moving the stream: Peeks interleaved anywhere
+// (twice in a row too) leave the sequence and State as Next alone gives them, Next returns the
+// very batch Peek showed, and a batch that could not be filled is Peek's error and then Next's.
+func TestLoader_peek(t *testing.T) {
+	ds := seqDataset{120}
+	cfg := LoaderConfig{MicroBatch: 4, Accum: 2, Rank: 0, World: 2, Seed: 3, Shuffle: true, Workers: 3}
+	want := take(t, mustLoader(t, ds, cfg), 25)
+	l := mustLoader(t, ds, cfg)
+	ctx := context.Background()
+	for i := range want {
+		st := l.State()
+		var peeked *Batch
+		if i%3 != 2 {
+			p, err := l.Peek(ctx)
+			if err != nil {
+				t.Fatalf("Peek %d: %v", i, err)
+			}
+			if i%3 == 1 {
+				again, _ := l.Peek(ctx)
+				if again != p {
+					t.Fatalf("Peek %d twice: two batches", i)
+				}
+			}
+			if l.State() != st {
+				t.Fatalf("Peek %d moved State %+v -> %+v", i, st, l.State())
+			}
+			peeked = p
+		}
+		b, err := l.Next(ctx)
+		if err != nil {
+			t.Fatalf("Next %d: %v", i, err)
+		}
+		if peeked != nil && b != peeked {
+			t.Fatalf("Next %d returned another batch than Peek showed", i)
+		}
+		if g := (got{b.Epoch, b.Step, b.Micro, b.Indices}); g.step != want[i].step || g.micro != want[i].micro || !equalInts(g.idx, want[i].idx) {
+			t.Fatalf("batch %d with Peeks: %+v, without: %+v", i, g, want[i])
+		}
+		l.Release(b)
+	}
+
+	// A cancelled Peek loses nothing.
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := l.Peek(cancelled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Peek with a cancelled context: %v", err)
+	}
+	b, err := l.Next(ctx)
+	if w := take(t, mustLoader(t, ds, cfg), 26)[25]; err != nil || b.Step != w.step || !equalInts(b.Indices, w.idx) {
+		t.Fatalf("Next after a cancelled Peek: %v, want batch 25 of the stream", err)
+	}
+
+	bad := mustLoader(t, failAt{seqDataset{40}, 0}, LoaderConfig{MicroBatch: 40})
+	if _, err := bad.Peek(ctx); err == nil || err.Error() != "sample unreadable" {
+		t.Fatalf("Peek of an unfillable batch: %v", err)
+	}
+	if _, err := bad.Next(ctx); err == nil || err.Error() != "sample unreadable" {
+		t.Fatalf("Next after Peek of an unfillable batch: %v", err)
+	}
+	l.Close()
+	if _, err := l.Peek(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Peek after Close: %v", err)
+	}
+}
