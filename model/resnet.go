@@ -52,7 +52,7 @@ type ResNet struct {
 	loss   *tensor.Tensor // (1) f32
 	logits *tensor.Tensor // (B,Classes)
 	act    resnetActs     // the last training forward's activations
-	xin    *tensor.Tensor // the input in Compute's dtype and Cfg.Layout, when that is not X itself
+	xin    *tensor.Tensor // the input in Compute's dtype and Cfg.Layout, when that is not X itself (nil once dropped: dropsStem)
 	in     Inputs
 	count  int
 	train  bool
@@ -98,6 +98,28 @@ func (u *cbr) forward(dev tensor.Device, x *tensor.Tensor, dt tensor.DType, trai
 	return s
 }
 
+// recompute writes into a fresh tensor the a that forward made from s.z (the same training-mode
+// passes, fused or not, with statistics of its own that it throws away, and without moving the
+// running statistics), and points s.a at it: a unit that dropped its output after forward gets it
+// back for its backward (the ResNet's stem, whose output only the max pool reads). The batch
+// statistics of the same z are the same numbers, so a has the same bits as forward's.
+func (u *cbr) recompute(dev tensor.Device, s *cbrAct) {
+	s.a = dev.Alloc(s.z.DType(), u.name+".a", s.z.Shape()...)
+	mean := dev.Alloc(tensor.F32, u.name+".mean", u.bn.C)
+	rstd := dev.Alloc(tensor.F32, u.name+".rstd", u.bn.C)
+	defer freeAll(dev, mean, rstd)
+	if s.fused {
+		if !u.bn.ForwardReLU(s.a, mean, rstd, s.z, false) {
+			panic("model: " + u.name + ": the batch norm's ReLU fused in forward and not in its recompute")
+		}
+		return
+	}
+	u.bn.Forward(s.a, mean, rstd, s.z, false)
+	if u.relu {
+		resnetReLU(dev, s.a, s.a)
+	}
+}
+
 // resnetReLU and resnetReLUBackward are the network's nonlinearity (ReLU; in place, the backward
 // reading the output). Tests swap in the identity to check the wiring without ReLU's kinks.
 // resnetFuseReLU lets a unit's ReLU fold into its batch norm where the device fuses them
@@ -107,6 +129,9 @@ var (
 	resnetReLUBackward = func(dev tensor.Device, dx, dy, y *tensor.Tensor) { dev.ReLUBackward(dx, dy, y) }
 	resnetFuseReLU     = true
 	resnetFuseAdd      = true // the blocks' add and ReLU through tensor.AddReLUDevice (a test compares both ways)
+	// resnetDropStem lets a training forward free what only the stem's backward reads and can be
+	// recomputed cheaply (ResNet.dropsStem; a test compares both ways).
+	resnetDropStem = true
 )
 
 // backward: dx (x's shape, nil skips it) overwritten from da (a's shape; consumed by a unit
@@ -401,18 +426,7 @@ func (m *ResNet) Forward(in Inputs, train bool) *tensor.Tensor {
 	if m.count <= 0 {
 		m.count = CountTargets(in.Targets)
 	}
-	x := in.X.Reshape(B, cfg.InC, cfg.InH, cfg.InW)
-	if dt != x.DType() { // mixed precision: the stem reads an f16 copy
-		m.xin = dev.Alloc(dt, "input", x.Shape()...)
-		dev.Copy(m.xin, x)
-		x = m.xin
-	}
-	if cfg.Layout == tensor.NHWC { // (B,C,H·W) → (B,H·W,C)
-		t := dev.Alloc(dt, "input.nhwc", tensor.NHWC.Shape(B, cfg.InC, cfg.InH, cfg.InW)...)
-		dev.Permute0213(t.Reshape(B, cfg.InH*cfg.InW, cfg.InC, 1), x.Reshape(B, cfg.InC, cfg.InH*cfg.InW, 1))
-		freeLive(dev, m.xin)
-		m.xin, x = t, t
-	}
+	x := m.stemInput()
 	a := &m.act
 	a.stem = m.stem.forward(dev, x, dt, train, true)
 	cur := a.stem.a
@@ -427,6 +441,14 @@ func (m *ResNet) Forward(in Inputs, train bool) *tensor.Tensor {
 			a.stem.free(dev)
 			dev.Free(a.arg)
 			a.arg = nil
+		} else if m.dropsStem() {
+			// Only the stem's backward reads these, and it is the last: the pool's argmax and the
+			// stem's output are recomputed there from what stays (z and the max pool's input
+			// geometry), the input from Inputs.X (Backward). 4.4 MB a 224² sample in f32.
+			freeAll(dev, a.stem.a, a.arg)
+			a.stem.a, a.arg = nil, nil
+			freeLive(dev, m.xin)
+			m.xin = nil
 		}
 		cur = a.pooled
 	} else if !train {
@@ -459,6 +481,36 @@ func (m *ResNet) Forward(in Inputs, train bool) *tensor.Tensor {
 	CrossEntropyForward(dev, m.loss, losses, m.logits, in.Targets, m.count)
 	dev.Free(losses)
 	return m.loss
+}
+
+// stemInput is what the stem convolves: Inputs.X as (B,InC,InH,InW), or a copy in Compute's dtype
+// and Cfg.Layout (m.xin) where those differ from X's.
+func (m *ResNet) stemInput() *tensor.Tensor {
+	dev, dt, cfg := m.dev, m.Cfg.Compute, m.Cfg
+	B := m.in.X.Dim(0)
+	x := m.in.X.Reshape(B, cfg.InC, cfg.InH, cfg.InW)
+	if dt != x.DType() { // mixed precision: the stem reads an f16 copy
+		m.xin = dev.Alloc(dt, "input", x.Shape()...)
+		dev.Copy(m.xin, x)
+		x = m.xin
+	}
+	if cfg.Layout == tensor.NHWC { // (B,C,H·W) → (B,H·W,C)
+		t := dev.Alloc(dt, "input.nhwc", tensor.NHWC.Shape(B, cfg.InC, cfg.InH, cfg.InW)...)
+		dev.Permute0213(t.Reshape(B, cfg.InH*cfg.InW, cfg.InC, 1), x.Reshape(B, cfg.InC, cfg.InH*cfg.InW, 1))
+		freeLive(dev, m.xin)
+		m.xin, x = t, t
+	}
+	return x
+}
+
+// dropsStem says whether a training forward frees the stem's output, the max pool's argmax and
+// the stem's input copy, for Backward to recompute (the imagenet stem, whose output only the max
+// pool reads; not under SyncBatchNorm, whose statistics are a collective): at the step's peak,
+// the end of forward, they are 4.4 MB of a 224² sample's ~90 in f32 (PyTorch keeps them), and
+// their recompute, at the end of backward, is one batch norm and one max pool over the stem's
+// output.
+func (m *ResNet) dropsStem() bool {
+	return resnetDropStem && m.pool && m.stem.bn.Sync == nil
 }
 
 // Backward: gradients of scale·loss into the slab, checkpointed blocks recomputed.
@@ -505,6 +557,12 @@ func (m *ResNet) Backward(scale float32) {
 		dcur, masked = dx, maskX
 	}
 	if m.pool {
+		if a.stem.a == nil { // dropped by forward (dropsStem): the same bits again
+			m.stem.recompute(dev, &a.stem)
+			a.arg = dev.Alloc(tensor.I32, "stem.pool.arg", a.pooled.Shape()...)
+			// into pooled, which nothing reads any more (block 0's backward is done)
+			MaxPool2dForward(dev, a.pooled, a.arg, a.stem.a, m.poolGeom())
+		}
 		ds := dev.Alloc(dt, "stem.da", a.stem.a.Shape()...)
 		MaxPool2dBackward(dev, ds, dcur, a.arg, m.poolGeom())
 		dev.Free(dcur)
@@ -513,6 +571,9 @@ func (m *ResNet) Backward(scale float32) {
 		dcur = ds
 	}
 	x := m.xin
+	if x == nil && m.dropsStem() {
+		x = m.stemInput() // dropped by forward: the copy again (m.xin, freed below), or X itself
+	}
 	if x == nil {
 		x = m.in.X.Reshape(B, cfg.InC, cfg.InH, cfg.InW)
 	}

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"strings"
@@ -156,12 +157,13 @@ func newResNetSGD(t *testing.T, dev tensor.Device, cfg ResNetConfig, seed uint64
 
 // A training forward keeps what backward reads and not the shortcut's batch-norm output, which
 // only the residual add reads (PyTorch's autograd frees it too): after the forward, no
-// "….down.a" is live while the units' "….a" are. Backward copies no block gradient for a branch
-// that only reads it. The gradients are still those the gradient checks and the checkpointing
-// test compare.
+// "….down.a" is live while the units' "….a" are. Nor the stem's output, the max pool's argmax
+// or the stem's input copy (dropsStem: recomputed at the end of backward). Backward copies no
+// block gradient for a branch that only reads it. The gradients are still those the gradient
+// checks and the checkpointing test compare.
 func TestResNet_keepsAndCopiesOnlyWhatBackwardNeeds(t *testing.T) {
 	dev := cpu.New()
-	cfg := ResNetConfig{Depth: 50, Stem: "imagenet", Width: 2, Classes: 3, InC: 3, InH: 32, InW: 32}
+	cfg := ResNetConfig{Depth: 50, Stem: "imagenet", Width: 2, Classes: 3, InC: 3, InH: 32, InW: 32, Layout: tensor.NHWC}
 	m, err := NewResNet(dev, cfg, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -176,6 +178,8 @@ func TestResNet_keepsAndCopiesOnlyWhatBackwardNeeds(t *testing.T) {
 		case strings.HasSuffix(b.Tag, ".down.a"):
 			downs++
 			t.Errorf("live after forward: %s %v", b.Tag, b.Shape)
+		case b.Tag == "stem.a" || b.Tag == "stem.pool.arg" || strings.HasPrefix(b.Tag, "input"):
+			t.Errorf("live after forward: %s %v (the stem's backward recomputes it)", b.Tag, b.Shape)
 		case strings.HasSuffix(b.Tag, ".a"):
 			units++
 		}
@@ -245,6 +249,60 @@ func TestResNet_fusedAddReLUSameBits(t *testing.T) {
 			}
 			if nonzero < len(want)/2 {
 				t.Fatalf("%s ckpt %d: only %d of %d gradients nonzero", l, ck, nonzero, len(want))
+			}
+		}
+	}
+}
+
+// The stem's output, the max pool's argmax and the stem's input copy dropped after forward and
+// recomputed at the end of backward (dropsStem) give the loss, every gradient and the running
+// statistics of keeping them, bit for bit: NCHW and NHWC, f32 and f16 compute, with and without
+// checkpointing.
+func TestResNet_dropsStemSameBits(t *testing.T) {
+	for _, l := range []tensor.Layout{tensor.NCHW, tensor.NHWC} {
+		for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+			for _, ck := range []int{0, 1} {
+				cfg := ResNetConfig{Depth: 50, Stem: "imagenet", Width: 2, Classes: 3, InC: 3, InH: 32, InW: 32, Checkpoint: ck, Layout: l, Compute: dt}
+				run := func(drop bool) ([]float32, []float32, float32, int64) {
+					old := resnetDropStem
+					resnetDropStem = drop
+					defer func() { resnetDropStem = old }()
+					dev := cpu.New()
+					m, err := NewResNet(dev, cfg, 5)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer m.Free()
+					in := resnetInputs(dev, rand.New(rand.NewSource(5)), 4, cfg)
+					defer freeAll(dev, in.X, in.Targets)
+					m.Params().ZeroGrad()
+					loss := tensor.ToHost(m.Forward(in, true))[0]
+					var live int64
+					for _, b := range dev.Live() {
+						live += b.Bytes
+					}
+					m.Backward(1)
+					return tensor.ToHost(m.Params().Grad), tensor.ToHost(m.Buffers().Data), loss, live
+				}
+				wg, wb, wl, wlive := run(false)
+				gg, gb, gl, glive := run(true)
+				name := fmt.Sprintf("%s %s ckpt %d", l, dt, ck)
+				if math.Float32bits(gl) != math.Float32bits(wl) {
+					t.Errorf("%s: loss %g dropped, %g kept", name, gl, wl)
+				}
+				for i := range wg {
+					if math.Float32bits(gg[i]) != math.Float32bits(wg[i]) {
+						t.Fatalf("%s: grad[%d] %g dropped, %g kept", name, i, gg[i], wg[i])
+					}
+				}
+				for i := range wb {
+					if math.Float32bits(gb[i]) != math.Float32bits(wb[i]) {
+						t.Fatalf("%s: buffer[%d] %g dropped, %g kept (running statistics moved twice?)", name, i, gb[i], wb[i])
+					}
+				}
+				if glive >= wlive {
+					t.Errorf("%s: %d bytes live after forward dropped, %d kept", name, glive, wlive)
+				}
 			}
 		}
 	}
