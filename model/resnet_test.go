@@ -217,21 +217,8 @@ func TestResNet_fusedAddReLUSameBits(t *testing.T) {
 		for _, ck := range []int{0, 1} {
 			cfg := ResNetConfig{Depth: 50, Stem: "imagenet", Width: 2, Classes: 3, InC: 3, InH: 32, InW: 32, Checkpoint: ck, Layout: l}
 			run := func(fuse bool) ([]float32, float32) {
-				old := resnetFuseAdd
-				resnetFuseAdd = fuse
-				defer func() { resnetFuseAdd = old }()
-				dev := cpu.New()
-				m, err := NewResNet(dev, cfg, 3)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer m.Free()
-				in := resnetInputs(dev, rand.New(rand.NewSource(3)), 4, cfg)
-				defer freeAll(dev, in.X, in.Targets)
-				m.Params().ZeroGrad()
-				loss := tensor.ToHost(m.Forward(in, true))[0]
-				m.Backward(1)
-				return tensor.ToHost(m.Params().Grad), loss
+				o := resnetStepWith(t, cfg, 3, &resnetFuseAdd, fuse)
+				return o.grad, o.loss
 			}
 			want, wl := run(false)
 			got, gl := run(true)
@@ -264,25 +251,8 @@ func TestResNet_dropsStemSameBits(t *testing.T) {
 			for _, ck := range []int{0, 1} {
 				cfg := ResNetConfig{Depth: 50, Stem: "imagenet", Width: 2, Classes: 3, InC: 3, InH: 32, InW: 32, Checkpoint: ck, Layout: l, Compute: dt}
 				run := func(drop bool) ([]float32, []float32, float32, int64) {
-					old := resnetDropStem
-					resnetDropStem = drop
-					defer func() { resnetDropStem = old }()
-					dev := cpu.New()
-					m, err := NewResNet(dev, cfg, 5)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer m.Free()
-					in := resnetInputs(dev, rand.New(rand.NewSource(5)), 4, cfg)
-					defer freeAll(dev, in.X, in.Targets)
-					m.Params().ZeroGrad()
-					loss := tensor.ToHost(m.Forward(in, true))[0]
-					var live int64
-					for _, b := range dev.Live() {
-						live += b.Bytes
-					}
-					m.Backward(1)
-					return tensor.ToHost(m.Params().Grad), tensor.ToHost(m.Buffers().Data), loss, live
+					o := resnetStepWith(t, cfg, 5, &resnetDropStem, drop)
+					return o.grad, o.bufs, o.loss, o.live
 				}
 				wg, wb, wl, wlive := run(false)
 				gg, gb, gl, glive := run(true)
@@ -306,4 +276,38 @@ func TestResNet_dropsStemSameBits(t *testing.T) {
 			}
 		}
 	}
+}
+
+// resnetStep is one training step's results on the CPU device: the gradients, the buffers
+// (running statistics), the loss and the bytes live after forward.
+type resnetStep struct {
+	grad, bufs []float32
+	loss       float32
+	live       int64
+}
+
+// resnetStepWith runs one training step of a fresh ResNet (seed for its weights and inputs, batch
+// 4) with the switch *flag set to v for the step.
+func resnetStepWith(t *testing.T, cfg ResNetConfig, seed int64, flag *bool, v bool) resnetStep {
+	t.Helper()
+	old := *flag
+	*flag = v
+	defer func() { *flag = old }()
+	dev := cpu.New()
+	m, err := NewResNet(dev, cfg, uint64(seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	in := resnetInputs(dev, rand.New(rand.NewSource(seed)), 4, cfg)
+	defer freeAll(dev, in.X, in.Targets)
+	m.Params().ZeroGrad()
+	var o resnetStep
+	o.loss = tensor.ToHost(m.Forward(in, true))[0]
+	for _, b := range dev.Live() {
+		o.live += b.Bytes
+	}
+	m.Backward(1)
+	o.grad, o.bufs = tensor.ToHost(m.Params().Grad), tensor.ToHost(m.Buffers().Data)
+	return o
 }

@@ -126,6 +126,22 @@ func ipcWorld(t *testing.T, size, count int, dt tensor.DType) ([]*Device, []*ten
 	return devs, bufs, reds
 }
 
+// ipcStreams makes a side stream on each device, closed when the test ends (before ipcWorld's
+// reducers: cleanups run last first).
+func ipcStreams(t *testing.T, devs []*Device) []tensor.IPCStream {
+	t.Helper()
+	streams := make([]tensor.IPCStream, len(devs))
+	for r, d := range devs {
+		s, err := d.NewIPCStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams[r] = s
+		t.Cleanup(func() { s.Close() })
+	}
+	return streams
+}
+
 // 1–4 ranks sharing the GPU (goroutine ranks, each a Device of its own), f32/f16/bf16, odd sizes:
 // every rank ends with the same bits, and they are exactly the f32 sum in the plan's order (the
 // host ring's order), divided or scaled for Avg as allreduce does, rounded once to the dtype —
@@ -240,16 +256,11 @@ func testIPCHalves(t *testing.T) {
 			t.Run(fmt.Sprintf("n%d/%s", size, dt), func(t *testing.T) {
 				const count = 70001
 				devs, bufs, reds := ipcWorld(t, size, count, dt)
-				streams := make([]tensor.IPCStream, size)
+				streams := ipcStreams(t, devs)
 				pins := make([][]byte, size)
 				halves := make([]tensor.IPCHalfReducer, size)
 				for r := range size {
-					s, err := devs[r].NewIPCStream()
-					if err != nil {
-						t.Fatal(err)
-					}
-					streams[r] = s
-					t.Cleanup(func() { s.Close() })
+					var err error
 					halves[r] = reds[r].(tensor.IPCHalfReducer)
 					if pins[r], err = halves[r].PinSegment(); err != nil {
 						t.Fatal(err)
@@ -324,15 +335,7 @@ func TestCUDA_ipcAbortNamesThePeer(t *testing.T) {
 	ipcWaits(t, func(t *testing.T) {
 		const size, count = 3, 4099
 		devs, _, reds := ipcWorld(t, size, count, tensor.F16)
-		streams := make([]tensor.IPCStream, size)
-		for r := range size {
-			s, err := devs[r].NewIPCStream()
-			if err != nil {
-				t.Fatal(err)
-			}
-			streams[r] = s
-			t.Cleanup(func() { s.Close() })
-		}
+		streams := ipcStreams(t, devs)
 		async := func(r int) tensor.IPCAsyncReducer { return reds[r].(tensor.IPCAsyncReducer) }
 		waitDone := func(f tensor.Fence, within time.Duration) bool {
 			for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(time.Millisecond) {
