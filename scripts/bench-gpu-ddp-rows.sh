@@ -5,7 +5,9 @@
 #
 # shard (issue 31): for W in WS (2,4) and ddp.shard_optimizer off/on, and on with
 #   ddp.overlap_gather: on (the row "overlap": the weights' all-gather left to the next forward), and that with
-#   ddp.shard_master: on (the row "master": the f32 master kept for the shard only; not yet run on a GPU), STEPS (30) steps with
+#   ddp.shard_master: on (the row "master": the f32 master kept for the shard only), and that with
+#   ddp.intra_host: device (the row "device", in SHARDROWS=false,true,overlap,master,device only: the
+#   reduce-scatter and all-gather over CUDA IPC, GODDP_IPC_WAIT=IPC_WAIT; under MPS), STEPS (30) steps with
 #   --memory-report: the step (median of the logged windows after the first), per-rank peak
 #   (each rank's summary), static memory (rank 0's report: peak − input batch − activations;
 #   target ≤ 0.6 GiB + 1.9 GiB / W), param_sha256 of all ranks; then the largest micro-batch under
@@ -78,15 +80,17 @@ if [ "$ROWS" = shard ]; then
     case $1 in
     overlap) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=on --set ddp.shard_master=off" ;;
     master) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=on --set ddp.shard_master=on --set precision=fp16" ;;
+    device) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=on --set ddp.shard_master=on --set precision=fp16 --set ddp.intra_host=device" ;;
     true) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=off --set ddp.shard_master=off" ;;
     *) echo "--set ddp.shard_optimizer=$1 --set ddp.overlap_gather=off" ;;
     esac
   }
+  SHARDROWS=${SHARDROWS:-false,true,overlap,master}
   for w in ${WS//,/ }; do
-    for sh in false true overlap master; do
+    for sh in ${SHARDROWS//,/ }; do
       stamp "$w workers, ddp.shard_optimizer $sh"
       # shellcheck disable=SC2046 # shardsets' words are the sets
-      launch "shard-w$w-$sh" "$w" "$STEPS" $(shardsets "$sh") -- --memory-report || echo "exit $?: $(refusal "shard-w$w-$sh")"
+      GODDP_IPC_WAIT=${IPC_WAIT:-kernel} launch "shard-w$w-$sh" "$w" "$STEPS" $(shardsets "$sh") -- --memory-report || echo "exit $?: $(refusal "shard-w$w-$sh")"
     done
   done
   MAXW=${MAXW:-2}
@@ -103,7 +107,7 @@ if [ "$ROWS" = shard ]; then
   printf '%-3s %-6s | %8s %7s | %-28s %6s | %7s %7s %7s | %s\n' W shard "step ms" "/unsh." "per-rank peak GiB" "max" "static" "target" "activ." "param_sha256"
   for w in ${WS//,/ }; do
     base=$(m step "$OUT/shard-w$w-false.jsonl")
-    for sh in false true overlap master; do
+    for sh in ${SHARDROWS//,/ }; do
       f=$OUT/shard-w$w-$sh
       ms=$(m step "$f.jsonl")
       peaks=- mx=- sha=- static=- act=-
@@ -114,7 +118,7 @@ if [ "$ROWS" = shard ]; then
       printf '%-3s %-6s | %8s %7s | %-28s %6s | %7s %7s %7s | %s\n' "$w" "$sh" "$ms" "$rel" "${peaks:--}" "${mx:--}" "${static:--}" "<=$tgt" "${act:--}" "${sha:--}"
     done
   done
-  echo "(overlap: sharded with ddp.overlap_gather on; master: overlap with ddp.shard_master on; step /unsh.: target <= 1.05; static = rank 0's peak - input batch - activations, from --memory-report; GiB)"
+  echo "(overlap: sharded with ddp.overlap_gather on; master: overlap with ddp.shard_master on; device: master with ddp.intra_host device, GODDP_IPC_WAIT=${IPC_WAIT:-kernel}; step /unsh.: target <= 1.05; static = rank 0's peak - input batch - activations, from --memory-report; GiB)"
   echo "largest micro-batch under $BUDGET per worker, $MAXW workers:"
   for sh in false true; do
     b=$(grep -o 'largest_fit_here=[0-9]*' "$OUT/max-$sh.log" 2>/dev/null | head -1 | cut -d= -f2)
