@@ -104,7 +104,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		}
 		ls.lastLoss = res.loss
 		ls.window.steps++
-		if err := t.checkMemory(step, &leakBase); err != nil {
+		if err := t.checkMemory(step, &leakBase, memRec); err != nil {
 			return nil, err
 		}
 		t.obs.Step(t.stepRecord(ls, res, lr, stepTime, logNow))
@@ -360,21 +360,25 @@ func (t *Trainer) finishProfile(p kernelProfiler, step int) {
 		t.env.Rank, step+1, p.ProfileStop())
 }
 
-// startMemoryPlot starts --memory-plot's recording on the step it draws: the second of the run
-// (the first allocates for good), on rank 0. nil on other steps.
+// startMemoryPlot starts recording the device's allocations on the step --memory-plot draws and
+// --memory-report breaks down by layer: the second of the run (the first allocates for good), on
+// rank 0. nil on other steps.
 func (t *Trainer) startMemoryPlot(step int) *observe.MemTimeline {
-	if t.opt.MemoryPlot != "" && t.env.Rank == 0 && step == min(t.st.FirstStep()+1, t.total-1) {
+	if (t.opt.MemoryPlot != "" || t.opt.MemoryReport) && t.env.Rank == 0 && step == min(t.st.FirstStep()+1, t.total-1) {
 		return observe.RecordMemory(t.dev)
 	}
 	return nil
 }
 
-// finishMemoryPlot stops the recording and draws it (nothing without one).
+// finishMemoryPlot stops the recording and draws it (nothing without one, or without --memory-plot).
 func (t *Trainer) finishMemoryPlot(memRec *observe.MemTimeline, step int) error {
 	if memRec == nil {
 		return nil
 	}
 	memRec.Stop()
+	if t.opt.MemoryPlot == "" {
+		return nil
+	}
 	cfg := t.cfg
 	title := fmt.Sprintf("%s, %s, micro-batch %d × %d: memory over step %d", t.spec.Summary(), cfg.Precision, cfg.Train.MicroBatch, cfg.Train.GradAccumSteps, step)
 	if err := memRec.WritePNG(t.opt.MemoryPlot, title); err != nil {
@@ -384,13 +388,14 @@ func (t *Trainer) finishMemoryPlot(memRec *observe.MemTimeline, step int) error 
 	return nil
 }
 
-// checkMemory is --check-leaks and, after the run's second step, --memory-report on rank 0.
+// checkMemory is --check-leaks and, after the run's second step, --memory-report on rank 0 (with
+// the step's own blocks at its peak by layer, from memRec, the step's recording).
 // A leak is memory that grows from one step's end to the next: the baseline is what is allocated
 // at the end of the run's first step, which every later step must end at. Not the memory before
 // the first step: a model keeps its last Forward's logits until the next Forward replaces them
 // (Predict reads them; the MLP's and the ResNet's, 5 KiB on MNIST), and the first step allocates
 // what a run then holds for good.
-func (t *Trainer) checkMemory(step int, leakBase *int64) error {
+func (t *Trainer) checkMemory(step int, leakBase *int64, memRec *observe.MemTimeline) error {
 	if t.opt.CheckLeaks {
 		if *leakBase < 0 {
 			*leakBase = t.dev.Stats().Allocated
@@ -400,6 +405,9 @@ func (t *Trainer) checkMemory(step int, leakBase *int64) error {
 	}
 	if t.opt.MemoryReport && step == t.st.FirstStep()+1 && t.env.Rank == 0 {
 		fmt.Fprint(os.Stderr, observe.MemoryReportDDP(t.dev, t.ps, t.optim, t.ddpMemory()))
+		if memRec != nil {
+			fmt.Fprint(os.Stderr, observe.PeakReport(memRec, step+1, 8))
+		}
 	}
 	return nil
 }

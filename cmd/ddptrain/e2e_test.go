@@ -619,4 +619,9 @@ func TestTrain_memoryReportMatchesSettings(t *testing.T) {
 	if row == nil || row[1] != m[1] {
 		t.Fatalf("the settings line says %s of parameters, the memory report %v:\n%s", m[1], row, out)
 	}
+	// and it ends with the step's own blocks at its peak, by layer (the MLP's first layer the largest)
+	if !regexp.MustCompile(`step 2's peak: [0-9.]+ [KMG]iB allocated, [0-9.]+ [KMG]iB of it the step's own blocks`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^  fc\.0 +[0-9.]+ [KMG]iB +[0-9.]+%$`).MatchString(out) {
+		t.Fatalf("the memory report has no peak by layer:\n%s", out)
+	}
 }

@@ -28,6 +28,10 @@ type MemTimeline struct {
 	dev    tensor.Device
 	start  int64 // allocated bytes before the first event
 	events []tensor.AllocEvent
+	// prior[i]: event i frees a block allocated before the recording (the last step's logits,
+	// say), which no layer's line counted: it leaves the layers' lines as they are.
+	prior []bool
+	mine  map[tensor.Buffer]bool // blocks allocated while recording and still live
 }
 
 // RecordMemory starts recording dev's allocation events (nil when the device cannot report them).
@@ -36,10 +40,18 @@ func RecordMemory(dev tensor.Device) *MemTimeline {
 	if !ok {
 		return nil
 	}
-	tl := &MemTimeline{dev: dev, start: dev.Stats().Allocated}
+	tl := &MemTimeline{dev: dev, start: dev.Stats().Allocated, mine: map[tensor.Buffer]bool{}}
 	obs.SetObserver(func(e tensor.AllocEvent) {
-		e.Buffer = nil // the timeline keeps no blocks alive in the caller's mind
+		prior := false
+		if e.Free {
+			prior = !tl.mine[e.Buffer]
+			delete(tl.mine, e.Buffer)
+		} else {
+			tl.mine[e.Buffer] = true // live anyway; forgotten when freed or at Stop
+		}
+		e.Buffer = nil // the events keep no blocks alive in the caller's mind
 		tl.events = append(tl.events, e)
+		tl.prior = append(tl.prior, prior)
 	})
 	return tl
 }
@@ -48,6 +60,7 @@ func RecordMemory(dev tensor.Device) *MemTimeline {
 func (tl *MemTimeline) Stop() {
 	if tl != nil {
 		tl.dev.(tensor.Observable).SetObserver(nil)
+		tl.mine = nil
 	}
 }
 
@@ -75,9 +88,10 @@ func (tl *MemTimeline) series() (total []float64, layers map[string][]float64, o
 		if _, ok := layers[l]; !ok {
 			layers[l] = make([]float64, n)
 		}
-		if e.Free {
+		switch {
+		case e.Free && !tl.prior[i]:
 			live[l] -= e.Bytes
-		} else {
+		case !e.Free:
 			live[l] += e.Bytes
 		}
 		high[l] = max(high[l], live[l])
@@ -96,6 +110,73 @@ func (tl *MemTimeline) series() (total []float64, layers map[string][]float64, o
 		return order[i] < order[j]
 	})
 	return total, layers, order
+}
+
+// LayerBytes is what one layer's blocks hold.
+type LayerBytes struct {
+	Layer string
+	Bytes int64
+}
+
+// AtPeak is the recording's highest point: the allocated bytes then, and what each layer's blocks
+// allocated during the recording held then, largest first (the step's own memory at its peak:
+// its activations and workspace, by layer).
+func (tl *MemTimeline) AtPeak() (peak int64, layers []LayerBytes) {
+	at := -1
+	peak = tl.start
+	for i, e := range tl.events {
+		if e.Allocated > peak {
+			peak, at = e.Allocated, i
+		}
+	}
+	live := map[string]int64{}
+	for i := 0; i <= at; i++ {
+		e := tl.events[i]
+		switch {
+		case e.Free && !tl.prior[i]:
+			live[layerOf(e.Tag)] -= e.Bytes
+		case !e.Free:
+			live[layerOf(e.Tag)] += e.Bytes
+		}
+	}
+	for l, b := range live {
+		if b > 0 {
+			layers = append(layers, LayerBytes{l, b})
+		}
+	}
+	sort.Slice(layers, func(i, j int) bool {
+		if layers[i].Bytes != layers[j].Bytes {
+			return layers[i].Bytes > layers[j].Bytes
+		}
+		return layers[i].Layer < layers[j].Layer
+	})
+	return peak, layers
+}
+
+// PeakReport is --memory-report's last part: the recorded step's peak and its own blocks live
+// then, by layer (the n largest, the rest summed): where to look for activations to drop,
+// checkpoint or recompute.
+func PeakReport(tl *MemTimeline, step, n int) string {
+	peak, layers := tl.AtPeak()
+	var own int64
+	for _, l := range layers {
+		own += l.Bytes
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "step %d's peak: %s allocated, %s of it the step's own blocks (activations, workspace), by layer:\n",
+		step, tensor.FormatBytes(peak), tensor.FormatBytes(own))
+	var rest int64
+	for i, l := range layers {
+		if i >= n {
+			rest += l.Bytes
+			continue
+		}
+		fmt.Fprintf(&b, "  %-34s %12s  %5.1f%%\n", l.Layer, tensor.FormatBytes(l.Bytes), 100*float64(l.Bytes)/float64(max(own, 1)))
+	}
+	if rest > 0 {
+		fmt.Fprintf(&b, "  %-34s %12s  %5.1f%%\n", fmt.Sprintf("(%d more layers)", len(layers)-n), tensor.FormatBytes(rest), 100*float64(rest)/float64(max(own, 1)))
+	}
+	return b.String()
 }
 
 // WritePNG draws the timeline: at most maxLayers layers get their own line (the largest), the

@@ -32,6 +32,50 @@ func TestMemTimeline_seriesByLayer(t *testing.T) {
 	}
 }
 
+// A block allocated before the recording and freed during it (the last step's logits) leaves
+// the layers' lines alone; AtPeak names each layer's blocks of the recording live at its highest
+// point, largest first, and PeakReport prints them.
+func TestMemTimeline_atPeak(t *testing.T) {
+	dev := cpu.New()
+	old := dev.Alloc(tensor.F32, "logits", 64)
+	tl := RecordMemory(dev)
+	dev.Free(old)                                  // prior: no layer goes below zero
+	q := dev.Alloc(tensor.F32, "h.0.attn.q", 256)  // 1 KiB
+	f := dev.Alloc(tensor.F32, "h.1.mlp.fc", 1024) // 4 KiB
+	lg := dev.Alloc(tensor.F32, "logits", 128)     // 512 B: the peak is after it
+	dev.Free(f)
+	dev.Free(q)
+	tl.Stop()
+	defer dev.Free(lg)
+	peak, layers := tl.AtPeak()
+	if peak != 1024+4096+512 {
+		t.Fatalf("peak %d, want %d", peak, 1024+4096+512)
+	}
+	want := []LayerBytes{{"h.1", 4096}, {"h.0", 1024}, {"logits", 512}}
+	if len(layers) != len(want) {
+		t.Fatalf("layers at the peak %v, want %v", layers, want)
+	}
+	for i := range want {
+		if layers[i] != want[i] {
+			t.Fatalf("layers at the peak %v, want %v", layers, want)
+		}
+	}
+	_, byLayer, _ := tl.series()
+	for l, s := range byLayer {
+		for i, v := range s {
+			if v < 0 {
+				t.Fatalf("layer %s below zero at event %d: %v", l, i, s)
+			}
+		}
+	}
+	r := PeakReport(tl, 7, 2)
+	for _, w := range []string{"step 7's peak: 5.50 KiB", "h.1", "h.0", "(1 more layers)"} {
+		if !strings.Contains(r, w) {
+			t.Errorf("report lacks %q:\n%s", w, r)
+		}
+	}
+}
+
 // The memory plot's ticks: integers on the event axis, every major tick labelled.
 func TestMemTicks_integerAndLabelled(t *testing.T) {
 	var labels []string
