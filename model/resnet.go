@@ -449,6 +449,13 @@ func (m *ResNet) Forward(in Inputs, train bool) *tensor.Tensor {
 			a.stem.a, a.arg = nil, nil
 			freeLive(dev, m.xin)
 			m.xin = nil
+			if cfg.Checkpoint != 0 {
+				// Checkpointing trades time for memory: the stem's convolution output goes too
+				// (its recompute is one convolution, ~3% of a forward), 3.1 MB a 224² sample in
+				// f32, which a checkpointed step's peak (in the first stage's backward) holds.
+				dev.Free(a.stem.z)
+				a.stem.z = nil
+			}
 		}
 		cur = a.pooled
 	} else if !train {
@@ -508,7 +515,7 @@ func (m *ResNet) stemInput() *tensor.Tensor {
 // pool reads; not under SyncBatchNorm, whose statistics are a collective): at the step's peak,
 // the end of forward, they are 4.4 MB of a 224² sample's ~90 in f32 (PyTorch keeps them), and
 // their recompute, at the end of backward, is one batch norm and one max pool over the stem's
-// output.
+// output. Under checkpointing the stem's convolution output goes too (one convolution more).
 func (m *ResNet) dropsStem() bool {
 	return resnetDropStem && m.pool && m.stem.bn.Sync == nil
 }
@@ -556,8 +563,14 @@ func (m *ResNet) Backward(scale float32) {
 		dev.Free(dcur)
 		dcur, masked = dx, maskX
 	}
+	var x *tensor.Tensor // the stem's input, where backward has to make it again
 	if m.pool {
 		if a.stem.a == nil { // dropped by forward (dropsStem): the same bits again
+			if a.stem.z == nil { // and under checkpointing the convolution's output
+				x = m.stemInput()
+				a.stem.z = dev.Alloc(dt, "stem.z", m.stem.conv.OutShape(x)...)
+				m.stem.conv.Forward(a.stem.z, x)
+			}
 			m.stem.recompute(dev, &a.stem)
 			a.arg = dev.Alloc(tensor.I32, "stem.pool.arg", a.pooled.Shape()...)
 			// into pooled, which nothing reads any more (block 0's backward is done)
@@ -570,7 +583,9 @@ func (m *ResNet) Backward(scale float32) {
 		a.arg, a.pooled = nil, nil
 		dcur = ds
 	}
-	x := m.xin
+	if x == nil {
+		x = m.xin
+	}
 	if x == nil && m.dropsStem() {
 		x = m.stemInput() // dropped by forward: the copy again (m.xin, freed below), or X itself
 	}

@@ -242,20 +242,21 @@ func TestResNet_fusedAddReLUSameBits(t *testing.T) {
 }
 
 // The stem's output, the max pool's argmax and the stem's input copy dropped after forward and
-// recomputed at the end of backward (dropsStem) give the loss, every gradient and the running
-// statistics of keeping them, bit for bit: NCHW and NHWC, f32 and f16 compute, with and without
-// checkpointing.
+// recomputed at the end of backward (dropsStem; under checkpointing the stem's convolution output
+// too) give the loss, every gradient and the running statistics of keeping them, bit for bit:
+// NCHW and NHWC, f32 and f16 compute, with and without checkpointing.
 func TestResNet_dropsStemSameBits(t *testing.T) {
 	for _, l := range []tensor.Layout{tensor.NCHW, tensor.NHWC} {
 		for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
 			for _, ck := range []int{0, 1} {
 				cfg := ResNetConfig{Depth: 50, Stem: "imagenet", Width: 2, Classes: 3, InC: 3, InH: 32, InW: 32, Checkpoint: ck, Layout: l, Compute: dt}
-				run := func(drop bool) ([]float32, []float32, float32, int64) {
-					o := resnetStepWith(t, cfg, 5, &resnetDropStem, drop)
-					return o.grad, o.bufs, o.loss, o.live
+				kept := resnetStepWith(t, cfg, 5, &resnetDropStem, false)
+				dropped := resnetStepWith(t, cfg, 5, &resnetDropStem, true)
+				wg, wb, wl, wlive := kept.grad, kept.bufs, kept.loss, kept.live
+				gg, gb, gl, glive := dropped.grad, dropped.bufs, dropped.loss, dropped.live
+				if dropped.tags["stem.z"] != (ck == 0) || !kept.tags["stem.z"] {
+					t.Errorf("%s %s ckpt %d: stem.z live after forward: %v dropped, %v kept (want dropped only under checkpointing)", l, dt, ck, dropped.tags["stem.z"], kept.tags["stem.z"])
 				}
-				wg, wb, wl, wlive := run(false)
-				gg, gb, gl, glive := run(true)
 				name := fmt.Sprintf("%s %s ckpt %d", l, dt, ck)
 				if math.Float32bits(gl) != math.Float32bits(wl) {
 					t.Errorf("%s: loss %g dropped, %g kept", name, gl, wl)
@@ -284,6 +285,7 @@ type resnetStep struct {
 	grad, bufs []float32
 	loss       float32
 	live       int64
+	tags       map[string]bool // live after forward
 }
 
 // resnetStepWith runs one training step of a fresh ResNet (seed for its weights and inputs, batch
@@ -302,10 +304,11 @@ func resnetStepWith(t *testing.T, cfg ResNetConfig, seed int64, flag *bool, v bo
 	in := resnetInputs(dev, rand.New(rand.NewSource(seed)), 4, cfg)
 	defer freeAll(dev, in.X, in.Targets)
 	m.Params().ZeroGrad()
-	var o resnetStep
+	o := resnetStep{tags: map[string]bool{}}
 	o.loss = tensor.ToHost(m.Forward(in, true))[0]
 	for _, b := range dev.Live() {
 		o.live += b.Bytes
+		o.tags[b.Tag] = true
 	}
 	m.Backward(1)
 	o.grad, o.bufs = tensor.ToHost(m.Params().Grad), tensor.ToHost(m.Buffers().Data)
