@@ -340,14 +340,6 @@ func (r *ipcReducer) AllReduce(avg bool) {
 	must(r.launch(d.stream, scale, div, 0, ipcBoth))
 }
 
-// The halves argument of k_ipc_allreduce: which halves of the all-reduce a launch runs.
-const (
-	ipcReduce    = 1
-	ipcGather    = 2
-	ipcBoth      = ipcReduce | ipcGather
-	ipcReduceEnd = 4 // with ipcReduce alone: a last meeting, every peer done reading this buffer
-)
-
 // launch enqueues the all-reduce (or the halves of it that halves names; ipcBoth: the whole) on s
 // as launch number e: the kernel pacing itself, or paced by the stream (ipc_pace.go). ctl is the
 // abort word's address (0: the kernel's waits are unbounded). The caller holds the thread (enter).

@@ -34,9 +34,6 @@ import (
 // word, return without touching the buffer or any flag. Not yet run on a GPU: the kernel-paced meetings stay
 // the default until `go test -tags cuda ./...` has passed with GODDP_IPC_WAIT=stream too.
 
-// ipcPaced is the kernel's halves bit: the stream held the meetings.
-const ipcPaced = 8
-
 // ipcCtlWords is the pinned control block: the abort word, the stalled word, and the flags'
 // snapshot Abort takes when paced (3 phases × ipcMaxRanks).
 const ipcCtlWords = 2 + 3*ipcMaxRanks
@@ -58,40 +55,39 @@ func (r *ipcReducer) probePacing() error {
 	return nil
 }
 
-// launchPaced enqueues launch e's meetings and kernels on s (halves as launch's). The caller
-// holds the thread (enter).
+// launchPaced enqueues launch e's meetings and kernels on s, ipcPacedOps(halves) in order. The
+// caller holds the thread (enter).
 func (r *ipcReducer) launchPaced(s cudadrv.Stream, e uint32, scale, div float32, halves int) error {
 	ctl := uint64(uintptr(unsafe.Pointer(r.ctl)))
-	if halves&ipcReduce != 0 {
-		if err := r.meet(s, 0, e); err != nil {
+	for _, op := range ipcPacedOps(halves) {
+		var err error
+		switch op.kind {
+		case ipcArrive:
+			err = r.arriveAt(s, op.phase, e)
+		case ipcWait:
+			err = r.waitAt(s, op.phase, e)
+		case ipcReduceKernel:
+			err = r.kernel(s, e, scale, div, ctl, ipcReduce|ipcPaced)
+		case ipcGatherKernel:
+			err = r.kernel(s, e, 1, 1, ctl, ipcGather|ipcPaced)
+		}
+		if err != nil {
 			return err
 		}
-		if err := r.kernel(s, e, scale, div, ctl, ipcReduce|ipcPaced); err != nil {
-			return err
-		}
-	}
-	if halves&(ipcGather|ipcReduceEnd) != 0 {
-		if err := r.meet(s, 1, e); err != nil {
-			return err
-		}
-	}
-	if halves&ipcGather != 0 {
-		if err := r.kernel(s, e, 1, 1, ctl, ipcGather|ipcPaced); err != nil {
-			return err
-		}
-		return r.meet(s, 2, e)
 	}
 	return nil
 }
 
-// meet enqueues meeting ph of launch e on s: this rank's arrival (k_ipc_arrive), then a wait on
-// each peer's slot of its own flags.
-func (r *ipcReducer) meet(s cudadrv.Stream, ph int, e uint32) error {
+// arriveAt enqueues this rank's arrival at meeting ph of launch e (k_ipc_arrive).
+func (r *ipcReducer) arriveAt(s cudadrv.Stream, ph int, e uint32) error {
 	var args [cudadrv.MaxArgs]uint64
 	copy(args[:], []uint64{r.table, uint64(r.plan.Size), uint64(r.plan.Rank), uint64(ph), uint64(e), uint64(uintptr(unsafe.Pointer(r.ctl)))})
-	if err := cudadrv.Launch(r.arrive, [3]int{1, 1, 1}, [3]int{32, 1, 1}, 0, s, &args, 6); err != nil {
-		return err
-	}
+	return cudadrv.Launch(r.arrive, [3]int{1, 1, 1}, [3]int{32, 1, 1}, 0, s, &args, 6)
+}
+
+// waitAt enqueues the wait of meeting ph of launch e: each peer's slot of this rank's flags at or
+// past e.
+func (r *ipcReducer) waitAt(s cudadrv.Stream, ph int, e uint32) error {
 	for q := range r.plan.Size {
 		if q == r.plan.Rank {
 			continue
