@@ -11,7 +11,7 @@
 #   --memory-report: the step (median of the logged windows after the first), per-rank peak
 #   (each rank's summary), static memory (rank 0's report: peak − input batch − activations;
 #   target ≤ 0.6 GiB + 1.9 GiB / W), param_sha256 of all ranks; then the largest micro-batch under
-#   BUDGET (16GiB) per rank with MAXW (2) workers, off/on (train.micro_batch: auto with
+#   BUDGET (16GiB) per rank with MAXW (2) workers, off/on/master (MAXROWS; train.micro_batch: auto with
 #   train.memory_budget: doubling then bisection with real trial steps, worker/autobatch.go; the
 #   budget bounds reserved bytes).
 # device (issue 34): the all-reduce alone for N in NS (2,4), host ring and CUDA IPC side by side
@@ -95,9 +95,12 @@ if [ "$ROWS" = shard ]; then
   done
   MAXW=${MAXW:-2}
   BUDGET=${BUDGET:-16GiB}
-  for sh in false true; do
+  MAXROWS=${MAXROWS:-false,true,master}
+  for sh in ${MAXROWS//,/ }; do
     stamp "largest micro-batch under $BUDGET, $MAXW workers, ddp.shard_optimizer $sh"
-    BATCH=auto launch "max-$sh" "$MAXW" 2 --set ddp.shard_optimizer="$sh" --set train.memory_budget="$BUDGET" --set train.log_every=1 ||
+    sets=(--set ddp.shard_optimizer="$sh")
+    [ "$sh" = master ] && sets=(--set ddp.shard_optimizer=true --set ddp.shard_master=on --set precision=fp16)
+    BATCH=auto launch "max-$sh" "$MAXW" 2 "${sets[@]}" --set train.memory_budget="$BUDGET" --set train.log_every=1 ||
       echo "exit $?: $(refusal "max-$sh")"
   done
   [ -z "${PRINT_ONLY:-}" ] || exit 0
@@ -120,7 +123,7 @@ if [ "$ROWS" = shard ]; then
   done
   echo "(overlap: sharded with ddp.overlap_gather on; master: overlap with ddp.shard_master on; device: master with ddp.intra_host device, GODDP_IPC_WAIT=${IPC_WAIT:-kernel}; step /unsh.: target <= 1.05; static = rank 0's peak - input batch - activations, from --memory-report; GiB)"
   echo "largest micro-batch under $BUDGET per worker, $MAXW workers:"
-  for sh in false true; do
+  for sh in ${MAXROWS//,/ }; do
     b=$(grep -o 'largest_fit_here=[0-9]*' "$OUT/max-$sh.log" 2>/dev/null | head -1 | cut -d= -f2)
     all=$(grep -o 'largest_fit_all_ranks=[0-9]*' "$OUT/max-$sh.log" 2>/dev/null | head -1 | cut -d= -f2)
     echo "  ddp.shard_optimizer $sh: ${b:-failed} (all ranks agree on ${all:--})"
