@@ -13,8 +13,8 @@ import (
 // intraHostDevice puts the engine on the device path for `ddp.intra_host: device` (issue 34
 // stage 2, ddp/engine_device.go; run on one H200 shared by 2 and 4 workers, 2026-12-05): refused
 // on a device without the IPC all-reduce (the CPU), on every rank alike before any collective;
-// workers sharing a GPU are warned (there it measured 3.7x slower than the host path:
-// docs/perf-gpu-ddp.md). With several hosts the
+// workers sharing a GPU are warned (there it measured slower than the host path, with MPS and
+// without: docs/perf-gpu-ddp.md). With several hosts the
 // engine's groups are the hierarchy's rings (startEngine opens them: deviceAcrossHosts) and the
 // device path inside each host is composed with the ring between hosts. auto and host stay on
 // the host path.
@@ -28,8 +28,8 @@ func (t *Trainer) intraHostDevice(ctx context.Context, eng *ddp.Engine) error {
 	}
 	if visibleGPUs != nil {
 		if n, err := visibleGPUs(); err == nil && n < t.env.LocalWorldSize {
-			slog.Warn("ddp.intra_host: device with workers sharing GPUs: each all-reduce waits for the GPU to switch between the workers' contexts, measured 3.7x slower than the host path on 2 workers of one H200 (docs/perf-gpu-ddp.md); use auto or host",
-				"local_world_size", t.env.LocalWorldSize, "gpus", n)
+			slog.Warn("ddp.intra_host: device with workers sharing GPUs: without MPS each all-reduce waits for the GPU to switch between the workers' contexts (3.7x slower than the host path, 2 workers of one H200); under MPS (nvidia-cuda-mps-control -d) the kernel-paced all-reduce spins on the lagging worker (1.8x slower, 2 workers of one H100; 4 deadlocked until the abort) and GODDP_IPC_WAIT=stream, which waits on the stream instead, has not yet run on a GPU (docs/perf-gpu-ddp.md); use auto or host",
+				"local_world_size", t.env.LocalWorldSize, "gpus", n, "ipc_wait", ipcWait())
 		}
 	}
 	hosts := max(1, t.env.WorldSize/max(1, t.env.LocalWorldSize))
