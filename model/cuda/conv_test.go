@@ -549,3 +549,51 @@ func TestCUDA_convFilterCacheSameBits(t *testing.T) {
 		}
 	}
 }
+
+// GODDP_BN_PART_ROWS=4's kernels (four rows a thread in flight) give the two-row kernels' bits:
+// a batch norm's forward and its masked backward (BatchNormReLU), NHWC, f32 and f16, one chunk
+// of all the rows per channel tile so that each thread runs the four-row loop and a tail.
+func TestCUDA_bnPartRows4SameBits(t *testing.T) {
+	g := gpu(t)
+	oldRows, oldTarget := bnPartRows4, chanTargetBlocks
+	t.Cleanup(func() { bnPartRows4, chanTargetBlocks = oldRows, oldTarget })
+	chanTargetBlocks = 1
+	r := rand.New(rand.NewPCG(17, 17))
+	rnd := func(n int, scale float64) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(r.NormFloat64() * scale)
+		}
+		return v
+	}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+		const N, H, W, C = 8, 9, 9, 64
+		xs, dys, ws, bs := rnd(N*H*W*C, 2), rnd(N*H*W*C, 1), rnd(C, 1), rnd(C, 0.5)
+		run := func(rows4 bool) [][]float32 {
+			bnPartRows4 = func() bool { return rows4 }
+			x := tensor.FromHost(g, dt, "x", xs, N, H, W, C)
+			dy := tensor.FromHost(g, dt, "dy", dys, N, H, W, C)
+			w := tensor.FromHost(g, tensor.F32, "w", ws, C)
+			b := tensor.FromHost(g, tensor.F32, "b", bs, C)
+			y, dx := g.Alloc(dt, "y", N, H, W, C), g.Alloc(dt, "dx", N, H, W, C)
+			mean, rstd := g.Alloc(tensor.F32, "mean", C), g.Alloc(tensor.F32, "rstd", C)
+			dw, db := tensor.FromHost(g, tensor.F32, "dw", make([]float32, C), C), tensor.FromHost(g, tensor.F32, "db", make([]float32, C), C)
+			defer func() {
+				for _, tt := range []*tensor.Tensor{x, dy, w, b, y, dx, mean, rstd, dw, db} {
+					g.Free(tt)
+				}
+			}()
+			g.BatchNormReLU(tensor.NHWC, y, mean, rstd, nil, nil, x, w, b, 1e-5, 0.1)
+			g.BatchNormReLUBackward(tensor.NHWC, dx, dw, db, dy, y, x, w, mean, rstd)
+			return [][]float32{tensor.ToHost(mean), tensor.ToHost(rstd), tensor.ToHost(y), tensor.ToHost(dx), tensor.ToHost(dw), tensor.ToHost(db)}
+		}
+		want, got := run(false), run(true)
+		for k, name := range []string{"mean", "rstd", "y", "dx", "dw", "db"} {
+			for i := range want[k] {
+				if math.Float32bits(got[k][i]) != math.Float32bits(want[k][i]) {
+					t.Fatalf("%s %s[%d]: four rows %g, two %g", dt, name, i, got[k][i], want[k][i])
+				}
+			}
+		}
+	}
+}
