@@ -524,23 +524,11 @@ func planChan(l tensor.Layout, C, M int, a, x, mask *tensor.Tensor) chanPlan {
 }
 
 // chanPart launches k_chan_part (what: 0 Σa and Σa², 2 Σa and Σa·x̂; a counted where mask > 0
-// when mask is set) or k_chan_part8's kernel for the case (_s statistics, _d backward sums, _dm
-// masked; GODDP_BN_PART_ROWS=4: the variant with four rows in flight, _s4 …, the same bits) as p
-// says, into part (2, p.S, C) f64.
+// when mask is set) or k_chan_part8 as p says, into part (2, p.S, C) f64.
 func (d *Device) chanPart(l tensor.Layout, p chanPlan, what, N, C, P int, a, x, mask *tensor.Tensor, mean, rstd uint64, part *tensor.Tensor) {
 	xp, mp := optPtr(x), optPtr(mask)
 	if p.vec {
-		name := "k_chan_part8_s"
-		if what == 2 {
-			name = "k_chan_part8_d"
-			if mask != nil {
-				name += "m"
-			}
-		}
-		if bnPartRows4() {
-			name += "4"
-		}
-		d.launch(name, [3]int{p.tiles, p.S, 1}, [3]int{p.bx, p.by, 1}, 0, ptra(a), xp, mp, dta(a),
+		d.launch("k_chan_part8", [3]int{p.tiles, p.S, 1}, [3]int{p.bx, p.by, 1}, 0, i32a(what), ptra(a), xp, mp, dta(a),
 			i32a(C), u64a(uint64(N*P)), u64a(uint64(p.R)), mean, rstd, ptra(part))
 		return
 	}

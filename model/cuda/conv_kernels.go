@@ -152,85 +152,6 @@ __device__ __forceinline__ void bnCoef(int c, int C, float* pack, float w, float
 	pack[4 * C + c] = sdyx / count;
 }
 
-// rows16: the block's rows' sixteen sums (s[0..7] and t[0..7]) of each thread column, each added
-// in row order (acc = 0, then row 0, 1, …), the 16·blockDim.x chains spread over all the block's
-// threads (version 1 left them to the threads of row 0, eight chains each per sum: a serial tail
-// that was a large share of a small layer's block). ps and pt are the chunk's rows of part; cbase the block's first channel. sh
-// holds 16·blockDim.x·blockDim.y ≤ 4096 doubles.
-__device__ __forceinline__ void rows16(const double* s, const double* t, double* sh, double* ps, double* pt, int cbase, int C) {
-	int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
-	__syncthreads();
-	#pragma unroll
-	for (int k = 0; k < 8; k++) {
-		sh[(ty * bx + tx) * 16 + k] = s[k];
-		sh[(ty * bx + tx) * 16 + 8 + k] = t[k];
-	}
-	__syncthreads();
-	for (int ch = ty * bx + tx; ch < 16 * bx; ch += bx * by) {
-		int cx = ch >> 4, q = ch & 15;
-		double acc = 0;
-		for (int r = 0; r < by; r++) acc += sh[(r * bx + cx) * 16 + q];
-		int c = cbase + cx * 8 + (q & 7);
-		if (c < C) (q < 8 ? ps : pt)[c] = acc;
-	}
-}
-
-// acc8: one row's eight values v (and x's xv for what 2) added into the eight sums s and t, as
-// k_chan_part adds one: what 0 s += v, t += v²; 2 s += v, t += v·(xv − fm)·fr. u, when set, is
-// the row of k_chan_part's mask: v counts where u > 0 (it is changed in place).
-__device__ __forceinline__ void acc8(int what, float* v, const float* xv, const float* u, double* s, double* t,
-		const float* fm, const float* fr) {
-	if (u) {
-		#pragma unroll
-		for (int k = 0; k < 8; k++) v[k] = u[k] > 0.f ? v[k] : 0.f;
-	}
-	if (what == 0) {
-		#pragma unroll
-		for (int k = 0; k < 8; k++) { double d = v[k]; s[k] += d; t[k] += d * d; }
-	} else {
-		#pragma unroll
-		for (int k = 0; k < 8; k++) { s[k] += v[k]; t[k] += v[k] * (double)((xv[k] - fm[k]) * fr[k]); }
-	}
-}
-
-// chan_part8: k_chan_part8's body for what WHAT (0: Σa, Σa²; 2: Σa, Σa·x̂), a mask or not, ROWS
-// rows a thread in flight (see k_chan_part8_*), with acc8 and rows16 above.
-template <int WHAT, bool MASK, int ROWS>
-__device__ __forceinline__ void chan_part8(const void* a, const void* x, const void* mask, int dt, int C, long M, long R,
-		const float* mean, const float* rstd, double* part, double* sh) {
-	int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
-	long by = blockDim.y, j0 = (long)blockIdx.y * R, j1 = min(M, j0 + R);
-	bool ok = c0 < C;
-	double s[8], t[8];
-	float fm[8], fr[8];
-	#pragma unroll
-	for (int k = 0; k < 8; k++) {
-		s[k] = 0; t[k] = 0;
-		fm[k] = (ok && WHAT == 2) ? mean[c0 + k] : 0.f;
-		fr[k] = (ok && WHAT == 2) ? rstd[c0 + k] : 0.f;
-	}
-	long j = j0 + threadIdx.y;
-	for (; ok && j + (ROWS - 1) * by < j1; j += ROWS * by) {
-		float v[ROWS][8], xv[ROWS][8], u[ROWS][8];
-		#pragma unroll
-		for (int q = 0; q < ROWS; q++) {
-			ld8(a, dt, (j + q * by) * C + c0, v[q]);
-			if (WHAT == 2) ld8(x, dt, (j + q * by) * C + c0, xv[q]);
-			if (MASK) ld8(mask, dt, (j + q * by) * C + c0, u[q]);
-		}
-		#pragma unroll
-		for (int q = 0; q < ROWS; q++) acc8(WHAT, v[q], xv[q], MASK ? u[q] : nullptr, s, t, fm, fr);
-	}
-	for (; ok && j < j1; j += by) { // the last rows, one at a time, in order
-		float v[8], xv[8], u[8];
-		ld8(a, dt, j * C + c0, v);
-		if (WHAT == 2) ld8(x, dt, j * C + c0, xv);
-		if (MASK) ld8(mask, dt, j * C + c0, u);
-		acc8(WHAT, v, xv, MASK ? u : nullptr, s, t, fm, fr);
-	}
-	rows16(s, t, sh, part + (long)blockIdx.y * C, part + ((long)gridDim.y + blockIdx.y) * C, blockIdx.x * blockDim.x * 8, C);
-}
-
 extern "C" {
 
 // k_bn_stats: mean[c] and var[c] (biased) of x over its N·P elements, two passes (the mean, then
@@ -296,27 +217,93 @@ __global__ void k_chan_part(int what, const void* a, const void* x, const void* 
 	}
 }
 
-// k_chan_part8_*: k_chan_part on NHWC with C % 8 == 0 (every ResNet-50 layer), eight neighbouring
+// rows16: the block's rows' sixteen sums (s[0..7] and t[0..7]) of each thread column, each added
+// in row order (acc = 0, then row 0, 1, …), the 16·blockDim.x chains spread over all the block's
+// threads (version 1 left them to the threads of row 0, eight chains each per sum: a serial tail
+// that was a large share of a small layer's block). ps and pt are the chunk's rows of part; cbase the block's first channel. sh
+// holds 16·blockDim.x·blockDim.y ≤ 4096 doubles.
+__device__ __forceinline__ void rows16(const double* s, const double* t, double* sh, double* ps, double* pt, int cbase, int C) {
+	int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
+	__syncthreads();
+	#pragma unroll
+	for (int k = 0; k < 8; k++) {
+		sh[(ty * bx + tx) * 16 + k] = s[k];
+		sh[(ty * bx + tx) * 16 + 8 + k] = t[k];
+	}
+	__syncthreads();
+	for (int ch = ty * bx + tx; ch < 16 * bx; ch += bx * by) {
+		int cx = ch >> 4, q = ch & 15;
+		double acc = 0;
+		for (int r = 0; r < by; r++) acc += sh[(r * bx + cx) * 16 + q];
+		int c = cbase + cx * 8 + (q & 7);
+		if (c < C) (q < 8 ? ps : pt)[c] = acc;
+	}
+}
+
+// acc8: one row's eight values v (and x's xv for what 2) added into the eight sums s and t, as
+// k_chan_part adds one: what 0 s += v, t += v²; 2 s += v, t += v·(xv − fm)·fr. u, when set, is
+// the row of k_chan_part's mask: v counts where u > 0 (it is changed in place).
+__device__ __forceinline__ void acc8(int what, float* v, const float* xv, const float* u, double* s, double* t,
+		const float* fm, const float* fr) {
+	if (u) {
+		#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] = u[k] > 0.f ? v[k] : 0.f;
+	}
+	if (what == 0) {
+		#pragma unroll
+		for (int k = 0; k < 8; k++) { double d = v[k]; s[k] += d; t[k] += d * d; }
+	} else {
+		#pragma unroll
+		for (int k = 0; k < 8; k++) { s[k] += v[k]; t[k] += v[k] * (double)((xv[k] - fm[k]) * fr[k]); }
+	}
+}
+
+// k_chan_part8: k_chan_part on NHWC with C % 8 == 0 (every ResNet-50 layer), eight neighbouring
 // channels a thread: 16-byte loads and sixteen independent f64 sums a thread, where
 // k_chan_part's warp reads 64 bytes a row and adds one dependent chain. Block (tile, y):
 // blockDim.x threads across 8·blockDim.x channels, blockDim.y threads down rows [y·R, (y+1)·R);
-// each thread loads ROWS of its rows before adding them (in order), so ROWS loads of each array
-// are in flight. One kernel per (what, mask, ROWS) (chan_part8's template): version 1 took what
-// and mask at run time, one body with every case's registers. The same fixed orders for every
-// ROWS (each thread its rows in order, the block's rows in row order, then k_chan_fin's chunk
-// order), so results do not depend on timing or on ROWS. part as k_chan_part's.
-#define CHAN_PART8(name, W, MK, RW) \
-__global__ void name(const void* a, const void* x, const void* mask, int dt, int C, long M, long R, \
-		const float* mean, const float* rstd, double* part) { \
-	__shared__ double sh[256 * 16]; \
-	chan_part8<W, MK, RW>(a, x, mask, dt, C, M, R, mean, rstd, part, sh); \
+// each thread loads two of its rows before adding them (in order), so two loads are in flight.
+// The same fixed orders (each thread its rows in order, the block's rows in row order, then
+// k_chan_fin's chunk order), so results do not depend on timing. part as k_chan_part's.
+__global__ void k_chan_part8(int what, const void* a, const void* x, const void* mask, int dt, int C, long M, long R,
+		const float* mean, const float* rstd, double* part) {
+	__shared__ double sh[256 * 16];
+	int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
+	long by = blockDim.y, j0 = (long)blockIdx.y * R, j1 = min(M, j0 + R);
+	bool ok = c0 < C;
+	double s[8], t[8];
+	float fm[8], fr[8];
+	#pragma unroll
+	for (int k = 0; k < 8; k++) {
+		s[k] = 0; t[k] = 0;
+		fm[k] = (ok && what == 2) ? mean[c0 + k] : 0.f;
+		fr[k] = (ok && what == 2) ? rstd[c0 + k] : 0.f;
+	}
+	long j = j0 + threadIdx.y;
+	for (; ok && j + by < j1; j += 2 * by) {
+		float v[8], w[8], xv[8], xw[8], u[8], uw[8];
+		ld8(a, dt, j * C + c0, v);
+		ld8(a, dt, (j + by) * C + c0, w);
+		if (what == 2) {
+			ld8(x, dt, j * C + c0, xv);
+			ld8(x, dt, (j + by) * C + c0, xw);
+		}
+		if (mask) {
+			ld8(mask, dt, j * C + c0, u);
+			ld8(mask, dt, (j + by) * C + c0, uw);
+		}
+		acc8(what, v, xv, mask ? u : nullptr, s, t, fm, fr);
+		acc8(what, w, xw, mask ? uw : nullptr, s, t, fm, fr);
+	}
+	if (ok && j < j1) {
+		float v[8], xv[8], u[8];
+		ld8(a, dt, j * C + c0, v);
+		if (what == 2) ld8(x, dt, j * C + c0, xv);
+		if (mask) ld8(mask, dt, j * C + c0, u);
+		acc8(what, v, xv, mask ? u : nullptr, s, t, fm, fr);
+	}
+	rows16(s, t, sh, part + (long)blockIdx.y * C, part + ((long)gridDim.y + blockIdx.y) * C, blockIdx.x * blockDim.x * 8, C);
 }
-CHAN_PART8(k_chan_part8_s, 0, false, 2)
-CHAN_PART8(k_chan_part8_d, 2, false, 2)
-CHAN_PART8(k_chan_part8_dm, 2, true, 2)
-CHAN_PART8(k_chan_part8_s4, 0, false, 4)
-CHAN_PART8(k_chan_part8_d4, 2, false, 4)
-CHAN_PART8(k_chan_part8_dm4, 2, true, 4)
 
 // k_chan_fin: channel c's S partials of k_chan_part added, in a fixed order: a block of
 // blockDim.x channels × blockDim.y lanes, lane l adds chunks l, l + blockDim.y, … in order, then

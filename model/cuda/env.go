@@ -17,7 +17,6 @@ import (
 //	GODDP_BN_VEC=0    scalar batch-norm passes and reductions, and ReLU, not 8-wide (conv.go, ops.go)
 //	GODDP_BN_RELU=0   the ResNet's ReLUs as passes of their own, not folded into the batch norms' (conv.go)
 //	GODDP_SGD_MULTI=1 SGD over every parameter in one launch, k_sgd_multi (ops.go; off: not yet run on a GPU under the whole suite)
-//	GODDP_BN_PART_ROWS=4 the batch norms' 8-wide sums with four rows a thread in flight, not two (conv.go; the same bits)
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
 //	GODDP_IPC_WAIT=stream the IPC all-reduce's ranks wait for each other by their streams, not in the
@@ -70,12 +69,6 @@ var cudnnGraph = sync.OnceValue(func() bool { return os.Getenv("GODDP_CUDNN_GRAP
 // TestCUDA_sgdMultiMatchesPerRun: the per-run bits). Read at each optimizer's construction, so a
 // test can set it.
 func sgdMulti() bool { return os.Getenv("GODDP_SGD_MULTI") == "1" }
-
-// bnPartRows4 reports whether GODDP_BN_PART_ROWS=4 asked for k_chan_part8's variant with four
-// rows a thread in flight (k_chan_part8_s4 …: the same sums in the same order, so the same bits;
-// an A/B of whether the pass, at ~50% of its bandwidth floor on an H100, lacks loads in flight).
-// Read once.
-var bnPartRows4 = sync.OnceValue(func() bool { return os.Getenv("GODDP_BN_PART_ROWS") == "4" })
 
 // KernelCacheDir is where compiled kernels are kept: $XDG_CACHE_HOME/goddp/kernels, by default
 // ~/.cache/goddp/kernels.
