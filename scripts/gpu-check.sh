@@ -15,7 +15,7 @@ OUT=$(cd "$OUT" && pwd)
 nvidia-smi -L || true
 pkgs=$(git grep -lE '^//go:build .*cuda' -- '*.go' ':!scripts/' 2>/dev/null | xargs -n1 dirname | sort -u | sed 's|^|./|' | tr '\n' ' ')
 [ -n "$pkgs" ] || pkgs="./model/cuda/ ./model/ ./ddp/ ./worker/ ./model/cuda/cudadrv/ ./model/cuda/cudnn/"
-timeout 240 bash scripts/cuda-env.sh go test -count=1 -tags cuda $pkgs > "$OUT/cuda.log" 2>&1
+timeout 420 bash scripts/cuda-env.sh go test -count=1 -tags cuda $pkgs > "$OUT/cuda.log" 2>&1
 cuda=$?
 timeout 120 bash scripts/cuda-env.sh go test -count=1 -tags cuda,cudnn ./model/cuda/ ./model/ -run 'CUDA_conv|CUDA_resnet|CUDA_bn|CUDA_fused' -v > "$OUT/cudnn.log" 2>&1
 cudnn=$?
