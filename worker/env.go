@@ -47,12 +47,3 @@ func EnvFromOS() (Env, error) {
 	}
 	return e, nil
 }
-
-// ipcWait is GODDP_IPC_WAIT as the CUDA device reads it (model/cuda/env.go), for the device
-// path's warning: "kernel" when unset.
-func ipcWait() string {
-	if v := os.Getenv("GODDP_IPC_WAIT"); v != "" {
-		return v
-	}
-	return "kernel"
-}

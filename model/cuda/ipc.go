@@ -381,6 +381,10 @@ func (r *ipcReducer) Close() error {
 // release frees what the reducer holds. The caller holds the thread (enter).
 func (r *ipcReducer) release() error {
 	var errs []error
+	if r.hasAbortS { // first: its last release may still write the flags, its snapshot ctl
+		errs = append(errs, r.abortS.Sync(), r.abortS.Destroy())
+		r.hasAbortS = false
+	}
 	for _, p := range r.opened {
 		errs = append(errs, cudadrv.IpcCloseMemHandle(p))
 	}
@@ -394,10 +398,6 @@ func (r *ipcReducer) release() error {
 	if r.ctl != nil {
 		errs = append(errs, cudadrv.HostFree(unsafe.Pointer(r.ctl)))
 		r.ctl = nil
-	}
-	if r.hasAbortS {
-		errs = append(errs, r.abortS.Sync(), r.abortS.Destroy())
-		r.hasAbortS = false
 	}
 	if r.pinned != nil {
 		errs = append(errs, cudadrv.HostFree(r.pinned))
