@@ -17,6 +17,7 @@ import (
 //	GODDP_BN_VEC=0    scalar batch-norm passes and reductions, and ReLU, not 8-wide (conv.go, ops.go)
 //	GODDP_BN_RELU=0   the ResNet's ReLUs as passes of their own, not folded into the batch norms' (conv.go)
 //	GODDP_SGD_MULTI=1 SGD over every parameter in one launch, k_sgd_multi (ops.go; off: not yet run on a GPU under the whole suite)
+//	GODDP_COLSUM_VEC=1 column sums (bias gradients) 8 columns a thread, k_colsum_part8 (ops.go; the same bits; not yet run on a GPU)
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
 //	GODDP_IPC_WAIT=stream the IPC all-reduce's ranks wait for each other by their streams, not in the
@@ -96,3 +97,10 @@ func ipcWaitStream() (bool, error) {
 		return false, fmt.Errorf("cuda: GODDP_IPC_WAIT=%q: want kernel (the default) or stream", v)
 	}
 }
+
+// colsumVec reports whether GODDP_COLSUM_VEC=1 asked for k_colsum_part8 in colSum (BiasGrad):
+// 16-byte loads, four rows in flight a thread, where k_colsum_part reads 2 bytes a thread a row
+// (GPT-2 small's bias gradients read ~2.7 GB a step at batch 16: ~0.8 ms at HBM's rate, 2.2 ms
+// in v5's profile). The same sums in the same order: TestCUDA_colsumVecSameBits. Read at each
+// call, so a test can set it.
+func colsumVec() bool { return os.Getenv("GODDP_COLSUM_VEC") == "1" }

@@ -708,6 +708,47 @@ __global__ void k_add8(void* o, int dout, const void* a, int da, const void* b, 
 		for (int k = 0; k < 8; k++) v[k] += u[k];
 		st8(o, dout, i, v); }
 }
+// k_colsum_part8: k_colsum_part with 8 columns a thread (C a multiple of 8, x 16-byte aligned,
+// grid (⌈C/256⌉, parts), block (32, 8)). Each column's sum is added in k_colsum_part's order (rows
+// r0+y, r0+y+8, … from 0, then the 8 row phases in y order) with the same rowsPer, so the parts are
+// its bits; four rows' loads are issued before their adds, so each thread keeps 64 bytes in flight
+// instead of 2 (GODDP_COLSUM_VEC=1; not yet run on a GPU).
+__global__ void k_colsum_part8(float* part, const void* x, int dx, int R, int C, int rowsPer) {
+	__shared__ float sh[8][257];
+	int c0 = (blockIdx.x * 32 + threadIdx.x) * 8;
+	int r0 = blockIdx.y * rowsPer, r1 = min(R, r0 + rowsPer);
+	float s[8];
+	#pragma unroll
+	for (int k = 0; k < 8; k++) s[k] = 0.f;
+	if (c0 < C) {
+		int r = r0 + threadIdx.y;
+		for (; r + 24 < r1; r += 32) {
+			float v[4][8];
+			#pragma unroll
+			for (int u = 0; u < 4; u++) ld8(x, dx, (long)(r + 8 * u) * C + c0, v[u]);
+			#pragma unroll
+			for (int u = 0; u < 4; u++)
+				#pragma unroll
+				for (int k = 0; k < 8; k++) s[k] += v[u][k];
+		}
+		for (; r < r1; r += 8) {
+			float v[8];
+			ld8(x, dx, (long)r * C + c0, v);
+			#pragma unroll
+			for (int k = 0; k < 8; k++) s[k] += v[k];
+		}
+	}
+	// column threadIdx.x·8 + k of the block at sh[y][k·32 + threadIdx.x]: conflict-free stores
+	#pragma unroll
+	for (int k = 0; k < 8; k++) sh[threadIdx.y][k * 32 + threadIdx.x] = s[k];
+	__syncthreads();
+	int t = threadIdx.y * 32 + threadIdx.x, c = blockIdx.x * 256 + t;
+	if (c < C) {
+		float tot = 0.f;
+		for (int y = 0; y < 8; y++) tot += sh[y][(t & 7) * 32 + (t >> 3)];
+		part[(long)blockIdx.y * C + c] = tot;
+	}
+}
 __global__ void k_addbias8(void* y, int dy, const void* b, int db, int n8, int C) {
 	FOR8(i, n8) { float v[8], u[8]; ld8(y, dy, i, v); ld8(b, db, i % C, u);
 		#pragma unroll

@@ -1,0 +1,54 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// GODDP_COLSUM_VEC=1 sums 8 columns a thread (k_colsum_part8) where k_colsum_part sums one: each
+// column's sum keeps its order, so the bias gradients are k_colsum_part's very bits — f16 and f32
+// gradients, f32 and f16 sums, row counts that are and are not multiples of the unrolled 32, column
+// counts below and above a block's 256, GPT-2 small's shapes. Not yet run on a GPU.
+func TestCUDA_colsumVecSameBits(t *testing.T) {
+	g := gpu(t)
+	shapes := [][2]int{{1, 8}, {7, 16}, {33, 264}, {100, 768}, {1000, 2304}, {4096, 3072}, {16384, 768}}
+	for _, dt := range []tensor.DType{tensor.F16, tensor.F32} {
+		for _, odt := range []tensor.DType{tensor.F32, tensor.F16} {
+			for i, sh := range shapes {
+				r, c := sh[0], sh[1]
+				rng := rand.New(rand.NewPCG(uint64(i), uint64(dt)*7+uint64(odt)))
+				v := make([]float32, r*c)
+				for j := range v {
+					v[j] = float32(rng.NormFloat64())
+				}
+				b0 := make([]float32, c)
+				for j := range b0 {
+					b0[j] = float32(rng.NormFloat64())
+				}
+				dy := g.Alloc(dt, "dy", r, c)
+				ipcUpload(g, dy, v)
+				var got [2][]float32
+				for k, env := range []string{"0", "1"} {
+					t.Setenv("GODDP_COLSUM_VEC", env)
+					db := g.Alloc(odt, "db", c)
+					ipcUpload(g, db, b0)
+					g.BiasGrad(db, dy)
+					got[k] = make([]float32, c)
+					g.Download(got[k], db)
+					g.Free(db)
+				}
+				g.Free(dy)
+				for j := range got[0] {
+					if math.Float32bits(got[0][j]) != math.Float32bits(got[1][j]) {
+						t.Fatalf("dy %s, db %s, (%d,%d): column %d sums to %g with 8 columns a thread, %g with one", dt, odt, r, c, j, got[1][j], got[0][j])
+					}
+				}
+			}
+		}
+	}
+}
