@@ -249,6 +249,160 @@ __device__ __forceinline__ void flash_fwd(half_t* __restrict__ y, float* __restr
 	}
 }
 
+// flash_fwd_w32 is flash_fwd<4> with 32 query rows a warp (two groups of 16, g = 0, 1), so a
+// block owns 128 rows and every K and V fragment loaded from shared memory feeds the mma of both
+// groups: half the ldmatrix traffic per mma of the 16-row warps, FlashAttention-2's shape for head
+// size 64 (4 warps × 32 rows). Each group's rows add the same tiles in the same order with the same
+// instructions as in flash_fwd (a tile wholly after a group's rows is skipped for that group), so
+// the bits are k_flash_fwd's. k_flash_fwd_w32 (GODDP_FLASH_WARP_ROWS=32; not yet run on a GPU).
+__device__ __forceinline__ void flash_fwd_w32(half_t* __restrict__ y, float* __restrict__ lse,
+		const half_t* __restrict__ qkv, int T, int H, float sl2, half_t (*sK)[64 * LDS], half_t (*sV)[64 * LDS]) {
+	const int BR = 128;
+	int qt = gridDim.x - 1 - blockIdx.x; // the longest (most key tiles) first
+	int bh = blockIdx.y, b = bh / H, h = bh % H;
+	int C = H * HS;
+	long ld = 3L * C;
+	const half_t* base = qkv + (long)b * T * ld + h * HS;
+	int q0 = qt * BR;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
+	int w0 = q0 + warp * 32; // this warp's first row; group g's first is w0 + 16g
+
+	load_async(sK[1], base + (long)q0 * ld, ld, min(64, T - q0)); // rows 0..63 of the block's queries
+	load_async(sV[1], q0 + 64 < T ? base + (long)(q0 + 64) * ld : base, ld, min(64, T - q0 - 64)); // rows 64..127
+	load_async(sK[0], base + C, ld, min(64, T));
+	load_async(sV[0], base + 2 * C, ld, min(64, T));
+	cp_commit();
+	cp_wait0();
+	__syncthreads();
+	u32 qa[2][4][4];
+	#pragma unroll
+	for (int g = 0; g < 2; g++) {
+		int off = warp * 32 + g * 16;
+		const half_t* sq = off < 64 ? sK[1] : sV[1];
+		#pragma unroll
+		for (int kk = 0; kk < 4; kk++) ldA(qa[g][kk], sq, off & 63, kk * 16, lane);
+	}
+	__syncthreads();
+
+	float o[2][8][4];
+	zero8x4(o[0]);
+	zero8x4(o[1]);
+	float m0[2] = {-INF, -INF}, m1[2] = {-INF, -INF}, l0[2] = {0.f, 0.f}, l1[2] = {0.f, 0.f};
+
+	int last = min((q0 + BR - 1) / 64, (T - 1) / 64);
+	for (int kt = 0; kt <= last; kt++) {
+		int cur = kt & 1;
+		if (kt < last) {
+			int k1 = (kt + 1) * 64;
+			load_async(sK[cur ^ 1], base + C + (long)k1 * ld, ld, min(64, T - k1));
+			load_async(sV[cur ^ 1], base + 2 * C + (long)k1 * ld, ld, min(64, T - k1));
+			cp_commit();
+			cp_wait1();
+		} else {
+			cp_wait0();
+		}
+		__syncthreads();
+
+		int k0 = kt * 64;
+		bool need0 = k0 <= w0 + 15, need1 = k0 <= w0 + 31; // need0 implies need1
+		if (need1) {
+			float s[2][8][4];
+			zero8x4(s[0]);
+			zero8x4(s[1]);
+			#pragma unroll
+			for (int j = 0; j < 4; j++)
+				#pragma unroll
+				for (int kk = 0; kk < 4; kk++) {
+					u32 bf[4];
+					ldB2(bf, sK[cur], j * 16, kk * 16, lane);
+					if (need0) {
+						mma(s[0][2 * j], qa[0][kk], bf[0], bf[1]);
+						mma(s[0][2 * j + 1], qa[0][kk], bf[2], bf[3]);
+					}
+					mma(s[1][2 * j], qa[1][kk], bf[0], bf[1]);
+					mma(s[1][2 * j + 1], qa[1][kk], bf[2], bf[3]);
+				}
+			#pragma unroll
+			for (int g = 0; g < 2; g++) {
+				if (g == 0 && !need0) continue;
+				int wg = w0 + 16 * g, r0 = wg + (lane >> 2), r1 = r0 + 8;
+				float mx0 = -INF, mx1 = -INF;
+				bool diag = k0 + 63 > wg;
+				#pragma unroll
+				for (int j = 0; j < 8; j++) {
+					#pragma unroll
+					for (int i = 0; i < 4; i++) {
+						int key = k0 + j * 8 + t4 * 2 + (i & 1);
+						float v = s[g][j][i] * sl2;
+						if (diag && key > (i < 2 ? r0 : r1)) v = -INF;
+						s[g][j][i] = v;
+					}
+					mx0 = fmaxf(mx0, fmaxf(s[g][j][0], s[g][j][1]));
+					mx1 = fmaxf(mx1, fmaxf(s[g][j][2], s[g][j][3]));
+				}
+				mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
+				mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
+				mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
+				mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
+				float mn0 = fmaxf(m0[g], mx0), mn1 = fmaxf(m1[g], mx1);
+				float a0 = exp2f(m0[g] - mn0), a1 = exp2f(m1[g] - mn1);
+				m0[g] = mn0; m1[g] = mn1;
+				float ps0 = 0.f, ps1 = 0.f;
+				#pragma unroll
+				for (int j = 0; j < 8; j++) {
+					s[g][j][0] = exp2f(s[g][j][0] - mn0); s[g][j][1] = exp2f(s[g][j][1] - mn0);
+					s[g][j][2] = exp2f(s[g][j][2] - mn1); s[g][j][3] = exp2f(s[g][j][3] - mn1);
+					ps0 += s[g][j][0] + s[g][j][1];
+					ps1 += s[g][j][2] + s[g][j][3];
+				}
+				l0[g] = l0[g] * a0 + ps0;
+				l1[g] = l1[g] * a1 + ps1;
+				#pragma unroll
+				for (int n = 0; n < 8; n++) { o[g][n][0] *= a0; o[g][n][1] *= a0; o[g][n][2] *= a1; o[g][n][3] *= a1; }
+			}
+			#pragma unroll
+			for (int kk = 0; kk < 4; kk++) {
+				u32 pa0[4], pa1[4];
+				pa(pa0, s[0], kk);
+				pa(pa1, s[1], kk);
+				#pragma unroll
+				for (int n2 = 0; n2 < 4; n2++) {
+					u32 bf[4];
+					ldB2t(bf, sV[cur], kk * 16, n2 * 16, lane);
+					if (need0) {
+						mma(o[0][2 * n2], pa0, bf[0], bf[1]);
+						mma(o[0][2 * n2 + 1], pa0, bf[2], bf[3]);
+					}
+					mma(o[1][2 * n2], pa1, bf[0], bf[1]);
+					mma(o[1][2 * n2 + 1], pa1, bf[2], bf[3]);
+				}
+			}
+		}
+		__syncthreads(); // every warp is done with this buffer before the next prefetch refills it
+	}
+	half_t* yb = y + (long)b * T * C + h * HS + t4 * 2;
+	#pragma unroll
+	for (int g = 0; g < 2; g++) {
+		float L0 = l0[g], L1 = l1[g];
+		L0 += __shfl_xor_sync(0xffffffff, L0, 1);
+		L0 += __shfl_xor_sync(0xffffffff, L0, 2);
+		L1 += __shfl_xor_sync(0xffffffff, L1, 1);
+		L1 += __shfl_xor_sync(0xffffffff, L1, 2);
+		float i0 = 1.f / L0, i1 = 1.f / L1;
+		int r0 = w0 + 16 * g + (lane >> 2), r1 = r0 + 8;
+		if (r0 < T) {
+			#pragma unroll
+			for (int n = 0; n < 8; n++) *(u32*)(yb + (long)r0 * C + n * 8) = pack2(o[g][n][0] * i0, o[g][n][1] * i0);
+			if (t4 == 0) lse[(long)bh * T + r0] = (m0[g] + log2f(L0)) * LN2;
+		}
+		if (r1 < T) {
+			#pragma unroll
+			for (int n = 0; n < 8; n++) *(u32*)(yb + (long)r1 * C + n * 8) = pack2(o[g][n][2] * i1, o[g][n][3] * i1);
+			if (t4 == 0) lse[(long)bh * T + r1] = (m1[g] + log2f(L1)) * LN2;
+		}
+	}
+}
+
 extern "C" {
 
 // k_flash_fwd: grid (⌈T/64⌉, B·H), 128 threads. y (B,T,C) f16, lse (B,H,T) f32 natural log.
@@ -267,6 +421,15 @@ __global__ void __launch_bounds__(256) k_flash_fwd128(half_t* __restrict__ y, fl
 	__shared__ __align__(16) half_t sK[2][64 * LDS];
 	__shared__ __align__(16) half_t sV[2][64 * LDS];
 	flash_fwd<8>(y, lse, qkv, T, H, sl2, sK, sV);
+}
+
+// k_flash_fwd_w32: k_flash_fwd with 32 query rows a warp: grid (⌈T/128⌉, B·H), 128 threads
+// (GODDP_FLASH_WARP_ROWS=32; not yet run on a GPU).
+__global__ void __launch_bounds__(128) k_flash_fwd_w32(half_t* __restrict__ y, float* __restrict__ lse,
+		const half_t* __restrict__ qkv, int T, int H, float sl2) {
+	__shared__ __align__(16) half_t sK[2][64 * LDS];
+	__shared__ __align__(16) half_t sV[2][64 * LDS];
+	flash_fwd_w32(y, lse, qkv, T, H, sl2, sK, sV);
 }
 
 // k_flash_bwd_delta: delta (B,H,T) f32 = Σ_d dy·y per row and head (dy, y (B,T,C) f16). n = B·T·H.

@@ -96,3 +96,53 @@ func TestCUDA_flashForward128SameBits(t *testing.T) {
 		}
 	}
 }
+
+// GODDP_FLASH_WARP_ROWS=32 launches k_flash_fwd_w32, whose warps own 32 query rows (two groups of
+// 16 sharing each K and V fragment): every row still adds the same key tiles in the same order
+// with the same arithmetic, so its output and log-sum-exp are k_flash_fwd's bits, in f16 and bf16,
+// on lengths that are and are not multiples of 128 (and of 64), one row to 1024. Not yet run on a
+// GPU.
+func TestCUDA_flashForwardW32SameBits(t *testing.T) {
+	g := gpu(t)
+	for _, dt := range []tensor.DType{tensor.F16, tensor.BF16} {
+		if !g.FlashAttentionFast(64, dt) {
+			t.Logf("no fused attention in %s on %s", dt, g.DeviceName())
+			continue
+		}
+		for i, sh := range [][3]int{{1, 1, 1}, {2, 17, 1}, {2, 64, 3}, {2, 100, 2}, {1, 130, 2}, {1, 200, 12}, {2, 1024, 2}} {
+			B, T, H := sh[0], sh[1], sh[2]
+			C := 64 * H
+			rng := rand.New(rand.NewPCG(uint64(i)+40, uint64(dt)))
+			v := make([]float32, B*T*3*C)
+			for j := range v {
+				v[j] = float32(rng.NormFloat64())
+			}
+			qkv := g.Alloc(dt, "qkv", B, T, 3*C)
+			ipcUpload(g, qkv, v)
+			var ys [2][]uint16
+			var lses [2][]float32
+			for k, env := range []string{"", "32"} {
+				t.Setenv("GODDP_FLASH_WARP_ROWS", env)
+				y, lse := g.Alloc(dt, "y", B, T, C), g.Alloc(tensor.F32, "lse", B, H, T)
+				g.FlashAttention(y, lse, qkv, H, 0.125)
+				ys[k] = make([]uint16, y.Len())
+				g.dtoh(unsafe.Pointer(&ys[k][0]), y)
+				lses[k] = make([]float32, lse.Len())
+				g.Download(lses[k], lse)
+				g.Free(y)
+				g.Free(lse)
+			}
+			g.Free(qkv)
+			for j := range ys[0] {
+				if ys[0][j] != ys[1][j] {
+					t.Fatalf("%s B%d T%d H%d: y[%d] bits %#04x with 32-row warps, %#04x with 16", dt, B, T, H, j, ys[1][j], ys[0][j])
+				}
+			}
+			for j := range lses[0] {
+				if math.Float32bits(lses[0][j]) != math.Float32bits(lses[1][j]) {
+					t.Fatalf("%s B%d T%d H%d: lse[%d] %g with 32-row warps, %g with 16", dt, B, T, H, j, lses[1][j], lses[0][j])
+				}
+			}
+		}
+	}
+}
