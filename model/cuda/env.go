@@ -18,7 +18,6 @@ import (
 //	GODDP_BN_RELU=0   the ResNet's ReLUs as passes of their own, not folded into the batch norms' (conv.go)
 //	GODDP_SGD_MULTI=1 SGD over every parameter in one launch, k_sgd_multi (ops.go; off: not yet run on a GPU under the whole suite)
 //	GODDP_COLSUM_VEC=1 column sums (bias gradients) 8 columns a thread, k_colsum_part8 (ops.go; the same bits; not yet run on a GPU)
-//	GODDP_FLASH_WARP_ROWS=32 the fused attention's forward with 32 query rows a warp, k_flash_fwd_w32 (flash.go; the same bits; not yet run on a GPU)
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
 //	GODDP_IPC_WAIT=stream the IPC all-reduce's ranks wait for each other by their streams, not in the
@@ -105,9 +104,3 @@ func ipcWaitStream() (bool, error) {
 // in v5's profile). The same sums in the same order: TestCUDA_colsumVecSameBits. Read at each
 // call, so a test can set it.
 func colsumVec() bool { return os.Getenv("GODDP_COLSUM_VEC") == "1" }
-
-// flashWarpRows32 reports whether GODDP_FLASH_WARP_ROWS=32 asked for k_flash_fwd_w32: 4 warps of
-// 32 query rows (128 a block), each K and V fragment from shared memory feeding two row groups'
-// mma (TestCUDA_flashForwardW32SameBits: k_flash_fwd's bits). Read at each call, so a test can set
-// it; it takes precedence over model.flash_forward_rows.
-func flashWarpRows32() bool { return os.Getenv("GODDP_FLASH_WARP_ROWS") == "32" }

@@ -74,14 +74,11 @@ func (d *Device) FlashAttention(y, lse, qkv *tensor.Tensor, heads int, scale flo
 	if B*T == 0 {
 		return
 	}
-	name, rows, threads := "k_flash_fwd", 64, 128
-	switch {
-	case flashWarpRows32():
-		name, rows = "k_flash_fwd_w32", 128
-	case d.flashRows == 128:
-		name, rows, threads = "k_flash_fwd128", 128, 256
+	name, rows := "k_flash_fwd", 64
+	if d.flashRows == 128 {
+		name, rows = "k_flash_fwd128", 128
 	}
-	d.launch(kn(name, y, qkv), [3]int{(T + rows - 1) / rows, B * heads, 1}, [3]int{threads, 1, 1}, 0,
+	d.launch(kn(name, y, qkv), [3]int{(T + rows - 1) / rows, B * heads, 1}, [3]int{2 * rows, 1, 1}, 0,
 		ptra(y), ptra(lse), ptra(qkv), i32a(T), i32a(heads), f32a(scale*math.Log2E))
 }
 
