@@ -712,7 +712,7 @@ __global__ void k_add8(void* o, int dout, const void* a, int da, const void* b, 
 // grid (⌈C/256⌉, parts), block (32, 8)). Each column's sum is added in k_colsum_part's order (rows
 // r0+y, r0+y+8, … from 0, then the 8 row phases in y order) with the same rowsPer, so the parts are
 // its bits; four rows' loads are issued before their adds, so each thread keeps 64 bytes in flight
-// instead of 2 (GODDP_COLSUM_VEC=1; not yet run on a GPU).
+// instead of 2 (GODDP_COLSUM_VEC=1; off: −0.3% on an H100 in session 15, inside the noise; docs/perf-gpu.md).
 __global__ void k_colsum_part8(float* part, const void* x, int dx, int R, int C, int rowsPer) {
 	__shared__ float sh[8][257];
 	int c0 = (blockIdx.x * 32 + threadIdx.x) * 8;
