@@ -23,6 +23,10 @@ NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 [ -x "$NCU" ] || { echo "gpu-ncu: no ncu on this host (PATH, /usr/local/cuda/bin)"; exit 2; }
 "$NCU" --version | tail -1
 bash scripts/cuda-env.sh go test -tags cuda -c -o "$OUT/model.test" ./model/ || { echo "gpu-ncu: build failed"; exit 1; }
+# The kernels' PTX into a cache of this run's own, so ptxas can say each one's registers, spills
+# and shared memory (this needs no counters: it answers the register half even where ncu cannot).
+export XDG_CACHE_HOME="$OUT/cache"
+rm -rf "$XDG_CACHE_HOME"
 # shellcheck disable=SC2086 # ENV is a list of assignments
 (cd model && env ${ENV:-} GODDP_BENCH="$B" GODDP_BENCH_STEPS=1 "$NCU" -k "$KERNELS" --launch-count "$COUNT" \
   --section LaunchStats --section Occupancy --section SpeedOfLight --section WarpStateStats \
@@ -31,5 +35,15 @@ rc=$?
 echo "ncu exit $rc (log $OUT/ncu.log)"
 grep -m3 -E 'ERR_NVGPUCTRPERM|==ERROR==' "$OUT/ncu.log"
 grep -E '^ +k_[a-z0-9_]+|Registers Per Thread|Shared Memory Configuration Size|Static Shared Memory Per Block|Block Limit (Registers|Shared Mem|Warps)|Theoretical Occupancy|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput|^ +Duration|Warp Cycles Per Issued Instruction|Stall' "$OUT/ncu.log" | head -120
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
+PTXAS=$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)
+echo
+echo "ptxas -v, sm_$cc (registers, spills, shared memory per kernel of the cached modules):"
+for f in "$XDG_CACHE_HOME"/goddp/kernels/*.ptx; do
+  [ -e "$f" ] || { echo "no cached PTX under $XDG_CACHE_HOME"; break; }
+  grep -q 'k_flash_fwd' "$f" || continue
+  "$PTXAS" -arch="sm_$cc" -v -o /dev/null "$f" 2>&1 | grep -E "Compiling entry|spill|Used [0-9]+ registers" |
+    sed -E "s/.*Compiling entry function '([a-z0-9_]+)'.*/\1:/; s/^ptxas info +: //"
+done
 rm -f "$OUT/model.test"
 exit $rc
