@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu-ncu.sh — Nsight Compute on a few kernels of GPT-2 small's model bench (TestCUDA_gpt2Bench):
 # registers a thread, the shared-memory configuration, theoretical and achieved occupancy, what
-# limits the blocks per SM, SM and memory throughput, and the warps' stall reasons. It answers
+# limits the blocks per SM, SM and memory throughput, and the warps' stall reasons; first the
+# driver's own figures (registers, spills, blocks per SM: no counters needed). It answers
 # the question session 15's A/B left (docs/perf-gpu.md): the fused attention kernels run ~4x off
 # every throughput bound and are not limited by shared-memory reads, so is it occupancy or latency?
 # Run on the GPU host from the repository root inside the Go environment (one call, ~1-2 min):
@@ -23,6 +24,10 @@ NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 [ -x "$NCU" ] || { echo "gpu-ncu: no ncu on this host (PATH, /usr/local/cuda/bin)"; exit 2; }
 "$NCU" --version | tail -1
 bash scripts/cuda-env.sh go test -tags cuda -c -o "$OUT/model.test" ./model/ || { echo "gpu-ncu: build failed"; exit 1; }
+echo "the driver's launch statistics (TestCUDA_flashKernelResources; ENV applies):"
+# shellcheck disable=SC2086 # ENV is a list of assignments
+env ${ENV:-} bash scripts/cuda-env.sh go test -count=1 -tags cuda ./model/cuda/ -run '^TestCUDA_flashKernelResources$' -v 2>&1 |
+  grep -E 'k_flash|FAIL|ok ' | sed 's/^ *//'
 # The kernels' PTX into a cache of this run's own, so ptxas can say each one's registers, spills
 # and shared memory (this needs no counters: it answers the register half even where ncu cannot).
 export XDG_CACHE_HOME="$OUT/cache"

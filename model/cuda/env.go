@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 )
 
@@ -18,6 +19,7 @@ import (
 //	GODDP_BN_RELU=0   the ResNet's ReLUs as passes of their own, not folded into the batch norms' (conv.go)
 //	GODDP_SGD_MULTI=1 SGD over every parameter in one launch, k_sgd_multi (ops.go; off: not yet run on a GPU under the whole suite)
 //	GODDP_COLSUM_VEC=1 column sums (bias gradients) 8 columns a thread, k_colsum_part8 (ops.go; the same bits; measured no faster on an H100, its test not yet run)
+//	GODDP_FLASH_CARVEOUT=N the fused attention kernels' preferred shared-memory carveout, percent of the SM's L1/shared (flash.go; read at load; not yet run on a GPU)
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
 //	GODDP_IPC_WAIT=stream the IPC all-reduce's ranks wait for each other by their streams, not in the
@@ -104,3 +106,23 @@ func ipcWaitStream() (bool, error) {
 // in v5's profile). The same sums in the same order: TestCUDA_colsumVecSameBits. Read at each
 // call, so a test can set it.
 func colsumVec() bool { return os.Getenv("GODDP_COLSUM_VEC") == "1" }
+
+// flashCarveoutUnset is flashCarveout's "not set": the driver's default (no preference).
+const flashCarveoutUnset = -2
+
+// flashCarveout is GODDP_FLASH_CARVEOUT: -1 (no preference) to 100 (the most shared memory), the
+// carveout the f16 attention kernels ask for when loaded (cudadrv.Function.SetCarveout). An A/B
+// for issue 35: whether the driver's default split of the SM's L1 and shared memory limits how
+// many attention blocks are resident (each holds 36 KiB of shared memory). Unset:
+// flashCarveoutUnset. Not yet run on a GPU.
+func flashCarveout() (int, error) {
+	v := os.Getenv("GODDP_FLASH_CARVEOUT")
+	if v == "" {
+		return flashCarveoutUnset, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < -1 || n > 100 {
+		return 0, fmt.Errorf("cuda: GODDP_FLASH_CARVEOUT=%q: want a percent from 0 to 100, or -1 for no preference", v)
+	}
+	return n, nil
+}

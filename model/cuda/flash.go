@@ -27,15 +27,38 @@ func (d *Device) loadFlash() error {
 	if d.flashM, err = cudadrv.LoadPTX(ptx); err != nil {
 		return fmt.Errorf("cuda: loading the attention kernels' PTX: %w", err)
 	}
+	carve, err := flashCarveout()
+	if err != nil {
+		return err
+	}
 	for _, m := range kernelNameRE.FindAllStringSubmatch(flashKernelSource, -1) {
 		f, err := d.flashM.Function(m[1])
 		if err != nil {
 			return fmt.Errorf("cuda: %w", err)
 		}
+		if carve != flashCarveoutUnset {
+			if err := f.SetCarveout(carve); err != nil {
+				return fmt.Errorf("cuda: GODDP_FLASH_CARVEOUT=%d on %s: %w", carve, m[1], err)
+			}
+		}
 		d.fns[m[1]] = f
 	}
 	d.flash = true
 	return nil
+}
+
+// KernelResources is what the loaded kernel name holds — registers and local (spill) bytes per
+// thread, static shared memory per block — and how many of its blocks of block threads (and
+// dynShared bytes of dynamic shared memory) fit one SM: the launch statistics of a profiler
+// without its counters (TestCUDA_flashKernelResources logs the attention kernels').
+func (d *Device) KernelResources(name string, block, dynShared int) (cudadrv.Resources, error) {
+	f, ok := d.fns[name]
+	if !ok {
+		return cudadrv.Resources{}, fmt.Errorf("cuda: no kernel %q loaded", name)
+	}
+	d.enter()
+	defer d.leave()
+	return f.Resources(block, dynShared)
 }
 
 // FlashAttentionFast: head size 64 in f16, or in bf16 once the bf16 instantiation of the fused

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -93,6 +94,62 @@ func TestCUDA_flashForward128SameBits(t *testing.T) {
 					t.Fatalf("%s B%d T%d H%d: lse[%d] %g with 128-row blocks, %g with 64", dt, B, T, H, j, lses[1][j], lses[0][j])
 				}
 			}
+		}
+	}
+}
+
+// The attention kernels' launch statistics, read from the driver (Device.KernelResources): logged
+// for the profile of issue 35 (registers, spills, blocks per SM), and checked where they are known:
+// the static shared memory each kernel declares, and an occupancy no larger than the register file
+// allows (65536 registers an SM on every GPU from sm_80 to sm_90).
+func TestCUDA_flashKernelResources(t *testing.T) {
+	g := gpu(t)
+	if !g.FlashAttentionFast(64, tensor.F16) {
+		t.Skipf("no fused attention on %s", g.DeviceName())
+	}
+	const tile = 2 * 64 * 72 * 2 // one double-buffered tile of 64 rows of 72 halves
+	for _, k := range []struct {
+		name    string
+		threads int
+		shared  int
+	}{
+		{"k_flash_fwd", 128, 2 * tile},
+		{"k_flash_fwd128", 256, 2 * tile},
+		{"k_flash_bwd_dkdv", 128, 2*tile + 2*2*64*4},
+		{"k_flash_bwd_dq", 128, 2 * tile},
+	} {
+		r, err := g.KernelResources(k.name, k.threads, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%-18s %3d threads: %3d registers, %4d local bytes, %6d B shared, %d blocks/SM (%d warps)",
+			k.name, k.threads, r.Registers, r.LocalBytes, r.StaticShared, r.BlocksPerSM, r.BlocksPerSM*k.threads/32)
+		if r.StaticShared != k.shared {
+			t.Errorf("%s: %d bytes of static shared memory, the source declares %d", k.name, r.StaticShared, k.shared)
+		}
+		if r.Registers <= 0 || r.BlocksPerSM < 1 || r.MaxThreads < k.threads {
+			t.Errorf("%s: %+v: not launchable at %d threads", k.name, r, k.threads)
+		}
+		if r.BlocksPerSM*k.threads*r.Registers > 65536 {
+			t.Errorf("%s: %d blocks of %d threads at %d registers exceed an SM's 65536", k.name, r.BlocksPerSM, k.threads, r.Registers)
+		}
+	}
+	if _, err := g.KernelResources("k_no_such_kernel", 128, 0); err == nil {
+		t.Error("a kernel that is not loaded has resources")
+	}
+}
+
+func TestFlashCarveout_parse(t *testing.T) {
+	for v, want := range map[string]int{"": flashCarveoutUnset, "-1": -1, "0": 0, "100": 100, "50": 50} {
+		t.Setenv("GODDP_FLASH_CARVEOUT", v)
+		if got, err := flashCarveout(); err != nil || got != want {
+			t.Errorf("GODDP_FLASH_CARVEOUT=%q: %d, %v; want %d", v, got, err, want)
+		}
+	}
+	for _, v := range []string{"101", "-2", "max", "1.5"} {
+		t.Setenv("GODDP_FLASH_CARVEOUT", v)
+		if _, err := flashCarveout(); err == nil || !strings.Contains(err.Error(), "GODDP_FLASH_CARVEOUT") {
+			t.Errorf("GODDP_FLASH_CARVEOUT=%q: error %v, want one naming the variable", v, err)
 		}
 	}
 }

@@ -334,6 +334,49 @@ func (m Module) Function(name string) (Function, error) {
 }
 func (m Module) Unload() error { return check("cuModuleUnload", C.cuModuleUnload(m.m)) }
 
+// Resources is what a loaded kernel holds (cuFuncGetAttribute) and how many of its blocks fit one
+// SM at a block size (cuOccupancyMaxActiveBlocksPerMultiprocessor): the register and spill half of
+// a profiler's launch statistics, without the performance counters a profiler needs.
+type Resources struct {
+	Registers    int // per thread
+	LocalBytes   int // local memory per thread: spills (and stack arrays) of the register allocation
+	StaticShared int // bytes of __shared__ per block
+	MaxThreads   int // the most threads a block of it may have
+	BlocksPerSM  int // resident blocks per SM at the asked block size and dynamic shared memory
+}
+
+// Resources reads f's attributes and its occupancy at blockSize threads and dynShared bytes of
+// dynamic shared memory.
+func (f Function) Resources(blockSize, dynShared int) (Resources, error) {
+	var r Resources
+	for _, a := range []struct {
+		attr C.CUfunction_attribute
+		dst  *int
+		name string
+	}{{C.CU_FUNC_ATTRIBUTE_NUM_REGS, &r.Registers, "NUM_REGS"}, {C.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, &r.LocalBytes, "LOCAL_SIZE_BYTES"},
+		{C.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, &r.StaticShared, "SHARED_SIZE_BYTES"},
+		{C.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &r.MaxThreads, "MAX_THREADS_PER_BLOCK"}} {
+		var v C.int
+		if err := check("cuFuncGetAttribute "+a.name, C.cuFuncGetAttribute(&v, a.attr, f.f)); err != nil {
+			return r, err
+		}
+		*a.dst = int(v)
+	}
+	var n C.int
+	err := check("cuOccupancyMaxActiveBlocksPerMultiprocessor",
+		C.cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, f.f, C.int(blockSize), C.size_t(dynShared)))
+	r.BlocksPerSM = int(n)
+	return r, err
+}
+
+// SetCarveout is cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT): the
+// share of the SM's unified L1/shared memory, in percent, that f prefers as shared memory (-1 no
+// preference, the default; 100 the most). A hint the driver may override.
+func (f Function) SetCarveout(percent int) error {
+	return check("cuFuncSetAttribute PREFERRED_SHARED_MEMORY_CARVEOUT",
+		C.cuFuncSetAttribute(f.f, C.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, C.int(percent)))
+}
+
 // MaxArgs is the most kernel arguments Launch takes.
 const MaxArgs = 24
 
