@@ -102,9 +102,10 @@ func ipcWaitStream() (bool, error) {
 
 // colsumVec reports whether GODDP_COLSUM_VEC=1 asked for k_colsum_part8 in colSum (BiasGrad):
 // 16-byte loads, four rows in flight a thread, where k_colsum_part reads 2 bytes a thread a row
-// (GPT-2 small's bias gradients read ~2.7 GB a step at batch 16: ~0.8 ms at HBM's rate, 2.2 ms
-// in v5's profile). The same sums in the same order: TestCUDA_colsumVecSameBits. Read at each
-// call, so a test can set it.
+// (GPT-2 small's bias gradients read ~2.7 GB a step at batch 16: ~0.8 ms at HBM's rate). The
+// same sums in the same order: TestCUDA_colsumVecSameBits (not yet run on a GPU). Measured on an
+// H100 in session 15: −0.3% at batch 16, inside the noise (docs/perf-gpu.md), so it stays off.
+// Read at each call, so a test can set it.
 func colsumVec() bool { return os.Getenv("GODDP_COLSUM_VEC") == "1" }
 
 // flashCarveoutUnset is flashCarveout's "not set": the driver's default (no preference).

@@ -142,12 +142,12 @@ func (d *Device) colSum(out, x *tensor.Tensor, r, cols int) {
 		rowsPer = 1
 	}
 	part := d.scratch(parts * cols)
+	name, gx := "k_colsum_part", cb
 	if colsumVec() && cols%8 == 0 && vec8(r*cols, x) {
 		// the same parts (rowsPer from the scalar kernel's grid), so the same bits
-		d.launch(kn("k_colsum_part8", x), [3]int{(cols + 255) / 256, parts, 1}, [3]int{32, 8, 1}, 0, ptra(part), ptra(x), dta(x), i32a(r), i32a(cols), i32a(rowsPer))
-	} else {
-		d.launch(kn("k_colsum_part", x), [3]int{cb, parts, 1}, [3]int{32, 8, 1}, 0, ptra(part), ptra(x), dta(x), i32a(r), i32a(cols), i32a(rowsPer))
+		name, gx = "k_colsum_part8", (cols+255)/256
 	}
+	d.launch(kn(name, x), [3]int{gx, parts, 1}, [3]int{32, 8, 1}, 0, ptra(part), ptra(x), dta(x), i32a(r), i32a(cols), i32a(rowsPer))
 	d.launch1(kn("k_colsum_finish", out), cols, ptra(out), dta(out), ptra(part), i32a(parts), i32a(cols), u64a(uint64(cols)))
 	d.Free(part)
 }
