@@ -61,8 +61,23 @@ consts = {n: v for n, v in consts.items() if v is not None}
 sources = {n: b for n, b in consts.items() if "__global__" in b}
 if not sources:
     sys.exit("cuda-kernels-check: no kernel sources found in model/cuda")
+# The module's name scan (kernels.go's kernelNameRE: every loader registers what it matches), read
+# from the Go source so this check cannot drift from it.
+kre = re.search(r"kernelNameRE = regexp\.MustCompile\(`([^`]*)`\)", open(root + "/model/cuda/kernels.go").read())
+if not kre:
+    sys.exit("cuda-kernels-check: kernelNameRE not found in model/cuda/kernels.go")
+kre = re.compile(kre.group(1))
 for n, b in sources.items():
     open(f"{out}/{n}.cu", "w").write(b)
+    open(f"{out}/{n}.names", "w").write("\n".join(sorted(set(kre.findall(b)))) + "\n")
+# Every kernel name the package's code (not its tests) asks for by a whole literal ("k_..."; a
+# prefix ending in _ is completed at run time and not checked).
+lits = set()
+for f in sorted(glob.glob(root + "/model/cuda/*.go")):
+    if f.endswith("_test.go"):
+        continue
+    lits |= {m for m in re.findall(r'"(k_[a-z0-9_]+)"', open(f).read()) if not m.endswith("_")}
+open(f"{out}/literals", "w").write("\n".join(sorted(lits)) + "\n")
 # The bf16 instantiations: each swap's f16 text must occur exactly once (as bf16.go requires).
 swaps = [("f16H2F", "bf16H2F"), ("f16F2H", "bf16F2H")]
 for n, b in sources.items():
@@ -83,5 +98,29 @@ for f in "$tmp"/*.cu; do
     status=1
   fi
 done
+# The kernels each source defines once its macros are expanded (the preprocessor alone, without the
+# prelude, so __global__ stays a word) must be exactly those the name scan registers: a kernel made
+# by a macro is invisible to the scan and panics "no kernel" at its first launch (session 15's
+# CHAN_PART8). And every literal the Go code launches must be registered by some source.
+for f in "$tmp"/*.cu; do
+  case "$f" in *_bf16.cu) continue ;; esac
+  if ! clang -E -P -x cuda --cuda-device-only -nocudainc -nocudalib -std=c++17 "$f" 2> "$f.elog" |
+    grep -oE '__global__[[:space:]]+void[[:space:]]+(__launch_bounds__\([^)]*\)[[:space:]]*)?k_[a-z0-9_]+[[:space:]]*\(' |
+    grep -oE 'k_[a-z0-9_]+' | sort -u > "$f.defined"; then
+    echo "cuda-kernels-check: $(basename "$f" .cu): the preprocessor failed:"; sed "s|$tmp/||" "$f.elog" | head -5
+    status=1
+    continue
+  fi
+  missing=$(comm -23 "$f.defined" "${f%.cu}.names")
+  if [ -n "$missing" ]; then
+    echo "cuda-kernels-check: $(basename "$f" .cu): kernels the name scan (kernelNameRE) does not register: $(tr "\n" " " <<< "$missing")"
+    status=1
+  fi
+done
+unknown=$(comm -23 "$tmp/literals" <(cat "$tmp"/*.names | sort -u))
+if [ -n "$unknown" ]; then
+  echo "cuda-kernels-check: the Go code launches kernels no source registers: $(tr "\n" " " <<< "$unknown")"
+  status=1
+fi
 [ $status = 0 ] && echo "cuda-kernels-check: ok ($(ls "$tmp"/*.cu | wc -l) sources)"
 exit $status
