@@ -640,18 +640,20 @@ __global__ void k_adamw_multi(float* p, const float* g, float* m, float* v, half
 		if (h) h[i] = f2h(w);
 	}
 }
-__global__ void k_sgd(float* p, const float* g, float* mom, half_t* h, long n, float lr, float mu, float wd, int nesterov) {
-	FOR(i, n) {
-		float d = g[i] + wd * p[i];
-		if (mom && mu != 0.f) {
-			float mi = mu * mom[i] + d;
-			mom[i] = mi;
-			d = nesterov ? d + mu * mi : mi;
-		}
-		float w = p[i] - lr * d;
-		p[i] = w;
-		if (h) h[i] = f2h(w);
+// sgd1: one element of SGD (k_sgd, k_sgd_multi), the weight decay wd its run's.
+__device__ __forceinline__ void sgd1(float* p, const float* g, float* mom, half_t* h, long i, float lr, float mu, float wd, int nesterov) {
+	float d = g[i] + wd * p[i];
+	if (mom && mu != 0.f) {
+		float mi = mu * mom[i] + d;
+		mom[i] = mi;
+		d = nesterov ? d + mu * mi : mi;
 	}
+	float w = p[i] - lr * d;
+	p[i] = w;
+	if (h) h[i] = f2h(w);
+}
+__global__ void k_sgd(float* p, const float* g, float* mom, half_t* h, long n, float lr, float mu, float wd, int nesterov) {
+	FOR(i, n) sgd1(p, g, mom, h, i, lr, mu, wd, nesterov);
 }
 
 // k_sgd over whole slabs in one launch, the runs as k_adamw_multi's: k_sgd's arithmetic with the
@@ -661,16 +663,7 @@ __global__ void k_sgd_multi(float* p, const float* g, float* mom, half_t* h, lon
 	int r = 0;
 	FOR(i, n) {
 		while (r + 1 < nruns && (runs[r + 1] >> 1) <= (long long)i) r++;
-		float wd = (runs[r] & 1) ? wdecay : 0.f;
-		float d = g[i] + wd * p[i];
-		if (mom && mu != 0.f) {
-			float mi = mu * mom[i] + d;
-			mom[i] = mi;
-			d = nesterov ? d + mu * mi : mi;
-		}
-		float w = p[i] - lr * d;
-		p[i] = w;
-		if (h) h[i] = f2h(w);
+		sgd1(p, g, mom, h, i, lr, mu, (runs[r] & 1) ? wdecay : 0.f, nesterov);
 	}
 }
 
@@ -873,7 +866,7 @@ __device__ __forceinline__ void st8(void* p, int dt, long i, const float* v) {
 }
 `
 
-var kernelNameRE = regexp.MustCompile(`__global__ void (?:__launch_bounds__\(\d+\) )?(k_[a-z0-9_]+)\(`)
+var kernelNameRE = regexp.MustCompile(`__global__ void (?:__launch_bounds__\([^)]*\) )?(k_[a-z0-9_]+)\(`)
 
 // loadKernels compiles (or reads from the cache) the module and looks up every kernel.
 func (d *Device) loadKernels() error {

@@ -521,14 +521,7 @@ func f32Only(op string, ts ...*tensor.Tensor) {
 func (d *Device) AdamW(p, g, m, v, half *tensor.Tensor, a tensor.AdamWArgs) {
 	tensor.CheckLen("AdamW", p, g, m, v)
 	f32Only("AdamW", p, g, m, v)
-	hp := nilPtr
-	if half != nil {
-		tensor.CheckLen("AdamW", p, half)
-		if !half.DType().Half() {
-			panic(fmt.Sprintf("cuda: AdamW: half copy %s is not f16 or bf16", half))
-		}
-		hp = ptra(half)
-	}
+	hp := halfArg("AdamW", p, half)
 	if p.Len() > 0 {
 		d.launch1(kn("k_adamw", half), p.Len(), ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.Len())),
 			f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2))
@@ -560,27 +553,11 @@ func (d *Device) AdamWTable(runs []tensor.AdamWRun) *tensor.Tensor {
 func (d *Device) AdamWRuns(p, g, m, v, half *tensor.Tensor, runs []tensor.AdamWRun, table *tensor.Tensor, a tensor.AdamWArgs) {
 	tensor.CheckLen("AdamW", p, g, m, v)
 	f32Only("AdamW", p, g, m, v)
-	hp := nilPtr
-	if half != nil {
-		tensor.CheckLen("AdamW", p, half)
-		if !half.DType().Half() {
-			panic(fmt.Sprintf("cuda: AdamW: half copy %s is not f16 or bf16", half))
-		}
-		hp = ptra(half)
-	}
+	hp := halfArg("AdamW", p, half)
 	if p.Len() == 0 {
 		return
 	}
-	end := 0
-	for _, r := range runs {
-		if r.Off != end || r.N < 0 {
-			panic(fmt.Sprintf("cuda: AdamWRuns: run %+v does not follow offset %d", r, end))
-		}
-		end += r.N
-	}
-	if end != p.Len() || table == nil || table.DType() != tensor.I32 || table.Len() != 2*len(runs) {
-		panic(fmt.Sprintf("cuda: AdamWRuns: %d runs over %d elements, table %v, for %s", len(runs), end, table, p))
-	}
+	checkRuns("AdamWRuns", p, runs, table)
 	d.launch1(kn("k_adamw_multi", half), p.Len(), ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.Len())), ptra(table), i32a(len(runs)),
 		f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2))
 }
@@ -592,31 +569,16 @@ var _ tensor.MultiAdamW = (*Device)(nil)
 func (d *Device) SGDRuns(p, g, mom, half *tensor.Tensor, runs []tensor.AdamWRun, table *tensor.Tensor, a tensor.SGDArgs) {
 	tensor.CheckLen("SGD", p, g)
 	f32Only("SGD", p, g, mom)
-	mp, hp := nilPtr, nilPtr
+	mp := nilPtr
 	if mom != nil {
 		tensor.CheckLen("SGD", p, mom)
 		mp = ptra(mom)
 	}
-	if half != nil {
-		tensor.CheckLen("SGD", p, half)
-		if !half.DType().Half() {
-			panic(fmt.Sprintf("cuda: SGD: half copy %s is not f16 or bf16", half))
-		}
-		hp = ptra(half)
-	}
+	hp := halfArg("SGD", p, half)
 	if p.Len() == 0 {
 		return
 	}
-	end := 0
-	for _, r := range runs {
-		if r.Off != end || r.N < 0 {
-			panic(fmt.Sprintf("cuda: SGDRuns: run %+v does not follow offset %d", r, end))
-		}
-		end += r.N
-	}
-	if end != p.Len() || table == nil || table.DType() != tensor.I32 || table.Len() != 2*len(runs) {
-		panic(fmt.Sprintf("cuda: SGDRuns: %d runs over %d elements, table %v, for %s", len(runs), end, table, p))
-	}
+	checkRuns("SGDRuns", p, runs, table)
 	d.launch1(kn("k_sgd_multi", half), p.Len(), ptra(p), ptra(g), mp, hp, u64a(uint64(p.Len())), ptra(table), i32a(len(runs)),
 		f32a(a.LR), f32a(a.Momentum), f32a(a.WeightDecay), i32a(b2i(a.Nesterov)))
 }
@@ -627,6 +589,32 @@ func (d *Device) SGDRuns(p, g, mom, half *tensor.Tensor, runs []tensor.AdamWRun,
 func (d *Device) FusesSGD() bool { return sgdMulti() }
 
 var _ tensor.MultiSGD = (*Device)(nil)
+
+// halfArg is an optimizer's 16-bit copy as a kernel argument (nil: none), checked against p.
+func halfArg(op string, p, half *tensor.Tensor) uint64 {
+	if half == nil {
+		return nilPtr
+	}
+	tensor.CheckLen(op, p, half)
+	if !half.DType().Half() {
+		panic(fmt.Sprintf("cuda: %s: half copy %s is not f16 or bf16", op, half))
+	}
+	return ptra(half)
+}
+
+// checkRuns panics unless runs partition [0, p.Len()) in order and table is their AdamWTable.
+func checkRuns(op string, p *tensor.Tensor, runs []tensor.AdamWRun, table *tensor.Tensor) {
+	end := 0
+	for _, r := range runs {
+		if r.Off != end || r.N < 0 {
+			panic(fmt.Sprintf("cuda: %s: run %+v does not follow offset %d", op, r, end))
+		}
+		end += r.N
+	}
+	if end != p.Len() || table == nil || table.DType() != tensor.I32 || table.Len() != 2*len(runs) {
+		panic(fmt.Sprintf("cuda: %s: %d runs over %d elements, table %v, for %s", op, len(runs), end, table, p))
+	}
+}
 
 // b2i is a kernel's int flag.
 func b2i(b bool) int {
@@ -639,21 +627,14 @@ func b2i(b bool) int {
 func (d *Device) SGD(p, g, mom, half *tensor.Tensor, a tensor.SGDArgs) {
 	tensor.CheckLen("SGD", p, g)
 	f32Only("SGD", p, g, mom)
-	mp, hp := nilPtr, nilPtr
+	mp := nilPtr
 	if mom != nil {
 		tensor.CheckLen("SGD", p, mom)
 		mp = ptra(mom)
 	}
-	if half != nil {
-		tensor.CheckLen("SGD", p, half)
-		hp = ptra(half)
-	}
-	nest := 0
-	if a.Nesterov {
-		nest = 1
-	}
+	hp := halfArg("SGD", p, half)
 	if p.Len() > 0 {
-		d.launch1(kn("k_sgd", half), p.Len(), ptra(p), ptra(g), mp, hp, u64a(uint64(p.Len())), f32a(a.LR), f32a(a.Momentum), f32a(a.WeightDecay), i32a(nest))
+		d.launch1(kn("k_sgd", half), p.Len(), ptra(p), ptra(g), mp, hp, u64a(uint64(p.Len())), f32a(a.LR), f32a(a.Momentum), f32a(a.WeightDecay), i32a(b2i(a.Nesterov)))
 	}
 }
 
