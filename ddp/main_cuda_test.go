@@ -24,9 +24,18 @@ import (
 // and f16 wires passed (H100, 14:32); the bf16 wire still stopped: each cuda.Device loads its bf16
 // module at its first bf16 kernel (bf16Fns), which on the device path was the first cast into the
 // IPC buffer — NewIPCReducer now loads it at setup.
+//
+// CUDA_DEVICE_MAX_CONNECTIONS=32 (unless the caller chose): the ranks' streams share the one
+// context's hardware queues, and under GODDP_IPC_WAIT=stream a stream waiting for a stopped peer
+// blocks its queue — with the default 8 queues and three ranks' 18 streams, the abort stream that would
+// release it too (model/cuda/env.go's streamConnections; the process's first device decides, so
+// it is set here, before any).
 func TestMain(m *testing.M) {
 	if _, set := os.LookupEnv("CUDA_MODULE_LOADING"); !set {
 		os.Setenv("CUDA_MODULE_LOADING", "EAGER")
+	}
+	if _, set := os.LookupEnv("CUDA_DEVICE_MAX_CONNECTIONS"); !set {
+		os.Setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32")
 	}
 	os.Exit(m.Run())
 }

@@ -145,6 +145,7 @@ func (d *Device) loadBF16() {
 		return
 	}
 	if d.flash {
+		opts = append(opts, d.flashOpts...) // the f16 module's grid order and register budgets
 		if b.flashM, b.err = load("attention kernels", flashKernelSource, flashBF16Swaps); b.err != nil {
 			d.enter()
 			b.mod.Unload()

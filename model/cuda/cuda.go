@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -52,20 +53,32 @@ type Device struct {
 	// flashRows is the fused forward's block of query rows: 0 or 64 k_flash_fwd, 128
 	// k_flash_fwd128 (SetFlashForwardRows, model.flash_forward_rows).
 	flashRows int
-	conv      *convState // cuDNN and the convolution kernels (conv.go; nil without the cudnn tag)
-	fns       map[string]cudadrv.Function
-	bf16      bf16Kernels // bf16 instantiations, loaded on first use (bf16.go)
-	bf16Once  sync.Once
-	blas      *cudadrv.Blas
-	lt        *ltState   // cublasLt's fused epilogues (lt.go), made on first use
-	mu        sync.Mutex // guards nothing on the hot path; held by Close
-	closed    bool
+	// flashOpts are the attention module's extra NVRTC options (flashOptions: the grid's order,
+	// the register budgets), the f16 and bf16 modules alike; flashTileMajor is the grid's order.
+	flashOpts      []string
+	flashTileMajor bool
+	conv           *convState // cuDNN and the convolution kernels (conv.go; nil without the cudnn tag)
+	fns            map[string]cudadrv.Function
+	bf16           bf16Kernels // bf16 instantiations, loaded on first use (bf16.go)
+	bf16Once       sync.Once
+	blas           *cudadrv.Blas
+	lt             *ltState   // cublasLt's fused epilogues (lt.go), made on first use
+	mu             sync.Mutex // guards nothing on the hot path; held by Close
+	closed         bool
 
 	evMu   sync.Mutex      // guards evFree: fences are spent on any goroutine (fence.go)
 	evFree []cudadrv.Event // events of spent fences, recorded again by the next Fence
 
 	prof []profEntry // when profiling: one event pair per kernel or GEMM
 	pOn  bool
+
+	// ipcAbortS carries the stream-paced IPC reducers' aborts (their flags' snapshot and
+	// releases, ipc_pace.go): one stream for the device, made by its first paced reducer, so the
+	// device's streams stay fewer than the hardware's queues (CUDA_DEVICE_MAX_CONNECTIONS).
+	ipcAbortMu      sync.Mutex
+	ipcAbortS       cudadrv.Stream
+	ipcAbortOK      bool
+	ipcPacedAborted atomic.Bool // a paced reducer was aborted: side streams' Close is bounded
 }
 
 type profEntry struct {
@@ -101,6 +114,9 @@ func must(err error) {
 func New(ordinal int) (*Device, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	if err := streamConnections(); err != nil {
+		return nil, err
+	}
 	if err := cudadrv.Init(); err != nil {
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
@@ -217,6 +233,12 @@ func (d *Device) Close() error {
 	d.evMu.Unlock()
 	d.stream.Destroy()
 	d.copyS.Destroy()
+	d.ipcAbortMu.Lock()
+	if d.ipcAbortOK {
+		d.ipcAbortS.Destroy()
+		d.ipcAbortOK = false
+	}
+	d.ipcAbortMu.Unlock()
 	return d.dev.ReleasePrimaryCtx()
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -20,6 +21,8 @@ import (
 //	GODDP_SGD_MULTI=1 SGD over every parameter in one launch, k_sgd_multi (ops.go; off: not yet run on a GPU under the whole suite)
 //	GODDP_COLSUM_VEC=1 column sums (bias gradients) 8 columns a thread, k_colsum_part8 (ops.go; the same bits; measured no faster on an H100, its test not yet run)
 //	GODDP_FLASH_CARVEOUT=N the fused attention kernels' preferred shared-memory carveout, percent of the SM's L1/shared (flash.go; read at load; not yet run on a GPU)
+//	GODDP_FLASH_TILE_MAJOR=1 the attention kernels' grid (B·H, tiles): every head's longest tile first (flashOptions; not yet run on a GPU)
+//	GODDP_FLASH_MINBLOCKS=F,Q,K the attention kernels' __launch_bounds__ blocks per SM (flashOptions; not yet run on a GPU)
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
 //	GODDP_IPC_WAIT=stream the IPC all-reduce's ranks wait for each other by their streams, not in the
@@ -98,6 +101,62 @@ func ipcWaitStream() (bool, error) {
 	default:
 		return false, fmt.Errorf("cuda: GODDP_IPC_WAIT=%q: want kernel (the default) or stream", v)
 	}
+}
+
+// streamConnections sets CUDA_DEVICE_MAX_CONNECTIONS=32 (the most) before the driver starts,
+// where GODDP_IPC_WAIT=stream and the user has not set it: the driver multiplexes a context's
+// streams onto that many hardware queues (8 by default), and a stream waiting on a value
+// (cuStreamWaitValue32, the paced meetings) blocks every other stream of its queue — among them,
+// where streams outnumber queues, the abort stream whose writes would release the wait. Seen on
+// the H200 (session 16): ranks sharing one process and context, 63 streams, a stopped peer, and
+// every rank hung in Close with the releases never run. The driver reads the variable when it
+// starts: a process whose first device was made without it keeps the default (tests set it
+// first: ddp/main_cuda_test.go).
+func streamConnections() error {
+	paced, err := ipcWaitStream()
+	if err != nil || !paced {
+		return err
+	}
+	if _, set := os.LookupEnv("CUDA_DEVICE_MAX_CONNECTIONS"); !set {
+		return os.Setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32")
+	}
+	return nil
+}
+
+// flashOptions reads the attention kernels' compile-time choices for issue 35's A/B (Nsight
+// Compute on the H200, session 16: the fused kernels hold 132 (forward), 168 (dq) and 218 (dk/dv)
+// registers a thread, so 3, 3 and 2 blocks of 4 warps fit an SM — 12.5–18.75% occupancy, one
+// instruction every 4.3–5 cycles a warp — and the SMs sit idle 16% of the forward's time, its last
+// wave the longest tiles of the last heads):
+//
+//	GODDP_FLASH_TILE_MAJOR=1       the grid (B·H, tiles): the longest tiles of every head first
+//	GODDP_FLASH_MINBLOCKS=F,Q,K    __launch_bounds__' blocks per SM for the forward, dq and dk/dv
+//	                               kernels (each 1..8; e.g. 4,4,3: at most 128, 128, 168 registers)
+//
+// Unset: the kernels as they were (tiles × B·H, no register cap). Not yet run on a GPU.
+func flashOptions() (opts []string, tileMajor bool, err error) {
+	switch v := os.Getenv("GODDP_FLASH_TILE_MAJOR"); v {
+	case "", "0":
+	case "1":
+		tileMajor = true
+		opts = append(opts, "-DFLASH_TILE_MAJOR=1")
+	default:
+		return nil, false, fmt.Errorf("cuda: GODDP_FLASH_TILE_MAJOR=%q: want 0 or 1", v)
+	}
+	if v := os.Getenv("GODDP_FLASH_MINBLOCKS"); v != "" {
+		parts := strings.Split(v, ",")
+		if len(parts) != 3 {
+			return nil, false, fmt.Errorf("cuda: GODDP_FLASH_MINBLOCKS=%q: want three counts (forward,dq,dkdv), e.g. 4,4,3", v)
+		}
+		for i, name := range []string{"FLASH_FWD_MINB", "FLASH_DQ_MINB", "FLASH_DKDV_MINB"} {
+			n, err := strconv.Atoi(strings.TrimSpace(parts[i]))
+			if err != nil || n < 1 || n > 8 {
+				return nil, false, fmt.Errorf("cuda: GODDP_FLASH_MINBLOCKS=%q: %q is not a count from 1 to 8", v, parts[i])
+			}
+			opts = append(opts, fmt.Sprintf("-D%s=%d", name, n))
+		}
+	}
+	return opts, tileMajor, nil
 }
 
 // colsumVec reports whether GODDP_COLSUM_VEC=1 asked for k_colsum_part8 in colSum (BiasGrad):

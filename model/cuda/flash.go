@@ -20,7 +20,11 @@ func (d *Device) loadFlash() error {
 		return nil
 	}
 	arch := fmt.Sprintf("compute_%d%d", d.major, d.minor)
-	ptx, err := compileCached(flashKernelSource, []string{"--gpu-architecture=" + arch, "-default-device", "--std=c++17"})
+	var err error
+	if d.flashOpts, d.flashTileMajor, err = flashOptions(); err != nil {
+		return err
+	}
+	ptx, err := compileCached(flashKernelSource, append([]string{"--gpu-architecture=" + arch, "-default-device", "--std=c++17"}, d.flashOpts...))
 	if err != nil {
 		return err
 	}
@@ -101,8 +105,17 @@ func (d *Device) FlashAttention(y, lse, qkv *tensor.Tensor, heads int, scale flo
 	if d.flashRows == 128 {
 		name, rows = "k_flash_fwd128", 128
 	}
-	d.launch(kn(name, y, qkv), [3]int{(T + rows - 1) / rows, B * heads, 1}, [3]int{2 * rows, 1, 1}, 0,
+	d.launch(kn(name, y, qkv), d.flashGrid((T+rows-1)/rows, B*heads), [3]int{2 * rows, 1, 1}, 0,
 		ptra(y), ptra(lse), ptra(qkv), i32a(T), i32a(heads), f32a(scale*math.Log2E))
+}
+
+// flashGrid is the attention kernels' grid of tiles × bh blocks: (tiles, bh), or (bh, tiles)
+// under GODDP_FLASH_TILE_MAJOR=1 (the kernels compiled to match: flash_tile in the source).
+func (d *Device) flashGrid(tiles, bh int) [3]int {
+	if d.flashTileMajor {
+		return [3]int{bh, tiles, 1}
+	}
+	return [3]int{tiles, bh, 1}
 }
 
 var _ tensor.FlashForwardRower = (*Device)(nil)
@@ -129,7 +142,7 @@ func (d *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, he
 	}
 	delta := d.Alloc(tensor.F32, "attn.flash.delta", B, heads, T)
 	d.launch1(kn("k_flash_bwd_delta", dy, y), B*T*heads, ptra(delta), ptra(dy), ptra(y), i32a(T), i32a(heads), u64a(uint64(B*T*heads)))
-	grid := [3]int{(T + 63) / 64, B * heads, 1}
+	grid := d.flashGrid((T+63)/64, B*heads)
 	args := []uint64{ptra(dqkv), ptra(qkv), ptra(dy), ptra(lse), ptra(delta), i32a(T), i32a(heads), f32a(scale)}
 	d.launch(kn("k_flash_bwd_dkdv", dqkv, qkv), grid, [3]int{128, 1, 1}, 0, args...)
 	d.launch(kn("k_flash_bwd_dq", dqkv, qkv), grid, [3]int{128, 1, 1}, 0, args...)

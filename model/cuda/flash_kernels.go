@@ -42,6 +42,28 @@ typedef unsigned int u32;
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 
+// The grid's order and the kernels' register budgets, chosen at compile time (flashOptions,
+// env.go: GODDP_FLASH_TILE_MAJOR, GODDP_FLASH_MINBLOCKS). Tile-major grids are (B·H, tiles): the
+// hardware hands out blocks x first, so every (batch, head) gets its longest tile before any gets
+// its next — the longest first over the whole grid, not only within one (batch, head), which
+// leaves the last wave the shortest tiles. FLASH_*_MINB asks ptxas for that many resident blocks
+// of 128 threads per SM (registers capped to fit).
+#ifndef FLASH_TILE_MAJOR
+#define FLASH_TILE_MAJOR 0
+#endif
+#ifndef FLASH_FWD_MINB
+#define FLASH_FWD_MINB 1
+#endif
+#ifndef FLASH_DQ_MINB
+#define FLASH_DQ_MINB 1
+#endif
+#ifndef FLASH_DKDV_MINB
+#define FLASH_DKDV_MINB 1
+#endif
+__device__ __forceinline__ int flash_tile() { return FLASH_TILE_MAJOR ? blockIdx.y : blockIdx.x; }
+__device__ __forceinline__ int flash_tiles() { return FLASH_TILE_MAJOR ? gridDim.y : gridDim.x; }
+__device__ __forceinline__ int flash_bh() { return FLASH_TILE_MAJOR ? blockIdx.x : blockIdx.y; }
+
 __device__ __forceinline__ float h2f(half_t h) { float f; asm("{cvt.f32.f16 %0, %1;}" : "=f"(f) : "h"(h)); return f; }
 __device__ __forceinline__ half_t f2h(float f) { half_t h; asm("{cvt.rn.f16.f32 %0, %1;}" : "=h"(h) : "f"(f)); return h; }
 __device__ __forceinline__ u32 pack2(float lo, float hi) { return (u32)f2h(lo) | ((u32)f2h(hi) << 16); }
@@ -147,8 +169,8 @@ template <int NW>
 __device__ __forceinline__ void flash_fwd(half_t* __restrict__ y, float* __restrict__ lse,
 		const half_t* __restrict__ qkv, int T, int H, float sl2, half_t (*sK)[64 * LDS], half_t (*sV)[64 * LDS]) {
 	const int BR = NW * 16;
-	int qt = gridDim.x - 1 - blockIdx.x; // the longest (most key tiles) first
-	int bh = blockIdx.y, b = bh / H, h = bh % H;
+	int qt = flash_tiles() - 1 - flash_tile(); // the longest (most key tiles) first
+	int bh = flash_bh(), b = bh / H, h = bh % H;
 	int C = H * HS;
 	long ld = 3L * C;
 	const half_t* base = qkv + (long)b * T * ld + h * HS;
@@ -253,7 +275,7 @@ extern "C" {
 
 // k_flash_fwd: grid (⌈T/64⌉, B·H), 128 threads. y (B,T,C) f16, lse (B,H,T) f32 natural log.
 // sl2 = scale·log2(e).
-__global__ void __launch_bounds__(128) k_flash_fwd(half_t* __restrict__ y, float* __restrict__ lse,
+__global__ void __launch_bounds__(128, FLASH_FWD_MINB) k_flash_fwd(half_t* __restrict__ y, float* __restrict__ lse,
 		const half_t* __restrict__ qkv, int T, int H, float sl2) {
 	__shared__ __align__(16) half_t sK[2][64 * LDS];
 	__shared__ __align__(16) half_t sV[2][64 * LDS];
@@ -294,13 +316,13 @@ __global__ void k_flash_bwd_delta(float* __restrict__ delta, const half_t* __res
 
 // k_flash_bwd_dkdv: grid (⌈T/64⌉ key tiles, B·H), 128 threads; warp w owns keys k0+16w…+15 and
 // accumulates their dk, dv over the query tiles at and below the diagonal. Writes dk, dv into dqkv.
-__global__ void __launch_bounds__(128) k_flash_bwd_dkdv(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
+__global__ void __launch_bounds__(128, FLASH_DKDV_MINB) k_flash_bwd_dkdv(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
 		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
 		int T, int H, float scale) {
 	__shared__ __align__(16) half_t sQ[2][64 * LDS];
 	__shared__ __align__(16) half_t sO[2][64 * LDS];
 	__shared__ float sL[2][64], sD[2][64];
-	int kt = blockIdx.x, bh = blockIdx.y, b = bh / H, h = bh % H;
+	int kt = flash_tile(), bh = flash_bh(), b = bh / H, h = bh % H; // tile 0 (the most query tiles) first
 	int C = H * HS, nt = (T + 63) / 64;
 	long ld = 3L * C;
 	const half_t* base = qkv + (long)b * T * ld + h * HS;
@@ -399,12 +421,12 @@ __global__ void __launch_bounds__(128) k_flash_bwd_dkdv(half_t* __restrict__ dqk
 
 // k_flash_bwd_dq: grid (⌈T/64⌉ query tiles, B·H), 128 threads; warp w owns queries q0+16w…+15
 // and accumulates their dq over the key tiles at and below the diagonal. Writes dq into dqkv.
-__global__ void __launch_bounds__(128) k_flash_bwd_dq(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
+__global__ void __launch_bounds__(128, FLASH_DQ_MINB) k_flash_bwd_dq(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
 		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
 		int T, int H, float scale) {
 	__shared__ __align__(16) half_t sK[2][64 * LDS];
 	__shared__ __align__(16) half_t sV[2][64 * LDS];
-	int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / H, h = bh % H;
+	int qt = flash_tiles() - 1 - flash_tile(), bh = flash_bh(), b = bh / H, h = bh % H;
 	int C = H * HS;
 	long ld = 3L * C;
 	const half_t* base = qkv + (long)b * T * ld + h * HS;

@@ -153,3 +153,112 @@ func TestFlashCarveout_parse(t *testing.T) {
 		}
 	}
 }
+
+// GODDP_FLASH_TILE_MAJOR and GODDP_FLASH_MINBLOCKS change which block runs when and how many
+// registers ptxas may use, not what a block computes: the forward's output and log-sum-exp and
+// the backward's dq, dk, dv are the default kernels' very bits, f16 and bf16, on lengths that are
+// and are not multiples of 64. Each variant is a device of its own (the options are compiled in
+// at load). Not yet run on a GPU.
+func TestCUDA_flashOptionsSameBits(t *testing.T) {
+	g := gpu(t)
+	variants := []struct{ tileMajor, minBlocks string }{{"1", ""}, {"", "4,4,3"}, {"1", "4,4,3"}}
+	type result struct {
+		y, dqkv []uint16
+		lse     []float32
+	}
+	run := func(d *Device, dt tensor.DType, B, T, H int, v []float32) result {
+		C := 64 * H
+		qkv := d.Alloc(dt, "qkv", B, T, 3*C)
+		ipcUpload(d, qkv, v[:B*T*3*C])
+		dy := d.Alloc(dt, "dy", B, T, C)
+		ipcUpload(d, dy, v[B*T*3*C:])
+		y, lse := d.Alloc(dt, "y", B, T, C), d.Alloc(tensor.F32, "lse", B, H, T)
+		d.FlashAttention(y, lse, qkv, H, 0.125)
+		dqkv := d.Alloc(dt, "dqkv", B, T, 3*C)
+		d.FlashAttentionBackward(dqkv, dy, qkv, y, lse, H, 0.125)
+		r := result{y: make([]uint16, y.Len()), dqkv: make([]uint16, dqkv.Len()), lse: make([]float32, lse.Len())}
+		d.dtoh(unsafe.Pointer(&r.y[0]), y)
+		d.dtoh(unsafe.Pointer(&r.dqkv[0]), dqkv)
+		d.Download(r.lse, lse)
+		for _, x := range []*tensor.Tensor{qkv, dy, y, lse, dqkv} {
+			d.Free(x)
+		}
+		return r
+	}
+	shapes := [][3]int{{1, 1, 1}, {2, 100, 2}, {1, 200, 12}, {2, 1024, 3}}
+	inputs := make([][]float32, len(shapes))
+	for i, sh := range shapes {
+		rng := rand.New(rand.NewPCG(uint64(i), 77))
+		inputs[i] = make([]float32, sh[0]*sh[1]*4*64*sh[2])
+		for j := range inputs[i] {
+			inputs[i][j] = float32(rng.NormFloat64())
+		}
+	}
+	for _, vr := range variants {
+		t.Setenv("GODDP_FLASH_TILE_MAJOR", vr.tileMajor)
+		t.Setenv("GODDP_FLASH_MINBLOCKS", vr.minBlocks)
+		d, err := New(0)
+		if err != nil {
+			t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q: %v", vr.tileMajor, vr.minBlocks, err)
+		}
+		for _, k := range []string{"k_flash_fwd", "k_flash_bwd_dq", "k_flash_bwd_dkdv"} {
+			if r, err := d.KernelResources(k, 128, 0); err == nil {
+				t.Logf("TILE_MAJOR=%q MINBLOCKS=%q %-16s %3d registers, %4d local bytes, %d blocks/SM", vr.tileMajor, vr.minBlocks, k, r.Registers, r.LocalBytes, r.BlocksPerSM)
+			}
+		}
+		for _, dt := range []tensor.DType{tensor.F16, tensor.BF16} {
+			if !g.FlashAttentionFast(64, dt) {
+				continue
+			}
+			for i, sh := range shapes {
+				want, got := run(g, dt, sh[0], sh[1], sh[2], inputs[i]), run(d, dt, sh[0], sh[1], sh[2], inputs[i])
+				for _, p := range []struct {
+					name string
+					a, b []uint16
+				}{{"y", want.y, got.y}, {"dqkv", want.dqkv, got.dqkv}} {
+					for j := range p.a {
+						if p.a[j] != p.b[j] {
+							t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q %s %v: %s[%d] bits %#04x, the default kernels' %#04x", vr.tileMajor, vr.minBlocks, dt, sh, p.name, j, p.b[j], p.a[j])
+						}
+					}
+				}
+				for j := range want.lse {
+					if math.Float32bits(want.lse[j]) != math.Float32bits(got.lse[j]) {
+						t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q %s %v: lse[%d] %g, the default kernels' %g", vr.tileMajor, vr.minBlocks, dt, sh, j, got.lse[j], want.lse[j])
+					}
+				}
+			}
+		}
+		if err := d.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestFlashOptions_parse(t *testing.T) {
+	for _, c := range []struct {
+		tile, minb string
+		want       string
+		major      bool
+	}{
+		{"", "", "", false},
+		{"0", "", "", false},
+		{"1", "", "-DFLASH_TILE_MAJOR=1", true},
+		{"", "4,4,3", "-DFLASH_FWD_MINB=4 -DFLASH_DQ_MINB=4 -DFLASH_DKDV_MINB=3", false},
+		{"1", " 2, 2 ,1", "-DFLASH_TILE_MAJOR=1 -DFLASH_FWD_MINB=2 -DFLASH_DQ_MINB=2 -DFLASH_DKDV_MINB=1", true},
+	} {
+		t.Setenv("GODDP_FLASH_TILE_MAJOR", c.tile)
+		t.Setenv("GODDP_FLASH_MINBLOCKS", c.minb)
+		opts, major, err := flashOptions()
+		if err != nil || strings.Join(opts, " ") != c.want || major != c.major {
+			t.Errorf("TILE_MAJOR=%q MINBLOCKS=%q: %q %v %v; want %q %v", c.tile, c.minb, opts, major, err, c.want, c.major)
+		}
+	}
+	for _, c := range [][2]string{{"2", ""}, {"yes", ""}, {"", "4,4"}, {"", "4,4,0"}, {"", "4,9,3"}, {"", "a,b,c"}} {
+		t.Setenv("GODDP_FLASH_TILE_MAJOR", c[0])
+		t.Setenv("GODDP_FLASH_MINBLOCKS", c[1])
+		if _, _, err := flashOptions(); err == nil || !strings.Contains(err.Error(), "GODDP_FLASH_") {
+			t.Errorf("TILE_MAJOR=%q MINBLOCKS=%q: error %v, want one naming the variable", c[0], c[1], err)
+		}
+	}
+}

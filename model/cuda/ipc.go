@@ -108,8 +108,10 @@ type ipcReducer struct {
 	// Paced by the stream (ipc_pace.go).
 	paced     bool
 	arrive    cudadrv.Function // k_ipc_arrive
-	abortS    cudadrv.Stream   // Abort's snapshot and releases
-	hasAbortS bool
+	abortS    cudadrv.Stream   // Abort's snapshot and releases: the device's ipcAbortS
+	relEv     cudadrv.Event    // recorded after each release: the next one waits for it
+	hasRelEv  bool
+	stuck     bool          // Close found a stream still waiting after ipcDrainLimit: nothing is freed
 	mu        sync.Mutex    // releasing, closed
 	releasing chan struct{} // closed by Close: Abort's releases stop
 	released  sync.WaitGroup
@@ -184,10 +186,13 @@ func (d *Device) NewIPCReducer(buf *tensor.Tensor, plan tensor.IPCPlan) (tensor.
 		if r.arrive, err = r.mod.Function("k_ipc_arrive"); err != nil {
 			return fail(err)
 		}
-		if r.abortS, err = cudadrv.NewStream(); err != nil {
+		if r.abortS, err = d.ipcAbortStream(); err != nil {
 			return fail(err)
 		}
-		r.hasAbortS = true
+		if r.relEv, err = cudadrv.NewEvent(false); err != nil {
+			return fail(err)
+		}
+		r.hasRelEv = true
 		if err = r.probePacing(); err != nil {
 			return fail(err)
 		}
@@ -368,22 +373,36 @@ func (r *ipcReducer) Close() error {
 		return nil
 	}
 	r.closed = true
+	aborted := r.releasing != nil
 	r.mu.Unlock()
-	r.d.enter()
-	err := r.d.stream.Sync()
-	r.d.leave()
+	var err error
+	if aborted {
+		// Paced and aborted: the releases go on while the compute stream drains, and a wait that
+		// is never released (its queue blocked, CUDA_DEVICE_MAX_CONNECTIONS) fails Close after
+		// ipcDrainLimit instead of hanging the process.
+		if err = r.d.drain(r.d.stream, ipcDrainLimit); err != nil {
+			r.stuck = true
+		}
+	} else {
+		r.d.enter()
+		err = r.d.stream.Sync()
+		r.d.leave()
+	}
 	r.stopReleasing()
 	r.d.enter()
 	defer r.d.leave()
+	if r.stuck {
+		return fmt.Errorf("cuda: IPC all-reduce (rank %d) after Abort: %w; its flags, mappings and module are left to the process's exit", r.plan.Rank, err)
+	}
 	return errors.Join(err, r.release())
 }
 
 // release frees what the reducer holds. The caller holds the thread (enter).
 func (r *ipcReducer) release() error {
 	var errs []error
-	if r.hasAbortS { // first: its last release may still write the flags, its snapshot ctl
-		errs = append(errs, r.abortS.Sync(), r.abortS.Destroy())
-		r.hasAbortS = false
+	if r.hasRelEv { // first: its last release may still write the flags, its snapshot ctl
+		errs = append(errs, r.relEv.Sync(), r.relEv.Destroy())
+		r.hasRelEv = false
 	}
 	for _, p := range r.opened {
 		errs = append(errs, cudadrv.IpcCloseMemHandle(p))

@@ -82,11 +82,21 @@ func (st *ipcStream) Join() {
 }
 
 // Close waits for the side stream and destroys it. Abort the reducers first if a peer may be
-// gone.
+// gone. After a stream-paced reducer of the device was aborted, the wait is bounded (ipcDrainLimit:
+// a wait never released fails Close instead of hanging it; the driver frees a stream still busy
+// once its work is done).
 func (st *ipcStream) Close() error {
+	var err error
+	if st.d.ipcPacedAborted.Load() {
+		err = st.d.drain(st.s, ipcDrainLimit)
+	} else {
+		st.d.enter()
+		err = st.s.Sync()
+		st.d.leave()
+	}
 	st.d.enter()
 	defer st.d.leave()
-	return errors.Join(st.s.Sync(), st.fork.Destroy(), st.join.Destroy(), st.s.Destroy())
+	return errors.Join(err, st.fork.Destroy(), st.join.Destroy(), st.s.Destroy())
 }
 
 // Launch enqueues the all-reduce on the side stream s (tensor.IPCAsyncReducer) with abortable

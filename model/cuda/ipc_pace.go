@@ -28,9 +28,11 @@ import (
 // buffer as reduced or read; the peers time out on it and name it, as with the kernel's meetings.
 //
 // Aborting: a stream wait cannot poll the abort word, so Abort also releases them: it snapshots
-// the flags (which peer was behind: Stalled), then every millisecond until Close writes a number
-// past every launch into all of this rank's slots on a stream of its own (a peer's late write
-// cannot re-block a wait: the next release overwrites it), and the kernels, seeing the abort
+// the flags (which peer was behind: Stalled), then every millisecond until Close (once the last
+// release has run) writes a number past every launch into all of this rank's slots on the
+// device's abort stream (a peer's late write cannot re-block a wait: the next release overwrites
+// it); the release needs a hardware queue no waiting stream blocks (streamConnections, env.go),
+// and Close gives up after ipcDrainLimit rather than hang. The kernels, seeing the abort
 // word, return without touching the buffer or any flag. Not yet run on a GPU: the kernel-paced meetings stay
 // the default until `go test -tags cuda ./...` has passed with GODDP_IPC_WAIT=stream too.
 
@@ -107,6 +109,7 @@ func (r *ipcReducer) abortPaced() {
 	if r.releasing != nil || r.closed {
 		return
 	}
+	r.d.ipcPacedAborted.Store(true)
 	r.stalledQ.Store(int32(r.snapshotStalled()))
 	r.releasing = make(chan struct{})
 	r.released.Add(1)
@@ -138,7 +141,7 @@ func (r *ipcReducer) snapshotStalled() int {
 			return -1
 		}
 	}
-	if r.abortS.Sync() != nil {
+	if d.drain(r.abortS, 2*time.Second) != nil { // bounded: Abort must not hang either
 		return -1
 	}
 	for ph := range flags {
@@ -151,12 +154,67 @@ func (r *ipcReducer) snapshotStalled() int {
 }
 
 // releaseWaits writes a number past every launch enqueued so far into every slot of this rank's
-// flags, on the abort stream: every wait of this rank's streams passes.
+// flags, on the abort stream: every wait of this rank's streams passes. Only once the last
+// release has run: a release that cannot run (its queue blocked) is not queued again every
+// millisecond until the stream's command buffer fills and the enqueue itself blocks — which
+// blocked every submission of the context (session 16: 47 threads in cuMemsetD32Async).
 func (r *ipcReducer) releaseWaits() {
 	d := r.d
 	d.enter()
 	defer d.leave()
-	_ = cudadrv.MemsetD32Async(r.flags, r.epoch.Load()+1<<30, ipcFlagBytes/4, r.abortS)
+	if done, err := r.relEv.Query(); err != nil || !done {
+		return
+	}
+	if cudadrv.MemsetD32Async(r.flags, r.epoch.Load()+1<<30, ipcFlagBytes/4, r.abortS) == nil {
+		_ = r.relEv.Record(r.abortS)
+	}
+}
+
+// ipcDrainLimit bounds Close's wait for a stream after Abort.
+const ipcDrainLimit = 20 * time.Second
+
+// ipcAbortStream returns the device's abort stream, made on first use. The caller holds the
+// thread (enter).
+func (d *Device) ipcAbortStream() (cudadrv.Stream, error) {
+	d.ipcAbortMu.Lock()
+	defer d.ipcAbortMu.Unlock()
+	if !d.ipcAbortOK {
+		s, err := cudadrv.NewStream()
+		if err != nil {
+			return s, err
+		}
+		d.ipcAbortS, d.ipcAbortOK = s, true
+	}
+	return d.ipcAbortS, nil
+}
+
+// drain waits until the work enqueued on s so far is done, polling an event, at most limit: an
+// error then names the limit and the stream's work stays queued.
+func (d *Device) drain(s cudadrv.Stream, limit time.Duration) error {
+	d.enter()
+	ev := d.takeEvent()
+	err := ev.Record(s)
+	d.leave()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(limit)
+	for wait := 50 * time.Microsecond; ; wait = min(2*wait, 5*time.Millisecond) {
+		d.enter()
+		done, err := ev.Query()
+		d.leave()
+		if err != nil {
+			return err
+		}
+		if done {
+			d.putEvent(ev)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("a stream was still waiting after %s (a meeting never released)", limit)
+		}
+		time.Sleep(wait)
+	}
 }
 
 // stopReleasing ends Abort's releases (Close, once the streams are done). The caller must not
