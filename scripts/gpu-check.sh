@@ -22,14 +22,14 @@ pkgs=$(git grep -lE '^//go:build .*cuda' -- '*.go' ':!scripts/' 2>/dev/null | xa
 cuda=0
 t0=$SECONDS
 for p in $pkgs; do
-  left=$((420 - (SECONDS - t0)))
+  left=$((${SUITE_LIMIT:-420} - (SECONDS - t0)))
   if [ "$left" -lt 20 ]; then
-    echo "SKIPPED $p: the suite's 420 s are spent" | tee -a "$OUT/cuda.log"
+    echo "SKIPPED $p: the suite's ${SUITE_LIMIT:-420} s are spent" | tee -a "$OUT/cuda.log"
     cuda=124
     continue
   fi
   lim=$(( left < ${PKG_LIMIT:-240} ? left : ${PKG_LIMIT:-240} ))
-  timeout $((lim + 15)) bash scripts/cuda-env.sh go test -count=1 -tags cuda -timeout "$((lim - 5))s" "$p" >> "$OUT/cuda.log" 2>&1
+  timeout $((lim + 15)) bash scripts/cuda-env.sh go test -count=1 -v -tags cuda -timeout "$((lim - 5))s" "$p" >> "$OUT/cuda.log" 2>&1
   rc=$?
   [ "$rc" = 0 ] || cuda=$rc
   echo "== $p exit $rc ($((SECONDS - t0)) s)" >> "$OUT/cuda.log"
@@ -43,6 +43,8 @@ if [ -n "${1:-}" ]; then
 fi
 echo
 grep -hE '^(ok|FAIL|panic|SKIPPED|== )|--- FAIL|^\s+Test.*\([0-9.ms]+\)$' "$OUT/cuda.log" "$OUT/cudnn.log" | head -40
+echo "slowest tests:"
+grep -hE -- '^\s*--- (PASS|FAIL).*\([0-9.]+s\)$' "$OUT/cuda.log" | sed -E 's/.*--- (PASS|FAIL): ([^ ]+) \(([0-9.]+)s\)/\3 \1 \2/' | sort -rn | head -12
 echo "part           exit"
 printf '%-14s %s\n' "-tags cuda" "$cuda" "-tags cudnn" "$cudnn" "A/B" "$ab"
 [ "$ab" = skipped ] || tail -8 "$OUT/ab.log"
