@@ -401,7 +401,11 @@ func (r *ipcReducer) Close() error {
 func (r *ipcReducer) release() error {
 	var errs []error
 	if r.hasRelEv { // first: its last release may still write the flags, its snapshot ctl
-		errs = append(errs, r.relEv.Sync(), r.relEv.Destroy())
+		if err := r.d.drain(r.abortS, ipcDrainLimit); err != nil { // bounded, as Close's
+			r.stuck = true
+			return fmt.Errorf("cuda: IPC all-reduce (rank %d): the abort stream: %w; its flags, mappings and module are left to the process's exit", r.plan.Rank, err)
+		}
+		errs = append(errs, r.relEv.Destroy())
 		r.hasRelEv = false
 	}
 	for _, p := range r.opened {
