@@ -9,6 +9,9 @@
 #   PROFILE=1      also print goddp's per-kernel time for one step
 #   COMPILE=0      skip torch.compile (on by default: the table has both ratios)
 #   TRAINER=0      skip the ddptrain rows (on by default; TSTEPS=60 steps each)
+#   NOCLIP=0       skip the ddptrain row without gradient clipping (on by default, fp16: the config
+#                  clips at 1.0 — a norm pass, a read-back and a scaling pass each step — and the
+#                  PyTorch script does not clip, so this row is the same work as PyTorch's)
 #   EAGER=0        skip PyTorch eager
 #   DTYPE=bf16     issue 32's stage 3 instead: goddp's model bench and ddptrain in fp16 AND bf16, PyTorch
 #                  bf16 autocast (eager, torch.compile), then LOSS_STEPS=300 steps of ddptrain at batch
@@ -65,17 +68,28 @@ trainer() {
     --set train.micro_batch="$b" --set train.global_batch="$b" --set train.max_steps="$n" --set checkpoint.dir= \
     --metrics "$OUT/$name.jsonl" "$@" > "$OUT/$name.log" 2>&1
 }
+# row NAME BATCH JSONL: the RESULT line of a trainer run (the median step of its logged windows).
+row() {
+  [ -n "${PRINT_ONLY:-}" ] && return 0
+  local ms peak
+  ms=$(m step "$3"); peak=$(m summary "$3" peak_memory_bytes)
+  awk -v b="$2" -v m="$ms" -v peak="$peak" -v n="$1" 'BEGIN {
+    if (m + 0 > 0) printf "RESULT %s %d 1024 %.0f %.2f %.2f\n", n, b, b*1024*1000/m, m, peak/2^30 }' | tee -a "$OUT/goddp.log"
+}
 # The trainer itself (issue 17's target): TSTEPS steps per batch, the median of its logged windows
 # after the first, as a RESULT line like the others (goddp-ddptrain; goddp-ddptrain-bf16).
 if [ "${TRAINER:-1}" != 0 ]; then
   for p in $precs; do
     sfx=""; [ "$p" = fp16 ] || sfx="-$p"
     for b in ${BATCHES//,/ }; do
-      trainer "trainer$sfx-$b" "$p" "$b" "${TSTEPS:-60}" --set train.log_every=10 || { tail -3 "$OUT/trainer$sfx-$b.log"; continue; }
-      [ -n "${PRINT_ONLY:-}" ] && continue
-      ms=$(m step "$OUT/trainer$sfx-$b.jsonl"); peak=$(m summary "$OUT/trainer$sfx-$b.jsonl" peak_memory_bytes)
-      awk -v b="$b" -v m="$ms" -v peak="$peak" -v n="goddp-ddptrain$sfx" 'BEGIN {
-        if (m + 0 > 0) printf "RESULT %s %d 1024 %.0f %.2f %.2f\n", n, b, b*1024*1000/m, m, peak/2^30 }' | tee -a "$OUT/goddp.log"
+      if trainer "trainer$sfx-$b" "$p" "$b" "${TSTEPS:-60}" --set train.log_every=10; then
+        row "goddp-ddptrain$sfx" "$b" "$OUT/trainer$sfx-$b.jsonl"
+      else tail -3 "$OUT/trainer$sfx-$b.log"; fi
+      if [ "$p" = fp16 ] && [ "${NOCLIP:-1}" != 0 ]; then
+        if trainer "trainer-noclip-$b" fp16 "$b" "${TSTEPS:-60}" --set train.log_every=10 --set train.grad_clip=0; then
+          row goddp-ddptrain-noclip "$b" "$OUT/trainer-noclip-$b.jsonl"
+        else tail -3 "$OUT/trainer-noclip-$b.log"; fi
+      fi
     done
   done
 fi
@@ -137,9 +151,9 @@ results | awk '
   function ratio(a, b) { return (b > 0) ? a / b : 0 }
   END {
     printf "%-6s %-8s | %12s %8s %8s | %12s %8s %8s | %12s %8s %8s | %8s %8s | %8s %8s\n", "batch", "goddp", "tok/s", "ms", "GiB", "eager tok/s", "ms", "GiB", "compile tok/s", "ms", "GiB", "vs eager", "memory", "vs comp.", "memory"
-    for (i = 0; i < n; i++) for (gi = 0; gi < 2; gi++) { k = order[i]; g = gi ? "goddp-ddptrain" : "goddp"; e = "pytorch"; c = "pytorch-compile"
+    for (i = 0; i < n; i++) for (gi = 0; gi < 3; gi++) { k = order[i]; g = gi == 2 ? "goddp-ddptrain-noclip" : gi ? "goddp-ddptrain" : "goddp"; e = "pytorch"; c = "pytorch-compile"
       if (!((g, k) in tps)) continue
-      printf "%-6s %-8s | %12d %8.1f %8.2f | %12d %8.1f %8.2f | %12d %8.1f %8.2f | %7.2fx %7.2fx | %7.2fx %7.2fx\n", k, gi ? "ddptrain" : "model",
+      printf "%-6s %-8s | %12d %8.1f %8.2f | %12d %8.1f %8.2f | %12d %8.1f %8.2f | %7.2fx %7.2fx | %7.2fx %7.2fx\n", k, gi == 2 ? "noclip" : gi ? "ddptrain" : "model",
         tps[g, k], ms[g, k], gib[g, k], tps[e, k], ms[e, k], gib[e, k], tps[c, k], ms[c, k], gib[c, k],
         ratio(tps[g, k], tps[e, k]), ratio(gib[g, k], gib[e, k]), ratio(tps[g, k], tps[c, k]), ratio(gib[g, k], gib[c, k]) }
   }'

@@ -33,6 +33,17 @@ ok "dry runs"
 go build -o "$W/bin/" ./cmd/ddptrain ./cmd/ddplaunch ./cmd/ddpbench || { bad "go build"; exit 1; }
 cpu=(env DEVICE=cpu CONFIG=configs/opticks-gpt-tiny.yaml BIN="$W/bin")
 
+# fp16: the trainer rows with and without gradient clipping (the no-clip row is PyTorch's work).
+"${cpu[@]}" MODEL=0 EAGER=0 COMPILE=0 BATCHES=4 TSTEPS=25 OUT="$W/fp16" \
+  bash scripts/bench-gpu-vs-pytorch.sh > "$W/fp16.txt" 2>&1 || bad "fp16 part: exit $? ($W/fp16.txt)"
+grep -q '^4 *ddptrain' "$W/fp16.txt" || bad "fp16 table has no ddptrain row"
+grep -q '^4 *noclip' "$W/fp16.txt" || bad "fp16 table has no noclip row"
+# the setting took: the gradients are clipped at 1.0 in one run and not in the other (norms ~2-3)
+lastloss() { grep -o '"loss":[0-9.]*' "$1" | tail -1; }
+[ -n "$(lastloss "$W/fp16/trainer-noclip-4.jsonl")" ] && [ "$(lastloss "$W/fp16/trainer-noclip-4.jsonl")" != "$(lastloss "$W/fp16/trainer-4.jsonl")" ] ||
+  bad "the noclip run's loss is the clipped run's: train.grad_clip=0 did not take"
+ok "fp16 part on the cpu"
+
 # bf16: the trainer rows, the loss curves and the two workers with ddp.wire bf16.
 "${cpu[@]}" DTYPE=bf16 MODEL=0 EAGER=0 COMPILE=0 BATCHES=4 TSTEPS=25 LOSS_STEPS=30 LOSS_BATCH=4 WSTEPS=10 OUT="$W/bf16" \
   bash scripts/bench-gpu-vs-pytorch.sh > "$W/bf16.txt" 2>&1 || bad "bf16 part: exit $? ($W/bf16.txt)"
