@@ -158,30 +158,44 @@ func (e *Engine) collective() string {
 // below float32's 6e-8), so the two agree unless the sum lies that close to a float32 rounding
 // boundary. A collective when sharded.
 func (e *Engine) ClipGradNorm(ctx context.Context, maxNorm float32) (float32, error) {
+	norm, coef, err := e.GradNormCoef(ctx, maxNorm)
+	if err != nil || coef == 0 {
+		return norm, err
+	}
 	if e.shard == nil {
-		return model.ClipGradNorm(e.ps, maxNorm), nil
+		e.dev.Scale(e.ps.Grad, coef)
+		return norm, nil
+	}
+	for _, g := range e.shard.Views(e.ps.Grad) {
+		e.dev.Scale(g, coef)
+	}
+	return norm, nil
+}
+
+// GradNormCoef is ClipGradNorm without the scaling: the global norm (sharded: over every rank's
+// shard) and the factor clipping multiplies the gradients by (model.ClipCoef; 0: none), for an
+// optimizer that applies it inside its step (model.GradScaledStepper).
+func (e *Engine) GradNormCoef(ctx context.Context, maxNorm float32) (norm, coef float32, err error) {
+	if e.shard == nil {
+		norm, coef = model.GradNormCoef(e.ps, maxNorm)
+		return norm, coef, nil
 	}
 	if err := e.settle(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	local := e.shardSumSquares()
 	var buf [8]byte
 	binary.LittleEndian.PutUint64(buf[:], math.Float64bits(local))
 	all, err := e.comm.AllGather(ctx, buf[:])
 	if err != nil {
-		return 0, fmt.Errorf("ddp: gathering the shards' gradient norms: %w", err)
+		return 0, 0, fmt.Errorf("ddp: gathering the shards' gradient norms: %w", err)
 	}
 	var total float64
 	for _, b := range all {
 		total += math.Float64frombits(binary.LittleEndian.Uint64(b))
 	}
-	norm := float32(math.Sqrt(float64(float32(total))))
-	if maxNorm > 0 && norm > maxNorm && !math.IsInf(float64(norm), 0) && !math.IsNaN(float64(norm)) {
-		for _, g := range e.shard.Views(e.ps.Grad) {
-			e.dev.Scale(g, maxNorm/(norm+1e-6))
-		}
-	}
-	return norm, nil
+	norm = float32(math.Sqrt(float64(float32(total))))
+	return norm, model.ClipCoef(norm, maxNorm), nil
 }
 
 // shardSumSquares is Σ v² over this rank's owned segments of the averaged gradients, in

@@ -23,7 +23,8 @@
 //	                 blocks, per-block checkpointing; buffers.go the BN running statistics' slab
 //	kvcache.go       Decoder: a GPT's inference forward with a KV cache, one sequence at a time
 //	sample.go        Sampler (greedy, temperature, top-k, seeded) and Decoder.Generate
-//	optim.go         AdamW and SGD, ClipGradNorm; schedule.go learning-rate schedules
+//	optim.go         AdamW and SGD, ClipGradNorm (or GradNormCoef and AdamW.StepScaled: the clip
+//	                 in the step, no pass of its own); schedule.go learning-rate schedules
 //	scaler.go        the dynamic loss scaler
 //	safetensors.go   checkpoint tensors in the safetensors format (F32, F16, BF16, I32)
 //	spec.go          Spec: the one description of every model (GPT, MLP, ResNet): its whole

@@ -207,13 +207,16 @@ func NewAdamWShard(ps *Params, cfg AdamWConfig, shard *Shard) (*AdamW, error) {
 	return o, nil
 }
 
-func (o *AdamW) Step(lr float32) {
+func (o *AdamW) Step(lr float32) { o.step(lr, 0) }
+
+func (o *AdamW) step(lr, gradScale float32) {
 	o.t++
 	dev := o.ps.Device()
 	a := tensor.AdamWArgs{
 		LR: lr, Beta1: o.Cfg.Beta1, Beta2: o.Cfg.Beta2, Eps: o.Cfg.Eps,
 		BiasCorr1: float32(1 - math.Pow(float64(o.Cfg.Beta1), float64(o.t))),
 		BiasCorr2: float32(1 - math.Pow(float64(o.Cfg.Beta2), float64(o.t))),
+		GradScale: gradScale,
 	}
 	if o.multi != nil && !o.perRun {
 		o.ps.mustBeWhole("AdamW.Step (unsharded AdamW)")
@@ -346,14 +349,26 @@ func (o *SGD) Free() {
 }
 
 var (
-	_ Optimizer = (*AdamW)(nil)
-	_ Optimizer = (*SGD)(nil)
+	_ Optimizer         = (*AdamW)(nil)
+	_ Optimizer         = (*SGD)(nil)
+	_ GradScaledStepper = (*AdamW)(nil)
 )
 
 // ClipGradNorm scales the gradient slab so that its global L2 norm is at most max (max ≤ 0 only
 // measures) and returns the norm before clipping. It reads the norm back, so it waits for the
 // device. A non-finite norm leaves the gradients alone (the scaler skips such steps).
 func ClipGradNorm(ps *Params, max float32) float32 {
+	norm, coef := GradNormCoef(ps, max)
+	if coef != 0 {
+		ps.Device().Scale(ps.Grad, coef)
+	}
+	return norm
+}
+
+// GradNormCoef is ClipGradNorm without the scaling: the norm, and the factor the gradients are to
+// be multiplied by (0: none, the norm is at most max, max ≤ 0, or the norm is not finite) — for
+// a step that applies it itself (GradScaledStepper.StepScaled) instead of a pass of its own.
+func GradNormCoef(ps *Params, max float32) (norm, coef float32) {
 	dev := ps.Device()
 	sq := dev.Alloc(tensor.F32, "clip.norm", 1)
 	dev.Fill(sq, 0)
@@ -361,9 +376,39 @@ func ClipGradNorm(ps *Params, max float32) float32 {
 	var h [1]float32
 	dev.Download(h[:], sq)
 	dev.Free(sq)
-	norm := float32(math.Sqrt(float64(h[0])))
+	norm = float32(math.Sqrt(float64(h[0])))
+	return norm, ClipCoef(norm, max)
+}
+
+// ClipCoef is the factor that clips gradients of global norm norm to max: max/(norm+1e-6) when
+// max > 0 and norm is finite and above it, else 0 (no scaling).
+func ClipCoef(norm, max float32) float32 {
 	if max > 0 && norm > max && !math.IsInf(float64(norm), 0) && !math.IsNaN(float64(norm)) {
-		dev.Scale(ps.Grad, max/(norm+1e-6))
+		return max / (norm + 1e-6)
 	}
-	return norm
+	return 0
+}
+
+// GradScaledStepper is an optimizer that can multiply the gradients by a factor inside its step
+// (gradient clipping without a pass over the gradients of its own: ~1/3 of the memory traffic
+// clipping adds). StepScaled(lr, c) updates as Scale(gradients, c) then Step(lr) would, bit for
+// bit; the gradients themselves are left unscaled. GradScaled reports whether it can: the
+// optimizer and its device support it.
+type GradScaledStepper interface {
+	GradScaled() bool
+	StepScaled(lr, gradScale float32)
+}
+
+// GradScaled reports whether the device's AdamW honours a gradient scale (tensor.GradScaledAdamW).
+func (o *AdamW) GradScaled() bool {
+	g, ok := o.ps.Device().(tensor.GradScaledAdamW)
+	return ok && g.GradScaledAdamW()
+}
+
+// StepScaled is Step with each gradient element multiplied by gradScale first (0: Step).
+func (o *AdamW) StepScaled(lr, gradScale float32) {
+	if gradScale != 0 && !o.GradScaled() {
+		panic("model: AdamW.StepScaled on a device without tensor.GradScaledAdamW")
+	}
+	o.step(lr, gradScale)
 }

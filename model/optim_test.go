@@ -312,3 +312,61 @@ func TestAdamW_multiMatchesPerRun(t *testing.T) {
 		t.Fatalf("allocated %d after Free, %d before", a, base)
 	}
 }
+
+// AdamW.StepScaled(lr, c) is Scale(gradients, c) then Step(lr), bit for bit (the same f32 product
+// of each gradient element, taken inside the step instead of written back first), in f32 and with
+// the f16 copy, over steps whose factors clip and do not (0); and GradNormCoef's factor is the
+// one ClipGradNorm scales by.
+func TestAdamW_stepScaledIsScaleThenStep(t *testing.T) {
+	for _, compute := range []tensor.DType{tensor.F32, tensor.F16} {
+		devA, a := optimParams(t, compute)
+		devB, b := optimParams(t, compute)
+		cfg := AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
+		oa, err := NewAdamW(a, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ob, err := NewAdamW(b, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ob.GradScaled() {
+			t.Fatal("AdamW on the CPU device cannot take a gradient scale")
+		}
+		r := rand.New(rand.NewSource(5 + int64(compute)))
+		g := make([]float32, a.N)
+		for step, maxNorm := range []float32{0.5, 0, 1e9, 0.01, 2} {
+			for i := range g {
+				g[i] = float32(r.NormFloat64()) * 3
+			}
+			devA.Upload(a.Grad, g)
+			devB.Upload(b.Grad, g)
+			normA := ClipGradNorm(a, maxNorm)
+			oa.Step(1e-2)
+			normB, coef := GradNormCoef(b, maxNorm)
+			if math.Float32bits(normA) != math.Float32bits(normB) {
+				t.Fatalf("step %d: GradNormCoef's norm %g, ClipGradNorm's %g", step, normB, normA)
+			}
+			if clip := maxNorm > 0 && normB > maxNorm; clip != (coef != 0) {
+				t.Fatalf("step %d: norm %g, max %g: factor %g", step, normB, maxNorm, coef)
+			}
+			ob.StepScaled(1e-2, coef)
+			for k, p := range [][2]*tensor.Tensor{{a.Data, b.Data}, {oa.M, ob.M}, {oa.V, ob.V}} {
+				x, y := tensor.ToHost(p[0]), tensor.ToHost(p[1])
+				for i := range x {
+					if math.Float32bits(x[i]) != math.Float32bits(y[i]) {
+						t.Fatalf("%s step %d (max %g): %s[%d] %g scaled in the step, %g by a pass first", compute, step, maxNorm, []string{"weights", "m", "v"}[k], i, y[i], x[i])
+					}
+				}
+			}
+			if a.Half != nil {
+				x, y := tensor.ToHost(a.Half), tensor.ToHost(b.Half)
+				for i := range x {
+					if math.Float32bits(x[i]) != math.Float32bits(y[i]) {
+						t.Fatalf("%s step %d: half[%d] %g scaled in the step, %g by a pass first", compute, step, i, y[i], x[i])
+					}
+				}
+			}
+		}
+	}
+}

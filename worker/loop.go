@@ -300,14 +300,33 @@ func (t *Trainer) update(ctx context.Context, ls *loopState, step int, lr float3
 	}
 	res := stepResult{skipped: anyInf, gradNorm: math.NaN()}
 	if !res.skipped {
+		// Clipping: the norm (sharded: the global one), then the factor either multiplied into the
+		// optimizer's own read of each gradient (model.GradScaledStepper: AdamW on a device that
+		// takes it) or applied by a pass over the gradients first — the same bits either way.
+		var coef float32
+		fused, _ := t.optim.(model.GradScaledStepper)
+		if fused != nil && (!fused.GradScaled() || t.opt.noFusedClip) {
+			fused = nil
+		}
 		if cfg.Train.GradClip > 0 || measureNorm { // max 0: measures, changes nothing
-			n, err := eng.ClipGradNorm(ctx, float32(max(cfg.Train.GradClip, 0))) // sharded: the global norm
+			maxNorm := float32(max(cfg.Train.GradClip, 0))
+			var n float32
+			var err error
+			if fused != nil {
+				n, coef, err = eng.GradNormCoef(ctx, maxNorm)
+			} else {
+				n, err = eng.ClipGradNorm(ctx, maxNorm)
+			}
 			if err != nil {
 				return stepResult{}, fmt.Errorf("worker: step %d: %w", step, err)
 			}
 			res.gradNorm = float64(n)
 		}
-		t.optim.Step(lr)
+		if fused != nil {
+			fused.StepScaled(lr, coef)
+		} else {
+			t.optim.Step(lr)
+		}
 		if err := eng.GatherParams(ctx); err != nil { // sharded: every rank's updated segments
 			return stepResult{}, fmt.Errorf("worker: step %d: %w", step, err)
 		}

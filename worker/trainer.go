@@ -53,6 +53,10 @@ type Options struct {
 	// Test hooks: nil in production. cmd/ddptrain sets them from DDP_FAIL_AT_STEP and
 	// DDP_INJECT_INF_STEP/RANK for the restart and loss-scaler tests.
 
+	// noFusedClip clips with a pass over the gradients even where the optimizer could take the
+	// factor in its step (tests: the two give the same bits).
+	noFusedClip bool
+
 	// FaultHook, when set, is called before each step; an error it returns ends the run (Run
 	// returns it wrapped, so errors.Is finds it), after which Close releases everything as after
 	// any other failure.

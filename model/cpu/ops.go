@@ -510,6 +510,9 @@ func (c *Device) UnscaleCheck(x *tensor.Tensor, inv float32, found *tensor.Tenso
 	}
 }
 
+// GradScaledAdamW: AdamW honours AdamWArgs.GradScale (tensor.GradScaledAdamW).
+func (c *Device) GradScaledAdamW() bool { return true }
+
 func (c *Device) AdamW(p, g, m, v, halfW *tensor.Tensor, a tensor.AdamWArgs) {
 	tensor.CheckLen("AdamW", p, g, m, v)
 	ps, gs, ms, vs := f32s(p), f32s(g), f32s(m), f32s(v)
@@ -521,6 +524,7 @@ func (c *Device) AdamW(p, g, m, v, halfW *tensor.Tensor, a tensor.AdamWArgs) {
 	}
 	b1, b2, lr, eps, wd := a.Beta1, a.Beta2, a.LR, a.Eps, a.WeightDecay
 	ibc1, ibc2 := 1/a.BiasCorr1, 1/a.BiasCorr2
+	scaled, gsc := a.GradScale != 0, a.GradScale
 	c.parallel(len(ps), 1<<13, func(lo, hi int) {
 		// Slices cut to one length so the loop runs without bounds checks; the f16 copy is a
 		// second pass over the chunk while it is still in cache.
@@ -528,6 +532,9 @@ func (c *Device) AdamW(p, g, m, v, halfW *tensor.Tensor, a tensor.AdamWArgs) {
 		g, m, v := gs[lo:hi][:len(p)], ms[lo:hi][:len(p)], vs[lo:hi][:len(p)]
 		for i, w := range p {
 			gi := g[i]
+			if scaled {
+				gi *= gsc // Scale's very product (gradient clipping folded in)
+			}
 			mi := b1*m[i] + (1-b1)*gi
 			vi := b2*v[i] + (1-b2)*gi*gi
 			m[i], v[i] = mi, vi

@@ -521,6 +521,7 @@ func f32Only(op string, ts ...*tensor.Tensor) {
 func (d *Device) AdamW(p, g, m, v, half *tensor.Tensor, a tensor.AdamWArgs) {
 	tensor.CheckLen("AdamW", p, g, m, v)
 	f32Only("AdamW", p, g, m, v)
+	noGradScale(a)
 	hp := halfArg("AdamW", p, half)
 	if p.Len() > 0 {
 		d.launch1(kn("k_adamw", half), p.Len(), ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.Len())),
@@ -553,6 +554,7 @@ func (d *Device) AdamWTable(runs []tensor.AdamWRun) *tensor.Tensor {
 func (d *Device) AdamWRuns(p, g, m, v, half *tensor.Tensor, runs []tensor.AdamWRun, table *tensor.Tensor, a tensor.AdamWArgs) {
 	tensor.CheckLen("AdamW", p, g, m, v)
 	f32Only("AdamW", p, g, m, v)
+	noGradScale(a)
 	hp := halfArg("AdamW", p, half)
 	if p.Len() == 0 {
 		return
@@ -563,6 +565,14 @@ func (d *Device) AdamWRuns(p, g, m, v, half *tensor.Tensor, runs []tensor.AdamWR
 }
 
 var _ tensor.MultiAdamW = (*Device)(nil)
+
+// noGradScale refuses AdamWArgs.GradScale: the CUDA kernels do not take it yet (the device is not
+// tensor.GradScaledAdamW, so model.AdamW scales the gradients in a pass of their own instead).
+func noGradScale(a tensor.AdamWArgs) {
+	if a.GradScale != 0 {
+		panic("cuda: AdamW with a GradScale: the kernels take none (the device is not tensor.GradScaledAdamW)")
+	}
+}
 
 // SGDRuns is SGD over whole slabs in one launch of k_sgd_multi (table: AdamWTable of runs), the
 // weight decay per run, otherwise k_sgd's arithmetic: 108 launches a ResNet-50 step become one.

@@ -177,9 +177,20 @@ type CrossEntropyGrad interface {
 }
 
 // AdamWArgs are one AdamW step's scalars. Bias corrections are 1-β^t, computed by the caller.
+// GradScale, when not 0, multiplies each gradient element before the step (g·GradScale in f32,
+// the product a Device.Scale pass over the gradients would have written: gradient clipping folded
+// into the step, model.AdamW.StepScaled); only devices that are GradScaledAdamW with it true
+// take one.
 type AdamWArgs struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float32
 	BiasCorr1, BiasCorr2               float32
+	GradScale                          float32
+}
+
+// GradScaledAdamW is implemented by devices whose AdamW (and AdamWRuns, where MultiAdamW) honour
+// AdamWArgs.GradScale when GradScaledAdamW reports true.
+type GradScaledAdamW interface {
+	GradScaledAdamW() bool
 }
 
 // SGDArgs are one SGD step's scalars: v = μ·v + g + λ·p; p −= lr·(nesterov ? g + λp + μ·v : v).
