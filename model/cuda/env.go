@@ -153,7 +153,7 @@ func flashOptions() (opts []string, tileMajor bool, err error) {
 			if err != nil || n < 1 || n > 8 {
 				return nil, false, fmt.Errorf("cuda: GODDP_FLASH_MINBLOCKS=%q: %q is not a count from 1 to 8", v, parts[i])
 			}
-			opts = append(opts, fmt.Sprintf("-D%s=%d", name, n))
+			opts = append(opts, fmt.Sprintf("-D%s=,%d", name, n)) // __launch_bounds__(128 ,n)
 		}
 	}
 	return opts, tileMajor, nil

@@ -46,19 +46,20 @@ typedef unsigned int u32;
 // env.go: GODDP_FLASH_TILE_MAJOR, GODDP_FLASH_MINBLOCKS). Tile-major grids are (B·H, tiles): the
 // hardware hands out blocks x first, so every (batch, head) gets its longest tile before any gets
 // its next — the longest first over the whole grid, not only within one (batch, head), which
-// leaves the last wave the shortest tiles. FLASH_*_MINB asks ptxas for that many resident blocks
-// of 128 threads per SM (registers capped to fit).
+// leaves the last wave the shortest tiles. FLASH_*_MINB (",n" when set, empty by default: the
+// kernels' bounds exactly as they were) asks ptxas for n resident blocks of 128 threads per SM
+// (registers capped to fit).
 #ifndef FLASH_TILE_MAJOR
 #define FLASH_TILE_MAJOR 0
 #endif
 #ifndef FLASH_FWD_MINB
-#define FLASH_FWD_MINB 1
+#define FLASH_FWD_MINB
 #endif
 #ifndef FLASH_DQ_MINB
-#define FLASH_DQ_MINB 1
+#define FLASH_DQ_MINB
 #endif
 #ifndef FLASH_DKDV_MINB
-#define FLASH_DKDV_MINB 1
+#define FLASH_DKDV_MINB
 #endif
 __device__ __forceinline__ int flash_tile() { return FLASH_TILE_MAJOR ? blockIdx.y : blockIdx.x; }
 __device__ __forceinline__ int flash_tiles() { return FLASH_TILE_MAJOR ? gridDim.y : gridDim.x; }
@@ -275,7 +276,7 @@ extern "C" {
 
 // k_flash_fwd: grid (⌈T/64⌉, B·H), 128 threads. y (B,T,C) f16, lse (B,H,T) f32 natural log.
 // sl2 = scale·log2(e).
-__global__ void __launch_bounds__(128, FLASH_FWD_MINB) k_flash_fwd(half_t* __restrict__ y, float* __restrict__ lse,
+__global__ void __launch_bounds__(128 FLASH_FWD_MINB) k_flash_fwd(half_t* __restrict__ y, float* __restrict__ lse,
 		const half_t* __restrict__ qkv, int T, int H, float sl2) {
 	__shared__ __align__(16) half_t sK[2][64 * LDS];
 	__shared__ __align__(16) half_t sV[2][64 * LDS];
@@ -316,7 +317,7 @@ __global__ void k_flash_bwd_delta(float* __restrict__ delta, const half_t* __res
 
 // k_flash_bwd_dkdv: grid (⌈T/64⌉ key tiles, B·H), 128 threads; warp w owns keys k0+16w…+15 and
 // accumulates their dk, dv over the query tiles at and below the diagonal. Writes dk, dv into dqkv.
-__global__ void __launch_bounds__(128, FLASH_DKDV_MINB) k_flash_bwd_dkdv(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
+__global__ void __launch_bounds__(128 FLASH_DKDV_MINB) k_flash_bwd_dkdv(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
 		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
 		int T, int H, float scale) {
 	__shared__ __align__(16) half_t sQ[2][64 * LDS];
@@ -421,7 +422,7 @@ __global__ void __launch_bounds__(128, FLASH_DKDV_MINB) k_flash_bwd_dkdv(half_t*
 
 // k_flash_bwd_dq: grid (⌈T/64⌉ query tiles, B·H), 128 threads; warp w owns queries q0+16w…+15
 // and accumulates their dq over the key tiles at and below the diagonal. Writes dq into dqkv.
-__global__ void __launch_bounds__(128, FLASH_DQ_MINB) k_flash_bwd_dq(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
+__global__ void __launch_bounds__(128 FLASH_DQ_MINB) k_flash_bwd_dq(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
 		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
 		int T, int H, float scale) {
 	__shared__ __align__(16) half_t sK[2][64 * LDS];

@@ -244,8 +244,8 @@ func TestFlashOptions_parse(t *testing.T) {
 		{"", "", "", false},
 		{"0", "", "", false},
 		{"1", "", "-DFLASH_TILE_MAJOR=1", true},
-		{"", "4,4,3", "-DFLASH_FWD_MINB=4 -DFLASH_DQ_MINB=4 -DFLASH_DKDV_MINB=3", false},
-		{"1", " 2, 2 ,1", "-DFLASH_TILE_MAJOR=1 -DFLASH_FWD_MINB=2 -DFLASH_DQ_MINB=2 -DFLASH_DKDV_MINB=1", true},
+		{"", "4,4,3", "-DFLASH_FWD_MINB=,4 -DFLASH_DQ_MINB=,4 -DFLASH_DKDV_MINB=,3", false},
+		{"1", " 2, 2 ,1", "-DFLASH_TILE_MAJOR=1 -DFLASH_FWD_MINB=,2 -DFLASH_DQ_MINB=,2 -DFLASH_DKDV_MINB=,1", true},
 	} {
 		t.Setenv("GODDP_FLASH_TILE_MAJOR", c.tile)
 		t.Setenv("GODDP_FLASH_MINBLOCKS", c.minb)
