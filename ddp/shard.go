@@ -158,13 +158,12 @@ func (e *Engine) collective() string {
 // below float32's 6e-8), so the two agree unless the sum lies that close to a float32 rounding
 // boundary. A collective when sharded.
 func (e *Engine) ClipGradNorm(ctx context.Context, maxNorm float32) (float32, error) {
+	if e.shard == nil {
+		return model.ClipGradNorm(e.ps, maxNorm), nil
+	}
 	norm, coef, err := e.GradNormCoef(ctx, maxNorm)
 	if err != nil || coef == 0 {
 		return norm, err
-	}
-	if e.shard == nil {
-		e.dev.Scale(e.ps.Grad, coef)
-		return norm, nil
 	}
 	for _, g := range e.shard.Views(e.ps.Grad) {
 		e.dev.Scale(g, coef)

@@ -111,7 +111,6 @@ type ipcReducer struct {
 	abortS    cudadrv.Stream   // Abort's snapshot and releases: the device's ipcAbortS
 	relEv     cudadrv.Event    // recorded after each release: the next one waits for it
 	hasRelEv  bool
-	stuck     bool          // Close found a stream still waiting after ipcDrainLimit: nothing is freed
 	mu        sync.Mutex    // releasing, closed
 	releasing chan struct{} // closed by Close: Abort's releases stop
 	released  sync.WaitGroup
@@ -376,13 +375,13 @@ func (r *ipcReducer) Close() error {
 	aborted := r.releasing != nil
 	r.mu.Unlock()
 	var err error
+	stuck := false // a stream still waiting after ipcDrainLimit: nothing is freed
 	if aborted {
 		// Paced and aborted: the releases go on while the compute stream drains, and a wait that
 		// is never released (its queue blocked, CUDA_DEVICE_MAX_CONNECTIONS) fails Close after
 		// ipcDrainLimit instead of hanging the process.
-		if err = r.d.drain(r.d.stream, ipcDrainLimit); err != nil {
-			r.stuck = true
-		}
+		err = r.d.drain(r.d.stream, ipcDrainLimit)
+		stuck = err != nil
 	} else {
 		r.d.enter()
 		err = r.d.stream.Sync()
@@ -391,7 +390,7 @@ func (r *ipcReducer) Close() error {
 	r.stopReleasing()
 	r.d.enter()
 	defer r.d.leave()
-	if r.stuck {
+	if stuck {
 		return fmt.Errorf("cuda: IPC all-reduce (rank %d) after Abort: %w; its flags, mappings and module are left to the process's exit", r.plan.Rank, err)
 	}
 	return errors.Join(err, r.release())
@@ -402,7 +401,6 @@ func (r *ipcReducer) release() error {
 	var errs []error
 	if r.hasRelEv { // first: its last release may still write the flags, its snapshot ctl
 		if err := r.d.drain(r.abortS, ipcDrainLimit); err != nil { // bounded, as Close's
-			r.stuck = true
 			return fmt.Errorf("cuda: IPC all-reduce (rank %d): the abort stream: %w; its flags, mappings and module are left to the process's exit", r.plan.Rank, err)
 		}
 		errs = append(errs, r.relEv.Destroy())
