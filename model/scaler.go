@@ -27,7 +27,7 @@ import (
 type Scaler struct {
 	Cfg   ScalerConfig
 	dev   tensor.Device
-	flag  *tensor.Tensor // (1) f32
+	flag  *tensor.Tensor // (2) f32: the found-inf flag, then the gradients' Σ v² (UnscaleCheckNorm)
 	state ScalerState
 }
 
@@ -72,7 +72,7 @@ func NewScaler(dev tensor.Device, cfg ScalerConfig) (*Scaler, error) {
 			return nil, fmt.Errorf("model: scaler MinScale = %v: must lie in [0, Init = %v]", cfg.MinScale, cfg.Init)
 		}
 	}
-	s := &Scaler{Cfg: cfg, dev: dev, flag: dev.Alloc(tensor.F32, "scaler.found_inf", 1)}
+	s := &Scaler{Cfg: cfg, dev: dev, flag: dev.Alloc(tensor.F32, "scaler.found_inf", 2)}
 	s.state.Scale = 1
 	if cfg.Enabled {
 		s.state.Scale = cfg.Init
@@ -92,10 +92,47 @@ func (s *Scaler) Skipped() int64 { return s.state.Skipped }
 // the next call. Disabled: nothing is unscaled, and only CheckFinite checks (else the flag is 0).
 func (s *Scaler) UnscaleCheck(ps *Params) *tensor.Tensor {
 	s.dev.Fill(s.flag, 0)
+	found := s.flag.View(0, 1)
 	if s.Checks() {
-		s.dev.UnscaleCheck(ps.Grad, 1/s.state.Scale, s.flag) // disabled: scale 1, x·1 is x
+		s.dev.UnscaleCheck(ps.Grad, 1/s.state.Scale, found) // disabled: scale 1, x·1 is x
+	}
+	return found
+}
+
+// UnscaleCheckNorm is UnscaleCheck that also sums the squares of the unscaled gradients (the
+// clipping norm's square, as GradNormCoef sums it), for ReadCheckNorm to read back with the flag
+// in one wait instead of two. Where the device is a tensor.UnscaleSquarer that fuses, the unscale,
+// the check and the squares are one read of the gradients; elsewhere UnscaleCheck then
+// SumSquares. The result is the scaler's own (2) buffer: the flag, then Σ v².
+func (s *Scaler) UnscaleCheckNorm(ps *Params) *tensor.Tensor {
+	s.dev.Fill(s.flag, 0)
+	found, sq := s.flag.View(0, 1), s.flag.View(1, 1)
+	us, fuses := s.dev.(tensor.UnscaleSquarer)
+	switch {
+	case !s.Checks():
+		s.dev.SumSquares(sq, ps.Grad)
+	case fuses && us.FusesUnscaleSquares():
+		us.UnscaleCheckSumSquares(ps.Grad, 1/s.state.Scale, found, sq)
+	default:
+		s.dev.UnscaleCheck(ps.Grad, 1/s.state.Scale, found)
+		s.dev.SumSquares(sq, ps.Grad)
 	}
 	return s.flag
+}
+
+// FusesNorm reports whether UnscaleCheckNorm reads the gradients once (the device is a
+// tensor.UnscaleSquarer that fuses).
+func (s *Scaler) FusesNorm() bool {
+	us, ok := s.dev.(tensor.UnscaleSquarer)
+	return ok && us.FusesUnscaleSquares()
+}
+
+// ReadCheckNorm reads UnscaleCheckNorm's result in one wait: whether a gradient was inf or NaN,
+// and the gradients' L2 norm rounded as GradNormCoef rounds it (the same bits).
+func (s *Scaler) ReadCheckNorm(flag *tensor.Tensor) (found bool, norm float32) {
+	var h [2]float32
+	s.dev.Download(h[:], flag)
+	return h[0] != 0, float32(math.Sqrt(float64(h[1])))
 }
 
 // UnscaleCheckShard is UnscaleCheck on a shard's elements of the gradient slab only (nil: all):
@@ -106,12 +143,13 @@ func (s *Scaler) UnscaleCheckShard(ps *Params, sh *Shard) *tensor.Tensor {
 		return s.UnscaleCheck(ps)
 	}
 	s.dev.Fill(s.flag, 0)
+	found := s.flag.View(0, 1)
 	if s.Checks() {
 		for _, g := range sh.Views(ps.Grad) {
-			s.dev.UnscaleCheck(g, 1/s.state.Scale, s.flag)
+			s.dev.UnscaleCheck(g, 1/s.state.Scale, found)
 		}
 	}
-	return s.flag
+	return found
 }
 
 // Checks reports whether UnscaleCheck looks for inf/NaN: a dynamic scaler, or CheckFinite.

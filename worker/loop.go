@@ -287,8 +287,20 @@ type stepResult struct {
 func (t *Trainer) update(ctx context.Context, ls *loopState, step int, lr float32, measureNorm bool) (stepResult, error) {
 	cfg, dev, ps, scaler, eng := t.cfg, t.dev, t.ps, t.scaler, t.eng
 	to := t.trace.Now()
-	found := scaler.UnscaleCheckShard(ps, eng.Shard()) // sharded: the averaged part only
-	localInf := scaler.Checks() && readFlag(dev, found)
+	clipping := cfg.Train.GradClip > 0 || measureNorm // max 0: measures, changes nothing
+	// The norm with the check: one read of the gradients where the device fuses them
+	// (tensor.UnscaleSquarer) and one read-back for the flag and the norm. Unsharded only (a
+	// sharded norm is the ranks' shards together).
+	normWithCheck := clipping && eng.Shard() == nil && scaler.FusesNorm() && !t.opt.noFusedClip
+	var localInf bool
+	var checkedNorm float32
+	if normWithCheck {
+		localInf, checkedNorm = scaler.ReadCheckNorm(scaler.UnscaleCheckNorm(ps))
+		localInf = localInf && scaler.Checks()
+	} else {
+		found := scaler.UnscaleCheckShard(ps, eng.Shard()) // sharded: the averaged part only
+		localInf = scaler.Checks() && readFlag(dev, found)
+	}
 	t.trace.Span("inf check", "compute", to, t.trace.Now(), nil) // the read-back: waits for the device
 	infRanks, err := eng.RanksWith(ctx, localInf)
 	if err != nil {
@@ -308,13 +320,19 @@ func (t *Trainer) update(ctx context.Context, ls *loopState, step int, lr float3
 		if fused != nil && (!fused.GradScaled() || t.opt.noFusedClip) {
 			fused = nil
 		}
-		if cfg.Train.GradClip > 0 || measureNorm { // max 0: measures, changes nothing
+		if clipping {
 			maxNorm := float32(max(cfg.Train.GradClip, 0))
 			var n float32
 			var err error
-			if fused != nil {
+			switch {
+			case normWithCheck: // GradNormCoef's norm, read with the flag
+				n, coef = checkedNorm, model.ClipCoef(checkedNorm, maxNorm)
+				if fused == nil && coef != 0 {
+					dev.Scale(ps.Grad, coef) // ClipGradNorm's pass
+				}
+			case fused != nil:
 				n, coef, err = eng.GradNormCoef(ctx, maxNorm)
-			} else {
+			default:
 				n, err = eng.ClipGradNorm(ctx, maxNorm)
 			}
 			if err != nil {

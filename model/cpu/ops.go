@@ -510,6 +510,19 @@ func (c *Device) UnscaleCheck(x *tensor.Tensor, inv float32, found *tensor.Tenso
 	}
 }
 
+// UnscaleCheckSumSquares is tensor.UnscaleSquarer: UnscaleCheck then SumSquares, two passes (the
+// CPU gains nothing from one; the trainer's path through it is the CUDA device's).
+func (c *Device) UnscaleCheckSumSquares(x *tensor.Tensor, inv float32, found, sq *tensor.Tensor) {
+	c.UnscaleCheck(x, inv, found)
+	c.SumSquares(sq, x)
+}
+
+// FusesUnscaleSquares: the trainer takes UnscaleCheckSumSquares on the CPU device (one read-back
+// for the flag and the norm).
+func (c *Device) FusesUnscaleSquares() bool { return true }
+
+var _ tensor.UnscaleSquarer = (*Device)(nil)
+
 // GradScaledAdamW: AdamW honours AdamWArgs.GradScale (tensor.GradScaledAdamW).
 func (c *Device) GradScaledAdamW() bool { return true }
 

@@ -18,10 +18,11 @@ import (
 //	GODDP_CUDNN_TF32=1 lets f32 convolutions use TF32 tensor cores (conv.go; as PyTorch's default)
 //	GODDP_BN_VEC=0    scalar batch-norm passes and reductions, and ReLU, not 8-wide (conv.go, ops.go)
 //	GODDP_BN_RELU=0   the ResNet's ReLUs as passes of their own, not folded into the batch norms' (conv.go)
-//	GODDP_SGD_MULTI=1 SGD over every parameter in one launch, k_sgd_multi (ops.go; off: not yet run on a GPU under the whole suite)
+//	GODDP_SGD_MULTI=0 SGD per parameter run, not k_sgd_multi's one launch (ops.go; one launch is the default since session 17's whole suite)
+//	GODDP_CLIP_FUSED=0 gradient clipping by passes of its own (the norm's, the scaling's), not folded into the scaler's check and AdamW's step (ops.go; the same bits; folded is the default since session 17)
 //	GODDP_COLSUM_VEC=1 column sums (bias gradients) 8 columns a thread, k_colsum_part8 (ops.go; the same bits; measured no faster on an H100, its test not yet run)
 //	GODDP_FLASH_CARVEOUT=N the fused attention kernels' preferred shared-memory carveout, percent of the SM's L1/shared (flash.go; read at load; not yet run on a GPU)
-//	GODDP_FLASH_TILE_MAJOR=1 the attention kernels' grid (B·H, tiles): every head's longest tile first (flashOptions; not yet run on a GPU)
+//	GODDP_FLASH_TILE_MAJOR=0 the attention kernels' grid (tiles, B·H), not (B·H, tiles) with every head's longest tile first (flashOptions; the default since session 17's H100 A/B)
 //	GODDP_FLASH_MINBLOCKS=F,Q,K the attention kernels' __launch_bounds__ blocks per SM (flashOptions; not yet run on a GPU)
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
@@ -70,11 +71,23 @@ var bnReLU = sync.OnceValue(func() bool { return os.Getenv("GODDP_BN_RELU") != "
 // Read once.
 var cudnnGraph = sync.OnceValue(func() bool { return os.Getenv("GODDP_CUDNN_GRAPH") != "0" })
 
-// sgdMulti reports whether GODDP_SGD_MULTI=1 asked for SGD in one launch (tensor.MultiSGD):
-// 108 launches of a ResNet-50 step become one (0.69 -> 0.21 ms on an H100, docs/perf-resnet-gpu.md;
-// TestCUDA_sgdMultiMatchesPerRun: the per-run bits). Read at each optimizer's construction, so a
-// test can set it.
-func sgdMulti() bool { return os.Getenv("GODDP_SGD_MULTI") == "1" }
+// sgdMulti reports whether SGD takes one launch (tensor.MultiSGD): 108 launches of a ResNet-50
+// step become one (0.69 -> 0.21 ms on an H100, docs/perf-resnet-gpu.md;
+// TestCUDA_sgdMultiMatchesPerRun: the per-run bits). The default since session 17, when the whole
+// `-tags cuda` suite passed with it on an H100; GODDP_SGD_MULTI=0 keeps a launch per run. Read at
+// each optimizer's construction, so a test can set it.
+func sgdMulti() bool { return os.Getenv("GODDP_SGD_MULTI") != "0" }
+
+// clipFused reports whether gradient clipping is folded into the passes around it: the norm's
+// squares summed by the scaler's unscale-and-check pass (tensor.UnscaleSquarer, k_unscale_sumsq:
+// one read of the gradients and one read-back instead of two each) and the clip factor multiplied
+// in AdamW's kernels (tensor.GradScaledAdamW: k_adamw and k_adamw_multi, Scale's very product),
+// instead of a scaling pass of its own. The same bits (TestCUDA_adamwScaledIsScaleThenStep,
+// TestCUDA_unscaleCheckNormSameBits). The default since session 17: the whole -tags cuda suite
+// passed with it on an H100 and GPT-2 small's ddptrain step at batch 16 fell 42.98 -> 42.70 ms
+// (the optimizer span 2.48 -> 2.00, the check's 0.46 -> 0.58: docs/perf-gpu.md);
+// GODDP_CLIP_FUSED=0 keeps the passes. Read at each call, so a test can set it.
+func clipFused() bool { return os.Getenv("GODDP_CLIP_FUSED") != "0" }
 
 // KernelCacheDir is where compiled kernels are kept: $XDG_CACHE_HOME/goddp/kernels, by default
 // ~/.cache/goddp/kernels.
@@ -129,15 +142,19 @@ func streamConnections() error {
 // instruction every 4.3–5 cycles a warp — and the SMs sit idle 16% of the forward's time, its last
 // wave the longest tiles of the last heads):
 //
-//	GODDP_FLASH_TILE_MAJOR=1       the grid (B·H, tiles): the longest tiles of every head first
+//	GODDP_FLASH_TILE_MAJOR=0|1     1 (the default): the grid (B·H, tiles), the longest tiles of
+//	                               every head first; 0: (tiles, B·H), as before session 17
 //	GODDP_FLASH_MINBLOCKS=F,Q,K    __launch_bounds__' blocks per SM for the forward, dq and dk/dv
 //	                               kernels (each 1..8; e.g. 4,4,3: at most 128, 128, 168 registers)
 //
-// Unset: the kernels as they were (tiles × B·H, no register cap). Not yet run on a GPU.
+// Measured on an H100 in session 17 (docs/perf-gpu.md): tile-major −0.6% at batch 16 and −2%
+// at batch 8 in two calls, the same bits (TestCUDA_flashOptionsSameBits), so it is the default;
+// MINBLOCKS 4,4,3 spills dq and dk/dv (88 and 24 local bytes) and is +0.4% slower, the forward
+// alone at 4 blocks (4,3,2) no faster: unset (no register cap) stays the default.
 func flashOptions() (opts []string, tileMajor bool, err error) {
 	switch v := os.Getenv("GODDP_FLASH_TILE_MAJOR"); v {
-	case "", "0":
-	case "1":
+	case "0":
+	case "", "1":
 		tileMajor = true
 		opts = append(opts, "-DFLASH_TILE_MAJOR=1")
 	default:

@@ -606,10 +606,30 @@ __global__ void k_unscale(void* x, int dx, long n, float inv, float* found) {
 	}
 	if (bad) found[0] = 1.f;
 }
-__global__ void k_adamw(float* p, const float* g, float* m, float* v, half_t* h, long n,
-		float lr, float b1, float b2, float eps, float wd, float bc1, float bc2) {
+// gs multiplies each gradient element first (AdamWArgs.GradScale; 1 when none: g·1 is g), the
+// product a scaling pass would have written: gradient clipping folded into the step.
+// k_unscale_sumsq: k_unscale and k_sum_part's squares in one read of x (f32): x *= inv, found set
+// on an inf or NaN, per-block float64 partials of the unscaled values' squares into part. Launched
+// on k_sum_part's grid, each thread visits the indices k_sum_part's would in the same order and
+// squares the very f32 value k_unscale stores, so k_sum_finish gives SumSquares' bits.
+__global__ void k_unscale_sumsq(double* part, float* x, long n, float inv, float* found) {
+	bool bad = false;
+	double s = 0.0;
 	FOR(i, n) {
-		float gi = g[i];
+		float v = x[i] * inv;
+		if (!isfinite(v)) bad = true;
+		x[i] = v;
+		double w = v;
+		s += w * w;
+	}
+	if (bad) found[0] = 1.f;
+	s = blockSumD(s);
+	if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+__global__ void k_adamw(float* p, const float* g, float* m, float* v, half_t* h, long n,
+		float lr, float b1, float b2, float eps, float wd, float bc1, float bc2, float gs) {
+	FOR(i, n) {
+		float gi = g[i] * gs;
 		float mi = b1 * m[i] + (1.f - b1) * gi;
 		float vi = b2 * v[i] + (1.f - b2) * gi * gi;
 		m[i] = mi; v[i] = vi;
@@ -624,12 +644,12 @@ __global__ void k_adamw(float* p, const float* g, float* m, float* v, half_t* h,
 // runs[0] >> 1 == 0. Each thread's indices only grow, so it walks its run index forward.
 __global__ void k_adamw_multi(float* p, const float* g, float* m, float* v, half_t* h, long n,
 		const long long* runs, int nruns,
-		float lr, float b1, float b2, float eps, float wdecay, float bc1, float bc2) {
+		float lr, float b1, float b2, float eps, float wdecay, float bc1, float bc2, float gs) {
 	int r = 0;
 	FOR(i, n) {
 		while (r + 1 < nruns && (runs[r + 1] >> 1) <= (long long)i) r++;
 		float wd = (runs[r] & 1) ? wdecay : 0.f;
-		float gi = g[i];
+		float gi = g[i] * gs;
 		float mi = b1 * m[i] + (1.f - b1) * gi;
 		float vi = b2 * v[i] + (1.f - b2) * gi * gi;
 		m[i] = mi; v[i] = vi;

@@ -474,7 +474,35 @@ func (d *Device) sum(out, x *tensor.Tensor, sq int) {
 }
 
 func (d *Device) SumSquares(out, x *tensor.Tensor) { d.sum(out, x, 1) }
-func (d *Device) Sum(out, x *tensor.Tensor)        { d.sum(out, x, 0) }
+
+// UnscaleCheckSumSquares is tensor.UnscaleSquarer: k_unscale_sumsq on d.sum's grid, then
+// k_sum_finish — UnscaleCheck then SumSquares in one read of x, the same bits. f32 x only (the
+// gradient slab); other dtypes take the two passes.
+func (d *Device) UnscaleCheckSumSquares(x *tensor.Tensor, inv float32, found, sq *tensor.Tensor) {
+	if x.DType() != tensor.F32 {
+		d.UnscaleCheck(x, inv, found)
+		d.SumSquares(sq, x)
+		return
+	}
+	if found.DType() != tensor.F32 || found.Len() < 1 || sq.DType() != tensor.F32 || sq.Len() < 1 {
+		panic(fmt.Sprintf("cuda: UnscaleCheckSumSquares: found %s, sq %s", found, sq))
+	}
+	if x.Len() == 0 {
+		return
+	}
+	blocks := max(1, min((x.Len()+1023)/1024, d.sms*4)) // d.sum's grid: its bits
+	part := d.scratch(2 * blocks)                       // doubles
+	d.launch("k_unscale_sumsq", [3]int{blocks, 1, 1}, [3]int{256, 1, 1}, 0, ptra(part), ptra(x), u64a(uint64(x.Len())), f32a(inv), ptra(found))
+	d.launch("k_sum_finish", [3]int{1, 1, 1}, [3]int{256, 1, 1}, 0, ptra(sq), ptra(part), i32a(blocks))
+	d.Free(part)
+}
+
+// FusesUnscaleSquares is tensor.UnscaleSquarer's switch: on unless GODDP_CLIP_FUSED=0 (env.go).
+func (d *Device) FusesUnscaleSquares() bool { return clipFused() }
+
+var _ tensor.UnscaleSquarer = (*Device)(nil)
+
+func (d *Device) Sum(out, x *tensor.Tensor) { d.sum(out, x, 0) }
 
 var _ tensor.SquareSummer = (*Device)(nil)
 
@@ -521,11 +549,10 @@ func f32Only(op string, ts ...*tensor.Tensor) {
 func (d *Device) AdamW(p, g, m, v, half *tensor.Tensor, a tensor.AdamWArgs) {
 	tensor.CheckLen("AdamW", p, g, m, v)
 	f32Only("AdamW", p, g, m, v)
-	noGradScale(a)
 	hp := halfArg("AdamW", p, half)
 	if p.Len() > 0 {
 		d.launch1(kn("k_adamw", half), p.Len(), ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.Len())),
-			f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2))
+			f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2), f32a(gradScale(a)))
 	}
 }
 
@@ -554,25 +581,30 @@ func (d *Device) AdamWTable(runs []tensor.AdamWRun) *tensor.Tensor {
 func (d *Device) AdamWRuns(p, g, m, v, half *tensor.Tensor, runs []tensor.AdamWRun, table *tensor.Tensor, a tensor.AdamWArgs) {
 	tensor.CheckLen("AdamW", p, g, m, v)
 	f32Only("AdamW", p, g, m, v)
-	noGradScale(a)
 	hp := halfArg("AdamW", p, half)
 	if p.Len() == 0 {
 		return
 	}
 	checkRuns("AdamWRuns", p, runs, table)
 	d.launch1(kn("k_adamw_multi", half), p.Len(), ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.Len())), ptra(table), i32a(len(runs)),
-		f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2))
+		f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2), f32a(gradScale(a)))
 }
 
 var _ tensor.MultiAdamW = (*Device)(nil)
 
-// noGradScale refuses AdamWArgs.GradScale: the CUDA kernels do not take it yet (the device is not
-// tensor.GradScaledAdamW, so model.AdamW scales the gradients in a pass of their own instead).
-func noGradScale(a tensor.AdamWArgs) {
-	if a.GradScale != 0 {
-		panic("cuda: AdamW with a GradScale: the kernels take none (the device is not tensor.GradScaledAdamW)")
+// gradScale is the kernels' gs: AdamWArgs.GradScale, 1 when it is 0 (none; g·1 is g, bit for bit).
+func gradScale(a tensor.AdamWArgs) float32 {
+	if a.GradScale == 0 {
+		return 1
 	}
+	return a.GradScale
 }
+
+// GradScaledAdamW is tensor.GradScaledAdamW's switch: on unless GODDP_CLIP_FUSED=0 (env.go): the
+// optimizer folds gradient clipping into its step (the kernels always honour AdamWArgs.GradScale).
+func (d *Device) GradScaledAdamW() bool { return clipFused() }
+
+var _ tensor.GradScaledAdamW = (*Device)(nil)
 
 // SGDRuns is SGD over whole slabs in one launch of k_sgd_multi (table: AdamWTable of runs), the
 // weight decay per run, otherwise k_sgd's arithmetic: 108 launches a ResNet-50 step become one.
@@ -593,9 +625,8 @@ func (d *Device) SGDRuns(p, g, mom, half *tensor.Tensor, runs []tensor.AdamWRun,
 		f32a(a.LR), f32a(a.Momentum), f32a(a.WeightDecay), i32a(b2i(a.Nesterov)))
 }
 
-// FusesSGD is tensor.MultiSGD's switch: GODDP_SGD_MULTI=1 (env.go). Off by default: k_sgd_multi's
-// own test passed on an H100 and ddptrain's ResNet-50 ran with it (session 13), but the whole
-// `-tags cuda` suite has not yet run on a GPU with it.
+// FusesSGD is tensor.MultiSGD's switch: on unless GODDP_SGD_MULTI=0 (env.go; the whole `-tags
+// cuda` suite passed with it on an H100 in session 17).
 func (d *Device) FusesSGD() bool { return sgdMulti() }
 
 var _ tensor.MultiSGD = (*Device)(nil)

@@ -160,6 +160,16 @@ type FlashForwardRower interface {
 	SetFlashForwardRows(rows int) error
 }
 
+// UnscaleSquarer is an optional ability of a device that unscales, checks and sums the squares of
+// a gradient slab in one read: UnscaleCheckSumSquares(x, inv, found, sq) does what
+// UnscaleCheck(x, inv, found) then SumSquares(sq, x) would, the same bits (the mixed-precision
+// step's clipping norm without a pass of its own). FusesUnscaleSquares reports whether callers
+// should take it (the CUDA device: unless GODDP_CLIP_FUSED=0).
+type UnscaleSquarer interface {
+	UnscaleCheckSumSquares(x *Tensor, inv float32, found, sq *Tensor)
+	FusesUnscaleSquares() bool
+}
+
 // SquareSummer is an optional ability of a device that hands back a sum of squares in float64
 // (the CUDA device; the CPU device too): SumSquaresF64 adds, in xs's order, each tensor's Σ v²
 // computed in float64, and returns the float64 total after one wait. ddp's sharded ClipGradNorm
