@@ -241,10 +241,10 @@ func TestFlashOptions_parse(t *testing.T) {
 		want       string
 		major      bool
 	}{
-		{"", "", "", false},
+		{"", "", "-DFLASH_TILE_MAJOR=1", true}, // the default since session 17
 		{"0", "", "", false},
 		{"1", "", "-DFLASH_TILE_MAJOR=1", true},
-		{"", "4,4,3", "-DFLASH_FWD_MINB=,4 -DFLASH_DQ_MINB=,4 -DFLASH_DKDV_MINB=,3", false},
+		{"0", "4,4,3", "-DFLASH_FWD_MINB=,4 -DFLASH_DQ_MINB=,4 -DFLASH_DKDV_MINB=,3", false},
 		{"1", " 2, 2 ,1", "-DFLASH_TILE_MAJOR=1 -DFLASH_FWD_MINB=,2 -DFLASH_DQ_MINB=,2 -DFLASH_DKDV_MINB=,1", true},
 	} {
 		t.Setenv("GODDP_FLASH_TILE_MAJOR", c.tile)
