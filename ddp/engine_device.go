@@ -546,8 +546,8 @@ func (e *Engine) gatherParamsDevice(ctx context.Context) error {
 		return err
 	}
 	p.stream.Join()
-	if e.ps.Half != nil {
-		e.masterStale = true
+	if e.ps.Half != nil && !e.ps.MasterSharded() {
+		e.masterStale = true // as GatherParams's host path: a sharded master has no stale copy to gather
 	}
 	return nil
 }

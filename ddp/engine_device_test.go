@@ -606,7 +606,7 @@ func TestEngineDevice_launchesInIndexOrder(t *testing.T) {
 // bit-identical to the device path unsharded — weights, 16-bit copy, gradient norms, AdamW's m and
 // v — since the same reduce computes the owned segments, the update is elementwise and the gathers
 // copy bits: f32, f16 (with the loss scaler) and bf16, W 2 and 4, accumulation, clipping, several
-// channels.
+// channels; with the f32 master sharded too (ddp.shard_master) for f16 and bf16.
 func TestShardDevice_bitIdenticalToUnsharded(t *testing.T) {
 	type tc struct {
 		compute tensor.DType
@@ -635,6 +635,17 @@ func TestShardDevice_bitIdenticalToUnsharded(t *testing.T) {
 						if sharded[r].hash != sharded[0].hash {
 							t.Errorf("rank %d's param_sha256 differs from rank 0's", r)
 						}
+					}
+					if c.compute == tensor.F32 {
+						return
+					}
+					// ddp.shard_master too (the f32 master for the shard only): the replica
+					// check gathers it from the owners (stage 3's H100 run panicked here when the
+					// device gathers marked a sharded master stale).
+					sc.shardMaster = true
+					master := runShardWorld(t, sc, d)
+					if !t.Failed() {
+						checkSame(t, plain, master)
 					}
 				})
 			}
