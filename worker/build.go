@@ -342,9 +342,10 @@ func buildSchedule(cfg *Config, total int) (model.Schedule, error) {
 
 // shardMaster is ddp.shard_master resolved for the optimizer's shard (nil: unsharded or alone,
 // never). Under fp16 and bf16 only (fp32's forward reads the f32 master: the config refuses on
-// there). auto is on where it has run: the CPU device (tensor.HostMemory); off on a device
-// without it (--device cuda: its shard tests and stage-3 rows ran on an H100 in session 13, the
-// whole -tags cuda suite not yet; on is the user's choice there). docs/perf-memory.md.
+// there). auto is on where it has run: the CPU device (tensor.HostMemory), and --device cuda
+// under fp16 (the whole -tags cuda suite passed with it on an H100 in session 17, and stage 3's
+// rows: the step of the unsharded master, 0.3-0.35 GiB less a rank); cuda under bf16 has not run,
+// so on is the user's choice there. docs/perf-memory.md.
 func (t *Trainer) shardMaster(shard *model.Shard) bool {
 	if shard == nil || t.cfg.Precision == config.FP32 {
 		return false
@@ -356,14 +357,23 @@ func (t *Trainer) shardMaster(shard *model.Shard) bool {
 		return false
 	}
 	_, host := t.dev.(tensor.HostMemory)
-	return host
+	return host || t.cfg.Precision == config.FP16
 }
 
-// uploadAhead is data.upload_ahead resolved: auto is off until a GPU run has measured it (it
-// pays where the device copies while it computes: --device cuda); on works on every device (the
-// CPU's uploads are copies made at once, so there it only costs the second buffers).
+// uploadAhead is data.upload_ahead resolved: auto is on where the device copies while it
+// computes (not tensor.HostMemory: --device cuda, where an H100 measured ResNet-50's b64 step
+// 17.45 -> 16.74 ms in session 17, docs/perf-resnet-gpu.md) and off on the CPU device, whose
+// uploads are copies made at once (there it would only cost the second buffers); on works on
+// every device.
 func uploadAhead(cfg *Config, dev tensor.Device) bool {
-	return config.UploadAhead(cfg.Data.UploadAhead) == config.UploadAheadOn
+	switch config.UploadAhead(cfg.Data.UploadAhead) {
+	case config.UploadAheadOn:
+		return true
+	case config.UploadAheadOff:
+		return false
+	}
+	_, host := dev.(tensor.HostMemory)
+	return !host
 }
 
 // overlapGather is ddp.overlap_gather resolved. auto is on where the overlap measured faster:

@@ -209,7 +209,7 @@ type DataConfig struct {
 	// upload_ahead: auto | on | off. The next micro-batch uploaded to the device while the
 	// current one's backward runs (a second set of input buffers: one micro-batch of inputs more
 	// on the device), instead of at the start of its own micro-step, where forward waits for it.
-	// The same batches, the same bits. auto: off until a GPU run has measured it (worker's
+	// The same batches, the same bits. auto: on for --device cuda, off on the CPU (worker's
 	// uploadAhead). Default auto.
 	UploadAhead UploadAhead `yaml:"upload_ahead,omitempty"`
 }

@@ -9,10 +9,11 @@ import "gopkg.in/yaml.v3"
 type ShardMaster string
 
 const (
-	// ShardMasterAuto: on with the CPU device, off with --device cuda, where it has not yet run
-	// on a GPU. Worker's shardMaster decides.
+	// ShardMasterAuto: on with the CPU device, and with --device cuda under fp16 (the whole
+	// -tags cuda suite and stage 3's rows ran with it, session 17); off for cuda under bf16, not
+	// yet run on a GPU. Worker's shardMaster decides.
 	ShardMasterAuto ShardMaster = "auto"
-	// ShardMasterOn: on with any device (on cuda: not yet run on a GPU); refused under fp32, where
+	// ShardMasterOn: on with any device (cuda bf16: not yet run on a GPU); refused under fp32, where
 	// forward reads the f32 master as the weights, and without ddp.shard_optimizer.
 	ShardMasterOn  ShardMaster = "on"
 	ShardMasterOff ShardMaster = "off"
