@@ -92,6 +92,10 @@ type Block struct {
 	Epilogue tensor.EpilogueDevice
 	// KeepAttn (with Ckpt): keep the fused attention's y and lse through the checkpoint.
 	KeepAttn bool
+	// Fold, when not nil, folds the bias adds into the passes that read their results: the fc's
+	// into GELU, the projections' into the residual adds (without residual dropout only):
+	// tensor.BiasFolder, the same bits (the device's FoldsBias at construction: foldsBias).
+	Fold tensor.BiasFolder
 	// dropout sites
 	siteAtt, siteRes1, siteRes2 string
 }
@@ -148,15 +152,24 @@ func (b *Block) forward(x *tensor.Tensor, seed uint64, train, out bool, kept *At
 	a.Mean1 = dev.Alloc(tensor.F32, b.Tag+".ln1.mean", B, T)
 	a.Rstd1 = dev.Alloc(tensor.F32, b.Tag+".ln1.rstd", B, T)
 	b.LN1.Forward(a.LN1, a.Mean1, a.Rstd1, x)
+	// fold: the bias adds in the passes that read their results (tensor.BiasFolder): the
+	// projections' into the residual adds (only without residual dropout between them), the fc's
+	// into GELU. The same bits as the separate passes.
+	fold := b.Fold
+	foldRes := fold != nil && a.P == 0
 	att := dev.Alloc(dt, b.Tag+".attn.out", B, T, C)
 	if kept != nil {
-		a.Attn = b.Attn.forwardKept(att, a.LN1, kept)
+		a.Attn = b.Attn.forwardKept(att, a.LN1, kept, !foldRes)
 	} else {
-		a.Attn = b.Attn.Forward(att, a.LN1, a.P, tensor.DeriveSeed(seed, b.siteAtt))
+		a.Attn = b.Attn.forward(att, a.LN1, a.P, tensor.DeriveSeed(seed, b.siteAtt), !foldRes)
 	}
-	att = dropoutNew(att, a.P, tensor.DeriveSeed(seed, b.siteRes1))
 	a.Res1 = dev.Alloc(dt, b.Tag+".res1", B, T, C)
-	ResidualForward(dev, a.Res1, x, att)
+	if foldRes { // Res1 = x + (att + b)
+		fold.AddBiasAdd(a.Res1, x, att, b.Attn.Proj.bias())
+	} else {
+		att = dropoutNew(att, a.P, tensor.DeriveSeed(seed, b.siteRes1))
+		ResidualForward(dev, a.Res1, x, att)
+	}
 	dev.Free(att)
 
 	a.LN2 = dev.Alloc(dt, b.Tag+".ln2", B, T, C)
@@ -165,9 +178,13 @@ func (b *Block) forward(x *tensor.Tensor, seed uint64, train, out bool, kept *At
 	b.LN2.Forward(a.LN2, a.Mean2, a.Rstd2, a.Res1)
 	a.FC = dev.Alloc(dt, b.Tag+".mlp.fc", B, T, 4*C)
 	a.Gelu = dev.Alloc(dt, b.Tag+".mlp.gelu", B, T, 4*C)
-	if ed := b.Epilogue; ed != nil { // a.FC is the pre-GELU activation the GEMM keeps as aux
-		ed.LinearBiasGELU(a.Gelu, a.FC, a.LN2, b.FC.W.Compute(), b.FC.bias())
-	} else {
+	switch {
+	case b.Epilogue != nil: // a.FC is the pre-GELU activation the GEMM keeps as aux
+		b.Epilogue.LinearBiasGELU(a.Gelu, a.FC, a.LN2, b.FC.W.Compute(), b.FC.bias())
+	case fold != nil:
+		b.FC.product(a.FC, a.LN2)
+		fold.AddBiasGELU(a.FC, a.Gelu, b.FC.bias())
+	default:
 		b.FC.Forward(a.FC, a.LN2)
 		GELUForward(dev, a.Gelu, a.FC)
 	}
@@ -175,9 +192,16 @@ func (b *Block) forward(x *tensor.Tensor, seed uint64, train, out bool, kept *At
 		return a
 	}
 	mlp := dev.Alloc(dt, b.Tag+".mlp.out", B, T, C)
-	if ed := b.Epilogue; ed != nil {
-		ed.LinearBias(mlp, a.Gelu, b.Proj.W.Compute(), b.Proj.bias())
-	} else {
+	switch {
+	case b.Epilogue != nil:
+		b.Epilogue.LinearBias(mlp, a.Gelu, b.Proj.W.Compute(), b.Proj.bias())
+	case foldRes: // Out = Res1 + (mlp + b)
+		b.Proj.product(mlp, a.Gelu)
+		a.Out = dev.Alloc(dt, b.Tag+".out", B, T, C)
+		fold.AddBiasAdd(a.Out, a.Res1, mlp, b.Proj.bias())
+		dev.Free(mlp)
+		return a
+	default:
 		b.Proj.Forward(mlp, a.Gelu)
 	}
 	mlp = dropoutNew(mlp, a.P, tensor.DeriveSeed(seed, b.siteRes2))
@@ -185,6 +209,18 @@ func (b *Block) forward(x *tensor.Tensor, seed uint64, train, out bool, kept *At
 	ResidualForward(dev, a.Out, a.Res1, mlp)
 	dev.Free(mlp)
 	return a
+}
+
+// foldsBias is dev's tensor.BiasFolder when the block may fold its bias adds (Block.Fold): the
+// device asks for it (FoldsBias), the linears have biases, and no GEMM epilogue adds them
+// instead; else nil.
+func (b *Block) foldsBias(dev tensor.Device) tensor.BiasFolder {
+	f, ok := dev.(tensor.BiasFolder)
+	if !ok || !f.FoldsBias() || b.Epilogue != nil || b.Attn.Proj.Epilogue != nil ||
+		b.FC.B == nil || b.Proj.B == nil || b.Attn.Proj.B == nil {
+		return nil
+	}
+	return f
 }
 
 // epilogueOf is dev's fused-epilogue ability when use asks for it and dev has it, else nil (the
@@ -331,6 +367,7 @@ func NewGPT(dev tensor.Device, cfg GPTConfig, seed uint64) (*GPT, error) {
 		b.KeepAttn = cfg.CheckpointKeepAttn
 		b.Epilogue = epilogueOf(dev, cfg.GemmEpilogue)
 		b.Attn.QKV.Epilogue, b.Attn.Proj.Epilogue = b.Epilogue, b.Epilogue
+		b.Fold = b.foldsBias(dev)
 		m.Blocks = append(m.Blocks, b)
 	}
 	m.LnF = NewLayerNorm(m.ps, "lnf", C)

@@ -101,6 +101,12 @@ func (a *Attention) scale() float32 { return float32(1 / math.Sqrt(float64(a.C/a
 // Forward: out (B,T,C) from x (B,T,C). The returned acts hold device memory until Backward or Free.
 // p (a.P in training, 0 in evaluation) and seed drive attention dropout.
 func (a *Attention) Forward(out, x *tensor.Tensor, p float32, seed uint64) *AttentionActs {
+	return a.forward(out, x, p, seed, true)
+}
+
+// forward is Forward; with bias false the projection's bias is left out of out, for the caller
+// to fold into the residual add (Block.forward, tensor.BiasFolder).
+func (a *Attention) forward(out, x *tensor.Tensor, p float32, seed uint64, bias bool) *AttentionActs {
 	dev := x.Device()
 	B, T, C := x.Dim(0), x.Dim(1), x.Dim(2)
 	H, hs := a.Heads, C/a.Heads
@@ -114,7 +120,7 @@ func (a *Attention) Forward(out, x *tensor.Tensor, p float32, seed uint64) *Atte
 		s.LSE = dev.Alloc(tensor.F32, a.Tag+".lse", B, H, T)
 		s.Y = dev.Alloc(dt, a.Tag+".y", B, T, C)
 		dev.FlashAttention(s.Y, s.LSE, qkv, H, a.scale())
-		a.Proj.Forward(out, s.Y)
+		a.project(out, s.Y, bias)
 		return s
 	}
 	s.Q = dev.Alloc(dt, a.Tag+".q", B, H, T, hs)
@@ -143,20 +149,29 @@ func (a *Attention) Forward(out, x *tensor.Tensor, p float32, seed uint64) *Atte
 	dev.Permute0213(s.Y.Reshape(B, T, H, hs), yh)
 	dev.Free(yh)
 
-	a.Proj.Forward(out, s.Y)
+	a.project(out, s.Y, bias)
 	return s
 }
 
+// project is the output projection out = y·Wᵀ (+ b when bias).
+func (a *Attention) project(out, y *tensor.Tensor, bias bool) {
+	if bias {
+		a.Proj.Forward(out, y)
+	} else {
+		a.Proj.product(out, y)
+	}
+}
+
 // forwardKept redoes a fused forward whose y and lse were kept (a checkpointed block's recompute
-// with KeepAttn): qkv, which the backward reads, and the projection into out. kept's tensors
-// become the returned acts'.
-func (a *Attention) forwardKept(out, x *tensor.Tensor, kept *AttentionActs) *AttentionActs {
+// with KeepAttn): qkv, which the backward reads, and the projection into out (its bias left out
+// unless bias, as forward's). kept's tensors become the returned acts'.
+func (a *Attention) forwardKept(out, x *tensor.Tensor, kept *AttentionActs, bias bool) *AttentionActs {
 	dev := x.Device()
 	B, T, C := x.Dim(0), x.Dim(1), x.Dim(2)
 	s := &AttentionActs{P: kept.P, Seed: kept.Seed, Y: kept.Y, LSE: kept.LSE}
 	s.QKV = dev.Alloc(out.DType(), a.Tag+".qkv", B, T, 3*C)
 	a.QKV.Forward(s.QKV, x)
-	a.Proj.Forward(out, s.Y)
+	a.project(out, s.Y, bias)
 	return s
 }
 

@@ -58,6 +58,12 @@ func (l *Linear) Forward(y, x *tensor.Tensor) {
 	LinearForward(x.Device(), y, x, l.W.Compute(), l.bias())
 }
 
+// product is Forward without the bias add: y = x·Wᵀ, for a caller that folds the bias into the
+// pass reading y (tensor.BiasFolder). Not with an Epilogue (which adds the bias in the GEMM).
+func (l *Linear) product(y, x *tensor.Tensor) {
+	x.Device().MatMul(y, x, l.W.Compute(), false, true, 1, 0)
+}
+
 // Backward writes dx (R,In) (nil skips it) and accumulates the parameter gradients from dy (R,Out)
 // and the forward's input x (R,In); then both parameters are ready.
 func (l *Linear) Backward(dx, dy, x *tensor.Tensor) {

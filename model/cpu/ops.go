@@ -510,6 +510,53 @@ func (c *Device) UnscaleCheck(x *tensor.Tensor, inv float32, found *tensor.Tenso
 	}
 }
 
+// AddBiasGELU is tensor.BiasFolder's: AddBias then GELU (the CPU gains nothing from one pass;
+// the model's path through it is the CUDA device's).
+func (c *Device) AddBiasGELU(h, g, bias *tensor.Tensor) {
+	c.AddBias(h, bias)
+	c.GELU(g, h)
+}
+
+// AddBiasAdd is tensor.BiasFolder's: y + bias in float32, rounded to y's dtype as AddBias's
+// store would round it, then Add's sum — without writing y.
+func (c *Device) AddBiasAdd(out, x, y, bias *tensor.Tensor) {
+	tensor.CheckLen("AddBiasAdd", out, x, y)
+	r, cols := tensor.MatDims(y)
+	if bias.Len() != cols {
+		panic(fmt.Sprintf("cpu: AddBiasAdd: %s has %d columns, bias %s", y, cols, bias))
+	}
+	ys, xs, bs := read(y), read(x), read(bias)[:cols]
+	half, round := y.DType(), isHalf(y.DType())
+	os := outBuf(out, false)
+	c.parallel(r, max(1, (1<<14)/max(cols, 1)), func(lo, hi int) {
+		t := make([]float32, cols)
+		var h []uint16
+		if round {
+			h = make([]uint16, cols)
+		}
+		for i := lo; i < hi; i++ {
+			yr, xr, or := ys[i*cols:(i+1)*cols], xs[i*cols:(i+1)*cols], os[i*cols:(i+1)*cols]
+			for j, b := range bs {
+				t[j] = yr[j] + b // AddBias's sum
+			}
+			if round { // AddBias's store into y's dtype
+				formatOf(half).Encode(h, t)
+				formatOf(half).Decode(t, h)
+			}
+			for j := range or {
+				or[j] = xr[j] + t[j] // Add's
+			}
+		}
+	})
+	commit(out, os)
+}
+
+// FoldsBias: the model takes the folds on the CPU device (the same bits), so its path is tested;
+// GODDP_BIAS_FOLD=0 turns them off (env.go; a test compares both).
+func (c *Device) FoldsBias() bool { return biasFold() }
+
+var _ tensor.BiasFolder = (*Device)(nil)
+
 // UnscaleCheckSumSquares is tensor.UnscaleSquarer: UnscaleCheck then SumSquares, two passes (the
 // CPU gains nothing from one; the trainer's path through it is the CUDA device's).
 func (c *Device) UnscaleCheckSumSquares(x *tensor.Tensor, inv float32, found, sq *tensor.Tensor) {

@@ -20,6 +20,7 @@ import (
 //	GODDP_BN_RELU=0   the ResNet's ReLUs as passes of their own, not folded into the batch norms' (conv.go)
 //	GODDP_SGD_MULTI=0 SGD per parameter run, not k_sgd_multi's one launch (ops.go; one launch is the default since session 17's whole suite)
 //	GODDP_CLIP_FUSED=0 gradient clipping by passes of its own (the norm's, the scaling's), not folded into the scaler's check and AdamW's step (ops.go; the same bits; folded is the default since session 17)
+//	GODDP_BIAS_FOLD=1 the GPT blocks' bias adds folded into GELU and the residual adds, k_addbias_gelu8 and k_addbias_add8 (ops.go; the same bits; not yet run on a GPU)
 //	GODDP_COLSUM_VEC=1 column sums (bias gradients) 8 columns a thread, k_colsum_part8 (ops.go; the same bits; measured no faster on an H100, its test not yet run)
 //	GODDP_FLASH_CARVEOUT=N the fused attention kernels' preferred shared-memory carveout, percent of the SM's L1/shared (flash.go; read at load; not yet run on a GPU)
 //	GODDP_FLASH_TILE_MAJOR=0 the attention kernels' grid (tiles, B·H), not (B·H, tiles) with every head's longest tile first (flashOptions; the default since session 17's H100 A/B)
@@ -88,6 +89,13 @@ func sgdMulti() bool { return os.Getenv("GODDP_SGD_MULTI") != "0" }
 // (the optimizer span 2.48 -> 2.00, the check's 0.46 -> 0.58: docs/perf-gpu.md);
 // GODDP_CLIP_FUSED=0 keeps the passes. Read at each call, so a test can set it.
 func clipFused() bool { return os.Getenv("GODDP_CLIP_FUSED") != "0" }
+
+// biasFold reports whether GODDP_BIAS_FOLD=1 asked for the bias adds folded into the passes
+// that read their results (tensor.BiasFolder: a GPT block's fc bias into GELU, the attention's
+// and the MLP's projection biases into the residual adds): ~2.4 GB less traffic and 36 launches
+// fewer a GPT-2 small step at b16 (docs/perf-gpu.md, "Plan: the bias adds folded"). The same bits
+// (TestCUDA_biasFoldSameBits). Not yet run on a GPU. Read at each call, so a test can set it.
+func biasFold() bool { return os.Getenv("GODDP_BIAS_FOLD") == "1" }
 
 // KernelCacheDir is where compiled kernels are kept: $XDG_CACHE_HOME/goddp/kernels, by default
 // ~/.cache/goddp/kernels.

@@ -774,6 +774,37 @@ __global__ void k_gelu8(void* y, int dy, const void* x, int dx, int n8) {
 		for (int k = 0; k < 8; k++) v[k] = gelu_f(v[k]);
 		st8(y, dy, i, v); }
 }
+// rnd8: v as st8 then ld8 would leave it: rounded to the module's half when dt is not f32.
+__device__ __forceinline__ void rnd8(int dt, float* v) {
+	if (dt != 0) {
+		#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] = h2f(f2h(v[k]));
+	}
+}
+// k_addbias_gelu8: k_addbias8 on h, then k_gelu8 from h into g, in one pass (tensor.BiasFolder):
+// g is GELU of the value h holds after its store, so the two kernels' bits, one read of h fewer.
+__global__ void k_addbias_gelu8(void* h, int dh, void* g, int dg, const void* b, int db, int n8, int C) {
+	FOR8(i, n8) { float v[8], u[8]; ld8(h, dh, i, v); ld8(b, db, i % C, u);
+		#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] += u[k];
+		st8(h, dh, i, v);
+		rnd8(dh, v);
+		#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] = gelu_f(v[k]);
+		st8(g, dg, i, v); }
+}
+// k_addbias_add8: o = x + (y + b) (tensor.BiasFolder): y + b rounded to y's dtype as
+// k_addbias8's store leaves it, then k_add8's sum; y itself is not written. The two kernels'
+// bits, without y's write and second read.
+__global__ void k_addbias_add8(void* o, int dout, const void* x, int dx, const void* y, int dy, const void* b, int db, int n8, int C) {
+	FOR8(i, n8) { float v[8], u[8], w[8]; ld8(y, dy, i, v); ld8(b, db, i % C, u); ld8(x, dx, i, w);
+		#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] += u[k];
+		rnd8(dy, v);
+		#pragma unroll
+		for (int k = 0; k < 8; k++) w[k] += v[k];
+		st8(o, dout, i, w); }
+}
 __global__ void k_gelu_bwd8(void* dxp, int ddx, const void* dyp, int ddy, const void* x, int dxt, int n8) {
 	FOR8(i, n8) { float v[8], g[8]; ld8(x, dxt, i, v); ld8(dyp, ddy, i, g);
 		#pragma unroll

@@ -120,6 +120,49 @@ func (d *Device) AddBias(y, bias *tensor.Tensor) {
 	}
 }
 
+// AddBiasGELU is tensor.BiasFolder's: k_addbias_gelu8 where the 8-wide kernels apply (else
+// AddBias then GELU): the two passes' bits in one.
+func (d *Device) AddBiasGELU(h, g, bias *tensor.Tensor) {
+	_, cols := tensor.MatDims(h)
+	tensor.CheckLen("AddBiasGELU", h, g)
+	if bias.Len() != cols {
+		panic(fmt.Sprintf("cuda: AddBiasGELU: %s has %d columns, bias %s", h, cols, bias))
+	}
+	tensor.CheckFloat("AddBiasGELU", h, g, bias)
+	if cols%8 != 0 || !vec8(h.Len(), h, g, bias) {
+		d.AddBias(h, bias)
+		d.GELU(g, h)
+		return
+	}
+	d.launch1(kn("k_addbias_gelu8", h, g, bias), h.Len()/8, ptra(h), dta(h), ptra(g), dta(g), ptra(bias), dta(bias), i32a(h.Len()/8), i32a(cols))
+}
+
+// AddBiasAdd is tensor.BiasFolder's: k_addbias_add8 where the 8-wide kernels apply (else y + bias
+// into a temporary, then Add): out = x + (y + bias), y left as it was.
+func (d *Device) AddBiasAdd(out, x, y, bias *tensor.Tensor) {
+	_, cols := tensor.MatDims(y)
+	tensor.CheckLen("AddBiasAdd", out, x, y)
+	if bias.Len() != cols {
+		panic(fmt.Sprintf("cuda: AddBiasAdd: %s has %d columns, bias %s", y, cols, bias))
+	}
+	tensor.CheckFloat("AddBiasAdd", out, x, y, bias)
+	if cols%8 != 0 || !vec8(y.Len(), out, x, y, bias) {
+		t := d.Alloc(y.DType(), "bias.fold", y.Shape()...)
+		d.Copy(t, y)
+		d.AddBias(t, bias)
+		d.Add(out, x, t)
+		d.Free(t)
+		return
+	}
+	d.launch1(kn("k_addbias_add8", out, x, y, bias), y.Len()/8, ptra(out), dta(out), ptra(x), dta(x), ptra(y), dta(y), ptra(bias), dta(bias), i32a(y.Len()/8), i32a(cols))
+}
+
+// FoldsBias is tensor.BiasFolder's switch: GODDP_BIAS_FOLD=1 (env.go), off by default: not yet
+// run on a GPU.
+func (d *Device) FoldsBias() bool { return biasFold() }
+
+var _ tensor.BiasFolder = (*Device)(nil)
+
 func (d *Device) BiasGrad(db, dy *tensor.Tensor) {
 	r, cols := tensor.MatDims(dy)
 	if db.Len() != cols {

@@ -160,6 +160,22 @@ type FlashForwardRower interface {
 	SetFlashForwardRows(rows int) error
 }
 
+// BiasFolder is an optional ability of a device that folds a linear layer's bias add into the
+// pass that reads its result (a GPT block's MLP GELU and residual adds):
+//
+//	AddBiasGELU(h, g, bias): h (R,C) += bias; g = GELU(h) — AddBias(h, bias) then GELU(g, h)
+//	AddBiasAdd(out, x, y, bias): out = x + (y + bias), the sum y + bias rounded to y's dtype
+//	  first — AddBias(y, bias) then Add(out, x, y) — but y itself is left as it was
+//
+// the same bits as the two operations, one read of h (or a write and a read of y) fewer.
+// FoldsBias reports whether callers should take it (the CUDA device: GODDP_BIAS_FOLD=1 until a
+// GPU has run it).
+type BiasFolder interface {
+	AddBiasGELU(h, g, bias *Tensor)
+	AddBiasAdd(out, x, y, bias *Tensor)
+	FoldsBias() bool
+}
+
 // UnscaleSquarer is an optional ability of a device that unscales, checks and sums the squares of
 // a gradient slab in one read: UnscaleCheckSumSquares(x, inv, found, sq) does what
 // UnscaleCheck(x, inv, found) then SumSquares(sq, x) would, the same bits (the mixed-precision

@@ -1,0 +1,149 @@
+package model
+
+import (
+	"fmt"
+	"math/rand"
+	"slices"
+	"testing"
+
+	"github.com/goddp/goddp/model/cpu"
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// countingFold is the CPU device with its bias folds counted, so a test can tell they ran.
+type countingFold struct {
+	*cpu.Device
+	gelu, add int
+}
+
+func (d *countingFold) AddBiasGELU(h, g, bias *tensor.Tensor) {
+	d.gelu++
+	d.Device.AddBiasGELU(h, g, bias)
+}
+
+func (d *countingFold) AddBiasAdd(out, x, y, bias *tensor.Tensor) {
+	d.add++
+	d.Device.AddBiasAdd(out, x, y, bias)
+}
+
+// The bias adds folded into GELU and the residual adds (tensor.BiasFolder) train a GPT to the
+// same bits as the separate passes: losses and the parameters after AdamW steps, f32, f16 and
+// bf16, with and without checkpointing (whose recompute folds too), with residual dropout (then
+// only the fc's bias is folded: the dropout sits between a projection and its residual add); the
+// activation peak is no higher and the parameters report ready in the same order. The counters
+// show the folds ran: per block and step one AddBiasGELU and, without dropout, two AddBiasAdd
+// (a checkpoint's recompute adds one of each: it stops after GELU).
+func TestGPT_biasFoldSameAsSeparate(t *testing.T) {
+	type result struct {
+		losses []float32
+		params []float32
+		peak   int64
+		order  []string
+	}
+	const layers, steps = 3, 3
+	run := func(dev tensor.Device, compute tensor.DType, ckpt int, dropout float32) result {
+		cfg := GPTConfig{Layers: layers, Width: 16, Heads: 2, Context: 16, Vocab: 30, Dropout: dropout,
+			Compute: compute, Checkpoint: ckpt}
+		m, err := NewGPT(dev, cfg, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Free()
+		var r result
+		m.Params().OnGradReady = func(p *Param) { r.order = append(r.order, p.Name) }
+		opt, err := NewAdamW(m.Params(), AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer opt.Free()
+		rng := rand.New(rand.NewSource(11))
+		for range steps {
+			in := gptInputs(dev, rng, 3, 16, 30)
+			base := dev.Stats().Allocated
+			dev.ResetPeak()
+			r.order = r.order[:0]
+			loss, _ := lossAndGrads(m, in, 1)
+			r.peak = max(r.peak, dev.Stats().Peak-base)
+			r.losses = append(r.losses, loss)
+			opt.Step(1e-2)
+			dev.Free(in.Tokens)
+			dev.Free(in.Targets)
+		}
+		r.params = m.Params().Host()
+		return r
+	}
+	for _, compute := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
+		for _, ckpt := range []int{0, 1} {
+			for _, dropout := range []float32{0, 0.1} {
+				name := fmt.Sprintf("%s checkpoint %d dropout %g", compute, ckpt, dropout)
+				t.Setenv("GODDP_BIAS_FOLD", "0")
+				ref := run(cpu.New(), compute, ckpt, dropout)
+				t.Setenv("GODDP_BIAS_FOLD", "1")
+				dev := &countingFold{Device: cpu.New()}
+				got := run(dev, compute, ckpt, dropout)
+				if !sameBits(got.losses, ref.losses) || !sameBits(got.params, ref.params) {
+					t.Errorf("%s: folded losses %v vs %v, parameters rel %.3g: want bit-identical", name, got.losses, ref.losses, relNorm(got.params, ref.params))
+				}
+				if got.peak > ref.peak {
+					t.Errorf("%s: activation peak %s folded, %s not", name, tensor.FormatBytes(got.peak), tensor.FormatBytes(ref.peak))
+				}
+				if !slices.Equal(got.order, ref.order) {
+					t.Errorf("%s: ready order %v, want %v", name, got.order, ref.order)
+				}
+				n, adds := layers*steps, 2
+				if dropout > 0 {
+					adds = 0
+				}
+				if wantAdd := n * (adds + ckpt*adds/2); dev.gelu != n*(1+ckpt) || dev.add != wantAdd {
+					t.Errorf("%s: folds gelu %d add %d, want %d, %d", name, dev.gelu, dev.add, n*(1+ckpt), wantAdd)
+				}
+			}
+		}
+	}
+}
+
+// The folds are the two passes' bits on odd shapes too: AddBiasGELU against AddBias then GELU,
+// AddBiasAdd against AddBias then Add (y left as it was), f32, f16 and bf16.
+func TestCPU_biasFoldOps(t *testing.T) {
+	dev := cpu.New()
+	rng := rand.New(rand.NewSource(3))
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
+		for _, shape := range [][2]int{{7, 24}, {1, 5}, {33, 64}} {
+			r, c := shape[0], shape[1]
+			mk := func(n int) *tensor.Tensor {
+				v := make([]float32, n)
+				for i := range v {
+					v[i] = float32(rng.NormFloat64()) * 3
+				}
+				x := dev.Alloc(dt, "x", n)
+				dev.Upload(x, v)
+				return x
+			}
+			h, b, x := mk(r*c).Reshape(r, c), mk(c), mk(r*c).Reshape(r, c)
+			h2 := dev.Alloc(dt, "h2", r, c)
+			dev.Copy(h2, h)
+			g, g2 := dev.Alloc(dt, "g", r, c), dev.Alloc(dt, "g2", r, c)
+			y := dev.Alloc(dt, "y", r, c)
+			dev.Copy(y, h)
+			yBefore := tensor.ToHost(y)
+			out, out2 := dev.Alloc(dt, "o", r, c), dev.Alloc(dt, "o2", r, c)
+
+			dev.AddBiasGELU(h, g, b)
+			dev.AddBias(h2, b)
+			dev.GELU(g2, h2)
+			dev.AddBiasAdd(out, x, y, b)
+			if !sameBits(tensor.ToHost(y), yBefore) {
+				t.Fatalf("%s %v: AddBiasAdd wrote y", dt, shape)
+			}
+			dev.AddBias(y, b)
+			dev.Add(out2, x, y)
+			name := fmt.Sprintf("%s %dx%d", dt, r, c)
+			if !sameBits(tensor.ToHost(h), tensor.ToHost(h2)) || !sameBits(tensor.ToHost(g), tensor.ToHost(g2)) {
+				t.Errorf("%s: AddBiasGELU differs from AddBias then GELU", name)
+			}
+			if !sameBits(tensor.ToHost(out), tensor.ToHost(out2)) {
+				t.Errorf("%s: AddBiasAdd differs from AddBias then Add", name)
+			}
+		}
+	}
+}

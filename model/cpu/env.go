@@ -1,0 +1,13 @@
+package cpu
+
+import "os"
+
+// The environment the CPU device reads, all of it here:
+//
+//	GODDP_BIAS_FOLD=0  a GPT block's bias adds as passes of their own, not folded into GELU and
+//	                   the residual adds (tensor.BiasFolder; the same bits either way)
+
+// biasFold reports whether the model should fold the bias adds on the CPU device (FoldsBias):
+// on unless GODDP_BIAS_FOLD=0, so the model's folded path is what the CPU tests run. Read when a
+// model is built.
+func biasFold() bool { return os.Getenv("GODDP_BIAS_FOLD") != "0" }

@@ -1,0 +1,80 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// The bias folds (tensor.BiasFolder: k_addbias_gelu8, k_addbias_add8) give the separate passes'
+// bits — AddBiasGELU against AddBias then GELU (h and g), AddBiasAdd against AddBias then Add,
+// with y left as it was — in f32, f16 and bf16, on shapes from one row to GPT-2 small's, and on
+// widths that are not a multiple of 8 (the fallback).
+func TestCUDA_biasFoldSameBits(t *testing.T) {
+	g := gpu(t)
+	shapes := [][2]int{{1, 8}, {7, 24}, {5, 13}, {33, 264}, {1000, 2304}, {4096, 3072}, {16384, 768}}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
+		if dt == tensor.BF16 && tensor.CheckCompute(g, dt) != nil {
+			continue
+		}
+		for i, sh := range shapes {
+			r, c := sh[0], sh[1]
+			rng := rand.New(rand.NewPCG(uint64(i), uint64(dt)))
+			mk := func(tag string, n int, shape ...int) (*tensor.Tensor, []float32) {
+				v := make([]float32, n)
+				for j := range v {
+					v[j] = float32(rng.NormFloat64()) * 2
+				}
+				x := g.Alloc(dt, tag, shape...)
+				ipcUpload(g, x, v)
+				return x, v
+			}
+			h, hv := mk("h", r*c, r, c)
+			b, _ := mk("b", c, c)
+			x, _ := mk("x", r*c, r, c)
+			h2, y := g.Alloc(dt, "h2", r, c), g.Alloc(dt, "y", r, c)
+			ipcUpload(g, h2, hv)
+			ipcUpload(g, y, hv)
+			gg, g2 := g.Alloc(dt, "g", r, c), g.Alloc(dt, "g2", r, c)
+			out, out2 := g.Alloc(dt, "out", r, c), g.Alloc(dt, "out2", r, c)
+
+			g.AddBiasGELU(h, gg, b)
+			g.AddBias(h2, b)
+			g.GELU(g2, h2)
+			yBefore := down(g, y)
+			g.AddBiasAdd(out, x, y, b)
+			yAfter := down(g, y)
+			g.AddBias(y, b)
+			g.Add(out2, x, y)
+
+			name := fmt.Sprintf("%s (%d,%d)", dt, r, c)
+			sameBits32(t, name+": AddBiasAdd left y", yAfter, yBefore)
+			sameBits32(t, name+": AddBiasGELU's h against AddBias", down(g, h), down(g, h2))
+			sameBits32(t, name+": AddBiasGELU's g against GELU", down(g, gg), down(g, g2))
+			sameBits32(t, name+": AddBiasAdd against AddBias then Add", down(g, out), down(g, out2))
+			for _, z := range []*tensor.Tensor{h, b, x, h2, y, gg, g2, out, out2} {
+				g.Free(z)
+			}
+		}
+	}
+}
+
+func down(g *Device, x *tensor.Tensor) []float32 {
+	v := make([]float32, x.Len())
+	g.Download(v, x)
+	return v
+}
+
+func sameBits32(t *testing.T, what string, a, b []float32) {
+	t.Helper()
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			t.Fatalf("%s: element %d is %g, want %g", what, i, a[i], b[i])
+		}
+	}
+}
