@@ -52,3 +52,48 @@ func TestCUDA_colsumVecSameBits(t *testing.T) {
 		}
 	}
 }
+
+// GODDP_COLSUM_FUSED=1 finishes the column sums in the part kernel's last block of each column
+// block (k_colsum_partfin) instead of a second launch: the parts are added in k_colsum_finish's
+// order, so the bias gradients are its very bits — f16 and f32 gradients, f32 and f16 sums,
+// GPT-2 small's shapes, a width past the first counters (40,000 columns: they grow), and each
+// sum twice into the same out (the counters are back at zero after a launch). Not yet run on a GPU.
+func TestCUDA_colsumFusedSameBits(t *testing.T) {
+	g := gpu(t)
+	shapes := [][2]int{{1, 8}, {7, 13}, {33, 264}, {1000, 2304}, {16384, 768}, {4096, 3072}, {40, 40000}}
+	for _, dt := range []tensor.DType{tensor.F16, tensor.F32} {
+		for _, odt := range []tensor.DType{tensor.F32, tensor.F16} {
+			for i, sh := range shapes {
+				r, c := sh[0], sh[1]
+				rng := rand.New(rand.NewPCG(uint64(i)+100, uint64(dt)*7+uint64(odt)))
+				v := make([]float32, r*c)
+				for j := range v {
+					v[j] = float32(rng.NormFloat64())
+				}
+				b0 := make([]float32, c)
+				for j := range b0 {
+					b0[j] = float32(rng.NormFloat64())
+				}
+				dy := g.Alloc(dt, "dy", r, c)
+				ipcUpload(g, dy, v)
+				var got [2][]float32
+				for k, env := range []string{"0", "1"} {
+					t.Setenv("GODDP_COLSUM_FUSED", env)
+					db := g.Alloc(odt, "db", c)
+					ipcUpload(g, db, b0)
+					g.BiasGrad(db, dy)
+					g.BiasGrad(db, dy)
+					got[k] = make([]float32, c)
+					g.Download(got[k], db)
+					g.Free(db)
+				}
+				g.Free(dy)
+				for j := range got[0] {
+					if math.Float32bits(got[0][j]) != math.Float32bits(got[1][j]) {
+						t.Fatalf("dy %s, db %s, (%d,%d): column %d sums to %g in one launch, %g in two", dt, odt, r, c, j, got[1][j], got[0][j])
+					}
+				}
+			}
+		}
+	}
+}

@@ -79,6 +79,9 @@ type Device struct {
 	ipcAbortS       cudadrv.Stream
 	ipcAbortOK      bool
 	ipcPacedAborted atomic.Bool // a paced reducer was aborted: side streams' Close is bounded
+
+	colsumCnt uint64 // k_colsum_partfin's counters (colsumCounters), colsumN of them
+	colsumN   int
 }
 
 type profEntry struct {
@@ -231,6 +234,10 @@ func (d *Device) Close() error {
 	}
 	d.evFree = nil
 	d.evMu.Unlock()
+	if d.colsumCnt != 0 {
+		_ = cudadrv.MemFree(d.colsumCnt)
+		d.colsumCnt, d.colsumN = 0, 0
+	}
 	d.stream.Destroy()
 	d.copyS.Destroy()
 	d.ipcAbortMu.Lock()

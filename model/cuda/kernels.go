@@ -318,6 +318,37 @@ __global__ void k_colsum_part(float* part, const void* x, int dx, int R, int C, 
 		part[(long)blockIdx.y * C + col] = t;
 	}
 }
+// k_colsum_partfin: k_colsum_part, then the last block of each column block to finish (cnt,
+// one counter per blockIdx.x, which that block sets back to 0) adds the parts as k_colsum_finish
+// does — over p in order, then out[c] += s — so the bits of the two kernels without the second
+// launch (GODDP_COLSUM_FUSED=1). The parts are read past L1 (__ldcg): other blocks wrote them.
+__global__ void k_colsum_partfin(float* part, const void* x, int dx, int R, int C, int rowsPer, void* out, int dout, unsigned* cnt) {
+	__shared__ float sh[8][33];
+	__shared__ int last;
+	int col = blockIdx.x * 32 + threadIdx.x;
+	int r0 = blockIdx.y * rowsPer, r1 = min(R, r0 + rowsPer);
+	float s = 0.f;
+	if (col < C) for (int r = r0 + threadIdx.y; r < r1; r += 8) s += ld(x, dx, (long)r * C + col);
+	sh[threadIdx.y][threadIdx.x] = s;
+	__syncthreads();
+	if (threadIdx.y == 0 && col < C) {
+		float t = 0.f;
+		for (int k = 0; k < 8; k++) t += sh[k][threadIdx.x];
+		part[(long)blockIdx.y * C + col] = t;
+	}
+	__threadfence(); // this block's part is visible to the whole device before its count
+	__syncthreads();
+	if (threadIdx.x == 0 && threadIdx.y == 0) last = atomicAdd(&cnt[blockIdx.x], 1u) == gridDim.y - 1;
+	__syncthreads();
+	if (!last) return;
+	__threadfence();
+	if (threadIdx.y == 0 && col < C) {
+		float t = 0.f;
+		for (int p = 0; p < (int)gridDim.y; p++) t += __ldcg(part + (long)p * C + col);
+		st(out, dout, col, ld(out, dout, col) + t);
+	}
+	if (threadIdx.x == 0 && threadIdx.y == 0) cnt[blockIdx.x] = 0;
+}
 // out[c] += sum over p of part[p*stride + c], for c < C.
 __global__ void k_colsum_finish(void* out, int dout, const float* part, int nparts, int C, long stride) {
 	FOR(c, C) {

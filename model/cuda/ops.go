@@ -185,6 +185,14 @@ func (d *Device) colSum(out, x *tensor.Tensor, r, cols int) {
 		rowsPer = 1
 	}
 	part := d.scratch(parts * cols)
+	if colsumFused() {
+		if cnt := d.colsumCounters(cb); cnt != 0 {
+			d.launch(kn("k_colsum_partfin", x, out), [3]int{cb, parts, 1}, [3]int{32, 8, 1}, 0, ptra(part), ptra(x), dta(x), i32a(r), i32a(cols), i32a(rowsPer),
+				ptra(out), dta(out), cnt)
+			d.Free(part)
+			return
+		}
+	}
 	name, gx := "k_colsum_part", cb
 	if colsumVec() && cols%8 == 0 && vec8(r*cols, x) {
 		// the same parts (rowsPer from the scalar kernel's grid), so the same bits
@@ -193,6 +201,33 @@ func (d *Device) colSum(out, x *tensor.Tensor, r, cols int) {
 	d.launch(kn(name, x), [3]int{gx, parts, 1}, [3]int{32, 8, 1}, 0, ptra(part), ptra(x), dta(x), i32a(r), i32a(cols), i32a(rowsPer))
 	d.launch1(kn("k_colsum_finish", out), cols, ptra(out), dta(out), ptra(part), i32a(parts), i32a(cols), u64a(uint64(cols)))
 	d.Free(part)
+}
+
+// colsumCounters is k_colsum_partfin's counters, n of them (one per column block), zero between
+// launches (each kernel's last blocks set theirs back): device memory of their own (cuMemAlloc,
+// not the pool: they live as long as the device, and the pool's accounting stays the model's),
+// grown when a wider sum needs more, freed at Close. 0 when the allocation failed (the caller
+// then takes the two launches).
+func (d *Device) colsumCounters(n int) uint64 {
+	if n <= d.colsumN {
+		return d.colsumCnt
+	}
+	n = max(n, 2*d.colsumN, 1024)
+	if d.colsumCnt != 0 {
+		d.Sync() // no launch still counts on the old ones
+		_ = cudadrv.MemFree(d.colsumCnt)
+		d.colsumCnt, d.colsumN = 0, 0
+	}
+	p, err := cudadrv.MemAlloc(int64(4 * n))
+	if err != nil {
+		return 0
+	}
+	if err := cudadrv.MemsetD32Async(p, 0, int64(n), d.stream); err != nil {
+		_ = cudadrv.MemFree(p)
+		return 0
+	}
+	d.colsumCnt, d.colsumN = p, n
+	return p
 }
 
 // ---- activations ----
