@@ -34,43 +34,10 @@ func (d *countingFold) AddBiasAdd(out, x, y, bias *tensor.Tensor) {
 // show the folds ran: per block and step one AddBiasGELU and, without dropout, two AddBiasAdd
 // (a checkpoint's recompute adds one of each: it stops after GELU).
 func TestGPT_biasFoldSameAsSeparate(t *testing.T) {
-	type result struct {
-		losses []float32
-		params []float32
-		peak   int64
-		order  []string
-	}
 	const layers, steps = 3, 3
-	run := func(dev tensor.Device, compute tensor.DType, ckpt int, dropout float32) result {
-		cfg := GPTConfig{Layers: layers, Width: 16, Heads: 2, Context: 16, Vocab: 30, Dropout: dropout,
-			Compute: compute, Checkpoint: ckpt}
-		m, err := NewGPT(dev, cfg, 7)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Free()
-		var r result
-		m.Params().OnGradReady = func(p *Param) { r.order = append(r.order, p.Name) }
-		opt, err := NewAdamW(m.Params(), AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer opt.Free()
-		rng := rand.New(rand.NewSource(11))
-		for range steps {
-			in := gptInputs(dev, rng, 3, 16, 30)
-			base := dev.Stats().Allocated
-			dev.ResetPeak()
-			r.order = r.order[:0]
-			loss, _ := lossAndGrads(m, in, 1)
-			r.peak = max(r.peak, dev.Stats().Peak-base)
-			r.losses = append(r.losses, loss)
-			opt.Step(1e-2)
-			dev.Free(in.Tokens)
-			dev.Free(in.Targets)
-		}
-		r.params = m.Params().Host()
-		return r
+	run := func(dev tensor.Device, compute tensor.DType, ckpt int, dropout float32) gptRun {
+		return trainGPTRun(t, dev, GPTConfig{Layers: layers, Width: 16, Heads: 2, Context: 16, Vocab: 30, Dropout: dropout,
+			Compute: compute, Checkpoint: ckpt}, steps)
 	}
 	for _, compute := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 		for _, ckpt := range []int{0, 1} {

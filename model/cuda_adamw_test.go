@@ -46,20 +46,7 @@ func TestCUDA_adamwMultiMatchesPerRun(t *testing.T) {
 				g.Upload(pss[k].Grad, gr)
 				opts[k].Step(1e-2 * float32(step))
 			}
-			for _, c := range []struct {
-				what string
-				a, b *tensor.Tensor
-			}{
-				{"w", pss[0].Data, pss[1].Data},
-				{"half", pss[0].Half, pss[1].Half},
-				{"m", opts[0].M, opts[1].M},
-				{"v", opts[0].V, opts[1].V},
-			} {
-				if c.a == nil {
-					continue
-				}
-				bitsEqual(t, name+" step "+string(rune('0'+step))+" "+c.what, tensor.ToHost(c.a), tensor.ToHost(c.b))
-			}
+			adamwBitsEqual(t, name+" step "+string(rune('0'+step)), pss, opts)
 		}
 		for k := range pss {
 			opts[k].Free()
@@ -138,6 +125,24 @@ func TestCUDA_sgdMultiMatchesPerRun(t *testing.T) {
 	}
 }
 
+// adamwBitsEqual checks that two AdamW runs hold the same bits: weights, half copy, m and v.
+func adamwBitsEqual(t *testing.T, name string, pss [2]*Params, opts [2]*AdamW) {
+	t.Helper()
+	for _, c := range []struct {
+		what string
+		a, b *tensor.Tensor
+	}{
+		{"w", pss[0].Data, pss[1].Data},
+		{"half", pss[0].Half, pss[1].Half},
+		{"m", opts[0].M, opts[1].M},
+		{"v", opts[0].V, opts[1].V},
+	} {
+		if c.a != nil {
+			bitsEqual(t, name+" "+c.what, tensor.ToHost(c.a), tensor.ToHost(c.b))
+		}
+	}
+}
+
 // runSlab is an f16 parameter set whose decay runs alternate (with a few neighbours of equal
 // flag, merged into one run) over sizes large enough that a thread crosses several runs and
 // several grid strides.
@@ -194,19 +199,7 @@ func TestCUDA_adamwScaledIsScaleThenStep(t *testing.T) {
 			}
 			opts[1].StepScaled(1e-2, coef)
 			name := fmt.Sprintf("perRun %v step %d (max %g, factor %g)", perRun, step, maxNorm, coef)
-			for _, c := range []struct {
-				what string
-				a, b *tensor.Tensor
-			}{
-				{"w", pss[0].Data, pss[1].Data},
-				{"half", pss[0].Half, pss[1].Half},
-				{"m", opts[0].M, opts[1].M},
-				{"v", opts[0].V, opts[1].V},
-			} {
-				if c.a != nil {
-					bitsEqual(t, name+" "+c.what, tensor.ToHost(c.a), tensor.ToHost(c.b))
-				}
-			}
+			adamwBitsEqual(t, name, pss, opts)
 		}
 		for k := range pss {
 			opts[k].Free()

@@ -46,43 +46,10 @@ func (d *countingEpilogue) LinearGradDGELU(dx, db, dy, w, pre *tensor.Tensor) {
 // attention proj, MLP proj; the recompute adds qkv and attention proj), three LinearGradWB and one
 // LinearGradDGELU; parameters report ready in the same order.
 func TestGPT_gemmEpilogueSameAsSeparate(t *testing.T) {
-	type result struct {
-		losses []float32
-		params []float32
-		peak   int64
-		order  []string
-	}
 	const layers, steps = 3, 3
-	run := func(dev tensor.Device, compute tensor.DType, ckpt int, fused bool) result {
-		cfg := GPTConfig{Layers: layers, Width: 16, Heads: 2, Context: 16, Vocab: 30, Dropout: 0.1,
-			Compute: compute, Checkpoint: ckpt, GemmEpilogue: fused}
-		m, err := NewGPT(dev, cfg, 7)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Free()
-		var r result
-		m.Params().OnGradReady = func(p *Param) { r.order = append(r.order, p.Name) }
-		opt, err := NewAdamW(m.Params(), AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer opt.Free()
-		rng := rand.New(rand.NewSource(11))
-		for range steps {
-			in := gptInputs(dev, rng, 3, 16, 30)
-			base := dev.Stats().Allocated
-			dev.ResetPeak()
-			r.order = r.order[:0]
-			loss, _ := lossAndGrads(m, in, 1)
-			r.peak = max(r.peak, dev.Stats().Peak-base)
-			r.losses = append(r.losses, loss)
-			opt.Step(1e-2)
-			dev.Free(in.Tokens)
-			dev.Free(in.Targets)
-		}
-		r.params = m.Params().Host()
-		return r
+	run := func(dev tensor.Device, compute tensor.DType, ckpt int, fused bool) gptRun {
+		return trainGPTRun(t, dev, GPTConfig{Layers: layers, Width: 16, Heads: 2, Context: 16, Vocab: 30, Dropout: 0.1,
+			Compute: compute, Checkpoint: ckpt, GemmEpilogue: fused}, steps)
 	}
 	for _, compute := range []tensor.DType{tensor.F32, tensor.F16} {
 		for _, ckpt := range []int{0, 1} {
@@ -126,3 +93,46 @@ func TestGPT_gemmEpilogueNeedsTheAbility(t *testing.T) {
 
 // plainDevice hides every optional ability of the device it wraps.
 type plainDevice struct{ tensor.Device }
+
+// gptRun is what trainGPTRun saw: each step's loss, the parameters at the end, the largest
+// activation peak of a step (above what was allocated before it) and the last step's order of
+// ready parameters.
+type gptRun struct {
+	losses []float32
+	params []float32
+	peak   int64
+	order  []string
+}
+
+// trainGPTRun trains a GPT of cfg (seed 7) on dev for steps AdamW steps of 3×16 random tokens
+// (seed 11), the same inputs for every call.
+func trainGPTRun(t *testing.T, dev tensor.Device, cfg GPTConfig, steps int) gptRun {
+	t.Helper()
+	m, err := NewGPT(dev, cfg, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	var r gptRun
+	m.Params().OnGradReady = func(p *Param) { r.order = append(r.order, p.Name) }
+	opt, err := NewAdamW(m.Params(), AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer opt.Free()
+	rng := rand.New(rand.NewSource(11))
+	for range steps {
+		in := gptInputs(dev, rng, 3, 16, 30)
+		base := dev.Stats().Allocated
+		dev.ResetPeak()
+		r.order = r.order[:0]
+		loss, _ := lossAndGrads(m, in, 1)
+		r.peak = max(r.peak, dev.Stats().Peak-base)
+		r.losses = append(r.losses, loss)
+		opt.Step(1e-2)
+		dev.Free(in.Tokens)
+		dev.Free(in.Targets)
+	}
+	r.params = m.Params().Host()
+	return r
+}

@@ -15,8 +15,13 @@ import (
 // gradients, f32 and f16 sums, row counts that are and are not multiples of the unrolled 32, column
 // counts below and above a block's 256, GPT-2 small's shapes. Not yet run on a GPU.
 func TestCUDA_colsumVecSameBits(t *testing.T) {
+	colsumSameBits(t, "GODDP_COLSUM_VEC", "8 columns a thread", [][2]int{{1, 8}, {7, 16}, {33, 264}, {100, 768}, {1000, 2304}, {4096, 3072}, {16384, 768}}, 1)
+}
+
+// colsumSameBits checks that BiasGrad with env=1 gives env=0's bits (called calls times into the
+// same db): dy f16 and f32, db f32 and f16, each shape (rows, columns).
+func colsumSameBits(t *testing.T, env, how string, shapes [][2]int, calls int) {
 	g := gpu(t)
-	shapes := [][2]int{{1, 8}, {7, 16}, {33, 264}, {100, 768}, {1000, 2304}, {4096, 3072}, {16384, 768}}
 	for _, dt := range []tensor.DType{tensor.F16, tensor.F32} {
 		for _, odt := range []tensor.DType{tensor.F32, tensor.F16} {
 			for i, sh := range shapes {
@@ -33,11 +38,13 @@ func TestCUDA_colsumVecSameBits(t *testing.T) {
 				dy := g.Alloc(dt, "dy", r, c)
 				ipcUpload(g, dy, v)
 				var got [2][]float32
-				for k, env := range []string{"0", "1"} {
-					t.Setenv("GODDP_COLSUM_VEC", env)
+				for k, on := range []string{"0", "1"} {
+					t.Setenv(env, on)
 					db := g.Alloc(odt, "db", c)
 					ipcUpload(g, db, b0)
-					g.BiasGrad(db, dy)
+					for range calls {
+						g.BiasGrad(db, dy)
+					}
 					got[k] = make([]float32, c)
 					g.Download(got[k], db)
 					g.Free(db)
@@ -45,7 +52,7 @@ func TestCUDA_colsumVecSameBits(t *testing.T) {
 				g.Free(dy)
 				for j := range got[0] {
 					if math.Float32bits(got[0][j]) != math.Float32bits(got[1][j]) {
-						t.Fatalf("dy %s, db %s, (%d,%d): column %d sums to %g with 8 columns a thread, %g with one", dt, odt, r, c, j, got[1][j], got[0][j])
+						t.Fatalf("dy %s, db %s, (%d,%d): column %d sums to %g with %s, %g without", dt, odt, r, c, j, got[1][j], how, got[0][j])
 					}
 				}
 			}
@@ -59,41 +66,5 @@ func TestCUDA_colsumVecSameBits(t *testing.T) {
 // GPT-2 small's shapes, a width past the first counters (40,000 columns: they grow), and each
 // sum twice into the same out (the counters are back at zero after a launch). Not yet run on a GPU.
 func TestCUDA_colsumFusedSameBits(t *testing.T) {
-	g := gpu(t)
-	shapes := [][2]int{{1, 8}, {7, 13}, {33, 264}, {1000, 2304}, {16384, 768}, {4096, 3072}, {40, 40000}}
-	for _, dt := range []tensor.DType{tensor.F16, tensor.F32} {
-		for _, odt := range []tensor.DType{tensor.F32, tensor.F16} {
-			for i, sh := range shapes {
-				r, c := sh[0], sh[1]
-				rng := rand.New(rand.NewPCG(uint64(i)+100, uint64(dt)*7+uint64(odt)))
-				v := make([]float32, r*c)
-				for j := range v {
-					v[j] = float32(rng.NormFloat64())
-				}
-				b0 := make([]float32, c)
-				for j := range b0 {
-					b0[j] = float32(rng.NormFloat64())
-				}
-				dy := g.Alloc(dt, "dy", r, c)
-				ipcUpload(g, dy, v)
-				var got [2][]float32
-				for k, env := range []string{"0", "1"} {
-					t.Setenv("GODDP_COLSUM_FUSED", env)
-					db := g.Alloc(odt, "db", c)
-					ipcUpload(g, db, b0)
-					g.BiasGrad(db, dy)
-					g.BiasGrad(db, dy)
-					got[k] = make([]float32, c)
-					g.Download(got[k], db)
-					g.Free(db)
-				}
-				g.Free(dy)
-				for j := range got[0] {
-					if math.Float32bits(got[0][j]) != math.Float32bits(got[1][j]) {
-						t.Fatalf("dy %s, db %s, (%d,%d): column %d sums to %g in one launch, %g in two", dt, odt, r, c, j, got[1][j], got[0][j])
-					}
-				}
-			}
-		}
-	}
+	colsumSameBits(t, "GODDP_COLSUM_FUSED", "one launch", [][2]int{{1, 8}, {7, 13}, {33, 264}, {1000, 2304}, {16384, 768}, {4096, 3072}, {40, 40000}}, 2)
 }

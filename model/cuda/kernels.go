@@ -304,7 +304,7 @@ __global__ void k_addbias(void* y, int dy, const void* b, int db, long n, int C)
 	FOR(i, n) st(y, dy, i, ld(y, dy, i) + ld(b, db, i % C));
 }
 // Column sums of x (R,C): block (32,8) sums 32 columns over its slice of rows into part[blockIdx.y][C].
-__global__ void k_colsum_part(float* part, const void* x, int dx, int R, int C, int rowsPer) {
+__device__ __forceinline__ void colsum_part(float* part, const void* x, int dx, int R, int C, int rowsPer) {
 	__shared__ float sh[8][33];
 	int col = blockIdx.x * 32 + threadIdx.x;
 	int r0 = blockIdx.y * rowsPer, r1 = min(R, r0 + rowsPer);
@@ -318,24 +318,17 @@ __global__ void k_colsum_part(float* part, const void* x, int dx, int R, int C, 
 		part[(long)blockIdx.y * C + col] = t;
 	}
 }
+__global__ void k_colsum_part(float* part, const void* x, int dx, int R, int C, int rowsPer) {
+	colsum_part(part, x, dx, R, C, rowsPer);
+}
 // k_colsum_partfin: k_colsum_part, then the last block of each column block to finish (cnt,
 // one counter per blockIdx.x, which that block sets back to 0) adds the parts as k_colsum_finish
 // does — over p in order, then out[c] += s — so the bits of the two kernels without the second
 // launch (GODDP_COLSUM_FUSED=1). The parts are read past L1 (__ldcg): other blocks wrote them.
 __global__ void k_colsum_partfin(float* part, const void* x, int dx, int R, int C, int rowsPer, void* out, int dout, unsigned* cnt) {
-	__shared__ float sh[8][33];
 	__shared__ int last;
 	int col = blockIdx.x * 32 + threadIdx.x;
-	int r0 = blockIdx.y * rowsPer, r1 = min(R, r0 + rowsPer);
-	float s = 0.f;
-	if (col < C) for (int r = r0 + threadIdx.y; r < r1; r += 8) s += ld(x, dx, (long)r * C + col);
-	sh[threadIdx.y][threadIdx.x] = s;
-	__syncthreads();
-	if (threadIdx.y == 0 && col < C) {
-		float t = 0.f;
-		for (int k = 0; k < 8; k++) t += sh[k][threadIdx.x];
-		part[(long)blockIdx.y * C + col] = t;
-	}
+	colsum_part(part, x, dx, R, C, rowsPer);
 	__threadfence(); // this block's part is visible to the whole device before its count
 	__syncthreads();
 	if (threadIdx.x == 0 && threadIdx.y == 0) last = atomicAdd(&cnt[blockIdx.x], 1u) == gridDim.y - 1;
