@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -67,4 +68,51 @@ func colsumSameBits(t *testing.T, env, how string, shapes [][2]int, calls int) {
 // sum twice into the same out (the counters are back at zero after a launch). Not yet run on a GPU.
 func TestCUDA_colsumFusedSameBits(t *testing.T) {
 	colsumSameBits(t, "GODDP_COLSUM_FUSED", "one launch", [][2]int{{1, 8}, {7, 13}, {33, 264}, {1000, 2304}, {16384, 768}, {4096, 3072}, {40, 40000}}, 2)
+}
+
+// GODDP_COLSUM_FUSED=1 also finishes a LayerNorm backward's dw and db in one launch
+// (k_colsum_finish2): the same sums in the same order, so LayerNormBackward's very bits — dx, dw
+// and db accumulated twice — on the 8-wide path (768 and 1024 columns) and the generic one
+// (100, 1000), f16 and f32 activations.
+func TestCUDA_lnFinishFusedSameBits(t *testing.T) {
+	g := gpu(t)
+	for _, dt := range []tensor.DType{tensor.F16, tensor.F32} {
+		for i, sh := range [][2]int{{4096, 768}, {333, 1024}, {77, 100}, {1000, 1000}} {
+			r, c := sh[0], sh[1]
+			rng := rand.New(rand.NewPCG(uint64(i)+7, uint64(dt)))
+			up := func(tag string, d tensor.DType, n int, shape ...int) *tensor.Tensor {
+				v := make([]float32, n)
+				for j := range v {
+					v[j] = float32(rng.NormFloat64())
+				}
+				x := g.Alloc(d, tag, shape...)
+				ipcUpload(g, x, v)
+				return x
+			}
+			x, dy := up("x", dt, r*c, r, c), up("dy", dt, r*c, r, c)
+			w, b := up("w", dt, c, c), up("b", dt, c, c)
+			y, mean, rstd := g.Alloc(dt, "y", r, c), g.Alloc(tensor.F32, "mean", r), g.Alloc(tensor.F32, "rstd", r)
+			g.LayerNorm(y, mean, rstd, x, w, b, 1e-5)
+			var got [2][3][]float32
+			for k, on := range []string{"0", "1"} {
+				t.Setenv("GODDP_COLSUM_FUSED", on)
+				dx, dw, db := g.Alloc(dt, "dx", r, c), g.Alloc(tensor.F32, "dw", c), g.Alloc(tensor.F32, "db", c)
+				g.Fill(dw, 0.5)
+				g.Fill(db, -0.25)
+				for range 2 {
+					g.LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd)
+				}
+				got[k] = [3][]float32{down(g, dx), down(g, dw), down(g, db)}
+				g.Free(dx)
+				g.Free(dw)
+				g.Free(db)
+			}
+			for _, z := range []*tensor.Tensor{x, dy, w, b, y, mean, rstd} {
+				g.Free(z)
+			}
+			for q, what := range []string{"dx", "dw", "db"} {
+				sameBits32(t, fmt.Sprintf("%s (%d,%d) %s in one finishing launch", dt, r, c, what), got[1][q], got[0][q])
+			}
+		}
+	}
 }

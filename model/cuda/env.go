@@ -21,7 +21,7 @@ import (
 //	GODDP_SGD_MULTI=0 SGD per parameter run, not k_sgd_multi's one launch (ops.go; one launch is the default since session 17's whole suite)
 //	GODDP_CLIP_FUSED=0 gradient clipping by passes of its own (the norm's, the scaling's), not folded into the scaler's check and AdamW's step (ops.go; the same bits; folded is the default since session 17)
 //	GODDP_BIAS_FOLD=1 the GPT blocks' bias adds folded into GELU and the residual adds, k_addbias_gelu8 and k_addbias_add8 (ops.go; the same bits; not yet run on a GPU)
-//	GODDP_COLSUM_FUSED=1 the bias gradients' column sums finished by each column block's last block, not a second launch, k_colsum_partfin (ops.go; the same bits; not yet run on a GPU)
+//	GODDP_COLSUM_FUSED=1 the bias gradients' column sums finished by each column block's last block, not a second launch (k_colsum_partfin), and a LayerNorm's dw and db finished in one launch (k_colsum_finish2) (ops.go; the same bits; not yet run on a GPU)
 //	GODDP_COLSUM_VEC=1 column sums (bias gradients) 8 columns a thread, k_colsum_part8 (ops.go; the same bits; measured no faster on an H100, its test not yet run)
 //	GODDP_FLASH_CARVEOUT=N the fused attention kernels' preferred shared-memory carveout, percent of the SM's L1/shared (flash.go; read at load; not yet run on a GPU)
 //	GODDP_FLASH_TILE_MAJOR=0 the attention kernels' grid (tiles, B·H), not (B·H, tiles) with every head's longest tile first (flashOptions; the default since session 17's H100 A/B)
@@ -193,11 +193,12 @@ func flashOptions() (opts []string, tileMajor bool, err error) {
 // Read at each call, so a test can set it.
 func colsumVec() bool { return os.Getenv("GODDP_COLSUM_VEC") == "1" }
 
-// colsumFused reports whether GODDP_COLSUM_FUSED=1 asked for the column sums (BiasGrad) in one
-// launch, k_colsum_partfin: the last block of each column block adds the parts in
-// k_colsum_finish's order (the same bits, TestCUDA_colsumFusedSameBits). 48 launches fewer a
-// GPT-2 small step (k_colsum_finish: 0.9 ms of events for 98 launches at b16 on an H100, session
-// 17). Not yet run on a GPU. Read at each call, so a test can set it.
+// colsumFused reports whether GODDP_COLSUM_FUSED=1 asked for fewer finishing launches: the column
+// sums (BiasGrad) in one launch, k_colsum_partfin, whose last block of each column block adds the
+// parts in k_colsum_finish's order, and a LayerNorm backward's dw and db finished together,
+// k_colsum_finish2 (the same bits: TestCUDA_colsumFusedSameBits, TestCUDA_lnFinishFusedSameBits).
+// 73 launches fewer a GPT-2 small step (k_colsum_finish: 0.9 ms of events for 98 launches at
+// b16 on an H100, session 17). Not yet run on a GPU. Read at each call, so a test can set it.
 func colsumFused() bool { return os.Getenv("GODDP_COLSUM_FUSED") == "1" }
 
 // flashCarveoutUnset is flashCarveout's "not set": the driver's default (no preference).

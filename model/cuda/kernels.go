@@ -342,6 +342,17 @@ __global__ void k_colsum_partfin(float* part, const void* x, int dx, int R, int 
 	}
 	if (threadIdx.x == 0 && threadIdx.y == 0) cnt[blockIdx.x] = 0;
 }
+// k_colsum_finish2: k_colsum_finish for two outputs whose parts sit side by side (a LayerNorm's
+// dw and db: part[p·2C + c], c < C for dw, C ≤ c < 2C for db), in one launch: each column's sum
+// in k_colsum_finish's order, so its bits (GODDP_COLSUM_FUSED=1).
+__global__ void k_colsum_finish2(void* dw, int ddw, void* db, int ddb, const float* part, int nparts, int C) {
+	FOR(c, 2 * C) {
+		float s = 0.f;
+		for (int p = 0; p < nparts; p++) s += part[(long)p * 2 * C + c];
+		if (c < C) st(dw, ddw, c, ld(dw, ddw, c) + s);
+		else st(db, ddb, c - C, ld(db, ddb, c - C) + s);
+	}
+}
 // out[c] += sum over p of part[p*stride + c], for c < C.
 __global__ void k_colsum_finish(void* out, int dout, const float* part, int nparts, int C, long stride) {
 	FOR(c, C) {

@@ -329,8 +329,7 @@ func (d *Device) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tens
 		part := d.scratch(parts * 2 * cols)
 		d.launch(kn("k_ln_dwdb8", dy, x), [3]int{cb, parts, 1}, [3]int{32, 8, 1}, 0, ptra(part), ptra(dy), dta(dy), ptra(x), dta(x),
 			ptra(mean), ptra(rstd), i32a(r), i32a(cols), i32a(rowsPer))
-		d.launch1(kn("k_colsum_finish", dw), cols, ptra(dw), dta(dw), ptra(part), i32a(parts), i32a(cols), u64a(uint64(2*cols)))
-		d.launch1(kn("k_colsum_finish", db), cols, ptra(db), dta(db), ptra(part)+uint64(4*cols), i32a(parts), i32a(cols), u64a(uint64(2*cols)))
+		d.lnFinish(dw, db, part, parts, cols)
 		d.Free(part)
 		return
 	}
@@ -347,10 +346,20 @@ func (d *Device) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tens
 	}
 	d.launch(kn(kern, dx, dy, x, w), [3]int{blocks, 1, 1}, [3]int{256, 1, 1}, shmem, ptra(dx), dta(dx), ptra(part),
 		ptra(dy), dta(dy), ptra(x), dta(x), ptra(w), dta(w), ptra(mean), ptra(rstd), i32a(r), i32a(cols))
-	// dw from the first half of each block's partials, db from the second.
-	d.launch1(kn("k_colsum_finish", dw), cols, ptra(dw), dta(dw), ptra(part), i32a(blocks), i32a(cols), u64a(uint64(2*cols)))
-	d.launch1(kn("k_colsum_finish", db), cols, ptra(db), dta(db), ptra(part)+uint64(4*cols), i32a(blocks), i32a(cols), u64a(uint64(2*cols)))
+	d.lnFinish(dw, db, part, blocks, cols)
 	d.Free(part)
+}
+
+// lnFinish adds a LayerNorm backward's partial sums into dw and db: dw from the first half of each
+// part's 2·cols values, db from the second; one launch of k_colsum_finish2 under
+// GODDP_COLSUM_FUSED=1 (the same sums in the same order), else k_colsum_finish for each.
+func (d *Device) lnFinish(dw, db, part *tensor.Tensor, parts, cols int) {
+	if colsumFused() && dw.DType() == db.DType() {
+		d.launch1(kn("k_colsum_finish2", dw, db), 2*cols, ptra(dw), dta(dw), ptra(db), dta(db), ptra(part), i32a(parts), i32a(cols))
+		return
+	}
+	d.launch1(kn("k_colsum_finish", dw), cols, ptra(dw), dta(dw), ptra(part), i32a(parts), i32a(cols), u64a(uint64(2*cols)))
+	d.launch1(kn("k_colsum_finish", db), cols, ptra(db), dta(db), ptra(part)+uint64(4*cols), i32a(parts), i32a(cols), u64a(uint64(2*cols)))
 }
 
 // ---- embeddings ----
