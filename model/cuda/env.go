@@ -22,6 +22,7 @@ import (
 //	GODDP_CLIP_FUSED=0 gradient clipping by passes of its own (the norm's, the scaling's), not folded into the scaler's check and AdamW's step (ops.go; the same bits; folded is the default since session 17)
 //	GODDP_BIAS_FOLD=1 the GPT blocks' bias adds folded into GELU and the residual adds, k_addbias_gelu8 and k_addbias_add8 (ops.go; the same bits; not yet run on a GPU)
 //	GODDP_COLSUM_FUSED=1 the bias gradients' column sums finished by each column block's last block, not a second launch (k_colsum_partfin), and a LayerNorm's dw and db finished in one launch (k_colsum_finish2) (ops.go; the same bits; not yet run on a GPU)
+//	GODDP_LN_VEC=1    LayerNorm's forward 8 wide with the row in registers, k_ln_fwd8_K (ops.go; within rounding of k_layernorm, not its bits; not yet run on a GPU)
 //	GODDP_COLSUM_VEC=1 column sums (bias gradients) 8 columns a thread, k_colsum_part8 (ops.go; the same bits; measured no faster on an H100, its test not yet run)
 //	GODDP_FLASH_CARVEOUT=N the fused attention kernels' preferred shared-memory carveout, percent of the SM's L1/shared (flash.go; read at load; not yet run on a GPU)
 //	GODDP_FLASH_TILE_MAJOR=0 the attention kernels' grid (tiles, B·H), not (B·H, tiles) with every head's longest tile first (flashOptions; the default since session 17's H100 A/B)
@@ -200,6 +201,14 @@ func colsumVec() bool { return os.Getenv("GODDP_COLSUM_VEC") == "1" }
 // 73 launches fewer a GPT-2 small step (k_colsum_finish: 0.9 ms of events for 98 launches at
 // b16 on an H100, session 17). Not yet run on a GPU. Read at each call, so a test can set it.
 func colsumFused() bool { return os.Getenv("GODDP_COLSUM_FUSED") == "1" }
+
+// lnVec reports whether GODDP_LN_VEC=1 asked for LayerNorm's forward 8 wide (k_ln_fwd8_K, C a
+// multiple of 256 up to 1024): a warp per row holding the row in registers, one read and one write
+// of it, where k_layernorm reads it three times 2 bytes a lane at a time (25 launches at 32 µs a
+// GPT-2 small step at b16 on an H100, ~1.5 TB/s: session 17's profile). The sums are grouped
+// otherwise, so within rounding of k_layernorm (TestCUDA_layerNorm8MatchesScalar), not its bits.
+// Not yet run on a GPU. Read at each call, so a test can set it.
+func lnVec() bool { return os.Getenv("GODDP_LN_VEC") == "1" }
 
 // flashCarveoutUnset is flashCarveout's "not set": the driver's default (no preference).
 const flashCarveoutUnset = -2

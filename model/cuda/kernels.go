@@ -188,6 +188,47 @@ __device__ __forceinline__ void ln_bwd_dx8(void* dxp, int ddx, const void* dyp, 
 		st8(dxp, ddx, base + j, o);
 	}
 }
+// LayerNorm forward, 8-wide, for C = 256·K (16-byte aligned rows): a warp per row holding its
+// row in registers, read once and written once (k_layernorm reads it three times, 2 bytes a lane
+// at a time). Each lane sums 8 neighbours, not every 32nd element, so the mean and variance are
+// grouped otherwise than k_layernorm's: the same within rounding, not the same bits
+// (GODDP_LN_VEC=1; TestCUDA_layerNorm8MatchesScalar).
+template <int K>
+__device__ __forceinline__ void ln_fwd8(void* y, int dy, float* mean, float* rstd, const void* x, int dx,
+		const void* w, int dw, const void* b, int db, int R, int C, float eps) {
+	int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (row >= R) return;
+	long base = (long)row * C;
+	float xr[K][8];
+	float s = 0.f;
+	#pragma unroll
+	for (int k = 0; k < K; k++) {
+		ld8(x, dx, base + (lane + 32 * k) * 8, xr[k]);
+		#pragma unroll
+		for (int e = 0; e < 8; e++) s += xr[k][e];
+	}
+	float m = warpSum(s) / C;
+	float q = 0.f;
+	#pragma unroll
+	for (int k = 0; k < K; k++)
+		#pragma unroll
+		for (int e = 0; e < 8; e++) { float d = xr[k][e] - m; q += d * d; }
+	float r = 1.f / sqrtf(warpSum(q) / C + eps);
+	#pragma unroll
+	for (int k = 0; k < K; k++) {
+		int j = (lane + 32 * k) * 8;
+		float wv[8], bv[8];
+		ld8(w, dw, j, wv);
+		ld8(b, db, j, bv);
+		#pragma unroll
+		for (int e = 0; e < 8; e++) xr[k][e] = (xr[k][e] - m) * r * wv[e] + bv[e];
+		st8(y, dy, base + j, xr[k]);
+	}
+	if (lane == 0) { mean[row] = m; rstd[row] = r; }
+}
+#define LNF_ARGS void* y, int dy, float* mean, float* rstd, const void* x, int dx, \
+	const void* w, int dw, const void* b, int db, int R, int C, float eps
+#define LNF_PASS y, dy, mean, rstd, x, dx, w, dw, b, db, R, C, eps
 #define LNDX_ARGS void* dxp, int ddx, const void* dyp, int ddy, const void* x, int dxt, \
 	const void* w, int dw, const float* mean, const float* rstd, int R, int C
 #define LNDX_PASS dxp, ddx, dyp, ddy, x, dxt, w, dw, mean, rstd, R, C
@@ -875,6 +916,10 @@ __global__ void k_layernorm_bwd_r8(LNB_ARGS) { ln_bwd_regs<8>(LNB_PASS); }
 __global__ void k_layernorm_bwd_r24(LNB_ARGS) { ln_bwd_regs<24>(LNB_PASS); }
 __global__ void k_layernorm_bwd_r32(LNB_ARGS) { ln_bwd_regs<32>(LNB_PASS); }
 
+__global__ void k_ln_fwd8_1(LNF_ARGS) { ln_fwd8<1>(LNF_PASS); }
+__global__ void k_ln_fwd8_2(LNF_ARGS) { ln_fwd8<2>(LNF_PASS); }
+__global__ void k_ln_fwd8_3(LNF_ARGS) { ln_fwd8<3>(LNF_PASS); }
+__global__ void k_ln_fwd8_4(LNF_ARGS) { ln_fwd8<4>(LNF_PASS); }
 __global__ void k_ln_bwd_dx8_1(LNDX_ARGS) { ln_bwd_dx8<1>(LNDX_PASS); }
 __global__ void k_ln_bwd_dx8_2(LNDX_ARGS) { ln_bwd_dx8<2>(LNDX_PASS); }
 __global__ void k_ln_bwd_dx8_3(LNDX_ARGS) { ln_bwd_dx8<3>(LNDX_PASS); }

@@ -301,7 +301,11 @@ func (d *Device) LayerNorm(y, mean, rstd, x, w, b *tensor.Tensor, eps float32) {
 	if r == 0 {
 		return
 	}
-	d.warpRows(kn("k_layernorm", y, x, w, b), r, ptra(y), dta(y), ptra(mean), ptra(rstd), ptra(x), dta(x), ptra(w), dta(w), ptra(b), dta(b),
+	name := "k_layernorm"
+	if k := cols / 256; lnVec() && cols%256 == 0 && k <= 4 && vec8(8, y, x, w, b) {
+		name = fmt.Sprintf("k_ln_fwd8_%d", k) // the row in registers, 8 wide
+	}
+	d.warpRows(kn(name, y, x, w, b), r, ptra(y), dta(y), ptra(mean), ptra(rstd), ptra(x), dta(x), ptra(w), dta(w), ptra(b), dta(b),
 		i32a(r), i32a(cols), f32a(eps))
 }
 

@@ -1,0 +1,75 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// GODDP_LN_VEC=1's LayerNorm forward (k_ln_fwd8_K: the row in registers, 8 wide) agrees with
+// k_layernorm within rounding — its sums are grouped otherwise, so not bit for bit: mean and rstd
+// within 1e-5 relative, y within a unit of its dtype's last place (f16: 2⁻¹⁰ relative, and 1e-5
+// relative for f32) — for C = 256, 512, 768 and 1024, f32 and f16 activations with f32 and f16
+// gains, rows not a multiple of the block's 8; C = 100 and 1280 keep k_layernorm (the same bits).
+func TestCUDA_layerNorm8MatchesScalar(t *testing.T) {
+	g := gpu(t)
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+		for _, wdt := range []tensor.DType{tensor.F32, tensor.F16} {
+			for i, sh := range [][2]int{{7, 256}, {1000, 768}, {333, 1024}, {64, 512}, {5, 100}, {9, 1280}} {
+				r, c := sh[0], sh[1]
+				rng := rand.New(rand.NewPCG(uint64(i), uint64(dt)*3+uint64(wdt)))
+				up := func(tag string, d tensor.DType, n int, scale, shift float64, shape ...int) *tensor.Tensor {
+					v := make([]float32, n)
+					for j := range v {
+						v[j] = float32(rng.NormFloat64()*scale + shift)
+					}
+					x := g.Alloc(d, tag, shape...)
+					ipcUpload(g, x, v)
+					return x
+				}
+				x := up("x", dt, r*c, 2, 0.5, r, c)
+				w, b := up("w", wdt, c, 0.3, 1, c), up("b", wdt, c, 0.2, 0, c)
+				var ys, ms, rs [2][]float32
+				for k, on := range []string{"0", "1"} {
+					t.Setenv("GODDP_LN_VEC", on)
+					y, mean, rstd := g.Alloc(dt, "y", r, c), g.Alloc(tensor.F32, "mean", r), g.Alloc(tensor.F32, "rstd", r)
+					g.LayerNorm(y, mean, rstd, x, w, b, 1e-5)
+					ys[k], ms[k], rs[k] = down(g, y), down(g, mean), down(g, rstd)
+					g.Free(y)
+					g.Free(mean)
+					g.Free(rstd)
+				}
+				for _, z := range []*tensor.Tensor{x, w, b} {
+					g.Free(z)
+				}
+				name := fmt.Sprintf("x %s, w %s, (%d,%d)", dt, wdt, r, c)
+				if c%256 != 0 || c > 1024 { // the scalar kernel either way
+					sameBits32(t, name+" y", ys[1], ys[0])
+					continue
+				}
+				within(t, name+" mean", ms[1], ms[0], 1e-5, 1e-6)
+				within(t, name+" rstd", rs[1], rs[0], 1e-5, 0)
+				rel := 1e-5
+				if dt == tensor.F16 {
+					rel = 1.0 / 1024
+				}
+				within(t, name+" y", ys[1], ys[0], rel, 1e-5)
+			}
+		}
+	}
+}
+
+// within fails unless |a−b| ≤ rel·|b| + abs elementwise.
+func within(t *testing.T, what string, a, b []float32, rel, abs float64) {
+	t.Helper()
+	for i := range a {
+		if d := math.Abs(float64(a[i]) - float64(b[i])); d > rel*math.Abs(float64(b[i]))+abs {
+			t.Fatalf("%s: element %d is %g, want %g (±%g rel, %g abs)", what, i, a[i], b[i], rel, abs)
+		}
+	}
+}
