@@ -526,7 +526,7 @@ func (c *Device) AddBiasAdd(out, x, y, bias *tensor.Tensor) {
 		panic(fmt.Sprintf("cpu: AddBiasAdd: %s has %d columns, bias %s", y, cols, bias))
 	}
 	ys, xs, bs := read(y), read(x), read(bias)[:cols]
-	half, round := y.DType(), isHalf(y.DType())
+	ydt, round := y.DType(), isHalf(y.DType())
 	os := outBuf(out, false)
 	c.parallel(r, max(1, (1<<14)/max(cols, 1)), func(lo, hi int) {
 		t := make([]float32, cols)
@@ -540,8 +540,8 @@ func (c *Device) AddBiasAdd(out, x, y, bias *tensor.Tensor) {
 				t[j] = yr[j] + b // AddBias's sum
 			}
 			if round { // AddBias's store into y's dtype
-				formatOf(half).Encode(h, t)
-				formatOf(half).Decode(t, h)
+				formatOf(ydt).Encode(h, t)
+				formatOf(ydt).Decode(t, h)
 			}
 			for j := range or {
 				or[j] = xr[j] + t[j] // Add's
