@@ -3,7 +3,6 @@ package model
 import (
 	"fmt"
 	"math/rand"
-	"slices"
 	"testing"
 
 	"github.com/goddp/goddp/model/cpu"
@@ -48,15 +47,7 @@ func TestGPT_biasFoldSameAsSeparate(t *testing.T) {
 				t.Setenv("GODDP_BIAS_FOLD", "1")
 				dev := &countingFold{Device: cpu.New()}
 				got := run(dev, compute, ckpt, dropout)
-				if !sameBits(got.losses, ref.losses) || !sameBits(got.params, ref.params) {
-					t.Errorf("%s: folded losses %v vs %v, parameters rel %.3g: want bit-identical", name, got.losses, ref.losses, relNorm(got.params, ref.params))
-				}
-				if got.peak > ref.peak {
-					t.Errorf("%s: activation peak %s folded, %s not", name, tensor.FormatBytes(got.peak), tensor.FormatBytes(ref.peak))
-				}
-				if !slices.Equal(got.order, ref.order) {
-					t.Errorf("%s: ready order %v, want %v", name, got.order, ref.order)
-				}
+				sameGPTRun(t, name+": folded", got, ref)
 				n, adds := layers*steps, 2
 				if dropout > 0 {
 					adds = 0

@@ -57,15 +57,7 @@ func TestGPT_gemmEpilogueSameAsSeparate(t *testing.T) {
 			ref := run(cpu.New(), compute, ckpt, false)
 			dev := &countingEpilogue{Device: cpu.New()}
 			got := run(dev, compute, ckpt, true)
-			if !sameBits(got.losses, ref.losses) || !sameBits(got.params, ref.params) {
-				t.Errorf("%s: fused losses %v vs %v, parameters rel %.3g: want bit-identical", name, got.losses, ref.losses, relNorm(got.params, ref.params))
-			}
-			if got.peak > ref.peak {
-				t.Errorf("%s: activation peak %s with the epilogue, %s without", name, tensor.FormatBytes(got.peak), tensor.FormatBytes(ref.peak))
-			}
-			if !slices.Equal(got.order, ref.order) {
-				t.Errorf("%s: ready order %v, want %v", name, got.order, ref.order)
-			}
+			sameGPTRun(t, name+": with the epilogue", got, ref)
 			n := layers * steps
 			if dev.gelu != n*(1+ckpt) || dev.bias != n*(3+2*ckpt) || dev.gradWB != 3*n || dev.dgelu != n {
 				t.Errorf("%s: fused calls gelu %d bias %d gradWB %d dgelu %d, want %d, %d, %d, %d", name, dev.gelu, dev.bias, dev.gradWB, dev.dgelu,
@@ -135,4 +127,19 @@ func trainGPTRun(t *testing.T, dev tensor.Device, cfg GPTConfig, steps int) gptR
 	}
 	r.params = m.Params().Host()
 	return r
+}
+
+// sameGPTRun checks a run (what names it) against the reference: the same losses and parameters
+// bit for bit, an activation peak no higher, the same order of ready parameters.
+func sameGPTRun(t *testing.T, what string, got, ref gptRun) {
+	t.Helper()
+	if !sameBits(got.losses, ref.losses) || !sameBits(got.params, ref.params) {
+		t.Errorf("%s: losses %v vs %v, parameters rel %.3g: want bit-identical", what, got.losses, ref.losses, relNorm(got.params, ref.params))
+	}
+	if got.peak > ref.peak {
+		t.Errorf("%s: activation peak %s, %s the reference's", what, tensor.FormatBytes(got.peak), tensor.FormatBytes(ref.peak))
+	}
+	if !slices.Equal(got.order, ref.order) {
+		t.Errorf("%s: ready order %v, want %v", what, got.order, ref.order)
+	}
 }

@@ -343,8 +343,8 @@ func buildSchedule(cfg *Config, total int) (model.Schedule, error) {
 // shardMaster is ddp.shard_master resolved for the optimizer's shard (nil: unsharded or alone,
 // never). Under fp16 and bf16 only (fp32's forward reads the f32 master: the config refuses on
 // there). auto is on where it has run: the CPU device (tensor.HostMemory), and --device cuda
-// under fp16 (the whole -tags cuda suite passed with it on an H100 in session 17, and stage 3's
-// rows: the step of the unsharded master, 0.3-0.35 GiB less a rank); cuda under bf16 has not run,
+// under fp16 (the whole -tags cuda suite passed with it on an H100 in session 17; stage 3's rows:
+// the step time of the whole master's, 0.23-0.35 GiB less a rank); cuda under bf16 has not run,
 // so on is the user's choice there. docs/perf-memory.md.
 func (t *Trainer) shardMaster(shard *model.Shard) bool {
 	if shard == nil || t.cfg.Precision == config.FP32 {

@@ -23,14 +23,15 @@ import (
 //	GODDP_BIAS_FOLD=1 the GPT blocks' bias adds folded into GELU and the residual adds, k_addbias_gelu8 and k_addbias_add8 (ops.go; the same bits; not yet run on a GPU)
 //	GODDP_COLSUM_FUSED=1 the bias gradients' column sums finished by each column block's last block, not a second launch (k_colsum_partfin), and a LayerNorm's dw and db finished in one launch (k_colsum_finish2) (ops.go; the same bits; not yet run on a GPU)
 //	GODDP_LN_VEC=1    LayerNorm's forward 8 wide with the row in registers, k_ln_fwd8_K (ops.go; within rounding of k_layernorm, not its bits; not yet run on a GPU)
-//	GODDP_COLSUM_VEC=1 column sums (bias gradients) 8 columns a thread, k_colsum_part8 (ops.go; the same bits; measured no faster on an H100, its test not yet run)
-//	GODDP_FLASH_CARVEOUT=N the fused attention kernels' preferred shared-memory carveout, percent of the SM's L1/shared (flash.go; read at load; not yet run on a GPU)
+//	GODDP_COLSUM_VEC=1 column sums (bias gradients) 8 columns a thread, k_colsum_part8 (ops.go; the same bits, its test passed on an H100; measured no faster)
+//	GODDP_FLASH_CARVEOUT=N the fused attention kernels' preferred shared-memory carveout, percent of the SM's L1/shared (flash.go; read at load; measured no change on an H200, session 16)
 //	GODDP_FLASH_TILE_MAJOR=0 the attention kernels' grid (tiles, B·H), not (B·H, tiles) with every head's longest tile first (flashOptions; the default since session 17's H100 A/B)
-//	GODDP_FLASH_MINBLOCKS=F,Q,K the attention kernels' __launch_bounds__ blocks per SM (flashOptions; not yet run on a GPU)
+//	GODDP_FLASH_MINBLOCKS=F,Q,K the attention kernels' __launch_bounds__ blocks per SM (flashOptions; 4,4,3 spills and measured slower on an H100, session 17)
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
 //	GODDP_IPC_WAIT=stream the IPC all-reduce's ranks wait for each other by their streams, not in the
-//	                  kernel (ipc_pace.go; read at each NewIPCReducer; not yet run on a GPU)
+//	                  kernel (ipc_pace.go; read at each NewIPCReducer; its tests passed on an H100,
+//	                  and it measured ~5.5 ms a bucket under MPS: off)
 //	XDG_CACHE_HOME    where compiled kernels are cached (KernelCacheDir)
 
 // flashOff reports whether GODDP_FLASH=0 turned the fused attention off.
@@ -189,7 +190,7 @@ func flashOptions() (opts []string, tileMajor bool, err error) {
 // colsumVec reports whether GODDP_COLSUM_VEC=1 asked for k_colsum_part8 in colSum (BiasGrad):
 // 16-byte loads, four rows in flight a thread, where k_colsum_part reads 2 bytes a thread a row
 // (GPT-2 small's bias gradients read ~2.7 GB a step at batch 16: ~0.8 ms at HBM's rate). The
-// same sums in the same order: TestCUDA_colsumVecSameBits (not yet run on a GPU). Measured on an
+// same sums in the same order: TestCUDA_colsumVecSameBits (passed on an H100, session 17). Measured on an
 // H100 in session 15: −0.3% at batch 16, inside the noise (docs/perf-gpu.md), so it stays off.
 // Read at each call, so a test can set it.
 func colsumVec() bool { return os.Getenv("GODDP_COLSUM_VEC") == "1" }
@@ -217,7 +218,8 @@ const flashCarveoutUnset = -2
 // carveout the f16 attention kernels ask for when loaded (cudadrv.Function.SetCarveout). An A/B
 // for issue 35: whether the driver's default split of the SM's L1 and shared memory limits how
 // many attention blocks are resident (each holds 36 KiB of shared memory). Unset:
-// flashCarveoutUnset. Not yet run on a GPU.
+// flashCarveoutUnset. Measured on an H200 in session 16: 100 changed nothing (the kernels are
+// register-bound).
 func flashCarveout() (int, error) {
 	v := os.Getenv("GODDP_FLASH_CARVEOUT")
 	if v == "" {

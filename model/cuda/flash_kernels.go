@@ -43,7 +43,8 @@ typedef unsigned int u32;
 #define LN2 0.6931471805599453f
 
 // The grid's order and the kernels' register budgets, chosen at compile time (flashOptions,
-// env.go: GODDP_FLASH_TILE_MAJOR, GODDP_FLASH_MINBLOCKS). Tile-major grids are (B·H, tiles): the
+// env.go: GODDP_FLASH_TILE_MAJOR, on by default; GODDP_FLASH_MINBLOCKS). Tile-major grids are
+// (B·H, tiles), (tiles, B·H) otherwise: the
 // hardware hands out blocks x first, so every (batch, head) gets its longest tile before any gets
 // its next — the longest first over the whole grid, not only within one (batch, head), which
 // leaves the last wave the shortest tiles. FLASH_*_MINB (",n" when set, empty by default: the
@@ -274,7 +275,7 @@ __device__ __forceinline__ void flash_fwd(half_t* __restrict__ y, float* __restr
 
 extern "C" {
 
-// k_flash_fwd: grid (⌈T/64⌉, B·H), 128 threads. y (B,T,C) f16, lse (B,H,T) f32 natural log.
+// k_flash_fwd: ⌈T/64⌉ tiles × B·H (flash_tile, flash_bh: the grid's order), 128 threads. y (B,T,C) f16, lse (B,H,T) f32 natural log.
 // sl2 = scale·log2(e).
 __global__ void __launch_bounds__(128 FLASH_FWD_MINB) k_flash_fwd(half_t* __restrict__ y, float* __restrict__ lse,
 		const half_t* __restrict__ qkv, int T, int H, float sl2) {
@@ -283,8 +284,8 @@ __global__ void __launch_bounds__(128 FLASH_FWD_MINB) k_flash_fwd(half_t* __rest
 	flash_fwd<4>(y, lse, qkv, T, H, sl2, sK, sV);
 }
 
-// k_flash_fwd128: k_flash_fwd with query blocks of 128 rows: grid (⌈T/128⌉, B·H), 256 threads
-// (model.flash_forward_rows: 128; not yet run on a GPU).
+// k_flash_fwd128: k_flash_fwd with query blocks of 128 rows: ⌈T/128⌉ tiles, 256 threads
+// (model.flash_forward_rows: 128; the same bits as k_flash_fwd, its test passed on a GPU).
 __global__ void __launch_bounds__(256) k_flash_fwd128(half_t* __restrict__ y, float* __restrict__ lse,
 		const half_t* __restrict__ qkv, int T, int H, float sl2) {
 	__shared__ __align__(16) half_t sK[2][64 * LDS];
@@ -315,7 +316,7 @@ __global__ void k_flash_bwd_delta(float* __restrict__ delta, const half_t* __res
 	}
 }
 
-// k_flash_bwd_dkdv: grid (⌈T/64⌉ key tiles, B·H), 128 threads; warp w owns keys k0+16w…+15 and
+// k_flash_bwd_dkdv: ⌈T/64⌉ key tiles × B·H, 128 threads; warp w owns keys k0+16w…+15 and
 // accumulates their dk, dv over the query tiles at and below the diagonal. Writes dk, dv into dqkv.
 __global__ void __launch_bounds__(128 FLASH_DKDV_MINB) k_flash_bwd_dkdv(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
 		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
@@ -420,7 +421,7 @@ __global__ void __launch_bounds__(128 FLASH_DKDV_MINB) k_flash_bwd_dkdv(half_t* 
 	}
 }
 
-// k_flash_bwd_dq: grid (⌈T/64⌉ query tiles, B·H), 128 threads; warp w owns queries q0+16w…+15
+// k_flash_bwd_dq: ⌈T/64⌉ query tiles × B·H, 128 threads; warp w owns queries q0+16w…+15
 // and accumulates their dq over the key tiles at and below the diagonal. Writes dq into dqkv.
 __global__ void __launch_bounds__(128 FLASH_DQ_MINB) k_flash_bwd_dq(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
 		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,

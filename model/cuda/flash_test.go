@@ -156,12 +156,20 @@ func TestFlashCarveout_parse(t *testing.T) {
 
 // GODDP_FLASH_TILE_MAJOR and GODDP_FLASH_MINBLOCKS change which block runs when and how many
 // registers ptxas may use, not what a block computes: the forward's output and log-sum-exp and
-// the backward's dq, dk, dv are the default kernels' very bits, f16 and bf16, on lengths that are
+// the backward's dq, dk, dv are the bits of the kernels with neither (the grid (tiles, B·H), no
+// register cap: a reference device made with TILE_MAJOR=0), f16 and bf16, on lengths that are
 // and are not multiples of 64. Each variant is a device of its own (the options are compiled in
-// at load). Not yet run on a GPU.
+// at load). Passed on an H100 in session 17 (then against the default, which was the reference).
 func TestCUDA_flashOptionsSameBits(t *testing.T) {
-	g := gpu(t)
-	variants := []struct{ tileMajor, minBlocks string }{{"1", ""}, {"", "4,4,3"}, {"1", "4,4,3"}}
+	gpu(t)
+	t.Setenv("GODDP_FLASH_TILE_MAJOR", "0")
+	t.Setenv("GODDP_FLASH_MINBLOCKS", "")
+	ref, err := New(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	variants := []struct{ tileMajor, minBlocks string }{{"1", ""}, {"0", "4,4,3"}, {"1", "4,4,3"}}
 	type result struct {
 		y, dqkv []uint16
 		lse     []float32
@@ -207,24 +215,24 @@ func TestCUDA_flashOptionsSameBits(t *testing.T) {
 			}
 		}
 		for _, dt := range []tensor.DType{tensor.F16, tensor.BF16} {
-			if !g.FlashAttentionFast(64, dt) {
+			if !ref.FlashAttentionFast(64, dt) {
 				continue
 			}
 			for i, sh := range shapes {
-				want, got := run(g, dt, sh[0], sh[1], sh[2], inputs[i]), run(d, dt, sh[0], sh[1], sh[2], inputs[i])
+				want, got := run(ref, dt, sh[0], sh[1], sh[2], inputs[i]), run(d, dt, sh[0], sh[1], sh[2], inputs[i])
 				for _, p := range []struct {
 					name string
 					a, b []uint16
 				}{{"y", want.y, got.y}, {"dqkv", want.dqkv, got.dqkv}} {
 					for j := range p.a {
 						if p.a[j] != p.b[j] {
-							t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q %s %v: %s[%d] bits %#04x, the default kernels' %#04x", vr.tileMajor, vr.minBlocks, dt, sh, p.name, j, p.b[j], p.a[j])
+							t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q %s %v: %s[%d] bits %#04x, the reference kernels' %#04x", vr.tileMajor, vr.minBlocks, dt, sh, p.name, j, p.b[j], p.a[j])
 						}
 					}
 				}
 				for j := range want.lse {
 					if math.Float32bits(want.lse[j]) != math.Float32bits(got.lse[j]) {
-						t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q %s %v: lse[%d] %g, the default kernels' %g", vr.tileMajor, vr.minBlocks, dt, sh, j, got.lse[j], want.lse[j])
+						t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q %s %v: lse[%d] %g, the reference kernels' %g", vr.tileMajor, vr.minBlocks, dt, sh, j, got.lse[j], want.lse[j])
 					}
 				}
 			}

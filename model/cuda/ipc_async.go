@@ -20,7 +20,8 @@ import (
 // involved, and it works while the compute stream is blocked behind the kernel); a kernel's
 // waiting thread polls it every 256 spins and, once set, writes which peer it was waiting for
 // into ctl[1] and its block returns (ipc_kernels.go, meet). Under unified addressing (every
-// 64-bit CUDA platform) cuMemHostAlloc's pointer is the same on the device. Not yet run on a GPU.
+// 64-bit CUDA platform) cuMemHostAlloc's pointer is the same on the device. Its tests passed on
+// an H100 in session 17's whole suite.
 
 var _ tensor.IPCStreamDevice = (*Device)(nil)
 var _ tensor.IPCAsyncReducer = (*ipcReducer)(nil)
@@ -144,7 +145,7 @@ func (r *ipcReducer) segment() (ptr uint64, bytes int64) {
 
 // PinSegment allocates this rank's segment in page-locked host memory (tensor.IPCHalfReducer):
 // the copies of ReduceScatter and AllGather run on the side stream from and into it, and the
-// caller's ring between hosts reduces it in place. Not yet run on a GPU.
+// caller's ring between hosts reduces it in place. Its tests passed on an H100 (session 17).
 func (r *ipcReducer) PinSegment() ([]byte, error) {
 	_, n := r.segment()
 	if r.pinned == nil {
@@ -162,7 +163,7 @@ func (r *ipcReducer) PinSegment() ([]byte, error) {
 
 // ReduceScatter enqueues the reduce half on the side stream, then the copy of this rank's
 // segment into the pinned segment (tensor.IPCHalfReducer); without one (the halves used alone)
-// the half ends in a meeting instead (ipcReduceEnd). Not yet run on a GPU.
+// the half ends in a meeting instead (ipcReduceEnd). Its tests passed on an H100 (session 17).
 func (r *ipcReducer) ReduceScatter(s tensor.IPCStream, scale, div float32) tensor.Fence {
 	st := r.sideStream(s)
 	d := r.d

@@ -33,8 +33,9 @@ import (
 // device's abort stream (a peer's late write cannot re-block a wait: the next release overwrites
 // it); the release needs a hardware queue no waiting stream blocks (streamConnections, env.go),
 // and Close gives up after ipcDrainLimit rather than hang. The kernels, seeing the abort
-// word, return without touching the buffer or any flag. Not yet run on a GPU: the kernel-paced meetings stay
-// the default until `go test -tags cuda ./...` has passed with GODDP_IPC_WAIT=stream too.
+// word, return without touching the buffer or any flag. Its tests passed on an H100 in session
+// 17's whole suite (the stopped-rank abort included), but under MPS each meeting's stream wait cost
+// ~1.8 ms (~5.5 ms a bucket: docs/perf-gpu-ddp.md), so the kernel-paced meetings stay the default.
 
 // ipcCtlWords is the pinned control block: the abort word, the stalled word, and the flags'
 // snapshot Abort takes when paced (3 phases × ipcMaxRanks).

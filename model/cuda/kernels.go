@@ -682,8 +682,6 @@ __global__ void k_unscale(void* x, int dx, long n, float inv, float* found) {
 	}
 	if (bad) found[0] = 1.f;
 }
-// gs multiplies each gradient element first (AdamWArgs.GradScale; 1 when none: g·1 is g), the
-// product a scaling pass would have written: gradient clipping folded into the step.
 // k_unscale_sumsq: k_unscale and k_sum_part's squares in one read of x (f32): x *= inv, found set
 // on an inf or NaN, per-block float64 partials of the unscaled values' squares into part. Launched
 // on k_sum_part's grid, each thread visits the indices k_sum_part's would in the same order and
@@ -702,6 +700,8 @@ __global__ void k_unscale_sumsq(double* part, float* x, long n, float inv, float
 	s = blockSumD(s);
 	if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
+// gs multiplies each gradient element first (AdamWArgs.GradScale; 1 when none: g·1 is g), the
+// product a scaling pass would have written: gradient clipping folded into the step.
 __global__ void k_adamw(float* p, const float* g, float* m, float* v, half_t* h, long n,
 		float lr, float b1, float b2, float eps, float wd, float bc1, float bc2, float gs) {
 	FOR(i, n) {

@@ -557,7 +557,7 @@ func (d *Device) sum(out, x *tensor.Tensor, sq int) {
 	if x.Len() == 0 {
 		return
 	}
-	blocks := max(1, min((x.Len()+1023)/1024, d.sms*4))
+	blocks := d.sumBlocks(x.Len())
 	part := d.scratch(2 * blocks) // doubles
 	d.launch(kn("k_sum_part", x), [3]int{blocks, 1, 1}, [3]int{256, 1, 1}, 0, ptra(part), ptra(x), dta(x), u64a(uint64(x.Len())), i32a(sq))
 	d.launch("k_sum_finish", [3]int{1, 1, 1}, [3]int{256, 1, 1}, 0, ptra(out), ptra(part), i32a(blocks))
@@ -565,6 +565,10 @@ func (d *Device) sum(out, x *tensor.Tensor, sq int) {
 }
 
 func (d *Device) SumSquares(out, x *tensor.Tensor) { d.sum(out, x, 1) }
+
+// sumBlocks is k_sum_part's grid for n elements (256 threads a block): every sum of squares whose
+// bits must agree (SumSquares, SumSquaresF64, UnscaleCheckSumSquares) takes this one.
+func (d *Device) sumBlocks(n int) int { return max(1, min((n+1023)/1024, d.sms*4)) }
 
 // UnscaleCheckSumSquares is tensor.UnscaleSquarer: k_unscale_sumsq on d.sum's grid, then
 // k_sum_finish — UnscaleCheck then SumSquares in one read of x, the same bits. f32 x only (the
@@ -581,8 +585,8 @@ func (d *Device) UnscaleCheckSumSquares(x *tensor.Tensor, inv float32, found, sq
 	if x.Len() == 0 {
 		return
 	}
-	blocks := max(1, min((x.Len()+1023)/1024, d.sms*4)) // d.sum's grid: its bits
-	part := d.scratch(2 * blocks)                       // doubles
+	blocks := d.sumBlocks(x.Len()) // d.sum's grid: its bits
+	part := d.scratch(2 * blocks)  // doubles
 	d.launch("k_unscale_sumsq", [3]int{blocks, 1, 1}, [3]int{256, 1, 1}, 0, ptra(part), ptra(x), u64a(uint64(x.Len())), f32a(inv), ptra(found))
 	d.launch("k_sum_finish", [3]int{1, 1, 1}, [3]int{256, 1, 1}, 0, ptra(sq), ptra(part), i32a(blocks))
 	d.Free(part)
@@ -607,7 +611,7 @@ func (d *Device) SumSquaresF64(xs []*tensor.Tensor) float64 {
 		if x.Len() == 0 {
 			continue
 		}
-		blocks := max(1, min((x.Len()+1023)/1024, d.sms*4))
+		blocks := d.sumBlocks(x.Len())
 		part := d.scratch(2 * blocks) // doubles
 		d.launch(kn("k_sum_part", x), [3]int{blocks, 1, 1}, [3]int{256, 1, 1}, 0, ptra(part), ptra(x), dta(x), u64a(uint64(x.Len())), i32a(1))
 		d.launch("k_sum_finish64", [3]int{1, 1, 1}, [3]int{256, 1, 1}, 0, ptra(acc), ptra(part), i32a(blocks))
