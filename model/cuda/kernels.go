@@ -192,7 +192,7 @@ __device__ __forceinline__ void ln_bwd_dx8(void* dxp, int ddx, const void* dyp, 
 // row in registers, read once and written once (k_layernorm reads it three times, 2 bytes a lane
 // at a time). Each lane sums 8 neighbours, not every 32nd element, so the mean and variance are
 // grouped otherwise than k_layernorm's: the same within rounding, not the same bits
-// (GODDP_LN_VEC=1; TestCUDA_layerNorm8MatchesScalar).
+// (the default; GODDP_LN_VEC=0 turns it off; TestCUDA_layerNorm8MatchesScalar).
 template <int K>
 __device__ __forceinline__ void ln_fwd8(void* y, int dy, float* mean, float* rstd, const void* x, int dx,
 		const void* w, int dw, const void* b, int db, int R, int C, float eps) {

@@ -11,7 +11,7 @@ import (
 	"github.com/goddp/goddp/model/tensor"
 )
 
-// GODDP_LN_VEC=1's LayerNorm forward (k_ln_fwd8_K: the row in registers, 8 wide) agrees with
+// The 8-wide LayerNorm forward (the default; GODDP_LN_VEC=0 turns it off; k_ln_fwd8_K: the row in registers, 8 wide) agrees with
 // k_layernorm within rounding — its sums are grouped otherwise, so not bit for bit: mean and rstd
 // within 1e-5 relative, y within a unit of its dtype's last place (f16: 2⁻¹⁰ relative, and 1e-5
 // relative for f32) — for C = 256, 512, 768 and 1024, f32 and f16 activations with f32 and f16

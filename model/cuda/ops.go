@@ -157,8 +157,8 @@ func (d *Device) AddBiasAdd(out, x, y, bias *tensor.Tensor) {
 	d.launch1(kn("k_addbias_add8", out, x, y, bias), y.Len()/8, ptra(out), dta(out), ptra(x), dta(x), ptra(y), dta(y), ptra(bias), dta(bias), i32a(y.Len()/8), i32a(cols))
 }
 
-// FoldsBias is tensor.BiasFolder's switch: GODDP_BIAS_FOLD=1 (env.go), off by default: not yet
-// run on a GPU.
+// FoldsBias is tensor.BiasFolder's switch: on unless GODDP_BIAS_FOLD=0 (env.go; the default since
+// session 18's whole suite on an H100).
 func (d *Device) FoldsBias() bool { return biasFold() }
 
 var _ tensor.BiasFolder = (*Device)(nil)

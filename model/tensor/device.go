@@ -168,8 +168,8 @@ type FlashForwardRower interface {
 //	  first — AddBias(y, bias) then Add(out, x, y) — but y itself is left as it was
 //
 // the same bits as the two operations, one read of h (or a write and a read of y) fewer.
-// FoldsBias reports whether callers should take it (the CUDA device: GODDP_BIAS_FOLD=1 until a
-// GPU has run it).
+// FoldsBias reports whether callers should take it (the CUDA and CPU devices: unless
+// GODDP_BIAS_FOLD=0).
 type BiasFolder interface {
 	AddBiasGELU(h, g, bias *Tensor)
 	AddBiasAdd(out, x, y, bias *Tensor)
