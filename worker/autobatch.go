@@ -1,7 +1,8 @@
 package worker
 
 // autobatch.go: train.micro_batch: auto. The largest micro-batch whose whole training step fits is
-// found by running that step: forward, backward, unscale/clip and the optimizer, with the run's
+// found by running that step (from an empty cache, until the cache serves a whole step: trialRunner.step):
+// forward, backward, unscale/clip and the optimizer, with the run's
 // model, precision and checkpointing, on the run's device, under train.memory_budget (set with
 // Device.SetLimit, kept for the run) or the device's own memory. Batch sizes double from 1 until a
 // trial runs out of memory, then bisection between the last fit and the first miss. A trial that
@@ -82,12 +83,22 @@ type trialRunner struct {
 	scaler *Scaler
 }
 
-// step runs one full training step at micro-batch b and reports whether it fitted, with its peak
-// above the baseline. Whatever happens, the device's allocated bytes end where they started; when
-// they cannot be brought back there it returns an error naming the blocks left.
+// maxTrialSteps bounds the training steps of one trial.
+const maxTrialSteps = 4
+
+// step runs full training steps at micro-batch b, from an empty cache as the run's first step
+// starts, until a step is served from the cache alone (from then on every step allocates as that
+// one: the cache holds the same blocks at its start), at most maxTrialSteps, and reports whether
+// they fitted, with the peak above the baseline. One step is not enough: the caching allocator
+// lets a request take a cached block up to an eighth larger than its own (tensor.Pool), so the
+// second step, which starts from the first one's cache, may hold more than the first. Starting
+// from an empty cache makes the outcome depend on b alone, not on the trials before it.
+// Whatever happens, the device's allocated bytes end where they started; when they cannot be
+// brought back there it returns an error naming the blocks left.
 func (r *trialRunner) step(b int) (BatchTrial, error) {
 	dev, ps := r.dev, r.m.Params()
 	tr := BatchTrial{MicroBatch: b}
+	dev.EmptyCache()
 	base := dev.Stats().Allocated
 	taken := map[tensor.Buffer]tensor.AllocEvent{} // blocks of this trial still live
 	obs, _ := dev.(tensor.Observable)
@@ -109,18 +120,24 @@ func (r *trialRunner) step(b int) (BatchTrial, error) {
 			ahead = newInputs(dev, r.m.Input(), b)
 		}
 		fillTrialInputs(dev, in, b)
-		ps.ZeroGrad()
-		in.Inputs.GradScale = r.scaler.Scale() // as the training loop does
-		loss := r.m.Forward(in.Inputs, true)
-		dev.Download([]float32{0}, loss)
-		r.m.Backward(r.scaler.Scale())
-		r.scaler.UnscaleCheck(ps)
-		if r.cfg.Train.GradClip > 0 {
-			model.ClipGradNorm(ps, float32(r.cfg.Train.GradClip))
+		for k := range maxTrialSteps {
+			raw := dev.Stats().RawAllocs
+			ps.ZeroGrad()
+			in.Inputs.GradScale = r.scaler.Scale() // as the training loop does
+			loss := r.m.Forward(in.Inputs, true)
+			dev.Download([]float32{0}, loss)
+			r.m.Backward(r.scaler.Scale())
+			r.scaler.UnscaleCheck(ps)
+			if r.cfg.Train.GradClip > 0 {
+				model.ClipGradNorm(ps, float32(r.cfg.Train.GradClip))
+			}
+			ps.ZeroGrad() // the step at lr 0 on zero gradients leaves weights and moments as they are
+			r.opt.Step(0)
+			dev.Sync()
+			if k > 0 && dev.Stats().RawAllocs == raw {
+				break // the cache served the whole step: every later step goes as this one
+			}
 		}
-		ps.ZeroGrad() // the step at lr 0 on zero gradients leaves weights and moments as they are
-		r.opt.Step(0)
-		dev.Sync()
 	})
 	tr.Peak = dev.Stats().Peak - base
 	if err != nil && !tensor.IsOOM(err) {

@@ -467,6 +467,9 @@ func TestCUDA_randNormalMatchesRNG(t *testing.T) {
 
 func TestCUDA_oom(t *testing.T) {
 	g := gpu(t)
+	// The cache first: a cached block of the request's size (or up to an eighth larger) would
+	// serve it without asking the system, budget or not (session 18's H100 run: it did).
+	g.EmptyCache()
 	g.SetLimit(1 << 20)
 	err := tensor.CatchOOM(func() { g.Alloc(tensor.F32, "too.big.for.limit", 1<<20) })
 	g.SetLimit(0)

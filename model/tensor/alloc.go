@@ -3,6 +3,7 @@ package tensor
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -88,9 +89,13 @@ func FormatBytes(n int64) string {
 	return fmt.Sprintf("%.2f PiB", f/unit)
 }
 
-// SizeClass rounds a request to the allocator's block size: multiples of 512 B below 1 MiB, above
-// that the next multiple of an eighth of the request's power of two (at most 12.5% waste), so
-// freed blocks are reused by requests of about the same size.
+// SizeClass rounds a request to the size of the block the allocator obtains for it from the
+// system: multiples of 512 B below 1 MiB; above that, multiples of a 64th of the request's power
+// of two, at most 2 MiB (PyTorch's caching allocator rounds its large blocks to 2 MiB): at most
+// 1.6% and 2 MiB over the request. Until session 18 the step above 1 MiB was an eighth (up to
+// 12.5% over), which held a ResNet-50's fp32 largest batch under 16 GiB to 188 (PyTorch 192):
+// between 176 and 188 samples every large activation rounded to the same class, and at 189 they
+// all stepped up together (docs/perf-resnet-gpu.md).
 func SizeClass(n int64) int64 {
 	if n <= 0 {
 		return 512
@@ -102,20 +107,33 @@ func SizeClass(n int64) int64 {
 	for p*2 <= n {
 		p *= 2
 	}
-	step := p / 8
+	step := min(p/64, 2<<20)
 	return (n + step - 1) / step * step
+}
+
+// reuseLimit is the largest cached block a request of class c may take: c itself below 1 MiB
+// (the small classes are exact), up to an eighth more above (a block freed by a slightly larger
+// tensor serves the next slightly smaller one, as the coarser classes of old did, and what it
+// holds over the request is at most that eighth).
+func reuseLimit(c int64) int64 {
+	if c < 1<<20 {
+		return c
+	}
+	return c + c/8
 }
 
 // Pool is the caching allocator, and the memory half of every Device, written once: a device
 // embeds a *Pool made by NewPool, which gives it Alloc, Free, Stats, ResetPeak, SetLimit,
-// EmptyCache, Live and SetObserver (Observable). Freed blocks go to a free list per size class and
-// are handed out again before asking the system. The pool does the counting; the device supplies
+// EmptyCache, Live and SetObserver (Observable). Freed blocks go to a free list per block size and
+// are handed out again before asking the system: a request takes a cached block of its own class,
+// else the smallest cached one up to reuseLimit (blocks are never split). The pool does the counting; the device supplies
 // the raw allocation. Not safe for concurrent use (nor is the device: one goroutine drives it).
 type Pool struct {
 	dev   Device                            // the device tensors are made for
 	raw   func(bytes int64) (Buffer, error) // obtain a block from the system
 	drop  func(Buffer)                      // give a block back to the system
-	free  map[int64][]Buffer                // size class → cached blocks
+	free  map[int64][]Buffer                // block size → cached blocks
+	sizes []int64                           // the block sizes with cached blocks, ascending
 	live  map[Buffer]LiveBlock
 	stats MemStats
 	// freeOnCard, when set, reports the card's free memory for OOM messages.
@@ -173,12 +191,9 @@ func (p *Pool) SetFreeOnCard(f func() int64) { p.freeOnCard = f }
 // get returns a block of at least bytes, panicking with *OOMError when none can be had.
 func (p *Pool) get(bytes int64, tag string, dt DType, shape []int) Buffer {
 	class := SizeClass(bytes)
-	var b Buffer
-	if list := p.free[class]; len(list) > 0 {
-		b = list[len(list)-1]
-		p.free[class] = list[:len(list)-1]
-		p.stats.Cached -= class
-	} else {
+	b, size := p.cached(class)
+	if b == nil {
+		size = class
 		// A budget bounds what is held from the device, as a card of that size would: the
 		// reserved bytes (allocated + cached). Over it, the cache goes back first and the
 		// allocation is tried once more, as PyTorch's caching allocator does before it reports
@@ -202,15 +217,39 @@ func (p *Pool) get(bytes int64, tag string, dt DType, shape []int) Buffer {
 		p.stats.RawAllocs++
 	}
 	p.stats.Allocs++
-	p.stats.Allocated += class
+	p.stats.Allocated += size
 	if p.stats.Allocated > p.stats.Peak {
 		p.stats.Peak = p.stats.Allocated
 	}
-	p.live[b] = LiveBlock{Tag: tag, DType: dt, Shape: append([]int(nil), shape...), Bytes: class}
+	p.live[b] = LiveBlock{Tag: tag, DType: dt, Shape: append([]int(nil), shape...), Bytes: size}
 	if p.observe != nil {
-		p.observe(AllocEvent{Tag: tag, Bytes: class, Allocated: p.stats.Allocated, Buffer: b})
+		p.observe(AllocEvent{Tag: tag, Bytes: size, Allocated: p.stats.Allocated, Buffer: b})
 	}
 	return b
+}
+
+// cached takes a cached block for a request of class: one of that size, else the smallest up to
+// reuseLimit(class); nil when there is none. It returns the block's size.
+func (p *Pool) cached(class int64) (Buffer, int64) {
+	size := class
+	if len(p.free[class]) == 0 {
+		i, _ := slices.BinarySearch(p.sizes, class)
+		if i == len(p.sizes) || p.sizes[i] > reuseLimit(class) {
+			return nil, 0
+		}
+		size = p.sizes[i]
+	}
+	list := p.free[size]
+	b := list[len(list)-1]
+	if len(list) == 1 {
+		delete(p.free, size)
+		i, _ := slices.BinarySearch(p.sizes, size)
+		p.sizes = slices.Delete(p.sizes, i, i+1)
+	} else {
+		p.free[size] = list[:len(list)-1]
+	}
+	p.stats.Cached -= size
+	return b, size
 }
 
 func (p *Pool) oom(bytes int64, tag string) *OOMError {
@@ -229,6 +268,10 @@ func (p *Pool) put(b Buffer) {
 		panic("tensor: free of a block that is not live (double free?)")
 	}
 	delete(p.live, b)
+	if len(p.free[blk.Bytes]) == 0 {
+		i, _ := slices.BinarySearch(p.sizes, blk.Bytes)
+		p.sizes = slices.Insert(p.sizes, i, blk.Bytes)
+	}
 	p.free[blk.Bytes] = append(p.free[blk.Bytes], b)
 	p.stats.Allocated -= blk.Bytes
 	p.stats.Cached += blk.Bytes
@@ -248,6 +291,7 @@ func (p *Pool) EmptyCache() {
 		}
 		delete(p.free, class)
 	}
+	p.sizes = p.sizes[:0]
 }
 
 func (p *Pool) Stats() MemStats      { return p.stats }

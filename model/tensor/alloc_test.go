@@ -118,3 +118,92 @@ func TestPool_budgetBoundsReserved(t *testing.T) {
 		t.Fatalf("at the end: %+v", s)
 	}
 }
+
+// SizeClass: below 1 MiB, 512-byte multiples; above, at most a 64th of the request's power of two
+// and 2 MiB over it (the bound that moved ResNet-50's fp32 largest batch: session 18), never
+// under it, and monotone.
+func TestSizeClass_bounds(t *testing.T) {
+	const MiB = 1 << 20
+	prev := int64(0)
+	for _, n := range []int64{1, 511, 512, 513, MiB - 1, MiB, MiB + 1, 3*MiB + 7, 64*MiB + 1, 603717632, 606928896, 5 << 30} {
+		c := SizeClass(n)
+		p := int64(1)
+		for p*2 <= n {
+			p *= 2
+		}
+		over := int64(511)
+		if n >= MiB {
+			over = min(p/64, 2*MiB) - 1
+		}
+		if c < n || c-n > over || c < prev {
+			t.Fatalf("SizeClass(%d) = %d: want in [n, n+%d] and ≥ %d", n, c, over, prev)
+		}
+		prev = c
+	}
+	// ResNet-50's layer-1 activations at fp32 batch 188 and 189 (N·56·56·256·4 bytes): one class
+	// each, 2 MiB apart at most — they were 576 and 640 MiB with the eighths.
+	if a, b := SizeClass(188*3211264), SizeClass(189*3211264); b-a > 4*MiB {
+		t.Fatalf("batch 188 → %d, 189 → %d bytes: a step of %d", a, b, b-a)
+	}
+}
+
+// A request takes a cached block of its class, else the smallest cached block up to an eighth
+// larger (its whole size counted as allocated, and back to its own list when freed), never a
+// smaller one or one past the eighth; small classes take only their own size.
+func TestPool_reusesLargerBlocksWithinAnEighth(t *testing.T) {
+	const MiB = 1 << 20
+	p := newTestPool()
+	big := p.Alloc(F32, "big", (110*MiB)/4)
+	mid := p.Alloc(F32, "mid", (104*MiB)/4)
+	small := p.Alloc(F32, "small", (96*MiB)/4)
+	bigBuf, midBuf := big.Buffer(), mid.Buffer()
+	p.Free(big)
+	p.Free(mid)
+	p.Free(small)
+	raw := p.Stats().RawAllocs
+	// 100 MiB: 96 is too small, 104 and 110 are within the eighth (112.5): the smaller is taken.
+	x := p.Alloc(F32, "x", (100*MiB)/4)
+	if x.Buffer() != midBuf || p.Stats().RawAllocs != raw {
+		t.Fatalf("100 MiB did not take the 104 MiB block: %+v", p.Stats())
+	}
+	if s := p.Stats(); s.Allocated != 104*MiB || s.Cached != 206*MiB {
+		t.Fatalf("after taking 104 MiB for 100: %+v", s)
+	}
+	// 90 MiB: 96 MiB is within its eighth (101.25).
+	y := p.Alloc(F32, "y", (90*MiB)/4)
+	// 120 MiB: 110 is too small: a new block.
+	z := p.Alloc(F32, "z", (120*MiB)/4)
+	if s := p.Stats(); s.RawAllocs != raw+1 || s.Allocated != (104+96+120)*MiB {
+		t.Fatalf("after 90 and 120 MiB: %+v", s)
+	}
+	// 80 MiB: 110 is past its eighth (90): a new block, though one is cached.
+	w := p.Alloc(F32, "w", (80*MiB)/4)
+	if p.Stats().RawAllocs != raw+2 {
+		t.Fatalf("80 MiB took a block more than an eighth larger: %+v", p.Stats())
+	}
+	p.Free(x) // back as a 104 MiB block, which a 104 MiB request takes
+	if v := p.Alloc(F32, "v", (104*MiB)/4); v.Buffer() != midBuf {
+		t.Fatal("the 104 MiB block did not go back to its own size's list")
+	}
+	// 110 MiB is still cached, and a request of exactly its class takes it.
+	if u := p.Alloc(F32, "u", (110*MiB)/4); u.Buffer() != bigBuf {
+		t.Fatal("the 110 MiB block was not reused by a request of its class")
+	}
+	for _, q := range []*Tensor{y, z, w} {
+		p.Free(q)
+	}
+	// Below 1 MiB only the exact class: a 4 KiB block does not serve 3.5 KiB.
+	a := p.Alloc(F32, "a", (4096)/4)
+	ab := a.Buffer()
+	p.Free(a)
+	if b := p.Alloc(F32, "b", (3584)/4); b.Buffer() == ab {
+		t.Fatal("a small request took a larger small block")
+	}
+	if b := p.Alloc(F32, "b", (4000)/4); b.Buffer() != ab {
+		t.Fatal("a small request did not take its own class's block")
+	}
+	p.EmptyCache()
+	if s := p.Stats(); s.Cached != 0 || len(p.sizes) != 0 || len(p.free) != 0 {
+		t.Fatalf("after EmptyCache: %+v, %d sizes listed", s, len(p.sizes))
+	}
+}
