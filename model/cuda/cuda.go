@@ -59,7 +59,8 @@ type Device struct {
 	flashTileMajor bool
 	conv           *convState // cuDNN and the convolution kernels (conv.go; nil without the cudnn tag)
 	fns            map[string]cudadrv.Function
-	bf16           bf16Kernels // bf16 instantiations, loaded on first use (bf16.go)
+	dynShared      map[string]int // the dynamic shared memory each kernel that asks for more than 48 KiB was allowed (xentRowOnce)
+	bf16           bf16Kernels    // bf16 instantiations, loaded on first use (bf16.go)
 	bf16Once       sync.Once
 	blas           *cudadrv.Blas
 	lt             *ltState   // cublasLt's fused epilogues (lt.go), made on first use
@@ -134,7 +135,7 @@ func New(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cuda: device %d: %w", ordinal, err)
 	}
-	d := &Device{ordinal: ordinal, dev: dev, fns: map[string]cudadrv.Function{}}
+	d := &Device{ordinal: ordinal, dev: dev, fns: map[string]cudadrv.Function{}, dynShared: map[string]int{}}
 	if d.name, err = dev.Name(); err != nil {
 		return nil, fmt.Errorf("cuda: device %d name: %w", ordinal, err)
 	}

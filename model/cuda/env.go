@@ -29,6 +29,7 @@ import (
 //	GODDP_FLASH_MINBLOCKS=F,Q,K the attention kernels' __launch_bounds__ blocks per SM (flashOptions; 4,4,3 spills and measured slower on an H100, session 17)
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
+//	GODDP_XENT_SMEM=1 the loss head's cross-entropy reads each row of 16-bit logits once, keeping it in shared memory (k_xent_sm; ops.go; the same bits; not yet run on a GPU)
 //	GODDP_IPC_WAIT=stream the IPC all-reduce's ranks wait for each other by their streams, not in the
 //	                  kernel (ipc_pace.go; read at each NewIPCReducer; its tests passed on an H100,
 //	                  and it measured ~5.5 ms a bucket under MPS: off)
@@ -217,6 +218,13 @@ func colsumFused() bool { return os.Getenv("GODDP_COLSUM_FUSED") == "1" }
 // 41.40 -> 41.22 ms at b16 (21.85 -> 21.83 at b8), and with the bias folds and the fused column
 // sums 40.26 (21.29). GODDP_LN_VEC=0 takes k_layernorm. Read at each call, so a test can set it.
 func lnVec() bool { return os.Getenv("GODDP_LN_VEC") != "0" }
+
+// xentSmem reports whether GODDP_XENT_SMEM=1 asked for the cross-entropy's gradient launch to read
+// each row once (k_xent_sm: the row's 16-bit logits kept in shared memory, V·2 bytes a block, two
+// blocks an SM for GPT-2's 50304) where k_xent reads it twice: 1.65 GB less traffic a GPT-2 small
+// step at b16 (k_xent: 1.81 ms for 4.95 GB, ~2.7 TB/s, in session 17's H100 profile). The same
+// bits (TestCUDA_xentSmemSameBits). Not yet run on a GPU. Read at each call, so a test can set it.
+func xentSmem() bool { return os.Getenv("GODDP_XENT_SMEM") == "1" }
 
 // flashCarveoutUnset is flashCarveout's "not set": the driver's default (no preference).
 const flashCarveoutUnset = -2

@@ -627,6 +627,63 @@ __global__ void k_xent(float* losses, void* dl, int ddl, const void* logits, int
 		st(dl, ddl, base + j, g);
 	}
 }
+// Cross-entropy with its gradient, the row read from memory once (GODDP_XENT_SMEM=1): 16-bit
+// logits, V % 8 == 0, 16-byte aligned rows, dl of the logits' dtype (it may alias them). Each
+// thread takes k_xent's very elements in its order (blockDim 512, 8 at a time), keeps their 16
+// raw bytes in shared memory (V·2 bytes dynamic) as it sums, and writes the gradient from there:
+// the same max, sum, loss and gradient as k_xent — its bits — where k_xent reads the row a second
+// time. Four loads in flight a thread before their stores and sums (the order of the sums is kept).
+// h8f: eight 16-bit values (the module's half type) to f32, as ld8 converts them.
+__device__ __forceinline__ void h8f(uint4 u, float* v) {
+	v[0] = h2f(u.x & 0xffff); v[1] = h2f(u.x >> 16); v[2] = h2f(u.y & 0xffff); v[3] = h2f(u.y >> 16);
+	v[4] = h2f(u.z & 0xffff); v[5] = h2f(u.z >> 16); v[6] = h2f(u.w & 0xffff); v[7] = h2f(u.w >> 16);
+}
+__global__ void k_xent_sm(float* losses, void* dl, int ddl, const void* logits, int dlg, const int* targets, int V, float scale) {
+	extern __shared__ uint4 xsh[];
+	long row = blockIdx.x;
+	long base = row * V;
+	int t = targets[row];
+	float m = -INF, s = 0.f;
+	const uint4* src = (const uint4*)logits + base / 8;
+	int stride = blockDim.x * 8;
+	for (int j0 = threadIdx.x * 8; j0 < V; j0 += 4 * stride) {
+		uint4 u[4];
+		#pragma unroll
+		for (int q = 0; q < 4; q++) {
+			int j = j0 + q * stride;
+			if (j < V) u[q] = __ldcs(src + j / 8);
+		}
+		#pragma unroll
+		for (int q = 0; q < 4; q++) {
+			int j = j0 + q * stride;
+			if (j >= V) break;
+			xsh[j / 8] = u[q];
+			float v[8];
+			h8f(u[q], v);
+			float mx = v[0];
+			#pragma unroll
+			for (int k = 1; k < 8; k++) mx = fmaxf(mx, v[k]);
+			if (mx > m) { s = m == -INF ? 0.f : s * expf(m - mx); m = mx; }
+			#pragma unroll
+			for (int k = 0; k < 8; k++) s += expf(v[k] - m);
+		}
+	}
+	blockMaxSum(m, s);
+	__syncthreads(); // the row is in shared memory (the loss reads its target from there)
+	if (losses && threadIdx.x == 0) losses[row] = t < 0 ? 0.f : logf(s) - (ld(xsh, dlg, t) - m);
+	float inv = 1.f / s;
+	for (int j = threadIdx.x * 8; j < V; j += stride) {
+		float v[8];
+		h8f(xsh[j / 8], v);
+		#pragma unroll
+		for (int k = 0; k < 8; k++) {
+			float g = 0.f;
+			if (t >= 0) { g = scale * expf(v[k] - m) * inv; if (j + k == t) g -= scale; }
+			v[k] = g;
+		}
+		st8(dl, ddl, base + j, v);
+	}
+}
 __global__ void k_argmax(int* out, const void* x, int dx, int C) {
 	__shared__ float sv[32];
 	__shared__ int si[32];

@@ -503,10 +503,51 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, targets *tensor.Tensor, s
 		panic(fmt.Sprintf("cuda: CrossEntropyBackward shapes: logits %s, targets %s", logits, targets))
 	}
 	tensor.CheckFloat("CrossEntropyBackward", dlogits, logits)
-	if r > 0 {
+	if r > 0 && !d.xentRowOnce(nil, dlogits, logits, targets, scale) {
 		d.launch(kn("k_xent", dlogits, logits), [3]int{r, 1, 1}, [3]int{512, 1, 1}, 0, nilPtr, ptra(dlogits), dta(dlogits), ptra(logits), dta(logits),
 			ptra(targets), i32a(v), f32a(scale), i32a(1), vecArg(v%8 == 0 && vec8(8, logits, dlogits)))
 	}
+}
+
+// xentSmemMax is the most shared memory k_xent_sm takes a block: two blocks an SM on Hopper
+// (227 KiB a block at most, 228 KiB an SM, 1 KiB of it the system's a block) and Ampere (164 KiB an
+// SM: one block there). Rows of more than 56 Ki 16-bit logits take k_xent.
+const xentSmemMax = 112 << 10
+
+// xentRowOnce launches k_xent_sm for the cross-entropy's gradient (with the losses when losses is
+// not nil) where GODDP_XENT_SMEM=1 and the logits suit it — 16-bit, rows of a multiple of 8 that
+// fit xentSmemMax, 16-byte aligned, the gradient of their dtype — and reports whether it did.
+func (d *Device) xentRowOnce(losses, dlogits, logits, targets *tensor.Tensor, scale float32) bool {
+	r, v := tensor.MatDims(logits)
+	dt := logits.DType()
+	if !xentSmem() || (dt != tensor.F16 && dt != tensor.BF16) || dlogits.DType() != dt || v%8 != 0 || 2*v > xentSmemMax || !vec8(8, logits, dlogits) {
+		return false
+	}
+	name := kn("k_xent_sm", dlogits, logits)
+	bytes := 2 * v
+	if d.dynShared[name] < bytes {
+		f, ok := d.fn(name)
+		if !ok {
+			panic(fmt.Sprintf("cuda: no kernel %q", name))
+		}
+		d.enter()
+		err := f.SetMaxDynamicShared(xentSmemMax)
+		if err == nil {
+			err = f.SetCarveout(100) // two blocks an SM need the most shared memory the SM has
+		}
+		d.leave()
+		if err != nil {
+			panic(fmt.Sprintf("cuda: %s: %v", name, err))
+		}
+		d.dynShared[name] = xentSmemMax
+	}
+	lp := nilPtr
+	if losses != nil {
+		lp = ptra(losses)
+	}
+	d.launch(name, [3]int{r, 1, 1}, [3]int{512, 1, 1}, bytes, lp, ptra(dlogits), dta(dlogits), ptra(logits), dta(logits),
+		ptra(targets), i32a(v), f32a(scale))
+	return true
 }
 
 // CrossEntropyWithGrad is CrossEntropy then CrossEntropyBackward (tensor.CrossEntropyGrad):
@@ -530,7 +571,7 @@ func (d *Device) crossEntropyOneLaunch(losses, dlogits, logits, targets *tensor.
 		panic(fmt.Sprintf("cuda: CrossEntropyWithGrad shapes: losses %s, logits %s, targets %s", losses, logits, targets))
 	}
 	tensor.CheckFloat("CrossEntropyWithGrad", dlogits, logits)
-	if r > 0 {
+	if r > 0 && !d.xentRowOnce(losses, dlogits, logits, targets, scale) {
 		d.launch(kn("k_xent", dlogits, logits), [3]int{r, 1, 1}, [3]int{512, 1, 1}, 0, ptra(losses), ptra(dlogits), dta(dlogits), ptra(logits), dta(logits),
 			ptra(targets), i32a(v), f32a(scale), i32a(1), vecArg(v%8 == 0 && vec8(8, logits, dlogits)))
 	}

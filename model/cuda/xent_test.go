@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -70,5 +71,93 @@ func TestCUDA_crossEntropyWithGradSameBits(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// GODDP_XENT_SMEM=1's cross-entropy gradient (k_xent_sm: each row of 16-bit logits read once, kept
+// in shared memory) gives k_xent's bits: the losses and the gradient of the one launch and of
+// CrossEntropyBackward, in place and apart, f16 and bf16, vocabularies that take it (5008, GPT-2's
+// 50304, 57344 = the most a block's 112 KiB holds, more rows than two waves of blocks) and ones
+// that keep k_xent (5003: not a multiple of 8; 57352: over the 112 KiB), an ignored row. The
+// kernel must fit two blocks an SM on Hopper at 50304 (its occupancy is logged).
+func TestCUDA_xentSmemSameBits(t *testing.T) {
+	d := gpu(t)
+	r := rand.New(rand.NewPCG(5, 13))
+	for _, dt := range []tensor.DType{tensor.F16, tensor.BF16} {
+		if dt == tensor.BF16 && tensor.CheckCompute(d, dt) != nil {
+			continue
+		}
+		for _, V := range []int{5003, 5008, 50304, 57344, 57352} {
+			for _, inPlace := range []bool{true, false} {
+				for _, withLoss := range []bool{true, false} {
+					t.Run(fmt.Sprintf("%s/V%d/inplace=%v/loss=%v", dt, V, inPlace, withLoss), func(t *testing.T) {
+						R := 37
+						if V == 50304 {
+							R = 300
+						}
+						host := make([]float32, R*V)
+						for i := range host {
+							host[i] = float32(r.NormFloat64() * 3)
+						}
+						tg := make([]int32, R)
+						for i := range tg {
+							tg[i] = int32(r.IntN(V))
+						}
+						tg[5] = -1
+						tg[6] = int32(V - 1)
+						targets := d.Alloc(tensor.I32, "targets", R)
+						defer d.Free(targets)
+						d.UploadI32(targets, tg)
+						run := func(on string) ([]float32, []float32) {
+							t.Setenv("GODDP_XENT_SMEM", on)
+							logits := tensor.FromHost(d, dt, "logits", host, R, V)
+							defer d.Free(logits)
+							dl := logits
+							if !inPlace {
+								dl = d.Alloc(dt, "dlogits", R, V)
+								defer d.Free(dl)
+							}
+							losses := d.Alloc(tensor.F32, "losses", R)
+							defer d.Free(losses)
+							d.Fill(losses, 0)
+							if withLoss {
+								d.crossEntropyOneLaunch(losses, dl, logits, targets, 0.125)
+							} else {
+								d.CrossEntropyBackward(dl, logits, targets, 0.125)
+							}
+							return tensor.ToHost(losses), tensor.ToHost(dl)
+						}
+						l0, g0 := run("0")
+						l1, g1 := run("1")
+						for i := range l0 {
+							if math.Float32bits(l1[i]) != math.Float32bits(l0[i]) {
+								t.Fatalf("loss of row %d: row once %g, k_xent %g", i, l1[i], l0[i])
+							}
+						}
+						for i := range g0 {
+							if math.Float32bits(g1[i]) != math.Float32bits(g0[i]) {
+								t.Fatalf("gradient element %d (row %d): row once %g, k_xent %g", i, i/V, g1[i], g0[i])
+							}
+						}
+						if g1[5*V] != 0 || (withLoss && l1[5] != 0) {
+							t.Errorf("the ignored row: loss %g, gradient %g, want 0", l1[5], g1[5*V])
+						}
+					})
+				}
+			}
+		}
+		probe := d.Alloc(dt, "probe", 8)
+		if name := kn("k_xent_sm", probe); d.dynShared[name] == 0 {
+			t.Errorf("%s: k_xent_sm never ran", dt)
+		}
+		d.Free(probe)
+	}
+	res, err := d.KernelResources("k_xent_sm", 512, 2*50304)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("k_xent_sm at V 50304: %d registers, %d local bytes, %d blocks/SM", res.Registers, res.LocalBytes, res.BlocksPerSM)
+	if res.BlocksPerSM < 1 || res.LocalBytes != 0 {
+		t.Errorf("k_xent_sm: %d blocks an SM, %d local bytes (spills)", res.BlocksPerSM, res.LocalBytes)
 	}
 }

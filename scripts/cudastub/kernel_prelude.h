@@ -54,6 +54,7 @@ struct __attribute__((aligned(16))) float4 { float x, y, z, w; };
 struct __attribute__((aligned(8))) float2 { float x, y; };
 struct __attribute__((aligned(8))) uint2 { unsigned x, y; };
 struct __attribute__((aligned(16))) uint4 { unsigned x, y, z, w; };
+__device__ uint4 __ldcs(const uint4*);
 struct __attribute__((aligned(16))) int4 { int x, y, z, w; };
 __device__ int4 make_int4(int, int, int, int);
 __device__ double fmax(double, double);

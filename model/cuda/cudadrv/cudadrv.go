@@ -377,6 +377,14 @@ func (f Function) SetCarveout(percent int) error {
 		C.cuFuncSetAttribute(f.f, C.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, C.int(percent)))
 }
 
+// SetMaxDynamicShared is cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES): the
+// most dynamic shared memory a launch of f may ask for, which must be set before a launch asks for
+// more than 48 KiB (up to the device's opt-in limit, 227 KiB on Hopper).
+func (f Function) SetMaxDynamicShared(bytes int) error {
+	return check("cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES",
+		C.cuFuncSetAttribute(f.f, C.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, C.int(bytes)))
+}
+
 // MaxArgs is the most kernel arguments Launch takes.
 const MaxArgs = 24
 
