@@ -60,6 +60,46 @@ func TestGPT_biasFoldSameAsSeparate(t *testing.T) {
 	}
 }
 
+// countingGradFold is the CPU device with its GELUBackwardBiasGrad calls counted.
+type countingGradFold struct {
+	*cpu.Device
+	n int
+}
+
+func (d *countingGradFold) GELUBackwardBiasGrad(dx, dy, x, db *tensor.Tensor) {
+	d.n++
+	d.Device.GELUBackwardBiasGrad(dx, dy, x, db)
+}
+
+// The fc's bias gradient summed in GELU's backward (tensor.GELUBiasGrader) trains a GPT to the
+// same bits as GELUBackward then the Linear's own BiasGrad: losses and parameters after AdamW
+// steps, f32, f16 and bf16, with and without checkpointing and residual dropout, the same
+// activation peak at most and the same order of ready parameters (the bias before its weight, as
+// Linear.Backward has it). The counter shows it ran: once per block and step.
+func TestGPT_geluBiasGradSameAsSeparate(t *testing.T) {
+	const layers, steps = 3, 3
+	run := func(dev tensor.Device, compute tensor.DType, ckpt int, dropout float32) gptRun {
+		return trainGPTRun(t, dev, GPTConfig{Layers: layers, Width: 16, Heads: 2, Context: 16, Vocab: 30, Dropout: dropout,
+			Compute: compute, Checkpoint: ckpt}, steps)
+	}
+	for _, compute := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
+		for _, ckpt := range []int{0, 1} {
+			for _, dropout := range []float32{0, 0.1} {
+				name := fmt.Sprintf("%s checkpoint %d dropout %g", compute, ckpt, dropout)
+				t.Setenv("GODDP_GELU_DB_FOLD", "0")
+				ref := run(cpu.New(), compute, ckpt, dropout)
+				t.Setenv("GODDP_GELU_DB_FOLD", "1")
+				dev := &countingGradFold{Device: cpu.New()}
+				got := run(dev, compute, ckpt, dropout)
+				sameGPTRun(t, name+": fc bias gradient in GELU's backward", got, ref)
+				if dev.n != layers*steps {
+					t.Errorf("%s: GELUBackwardBiasGrad ran %d times, want %d", name, dev.n, layers*steps)
+				}
+			}
+		}
+	}
+}
+
 // The folds are the two passes' bits on odd shapes too: AddBiasGELU against AddBias then GELU,
 // AddBiasAdd against AddBias then Add (y left as it was), f32, f16 and bf16.
 func TestCPU_biasFoldOps(t *testing.T) {

@@ -96,6 +96,10 @@ type Block struct {
 	// into GELU, the projections' into the residual adds (without residual dropout only):
 	// tensor.BiasFolder, the same bits (the device's FoldsBias at construction: foldsBias).
 	Fold tensor.BiasFolder
+	// GradFold, when not nil, sums the fc's bias gradient in GELU's backward pass
+	// (tensor.GELUBiasGrader, the same bits; the device's FusesGELUBiasGrad at construction:
+	// geluBiasGrader).
+	GradFold tensor.GELUBiasGrader
 	// dropout sites
 	siteAtt, siteRes1, siteRes2 string
 }
@@ -223,6 +227,17 @@ func (b *Block) foldsBias(dev tensor.Device) tensor.BiasFolder {
 	return f
 }
 
+// geluBiasGrader is dev's tensor.GELUBiasGrader when the block may sum the fc's bias gradient in
+// GELU's backward (Block.GradFold): the device asks for it (FusesGELUBiasGrad), the fc has a bias,
+// and no GEMM epilogue computes it instead; else nil.
+func (b *Block) geluBiasGrader(dev tensor.Device) tensor.GELUBiasGrader {
+	g, ok := dev.(tensor.GELUBiasGrader)
+	if !ok || !g.FusesGELUBiasGrad() || b.Epilogue != nil || b.FC.B == nil {
+		return nil
+	}
+	return g
+}
+
 // epilogueOf is dev's fused-epilogue ability when use asks for it and dev has it, else nil (the
 // separate kernels).
 func epilogueOf(dev tensor.Device, use bool) tensor.EpilogueDevice {
@@ -290,9 +305,14 @@ func (b *Block) Backward(dres *tensor.Tensor, a *BlockActs) {
 		if dm != dres {
 			dev.Free(dm)
 		}
-		GELUBackward(dev, dg, dg, a.FC)
 		dln2 = dev.Alloc(dt, b.Tag+".dln2", B, T, C)
-		b.FC.Backward(dln2, dg, a.LN2)
+		if gf := b.GradFold; gf != nil { // fc's bias gradient summed as GELU's backward writes dg
+			gf.GELUBackwardBiasGrad(dg, dg, a.FC, b.FC.B.G)
+			b.FC.backwardNoBias(dln2, dg, a.LN2)
+		} else {
+			GELUBackward(dev, dg, dg, a.FC)
+			b.FC.Backward(dln2, dg, a.LN2)
+		}
 	}
 	dev.Free(dg)
 	b.LN2.Backward(dres, dln2, a.Res1, a.Mean2, a.Rstd2) // dres += LN2's input gradient
@@ -368,6 +388,7 @@ func NewGPT(dev tensor.Device, cfg GPTConfig, seed uint64) (*GPT, error) {
 		b.Epilogue = epilogueOf(dev, cfg.GemmEpilogue)
 		b.Attn.QKV.Epilogue, b.Attn.Proj.Epilogue = b.Epilogue, b.Epilogue
 		b.Fold = b.foldsBias(dev)
+		b.GradFold = b.geluBiasGrader(dev)
 		m.Blocks = append(m.Blocks, b)
 	}
 	m.LnF = NewLayerNorm(m.ps, "lnf", C)

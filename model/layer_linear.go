@@ -85,6 +85,17 @@ func (l *Linear) Backward(dx, dy, x *tensor.Tensor) {
 	l.W.Ready()
 }
 
+// backwardNoBias is Backward for a caller that has already accumulated the bias gradient from dy
+// (tensor.GELUBiasGrader): dx and the weight gradient; then both parameters are ready, in
+// Backward's order. Not with an Epilogue.
+func (l *Linear) backwardNoBias(dx, dy, x *tensor.Tensor) {
+	LinearBackward(x.Device(), dx, l.W.G, nil, dy, x, l.W.Compute())
+	if l.B != nil {
+		l.B.Ready()
+	}
+	l.W.Ready()
+}
+
 func (l *Linear) bias() *tensor.Tensor {
 	if l.B == nil {
 		return nil

@@ -6,8 +6,15 @@ import "os"
 //
 //	GODDP_BIAS_FOLD=0  a GPT block's bias adds as passes of their own, not folded into GELU and
 //	                   the residual adds (tensor.BiasFolder; the same bits either way)
+//	GODDP_GELU_DB_FOLD=0 a GPT block's fc bias gradient summed by a pass of its own, not with
+//	                   GELU's backward (tensor.GELUBiasGrader; the same bits either way)
 
 // biasFold reports whether the model should fold the bias adds on the CPU device (FoldsBias):
 // on unless GODDP_BIAS_FOLD=0, so the model's folded path is what the CPU tests run. Read when a
 // model is built.
 func biasFold() bool { return os.Getenv("GODDP_BIAS_FOLD") != "0" }
+
+// geluDBFold reports whether the model should take GELUBackwardBiasGrad on the CPU device
+// (FusesGELUBiasGrad): on unless GODDP_GELU_DB_FOLD=0, so the model's path through it is what the
+// CPU tests run. Read when a model is built.
+func geluDBFold() bool { return os.Getenv("GODDP_GELU_DB_FOLD") != "0" }

@@ -557,6 +557,19 @@ func (c *Device) FoldsBias() bool { return biasFold() }
 
 var _ tensor.BiasFolder = (*Device)(nil)
 
+// GELUBackwardBiasGrad is tensor.GELUBiasGrader: GELUBackward then BiasGrad (the CPU gains nothing
+// from one pass; the model's path through it is tested here, the one pass is the CUDA device's).
+func (c *Device) GELUBackwardBiasGrad(dx, dy, x, db *tensor.Tensor) {
+	c.GELUBackward(dx, dy, x)
+	c.BiasGrad(db, dx)
+}
+
+// FusesGELUBiasGrad: the model takes GELUBackwardBiasGrad on the CPU device, so its path is tested;
+// GODDP_GELU_DB_FOLD=0 turns it off (env.go; a test compares both).
+func (c *Device) FusesGELUBiasGrad() bool { return geluDBFold() }
+
+var _ tensor.GELUBiasGrader = (*Device)(nil)
+
 // UnscaleCheckSumSquares is tensor.UnscaleSquarer: UnscaleCheck then SumSquares, two passes (the
 // CPU gains nothing from one; the trainer's path through it is the CUDA device's).
 func (c *Device) UnscaleCheckSumSquares(x *tensor.Tensor, inv float32, found, sq *tensor.Tensor) {

@@ -78,3 +78,60 @@ func sameBits32(t *testing.T, what string, a, b []float32) {
 		}
 	}
 }
+
+// GELUBackwardBiasGrad (tensor.GELUBiasGrader: k_gelu_bwd_colsum8 and k_colsum_finish) gives
+// GELUBackward then BiasGrad's bits — dx, and db (f32, added into its values) — in f32, f16 and
+// bf16, in place (dx aliasing dy, as the GPT block calls it) and apart, on shapes from one row to
+// GPT-2 small's fc at b16 (16384, 3072), rows that are not a multiple of the unrolled 32, and a
+// width that is not a multiple of 8 (then the two operations themselves).
+func TestCUDA_geluBiasGradSameBits(t *testing.T) {
+	g := gpu(t)
+	shapes := [][2]int{{1, 8}, {7, 24}, {5, 13}, {33, 264}, {100, 768}, {1000, 2304}, {16384, 3072}}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
+		if dt == tensor.BF16 && tensor.CheckCompute(g, dt) != nil {
+			continue
+		}
+		for i, sh := range shapes {
+			for _, inPlace := range []bool{true, false} {
+				r, c := sh[0], sh[1]
+				rng := rand.New(rand.NewPCG(uint64(i)+11, uint64(dt)))
+				vals := func(n int) []float32 {
+					v := make([]float32, n)
+					for j := range v {
+						v[j] = float32(rng.NormFloat64()) * 2
+					}
+					return v
+				}
+				xv, dyv, dbv := vals(r*c), vals(r*c), vals(c)
+				var got [2][2][]float32
+				for k := range 2 {
+					x, dy := g.Alloc(dt, "x", r, c), g.Alloc(dt, "dy", r, c)
+					ipcUpload(g, x, xv)
+					ipcUpload(g, dy, dyv)
+					dx := dy
+					if !inPlace {
+						dx = g.Alloc(dt, "dx", r, c)
+					}
+					db := g.Alloc(tensor.F32, "db", c)
+					ipcUpload(g, db, dbv)
+					if k == 0 {
+						g.GELUBackward(dx, dy, x)
+						g.BiasGrad(db, dx)
+					} else {
+						g.GELUBackwardBiasGrad(dx, dy, x, db)
+					}
+					got[k] = [2][]float32{down(g, dx), down(g, db)}
+					if !inPlace {
+						g.Free(dx)
+					}
+					for _, z := range []*tensor.Tensor{x, dy, db} {
+						g.Free(z)
+					}
+				}
+				name := fmt.Sprintf("%s (%d,%d) in place %v", dt, r, c, inPlace)
+				sameBits32(t, name+": dx against GELUBackward", got[1][0], got[0][0])
+				sameBits32(t, name+": db against BiasGrad", got[1][1], got[0][1])
+			}
+		}
+	}
+}

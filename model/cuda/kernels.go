@@ -895,6 +895,59 @@ __global__ void k_colsum_part8(float* part, const void* x, int dx, int R, int C,
 		part[(long)blockIdx.y * C + c] = tot;
 	}
 }
+// k_gelu_bwd_colsum8: k_gelu_bwd8 and k_colsum_part8 in one pass (GODDP_GELU_DB_FOLD=1): dx =
+// gelu'(x)·dy stored as k_gelu_bwd8 stores it, and the column sums of the stored values (rounded
+// to dx's dtype, as BiasGrad would read them) into part[blockIdx.y][C] in k_colsum_part's order
+// with its rowsPer, so the parts are its bits. Grid (⌈C/256⌉, parts), block (32, 8); C a multiple
+// of 8, rows 16-byte aligned; dx may alias dy (each element is read, then written, by one thread).
+__global__ void k_gelu_bwd_colsum8(float* part, void* dxp, int ddx, const void* dyp, int ddy, const void* x, int dxt, int R, int C, int rowsPer) {
+	__shared__ float sh[8][257];
+	int c0 = (blockIdx.x * 32 + threadIdx.x) * 8;
+	int r0 = blockIdx.y * rowsPer, r1 = min(R, r0 + rowsPer);
+	float s[8];
+	#pragma unroll
+	for (int k = 0; k < 8; k++) s[k] = 0.f;
+	if (c0 < C) {
+		int r = r0 + threadIdx.y;
+		for (; r + 24 < r1; r += 32) {
+			float v[4][8], g[4][8];
+			#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				long i = (long)(r + 8 * u) * C + c0;
+				ld8(x, dxt, i, v[u]);
+				ld8(dyp, ddy, i, g[u]);
+			}
+			#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				#pragma unroll
+				for (int k = 0; k < 8; k++) g[u][k] *= gelu_g(v[u][k]);
+				st8(dxp, ddx, (long)(r + 8 * u) * C + c0, g[u]);
+				#pragma unroll
+				for (int k = 0; k < 8; k++) s[k] += ddx == 0 ? g[u][k] : h2f(f2h(g[u][k]));
+			}
+		}
+		for (; r < r1; r += 8) {
+			float v[8], g[8];
+			long i = (long)r * C + c0;
+			ld8(x, dxt, i, v);
+			ld8(dyp, ddy, i, g);
+			#pragma unroll
+			for (int k = 0; k < 8; k++) g[k] *= gelu_g(v[k]);
+			st8(dxp, ddx, i, g);
+			#pragma unroll
+			for (int k = 0; k < 8; k++) s[k] += ddx == 0 ? g[k] : h2f(f2h(g[k]));
+		}
+	}
+	#pragma unroll
+	for (int k = 0; k < 8; k++) sh[threadIdx.y][k * 32 + threadIdx.x] = s[k];
+	__syncthreads();
+	int t = threadIdx.y * 32 + threadIdx.x, c = blockIdx.x * 256 + t;
+	if (c < C) {
+		float tot = 0.f;
+		for (int y = 0; y < 8; y++) tot += sh[y][(t & 7) * 32 + (t >> 3)];
+		part[(long)blockIdx.y * C + c] = tot;
+	}
+}
 __global__ void k_addbias8(void* y, int dy, const void* b, int db, int n8, int C) {
 	FOR8(i, n8) { float v[8], u[8]; ld8(y, dy, i, v); ld8(b, db, i % C, u);
 		#pragma unroll

@@ -179,11 +179,7 @@ func (d *Device) colSum(out, x *tensor.Tensor, r, cols int) {
 		return
 	}
 	cb := (cols + 31) / 32
-	parts := max(1, min((r+63)/64, (d.sms*8+cb-1)/cb))
-	rowsPer := (r + parts - 1) / max(parts, 1)
-	if rowsPer == 0 {
-		rowsPer = 1
-	}
+	parts, rowsPer := d.colsumParts(r, cols)
 	part := d.scratch(parts * cols)
 	if colsumFused() {
 		if cnt := d.colsumCounters(cb); cnt != 0 {
@@ -202,6 +198,45 @@ func (d *Device) colSum(out, x *tensor.Tensor, r, cols int) {
 	d.launch1(kn("k_colsum_finish", out), cols, ptra(out), dta(out), ptra(part), i32a(parts), i32a(cols), u64a(uint64(cols)))
 	d.Free(part)
 }
+
+// colsumParts is how colSum splits r rows of cols columns: parts slices of rowsPer rows, from the
+// scalar kernel's grid (32 columns a block) filling the GPU. Every kernel that writes column-sum
+// parts takes it, so their parts are the same sums (k_colsum_part8, k_gelu_bwd_colsum8).
+func (d *Device) colsumParts(r, cols int) (parts, rowsPer int) {
+	cb := (cols + 31) / 32
+	parts = max(1, min((r+63)/64, (d.sms*8+cb-1)/cb))
+	rowsPer = max(1, (r+parts-1)/parts)
+	return parts, rowsPer
+}
+
+// GELUBackwardBiasGrad is tensor.GELUBiasGrader's op: k_gelu_bwd_colsum8 writes dx and the column
+// sums' parts in one pass, k_colsum_finish adds them into db — GELUBackward then BiasGrad(db, dx),
+// their bits. Widths not a multiple of 8 and unaligned tensors take the two operations.
+func (d *Device) GELUBackwardBiasGrad(dx, dy, x, db *tensor.Tensor) {
+	tensor.CheckLen("GELUBackwardBiasGrad", dx, dy, x)
+	tensor.CheckFloat("GELUBackwardBiasGrad", dx, dy, x, db)
+	r, cols := tensor.MatDims(dx)
+	if db.Len() != cols {
+		panic(fmt.Sprintf("cuda: GELUBackwardBiasGrad: %s has %d columns, db %s", dx, cols, db))
+	}
+	if r == 0 || cols%8 != 0 || !vec8(r*cols, dx, dy, x) {
+		d.GELUBackward(dx, dy, x)
+		d.BiasGrad(db, dx)
+		return
+	}
+	parts, rowsPer := d.colsumParts(r, cols)
+	part := d.scratch(parts * cols)
+	d.launch(kn("k_gelu_bwd_colsum8", dx, dy, x), [3]int{(cols + 255) / 256, parts, 1}, [3]int{32, 8, 1}, 0, ptra(part), ptra(dx), dta(dx),
+		ptra(dy), dta(dy), ptra(x), dta(x), i32a(r), i32a(cols), i32a(rowsPer))
+	d.launch1(kn("k_colsum_finish", db), cols, ptra(db), dta(db), ptra(part), i32a(parts), i32a(cols), u64a(uint64(cols)))
+	d.Free(part)
+}
+
+// FusesGELUBiasGrad is tensor.GELUBiasGrader's switch: GODDP_GELU_DB_FOLD=1 (env.go), off by
+// default: not yet run on a GPU.
+func (d *Device) FusesGELUBiasGrad() bool { return geluDBFold() }
+
+var _ tensor.GELUBiasGrader = (*Device)(nil)
 
 // colsumCounters is k_colsum_partfin's counters, n of them (one per column block), zero between
 // launches (each kernel's last blocks set theirs back): device memory of their own (cuMemAlloc,

@@ -176,6 +176,19 @@ type BiasFolder interface {
 	FoldsBias() bool
 }
 
+// GELUBiasGrader is an optional ability of a device that computes a GELU's backward and the
+// column sums of its result — the bias gradient of the linear that fed the GELU — in one pass:
+//
+//	GELUBackwardBiasGrad(dx, dy, x, db): dx (R,C) = GELU'(x)·dy (dx may alias dy), then db (C) +=
+//	  the column sums of dx as stored — GELUBackward(dx, dy, x) then BiasGrad(db, dx)
+//
+// the same bits as the two operations, one read of dx fewer. FusesGELUBiasGrad reports whether
+// callers should take it (the CUDA device: GODDP_GELU_DB_FOLD=1 until a GPU has run it).
+type GELUBiasGrader interface {
+	GELUBackwardBiasGrad(dx, dy, x, db *Tensor)
+	FusesGELUBiasGrad() bool
+}
+
 // UnscaleSquarer is an optional ability of a device that unscales, checks and sums the squares of
 // a gradient slab in one read: UnscaleCheckSumSquares(x, inv, found, sq) does what
 // UnscaleCheck(x, inv, found) then SumSquares(sq, x) would, the same bits (the mixed-precision
