@@ -100,6 +100,41 @@ func TestGPT_geluBiasGradSameAsSeparate(t *testing.T) {
 	}
 }
 
+// The bias-only epilogues (tensor.BiasEpiloguer: the QKV's bias add, the linears' bias gradients
+// in their weight-gradient GEMMs) train a GPT to the same bits on the CPU device, which composes
+// them: losses, parameters, peak and ready order, f32, f16 and bf16, with and without
+// checkpointing (whose recompute runs the QKV again), with the fc's bias gradient in GELU's
+// backward or in its own GEMM. The counters: one LinearBias per block and forward, and three
+// LinearGradWB per block and step (the QKV's and the projections'), four without the GELU fold.
+func TestGPT_biasEpiloguesSameAsSeparate(t *testing.T) {
+	const layers, steps = 3, 3
+	run := func(dev tensor.Device, compute tensor.DType, ckpt int) gptRun {
+		return trainGPTRun(t, dev, GPTConfig{Layers: layers, Width: 16, Heads: 2, Context: 16, Vocab: 30,
+			Compute: compute, Checkpoint: ckpt}, steps)
+	}
+	for _, compute := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
+		for _, ckpt := range []int{0, 1} {
+			for _, geluDB := range []string{"0", "1"} {
+				name := fmt.Sprintf("%s checkpoint %d gelu-db fold %s", compute, ckpt, geluDB)
+				t.Setenv("GODDP_GELU_DB_FOLD", geluDB)
+				t.Setenv("GODDP_BIAS_EPILOGUE", "0")
+				ref := run(cpu.New(), compute, ckpt)
+				t.Setenv("GODDP_BIAS_EPILOGUE", "1")
+				dev := &countingEpilogue{Device: cpu.New()}
+				got := run(dev, compute, ckpt)
+				sameGPTRun(t, name+": bias epilogues", got, ref)
+				n, wb := layers*steps, 3
+				if geluDB == "0" {
+					wb = 4
+				}
+				if dev.bias != n*(1+ckpt) || dev.gradWB != n*wb || dev.gelu != 0 || dev.dgelu != 0 {
+					t.Errorf("%s: LinearBias %d, LinearGradWB %d, GELU epilogues %d, %d; want %d, %d, 0, 0", name, dev.bias, dev.gradWB, dev.gelu, dev.dgelu, n*(1+ckpt), n*wb)
+				}
+			}
+		}
+	}
+}
+
 // The folds are the two passes' bits on odd shapes too: AddBiasGELU against AddBias then GELU,
 // AddBiasAdd against AddBias then Add (y left as it was), f32, f16 and bf16.
 func TestCPU_biasFoldOps(t *testing.T) {

@@ -238,6 +238,24 @@ func (b *Block) geluBiasGrader(dev tensor.Device) tensor.GELUBiasGrader {
 	return g
 }
 
+// biasEpilogues gives the block's linears the bias-only epilogues where dev asks for them
+// (tensor.BiasEpiloguer) and no fold does their work: the QKV's bias add and bias gradient
+// (Epilogue), the projections' bias gradients (GradEpilogue: their forward bias is folded into
+// the residual adds, or added by its own pass), and the fc's unless GELU's backward sums it
+// (GradFold). Called without model.gemm_epilogue.
+func (b *Block) biasEpilogues(dev tensor.Device) {
+	be, ok := dev.(tensor.BiasEpiloguer)
+	ed, ok2 := dev.(tensor.EpilogueDevice)
+	if !ok || !ok2 || !be.BiasEpilogues() {
+		return
+	}
+	b.Attn.QKV.Epilogue = ed
+	b.Attn.Proj.GradEpilogue, b.Proj.GradEpilogue = ed, ed
+	if b.GradFold == nil {
+		b.FC.GradEpilogue = ed
+	}
+}
+
 // epilogueOf is dev's fused-epilogue ability when use asks for it and dev has it, else nil (the
 // separate kernels).
 func epilogueOf(dev tensor.Device, use bool) tensor.EpilogueDevice {
@@ -389,6 +407,9 @@ func NewGPT(dev tensor.Device, cfg GPTConfig, seed uint64) (*GPT, error) {
 		b.Attn.QKV.Epilogue, b.Attn.Proj.Epilogue = b.Epilogue, b.Epilogue
 		b.Fold = b.foldsBias(dev)
 		b.GradFold = b.geluBiasGrader(dev)
+		if b.Epilogue == nil {
+			b.biasEpilogues(dev)
+		}
 		m.Blocks = append(m.Blocks, b)
 	}
 	m.LnF = NewLayerNorm(m.ps, "lnf", C)

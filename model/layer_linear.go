@@ -16,6 +16,10 @@ type Linear struct {
 	// epilogue and sums its gradient in the weight-gradient GEMM's (tensor.EpilogueDevice;
 	// GPTConfig.GemmEpilogue sets it on the attention's linears).
 	Epilogue tensor.EpilogueDevice
+	// GradEpilogue, when not nil (and the layer has a bias), sums the bias gradient in the
+	// weight-gradient GEMM's epilogue but leaves the forward as without (a GPT's projections,
+	// whose forward bias is folded into the residual adds: tensor.BiasEpiloguer).
+	GradEpilogue tensor.EpilogueDevice
 }
 
 // NewLinear registers name+".w" (decayed, N(0,std²)) and, with bias, name+".b" (zero).
@@ -71,11 +75,11 @@ func (l *Linear) Backward(dx, dy, x *tensor.Tensor) {
 	if l.B != nil {
 		db = l.B.G
 	}
-	if l.Epilogue != nil && l.B != nil {
+	if ed := l.gradEpilogue(); ed != nil && l.B != nil {
 		if dx != nil {
 			x.Device().MatMul(dx, dy, l.W.Compute(), false, false, 1, 0)
 		}
-		l.Epilogue.LinearGradWB(l.W.G, db, dy, x)
+		ed.LinearGradWB(l.W.G, db, dy, x)
 	} else {
 		LinearBackward(x.Device(), dx, l.W.G, db, dy, x, l.W.Compute())
 	}
@@ -94,6 +98,14 @@ func (l *Linear) backwardNoBias(dx, dy, x *tensor.Tensor) {
 		l.B.Ready()
 	}
 	l.W.Ready()
+}
+
+// gradEpilogue is the epilogue that sums the bias gradient: Epilogue, else GradEpilogue.
+func (l *Linear) gradEpilogue() tensor.EpilogueDevice {
+	if l.Epilogue != nil {
+		return l.Epilogue
+	}
+	return l.GradEpilogue
 }
 
 func (l *Linear) bias() *tensor.Tensor {

@@ -6,6 +6,8 @@ import "os"
 //
 //	GODDP_BIAS_FOLD=0  a GPT block's bias adds as passes of their own, not folded into GELU and
 //	                   the residual adds (tensor.BiasFolder; the same bits either way)
+//	GODDP_BIAS_EPILOGUE=0 a GPT without model.gemm_epilogue takes no bias-only epilogues
+//	                   (tensor.BiasEpiloguer; the same bits either way)
 //	GODDP_GELU_DB_FOLD=0 a GPT block's fc bias gradient summed by a pass of its own, not with
 //	                   GELU's backward (tensor.GELUBiasGrader; the same bits either way)
 
@@ -18,3 +20,7 @@ func biasFold() bool { return os.Getenv("GODDP_BIAS_FOLD") != "0" }
 // (FusesGELUBiasGrad): on unless GODDP_GELU_DB_FOLD=0, so the model's path through it is what the
 // CPU tests run. Read when a model is built.
 func geluDBFold() bool { return os.Getenv("GODDP_GELU_DB_FOLD") != "0" }
+
+// biasEpilogue reports whether a GPT on the CPU device takes the bias-only epilogues
+// (BiasEpilogues): on unless GODDP_BIAS_EPILOGUE=0. Read when a model is built.
+func biasEpilogue() bool { return os.Getenv("GODDP_BIAS_EPILOGUE") != "0" }

@@ -20,3 +20,10 @@ func (c *Device) LinearGradWB(dw, db, dy, x *tensor.Tensor) {
 func (c *Device) LinearGradDGELU(dx, db, dy, w, pre *tensor.Tensor) {
 	tensor.ComposeLinearGradDGELU(c, dx, db, dy, w, pre)
 }
+
+// BiasEpilogues: a GPT on the CPU device takes the bias-only epilogues (tensor.BiasEpiloguer),
+// which compose the same operations (the same bits), so the model's path through them is tested;
+// GODDP_BIAS_EPILOGUE=0 turns them off (env.go).
+func (c *Device) BiasEpilogues() bool { return biasEpilogue() }
+
+var _ tensor.BiasEpiloguer = (*Device)(nil)

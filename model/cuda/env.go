@@ -29,6 +29,7 @@ import (
 //	GODDP_FLASH_MINBLOCKS=F,Q,K the attention kernels' __launch_bounds__ blocks per SM (flashOptions; 4,4,3 spills and measured slower on an H100, session 17)
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
+//	GODDP_BIAS_EPILOGUE=1 a GPT without model.gemm_epilogue takes cublasLt's bias-only epilogues: the QKV bias add, the linears' bias gradients in their weight-gradient GEMMs (lt.go; within rounding; not yet run on a GPU in this form)
 //	GODDP_GELU_DB_FOLD=1 a GPT block's fc bias gradient summed in GELU's backward pass, k_gelu_bwd_colsum8 (ops.go; the same bits; not yet run on a GPU)
 //	GODDP_XENT_SMEM=1 the loss head's cross-entropy reads each row of 16-bit logits once, keeping it in shared memory (k_xent_sm; ops.go; the same bits; not yet run on a GPU)
 //	GODDP_IPC_WAIT=stream the IPC all-reduce's ranks wait for each other by their streams, not in the
@@ -226,6 +227,15 @@ func lnVec() bool { return os.Getenv("GODDP_LN_VEC") != "0" }
 // step at b16 (k_xent: 1.81 ms for 4.95 GB, ~2.7 TB/s, in session 17's H100 profile). The same
 // bits (TestCUDA_xentSmemSameBits). Not yet run on a GPU. Read at each call, so a test can set it.
 func xentSmem() bool { return os.Getenv("GODDP_XENT_SMEM") == "1" }
+
+// biasEpilogue reports whether GODDP_BIAS_EPILOGUE=1 asked for cublasLt's bias-only epilogues in a
+// GPT without model.gemm_epilogue (tensor.BiasEpiloguer): the QKV bias add in its GEMM (12 ×
+// 150 MB of k_addbias8 traffic at b16) and the bias gradients of the QKV and the two projections
+// in their weight-gradient GEMMs (12 × 125 MB of column-sum reads), GELU and the folds kept as
+// passes. cublasLt's GEMMs are not cuBLAS's, so the numbers move within rounding. The epilogues
+// themselves ran on an H100 (session 11: all of them together measured no faster, the GELU ones
+// among them); this bias-only form has not. Read when a model is built.
+func biasEpilogue() bool { return os.Getenv("GODDP_BIAS_EPILOGUE") == "1" }
 
 // geluDBFold reports whether GODDP_GELU_DB_FOLD=1 asked for the fc bias gradient's column sums in
 // GELU's backward pass (tensor.GELUBiasGrader, k_gelu_bwd_colsum8): the sums read the gradient as

@@ -11,8 +11,9 @@ import (
 
 // lt.go: the device's tensor.EpilogueDevice through cublasLt (model/cuda/cublaslt; issue 35):
 // a Linear's bias add, its GELU and its bias gradient in the GEMM's epilogue instead of the
-// separate k_addbias, k_gelu, k_gelu_bwd and bias-gradient kernels. The model uses it only under
-// model.gemm_epilogue (GPTConfig.GemmEpilogue). Not yet run on a GPU.
+// separate k_addbias, k_gelu, k_gelu_bwd and bias-gradient kernels. The model uses it under
+// model.gemm_epilogue (GPTConfig.GemmEpilogue; ran on an H100 in session 11: no faster), and its
+// bias-only part under GODDP_BIAS_EPILOGUE=1 (tensor.BiasEpiloguer; not yet run in that form).
 //
 // Row-major to column-major as gemm (blas.go): C = op(A)·op(B) is computed as Cᵀ = op(B)ᵀ·op(A)ᵀ,
 // so cublasLt's D is the row-major output read as (cols, rows), its "m" the output's columns:
@@ -26,6 +27,11 @@ import (
 // writes are not accumulated, so they land in a temporary (C) vector added to db (Axpy).
 
 var _ tensor.EpilogueDevice = (*Device)(nil)
+
+// BiasEpilogues is tensor.BiasEpiloguer's switch: GODDP_BIAS_EPILOGUE=1 (env.go), off by default.
+func (d *Device) BiasEpilogues() bool { return biasEpilogue() }
+
+var _ tensor.BiasEpiloguer = (*Device)(nil)
 
 // ltWorkspace is the workspace cublasLt may use per matmul (32 MiB, as NVIDIA recommends for
 // Hopper), taken from the device's cache for the call and given back after it.

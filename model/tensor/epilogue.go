@@ -5,7 +5,8 @@ package tensor
 // over the output (issue 35). The CUDA device has it through cublasLt (model/cuda/lt.go); the CPU
 // device composes its own MatMul, AddBias, GELU, GELUBackward and BiasGrad (ComposeLinearBias
 // and the others below), which is the reference the CUDA device is tested against. A model
-// uses it only when its configuration asks (model.gemm_epilogue): a fused epilogue adds the bias
+// uses it when its configuration asks (model.gemm_epilogue), or its bias-only part where the
+// device asks (BiasEpiloguer): a fused epilogue adds the bias
 // before rounding the product to a 16-bit output, so its numbers differ from the separate
 // kernels' in the last bits.
 //
@@ -25,6 +26,16 @@ type EpilogueDevice interface {
 	// GELU'(pre)⊙(dy·w) (overwritten), with dy (R,Out), w (Out,In) and pre (R,In) the GELU's
 	// input; db (In) += column sums of dx (the bias gradient of the layer that made pre).
 	LinearGradDGELU(dx, db, dy, w, pre *Tensor)
+}
+
+// BiasEpiloguer is an optional ability of an EpilogueDevice: BiasEpilogues reports whether a model
+// without model.gemm_epilogue should still take the epilogues that add a bias or sum a bias
+// gradient where no pass of its own would fold them — a GPT block's QKV bias add (LinearBias),
+// and its linears' bias gradients in their weight-gradient GEMMs (LinearGradWB) — keeping GELU
+// and the bias folds as passes (BiasFolder, GELUBiasGrader). The CPU device: on unless
+// GODDP_BIAS_EPILOGUE=0 (the same bits: it composes); the CUDA device: GODDP_BIAS_EPILOGUE=1.
+type BiasEpiloguer interface {
+	BiasEpilogues() bool
 }
 
 // ComposeLinearBias is EpilogueDevice.LinearBias by separate operations (MatMul, AddBias): the
