@@ -5,7 +5,7 @@
 # host inside the Go environment, e.g. the issue-35 knobs:
 #   bash .gpu/run bash scripts/bench-gpu-variants.sh base= epilogue=GODDP_GEMM_EPILOGUE=1 rows128=GODDP_FLASH_ROWS=128
 # A variant's ENV is space-separated assignments after the first '='. Prints each run and, per
-# batch and variant, the median step and its ratio to the first variant's.
+# batch and variant, the median step, its ratio to the first variant's and the peak allocated.
 #   ROUNDS=3 BATCHES="16 8" STEPS=20 OUT=dir (default out/bench-gpu-variants)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -22,7 +22,7 @@ for r in $(seq "$ROUNDS"); do
       # shellcheck disable=SC2086 # env is a list of assignments
       (cd model && env $env GODDP_BENCH="$b" GODDP_BENCH_STEPS="$STEPS" "$OUT/model.test" -test.run '^TestCUDA_gpt2Bench$' -test.v) > "$log" 2>&1 ||
         echo "$name batch $b round $r: exit $? (see $log)"
-      awk -v n="$name" -v r="$r" '/^RESULT/ {print n, $3, r, $6}' "$log" | tee -a "$OUT/runs.txt"
+      awk -v n="$name" -v r="$r" '/^RESULT/ {print n, $3, r, $6, $7}' "$log" | tee -a "$OUT/runs.txt"
     done
   done
 done
@@ -36,7 +36,8 @@ for b in $BATCHES; do
     vals=$(awk -v n="$name" -v b="$b" '$1 == n && $2 == b {print $4}' "$OUT/runs.txt" | sort -n)
     med=$(echo "$vals" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
     if [ -n "$med" ] && [ -n "$base" ]; then
-      printf "batch %-3s %-12s %8.2f  x%.3f  (%s)\n" "$b" "$name" "$med" "$(awk -v m="$med" -v b0="$base" 'BEGIN {print m / b0}')" "$(echo "$vals" | tr "\n" " ")"
+      peak=$(awk -v n="$name" -v b="$b" '$1 == n && $2 == b && $5 != "" {p = $5} END {print p}' "$OUT/runs.txt")
+      printf "batch %-3s %-12s %8.2f  x%.3f  peak %5s GiB  (%s)\n" "$b" "$name" "$med" "$(awk -v m="$med" -v b0="$base" 'BEGIN {print m / b0}')" "${peak:--}" "$(echo "$vals" | tr "\n" " ")"
     else
       printf "batch %-3s %-12s %8s  (no result)\n" "$b" "$name" "-"
     fi
