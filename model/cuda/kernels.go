@@ -627,17 +627,17 @@ __global__ void k_xent(float* losses, void* dl, int ddl, const void* logits, int
 		st(dl, ddl, base + j, g);
 	}
 }
+// h8f: eight 16-bit values (the module's half type) to f32, as ld8 converts them.
+__device__ __forceinline__ void h8f(uint4 u, float* v) {
+	v[0] = h2f(u.x & 0xffff); v[1] = h2f(u.x >> 16); v[2] = h2f(u.y & 0xffff); v[3] = h2f(u.y >> 16);
+	v[4] = h2f(u.z & 0xffff); v[5] = h2f(u.z >> 16); v[6] = h2f(u.w & 0xffff); v[7] = h2f(u.w >> 16);
+}
 // Cross-entropy with its gradient, the row read from memory once (GODDP_XENT_SMEM=1): 16-bit
 // logits, V % 8 == 0, 16-byte aligned rows, dl of the logits' dtype (it may alias them). Each
 // thread takes k_xent's very elements in its order (blockDim 512, 8 at a time), keeps their 16
 // raw bytes in shared memory (V·2 bytes dynamic) as it sums, and writes the gradient from there:
 // the same max, sum, loss and gradient as k_xent — its bits — where k_xent reads the row a second
 // time. Four loads in flight a thread before their stores and sums (the order of the sums is kept).
-// h8f: eight 16-bit values (the module's half type) to f32, as ld8 converts them.
-__device__ __forceinline__ void h8f(uint4 u, float* v) {
-	v[0] = h2f(u.x & 0xffff); v[1] = h2f(u.x >> 16); v[2] = h2f(u.y & 0xffff); v[3] = h2f(u.y >> 16);
-	v[4] = h2f(u.z & 0xffff); v[5] = h2f(u.z >> 16); v[6] = h2f(u.w & 0xffff); v[7] = h2f(u.w >> 16);
-}
 __global__ void k_xent_sm(float* losses, void* dl, int ddl, const void* logits, int dlg, const int* targets, int V, float scale) {
 	extern __shared__ uint4 xsh[];
 	long row = blockIdx.x;
