@@ -100,6 +100,10 @@ type Block struct {
 	// (tensor.GELUBiasGrader, the same bits; the device's FusesGELUBiasGrad at construction:
 	// geluBiasGrader).
 	GradFold tensor.GELUBiasGrader
+	// ResNorm, when not nil (with Fold), makes each residual sum with the layer norm that reads it
+	// in one pass: r with ln2, and out with the next block's ln1 (or the final lnf)
+	// (tensor.ResidualNormer, the same bits; the device's FusesResidualNorm at construction).
+	ResNorm tensor.ResidualNormer
 	// dropout sites
 	siteAtt, siteRes1, siteRes2 string
 }
@@ -120,6 +124,24 @@ type BlockActs struct {
 	Out          *tensor.Tensor // (B,T,C) block output
 	P            float32        // dropout used (the block's P in training, 0 in evaluation)
 	Seed         uint64         // this forward's dropout seed
+	// next: the layer norm after the block (the next block's ln1, or lnf) made with Out's sum
+	// (ResNorm), for the caller to take (takeNext); nil otherwise.
+	next *lnOut
+}
+
+// lnOut is a LayerNorm's forward outputs: y (B,T,C), mean and rstd (B,T) f32.
+type lnOut struct{ y, mean, rstd *tensor.Tensor }
+
+// newLNOut allocates a LayerNorm's outputs for x (B,T,C) under tag.
+func newLNOut(dev tensor.Device, dt tensor.DType, tag string, B, T, C int) *lnOut {
+	return &lnOut{y: dev.Alloc(dt, tag, B, T, C), mean: dev.Alloc(tensor.F32, tag+".mean", B, T), rstd: dev.Alloc(tensor.F32, tag+".rstd", B, T)}
+}
+
+// takeNext hands the layer norm made after the block over to the caller.
+func (a *BlockActs) takeNext() *lnOut {
+	n := a.next
+	a.next = nil
+	return n
 }
 
 // NewBlock registers block name's parameters in forward order.
@@ -137,14 +159,17 @@ func NewBlock(ps *Params, name string, c, heads int, std, projStd, p float32) *B
 // Forward runs the block on x (B,T,C); activations take x's dtype. Dropout (only with train)
 // draws its masks from seed.
 func (b *Block) Forward(x *tensor.Tensor, seed uint64, train bool) *BlockActs {
-	return b.forward(x, seed, train, true, nil)
+	return b.forward(x, seed, train, true, nil, nil, nil, "")
 }
 
 // forward is Forward; without out it stops after the MLP's GELU, which is all a checkpointed
 // block's recompute needs (backward reads the projection's input, never its output), so the
 // recompute skips the MLP projection GEMM, its dropout and the residual add. kept, when not nil,
 // is the fused attention's output kept through a checkpoint (KeepAttn): the attention is not rerun.
-func (b *Block) forward(x *tensor.Tensor, seed uint64, train, out bool, kept *AttentionActs) *BlockActs {
+// pre, when not nil, is ln1(x) made by the block before (its ResNorm): the block's own. next, when
+// not nil, is the layer norm after the block (tag its outputs' tag): with ResNorm the block makes
+// it with Out's sum, into a.next.
+func (b *Block) forward(x *tensor.Tensor, seed uint64, train, out bool, kept *AttentionActs, pre *lnOut, next *LayerNorm, nextTag string) *BlockActs {
 	dev, dt := x.Device(), x.DType()
 	B, T, C := x.Dim(0), x.Dim(1), x.Dim(2)
 	a := &BlockActs{X: x, Seed: seed}
@@ -152,10 +177,14 @@ func (b *Block) forward(x *tensor.Tensor, seed uint64, train, out bool, kept *At
 		a.P = b.P
 	}
 
-	a.LN1 = dev.Alloc(dt, b.Tag+".ln1", B, T, C)
-	a.Mean1 = dev.Alloc(tensor.F32, b.Tag+".ln1.mean", B, T)
-	a.Rstd1 = dev.Alloc(tensor.F32, b.Tag+".ln1.rstd", B, T)
-	b.LN1.Forward(a.LN1, a.Mean1, a.Rstd1, x)
+	if pre != nil {
+		a.LN1, a.Mean1, a.Rstd1 = pre.y, pre.mean, pre.rstd
+	} else {
+		a.LN1 = dev.Alloc(dt, b.Tag+".ln1", B, T, C)
+		a.Mean1 = dev.Alloc(tensor.F32, b.Tag+".ln1.mean", B, T)
+		a.Rstd1 = dev.Alloc(tensor.F32, b.Tag+".ln1.rstd", B, T)
+		b.LN1.Forward(a.LN1, a.Mean1, a.Rstd1, x)
+	}
 	// fold: the bias adds in the passes that read their results (tensor.BiasFolder): the
 	// projections' into the residual adds (only without residual dropout between them), the fc's
 	// into GELU. The same bits as the separate passes.
@@ -168,18 +197,25 @@ func (b *Block) forward(x *tensor.Tensor, seed uint64, train, out bool, kept *At
 		a.Attn = b.Attn.forward(att, a.LN1, a.P, tensor.DeriveSeed(seed, b.siteAtt), !foldRes)
 	}
 	a.Res1 = dev.Alloc(dt, b.Tag+".res1", B, T, C)
-	if foldRes { // Res1 = x + (att + b)
+	switch {
+	case foldRes && b.ResNorm != nil: // Res1 = x + (att + b), and ln2(Res1) with it
+		n := newLNOut(dev, dt, b.Tag+".ln2", B, T, C)
+		a.LN2, a.Mean2, a.Rstd2 = n.y, n.mean, n.rstd
+		b.ResNorm.AddBiasAddLayerNorm(a.Res1, a.LN2, a.Mean2, a.Rstd2, x, att, b.Attn.Proj.bias(), b.LN2.W.Master(), b.LN2.B.Master(), LayerNormEps)
+	case foldRes: // Res1 = x + (att + b)
 		fold.AddBiasAdd(a.Res1, x, att, b.Attn.Proj.bias())
-	} else {
+	default:
 		att = dropoutNew(att, a.P, tensor.DeriveSeed(seed, b.siteRes1))
 		ResidualForward(dev, a.Res1, x, att)
 	}
 	dev.Free(att)
 
-	a.LN2 = dev.Alloc(dt, b.Tag+".ln2", B, T, C)
-	a.Mean2 = dev.Alloc(tensor.F32, b.Tag+".ln2.mean", B, T)
-	a.Rstd2 = dev.Alloc(tensor.F32, b.Tag+".ln2.rstd", B, T)
-	b.LN2.Forward(a.LN2, a.Mean2, a.Rstd2, a.Res1)
+	if a.LN2 == nil {
+		a.LN2 = dev.Alloc(dt, b.Tag+".ln2", B, T, C)
+		a.Mean2 = dev.Alloc(tensor.F32, b.Tag+".ln2.mean", B, T)
+		a.Rstd2 = dev.Alloc(tensor.F32, b.Tag+".ln2.rstd", B, T)
+		b.LN2.Forward(a.LN2, a.Mean2, a.Rstd2, a.Res1)
+	}
 	a.FC = dev.Alloc(dt, b.Tag+".mlp.fc", B, T, 4*C)
 	a.Gelu = dev.Alloc(dt, b.Tag+".mlp.gelu", B, T, 4*C)
 	switch {
@@ -199,10 +235,15 @@ func (b *Block) forward(x *tensor.Tensor, seed uint64, train, out bool, kept *At
 	switch {
 	case b.Epilogue != nil:
 		b.Epilogue.LinearBias(mlp, a.Gelu, b.Proj.W.Compute(), b.Proj.bias())
-	case foldRes: // Out = Res1 + (mlp + b)
+	case foldRes: // Out = Res1 + (mlp + b), and the next layer norm with it (ResNorm)
 		b.Proj.product(mlp, a.Gelu)
 		a.Out = dev.Alloc(dt, b.Tag+".out", B, T, C)
-		fold.AddBiasAdd(a.Out, a.Res1, mlp, b.Proj.bias())
+		if b.ResNorm != nil && next != nil {
+			a.next = newLNOut(dev, dt, nextTag, B, T, C)
+			b.ResNorm.AddBiasAddLayerNorm(a.Out, a.next.y, a.next.mean, a.next.rstd, a.Res1, mlp, b.Proj.bias(), next.W.Master(), next.B.Master(), LayerNormEps)
+		} else {
+			fold.AddBiasAdd(a.Out, a.Res1, mlp, b.Proj.bias())
+		}
 		dev.Free(mlp)
 		return a
 	default:
@@ -296,7 +337,7 @@ func (b *Block) Backward(dres *tensor.Tensor, a *BlockActs) {
 	B, T, C := dres.Dim(0), dres.Dim(1), dres.Dim(2)
 	if b.Ckpt { // recompute everything backward reads; the output is not among it
 		out := a.Out
-		*a = *b.forward(a.X, a.Seed, true, false, a.Attn)
+		*a = *b.forward(a.X, a.Seed, true, false, a.Attn, nil, nil, "")
 		a.Out = out // freed with the rest below
 	}
 
@@ -407,6 +448,9 @@ func NewGPT(dev tensor.Device, cfg GPTConfig, seed uint64) (*GPT, error) {
 		b.Attn.QKV.Epilogue, b.Attn.Proj.Epilogue = b.Epilogue, b.Epilogue
 		b.Fold = b.foldsBias(dev)
 		b.GradFold = b.geluBiasGrader(dev)
+		if rn, ok := dev.(tensor.ResidualNormer); ok && rn.FusesResidualNorm() && b.Fold != nil {
+			b.ResNorm = rn
+		}
 		if b.Epilogue == nil {
 			b.biasEpilogues(dev)
 		}
@@ -454,8 +498,14 @@ func (m *GPT) Forward(in Inputs, train bool) *tensor.Tensor {
 	}
 
 	x := m.x0
+	var pre *lnOut // the next block's ln1 (or lnf), made with the last block's output (ResNorm)
 	for l, b := range m.Blocks {
-		a := b.Forward(x, seed, train)
+		next, nextTag := m.LnF, "lnf"
+		if l+1 < len(m.Blocks) {
+			next, nextTag = m.Blocks[l+1].LN1, m.Blocks[l+1].Tag+".ln1"
+		}
+		a := b.forward(x, seed, train, true, nil, pre, next, nextTag)
+		pre = a.takeNext()
 		switch {
 		case !train: // evaluation: only the residual stream moves on
 			a.keepOnlyOut(dev, false)
@@ -474,10 +524,14 @@ func (m *GPT) Forward(in Inputs, train bool) *tensor.Tensor {
 		x = a.Out
 	}
 
-	m.lnf = dev.Alloc(dt, "lnf", B, T, C)
-	m.meanf = dev.Alloc(tensor.F32, "lnf.mean", B, T)
-	m.rstdf = dev.Alloc(tensor.F32, "lnf.rstd", B, T)
-	m.LnF.Forward(m.lnf, m.meanf, m.rstdf, x)
+	if pre != nil {
+		m.lnf, m.meanf, m.rstdf = pre.y, pre.mean, pre.rstd
+	} else {
+		m.lnf = dev.Alloc(dt, "lnf", B, T, C)
+		m.meanf = dev.Alloc(tensor.F32, "lnf.mean", B, T)
+		m.rstdf = dev.Alloc(tensor.F32, "lnf.rstd", B, T)
+		m.LnF.Forward(m.lnf, m.meanf, m.rstdf, x)
+	}
 	if !train { // lnf stays for Predict
 		freeAll(dev, x, m.meanf, m.rstdf)
 		m.meanf, m.rstdf = nil, nil

@@ -7,7 +7,7 @@
 //	               copies, elementwise
 //	ops.go         activations, dropout, layer norm, embeddings, softmax and the attention layout,
 //	               cross-entropy, reductions, the loss scaler's check, AdamW and SGD, the bias
-//	               folds (tensor.BiasFolder, tensor.GELUBiasGrader)
+//	               folds (tensor.BiasFolder, tensor.GELUBiasGrader, tensor.ResidualNormer)
 //	matmul.go      MatMul, BatchedMatMul, AddBias, BiasGrad: shapes checked, work done by gemm.go
 //	gemm.go        a packed, blocked SGEMM organised like BLIS (f16 and bf16 operands widened while
 //	               packing)
@@ -15,7 +15,8 @@
 //	               gemm_asmgen.go (go generate ./model/cpu/); gemm_other.go elsewhere
 //	math.go        float32 exp and GELU, a few ulp from float64
 //	flash.go       the reference FlashAttention (FlashAttentionFast is false here)
-//	env.go         the environment it reads (GODDP_BIAS_FOLD, GODDP_GELU_DB_FOLD, GODDP_BIAS_EPILOGUE)
+//	env.go         the environment it reads (GODDP_BIAS_FOLD, GODDP_GELU_DB_FOLD, GODDP_BIAS_EPILOGUE,
+//	               GODDP_RESNORM_FOLD)
 //
 // f16 and bf16 tensors are stored as their 16 bits and computed in f32: read widens, commit
 // rounds to nearest even (half.Format: one code path for both formats).

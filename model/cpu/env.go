@@ -8,6 +8,8 @@ import "os"
 //	                   the residual adds (tensor.BiasFolder; the same bits either way)
 //	GODDP_BIAS_EPILOGUE=0 a GPT without model.gemm_epilogue takes no bias-only epilogues
 //	                   (tensor.BiasEpiloguer; the same bits either way)
+//	GODDP_RESNORM_FOLD=0 a GPT's residual sums and the layer norms that read them as passes of
+//	                   their own (tensor.ResidualNormer; the same bits either way)
 //	GODDP_GELU_DB_FOLD=0 a GPT block's fc bias gradient summed by a pass of its own, not with
 //	                   GELU's backward (tensor.GELUBiasGrader; the same bits either way)
 
@@ -24,3 +26,7 @@ func geluDBFold() bool { return os.Getenv("GODDP_GELU_DB_FOLD") != "0" }
 // biasEpilogue reports whether a GPT on the CPU device takes the bias-only epilogues
 // (BiasEpilogues): on unless GODDP_BIAS_EPILOGUE=0. Read when a model is built.
 func biasEpilogue() bool { return os.Getenv("GODDP_BIAS_EPILOGUE") != "0" }
+
+// resNormFold reports whether a GPT on the CPU device takes AddBiasAddLayerNorm
+// (FusesResidualNorm): on unless GODDP_RESNORM_FOLD=0. Read when a model is built.
+func resNormFold() bool { return os.Getenv("GODDP_RESNORM_FOLD") != "0" }

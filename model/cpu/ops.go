@@ -570,6 +570,19 @@ func (c *Device) FusesGELUBiasGrad() bool { return geluDBFold() }
 
 var _ tensor.GELUBiasGrader = (*Device)(nil)
 
+// AddBiasAddLayerNorm is tensor.ResidualNormer: AddBiasAdd then LayerNorm (one pass gains the CPU
+// nothing; the model's path through it is tested here, the one pass is the CUDA device's).
+func (c *Device) AddBiasAddLayerNorm(out, y2, mean, rstd, x, y, bias, w, b *tensor.Tensor, eps float32) {
+	c.AddBiasAdd(out, x, y, bias)
+	c.LayerNorm(y2, mean, rstd, out, w, b, eps)
+}
+
+// FusesResidualNorm: the model takes AddBiasAddLayerNorm on the CPU device, so its path is tested;
+// GODDP_RESNORM_FOLD=0 turns it off (env.go; a test compares both).
+func (c *Device) FusesResidualNorm() bool { return resNormFold() }
+
+var _ tensor.ResidualNormer = (*Device)(nil)
+
 // UnscaleCheckSumSquares is tensor.UnscaleSquarer: UnscaleCheck then SumSquares, two passes (the
 // CPU gains nothing from one; the trainer's path through it is the CUDA device's).
 func (c *Device) UnscaleCheckSumSquares(x *tensor.Tensor, inv float32, found, sq *tensor.Tensor) {

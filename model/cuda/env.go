@@ -30,6 +30,7 @@ import (
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
 //	GODDP_BIAS_EPILOGUE=1 a GPT without model.gemm_epilogue takes cublasLt's bias-only epilogues: the QKV bias add, the linears' bias gradients in their weight-gradient GEMMs (lt.go; within rounding; not yet run on a GPU in this form)
+//	GODDP_RESNORM_FOLD=1 a GPT's residual sums and the layer norms that read them in one pass, k_addbias_add_ln8_K (ops.go; the same bits; not yet run on a GPU)
 //	GODDP_GELU_DB_FOLD=1 a GPT block's fc bias gradient summed in GELU's backward pass, k_gelu_bwd_colsum8 (ops.go; the same bits; not yet run on a GPU)
 //	GODDP_XENT_SMEM=1 the loss head's cross-entropy reads each row of 16-bit logits once, keeping it in shared memory (k_xent_sm; ops.go; the same bits; not yet run on a GPU)
 //	GODDP_IPC_WAIT=stream the IPC all-reduce's ranks wait for each other by their streams, not in the
@@ -236,6 +237,14 @@ func xentSmem() bool { return os.Getenv("GODDP_XENT_SMEM") == "1" }
 // themselves ran on an H100 (session 11: all of them together measured no faster, the GELU ones
 // among them); this bias-only form has not. Read when a model is built.
 func biasEpilogue() bool { return os.Getenv("GODDP_BIAS_EPILOGUE") == "1" }
+
+// resNormFold reports whether GODDP_RESNORM_FOLD=1 asked for a GPT's residual sums and the layer
+// norms that read them in one pass (tensor.ResidualNormer, k_addbias_add_ln8_K: the sum written
+// and normalised from the registers): 25 reads of the 25 MB residual stream and 25 launches fewer a
+// GPT-2 small step at b16. The same bits as AddBiasAdd then the 8-wide LayerNorm
+// (TestCUDA_residualNormSameBits); where LayerNorm would not take k_ln_fwd8_K, the two operations.
+// Not yet run on a GPU. Read when a model is built (FusesResidualNorm) and at each call.
+func resNormFold() bool { return os.Getenv("GODDP_RESNORM_FOLD") == "1" }
 
 // geluDBFold reports whether GODDP_GELU_DB_FOLD=1 asked for the fc bias gradient's column sums in
 // GELU's backward pass (tensor.GELUBiasGrader, k_gelu_bwd_colsum8): the sums read the gradient as

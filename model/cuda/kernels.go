@@ -194,19 +194,60 @@ __device__ __forceinline__ void ln_bwd_dx8(void* dxp, int ddx, const void* dyp, 
 // grouped otherwise than k_layernorm's: the same within rounding, not the same bits
 // (the default; GODDP_LN_VEC=0 turns it off; TestCUDA_layerNorm8MatchesScalar).
 template <int K>
+__device__ __forceinline__ void ln_norm8(float (&xr)[K][8], void* y, int dy, float* mean, float* rstd,
+		const void* w, int dw, const void* b, int db, long row, int lane, int C, float eps);
+template <int K>
 __device__ __forceinline__ void ln_fwd8(void* y, int dy, float* mean, float* rstd, const void* x, int dx,
 		const void* w, int dw, const void* b, int db, int R, int C, float eps) {
 	int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
 	if (row >= R) return;
 	long base = (long)row * C;
 	float xr[K][8];
-	float s = 0.f;
+	#pragma unroll
+	for (int k = 0; k < K; k++) ld8(x, dx, base + (lane + 32 * k) * 8, xr[k]);
+	ln_norm8<K>(xr, y, dy, mean, rstd, w, dw, b, db, row, lane, C, eps);
+}
+// k_addbias_add_ln8_K's row: out = x + (y + bias) as k_addbias_add8 stores it, then ln_fwd8's
+// norm of the stored values, from the registers (GODDP_RESNORM_FOLD=1): the two kernels' bits.
+template <int K>
+__device__ __forceinline__ void addbias_add_ln8(void* o, int dout, void* y2, int dy2, float* mean, float* rstd,
+		const void* x, int dx, const void* y, int dy, const void* bias, int dbias,
+		const void* w, int dw, const void* b, int db, int R, int C, float eps) {
+	int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (row >= R) return;
+	long base = (long)row * C;
+	float xr[K][8];
 	#pragma unroll
 	for (int k = 0; k < K; k++) {
-		ld8(x, dx, base + (lane + 32 * k) * 8, xr[k]);
+		int j = (lane + 32 * k) * 8;
+		float v[8], u[8];
+		ld8(y, dy, base + j, v);
+		ld8(bias, dbias, j, u);
+		ld8(x, dx, base + j, xr[k]);
+		#pragma unroll
+		for (int e = 0; e < 8; e++) v[e] += u[e];
+		if (dy != 0) // rnd8 (k_addbias_add8's rounding to y's dtype)
+			#pragma unroll
+			for (int e = 0; e < 8; e++) v[e] = h2f(f2h(v[e]));
+		#pragma unroll
+		for (int e = 0; e < 8; e++) xr[k][e] += v[e];
+		st8(o, dout, base + j, xr[k]);
+		if (dout != 0) // what the LayerNorm would read back
+			#pragma unroll
+			for (int e = 0; e < 8; e++) xr[k][e] = h2f(f2h(xr[k][e]));
+	}
+	ln_norm8<K>(xr, y2, dy2, mean, rstd, w, dw, b, db, row, lane, C, eps);
+}
+// ln_norm8: ln_fwd8's statistics and output from the row in registers.
+template <int K>
+__device__ __forceinline__ void ln_norm8(float (&xr)[K][8], void* y, int dy, float* mean, float* rstd,
+		const void* w, int dw, const void* b, int db, long row, int lane, int C, float eps) {
+	long base = row * C;
+	float s = 0.f;
+	#pragma unroll
+	for (int k = 0; k < K; k++)
 		#pragma unroll
 		for (int e = 0; e < 8; e++) s += xr[k][e];
-	}
 	float m = warpSum(s) / C;
 	float q = 0.f;
 	#pragma unroll
@@ -1030,6 +1071,13 @@ __global__ void k_ln_fwd8_1(LNF_ARGS) { ln_fwd8<1>(LNF_PASS); }
 __global__ void k_ln_fwd8_2(LNF_ARGS) { ln_fwd8<2>(LNF_PASS); }
 __global__ void k_ln_fwd8_3(LNF_ARGS) { ln_fwd8<3>(LNF_PASS); }
 __global__ void k_ln_fwd8_4(LNF_ARGS) { ln_fwd8<4>(LNF_PASS); }
+#define ABLN_ARGS void* o, int dout, void* y2, int dy2, float* mean, float* rstd, const void* x, int dx, \
+	const void* y, int dy, const void* bias, int dbias, const void* w, int dw, const void* b, int db, int R, int C, float eps
+#define ABLN_PASS o, dout, y2, dy2, mean, rstd, x, dx, y, dy, bias, dbias, w, dw, b, db, R, C, eps
+__global__ void k_addbias_add_ln8_1(ABLN_ARGS) { addbias_add_ln8<1>(ABLN_PASS); }
+__global__ void k_addbias_add_ln8_2(ABLN_ARGS) { addbias_add_ln8<2>(ABLN_PASS); }
+__global__ void k_addbias_add_ln8_3(ABLN_ARGS) { addbias_add_ln8<3>(ABLN_PASS); }
+__global__ void k_addbias_add_ln8_4(ABLN_ARGS) { addbias_add_ln8<4>(ABLN_PASS); }
 __global__ void k_ln_bwd_dx8_1(LNDX_ARGS) { ln_bwd_dx8<1>(LNDX_PASS); }
 __global__ void k_ln_bwd_dx8_2(LNDX_ARGS) { ln_bwd_dx8<2>(LNDX_PASS); }
 __global__ void k_ln_bwd_dx8_3(LNDX_ARGS) { ln_bwd_dx8<3>(LNDX_PASS); }

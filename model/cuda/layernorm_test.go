@@ -73,3 +73,53 @@ func within(t *testing.T, what string, a, b []float32, rel, abs float64) {
 		}
 	}
 }
+
+// AddBiasAddLayerNorm (tensor.ResidualNormer: k_addbias_add_ln8_K) gives AddBiasAdd then
+// LayerNorm's bits — the sum, the normalised output, mean and rstd — for C = 256, 768 and 1024
+// (the 8-wide kernels) and 100 and 1280 (the two operations themselves), f32, f16 and bf16
+// activations with f32 gains and biases (the model's LayerNorm reads its f32 master), one row to
+// 4096. Not yet run on a GPU.
+func TestCUDA_residualNormSameBits(t *testing.T) {
+	g := gpu(t)
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
+		if dt == tensor.BF16 && tensor.CheckCompute(g, dt) != nil {
+			continue
+		}
+		for i, sh := range [][2]int{{1, 256}, {7, 768}, {4096, 768}, {333, 1024}, {9, 100}, {5, 1280}} {
+			r, c := sh[0], sh[1]
+			rng := rand.New(rand.NewPCG(uint64(i)+21, uint64(dt)))
+			up := func(tag string, d tensor.DType, n int, shape ...int) *tensor.Tensor {
+				v := make([]float32, n)
+				for j := range v {
+					v[j] = float32(rng.NormFloat64())
+				}
+				x := g.Alloc(d, tag, shape...)
+				ipcUpload(g, x, v)
+				return x
+			}
+			x, y, bias := up("x", dt, r*c, r, c), up("y", dt, r*c, r, c), up("bias", dt, c, c)
+			w, b := up("w", tensor.F32, c, c), up("b", tensor.F32, c, c)
+			var got [2][4][]float32
+			for k := range 2 {
+				out, y2 := g.Alloc(dt, "out", r, c), g.Alloc(dt, "y2", r, c)
+				mean, rstd := g.Alloc(tensor.F32, "mean", r), g.Alloc(tensor.F32, "rstd", r)
+				if k == 0 {
+					g.AddBiasAdd(out, x, y, bias)
+					g.LayerNorm(y2, mean, rstd, out, w, b, 1e-5)
+				} else {
+					g.AddBiasAddLayerNorm(out, y2, mean, rstd, x, y, bias, w, b, 1e-5)
+				}
+				got[k] = [4][]float32{down(g, out), down(g, y2), down(g, mean), down(g, rstd)}
+				for _, z := range []*tensor.Tensor{out, y2, mean, rstd} {
+					g.Free(z)
+				}
+			}
+			for _, z := range []*tensor.Tensor{x, y, bias, w, b} {
+				g.Free(z)
+			}
+			for q, what := range []string{"out", "y2", "mean", "rstd"} {
+				sameBits32(t, fmt.Sprintf("%s (%d,%d) %s in one pass", dt, r, c, what), got[1][q], got[0][q])
+			}
+		}
+	}
+}

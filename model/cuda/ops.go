@@ -157,6 +157,34 @@ func (d *Device) AddBiasAdd(out, x, y, bias *tensor.Tensor) {
 	d.launch1(kn("k_addbias_add8", out, x, y, bias), y.Len()/8, ptra(out), dta(out), ptra(x), dta(x), ptra(y), dta(y), ptra(bias), dta(bias), i32a(y.Len()/8), i32a(cols))
 }
 
+// AddBiasAddLayerNorm is tensor.ResidualNormer's op: k_addbias_add_ln8_K writes out = x + (y +
+// bias) and normalises the stored values from the registers — AddBiasAdd then LayerNorm's 8-wide
+// kernel, their bits. Where LayerNorm would take another kernel (GODDP_LN_VEC=0, a width not
+// 256·K ≤ 1024, unaligned tensors), the two operations.
+func (d *Device) AddBiasAddLayerNorm(out, y2, mean, rstd, x, y, bias, w, b *tensor.Tensor, eps float32) {
+	r, cols := tensor.MatDims(y)
+	tensor.CheckLen("AddBiasAddLayerNorm", out, x, y, y2)
+	if bias.Len() != cols || w.Len() != cols || b.Len() != cols || mean.Len() != r || rstd.Len() != r ||
+		mean.DType() != tensor.F32 || rstd.DType() != tensor.F32 {
+		panic(fmt.Sprintf("cuda: AddBiasAddLayerNorm shapes: y %s, bias %s, w %s, b %s, mean %s, rstd %s", y, bias, w, b, mean, rstd))
+	}
+	tensor.CheckFloat("AddBiasAddLayerNorm", out, y2, x, y, bias, w, b)
+	k := cols / 256
+	if r == 0 || !lnVec() || cols%256 != 0 || k > 4 || !vec8(8, out, y2, x, y, bias, w, b) {
+		d.AddBiasAdd(out, x, y, bias)
+		d.LayerNorm(y2, mean, rstd, out, w, b, eps)
+		return
+	}
+	d.warpRows(kn(fmt.Sprintf("k_addbias_add_ln8_%d", k), out, y2, x, y, bias, w, b), r, ptra(out), dta(out), ptra(y2), dta(y2), ptra(mean), ptra(rstd),
+		ptra(x), dta(x), ptra(y), dta(y), ptra(bias), dta(bias), ptra(w), dta(w), ptra(b), dta(b), i32a(r), i32a(cols), f32a(eps))
+}
+
+// FusesResidualNorm is tensor.ResidualNormer's switch: GODDP_RESNORM_FOLD=1 (env.go), off by
+// default: not yet run on a GPU.
+func (d *Device) FusesResidualNorm() bool { return resNormFold() }
+
+var _ tensor.ResidualNormer = (*Device)(nil)
+
 // FoldsBias is tensor.BiasFolder's switch: on unless GODDP_BIAS_FOLD=0 (env.go; the default since
 // session 18's whole suite on an H100).
 func (d *Device) FoldsBias() bool { return biasFold() }

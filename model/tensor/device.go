@@ -176,6 +176,20 @@ type BiasFolder interface {
 	FoldsBias() bool
 }
 
+// ResidualNormer is an optional ability of a device that makes a residual sum and the layer norm
+// that reads it in one pass:
+//
+//	AddBiasAddLayerNorm(out, y2, mean, rstd, x, y, bias, w, b, eps): out (R,C) = x + (y + bias)
+//	  as BiasFolder's AddBiasAdd leaves it, then y2 = LayerNorm(out) with w, b, eps, and its mean
+//	  and rstd (R) — AddBiasAdd then LayerNorm
+//
+// the same bits as the two operations, one read of out fewer. FusesResidualNorm reports whether
+// callers should take it (the CUDA device: GODDP_RESNORM_FOLD=1 until a GPU has run it).
+type ResidualNormer interface {
+	AddBiasAddLayerNorm(out, y2, mean, rstd, x, y, bias, w, b *Tensor, eps float32)
+	FusesResidualNorm() bool
+}
+
 // GELUBiasGrader is an optional ability of a device that computes a GELU's backward and the
 // column sums of its result — the bias gradient of the linear that fed the GELU — in one pass:
 //
