@@ -188,6 +188,73 @@ __device__ __forceinline__ void ln_bwd_dx8(void* dxp, int ddx, const void* dyp, 
 		st8(dxp, ddx, base + j, o);
 	}
 }
+// LayerNorm backward in one pass (GODDP_LN_BWD_FUSED=1): k_ln_bwd_dx8_K's dx and k_ln_dwdb8's dw
+// and db parts from one read of x and dy. Grid (1, parts), block (32, 8), rowsPer as k_ln_dwdb8
+// takes it: warp y takes rows r0+y, r0+y+8, … and for each row does what ln_bwd_dx8's warp does
+// (lane l, its K chunks of 8, the same sums), while lane l of warp y accumulates the dw, db
+// partials of columns (l + 32k)·8… over those rows — exactly the columns and rows thread (l, y) of
+// k_ln_dwdb8's column block k covers, in its order — and the block adds its 8 warps' partials in
+// k_ln_dwdb8's order. So the two kernels' bits (dx, and the parts), one read of x and dy fewer.
+template <int K>
+__device__ __forceinline__ void ln_bwd8_fused(void* dxp, int ddx, float* part, const void* dyp, int ddy, const void* x, int dxt,
+		const void* w, int dw, const float* mean, const float* rstd, int R, int C, int rowsPer) {
+	__shared__ float sh[8][32][17];
+	int lane = threadIdx.x, ty = threadIdx.y;
+	int r0 = blockIdx.y * rowsPer, r1 = min(R, r0 + rowsPer);
+	float aw[K][8], ab[K][8];
+	#pragma unroll
+	for (int k = 0; k < K; k++)
+		#pragma unroll
+		for (int e = 0; e < 8; e++) { aw[k][e] = 0.f; ab[k][e] = 0.f; }
+	for (int row = r0 + ty; row < r1; row += 8) {
+		long base = (long)row * C;
+		float m = mean[row], r = rstd[row];
+		float xr[K][8], dn[K][8];
+		float sd = 0.f, sdx = 0.f;
+		#pragma unroll
+		for (int k = 0; k < K; k++) {
+			int j = (lane + 32 * k) * 8;
+			float wv[8];
+			ld8(x, dxt, base + j, xr[k]);
+			ld8(dyp, ddy, base + j, dn[k]);
+			ld8(w, dw, j, wv);
+			#pragma unroll
+			for (int e = 0; e < 8; e++) { aw[k][e] += dn[k][e] * (xr[k][e] - m) * r; ab[k][e] += dn[k][e]; } // k_ln_dwdb8's
+			#pragma unroll
+			for (int e = 0; e < 8; e++) { // ln_bwd_dx8's
+				xr[k][e] = (xr[k][e] - m) * r;
+				dn[k][e] *= wv[e];
+				sd += dn[k][e]; sdx += dn[k][e] * xr[k][e];
+			}
+		}
+		float md = warpSum(sd) / C, mdx = warpSum(sdx) / C;
+		#pragma unroll
+		for (int k = 0; k < K; k++) {
+			int j = (lane + 32 * k) * 8;
+			float o[8];
+			ld8(dxp, ddx, base + j, o);
+			#pragma unroll
+			for (int e = 0; e < 8; e++) o[e] += (dn[k][e] - md - xr[k][e] * mdx) * r;
+			st8(dxp, ddx, base + j, o);
+		}
+	}
+	#pragma unroll
+	for (int k = 0; k < K; k++) {
+		#pragma unroll
+		for (int e = 0; e < 8; e++) { sh[ty][lane][e] = aw[k][e]; sh[ty][lane][8 + e] = ab[k][e]; }
+		__syncthreads();
+		if (ty == 0) {
+			int col = (lane + 32 * k) * 8;
+			#pragma unroll
+			for (int e = 0; e < 16; e++) {
+				float t = 0.f;
+				for (int q = 0; q < 8; q++) t += sh[q][lane][e];
+				part[(long)blockIdx.y * 2 * C + (e < 8 ? 0 : C) + col + (e & 7)] = t;
+			}
+		}
+		__syncthreads();
+	}
+}
 // LayerNorm forward, 8-wide, for C = 256·K (16-byte aligned rows): a warp per row holding its
 // row in registers, read once and written once (k_layernorm reads it three times, 2 bytes a lane
 // at a time). Each lane sums 8 neighbours, not every 32nd element, so the mean and variance are
@@ -1082,6 +1149,13 @@ __global__ void k_ln_bwd_dx8_1(LNDX_ARGS) { ln_bwd_dx8<1>(LNDX_PASS); }
 __global__ void k_ln_bwd_dx8_2(LNDX_ARGS) { ln_bwd_dx8<2>(LNDX_PASS); }
 __global__ void k_ln_bwd_dx8_3(LNDX_ARGS) { ln_bwd_dx8<3>(LNDX_PASS); }
 __global__ void k_ln_bwd_dx8_4(LNDX_ARGS) { ln_bwd_dx8<4>(LNDX_PASS); }
+#define LNBF_ARGS void* dxp, int ddx, float* part, const void* dyp, int ddy, const void* x, int dxt, \
+	const void* w, int dw, const float* mean, const float* rstd, int R, int C, int rowsPer
+#define LNBF_PASS dxp, ddx, part, dyp, ddy, x, dxt, w, dw, mean, rstd, R, C, rowsPer
+__global__ void k_ln_bwd8f_1(LNBF_ARGS) { ln_bwd8_fused<1>(LNBF_PASS); }
+__global__ void k_ln_bwd8f_2(LNBF_ARGS) { ln_bwd8_fused<2>(LNBF_PASS); }
+__global__ void k_ln_bwd8f_3(LNBF_ARGS) { ln_bwd8_fused<3>(LNBF_PASS); }
+__global__ void k_ln_bwd8f_4(LNBF_ARGS) { ln_bwd8_fused<4>(LNBF_PASS); }
 // dw, db partial sums: block (32, 8); thread (tx, ty) owns columns 8·(blockIdx.x·32+tx) .. +8 over
 // rows ty, ty+8, … of its slice; part[slice][0..C) gets dw, part[slice][C..2C) db.
 __global__ void k_ln_dwdb8(float* part, const void* dyp, int ddy, const void* x, int dxt, const float* mean,

@@ -123,3 +123,54 @@ func TestCUDA_residualNormSameBits(t *testing.T) {
 		}
 	}
 }
+
+// GODDP_LN_BWD_FUSED=1's LayerNorm backward in one pass (k_ln_bwd8f_K) gives the two kernels'
+// bits — dx (accumulated into its values), dw and db (f32, accumulated) — for C = 256, 512, 768
+// and 1024, f32, f16 and bf16 activations with f32 gains, row counts from 7 to 4096 (rows that
+// leave the last part short). Not yet run on a GPU.
+func TestCUDA_lnBackwardFusedSameBits(t *testing.T) {
+	g := gpu(t)
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
+		if dt == tensor.BF16 && tensor.CheckCompute(g, dt) != nil {
+			continue
+		}
+		for i, sh := range [][2]int{{7, 256}, {1000, 512}, {4096, 768}, {333, 1024}, {16384, 768}} {
+			r, c := sh[0], sh[1]
+			rng := rand.New(rand.NewPCG(uint64(i)+31, uint64(dt)))
+			vals := func(n int) []float32 {
+				v := make([]float32, n)
+				for j := range v {
+					v[j] = float32(rng.NormFloat64())
+				}
+				return v
+			}
+			xv, dyv, dxv, wv, bv := vals(r*c), vals(r*c), vals(r*c), vals(c), vals(c)
+			up := func(tag string, d tensor.DType, v []float32, shape ...int) *tensor.Tensor {
+				x := g.Alloc(d, tag, shape...)
+				ipcUpload(g, x, v)
+				return x
+			}
+			x, dy := up("x", dt, xv, r, c), up("dy", dt, dyv, r, c)
+			w, b := up("w", tensor.F32, wv, c), up("b", tensor.F32, bv, c)
+			y, mean, rstd := g.Alloc(dt, "y", r, c), g.Alloc(tensor.F32, "mean", r), g.Alloc(tensor.F32, "rstd", r)
+			g.LayerNorm(y, mean, rstd, x, w, b, 1e-5)
+			var got [2][3][]float32
+			for k, on := range []string{"0", "1"} {
+				t.Setenv("GODDP_LN_BWD_FUSED", on)
+				dx := up("dx", dt, dxv, r, c)
+				dw, db := up("dw", tensor.F32, wv, c), up("db", tensor.F32, bv, c)
+				g.LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd)
+				got[k] = [3][]float32{down(g, dx), down(g, dw), down(g, db)}
+				for _, z := range []*tensor.Tensor{dx, dw, db} {
+					g.Free(z)
+				}
+			}
+			for _, z := range []*tensor.Tensor{x, dy, w, b, y, mean, rstd} {
+				g.Free(z)
+			}
+			for q, what := range []string{"dx", "dw", "db"} {
+				sameBits32(t, fmt.Sprintf("%s (%d,%d) %s in one pass", dt, r, c, what), got[1][q], got[0][q])
+			}
+		}
+	}
+}
