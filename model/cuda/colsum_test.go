@@ -85,12 +85,7 @@ func TestCUDA_lnFinishFusedSameBits(t *testing.T) {
 		for i, sh := range [][2]int{{1, 100}, {7, 768}, {44, 1000}} {
 			parts, c := sh[0], sh[1]
 			rng := rand.New(rand.NewPCG(uint64(i)+3, uint64(odt)))
-			v := make([]float32, parts*2*c)
-			for j := range v {
-				v[j] = float32(rng.NormFloat64())
-			}
-			part := g.Alloc(tensor.F32, "part", parts*2*c)
-			ipcUpload(g, part, v)
+			part := uploaded(g, "part", tensor.F32, normals(rng, parts*2*c), parts*2*c)
 			var got [2][2][]float32
 			for k, on := range []string{"0", "1"} {
 				t.Setenv("GODDP_COLSUM_FUSED", on)
@@ -115,13 +110,7 @@ func TestCUDA_lnFinishFusedSameBits(t *testing.T) {
 			r, c := sh[0], sh[1]
 			rng := rand.New(rand.NewPCG(uint64(i)+7, uint64(dt)))
 			up := func(tag string, d tensor.DType, n int, shape ...int) *tensor.Tensor {
-				v := make([]float32, n)
-				for j := range v {
-					v[j] = float32(rng.NormFloat64())
-				}
-				x := g.Alloc(d, tag, shape...)
-				ipcUpload(g, x, v)
-				return x
+				return uploaded(g, tag, d, normals(rng, n), shape...)
 			}
 			x, dy := up("x", dt, r*c, r, c), up("dy", dt, r*c, r, c)
 			w, b := up("w", dt, c, c), up("b", dt, c, c)

@@ -154,13 +154,13 @@ __device__ __forceinline__ void ln_bwd_regs(void* dxp, int ddx, float* part, con
 
 // LayerNorm backward, 8-wide, for C = 256·K (16-byte aligned rows): dx by a warp per row holding
 // its row in registers; dw and db by a column kernel (k_ln_dwdb8), so no kernel does atomics.
-template <int K>
-__device__ __forceinline__ void ln_bwd_dx8(void* dxp, int ddx, const void* dyp, int ddy, const void* x, int dxt,
-		const void* w, int dw, const float* mean, const float* rstd, int R, int C) {
-	int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-	if (row >= R) return;
-	long base = (long)row * C;
-	float m = mean[row], r = rstd[row];
+// ln_bwd8_row: ln_bwd_dx8's work on one row (its warp: lane l, the K chunks of 8 at (l + 32k)·8),
+// adding into dx; with PARTS, lane l also accumulates k_ln_dwdb8's dw, db partials of its columns
+// from the row's raw x and dy (ln_bwd8_fused). One body, so the two kernels share their arithmetic.
+template <int K, bool PARTS>
+__device__ __forceinline__ void ln_bwd8_row(void* dxp, int ddx, const void* dyp, int ddy, const void* x, int dxt,
+		const void* w, int dw, long row, int lane, float m, float r, int C, float (&aw)[K][8], float (&ab)[K][8]) {
+	long base = row * C;
 	float xr[K][8], dn[K][8];
 	float sd = 0.f, sdx = 0.f;
 	#pragma unroll
@@ -170,6 +170,10 @@ __device__ __forceinline__ void ln_bwd_dx8(void* dxp, int ddx, const void* dyp, 
 		ld8(x, dxt, base + j, xr[k]);
 		ld8(dyp, ddy, base + j, dn[k]);
 		ld8(w, dw, j, wv);
+		if constexpr (PARTS) {
+			#pragma unroll
+			for (int e = 0; e < 8; e++) { aw[k][e] += dn[k][e] * (xr[k][e] - m) * r; ab[k][e] += dn[k][e]; } // k_ln_dwdb8's
+		}
 		#pragma unroll
 		for (int e = 0; e < 8; e++) {
 			xr[k][e] = (xr[k][e] - m) * r;
@@ -187,6 +191,14 @@ __device__ __forceinline__ void ln_bwd_dx8(void* dxp, int ddx, const void* dyp, 
 		for (int e = 0; e < 8; e++) o[e] += (dn[k][e] - md - xr[k][e] * mdx) * r;
 		st8(dxp, ddx, base + j, o);
 	}
+}
+template <int K>
+__device__ __forceinline__ void ln_bwd_dx8(void* dxp, int ddx, const void* dyp, int ddy, const void* x, int dxt,
+		const void* w, int dw, const float* mean, const float* rstd, int R, int C) {
+	int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (row >= R) return;
+	float aw[K][8], ab[K][8]; // unused (no parts)
+	ln_bwd8_row<K, false>(dxp, ddx, dyp, ddy, x, dxt, w, dw, row, lane, mean[row], rstd[row], C, aw, ab);
 }
 // LayerNorm backward in one pass (GODDP_LN_BWD_FUSED=1): k_ln_bwd_dx8_K's dx and k_ln_dwdb8's dw
 // and db parts from one read of x and dy. Grid (1, parts), block (32, 8), rowsPer as k_ln_dwdb8
@@ -206,38 +218,8 @@ __device__ __forceinline__ void ln_bwd8_fused(void* dxp, int ddx, float* part, c
 	for (int k = 0; k < K; k++)
 		#pragma unroll
 		for (int e = 0; e < 8; e++) { aw[k][e] = 0.f; ab[k][e] = 0.f; }
-	for (int row = r0 + ty; row < r1; row += 8) {
-		long base = (long)row * C;
-		float m = mean[row], r = rstd[row];
-		float xr[K][8], dn[K][8];
-		float sd = 0.f, sdx = 0.f;
-		#pragma unroll
-		for (int k = 0; k < K; k++) {
-			int j = (lane + 32 * k) * 8;
-			float wv[8];
-			ld8(x, dxt, base + j, xr[k]);
-			ld8(dyp, ddy, base + j, dn[k]);
-			ld8(w, dw, j, wv);
-			#pragma unroll
-			for (int e = 0; e < 8; e++) { aw[k][e] += dn[k][e] * (xr[k][e] - m) * r; ab[k][e] += dn[k][e]; } // k_ln_dwdb8's
-			#pragma unroll
-			for (int e = 0; e < 8; e++) { // ln_bwd_dx8's
-				xr[k][e] = (xr[k][e] - m) * r;
-				dn[k][e] *= wv[e];
-				sd += dn[k][e]; sdx += dn[k][e] * xr[k][e];
-			}
-		}
-		float md = warpSum(sd) / C, mdx = warpSum(sdx) / C;
-		#pragma unroll
-		for (int k = 0; k < K; k++) {
-			int j = (lane + 32 * k) * 8;
-			float o[8];
-			ld8(dxp, ddx, base + j, o);
-			#pragma unroll
-			for (int e = 0; e < 8; e++) o[e] += (dn[k][e] - md - xr[k][e] * mdx) * r;
-			st8(dxp, ddx, base + j, o);
-		}
-	}
+	for (int row = r0 + ty; row < r1; row += 8)
+		ln_bwd8_row<K, true>(dxp, ddx, dyp, ddy, x, dxt, w, dw, row, lane, mean[row], rstd[row], C, aw, ab);
 	#pragma unroll
 	for (int k = 0; k < K; k++) {
 		#pragma unroll
@@ -676,6 +658,24 @@ __global__ void k_permute0213(void* dst, int dd, const void* src, int ds, long n
 	}
 }
 
+// xent_osum8: the online max m and sum s of exp(v − m) over 8 more values (k_xent's 8-wide order).
+__device__ __forceinline__ void xent_osum8(const float* v, float& m, float& s) {
+	float mx = v[0];
+	#pragma unroll
+	for (int k = 1; k < 8; k++) mx = fmaxf(mx, v[k]);
+	if (mx > m) { s = m == -INF ? 0.f : s * expf(m - mx); m = mx; }
+	#pragma unroll
+	for (int k = 0; k < 8; k++) s += expf(v[k] - m);
+}
+// xent_grad8: the gradient of the 8 logits v at columns j…j+7 in place, target t (< 0: ignored).
+__device__ __forceinline__ void xent_grad8(float* v, int j, int t, float scale, float m, float inv) {
+	#pragma unroll
+	for (int k = 0; k < 8; k++) {
+		float g = 0.f;
+		if (t >= 0) { g = scale * expf(v[k] - m) * inv; if (j + k == t) g -= scale; }
+		v[k] = g;
+	}
+}
 // Cross-entropy: one block per row; online max/sum, then loss or gradient (bwd), or both (bwd with
 // losses not null: CrossEntropyWithGrad, the same bits as the two launches). Gradient may alias
 // logits: every read of the row finishes (block reduction; the loss's read of the target logit
@@ -690,12 +690,7 @@ __global__ void k_xent(float* losses, void* dl, int ddl, const void* logits, int
 		for (int j = threadIdx.x * 8; j < V; j += blockDim.x * 8) {
 			float v[8];
 			ld8(logits, dlg, base + j, v);
-			float mx = v[0];
-			#pragma unroll
-			for (int k = 1; k < 8; k++) mx = fmaxf(mx, v[k]);
-			if (mx > m) { s = m == -INF ? 0.f : s * expf(m - mx); m = mx; }
-			#pragma unroll
-			for (int k = 0; k < 8; k++) s += expf(v[k] - m);
+			xent_osum8(v, m, s);
 		}
 	} else {
 		for (int j = threadIdx.x; j < V; j += blockDim.x) {
@@ -716,12 +711,7 @@ __global__ void k_xent(float* losses, void* dl, int ddl, const void* logits, int
 		for (int j = threadIdx.x * 8; j < V; j += blockDim.x * 8) {
 			float v[8];
 			ld8(logits, dlg, base + j, v);
-			#pragma unroll
-			for (int k = 0; k < 8; k++) {
-				float g = 0.f;
-				if (t >= 0) { g = scale * expf(v[k] - m) * inv; if (j + k == t) g -= scale; }
-				v[k] = g;
-			}
+			xent_grad8(v, j, t, scale, m, inv);
 			st8(dl, ddl, base + j, v);
 		}
 		return;
@@ -768,12 +758,7 @@ __global__ void k_xent_sm(float* losses, void* dl, int ddl, const void* logits, 
 			xsh[j / 8] = u[q];
 			float v[8];
 			h8f(u[q], v);
-			float mx = v[0];
-			#pragma unroll
-			for (int k = 1; k < 8; k++) mx = fmaxf(mx, v[k]);
-			if (mx > m) { s = m == -INF ? 0.f : s * expf(m - mx); m = mx; }
-			#pragma unroll
-			for (int k = 0; k < 8; k++) s += expf(v[k] - m);
+			xent_osum8(v, m, s);
 		}
 	}
 	blockMaxSum(m, s);
@@ -783,12 +768,7 @@ __global__ void k_xent_sm(float* losses, void* dl, int ddl, const void* logits, 
 	for (int j = threadIdx.x * 8; j < V; j += stride) {
 		float v[8];
 		h8f(xsh[j / 8], v);
-		#pragma unroll
-		for (int k = 0; k < 8; k++) {
-			float g = 0.f;
-			if (t >= 0) { g = scale * expf(v[k] - m) * inv; if (j + k == t) g -= scale; }
-			v[k] = g;
-		}
+		xent_grad8(v, j, t, scale, m, inv);
 		st8(dl, ddl, base + j, v);
 	}
 }
@@ -967,8 +947,23 @@ __global__ void k_add8(void* o, int dout, const void* a, int da, const void* b, 
 // r0+y, r0+y+8, … from 0, then the 8 row phases in y order) with the same rowsPer, so the parts are
 // its bits; four rows' loads are issued before their adds, so each thread keeps 64 bytes in flight
 // instead of 2 (GODDP_COLSUM_VEC=1; off: −0.3% on an H100 in session 15, inside the noise; docs/perf-gpu.md).
-__global__ void k_colsum_part8(float* part, const void* x, int dx, int R, int C, int rowsPer) {
+// colsum8_store: a block (32, 8) of 8-column sums s a thread (column group blockIdx.x·256 +
+// threadIdx.x·8, rows phase threadIdx.y) into part[blockIdx.y][C]: each column's 8 row phases added
+// in y order (k_colsum_part's order).
+__device__ __forceinline__ void colsum8_store(const float* s, float* part, int C) {
 	__shared__ float sh[8][257];
+	// column threadIdx.x·8 + k of the block at sh[y][k·32 + threadIdx.x]: conflict-free stores
+	#pragma unroll
+	for (int k = 0; k < 8; k++) sh[threadIdx.y][k * 32 + threadIdx.x] = s[k];
+	__syncthreads();
+	int t = threadIdx.y * 32 + threadIdx.x, c = blockIdx.x * 256 + t;
+	if (c < C) {
+		float tot = 0.f;
+		for (int y = 0; y < 8; y++) tot += sh[y][(t & 7) * 32 + (t >> 3)];
+		part[(long)blockIdx.y * C + c] = tot;
+	}
+}
+__global__ void k_colsum_part8(float* part, const void* x, int dx, int R, int C, int rowsPer) {
 	int c0 = (blockIdx.x * 32 + threadIdx.x) * 8;
 	int r0 = blockIdx.y * rowsPer, r1 = min(R, r0 + rowsPer);
 	float s[8];
@@ -992,24 +987,15 @@ __global__ void k_colsum_part8(float* part, const void* x, int dx, int R, int C,
 			for (int k = 0; k < 8; k++) s[k] += v[k];
 		}
 	}
-	// column threadIdx.x·8 + k of the block at sh[y][k·32 + threadIdx.x]: conflict-free stores
-	#pragma unroll
-	for (int k = 0; k < 8; k++) sh[threadIdx.y][k * 32 + threadIdx.x] = s[k];
-	__syncthreads();
-	int t = threadIdx.y * 32 + threadIdx.x, c = blockIdx.x * 256 + t;
-	if (c < C) {
-		float tot = 0.f;
-		for (int y = 0; y < 8; y++) tot += sh[y][(t & 7) * 32 + (t >> 3)];
-		part[(long)blockIdx.y * C + c] = tot;
-	}
+	colsum8_store(s, part, C);
 }
 // k_gelu_bwd_colsum8: k_gelu_bwd8 and k_colsum_part8 in one pass (GODDP_GELU_DB_FOLD=1): dx =
 // gelu'(x)·dy stored as k_gelu_bwd8 stores it, and the column sums of the stored values (rounded
 // to dx's dtype, as BiasGrad would read them) into part[blockIdx.y][C] in k_colsum_part's order
 // with its rowsPer, so the parts are its bits. Grid (⌈C/256⌉, parts), block (32, 8); C a multiple
 // of 8, rows 16-byte aligned; dx may alias dy (each element is read, then written, by one thread).
+// Its row loop is k_colsum_part8's with four rows of x and dy loaded before any store.
 __global__ void k_gelu_bwd_colsum8(float* part, void* dxp, int ddx, const void* dyp, int ddy, const void* x, int dxt, int R, int C, int rowsPer) {
-	__shared__ float sh[8][257];
 	int c0 = (blockIdx.x * 32 + threadIdx.x) * 8;
 	int r0 = blockIdx.y * rowsPer, r1 = min(R, r0 + rowsPer);
 	float s[8];
@@ -1046,15 +1032,7 @@ __global__ void k_gelu_bwd_colsum8(float* part, void* dxp, int ddx, const void* 
 			for (int k = 0; k < 8; k++) s[k] += ddx == 0 ? g[k] : h2f(f2h(g[k]));
 		}
 	}
-	#pragma unroll
-	for (int k = 0; k < 8; k++) sh[threadIdx.y][k * 32 + threadIdx.x] = s[k];
-	__syncthreads();
-	int t = threadIdx.y * 32 + threadIdx.x, c = blockIdx.x * 256 + t;
-	if (c < C) {
-		float tot = 0.f;
-		for (int y = 0; y < 8; y++) tot += sh[y][(t & 7) * 32 + (t >> 3)];
-		part[(long)blockIdx.y * C + c] = tot;
-	}
+	colsum8_store(s, part, C);
 }
 __global__ void k_addbias8(void* y, int dy, const void* b, int db, int n8, int C) {
 	FOR8(i, n8) { float v[8], u[8]; ld8(y, dy, i, v); ld8(b, db, i % C, u);

@@ -89,13 +89,7 @@ func TestCUDA_residualNormSameBits(t *testing.T) {
 			r, c := sh[0], sh[1]
 			rng := rand.New(rand.NewPCG(uint64(i)+21, uint64(dt)))
 			up := func(tag string, d tensor.DType, n int, shape ...int) *tensor.Tensor {
-				v := make([]float32, n)
-				for j := range v {
-					v[j] = float32(rng.NormFloat64())
-				}
-				x := g.Alloc(d, tag, shape...)
-				ipcUpload(g, x, v)
-				return x
+				return uploaded(g, tag, d, normals(rng, n), shape...)
 			}
 			x, y, bias := up("x", dt, r*c, r, c), up("y", dt, r*c, r, c), up("bias", dt, c, c)
 			w, b := up("w", tensor.F32, c, c), up("b", tensor.F32, c, c)
@@ -137,18 +131,9 @@ func TestCUDA_lnBackwardFusedSameBits(t *testing.T) {
 		for i, sh := range [][2]int{{7, 256}, {1000, 512}, {4096, 768}, {333, 1024}, {16384, 768}} {
 			r, c := sh[0], sh[1]
 			rng := rand.New(rand.NewPCG(uint64(i)+31, uint64(dt)))
-			vals := func(n int) []float32 {
-				v := make([]float32, n)
-				for j := range v {
-					v[j] = float32(rng.NormFloat64())
-				}
-				return v
-			}
-			xv, dyv, dxv, wv, bv := vals(r*c), vals(r*c), vals(r*c), vals(c), vals(c)
+			xv, dyv, dxv, wv, bv := normals(rng, r*c), normals(rng, r*c), normals(rng, r*c), normals(rng, c), normals(rng, c)
 			up := func(tag string, d tensor.DType, v []float32, shape ...int) *tensor.Tensor {
-				x := g.Alloc(d, tag, shape...)
-				ipcUpload(g, x, v)
-				return x
+				return uploaded(g, tag, d, v, shape...)
 			}
 			x, dy := up("x", dt, xv, r, c), up("dy", dt, dyv, r, c)
 			w, b := up("w", tensor.F32, wv, c), up("b", tensor.F32, bv, c)
@@ -173,4 +158,20 @@ func TestCUDA_lnBackwardFusedSameBits(t *testing.T) {
 			}
 		}
 	}
+}
+
+// normals is n values from N(0, 1) drawn from rng.
+func normals(rng *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for j := range v {
+		v[j] = float32(rng.NormFloat64())
+	}
+	return v
+}
+
+// uploaded is a tensor of dtype dt and shape on g holding v.
+func uploaded(g *Device, tag string, dt tensor.DType, v []float32, shape ...int) *tensor.Tensor {
+	x := g.Alloc(dt, tag, shape...)
+	ipcUpload(g, x, v)
+	return x
 }
