@@ -59,7 +59,7 @@ type Device struct {
 	flashTileMajor bool
 	conv           *convState // cuDNN and the convolution kernels (conv.go; nil without the cudnn tag)
 	fns            map[string]cudadrv.Function
-	dynShared      map[string]int // the dynamic shared memory each kernel that asks for more than 48 KiB was allowed (xentRowOnce)
+	dynShared      map[string]int // the dynamic shared memory each kernel that asks for more than 48 KiB was allowed (allowDynShared)
 	bf16           bf16Kernels    // bf16 instantiations, loaded on first use (bf16.go)
 	bf16Once       sync.Once
 	blas           *cudadrv.Blas

@@ -30,6 +30,7 @@ import (
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
 //	GODDP_BIAS_EPILOGUE=1 a GPT without model.gemm_epilogue takes cublasLt's bias-only epilogues: the QKV bias add, the linears' bias gradients in their weight-gradient GEMMs (lt.go; within rounding; not yet run on a GPU in this form)
+//	GODDP_EMB_SORTED=1 the embedding's backward deterministic: positions sorted by token, each token's rows added in order (k_emb_sort, k_emb_bwd_sorted; ops.go; the CPU device's bits; not yet run on a GPU)
 //	GODDP_LN_BWD_FUSED=1 the 8-wide LayerNorm backward's dx and dw, db parts in one pass, k_ln_bwd8f_K (ops.go; the same bits; not yet run on a GPU)
 //	GODDP_RESNORM_FOLD=1 a GPT's residual sums and the layer norms that read them in one pass, k_addbias_add_ln8_K (ops.go; the same bits; not yet run on a GPU)
 //	GODDP_GELU_DB_FOLD=1 a GPT block's fc bias gradient summed in GELU's backward pass, k_gelu_bwd_colsum8 (ops.go; the same bits; not yet run on a GPU)
@@ -238,6 +239,14 @@ func xentSmem() bool { return os.Getenv("GODDP_XENT_SMEM") == "1" }
 // themselves ran on an H100 (session 11: all of them together measured no faster, the GELU ones
 // among them); this bias-only form has not. Read when a model is built.
 func biasEpilogue() bool { return os.Getenv("GODDP_BIAS_EPILOGUE") == "1" }
+
+// embSorted reports whether GODDP_EMB_SORTED=1 asked for the deterministic embedding backward: a
+// stable counting sort of the positions by token (k_emb_sort, one block) and each token's rows
+// added into its dwte row in position order (k_emb_bwd_sorted) — the CPU device's order and bits,
+// the same run after run — where k_embedding_bwd_wte adds atomically in whatever order the
+// hardware takes (which keeps a GPT's GPU runs from being bit-reproducible: docs/perf-memory.md).
+// TestCUDA_embeddingSortedMatchesCPU. Not yet run on a GPU. Read at each call, so a test can set it.
+func embSorted() bool { return os.Getenv("GODDP_EMB_SORTED") == "1" }
 
 // lnBwdFused reports whether GODDP_LN_BWD_FUSED=1 asked for the 8-wide LayerNorm backward in one
 // pass (k_ln_bwd8f_K: dx as k_ln_bwd_dx8_K computes it and the dw, db parts as k_ln_dwdb8 does,

@@ -597,6 +597,74 @@ __global__ void k_embedding_bwd_wte(void* dwte, int ddw, const void* dout, int d
 		if (ddw == 0) atomicAdd(&((float*)dwte)[k], g); else atomicAddF16(&((half_t*)dwte)[k], g);
 	}
 }
+// The deterministic embedding backward (GODDP_EMB_SORTED=1): k_emb_sort orders the positions by
+// token, stably (a counting sort in one block of 1024 threads, the V counts in shared memory), and
+// k_emb_bwd_sorted adds each token's rows into its dwte row in position order — the CPU device's
+// order, so its bits, and the same bits run after run, where k_embedding_bwd_wte's atomic adds
+// land in whatever order the hardware takes them.
+__global__ void k_emb_sort(int* perm, const int* ids, int N, int V) {
+	extern __shared__ int cnt[];
+	__shared__ int wsum[32];
+	int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	for (int v = tid; v < V; v += blockDim.x) cnt[v] = 0;
+	__syncthreads();
+	for (int p = tid; p < N; p += blockDim.x) atomicAdd(&cnt[ids[p]], 1);
+	__syncthreads();
+	// exclusive scan of cnt: thread tid owns [lo, hi)
+	int per = (V + blockDim.x - 1) / blockDim.x, lo = min(V, tid * per), hi = min(V, lo + per);
+	int sum = 0;
+	for (int v = lo; v < hi; v++) sum += cnt[v];
+	int inc = sum;
+	for (int o = 1; o < 32; o <<= 1) {
+		int u = __shfl_up_sync(0xffffffff, inc, o);
+		if (lane >= o) inc += u;
+	}
+	if (lane == 31) wsum[warp] = inc;
+	__syncthreads();
+	if (warp == 0) {
+		int w = lane < (int)(blockDim.x >> 5) ? wsum[lane] : 0, wi = w;
+		for (int o = 1; o < 32; o <<= 1) {
+			int u = __shfl_up_sync(0xffffffff, wi, o);
+			if (lane >= o) wi += u;
+		}
+		wsum[lane] = wi - w; // the warps before this one
+	}
+	__syncthreads();
+	int run = wsum[warp] + inc - sum;
+	for (int v = lo; v < hi; v++) { int c = cnt[v]; cnt[v] = run; run += c; }
+	__syncthreads();
+	// stable scatter, blockDim.x positions at a time, one warp after another
+	for (int c0 = 0; c0 < N; c0 += blockDim.x) {
+		int p = c0 + tid;
+		bool ok = p < N;
+		int tok = ok ? ids[p] : -1 - lane; // a lane past the end groups with nobody
+		unsigned same = __match_any_sync(0xffffffff, tok);
+		int rank = __popc(same & ((1u << lane) - 1u)), lead = __ffs(same) - 1;
+		for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
+			if (warp == w) {
+				int base = ok ? cnt[tok] : 0;
+				if (ok) perm[base + rank] = p;
+				__syncwarp();
+				if (ok && lane == lead) cnt[tok] = base + __popc(same);
+			}
+			__syncthreads();
+		}
+	}
+}
+// k_emb_bwd_sorted: block i of N starts the run of positions perm[i…] sharing a token (and returns
+// unless perm[i] is the first of its run); its threads take columns and add the run's rows into
+// dwte's row one position after another.
+__global__ void k_emb_bwd_sorted(void* dwte, int ddw, const void* dout, int ddo, const int* perm, const int* ids, int N, int C) {
+	int i = blockIdx.x;
+	int tok = ids[perm[i]];
+	if (i > 0 && ids[perm[i - 1]] == tok) return;
+	for (int j = threadIdx.x; j < C; j += blockDim.x) {
+		long k = (long)tok * C + j;
+		float v = ld(dwte, ddw, k);
+		for (int q = i; q < N && ids[perm[q]] == tok; q++) v += ld(dout, ddo, (long)perm[q] * C + j);
+		st(dwte, ddw, k, v);
+	}
+}
 __global__ void k_embedding_bwd_wpe(void* dwpe, int ddw, const void* dout, int ddo, int B, int T, int C) {
 	FOR(i, (long)T * C) {
 		float s = 0.f;

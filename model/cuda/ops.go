@@ -470,7 +470,17 @@ func (d *Device) EmbeddingBackward(dwte, dwpe, dout, ids *tensor.Tensor) {
 	if dout.Len() == 0 {
 		return
 	}
-	d.launch1(kn("k_embedding_bwd_wte", dwte, dout), dout.Len(), ptra(dwte), dta(dwte), ptra(dout), dta(dout), ptra(ids), u64a(uint64(dout.Len())), i32a(cols))
+	if n, v := ids.Len(), dwte.Rows(); embSorted() && 4*v <= embSortMaxShared {
+		// deterministic: the positions sorted by token, each token's rows added in order
+		perm := d.scratch(n) // int32 positions
+		d.allowDynShared("k_emb_sort", embSortMaxShared)
+		d.launch("k_emb_sort", [3]int{1, 1, 1}, [3]int{1024, 1, 1}, 4*v, ptra(perm), ptra(ids), i32a(n), i32a(v))
+		d.launch(kn("k_emb_bwd_sorted", dwte, dout), [3]int{n, 1, 1}, [3]int{256, 1, 1}, 0, ptra(dwte), dta(dwte), ptra(dout), dta(dout),
+			ptra(perm), ptra(ids), i32a(n), i32a(cols))
+		d.Free(perm)
+	} else {
+		d.launch1(kn("k_embedding_bwd_wte", dwte, dout), dout.Len(), ptra(dwte), dta(dwte), ptra(dout), dta(dout), ptra(ids), u64a(uint64(dout.Len())), i32a(cols))
+	}
 	if dwpe != nil {
 		if dwpe.Rows() < tt || dwpe.Cols() != cols {
 			panic(fmt.Sprintf("cuda: EmbeddingBackward: dwpe %s too small for T=%d", dwpe, tt))
@@ -588,6 +598,34 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, targets *tensor.Tensor, s
 // SM: one block there). Rows of more than 56 Ki 16-bit logits take k_xent.
 const xentSmemMax = 112 << 10
 
+// embSortMaxShared is the most shared memory k_emb_sort's counts take (one int a vocabulary row):
+// Hopper's and Ampere's opt-in limit less its static 128 bytes and some room. Vocabularies over
+// ~56 Ki rows keep the atomic adds.
+const embSortMaxShared = 220 << 10
+
+// allowDynShared lets kernel name (its f16 module's, or bf16's by kn's suffix) ask for up to bytes
+// of dynamic shared memory (more than 48 KiB needs it), with the most shared memory the SM has as
+// its carveout; once per kernel and size.
+func (d *Device) allowDynShared(name string, bytes int) {
+	if d.dynShared[name] >= bytes {
+		return
+	}
+	f, ok := d.fn(name)
+	if !ok {
+		panic(fmt.Sprintf("cuda: no kernel %q", name))
+	}
+	d.enter()
+	err := f.SetMaxDynamicShared(bytes)
+	if err == nil {
+		err = f.SetCarveout(100)
+	}
+	d.leave()
+	if err != nil {
+		panic(fmt.Sprintf("cuda: %s: %v", name, err))
+	}
+	d.dynShared[name] = bytes
+}
+
 // xentRowOnce launches k_xent_sm for the cross-entropy's gradient (with the losses when losses is
 // not nil) where GODDP_XENT_SMEM=1 and the logits suit it — 16-bit, rows of a multiple of 8 that
 // fit xentSmemMax, 16-byte aligned, the gradient of their dtype — and reports whether it did.
@@ -599,22 +637,7 @@ func (d *Device) xentRowOnce(losses, dlogits, logits, targets *tensor.Tensor, sc
 	}
 	name := kn("k_xent_sm", dlogits, logits)
 	bytes := 2 * v
-	if d.dynShared[name] < bytes {
-		f, ok := d.fn(name)
-		if !ok {
-			panic(fmt.Sprintf("cuda: no kernel %q", name))
-		}
-		d.enter()
-		err := f.SetMaxDynamicShared(xentSmemMax)
-		if err == nil {
-			err = f.SetCarveout(100) // two blocks an SM need the most shared memory the SM has
-		}
-		d.leave()
-		if err != nil {
-			panic(fmt.Sprintf("cuda: %s: %v", name, err))
-		}
-		d.dynShared[name] = xentSmemMax
-	}
+	d.allowDynShared(name, xentSmemMax) // two blocks an SM need the most shared memory the SM has
 	lp := nilPtr
 	if losses != nil {
 		lp = ptra(losses)

@@ -12,6 +12,10 @@
 #include <__clang_cuda_builtin_vars.h>
 __device__ void __syncthreads();
 __device__ void __syncwarp(unsigned m = 0xffffffff);
+__device__ unsigned __match_any_sync(unsigned, int);
+__device__ int __shfl_up_sync(unsigned, int, unsigned, int w = 32);
+__device__ int __popc(unsigned);
+__device__ int __ffs(int);
 __device__ void __threadfence();
 __device__ void __threadfence_system();
 __device__ float __int_as_float(int);
