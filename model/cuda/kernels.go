@@ -598,11 +598,12 @@ __global__ void k_embedding_bwd_wte(void* dwte, int ddw, const void* dout, int d
 	}
 }
 // The deterministic embedding backward (GODDP_EMB_SORTED=1): k_emb_sort orders the positions by
-// token, stably (a counting sort in one block of 1024 threads, the V counts in shared memory), and
+// token, stably (a counting sort in one block of 1024 threads, the V counts in shared memory; out:
+// perm, the positions in order, tokSorted, their tokens, and ends, where each token's run ends), and
 // k_emb_bwd_sorted adds each token's rows into its dwte row in position order — the CPU device's
 // order, so its bits, and the same bits run after run, where k_embedding_bwd_wte's atomic adds
 // land in whatever order the hardware takes them.
-__global__ void k_emb_sort(int* perm, const int* ids, int N, int V) {
+__global__ void k_emb_sort(int* perm, int* tokSorted, int* ends, const int* ids, int N, int V) {
 	extern __shared__ int cnt[];
 	__shared__ int wsum[32];
 	int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -643,27 +644,37 @@ __global__ void k_emb_sort(int* perm, const int* ids, int N, int V) {
 		for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
 			if (warp == w) {
 				int base = ok ? cnt[tok] : 0;
-				if (ok) perm[base + rank] = p;
+				if (ok) { perm[base + rank] = p; tokSorted[base + rank] = tok; }
 				__syncwarp();
 				if (ok && lane == lead) cnt[tok] = base + __popc(same);
 			}
 			__syncthreads();
 		}
 	}
+	for (int v = tid; v < V; v += blockDim.x) ends[v] = cnt[v]; // each token's run ends there now
 }
-// k_emb_bwd_sorted: block i of N starts the run of positions perm[i…] sharing a token (and returns
-// unless perm[i] is the first of its run); its threads take columns and add the run's rows into
-// dwte's row one position after another.
-__global__ void k_emb_bwd_sorted(void* dwte, int ddw, const void* dout, int ddo, const int* perm, const int* ids, int N, int C) {
-	int i = blockIdx.x;
-	int tok = ids[perm[i]];
-	if (i > 0 && ids[perm[i - 1]] == tok) return;
-	for (int j = threadIdx.x; j < C; j += blockDim.x) {
-		long k = (long)tok * C + j;
-		float v = ld(dwte, ddw, k);
-		for (int q = i; q < N && ids[perm[q]] == tok; q++) v += ld(dout, ddo, (long)perm[q] * C + j);
-		st(dwte, ddw, k, v);
+// k_emb_bwd_sorted: grid (N, ⌈C/blockDim⌉); block (i, y) starts the run of sorted positions
+// i…ends[token] sharing a token (and returns unless i is the first of its run); each thread takes a
+// column and adds the run's rows into dwte's row one position after another, eight rows' loads
+// issued before their adds (the order of the adds is kept).
+__global__ void k_emb_bwd_sorted(void* dwte, int ddw, const void* dout, int ddo, const int* perm, const int* tokSorted,
+		const int* ends, int N, int C) {
+	int i = blockIdx.x, j = blockIdx.y * blockDim.x + threadIdx.x;
+	int tok = tokSorted[i];
+	if ((i > 0 && tokSorted[i - 1] == tok) || j >= C) return;
+	int e = ends[tok];
+	long k = (long)tok * C + j;
+	float v = ld(dwte, ddw, k);
+	int q = i;
+	for (; q + 8 <= e; q += 8) {
+		float a[8];
+		#pragma unroll
+		for (int u = 0; u < 8; u++) a[u] = ld(dout, ddo, (long)perm[q + u] * C + j);
+		#pragma unroll
+		for (int u = 0; u < 8; u++) v += a[u];
 	}
+	for (; q < e; q++) v += ld(dout, ddo, (long)perm[q] * C + j);
+	st(dwte, ddw, k, v);
 }
 __global__ void k_embedding_bwd_wpe(void* dwpe, int ddw, const void* dout, int ddo, int B, int T, int C) {
 	FOR(i, (long)T * C) {

@@ -472,12 +472,13 @@ func (d *Device) EmbeddingBackward(dwte, dwpe, dout, ids *tensor.Tensor) {
 	}
 	if n, v := ids.Len(), dwte.Rows(); embSorted() && 4*v <= embSortMaxShared {
 		// deterministic: the positions sorted by token, each token's rows added in order
-		perm := d.scratch(n) // int32 positions
+		sorted := d.scratch(2*n + v) // int32: the positions by token, their tokens, each token's run end
+		perm, toks, ends := ptra(sorted), ptra(sorted)+uint64(4*n), ptra(sorted)+uint64(8*n)
 		d.allowDynShared("k_emb_sort", embSortMaxShared)
-		d.launch("k_emb_sort", [3]int{1, 1, 1}, [3]int{1024, 1, 1}, 4*v, ptra(perm), ptra(ids), i32a(n), i32a(v))
-		d.launch(kn("k_emb_bwd_sorted", dwte, dout), [3]int{n, 1, 1}, [3]int{256, 1, 1}, 0, ptra(dwte), dta(dwte), ptra(dout), dta(dout),
-			ptra(perm), ptra(ids), i32a(n), i32a(cols))
-		d.Free(perm)
+		d.launch("k_emb_sort", [3]int{1, 1, 1}, [3]int{1024, 1, 1}, 4*v, perm, toks, ends, ptra(ids), i32a(n), i32a(v))
+		d.launch(kn("k_emb_bwd_sorted", dwte, dout), [3]int{n, (cols + 255) / 256, 1}, [3]int{256, 1, 1}, 0, ptra(dwte), dta(dwte), ptra(dout), dta(dout),
+			perm, toks, ends, i32a(n), i32a(cols))
+		d.Free(sorted)
 	} else {
 		d.launch1(kn("k_embedding_bwd_wte", dwte, dout), dout.Len(), ptra(dwte), dta(dwte), ptra(dout), dta(dout), ptra(ids), u64a(uint64(dout.Len())), i32a(cols))
 	}
