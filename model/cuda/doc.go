@@ -9,6 +9,8 @@
 //	count.go            DeviceCount
 //	ops.go              the operations other than matrix products, and AdamWRuns (tensor.MultiAdamW)
 //	blas.go             MatMul and BatchedMatMul through cuBLAS (cublasGemmEx, f32 compute)
+//	lt.go               tensor.EpilogueDevice and tensor.BiasEpiloguer through cublasLt (cublaslt/)
+//	env.go              the environment it reads: every knob, its default and what ran on a GPU
 //	kernels.go          the kernels as CUDA C, compiled by NVRTC at first use and cached on disk
 //	                    (KernelCacheDir)
 //	flash.go            fused causal attention (flash_kernels.go: mma.sync, head size 64, f16)
@@ -18,8 +20,8 @@
 //	                    one kernel paced by flags in device memory (ipc_kernels.go)
 //	ipc_async.go        the same on a side stream, abortable; its halves for the path across hosts
 //	ipc_pace.go         GODDP_IPC_WAIT=stream: the ranks' meetings as stream waits around launches
-//	                    that never wait (ipc_stalled.go names the peer an abort gave up on); not yet
-//	                    run on a GPU
+//	                    that never wait (ipc_stalled.go names the peer an abort gave up on); its
+//	                    tests passed on an H100 (session 17), measured slower: off
 //	upload_async.go     UploadAsync, a copy-stream upload the compute stream waits for by event
 //	fence.go            Fence: an event recorded on the compute stream (events recycled)
 //	cudadrv/            the small cgo layer: streams, events, memory, launches, two cuBLAS calls,
