@@ -275,15 +275,17 @@ __device__ __forceinline__ void addbias_add_ln8(void* o, int dout, void* y2, int
 		ld8(x, dx, base + j, xr[k]);
 		#pragma unroll
 		for (int e = 0; e < 8; e++) v[e] += u[e];
-		if (dy != 0) // rnd8 (k_addbias_add8's rounding to y's dtype)
+		if (dy != 0) { // rnd8 (k_addbias_add8's rounding to y's dtype)
 			#pragma unroll
 			for (int e = 0; e < 8; e++) v[e] = h2f(f2h(v[e]));
+		}
 		#pragma unroll
 		for (int e = 0; e < 8; e++) xr[k][e] += v[e];
 		st8(o, dout, base + j, xr[k]);
-		if (dout != 0) // what the LayerNorm would read back
+		if (dout != 0) { // what the LayerNorm would read back
 			#pragma unroll
 			for (int e = 0; e < 8; e++) xr[k][e] = h2f(f2h(xr[k][e]));
+		}
 	}
 	ln_norm8<K>(xr, y2, dy2, mean, rstd, w, dw, b, db, row, lane, C, eps);
 }
