@@ -605,7 +605,7 @@ __global__ void k_embedding_bwd_wte(void* dwte, int ddw, const void* dout, int d
 // k_emb_bwd_sorted adds each token's rows into its dwte row in position order — the CPU device's
 // order, so its bits, and the same bits run after run, where k_embedding_bwd_wte's atomic adds
 // land in whatever order the hardware takes them.
-__global__ void k_emb_sort(int* perm, int* tokSorted, int* ends, const int* ids, int N, int V) {
+__global__ void __launch_bounds__(1024) k_emb_sort(int* perm, int* tokSorted, int* ends, const int* ids, int N, int V) {
 	extern __shared__ int cnt[];
 	__shared__ int wsum[32];
 	int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -816,8 +816,9 @@ __device__ __forceinline__ void h8f(uint4 u, float* v) {
 // thread takes k_xent's very elements in its order (blockDim 512, 8 at a time), keeps their 16
 // raw bytes in shared memory (V·2 bytes dynamic) as it sums, and writes the gradient from there:
 // the same max, sum, loss and gradient as k_xent — its bits — where k_xent reads the row a second
-// time. Four loads in flight a thread before their stores and sums (the order of the sums is kept).
-__global__ void k_xent_sm(float* losses, void* dl, int ddl, const void* logits, int dlg, const int* targets, int V, float scale) {
+// time. Four loads in flight a thread before their stores and sums (the order of the sums is kept);
+// at most 64 registers a thread (__launch_bounds__), so two blocks fit an SM's register file too.
+__global__ void __launch_bounds__(512, 2) k_xent_sm(float* losses, void* dl, int ddl, const void* logits, int dlg, const int* targets, int V, float scale) {
 	extern __shared__ uint4 xsh[];
 	long row = blockIdx.x;
 	long base = row * V;
