@@ -26,6 +26,23 @@ func (d *countingFold) AddBiasAdd(out, x, y, bias *tensor.Tensor) {
 	d.Device.AddBiasAdd(out, x, y, bias)
 }
 
+// foldGPT is the tiny GPT the fold tests train: 3 layers, width 16, context 16, vocabulary 30.
+func foldGPT(compute tensor.DType, ckpt int, dropout float32) GPTConfig {
+	return GPTConfig{Layers: foldLayers, Width: 16, Heads: 2, Context: 16, Vocab: 30, Dropout: dropout, Compute: compute, Checkpoint: ckpt}
+}
+
+const foldLayers, foldSteps = 3, 3
+
+// trainWithEnv trains cfg's GPT for foldSteps with env=0 on a plain CPU device (the reference)
+// and with env=1 on dev.
+func trainWithEnv(t *testing.T, env string, dev tensor.Device, cfg GPTConfig) (got, ref gptRun) {
+	t.Helper()
+	t.Setenv(env, "0")
+	ref = trainGPTRun(t, cpu.New(), cfg, foldSteps)
+	t.Setenv(env, "1")
+	return trainGPTRun(t, dev, cfg, foldSteps), ref
+}
+
 // The bias adds folded into GELU and the residual adds (tensor.BiasFolder) train a GPT to the
 // same bits as the separate passes: losses and the parameters after AdamW steps, f32, f16 and
 // bf16, with and without checkpointing (whose recompute folds too), with residual dropout (then
@@ -34,23 +51,15 @@ func (d *countingFold) AddBiasAdd(out, x, y, bias *tensor.Tensor) {
 // show the folds ran: per block and step one AddBiasGELU and, without dropout, two AddBiasAdd
 // (a checkpoint's recompute adds one of each: it stops after GELU).
 func TestGPT_biasFoldSameAsSeparate(t *testing.T) {
-	const layers, steps = 3, 3
-	run := func(dev tensor.Device, compute tensor.DType, ckpt int, dropout float32) gptRun {
-		return trainGPTRun(t, dev, GPTConfig{Layers: layers, Width: 16, Heads: 2, Context: 16, Vocab: 30, Dropout: dropout,
-			Compute: compute, Checkpoint: ckpt}, steps)
-	}
 	for _, compute := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 		for _, ckpt := range []int{0, 1} {
 			for _, dropout := range []float32{0, 0.1} {
 				name := fmt.Sprintf("%s checkpoint %d dropout %g", compute, ckpt, dropout)
 				t.Setenv("GODDP_RESNORM_FOLD", "0") // the bias folds alone (the residual norms take AddBiasAdd's place)
-				t.Setenv("GODDP_BIAS_FOLD", "0")
-				ref := run(cpu.New(), compute, ckpt, dropout)
-				t.Setenv("GODDP_BIAS_FOLD", "1")
 				dev := &countingFold{Device: cpu.New()}
-				got := run(dev, compute, ckpt, dropout)
+				got, ref := trainWithEnv(t, "GODDP_BIAS_FOLD", dev, foldGPT(compute, ckpt, dropout))
 				sameGPTRun(t, name+": folded", got, ref)
-				n, adds := layers*steps, 2
+				n, adds := foldLayers*foldSteps, 2
 				if dropout > 0 {
 					adds = 0
 				}
@@ -79,23 +88,15 @@ func (d *countingGradFold) GELUBackwardBiasGrad(dx, dy, x, db *tensor.Tensor) {
 // activation peak at most and the same order of ready parameters (the bias before its weight, as
 // Linear.Backward has it). The counter shows it ran: once per block and step.
 func TestGPT_geluBiasGradSameAsSeparate(t *testing.T) {
-	const layers, steps = 3, 3
-	run := func(dev tensor.Device, compute tensor.DType, ckpt int, dropout float32) gptRun {
-		return trainGPTRun(t, dev, GPTConfig{Layers: layers, Width: 16, Heads: 2, Context: 16, Vocab: 30, Dropout: dropout,
-			Compute: compute, Checkpoint: ckpt}, steps)
-	}
 	for _, compute := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 		for _, ckpt := range []int{0, 1} {
 			for _, dropout := range []float32{0, 0.1} {
 				name := fmt.Sprintf("%s checkpoint %d dropout %g", compute, ckpt, dropout)
-				t.Setenv("GODDP_GELU_DB_FOLD", "0")
-				ref := run(cpu.New(), compute, ckpt, dropout)
-				t.Setenv("GODDP_GELU_DB_FOLD", "1")
 				dev := &countingGradFold{Device: cpu.New()}
-				got := run(dev, compute, ckpt, dropout)
+				got, ref := trainWithEnv(t, "GODDP_GELU_DB_FOLD", dev, foldGPT(compute, ckpt, dropout))
 				sameGPTRun(t, name+": fc bias gradient in GELU's backward", got, ref)
-				if dev.n != layers*steps {
-					t.Errorf("%s: GELUBackwardBiasGrad ran %d times, want %d", name, dev.n, layers*steps)
+				if n := foldLayers * foldSteps; dev.n != n {
+					t.Errorf("%s: GELUBackwardBiasGrad ran %d times, want %d", name, dev.n, n)
 				}
 			}
 		}
@@ -109,23 +110,15 @@ func TestGPT_geluBiasGradSameAsSeparate(t *testing.T) {
 // backward or in its own GEMM. The counters: one LinearBias per block and forward, and three
 // LinearGradWB per block and step (the QKV's and the projections'), four without the GELU fold.
 func TestGPT_biasEpiloguesSameAsSeparate(t *testing.T) {
-	const layers, steps = 3, 3
-	run := func(dev tensor.Device, compute tensor.DType, ckpt int) gptRun {
-		return trainGPTRun(t, dev, GPTConfig{Layers: layers, Width: 16, Heads: 2, Context: 16, Vocab: 30,
-			Compute: compute, Checkpoint: ckpt}, steps)
-	}
 	for _, compute := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 		for _, ckpt := range []int{0, 1} {
 			for _, geluDB := range []string{"0", "1"} {
 				name := fmt.Sprintf("%s checkpoint %d gelu-db fold %s", compute, ckpt, geluDB)
 				t.Setenv("GODDP_GELU_DB_FOLD", geluDB)
-				t.Setenv("GODDP_BIAS_EPILOGUE", "0")
-				ref := run(cpu.New(), compute, ckpt)
-				t.Setenv("GODDP_BIAS_EPILOGUE", "1")
 				dev := &countingEpilogue{Device: cpu.New()}
-				got := run(dev, compute, ckpt)
+				got, ref := trainWithEnv(t, "GODDP_BIAS_EPILOGUE", dev, foldGPT(compute, ckpt, 0))
 				sameGPTRun(t, name+": bias epilogues", got, ref)
-				n, wb := layers*steps, 3
+				n, wb := foldLayers*foldSteps, 3
 				if geluDB == "0" {
 					wb = 4
 				}
@@ -157,11 +150,7 @@ func (d *countingResNorm) AddBiasAddLayerNorm(out, y2, mean, rstd, x, y, bias, w
 // and both results at once. The counter: two per block and forward without dropout, one more per
 // checkpointed recompute. An evaluation forward gives the same loss and leaves nothing allocated.
 func TestGPT_residualNormSameAsSeparate(t *testing.T) {
-	const layers, steps = 3, 3
-	const B, T, C = 3, 16, 16
-	cfgOf := func(compute tensor.DType, ckpt int, dropout float32) GPTConfig {
-		return GPTConfig{Layers: layers, Width: C, Heads: 2, Context: T, Vocab: 30, Dropout: dropout, Compute: compute, Checkpoint: ckpt}
-	}
+	const B, T, C = 3, 16, 16 // foldGPT's context and width
 	evalLoss := func(dev tensor.Device, cfg GPTConfig) float32 {
 		base := dev.Stats().Allocated
 		m, err := NewGPT(dev, cfg, 7)
@@ -182,20 +171,17 @@ func TestGPT_residualNormSameAsSeparate(t *testing.T) {
 		for _, ckpt := range []int{0, 1} {
 			for _, dropout := range []float32{0, 0.1} {
 				name := fmt.Sprintf("%s checkpoint %d dropout %g", compute, ckpt, dropout)
-				cfg := cfgOf(compute, ckpt, dropout)
+				cfg := foldGPT(compute, ckpt, dropout)
 				t.Setenv("GODDP_RESNORM_FOLD", "0")
-				ref := trainGPTRun(t, cpu.New(), cfg, steps)
 				refEval := evalLoss(cpu.New(), cfg)
-				t.Setenv("GODDP_RESNORM_FOLD", "1")
 				dev := &countingResNorm{Device: cpu.New()}
-				got := trainGPTRun(t, dev, cfg, steps)
+				got, ref := trainWithEnv(t, "GODDP_RESNORM_FOLD", dev, cfg)
 				slack := int64(tensor.SizeClass(int64(B*T*C*compute.Size())) + 2*tensor.SizeClass(int64(B*T*4)))
 				if got.peak <= ref.peak+slack {
 					got.peak = min(got.peak, ref.peak) // within the stated slack: compare the rest
 				}
 				sameGPTRun(t, name+": residual norms", got, ref)
-				n := layers * steps
-				want := n * (2 + ckpt)
+				want := foldLayers * foldSteps * (2 + ckpt)
 				if dropout > 0 {
 					want = 0
 				}

@@ -177,14 +177,11 @@ func (b *Block) forward(x *tensor.Tensor, seed uint64, train, out bool, kept *At
 		a.P = b.P
 	}
 
-	if pre != nil {
-		a.LN1, a.Mean1, a.Rstd1 = pre.y, pre.mean, pre.rstd
-	} else {
-		a.LN1 = dev.Alloc(dt, b.Tag+".ln1", B, T, C)
-		a.Mean1 = dev.Alloc(tensor.F32, b.Tag+".ln1.mean", B, T)
-		a.Rstd1 = dev.Alloc(tensor.F32, b.Tag+".ln1.rstd", B, T)
-		b.LN1.Forward(a.LN1, a.Mean1, a.Rstd1, x)
+	if pre == nil {
+		pre = newLNOut(dev, dt, b.Tag+".ln1", B, T, C)
+		b.LN1.Forward(pre.y, pre.mean, pre.rstd, x)
 	}
+	a.LN1, a.Mean1, a.Rstd1 = pre.y, pre.mean, pre.rstd
 	// fold: the bias adds in the passes that read their results (tensor.BiasFolder): the
 	// projections' into the residual adds (only without residual dropout between them), the fc's
 	// into GELU. The same bits as the separate passes.
@@ -197,11 +194,11 @@ func (b *Block) forward(x *tensor.Tensor, seed uint64, train, out bool, kept *At
 		a.Attn = b.Attn.forward(att, a.LN1, a.P, tensor.DeriveSeed(seed, b.siteAtt), !foldRes)
 	}
 	a.Res1 = dev.Alloc(dt, b.Tag+".res1", B, T, C)
+	var ln2 *lnOut
 	switch {
 	case foldRes && b.ResNorm != nil: // Res1 = x + (att + b), and ln2(Res1) with it
-		n := newLNOut(dev, dt, b.Tag+".ln2", B, T, C)
-		a.LN2, a.Mean2, a.Rstd2 = n.y, n.mean, n.rstd
-		b.ResNorm.AddBiasAddLayerNorm(a.Res1, a.LN2, a.Mean2, a.Rstd2, x, att, b.Attn.Proj.bias(), b.LN2.W.Master(), b.LN2.B.Master(), LayerNormEps)
+		ln2 = newLNOut(dev, dt, b.Tag+".ln2", B, T, C)
+		b.ResNorm.AddBiasAddLayerNorm(a.Res1, ln2.y, ln2.mean, ln2.rstd, x, att, b.Attn.Proj.bias(), b.LN2.W.Master(), b.LN2.B.Master(), LayerNormEps)
 	case foldRes: // Res1 = x + (att + b)
 		fold.AddBiasAdd(a.Res1, x, att, b.Attn.Proj.bias())
 	default:
@@ -210,12 +207,11 @@ func (b *Block) forward(x *tensor.Tensor, seed uint64, train, out bool, kept *At
 	}
 	dev.Free(att)
 
-	if a.LN2 == nil {
-		a.LN2 = dev.Alloc(dt, b.Tag+".ln2", B, T, C)
-		a.Mean2 = dev.Alloc(tensor.F32, b.Tag+".ln2.mean", B, T)
-		a.Rstd2 = dev.Alloc(tensor.F32, b.Tag+".ln2.rstd", B, T)
-		b.LN2.Forward(a.LN2, a.Mean2, a.Rstd2, a.Res1)
+	if ln2 == nil {
+		ln2 = newLNOut(dev, dt, b.Tag+".ln2", B, T, C)
+		b.LN2.Forward(ln2.y, ln2.mean, ln2.rstd, a.Res1)
 	}
+	a.LN2, a.Mean2, a.Rstd2 = ln2.y, ln2.mean, ln2.rstd
 	a.FC = dev.Alloc(dt, b.Tag+".mlp.fc", B, T, 4*C)
 	a.Gelu = dev.Alloc(dt, b.Tag+".mlp.gelu", B, T, 4*C)
 	switch {
@@ -524,14 +520,11 @@ func (m *GPT) Forward(in Inputs, train bool) *tensor.Tensor {
 		x = a.Out
 	}
 
-	if pre != nil {
-		m.lnf, m.meanf, m.rstdf = pre.y, pre.mean, pre.rstd
-	} else {
-		m.lnf = dev.Alloc(dt, "lnf", B, T, C)
-		m.meanf = dev.Alloc(tensor.F32, "lnf.mean", B, T)
-		m.rstdf = dev.Alloc(tensor.F32, "lnf.rstd", B, T)
-		m.LnF.Forward(m.lnf, m.meanf, m.rstdf, x)
+	if pre == nil {
+		pre = newLNOut(dev, dt, "lnf", B, T, C)
+		m.LnF.Forward(pre.y, pre.mean, pre.rstd, x)
 	}
+	m.lnf, m.meanf, m.rstdf = pre.y, pre.mean, pre.rstd
 	if !train { // lnf stays for Predict
 		freeAll(dev, x, m.meanf, m.rstdf)
 		m.meanf, m.rstdf = nil, nil

@@ -1,8 +1,8 @@
 package worker
 
 // autobatch.go: train.micro_batch: auto. The largest micro-batch whose whole training step fits is
-// found by running that step (from an empty cache, until the cache serves a whole step: trialRunner.step):
-// forward, backward, unscale/clip and the optimizer, with the run's
+// found by running that step (from an empty cache, until the cache serves a whole step:
+// trialRunner.step): forward, backward, unscale/clip and the optimizer, with the run's
 // model, precision and checkpointing, on the run's device, under train.memory_budget (set with
 // Device.SetLimit, kept for the run) or the device's own memory. Batch sizes double from 1 until a
 // trial runs out of memory, then bisection between the last fit and the first miss. A trial that

@@ -237,14 +237,47 @@ __device__ __forceinline__ void ln_bwd8_fused(void* dxp, int ddx, float* part, c
 		__syncthreads();
 	}
 }
+// rnd8: v as st8 then ld8 would leave it: rounded to the module's half when dt is not f32.
+__device__ __forceinline__ void rnd8(int dt, float* v) {
+	if (dt != 0) {
+		#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] = h2f(f2h(v[k]));
+	}
+}
+// ln_norm8: ln_fwd8's statistics and output from the row in registers.
+template <int K>
+__device__ __forceinline__ void ln_norm8(float (&xr)[K][8], void* y, int dy, float* mean, float* rstd,
+		const void* w, int dw, const void* b, int db, long row, int lane, int C, float eps) {
+	long base = row * C;
+	float s = 0.f;
+	#pragma unroll
+	for (int k = 0; k < K; k++)
+		#pragma unroll
+		for (int e = 0; e < 8; e++) s += xr[k][e];
+	float m = warpSum(s) / C;
+	float q = 0.f;
+	#pragma unroll
+	for (int k = 0; k < K; k++)
+		#pragma unroll
+		for (int e = 0; e < 8; e++) { float d = xr[k][e] - m; q += d * d; }
+	float r = 1.f / sqrtf(warpSum(q) / C + eps);
+	#pragma unroll
+	for (int k = 0; k < K; k++) {
+		int j = (lane + 32 * k) * 8;
+		float wv[8], bv[8];
+		ld8(w, dw, j, wv);
+		ld8(b, db, j, bv);
+		#pragma unroll
+		for (int e = 0; e < 8; e++) xr[k][e] = (xr[k][e] - m) * r * wv[e] + bv[e];
+		st8(y, dy, base + j, xr[k]);
+	}
+	if (lane == 0) { mean[row] = m; rstd[row] = r; }
+}
 // LayerNorm forward, 8-wide, for C = 256·K (16-byte aligned rows): a warp per row holding its
 // row in registers, read once and written once (k_layernorm reads it three times, 2 bytes a lane
 // at a time). Each lane sums 8 neighbours, not every 32nd element, so the mean and variance are
 // grouped otherwise than k_layernorm's: the same within rounding, not the same bits
 // (the default; GODDP_LN_VEC=0 turns it off; TestCUDA_layerNorm8MatchesScalar).
-template <int K>
-__device__ __forceinline__ void ln_norm8(float (&xr)[K][8], void* y, int dy, float* mean, float* rstd,
-		const void* w, int dw, const void* b, int db, long row, int lane, int C, float eps);
 template <int K>
 __device__ __forceinline__ void ln_fwd8(void* y, int dy, float* mean, float* rstd, const void* x, int dx,
 		const void* w, int dw, const void* b, int db, int R, int C, float eps) {
@@ -275,48 +308,13 @@ __device__ __forceinline__ void addbias_add_ln8(void* o, int dout, void* y2, int
 		ld8(x, dx, base + j, xr[k]);
 		#pragma unroll
 		for (int e = 0; e < 8; e++) v[e] += u[e];
-		if (dy != 0) { // rnd8 (k_addbias_add8's rounding to y's dtype)
-			#pragma unroll
-			for (int e = 0; e < 8; e++) v[e] = h2f(f2h(v[e]));
-		}
+		rnd8(dy, v); // k_addbias_add8's rounding to y's dtype
 		#pragma unroll
 		for (int e = 0; e < 8; e++) xr[k][e] += v[e];
 		st8(o, dout, base + j, xr[k]);
-		if (dout != 0) { // what the LayerNorm would read back
-			#pragma unroll
-			for (int e = 0; e < 8; e++) xr[k][e] = h2f(f2h(xr[k][e]));
-		}
+		rnd8(dout, xr[k]); // what the LayerNorm would read back
 	}
 	ln_norm8<K>(xr, y2, dy2, mean, rstd, w, dw, b, db, row, lane, C, eps);
-}
-// ln_norm8: ln_fwd8's statistics and output from the row in registers.
-template <int K>
-__device__ __forceinline__ void ln_norm8(float (&xr)[K][8], void* y, int dy, float* mean, float* rstd,
-		const void* w, int dw, const void* b, int db, long row, int lane, int C, float eps) {
-	long base = row * C;
-	float s = 0.f;
-	#pragma unroll
-	for (int k = 0; k < K; k++)
-		#pragma unroll
-		for (int e = 0; e < 8; e++) s += xr[k][e];
-	float m = warpSum(s) / C;
-	float q = 0.f;
-	#pragma unroll
-	for (int k = 0; k < K; k++)
-		#pragma unroll
-		for (int e = 0; e < 8; e++) { float d = xr[k][e] - m; q += d * d; }
-	float r = 1.f / sqrtf(warpSum(q) / C + eps);
-	#pragma unroll
-	for (int k = 0; k < K; k++) {
-		int j = (lane + 32 * k) * 8;
-		float wv[8], bv[8];
-		ld8(w, dw, j, wv);
-		ld8(b, db, j, bv);
-		#pragma unroll
-		for (int e = 0; e < 8; e++) xr[k][e] = (xr[k][e] - m) * r * wv[e] + bv[e];
-		st8(y, dy, base + j, xr[k]);
-	}
-	if (lane == 0) { mean[row] = m; rstd[row] = r; }
 }
 #define LNF_ARGS void* y, int dy, float* mean, float* rstd, const void* x, int dx, \
 	const void* w, int dw, const void* b, int db, int R, int C, float eps
@@ -1127,13 +1125,6 @@ __global__ void k_gelu8(void* y, int dy, const void* x, int dx, int n8) {
 		#pragma unroll
 		for (int k = 0; k < 8; k++) v[k] = gelu_f(v[k]);
 		st8(y, dy, i, v); }
-}
-// rnd8: v as st8 then ld8 would leave it: rounded to the module's half when dt is not f32.
-__device__ __forceinline__ void rnd8(int dt, float* v) {
-	if (dt != 0) {
-		#pragma unroll
-		for (int k = 0; k < 8; k++) v[k] = h2f(f2h(v[k]));
-	}
 }
 // k_addbias_gelu8: k_addbias8 on h, then k_gelu8 from h into g, in one pass (tensor.BiasFolder):
 // g is GELU of the value h holds after its store, so the two kernels' bits, one read of h fewer.

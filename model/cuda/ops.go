@@ -387,26 +387,20 @@ func (d *Device) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tens
 		return
 	}
 	if k := cols / 256; cols%256 == 0 && k <= 4 && vec8(8, dx, dy, x, w) {
-		if lnBwdFused() { // dx and the dw, db parts in one pass: the two kernels' bits
-			cb := (cols/8 + 31) / 32
-			parts := max(1, min((r+63)/64, (d.sms*8+cb-1)/cb))
-			rowsPer := (r + parts - 1) / parts
-			part := d.scratch(parts * 2 * cols)
-			d.launch(kn(fmt.Sprintf("k_ln_bwd8f_%d", k), dx, dy, x, w), [3]int{1, parts, 1}, [3]int{32, 8, 1}, 0, ptra(dx), dta(dx), ptra(part),
-				ptra(dy), dta(dy), ptra(x), dta(x), ptra(w), dta(w), ptra(mean), ptra(rstd), i32a(r), i32a(cols), i32a(rowsPer))
-			d.lnFinish(dw, db, part, parts, cols)
-			d.Free(part)
-			return
-		}
-		// 8-wide: dx by a warp per row, dw and db by columns; no atomics.
-		d.warpRows(kn(fmt.Sprintf("k_ln_bwd_dx8_%d", k), dx, dy, x, w), r, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(x), dta(x), ptra(w), dta(w),
-			ptra(mean), ptra(rstd), i32a(r), i32a(cols))
+		// 8-wide: dx by a warp per row, dw and db by columns into parts of rowsPer rows; no atomics.
 		cb := (cols/8 + 31) / 32
 		parts := max(1, min((r+63)/64, (d.sms*8+cb-1)/cb))
 		rowsPer := (r + parts - 1) / parts
 		part := d.scratch(parts * 2 * cols)
-		d.launch(kn("k_ln_dwdb8", dy, x), [3]int{cb, parts, 1}, [3]int{32, 8, 1}, 0, ptra(part), ptra(dy), dta(dy), ptra(x), dta(x),
-			ptra(mean), ptra(rstd), i32a(r), i32a(cols), i32a(rowsPer))
+		if lnBwdFused() { // dx and the parts in one pass: the two kernels' bits
+			d.launch(kn(fmt.Sprintf("k_ln_bwd8f_%d", k), dx, dy, x, w), [3]int{1, parts, 1}, [3]int{32, 8, 1}, 0, ptra(dx), dta(dx), ptra(part),
+				ptra(dy), dta(dy), ptra(x), dta(x), ptra(w), dta(w), ptra(mean), ptra(rstd), i32a(r), i32a(cols), i32a(rowsPer))
+		} else {
+			d.warpRows(kn(fmt.Sprintf("k_ln_bwd_dx8_%d", k), dx, dy, x, w), r, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(x), dta(x), ptra(w), dta(w),
+				ptra(mean), ptra(rstd), i32a(r), i32a(cols))
+			d.launch(kn("k_ln_dwdb8", dy, x), [3]int{cb, parts, 1}, [3]int{32, 8, 1}, 0, ptra(part), ptra(dy), dta(dy), ptra(x), dta(x),
+				ptra(mean), ptra(rstd), i32a(r), i32a(cols), i32a(rowsPer))
+		}
 		d.lnFinish(dw, db, part, parts, cols)
 		d.Free(part)
 		return

@@ -23,18 +23,8 @@ func TestCUDA_crossEntropyWithGradSameBits(t *testing.T) {
 			for _, inPlace := range []bool{true, false} {
 				t.Run(fmt.Sprintf("%s/V%d/inplace=%v", dt, V, inPlace), func(t *testing.T) {
 					const R = 37
-					host := make([]float32, R*V)
-					for i := range host {
-						host[i] = float32(r.NormFloat64() * 3)
-					}
-					tg := make([]int32, R)
-					for i := range tg {
-						tg[i] = int32(r.IntN(V))
-					}
-					tg[5] = -1
-					targets := d.Alloc(tensor.I32, "targets", R)
+					host, targets := xentCase(d, r, R, V)
 					defer d.Free(targets)
-					d.UploadI32(targets, tg)
 					run := func(one bool) ([]float32, []float32) {
 						logits := tensor.FromHost(d, dt, "logits", host, R, V)
 						defer d.Free(logits)
@@ -95,19 +85,8 @@ func TestCUDA_xentSmemSameBits(t *testing.T) {
 						if V == 50304 {
 							R = 300
 						}
-						host := make([]float32, R*V)
-						for i := range host {
-							host[i] = float32(r.NormFloat64() * 3)
-						}
-						tg := make([]int32, R)
-						for i := range tg {
-							tg[i] = int32(r.IntN(V))
-						}
-						tg[5] = -1
-						tg[6] = int32(V - 1)
-						targets := d.Alloc(tensor.I32, "targets", R)
+						host, targets := xentCase(d, r, R, V)
 						defer d.Free(targets)
-						d.UploadI32(targets, tg)
 						run := func(on string) ([]float32, []float32) {
 							t.Setenv("GODDP_XENT_SMEM", on)
 							logits := tensor.FromHost(d, dt, "logits", host, R, V)
@@ -160,4 +139,21 @@ func TestCUDA_xentSmemSameBits(t *testing.T) {
 	if res.BlocksPerSM < 1 || res.LocalBytes != 0 {
 		t.Errorf("k_xent_sm: %d blocks an SM, %d local bytes (spills)", res.BlocksPerSM, res.LocalBytes)
 	}
+}
+
+// xentCase is a cross-entropy test's R rows of V logits (N(0, 9)) and its targets on d: random,
+// row 5 ignored (-1), row 6 the last column.
+func xentCase(d *Device, r *rand.Rand, R, V int) ([]float32, *tensor.Tensor) {
+	host := make([]float32, R*V)
+	for i := range host {
+		host[i] = float32(r.NormFloat64() * 3)
+	}
+	tg := make([]int32, R)
+	for i := range tg {
+		tg[i] = int32(r.IntN(V))
+	}
+	tg[5], tg[6] = -1, int32(V-1)
+	targets := d.Alloc(tensor.I32, "targets", R)
+	d.UploadI32(targets, tg)
+	return host, targets
 }
