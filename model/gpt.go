@@ -21,7 +21,7 @@ type GPTConfig struct {
 	// A checkpointed block keeps only its output (the next block's input).
 	Checkpoint int
 	// LossChunk is the rows of logits (of B·T) the head and loss hold at a time (loss.go:
-	// LMHeadLossForward); 0 = LMHeadChunkRows, about 128 MiB of logits. The full (B,T,V) logits
+	// LMHeadLossForward); 0 = LMHeadChunkRows, about 384 MiB of logits. The full (B,T,V) logits
 	// are never kept.
 	LossChunk int
 	// Attention chooses the attention path (layer_attention.go); the zero value is AttnAuto.

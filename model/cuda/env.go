@@ -21,7 +21,7 @@ import (
 //	GODDP_SGD_MULTI=0 SGD per parameter run, not k_sgd_multi's one launch (ops.go; one launch is the default since session 17's whole suite)
 //	GODDP_CLIP_FUSED=0 gradient clipping by passes of its own (the norm's, the scaling's), not folded into the scaler's check and AdamW's step (ops.go; the same bits; folded is the default since session 17)
 //	GODDP_BIAS_FOLD=0 the GPT blocks' bias adds as passes of their own, not folded into GELU and the residual adds (k_addbias_gelu8, k_addbias_add8; ops.go; the same bits; folded is the default since session 18's whole suite)
-//	GODDP_COLSUM_FUSED=1 the bias gradients' column sums finished by each column block's last block, not a second launch (k_colsum_partfin), and a LayerNorm's dw and db finished in one launch (k_colsum_finish2) (ops.go; the same bits; the bias half's test passed on an H100 in session 18, the LayerNorm half's test had a bug of its own then: off until it passes)
+//	GODDP_COLSUM_FUSED=0 the bias gradients' column sums finished by a second launch (k_colsum_finish), not each column block's last block (k_colsum_partfin), and a LayerNorm's dw and db finished apart, not in one launch (k_colsum_finish2) (ops.go; the same bits; one launch is the default since session 19's whole suite)
 //	GODDP_LN_VEC=0    LayerNorm's forward by k_layernorm, not 8 wide with the row in registers (k_ln_fwd8_K; ops.go; within rounding of k_layernorm, not its bits; 8 wide is the default since session 18's whole suite)
 //	GODDP_COLSUM_VEC=1 column sums (bias gradients) 8 columns a thread, k_colsum_part8 (ops.go; the same bits, its test passed on an H100; measured no faster)
 //	GODDP_FLASH_CARVEOUT=N the fused attention kernels' preferred shared-memory carveout, percent of the SM's L1/shared (flash.go; read at load; measured no change on an H200, session 16)
@@ -29,12 +29,12 @@ import (
 //	GODDP_FLASH_MINBLOCKS=F,Q,K the attention kernels' __launch_bounds__ blocks per SM (flashOptions; 4,4,3 spills and measured slower on an H100, session 17)
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
-//	GODDP_BIAS_EPILOGUE=1 a GPT without model.gemm_epilogue takes cublasLt's bias-only epilogues: the QKV bias add, the linears' bias gradients in their weight-gradient GEMMs (lt.go; within rounding; not yet run on a GPU in this form)
-//	GODDP_EMB_SORTED=1 the embedding's backward deterministic: positions sorted by token, each token's rows added in order (k_emb_sort, k_emb_bwd_sorted; ops.go; the CPU device's bits; not yet run on a GPU)
-//	GODDP_LN_BWD_FUSED=1 the 8-wide LayerNorm backward's dx and dw, db parts in one pass, k_ln_bwd8f_K (ops.go; the same bits; not yet run on a GPU)
-//	GODDP_RESNORM_FOLD=1 a GPT's residual sums and the layer norms that read them in one pass, k_addbias_add_ln8_K (ops.go; the same bits; not yet run on a GPU)
-//	GODDP_GELU_DB_FOLD=1 a GPT block's fc bias gradient summed in GELU's backward pass, k_gelu_bwd_colsum8 (ops.go; the same bits; not yet run on a GPU)
-//	GODDP_XENT_SMEM=1 the loss head's cross-entropy reads each row of 16-bit logits once, keeping it in shared memory (k_xent_sm; ops.go; the same bits; not yet run on a GPU)
+//	GODDP_BIAS_EPILOGUE=0 a GPT without model.gemm_epilogue takes no cublasLt bias-only epilogues (the QKV bias add, the linears' bias gradients in their weight-gradient GEMMs: lt.go; within rounding; the default since session 19's whole suite)
+//	GODDP_EMB_SORTED=1 the embedding's backward deterministic: positions sorted by token, each token's rows added in order (k_emb_sort, k_emb_bwd_sorted; ops.go; the CPU device's bits; its test passed on an H100 in session 19, measured 0.1–1% slower: off)
+//	GODDP_LN_BWD_FUSED=0 the 8-wide LayerNorm backward's dx and its dw, db parts in two launches, not one pass (k_ln_bwd8f_K; ops.go; the same bits; one pass is the default since session 19's whole suite)
+//	GODDP_RESNORM_FOLD=0 a GPT's residual sums and the layer norms that read them as two passes, not one (k_addbias_add_ln8_K; ops.go; the same bits; one pass is the default since session 19's whole suite)
+//	GODDP_GELU_DB_FOLD=0 a GPT block's fc bias gradient summed by a pass of its own, not in GELU's backward (k_gelu_bwd_colsum8; ops.go; the same bits; folded is the default since session 19's whole suite)
+//	GODDP_XENT_SMEM=0 the loss head's cross-entropy reads each row of 16-bit logits twice (k_xent), not once from shared memory (k_xent_sm; ops.go; the same bits; once is the default since session 19's whole suite)
 //	GODDP_IPC_WAIT=stream the IPC all-reduce's ranks wait for each other by their streams, not in the
 //	                  kernel (ipc_pace.go; read at each NewIPCReducer; its tests passed on an H100,
 //	                  and it measured ~5.5 ms a bucket under MPS: off)
@@ -203,16 +203,16 @@ func flashOptions() (opts []string, tileMajor bool, err error) {
 // Read at each call, so a test can set it.
 func colsumVec() bool { return os.Getenv("GODDP_COLSUM_VEC") == "1" }
 
-// colsumFused reports whether GODDP_COLSUM_FUSED=1 asked for fewer finishing launches: the column
+// colsumFused reports whether the finishing launches are folded away: the column
 // sums (BiasGrad) in one launch, k_colsum_partfin, whose last block of each column block adds the
 // parts in k_colsum_finish's order, and a LayerNorm backward's dw and db finished together,
 // k_colsum_finish2 (the same bits: TestCUDA_colsumFusedSameBits, TestCUDA_lnFinishFusedSameBits).
 // 73 launches fewer a GPT-2 small step (k_colsum_finish: 0.9 ms of events for 98 launches at
-// b16 on an H100, session 17). Session 18's H100 suite ran with it on: the column sums' test
-// passed, the LayerNorm finish's test failed on a bug of its own (its dx accumulates and was not
-// reset between the two runs it compares: fixed, not yet rerun); the model bench 41.40 -> 41.26 ms
-// at b16. Off until that test passes on a GPU. Read at each call, so a test can set it.
-func colsumFused() bool { return os.Getenv("GODDP_COLSUM_FUSED") == "1" }
+// b16 on an H100, session 17). The default since session 19: the whole -tags cuda suite passed
+// with it on an H100 (its LayerNorm test fixed after session 18's), the model bench 40.66 -> 40.44
+// ms at b16 (21.25 -> 21.29 at b8, noise); GODDP_COLSUM_FUSED=0 keeps k_colsum_finish. Read at
+// each call, so a test can set it.
+func colsumFused() bool { return os.Getenv("GODDP_COLSUM_FUSED") != "0" }
 
 // lnVec reports whether LayerNorm's forward runs 8 wide (k_ln_fwd8_K, C a multiple of 256 up to
 // 1024): a warp per row holding the row in registers, one read and one write of it, where
@@ -224,51 +224,63 @@ func colsumFused() bool { return os.Getenv("GODDP_COLSUM_FUSED") == "1" }
 // sums 40.26 (21.29). GODDP_LN_VEC=0 takes k_layernorm. Read at each call, so a test can set it.
 func lnVec() bool { return os.Getenv("GODDP_LN_VEC") != "0" }
 
-// xentSmem reports whether GODDP_XENT_SMEM=1 asked for the cross-entropy's gradient launch to read
-// each row once (k_xent_sm: the row's 16-bit logits kept in shared memory, V·2 bytes a block, two
+// xentSmem reports whether the cross-entropy's gradient launch reads each row once (k_xent_sm: the row's 16-bit logits kept in shared memory, V·2 bytes a block, two
 // blocks an SM for GPT-2's 50304) where k_xent reads it twice: 1.65 GB less traffic a GPT-2 small
 // step at b16 (k_xent: 1.81 ms for 4.95 GB, ~2.7 TB/s, in session 17's H100 profile). The same
-// bits (TestCUDA_xentSmemSameBits). Not yet run on a GPU. Read at each call, so a test can set it.
-func xentSmem() bool { return os.Getenv("GODDP_XENT_SMEM") == "1" }
+// bits (TestCUDA_xentSmemSameBits). The default since session 19: the whole -tags cuda suite
+// passed with it on an H100, the model bench 40.66 -> 40.10 ms at b16 (21.25 -> 21.29 at b8,
+// noise); GODDP_XENT_SMEM=0 keeps k_xent. Read at each call, so a test can set it.
+func xentSmem() bool { return os.Getenv("GODDP_XENT_SMEM") != "0" }
 
-// biasEpilogue reports whether GODDP_BIAS_EPILOGUE=1 asked for cublasLt's bias-only epilogues in a
+// biasEpilogue reports whether a GPT takes cublasLt's bias-only epilogues in a
 // GPT without model.gemm_epilogue (tensor.BiasEpiloguer): the QKV bias add in its GEMM (12 ×
 // 150 MB of k_addbias8 traffic at b16) and the bias gradients of the QKV and the two projections
 // in their weight-gradient GEMMs (12 × 125 MB of column-sum reads), GELU and the folds kept as
-// passes. cublasLt's GEMMs are not cuBLAS's, so the numbers move within rounding. The epilogues
-// themselves ran on an H100 (session 11: all of them together measured no faster, the GELU ones
-// among them); this bias-only form has not. Read when a model is built.
-func biasEpilogue() bool { return os.Getenv("GODDP_BIAS_EPILOGUE") == "1" }
+// passes. cublasLt's GEMMs are not cuBLAS's, so the numbers move within rounding. All the
+// epilogues together measured no faster (session 11, the GELU ones among them); this bias-only form
+// is the default since session 19: the whole -tags cuda suite passed with it on an H100, the model
+// bench 40.66 -> 39.85 ms at b16 (21.25 -> 21.15 at b8). GODDP_BIAS_EPILOGUE=0 keeps the passes.
+// Read when a model is built.
+func biasEpilogue() bool { return os.Getenv("GODDP_BIAS_EPILOGUE") != "0" }
 
 // embSorted reports whether GODDP_EMB_SORTED=1 asked for the deterministic embedding backward: a
 // stable counting sort of the positions by token (k_emb_sort, one block) and each token's rows
 // added into its dwte row in position order (k_emb_bwd_sorted) — the CPU device's order and bits,
 // the same run after run — where k_embedding_bwd_wte adds atomically in whatever order the
 // hardware takes (which keeps a GPT's GPU runs from being bit-reproducible: docs/perf-memory.md).
-// TestCUDA_embeddingSortedMatchesCPU. Not yet run on a GPU. Read at each call, so a test can set it.
+// TestCUDA_embeddingSortedMatchesCPU passed on an H100 in session 19, and with it GPT-2 small's
+// sharded and unsharded ddptrain runs ended with one param_sha256 (docs/perf-memory.md); it
+// measured 40.66 -> 40.70 ms at b16 and 21.25 -> 21.48 at b8, so it stays off: the price of
+// bit-reproducible runs. Read at each call, so a test can set it.
 func embSorted() bool { return os.Getenv("GODDP_EMB_SORTED") == "1" }
 
-// lnBwdFused reports whether GODDP_LN_BWD_FUSED=1 asked for the 8-wide LayerNorm backward in one
+// lnBwdFused reports whether the 8-wide LayerNorm backward runs in one
 // pass (k_ln_bwd8f_K: dx as k_ln_bwd_dx8_K computes it and the dw, db parts as k_ln_dwdb8 does,
 // from one read of x and dy): 25 × 50 MB of reads and 25 launches fewer a GPT-2 small step at
-// b16. The same bits (TestCUDA_lnBackwardFusedSameBits). Not yet run on a GPU. Read at each call,
-// so a test can set it.
-func lnBwdFused() bool { return os.Getenv("GODDP_LN_BWD_FUSED") == "1" }
+// b16. The same bits (TestCUDA_lnBackwardFusedSameBits). The default since session 19: the whole
+// -tags cuda suite passed with it on an H100, the model bench 40.66 -> 40.49 ms at b16 alone (21.25
+// -> 21.42 at b8: alone it is no faster there, with the others the whole set is: 20.84);
+// GODDP_LN_BWD_FUSED=0 keeps two launches. Read at each call, so a test can set it.
+func lnBwdFused() bool { return os.Getenv("GODDP_LN_BWD_FUSED") != "0" }
 
-// resNormFold reports whether GODDP_RESNORM_FOLD=1 asked for a GPT's residual sums and the layer
-// norms that read them in one pass (tensor.ResidualNormer, k_addbias_add_ln8_K: the sum written
+// resNormFold reports whether a GPT's residual sums and the layer
+// norms that read them are made in one pass (tensor.ResidualNormer, k_addbias_add_ln8_K: the sum written
 // and normalised from the registers): 25 reads of the 25 MB residual stream and 25 launches fewer a
 // GPT-2 small step at b16. The same bits as AddBiasAdd then the 8-wide LayerNorm
 // (TestCUDA_residualNormSameBits); where LayerNorm would not take k_ln_fwd8_K, the two operations.
-// Not yet run on a GPU. Read when a model is built (FusesResidualNorm) and at each call.
-func resNormFold() bool { return os.Getenv("GODDP_RESNORM_FOLD") == "1" }
+// The default since session 19: the whole -tags cuda suite passed with it on an H100, the model
+// bench 40.66 -> 40.44 ms at b16 (21.25 -> 21.26 at b8); GODDP_RESNORM_FOLD=0 keeps the two
+// operations. Read when a model is built (FusesResidualNorm) and at each call.
+func resNormFold() bool { return os.Getenv("GODDP_RESNORM_FOLD") != "0" }
 
-// geluDBFold reports whether GODDP_GELU_DB_FOLD=1 asked for the fc bias gradient's column sums in
+// geluDBFold reports whether the fc bias gradient's column sums are made in
 // GELU's backward pass (tensor.GELUBiasGrader, k_gelu_bwd_colsum8): the sums read the gradient as
 // the pass writes it instead of again from memory, 12 × 100 MB and 24 launches fewer a GPT-2 small
-// step at b16. The same bits (TestCUDA_geluBiasGradSameBits). Not yet run on a GPU. Read when a
-// model is built (FusesGELUBiasGrad) and at each call.
-func geluDBFold() bool { return os.Getenv("GODDP_GELU_DB_FOLD") == "1" }
+// step at b16. The same bits (TestCUDA_geluBiasGradSameBits). The default since session 19: the
+// whole -tags cuda suite passed with it on an H100, the model bench 40.66 -> 40.34 ms at b16 (21.25
+// -> 21.35 at b8, noise); GODDP_GELU_DB_FOLD=0 keeps the pass. Read when a model is built
+// (FusesGELUBiasGrad) and at each call.
+func geluDBFold() bool { return os.Getenv("GODDP_GELU_DB_FOLD") != "0" }
 
 // flashCarveoutUnset is flashCarveout's "not set": the driver's default (no preference).
 const flashCarveoutUnset = -2

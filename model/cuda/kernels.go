@@ -200,7 +200,7 @@ __device__ __forceinline__ void ln_bwd_dx8(void* dxp, int ddx, const void* dyp, 
 	float aw[K][8], ab[K][8]; // unused (no parts)
 	ln_bwd8_row<K, false>(dxp, ddx, dyp, ddy, x, dxt, w, dw, row, lane, mean[row], rstd[row], C, aw, ab);
 }
-// LayerNorm backward in one pass (GODDP_LN_BWD_FUSED=1): k_ln_bwd_dx8_K's dx and k_ln_dwdb8's dw
+// LayerNorm backward in one pass (the default; GODDP_LN_BWD_FUSED=0 off): k_ln_bwd_dx8_K's dx and k_ln_dwdb8's dw
 // and db parts from one read of x and dy. Grid (1, parts), block (32, 8), rowsPer as k_ln_dwdb8
 // takes it: warp y takes rows r0+y, r0+y+8, … and for each row does what ln_bwd_dx8's warp does
 // (lane l, its K chunks of 8, the same sums), while lane l of warp y accumulates the dw, db
@@ -290,7 +290,7 @@ __device__ __forceinline__ void ln_fwd8(void* y, int dy, float* mean, float* rst
 	ln_norm8<K>(xr, y, dy, mean, rstd, w, dw, b, db, row, lane, C, eps);
 }
 // k_addbias_add_ln8_K's row: out = x + (y + bias) as k_addbias_add8 stores it, then ln_fwd8's
-// norm of the stored values, from the registers (GODDP_RESNORM_FOLD=1): the two kernels' bits.
+// norm of the stored values, from the registers (the default; GODDP_RESNORM_FOLD=0 off): the two kernels' bits.
 template <int K>
 __device__ __forceinline__ void addbias_add_ln8(void* o, int dout, void* y2, int dy2, float* mean, float* rstd,
 		const void* x, int dx, const void* y, int dy, const void* bias, int dbias,
@@ -455,7 +455,7 @@ __global__ void k_colsum_part(float* part, const void* x, int dx, int R, int C, 
 // k_colsum_partfin: k_colsum_part, then the last block of each column block to finish (cnt,
 // one counter per blockIdx.x, which that block sets back to 0) adds the parts as k_colsum_finish
 // does — over p in order, then out[c] += s — so the bits of the two kernels without the second
-// launch (GODDP_COLSUM_FUSED=1). The parts are read past L1 (__ldcg): other blocks wrote them.
+// launch (the default; GODDP_COLSUM_FUSED=0 off). The parts are read past L1 (__ldcg): other blocks wrote them.
 __global__ void k_colsum_partfin(float* part, const void* x, int dx, int R, int C, int rowsPer, void* out, int dout, unsigned* cnt) {
 	__shared__ int last;
 	int col = blockIdx.x * 32 + threadIdx.x;
@@ -475,7 +475,7 @@ __global__ void k_colsum_partfin(float* part, const void* x, int dx, int R, int 
 }
 // k_colsum_finish2: k_colsum_finish for two outputs whose parts sit side by side (a LayerNorm's
 // dw and db: part[p·2C + c], c < C for dw, C ≤ c < 2C for db), in one launch: each column's sum
-// in k_colsum_finish's order, so its bits (GODDP_COLSUM_FUSED=1).
+// in k_colsum_finish's order, so its bits (the default; GODDP_COLSUM_FUSED=0 off).
 __global__ void k_colsum_finish2(void* dw, int ddw, void* db, int ddb, const float* part, int nparts, int C) {
 	FOR(c, 2 * C) {
 		float s = 0.f;
@@ -809,7 +809,7 @@ __device__ __forceinline__ void h8f(uint4 u, float* v) {
 	v[0] = h2f(u.x & 0xffff); v[1] = h2f(u.x >> 16); v[2] = h2f(u.y & 0xffff); v[3] = h2f(u.y >> 16);
 	v[4] = h2f(u.z & 0xffff); v[5] = h2f(u.z >> 16); v[6] = h2f(u.w & 0xffff); v[7] = h2f(u.w >> 16);
 }
-// Cross-entropy with its gradient, the row read from memory once (GODDP_XENT_SMEM=1): 16-bit
+// Cross-entropy with its gradient, the row read from memory once (the default; GODDP_XENT_SMEM=0 off): 16-bit
 // logits, V % 8 == 0, 16-byte aligned rows, dl of the logits' dtype (it may alias them). Each
 // thread takes k_xent's very elements in its order (blockDim 512, 8 at a time), keeps their 16
 // raw bytes in shared memory (V·2 bytes dynamic) as it sums, and writes the gradient from there:
@@ -1069,7 +1069,7 @@ __global__ void k_colsum_part8(float* part, const void* x, int dx, int R, int C,
 	}
 	colsum8_store(s, part, C);
 }
-// k_gelu_bwd_colsum8: k_gelu_bwd8 and k_colsum_part8 in one pass (GODDP_GELU_DB_FOLD=1): dx =
+// k_gelu_bwd_colsum8: k_gelu_bwd8 and k_colsum_part8 in one pass (the default; GODDP_GELU_DB_FOLD=0 off): dx =
 // gelu'(x)·dy stored as k_gelu_bwd8 stores it, and the column sums of the stored values (rounded
 // to dx's dtype, as BiasGrad would read them) into part[blockIdx.y][C] in k_colsum_part's order
 // with its rowsPer, so the parts are its bits. Grid (⌈C/256⌉, parts), block (32, 8); C a multiple

@@ -179,8 +179,8 @@ func (d *Device) AddBiasAddLayerNorm(out, y2, mean, rstd, x, y, bias, w, b *tens
 		ptra(x), dta(x), ptra(y), dta(y), ptra(bias), dta(bias), ptra(w), dta(w), ptra(b), dta(b), i32a(r), i32a(cols), f32a(eps))
 }
 
-// FusesResidualNorm is tensor.ResidualNormer's switch: GODDP_RESNORM_FOLD=1 (env.go), off by
-// default: not yet run on a GPU.
+// FusesResidualNorm is tensor.ResidualNormer's switch: on unless GODDP_RESNORM_FOLD=0 (env.go; the
+// default since session 19's whole suite on an H100).
 func (d *Device) FusesResidualNorm() bool { return resNormFold() }
 
 var _ tensor.ResidualNormer = (*Device)(nil)
@@ -260,8 +260,8 @@ func (d *Device) GELUBackwardBiasGrad(dx, dy, x, db *tensor.Tensor) {
 	d.Free(part)
 }
 
-// FusesGELUBiasGrad is tensor.GELUBiasGrader's switch: GODDP_GELU_DB_FOLD=1 (env.go), off by
-// default: not yet run on a GPU.
+// FusesGELUBiasGrad is tensor.GELUBiasGrader's switch: on unless GODDP_GELU_DB_FOLD=0 (env.go; the
+// default since session 19's whole suite on an H100).
 func (d *Device) FusesGELUBiasGrad() bool { return geluDBFold() }
 
 var _ tensor.GELUBiasGrader = (*Device)(nil)
@@ -423,8 +423,8 @@ func (d *Device) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tens
 }
 
 // lnFinish adds a LayerNorm backward's partial sums into dw and db: dw from the first half of each
-// part's 2·cols values, db from the second; one launch of k_colsum_finish2 under
-// GODDP_COLSUM_FUSED=1 (the same sums in the same order), else k_colsum_finish for each.
+// part's 2·cols values, db from the second; one launch of k_colsum_finish2 by
+// default (GODDP_COLSUM_FUSED=0 off; the same sums in the same order), else k_colsum_finish for each.
 func (d *Device) lnFinish(dw, db, part *tensor.Tensor, parts, cols int) {
 	if colsumFused() && dw.DType() == db.DType() {
 		d.launch1(kn("k_colsum_finish2", dw, db), 2*cols, ptra(dw), dta(dw), ptra(db), dta(db), ptra(part), i32a(parts), i32a(cols))
@@ -622,7 +622,7 @@ func (d *Device) allowDynShared(name string, bytes int) {
 }
 
 // xentRowOnce launches k_xent_sm for the cross-entropy's gradient (with the losses when losses is
-// not nil) where GODDP_XENT_SMEM=1 and the logits suit it — 16-bit, rows of a multiple of 8 that
+// not nil) by default (GODDP_XENT_SMEM=0 off) where the logits suit it — 16-bit, rows of a multiple of 8 that
 // fit xentSmemMax, 16-byte aligned, the gradient of their dtype — and reports whether it did.
 func (d *Device) xentRowOnce(losses, dlogits, logits, targets *tensor.Tensor, scale float32) bool {
 	r, v := tensor.MatDims(logits)

@@ -184,7 +184,7 @@ type BiasFolder interface {
 //	  and rstd (R) — AddBiasAdd then LayerNorm
 //
 // the same bits as the two operations, one read of out fewer. FusesResidualNorm reports whether
-// callers should take it (the CUDA device: GODDP_RESNORM_FOLD=1 until a GPU has run it).
+// callers should take it (both devices: unless GODDP_RESNORM_FOLD=0).
 type ResidualNormer interface {
 	AddBiasAddLayerNorm(out, y2, mean, rstd, x, y, bias, w, b *Tensor, eps float32)
 	FusesResidualNorm() bool
@@ -197,7 +197,7 @@ type ResidualNormer interface {
 //	  the column sums of dx as stored — GELUBackward(dx, dy, x) then BiasGrad(db, dx)
 //
 // the same bits as the two operations, one read of dx fewer. FusesGELUBiasGrad reports whether
-// callers should take it (the CUDA device: GODDP_GELU_DB_FOLD=1 until a GPU has run it).
+// callers should take it (both devices: unless GODDP_GELU_DB_FOLD=0).
 type GELUBiasGrader interface {
 	GELUBackwardBiasGrad(dx, dy, x, db *Tensor)
 	FusesGELUBiasGrad() bool

@@ -33,7 +33,8 @@ type EpilogueDevice interface {
 // gradient where no pass of its own would fold them — a GPT block's QKV bias add (LinearBias),
 // and its linears' bias gradients in their weight-gradient GEMMs (LinearGradWB) — keeping GELU
 // and the bias folds as passes (BiasFolder, GELUBiasGrader). The CPU device: on unless
-// GODDP_BIAS_EPILOGUE=0 (the same bits: it composes); the CUDA device: GODDP_BIAS_EPILOGUE=1.
+// GODDP_BIAS_EPILOGUE=0 (the same bits: it composes); the CUDA device: the same (cublasLt's GEMMs,
+// within rounding of cuBLAS's).
 type BiasEpiloguer interface {
 	BiasEpilogues() bool
 }
