@@ -35,6 +35,8 @@ import (
 //	GODDP_RESNORM_FOLD=0 a GPT's residual sums and the layer norms that read them as two passes, not one (k_addbias_add_ln8_K; ops.go; the same bits; one pass is the default since session 19's whole suite)
 //	GODDP_GELU_DB_FOLD=0 a GPT block's fc bias gradient summed by a pass of its own, not in GELU's backward (k_gelu_bwd_colsum8; ops.go; the same bits; folded is the default since session 19's whole suite)
 //	GODDP_XENT_SMEM=0 the loss head's cross-entropy reads each row of 16-bit logits twice (k_xent), not once from shared memory (k_xent_sm; ops.go; the same bits; once is the default since session 19's whole suite)
+//	GODDP_LN_BWD_EARLY=0 the one-pass LayerNorm backward loads the dx row it adds into after the warp's sums (k_ln_bwd8f_K), not with x and dy (k_ln_bwd8fe_K; ops.go; the same bits; early is the default since session 19's runs)
+//	GODDP_BGRAD_EPI=0 the weight-gradient GEMMs that sum a bias gradient (LinearGradWB) as a plain GEMM and the column sums, not cublasLt's BGRADB epilogue (lt.go; the forward's bias epilogue stays; its test passed on an H100 in session 19, measured −0.3% at b16, noise: off)
 //	GODDP_IPC_WAIT=stream the IPC all-reduce's ranks wait for each other by their streams, not in the
 //	                  kernel (ipc_pace.go; read at each NewIPCReducer; its tests passed on an H100,
 //	                  and it measured ~5.5 ms a bucket under MPS: off)
@@ -281,6 +283,28 @@ func resNormFold() bool { return os.Getenv("GODDP_RESNORM_FOLD") != "0" }
 // -> 21.35 at b8, noise); GODDP_GELU_DB_FOLD=0 keeps the pass. Read when a model is built
 // (FusesGELUBiasGrad) and at each call.
 func geluDBFold() bool { return os.Getenv("GODDP_GELU_DB_FOLD") != "0" }
+
+// lnBwdEarly reports whether the one-pass LayerNorm backward
+// loads the row of dx it adds into together with x and dy (k_ln_bwd8fe_K), where k_ln_bwd8f_K
+// loads it after the warp's two reductions: session 19's profile had k_ln_bwd8f_3 at 1.62 ms for
+// 25 launches at b16 on an H100 (2.5 GB: ~1.5 TB/s, half of the other passes), a warp's loads
+// waiting on each other row after row. The same arithmetic, so the same bits
+// (TestCUDA_lnBackwardFusedSameBits compares it too); 24 more live registers a thread for C = 768.
+// The default since session 19: on an H100 the kernel fell 1.62 -> 1.24 ms a b16 step and the model
+// bench 37.64 -> 37.06 ms (19.91 -> 19.84 at b8); with it on, model/cuda's and model's CUDA tests
+// passed in one call and ddp's and worker's in the next (the whole -tags cuda suite).
+// GODDP_LN_BWD_EARLY=0 keeps k_ln_bwd8f_K. Read at each call, so a test can set it.
+func lnBwdEarly() bool { return os.Getenv("GODDP_LN_BWD_EARLY") != "0" }
+
+// bgradEpilogue reports whether LinearGradWB takes cublasLt's BGRADB epilogue (the default);
+// GODDP_BGRAD_EPI=0 makes it a plain GEMM and the column sums (tensor.ComposeLinearGradWB). Session
+// 19's profile at b16 on an H100 had the epilogue GEMMs slower than plain ones of their size: the
+// QKV's weight gradient 1.59 ms for 12 (≈ 440 TFLOP/s), the attention projection's 0.76 (≈ 305),
+// where the fc's plain one runs at ≈ 680; the column sums they save read 75 and 25 MB a layer
+// (~0.35 and ~0.12 ms a step). Measured on an H100 in session 19: 37.64 -> 37.52 ms at b16, 19.91
+// -> 19.84 at b8 (inside the noise), so the epilogue stays (TestCUDA_bgradEpilogueOffComposes
+// passed). Read at each call, so a test can set it.
+func bgradEpilogue() bool { return os.Getenv("GODDP_BGRAD_EPI") != "0" }
 
 // flashCarveoutUnset is flashCarveout's "not set": the driver's default (no preference).
 const flashCarveoutUnset = -2

@@ -157,12 +157,19 @@ __device__ __forceinline__ void ln_bwd_regs(void* dxp, int ddx, float* part, con
 // ln_bwd8_row: ln_bwd_dx8's work on one row (its warp: lane l, the K chunks of 8 at (l + 32k)·8),
 // adding into dx; with PARTS, lane l also accumulates k_ln_dwdb8's dw, db partials of its columns
 // from the row's raw x and dy (ln_bwd8_fused). One body, so the two kernels share their arithmetic.
-template <int K, bool PARTS>
+// EARLY loads the row of dx it adds into with x and dy, before the sums, so the three loads are in
+// flight together instead of the last after the warp's reductions (the default; GODDP_LN_BWD_EARLY=0
+// off): the same arithmetic, so the same bits.
+template <int K, bool PARTS, bool EARLY = false>
 __device__ __forceinline__ void ln_bwd8_row(void* dxp, int ddx, const void* dyp, int ddy, const void* x, int dxt,
 		const void* w, int dw, long row, int lane, float m, float r, int C, float (&aw)[K][8], float (&ab)[K][8]) {
 	long base = row * C;
-	float xr[K][8], dn[K][8];
+	float xr[K][8], dn[K][8], o[K][8];
 	float sd = 0.f, sdx = 0.f;
+	if constexpr (EARLY) {
+		#pragma unroll
+		for (int k = 0; k < K; k++) ld8(dxp, ddx, base + (lane + 32 * k) * 8, o[k]);
+	}
 	#pragma unroll
 	for (int k = 0; k < K; k++) {
 		int j = (lane + 32 * k) * 8;
@@ -185,11 +192,10 @@ __device__ __forceinline__ void ln_bwd8_row(void* dxp, int ddx, const void* dyp,
 	#pragma unroll
 	for (int k = 0; k < K; k++) {
 		int j = (lane + 32 * k) * 8;
-		float o[8];
-		ld8(dxp, ddx, base + j, o);
+		if constexpr (!EARLY) ld8(dxp, ddx, base + j, o[k]);
 		#pragma unroll
-		for (int e = 0; e < 8; e++) o[e] += (dn[k][e] - md - xr[k][e] * mdx) * r;
-		st8(dxp, ddx, base + j, o);
+		for (int e = 0; e < 8; e++) o[k][e] += (dn[k][e] - md - xr[k][e] * mdx) * r;
+		st8(dxp, ddx, base + j, o[k]);
 	}
 }
 template <int K>
@@ -207,7 +213,7 @@ __device__ __forceinline__ void ln_bwd_dx8(void* dxp, int ddx, const void* dyp, 
 // partials of columns (l + 32k)·8… over those rows — exactly the columns and rows thread (l, y) of
 // k_ln_dwdb8's column block k covers, in its order — and the block adds its 8 warps' partials in
 // k_ln_dwdb8's order. So the two kernels' bits (dx, and the parts), one read of x and dy fewer.
-template <int K>
+template <int K, bool EARLY = false>
 __device__ __forceinline__ void ln_bwd8_fused(void* dxp, int ddx, float* part, const void* dyp, int ddy, const void* x, int dxt,
 		const void* w, int dw, const float* mean, const float* rstd, int R, int C, int rowsPer) {
 	__shared__ float sh[8][32][17];
@@ -219,7 +225,7 @@ __device__ __forceinline__ void ln_bwd8_fused(void* dxp, int ddx, float* part, c
 		#pragma unroll
 		for (int e = 0; e < 8; e++) { aw[k][e] = 0.f; ab[k][e] = 0.f; }
 	for (int row = r0 + ty; row < r1; row += 8)
-		ln_bwd8_row<K, true>(dxp, ddx, dyp, ddy, x, dxt, w, dw, row, lane, mean[row], rstd[row], C, aw, ab);
+		ln_bwd8_row<K, true, EARLY>(dxp, ddx, dyp, ddy, x, dxt, w, dw, row, lane, mean[row], rstd[row], C, aw, ab);
 	#pragma unroll
 	for (int k = 0; k < K; k++) {
 		#pragma unroll
@@ -1207,6 +1213,10 @@ __global__ void k_ln_bwd8f_1(LNBF_ARGS) { ln_bwd8_fused<1>(LNBF_PASS); }
 __global__ void k_ln_bwd8f_2(LNBF_ARGS) { ln_bwd8_fused<2>(LNBF_PASS); }
 __global__ void k_ln_bwd8f_3(LNBF_ARGS) { ln_bwd8_fused<3>(LNBF_PASS); }
 __global__ void k_ln_bwd8f_4(LNBF_ARGS) { ln_bwd8_fused<4>(LNBF_PASS); }
+__global__ void k_ln_bwd8fe_1(LNBF_ARGS) { ln_bwd8_fused<1, true>(LNBF_PASS); }
+__global__ void k_ln_bwd8fe_2(LNBF_ARGS) { ln_bwd8_fused<2, true>(LNBF_PASS); }
+__global__ void k_ln_bwd8fe_3(LNBF_ARGS) { ln_bwd8_fused<3, true>(LNBF_PASS); }
+__global__ void k_ln_bwd8fe_4(LNBF_ARGS) { ln_bwd8_fused<4, true>(LNBF_PASS); }
 // dw, db partial sums: block (32, 8); thread (tx, ty) owns columns 8·(blockIdx.x·32+tx) .. +8 over
 // rows ty, ty+8, … of its slice; part[slice][0..C) gets dw, part[slice][C..2C) db.
 __global__ void k_ln_dwdb8(float* part, const void* dyp, int ddy, const void* x, int dxt, const float* mean,

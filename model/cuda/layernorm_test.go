@@ -120,8 +120,9 @@ func TestCUDA_residualNormSameBits(t *testing.T) {
 
 // GODDP_LN_BWD_FUSED=1's LayerNorm backward in one pass (k_ln_bwd8f_K) gives the two kernels'
 // bits — dx (accumulated into its values), dw and db (f32, accumulated) — for C = 256, 512, 768
-// and 1024, f32, f16 and bf16 activations with f32 gains, row counts from 7 to 4096 (rows that
-// leave the last part short). Not yet run on a GPU.
+// and 1024, f32, f16 and bf16 activations with f32 gains, row counts from 7 to 16384 (rows that
+// leave the last part short); and so does the early-loading k_ln_bwd8fe_K (the default;
+// GODDP_LN_BWD_EARLY=0 takes k_ln_bwd8f_K). Both comparisons passed on an H100 in session 19.
 func TestCUDA_lnBackwardFusedSameBits(t *testing.T) {
 	g := gpu(t)
 	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
@@ -139,9 +140,10 @@ func TestCUDA_lnBackwardFusedSameBits(t *testing.T) {
 			w, b := up("w", tensor.F32, wv, c), up("b", tensor.F32, bv, c)
 			y, mean, rstd := g.Alloc(dt, "y", r, c), g.Alloc(tensor.F32, "mean", r), g.Alloc(tensor.F32, "rstd", r)
 			g.LayerNorm(y, mean, rstd, x, w, b, 1e-5)
-			var got [2][3][]float32
-			for k, on := range []string{"0", "1"} {
-				t.Setenv("GODDP_LN_BWD_FUSED", on)
+			var got [3][3][]float32
+			for k, on := range [][2]string{{"0", "0"}, {"1", "0"}, {"1", "1"}} { // fused, early
+				t.Setenv("GODDP_LN_BWD_FUSED", on[0])
+				t.Setenv("GODDP_LN_BWD_EARLY", on[1])
 				dx := up("dx", dt, dxv, r, c)
 				dw, db := up("dw", tensor.F32, wv, c), up("db", tensor.F32, bv, c)
 				g.LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd)
@@ -155,6 +157,7 @@ func TestCUDA_lnBackwardFusedSameBits(t *testing.T) {
 			}
 			for q, what := range []string{"dx", "dw", "db"} {
 				sameBits32(t, fmt.Sprintf("%s (%d,%d) %s in one pass", dt, r, c, what), got[1][q], got[0][q])
+				sameBits32(t, fmt.Sprintf("%s (%d,%d) %s in one pass, dx loaded early", dt, r, c, what), got[2][q], got[0][q])
 			}
 		}
 	}

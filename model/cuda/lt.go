@@ -192,7 +192,7 @@ func (d *Device) LinearGradWB(dw, db, dy, x *tensor.Tensor) {
 	}
 	// Column-major: D (In,Out) = x (In,R) · op(dy) with dy stored (Out,R) transposed; the bias
 	// gradient sums op(dy) over K = R: Out entries.
-	if g.M > 0 && g.N > 0 && g.K > 0 && ltSameDType(dy, x) && dw.DType() == tensor.F32 {
+	if g.M > 0 && g.N > 0 && g.K > 0 && ltSameDType(dy, x) && dw.DType() == tensor.F32 && bgradEpilogue() {
 		tmp := d.Alloc(tensor.F32, "cublaslt.dbias", g.M)
 		p := cublaslt.Plan{Epilogue: cublaslt.EpiBGradB, TransA: false, TransB: true, M: g.N, N: g.M, K: g.K,
 			ADT: int(x.DType()), BDT: int(dy.DType()), DDT: int(tensor.F32), BiasDT: int(tensor.F32),

@@ -393,7 +393,11 @@ func (d *Device) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tens
 		rowsPer := (r + parts - 1) / parts
 		part := d.scratch(parts * 2 * cols)
 		if lnBwdFused() { // dx and the parts in one pass: the two kernels' bits
-			d.launch(kn(fmt.Sprintf("k_ln_bwd8f_%d", k), dx, dy, x, w), [3]int{1, parts, 1}, [3]int{32, 8, 1}, 0, ptra(dx), dta(dx), ptra(part),
+			name := "k_ln_bwd8f_%d"
+			if lnBwdEarly() {
+				name = "k_ln_bwd8fe_%d"
+			}
+			d.launch(kn(fmt.Sprintf(name, k), dx, dy, x, w), [3]int{1, parts, 1}, [3]int{32, 8, 1}, 0, ptra(dx), dta(dx), ptra(part),
 				ptra(dy), dta(dy), ptra(x), dta(x), ptra(w), dta(w), ptra(mean), ptra(rstd), i32a(r), i32a(cols), i32a(rowsPer))
 		} else {
 			d.warpRows(kn(fmt.Sprintf("k_ln_bwd_dx8_%d", k), dx, dy, x, w), r, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(x), dta(x), ptra(w), dta(w),
