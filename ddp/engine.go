@@ -69,8 +69,9 @@ type Engine struct {
 	staged       []bool
 	unusedWarned bool
 
-	gpu  *gpuPath    // the staged path (engine_gpu.go); nil on the host path
-	devp *devicePath // the device path (engine_device.go, UseDevice); nil elsewhere
+	gpu  *gpuPath          // the staged path (engine_gpu.go); nil on the host path
+	devp *devicePath       // the device path (engine_device.go, UseDevice); nil elsewhere
+	peer tensor.PeerMirror // the sharded staged path's weights gathered by copies between the devices (shard_peer.go, UsePeerGather); nil elsewhere
 
 	shard       *model.Shard // this rank's part under ddp.shard_optimizer (shard.go); nil: unsharded
 	masterStale bool         // other ranks' segments of the f32 master are stale (GatherMaster)
@@ -195,6 +196,9 @@ func (e *Engine) Close() {
 		e.wg.Wait()
 		if e.devp != nil {
 			e.closeDevice()
+		}
+		if e.peer != nil {
+			e.peer.Close() // this rank's copies done; its peers' last copies of its weights are theirs to wait for (shard_peer.go)
 		}
 		if e.gpu != nil {
 			e.gpu.stg.Close()

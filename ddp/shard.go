@@ -254,6 +254,11 @@ func (e *Engine) GatherParams(ctx context.Context) error {
 	switch {
 	case e.ps.Half == nil:
 		what, op = "master weights", e.slabGather(e.ps.Data, allreduce.WireF32)
+	case e.gpu != nil && e.peer != nil: // copied from the peers' devices (shard_peer.go)
+		var err error
+		if what, op, err = e.peerHalfGather(ctx); err != nil {
+			return err
+		}
 	case e.gpu != nil: // through pinned memory (shard_gpu.go)
 		what, op = "f16 weights", e.stagedHalfGather()
 	default:

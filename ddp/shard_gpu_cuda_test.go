@@ -15,3 +15,10 @@ import "testing"
 func TestCUDAShardStaged_bitIdenticalToUnsharded(t *testing.T) {
 	runShardStaged(t, cudaDev)
 }
+
+// ddp.shard_gather: device on the GPU (shard_peer.go; not yet run on a GPU): the same training
+// with the f16 weights copied between the ranks' devices (goroutine ranks of one process: each
+// copies straight from the others' memory on GPU 0) ends bit-identical to unsharded.
+func TestCUDAShardStaged_peerGatherBitIdentical(t *testing.T) {
+	runPeerGather(t, func(*mirrorHub) newDevFunc { return cudaDev })
+}

@@ -35,6 +35,7 @@ type shardCfg struct {
 	device         bool             // ddp.intra_host: device (UseDevice; newDev gives an IPC device)
 	overlap        bool             // Options.OverlapGather: GatherParams leaves the gather to forward
 	shardMaster    bool             // the f32 master kept for the shard only (model.Params.ShardMaster; mixed precision)
+	peerGather     bool             // ddp.shard_gather: device (UsePeerGather; newDev gives a tensor.PeerMirrorDevice)
 }
 
 // noHostMem is the CPU device behind the bare tensor.Device interface, so without its
@@ -108,6 +109,11 @@ func trainShardRank(t *testing.T, sc shardCfg, rank int, comm Comm, d dataset, e
 	if sc.device {
 		if err := eng.UseDevice(ctx, 1); err != nil || !eng.Device() {
 			t.Fatalf("rank %d: UseDevice: %v (device path %v)", rank, err, eng.Device())
+		}
+	}
+	if sc.peerGather {
+		if err := eng.UsePeerGather(ctx); err != nil || !eng.PeerGather() {
+			t.Fatalf("rank %d: UsePeerGather: %v (peer gather %v)", rank, err, eng.PeerGather())
 		}
 	}
 	if err := eng.BroadcastParams(ctx); err != nil {

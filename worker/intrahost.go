@@ -52,3 +52,22 @@ func (t *Trainer) wantsDeviceReduce() bool {
 	v, err := config.ParseIntraHost(string(t.cfg.DDP.IntraHost))
 	return err == nil && v == config.IntraHostDevice
 }
+
+// shardGatherDevice switches the sharded step's gather of the f16 weights to copies between the
+// devices for `ddp.shard_gather: device` (ddp/shard_peer.go; not yet run on a GPU): refused, on
+// every rank alike before any collective, where the world spans hosts (CUDA IPC maps memory of
+// one host) or the device cannot map its peers' memory (the CPU); the engine refuses it off the
+// sharded staged path (fp16 on the f16 wire) naming why. auto and host keep the host ring.
+func (t *Trainer) shardGatherDevice(ctx context.Context, eng *ddp.Engine) error {
+	v, err := config.ParseShardGather(string(t.cfg.DDP.ShardGather))
+	if err != nil || v != config.ShardGatherDevice {
+		return err
+	}
+	if _, ok := t.dev.(tensor.PeerMirrorDevice); !ok {
+		return fmt.Errorf("ddp.shard_gather: device needs --device cuda (this run's device is %s); use auto or host", t.dev.Name())
+	}
+	if hosts := t.env.WorldSize / max(1, t.env.LocalWorldSize); hosts > 1 {
+		return fmt.Errorf("ddp.shard_gather: device with %d hosts: the devices copy from each other inside one host only; use auto or host", hosts)
+	}
+	return eng.UsePeerGather(ctx)
+}

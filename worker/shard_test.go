@@ -1,10 +1,14 @@
 package worker
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/goddp/goddp/model/cpu"
+	"github.com/goddp/goddp/model/tensor"
 	"github.com/goddp/goddp/worker/checkpoint"
 )
 
@@ -57,6 +61,40 @@ func TestShardFileKeepers(t *testing.T) {
 			if w := checkpoint.IsWriter(c.perHost, r, r%c.localWorld); k != w {
 				t.Errorf("per_host %v, world %d, %d a host: rank %d keeps %v, writes %v", c.perHost, c.world, c.localWorld, r, k, w)
 			}
+		}
+	}
+}
+
+// mirrorDev is the CPU device claiming tensor.PeerMirrorDevice, for the checks before the engine.
+type mirrorDev struct{ *cpu.Device }
+
+func (mirrorDev) NewPeerMirror(*tensor.Tensor, int, int) (tensor.PeerMirror, error) {
+	return nil, errors.New("not here")
+}
+
+// ddp.shard_gather: device is refused, in one line naming the key, on a device that cannot map its
+// peers' memory and in a world of several hosts, before the engine is asked; auto and host are
+// nothing to do.
+func TestShardGatherDevice_refusals(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		gather string
+		dev    tensor.Device
+		env    Env
+		want   string // "" for no error
+	}{
+		{"auto", cpu.New(), Env{WorldSize: 2, LocalWorldSize: 2}, ""},
+		{"host", cpu.New(), Env{WorldSize: 2, LocalWorldSize: 2}, ""},
+		{"device", cpu.New(), Env{WorldSize: 2, LocalWorldSize: 2}, "ddp.shard_gather: device needs --device cuda (this run's device is cpu"},
+		{"device", mirrorDev{cpu.New()}, Env{WorldSize: 4, LocalWorldSize: 2}, "ddp.shard_gather: device with 2 hosts"},
+	} {
+		tr := &Trainer{cfg: tinyGPT(t, "ddp.shard_optimizer=true", "ddp.shard_gather="+c.gather), dev: c.dev, env: c.env}
+		err := tr.shardGatherDevice(ctx, nil)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.gather, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n")):
+			t.Errorf("%s on %s, %d hosts: %v; want one line with %q", c.gather, c.dev.Name(), c.env.WorldSize/c.env.LocalWorldSize, err, c.want)
 		}
 	}
 }

@@ -351,7 +351,10 @@ func (t *Trainer) startEngine(ctx context.Context, gcfg allreduce.Config) error 
 	eng.SetBuffers(modelBuffers(t.m)) // the replica check covers the BatchNorm running statistics
 	t.eng = eng
 	t.onClose(func() error { eng.Close(); return nil })
-	return t.intraHostDevice(ctx, eng)
+	if err := t.intraHostDevice(ctx, eng); err != nil {
+		return err
+	}
+	return t.shardGatherDevice(ctx, eng)
 }
 
 // resumeOrInit resumes from the newest checkpoint any rank has (or --resume-from's), or else

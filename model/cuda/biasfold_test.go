@@ -83,8 +83,19 @@ func sameBits32(t *testing.T, what string, a, b []float32) {
 // GELUBackward then BiasGrad's bits — dx, and db (f32, added into its values) — in f32, f16 and
 // bf16, in place (dx aliasing dy, as the GPT block calls it) and apart, on shapes from one row to
 // GPT-2 small's fc at b16 (16384, 3072), rows that are not a multiple of the unrolled 32, and a
-// width that is not a multiple of 8 (then the two operations themselves).
+// width that is not a multiple of 8 (then the two operations themselves); with the column sums'
+// default split and GODDP_COLSUM_SPLIT=4's (colsumParts: four times the slices, both ways; that
+// case not yet run on a GPU).
 func TestCUDA_geluBiasGradSameBits(t *testing.T) {
+	for _, split := range []string{"", "4"} {
+		t.Run("split="+split, func(t *testing.T) {
+			t.Setenv("GODDP_COLSUM_SPLIT", split)
+			geluBiasGradSameBits(t)
+		})
+	}
+}
+
+func geluBiasGradSameBits(t *testing.T) {
 	g := gpu(t)
 	shapes := [][2]int{{1, 8}, {7, 24}, {5, 13}, {33, 264}, {100, 768}, {1000, 2304}, {16384, 3072}}
 	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {

@@ -22,6 +22,9 @@
 //	ipc_pace.go         GODDP_IPC_WAIT=stream: the ranks' meetings as stream waits around launches
 //	                    that never wait (ipc_stalled.go names the peer an abort gave up on); its
 //	                    tests passed on an H100 (session 17), measured slower: off
+//	ipc_mirror.go       tensor.PeerMirrorDevice: a tensor mapped into the host's other ranks, ranges
+//	                    of theirs copied into it on the compute stream (ddp.shard_gather: device;
+//	                    not yet run on a GPU)
 //	upload_async.go     UploadAsync, a copy-stream upload the compute stream waits for by event
 //	fence.go            Fence: an event recorded on the compute stream (events recycled)
 //	cudadrv/            the small cgo layer: streams, events, memory, launches, two cuBLAS calls,

@@ -37,6 +37,7 @@ import (
 //	GODDP_XENT_SMEM=0 the loss head's cross-entropy reads each row of 16-bit logits twice (k_xent), not once from shared memory (k_xent_sm; ops.go; the same bits; once is the default since session 19's whole suite)
 //	GODDP_LN_BWD_EARLY=0 the one-pass LayerNorm backward loads the dx row it adds into after the warp's sums (k_ln_bwd8f_K), not with x and dy (k_ln_bwd8fe_K; ops.go; the same bits; early is the default since session 19's runs)
 //	GODDP_BGRAD_EPI=0 the weight-gradient GEMMs that sum a bias gradient (LinearGradWB) as a plain GEMM and the column sums, not cublasLt's BGRADB epilogue (lt.go; the forward's bias epilogue stays; its test passed on an H100 in session 19, measured −0.3% at b16, noise: off)
+//	GODDP_COLSUM_SPLIT=N the column sums' row slices N times as many (colsumParts; ops.go: the 8-wide kernels that write them, k_gelu_bwd_colsum8 among them, then run N times the blocks; sums grouped otherwise, within rounding; not yet run on a GPU)
 //	GODDP_IPC_WAIT=stream the IPC all-reduce's ranks wait for each other by their streams, not in the
 //	                  kernel (ipc_pace.go; read at each NewIPCReducer; its tests passed on an H100,
 //	                  and it measured ~5.5 ms a bucket under MPS: off)
@@ -305,6 +306,23 @@ func lnBwdEarly() bool { return os.Getenv("GODDP_LN_BWD_EARLY") != "0" }
 // -> 19.84 at b8 (inside the noise), so the epilogue stays (TestCUDA_bgradEpilogueOffComposes
 // passed). Read at each call, so a test can set it.
 func bgradEpilogue() bool { return os.Getenv("GODDP_BGRAD_EPI") != "0" }
+
+// colsumSplit is GODDP_COLSUM_SPLIT: how many times colsumParts' default number of row slices the
+// column sums take (1, the default, to 16; anything else is 1). The default fills the GPU with the
+// scalar kernel's blocks of 32 columns, so the 8-wide kernels that share its slices — the GELU
+// backward with the fc's bias gradient, k_gelu_bwd_colsum8, 1.52 ms of session 19's b16 profile
+// on an H100 for 3.6 GB (~2.4 TB/s) — run one block of 8 warps an SM, 32 KB of loads in flight;
+// 4 gives them four. The parts are grouped otherwise, so the sums change within rounding (every
+// kernel takes the same split: the fold keeps the separate passes' bits,
+// TestCUDA_geluBiasGradSameBits), and k_colsum_finish adds N times the parts. Predicted at 4:
+// k_gelu_bwd_colsum8 1.52 -> ~1.25 ms at b16. Not yet run on a GPU. Read at each call.
+func colsumSplit() int {
+	n, err := strconv.Atoi(os.Getenv("GODDP_COLSUM_SPLIT"))
+	if err != nil || n < 1 || n > 16 {
+		return 1
+	}
+	return n
+}
 
 // flashCarveoutUnset is flashCarveout's "not set": the driver's default (no preference).
 const flashCarveoutUnset = -2

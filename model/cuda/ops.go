@@ -228,11 +228,12 @@ func (d *Device) colSum(out, x *tensor.Tensor, r, cols int) {
 }
 
 // colsumParts is how colSum splits r rows of cols columns: parts slices of rowsPer rows, from the
-// scalar kernel's grid (32 columns a block) filling the GPU. Every kernel that writes column-sum
-// parts takes it, so their parts are the same sums (k_colsum_part8, k_gelu_bwd_colsum8).
+// scalar kernel's grid (32 columns a block) filling the GPU, times GODDP_COLSUM_SPLIT (env.go).
+// Every kernel that writes column-sum parts takes it, so their parts are the same sums
+// (k_colsum_part8, k_gelu_bwd_colsum8).
 func (d *Device) colsumParts(r, cols int) (parts, rowsPer int) {
 	cb := (cols + 31) / 32
-	parts = max(1, min((r+63)/64, (d.sms*8+cb-1)/cb))
+	parts = max(1, min((r+63)/64, (d.sms*8*colsumSplit()+cb-1)/cb))
 	rowsPer = max(1, (r+parts-1)/parts)
 	return parts, rowsPer
 }

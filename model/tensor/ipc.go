@@ -82,3 +82,30 @@ type IPCReducer interface {
 	AllReduce(avg bool)
 	Close() error
 }
+
+// PeerMirrorDevice is an optional ability of a device whose ranks on one host can read each
+// other's memory (the CUDA device: CUDA IPC): NewPeerMirror exports t's memory and, once
+// connected, copies ranges of the peers' tensors of the same dtype and length into t. ddp's
+// sharded step gathers its 16-bit weights so (ddp.shard_gather: device), with no kernel waiting on
+// another process: each rank copies its peers' owned segments straight into its own copy after
+// one meeting of the ranks on the host.
+type PeerMirrorDevice interface {
+	NewPeerMirror(t *Tensor, rank, size int) (PeerMirror, error)
+}
+
+// PeerMirror is one tensor shared with the peers of a host (see PeerMirrorDevice).
+//
+//	Handle   what this rank tells the others (exchanged over the process group)
+//	Connect  takes every rank's Handle, by rank (handles[rank] is this rank's own), maps the
+//	         peers' tensors and checks they are alike
+//	Pull     t[lo:hi) = peer's t[lo:hi), enqueued on the device's stream after the work already
+//	         enqueued there and before what follows; the caller makes sure the peer has written
+//	         those elements and does not write them until the copy is done
+//	Close    waits for this rank's copies, then unmaps the peers' tensors (t stays this rank's:
+//	         it must outlive the peers' last Pull of it)
+type PeerMirror interface {
+	Handle() []byte
+	Connect(handles [][]byte) error
+	Pull(peer, lo, hi int)
+	Close() error
+}

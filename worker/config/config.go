@@ -267,10 +267,17 @@ type DDPConfig struct {
 	// shard_master: auto | on | off. Under shard_optimizer with precision fp16 or bf16, each rank
 	// keeps the f32 master weights of its shard only (plus the norms' gains and biases, which
 	// forward reads) instead of the whole master: 4·N·(1−1/world) bytes less per rank; the same
-	// bits (model/master_shard.go). auto: on with the CPU device, off with --device cuda (not yet
-	// run on a GPU: on is the user's choice there). Refused on under fp32 (forward reads the f32
-	// master as the weights) and without shard_optimizer. Default auto.
+	// bits (model/master_shard.go). auto: on with the CPU device and with --device cuda under fp16
+	// (the whole -tags cuda suite ran with it on an H100); bf16 on cuda is the user's on. Refused
+	// on under fp32 (forward reads the f32 master as the weights) and without shard_optimizer.
+	// Default auto.
 	ShardMaster ShardMaster `yaml:"shard_master,omitempty"`
+	// shard_gather: auto | host | device. Under shard_optimizer on --device cuda with fp16 on the
+	// f16 wire, how the updated f16 weights reach the other ranks each step: host, through pinned
+	// memory and the host ring; device, copied between the GPUs of one host over CUDA IPC after
+	// one meeting of the ranks (ddp/shard_peer.go; every rank on one host; not yet run on a GPU).
+	// The same bits. auto: host. Default auto.
+	ShardGather ShardGather `yaml:"shard_gather,omitempty"`
 	// timeout: how long a collective waits for a silent peer before the job fails (Go duration:
 	// 30s, 5m). Default 30s (allreduce.DefaultTimeout). Checkpoint writes do not count against
 	// it (they run in the background); raise it for slow networks or very large buckets.

@@ -309,6 +309,10 @@ func (c *Config) validateDDP(p *problems) {
 	p.choice(c.DDP.validateIntraHost())
 	p.choice(recheck(c.DDP.OverlapGather, ParseOverlapGather))
 	p.choice(recheck(c.DDP.ShardMaster, ParseShardMaster))
+	p.choice(recheck(c.DDP.ShardGather, ParseShardGather))
+	if c.DDP.ShardGather == ShardGatherDevice && !c.DDP.ShardOptimizer {
+		p.bad("ddp.shard_gather", "device needs ddp.shard_optimizer: true (it gathers the shards' updated weights)")
+	}
 	if c.DDP.ShardMaster == ShardMasterOn && !c.DDP.ShardOptimizer {
 		p.bad("ddp.shard_master", "on needs ddp.shard_optimizer: true (the master is sharded with the optimizer state)")
 	}

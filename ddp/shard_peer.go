@@ -1,0 +1,119 @@
+package ddp
+
+// shard_peer.go: ddp.shard_gather: device — the sharded staged path's all-gather of the f16
+// weights (shard_gpu.go, step 3) as copies between the devices of one host (issue 31's W = 2 step;
+// issue 34's device path without a kernel that waits on another process).
+//
+// On the staged path each rank's optimizer writes its owned segment of every bucket of the f16
+// compute copy; stagedHalfGather then copies those segments out to pinned memory, all-gathers them
+// on the host ring and copies whole buckets back: for GPT-2 small at W = 2, 125 MB each way
+// through the host per rank and step, longer than the forward it hides behind (docs/perf-memory.md:
+// the sharded step 1.16–1.20× the unsharded one). Here every rank maps its peers' f16 copies once
+// (tensor.PeerMirror, CUDA IPC), and a step's gather is:
+//
+//  1. this rank waits for its own optimizer step (the device's stream), then the ranks meet once
+//     over the group (an all-gather of one byte): every rank's owned segments are written;
+//  2. each bucket, as forward reaches it (ddp.overlap_gather) or all at once, gets the peers'
+//     owned segments copied into this rank's f16 copy on the compute stream (PeerMirror.Pull: the
+//     copy engines, device to device).
+//
+// The copies carry the peers' values bit for bit: the same weights as the host all-gather's
+// (TestShardStaged_peerGatherBitIdentical). A peer must not write a segment while another rank
+// still copies it: its next write is its next optimizer step, which comes after the next
+// reduce-scatter, which needs this rank's next backward, which its stream runs after these copies.
+// And a rank's f16 copy must outlive its peers' last copies of it: the trainer ends with the
+// replica check, a collective each rank joins after a device wait. The meeting costs the GPU the
+// time between the optimizer's end and the first copy (a host round trip); the copies themselves
+// run at the device's copy rate (~125 MB in well under a millisecond on one GPU). Not yet run on a
+// GPU.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/goddp/goddp/allreduce"
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// UsePeerGather switches the sharded staged path's gather of the f16 weights to copies between
+// the devices (the file's comment). It is a collective of the engine's group: call it on every
+// rank after New and before the first step, only where every rank is on this host and the device
+// can map its peers' memory (tensor.PeerMirrorDevice: a CUDA build). A rank that cannot still
+// takes part in the handle exchange, so every rank fails naming it.
+func (e *Engine) UsePeerGather(ctx context.Context) error {
+	var mine error
+	md, ok := e.dev.(tensor.PeerMirrorDevice)
+	switch {
+	case e.shard == nil:
+		if e.comm.Size() < 2 {
+			return nil // alone: nothing is gathered
+		}
+		mine = errors.New("ddp.shard_gather: device needs ddp.shard_optimizer")
+	case e.devp != nil:
+		mine = errors.New("ddp.shard_gather: device with ddp.intra_host: device: that path gathers on the device already")
+	case e.gpu == nil || e.gpu.shardStg == nil:
+		mine = fmt.Errorf("ddp.shard_gather: device needs the sharded staged path (--device cuda, precision fp16 with the f16 wire); this run gathers on the host")
+	case !ok:
+		mine = fmt.Errorf("ddp.shard_gather: device: device %s cannot map its peers' memory (a CUDA build can)", e.dev.Name())
+	}
+	var m tensor.PeerMirror
+	if mine == nil {
+		m, mine = md.NewPeerMirror(e.ps.Half, e.comm.Rank(), e.comm.Size())
+	}
+	offer := []byte{0}
+	if mine == nil {
+		offer = append([]byte{1}, m.Handle()...)
+	}
+	all, err := e.comm.AllGather(ctx, offer)
+	if err != nil && mine == nil {
+		mine = fmt.Errorf("exchanging the handles: %w", err)
+	}
+	if mine == nil {
+		for r, b := range all {
+			if len(b) == 0 || b[0] != 1 {
+				mine = fmt.Errorf("rank %d could not share its weights", r)
+				break
+			}
+			all[r] = b[1:]
+		}
+	}
+	if mine == nil {
+		mine = m.Connect(all)
+	}
+	if mine != nil {
+		if m != nil {
+			m.Close()
+		}
+		return fmt.Errorf("ddp: rank %d: %w", e.comm.Rank(), mine)
+	}
+	e.peer = m
+	return nil
+}
+
+// PeerGather reports whether UsePeerGather switched the gather to the devices.
+func (e *Engine) PeerGather() bool { return e.peer != nil }
+
+// peerHalfGather is GatherParams' all-gather with UsePeerGather: the wait and the meeting (steps
+// 1), then an op whose land copies each bucket's peer segments (step 2); its channels carry
+// nothing.
+func (e *Engine) peerHalfGather(ctx context.Context) (string, gatherOp, error) {
+	const what = "f16 weights (device copies)"
+	e.dev.Sync() // this rank's optimizer step has written its segments
+	if _, err := e.comm.AllGather(ctx, []byte{1}); err != nil {
+		return what, gatherOp{}, fmt.Errorf("ddp: the ranks' meeting before the %s: %w", what, err)
+	}
+	n, me := e.comm.Size(), e.comm.Rank()
+	return what, gatherOp{
+		gather: func(context.Context, int, *bucket) error { return nil },
+		land: func(b *bucket) {
+			for q := range n {
+				if q == me {
+					continue
+				}
+				lo, hi := allreduce.Segment(b.hi-b.lo, n, q)
+				e.peer.Pull(q, b.lo+lo, b.lo+hi)
+			}
+		},
+	}, nil
+}
