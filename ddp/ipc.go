@@ -40,23 +40,11 @@ func NewDeviceReducer(ctx context.Context, dev tensor.Device, buf *tensor.Tensor
 	} else {
 		red, mine = ipc.NewIPCReducer(buf, DevicePlan(buf.Len(), comm.Size(), comm.Rank()))
 	}
-	offer := []byte{0}
+	var handle []byte
 	if mine == nil {
-		offer = append([]byte{1}, red.Handle()...)
+		handle = red.Handle()
 	}
-	all, err := comm.AllGather(ctx, offer)
-	if err != nil {
-		mine = fmt.Errorf("exchanging the handles: %w", err)
-	}
-	if mine == nil {
-		for r, b := range all {
-			if len(b) == 0 || b[0] != 1 {
-				mine = fmt.Errorf("rank %d could not make its reducer", r)
-				break
-			}
-			all[r] = b[1:]
-		}
-	}
+	all, mine := exchangeHandles(ctx, comm, handle, mine, "make its reducer")
 	if mine == nil {
 		mine = red.Connect(all)
 	}
@@ -67,4 +55,29 @@ func NewDeviceReducer(ctx context.Context, dev tensor.Device, buf *tensor.Tensor
 		return nil, fmt.Errorf("ddp: device all-reduce, rank %d: %w", comm.Rank(), mine)
 	}
 	return red, nil
+}
+
+// exchangeHandles all-gathers every rank's handle over comm, by rank: this rank offers handle
+// unless mine (its own failure) is set, and then still takes part, so that every rank fails,
+// naming the first rank that could not do what (for example "make its reducer"). It returns mine
+// unchanged when set.
+func exchangeHandles(ctx context.Context, comm Comm, handle []byte, mine error, what string) ([][]byte, error) {
+	offer := []byte{0}
+	if mine == nil {
+		offer = append([]byte{1}, handle...)
+	}
+	all, err := comm.AllGather(ctx, offer)
+	if mine != nil {
+		return nil, mine
+	}
+	if err != nil {
+		return nil, fmt.Errorf("exchanging the handles: %w", err)
+	}
+	for r, b := range all {
+		if len(b) == 0 || b[0] != 1 {
+			return nil, fmt.Errorf("rank %d could not %s", r, what)
+		}
+		all[r] = b[1:]
+	}
+	return all, nil
 }

@@ -61,23 +61,11 @@ func (e *Engine) UsePeerGather(ctx context.Context) error {
 	if mine == nil {
 		m, mine = md.NewPeerMirror(e.ps.Half, e.comm.Rank(), e.comm.Size())
 	}
-	offer := []byte{0}
+	var handle []byte
 	if mine == nil {
-		offer = append([]byte{1}, m.Handle()...)
+		handle = m.Handle()
 	}
-	all, err := e.comm.AllGather(ctx, offer)
-	if err != nil && mine == nil {
-		mine = fmt.Errorf("exchanging the handles: %w", err)
-	}
-	if mine == nil {
-		for r, b := range all {
-			if len(b) == 0 || b[0] != 1 {
-				mine = fmt.Errorf("rank %d could not share its weights", r)
-				break
-			}
-			all[r] = b[1:]
-		}
-	}
+	all, mine := exchangeHandles(ctx, e.comm, handle, mine, "share its weights")
 	if mine == nil {
 		mine = m.Connect(all)
 	}
