@@ -295,7 +295,7 @@ type (
 
 // optimizerShardFor is this rank's shard under ddp.shard_optimizer (ddp.PlanShard: the engine
 // plans the same from the same buckets), nil when unsharded or alone. On any device: on CUDA
-// (the user's choice of the key; not yet run on a GPU) the optimizer state lives on the device
+// (the user's choice of the key; measured on H200s and H100s: docs/perf-memory.md) the optimizer state lives on the device
 // and the engine takes the staged path under fp16 (ddp/shard_gpu.go), else its host path.
 func optimizerShardFor(cfg *Config, env Env, ps *model.Params) *model.Shard {
 	if !cfg.DDP.ShardOptimizer || env.WorldSize <= 1 {

@@ -28,7 +28,7 @@ func (t *Trainer) intraHostDevice(ctx context.Context, eng *ddp.Engine) error {
 	}
 	if visibleGPUs != nil {
 		if n, err := visibleGPUs(); err == nil && n < t.env.LocalWorldSize {
-			slog.Warn("ddp.intra_host: device with workers sharing GPUs: without MPS each all-reduce waits for the GPU to switch between the workers' contexts (3.7x slower than the host path, 2 workers of one H200); under MPS (nvidia-cuda-mps-control -d) the kernel-paced all-reduce spins on the lagging worker (1.8x slower, 2 workers of one H100; 4 deadlocked until the abort) and GODDP_IPC_WAIT=stream, which waits on the stream instead, has not yet run on a GPU (docs/perf-gpu-ddp.md); use auto or host",
+			slog.Warn("ddp.intra_host: device with workers sharing GPUs: without MPS each all-reduce waits for the GPU to switch between the workers' contexts (3.7x slower than the host path, 2 workers of one H200); under MPS (nvidia-cuda-mps-control -d) the kernel-paced all-reduce spins on the lagging worker (1.8x slower, 2 workers of one H100; 4 deadlocked until the abort) and GODDP_IPC_WAIT=stream, which waits on the stream instead, costs ~5.5 ms a bucket there (2.8x slower, 2 workers of one H100; docs/perf-gpu-ddp.md); use auto or host",
 				"local_world_size", t.env.LocalWorldSize, "gpus", n)
 		}
 	}

@@ -16,7 +16,7 @@ import (
 // NHWC: the CPU's NHWC is its NCHW arithmetic between transposes), f32 and f16, with
 // cuRunCase's tolerances (relative L2 ≤ 1e-5 all-f32, ≤ 1e-2 with f16). Geometries: the 3×3
 // "same" convolution, the strided 1×1 projection, the 7×7/2 stem, an odd 3×2 kernel; pools of
-// 3×3/2 with padding (overlapping windows). Not yet run on a GPU.
+// 3×3/2 with padding (overlapping windows). Passed on H100s (sessions 12–19, -tags cuda,cudnn).
 
 type convCase struct {
 	N, C, H, W, OC int

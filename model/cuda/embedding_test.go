@@ -17,7 +17,7 @@ import (
 // its values (dwpe's kernel is another, deterministic already) — and the same bits on a second
 // run: f32, f16 and bf16 output gradients, a small
 // vocabulary where every token repeats hundreds of times, GPT-2's 50304 with a skewed draw (a few
-// hot tokens, as text has), B·T from 1 to 16384, widths 768 and 100. Not yet run on a GPU.
+// hot tokens, as text has), B·T from 1 to 16384, widths 768 and 100. Passed on an H100 (session 19).
 func TestCUDA_embeddingSortedMatchesCPU(t *testing.T) {
 	t.Setenv("GODDP_EMB_SORTED", "1")
 	g := gpu(t)

@@ -181,7 +181,8 @@ func (r *ipcReducer) ReduceScatter(s tensor.IPCStream, scale, div float32) tenso
 }
 
 // AllGather enqueues the copy of the pinned segment into this rank's segment (when there is one),
-// then the gather half, on the side stream (tensor.IPCHalfReducer). Not yet run on a GPU.
+// then the gather half, on the side stream (tensor.IPCHalfReducer). Its tests passed on an H100
+// (TestCUDA_ipcHalves and the device path's sharded rows, sessions 17 and 19).
 func (r *ipcReducer) AllGather(s tensor.IPCStream) tensor.Fence {
 	st := r.sideStream(s)
 	d := r.d
