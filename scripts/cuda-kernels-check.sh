@@ -102,6 +102,14 @@ done
 # prelude, so __global__ stays a word) must be exactly those the name scan registers: a kernel made
 # by a macro is invisible to the scan and panics "no kernel" at its first launch (session 15's
 # CHAN_PART8). And every literal the Go code launches must be registered by some source.
+# The attention source again with every compile-time option flashOptions can pass (env.go).
+f=$tmp/flashKernelSource.cu
+if [ -f "$f" ] && ! clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocudainc -nocudalib -fsyntax-only -std=c++17 \
+  -include "$root/scripts/cudastub/kernel_prelude.h" -DFLASH_TILE_MAJOR=1 -DFLASH_EX2_FTZ=1 \
+  -DFLASH_FWD_MINB=,4 -DFLASH_DQ_MINB=,4 -DFLASH_DKDV_MINB=,3 "$f" 2> "$f.optlog"; then
+  echo "cuda-kernels-check: flashKernelSource with flashOptions' defines:"; sed "s|$tmp/||" "$f.optlog" | head -20
+  status=1
+fi
 for f in "$tmp"/*.cu; do
   case "$f" in *_bf16.cu) continue ;; esac
   if ! clang -E -P -x cuda --cuda-device-only -nocudainc -nocudalib -std=c++17 "$f" 2> "$f.elog" |

@@ -27,6 +27,7 @@ import (
 //	GODDP_FLASH_CARVEOUT=N the fused attention kernels' preferred shared-memory carveout, percent of the SM's L1/shared (flash.go; read at load; measured no change on an H200, session 16)
 //	GODDP_FLASH_TILE_MAJOR=0 the attention kernels' grid (tiles, B·H), not (B·H, tiles) with every head's longest tile first (flashOptions; the default since session 17's H100 A/B)
 //	GODDP_FLASH_MINBLOCKS=F,Q,K the attention kernels' __launch_bounds__ blocks per SM (flashOptions; 4,4,3 spills and measured slower on an H100, session 17)
+//	GODDP_FLASH_EX2=1 the attention kernels' exponentials as one ex2.approx.ftz each, not exp2f's subnormal handling around it (flashOptions; the same bits expected; not yet run on a GPU)
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
 //	GODDP_BIAS_EPILOGUE=0 a GPT without model.gemm_epilogue takes no cublasLt bias-only epilogues (the QKV bias add, the linears' bias gradients in their weight-gradient GEMMs: lt.go; within rounding; the default since session 19's whole suite)
@@ -168,6 +169,9 @@ func streamConnections() error {
 //	                               every head first; 0: (tiles, B·H), as before session 17
 //	GODDP_FLASH_MINBLOCKS=F,Q,K    __launch_bounds__' blocks per SM for the forward, dq and dk/dv
 //	                               kernels (each 1..8; e.g. 4,4,3: at most 128, 128, 168 registers)
+//	GODDP_FLASH_EX2=1              the exponentials as one ex2.approx.ftz each instead of exp2f's
+//	                               compare, instruction and two multiplies (flash_kernels.go's fexp2;
+//	                               not yet run on a GPU)
 //
 // Measured on an H100 in session 17 (docs/perf-gpu.md): tile-major −0.6% at batch 16 and −2%
 // at batch 8 in two calls, the same bits (TestCUDA_flashOptionsSameBits), so it is the default;
@@ -181,6 +185,13 @@ func flashOptions() (opts []string, tileMajor bool, err error) {
 		opts = append(opts, "-DFLASH_TILE_MAJOR=1")
 	default:
 		return nil, false, fmt.Errorf("cuda: GODDP_FLASH_TILE_MAJOR=%q: want 0 or 1", v)
+	}
+	switch v := os.Getenv("GODDP_FLASH_EX2"); v {
+	case "", "0":
+	case "1":
+		opts = append(opts, "-DFLASH_EX2_FTZ=1")
+	default:
+		return nil, false, fmt.Errorf("cuda: GODDP_FLASH_EX2=%q: want 0 or 1", v)
 	}
 	if v := os.Getenv("GODDP_FLASH_MINBLOCKS"); v != "" {
 		parts := strings.Split(v, ",")

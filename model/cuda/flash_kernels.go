@@ -62,6 +62,23 @@ typedef unsigned int u32;
 #ifndef FLASH_DKDV_MINB
 #define FLASH_DKDV_MINB
 #endif
+// FLASH_EX2_FTZ (GODDP_FLASH_EX2=1, flashOptions): the exponentials as one ex2.approx.ftz each,
+// where exp2f keeps results below 2^-126 (subnormal) by scaling around the same instruction — a
+// compare and two multiplies more per exponential. The kernels' exponentials are probabilities
+// that enter f16 (or bf16) products or f32 sums with 1 or more: a subnormal among them is a zero
+// there, so the bits should be exp2f's (TestCUDA_flashOptionsSameBits compares).
+#ifndef FLASH_EX2_FTZ
+#define FLASH_EX2_FTZ 0
+#endif
+__device__ __forceinline__ float fexp2(float x) {
+#if FLASH_EX2_FTZ
+	float y;
+	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+	return y;
+#else
+	return exp2f(x);
+#endif
+}
 __device__ __forceinline__ int flash_tile() { return FLASH_TILE_MAJOR ? blockIdx.y : blockIdx.x; }
 __device__ __forceinline__ int flash_tiles() { return FLASH_TILE_MAJOR ? gridDim.y : gridDim.x; }
 __device__ __forceinline__ int flash_bh() { return FLASH_TILE_MAJOR ? blockIdx.x : blockIdx.y; }
@@ -237,13 +254,13 @@ __device__ __forceinline__ void flash_fwd(half_t* __restrict__ y, float* __restr
 			mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
 			// Key 0 is in tile 0 and never masked, so the running max is finite from the first tile on.
 			float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-			float a0 = exp2f(m0 - mn0), a1 = exp2f(m1 - mn1);
+			float a0 = fexp2(m0 - mn0), a1 = fexp2(m1 - mn1);
 			m0 = mn0; m1 = mn1;
 			float ps0 = 0.f, ps1 = 0.f;
 			#pragma unroll
 			for (int j = 0; j < 8; j++) {
-				s[j][0] = exp2f(s[j][0] - m0); s[j][1] = exp2f(s[j][1] - m0);
-				s[j][2] = exp2f(s[j][2] - m1); s[j][3] = exp2f(s[j][3] - m1);
+				s[j][0] = fexp2(s[j][0] - m0); s[j][1] = fexp2(s[j][1] - m0);
+				s[j][2] = fexp2(s[j][2] - m1); s[j][3] = fexp2(s[j][3] - m1);
 				ps0 += s[j][0] + s[j][1];
 				ps1 += s[j][2] + s[j][3];
 			}
@@ -386,7 +403,7 @@ __global__ void __launch_bounds__(128 FLASH_DKDV_MINB) k_flash_bwd_dkdv(half_t* 
 			#pragma unroll
 			for (int i = 0; i < 4; i++) {
 				int c = j * 8 + t4 * 2 + (i & 1);
-				float p = exp2f(st[j][i] * sl2 - sL[cur][c]);
+				float p = fexp2(st[j][i] * sl2 - sL[cur][c]);
 				if (diag && q0 + c < (i < 2 ? kr0 : kr1)) p = 0.f;
 				st[j][i] = p;
 			}
@@ -481,7 +498,7 @@ __global__ void __launch_bounds__(128 FLASH_DQ_MINB) k_flash_bwd_dq(half_t* __re
 			#pragma unroll
 			for (int i = 0; i < 4; i++) {
 				int key = k0 + j * 8 + t4 * 2 + (i & 1);
-				float p = exp2f(s[j][i] * sl2 - (i < 2 ? L0 : L1));
+				float p = fexp2(s[j][i] * sl2 - (i < 2 ? L0 : L1));
 				if (diag && key > (i < 2 ? r0 : r1)) p = 0.f;
 				s[j][i] = p * (dp[j][i] - (i < 2 ? D0 : D1));
 			}

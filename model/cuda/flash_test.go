@@ -160,16 +160,20 @@ func TestFlashCarveout_parse(t *testing.T) {
 // register cap: a reference device made with TILE_MAJOR=0), f16 and bf16, on lengths that are
 // and are not multiples of 64. Each variant is a device of its own (the options are compiled in
 // at load). Passed on an H100 in session 17 (then against the default, which was the reference).
+// GODDP_FLASH_EX2=1 (the exponentials without exp2f's subnormal handling) is expected to give the
+// same bits too: its probabilities below 2^-126 are zeros in every product and sum they enter (not
+// yet run on a GPU).
 func TestCUDA_flashOptionsSameBits(t *testing.T) {
 	gpu(t)
 	t.Setenv("GODDP_FLASH_TILE_MAJOR", "0")
 	t.Setenv("GODDP_FLASH_MINBLOCKS", "")
+	t.Setenv("GODDP_FLASH_EX2", "")
 	ref, err := New(0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ref.Close()
-	variants := []struct{ tileMajor, minBlocks string }{{"1", ""}, {"0", "4,4,3"}, {"1", "4,4,3"}}
+	variants := []struct{ tileMajor, minBlocks, ex2 string }{{"1", "", ""}, {"0", "4,4,3", ""}, {"1", "4,4,3", ""}, {"1", "", "1"}}
 	type result struct {
 		y, dqkv []uint16
 		lse     []float32
@@ -205,9 +209,10 @@ func TestCUDA_flashOptionsSameBits(t *testing.T) {
 	for _, vr := range variants {
 		t.Setenv("GODDP_FLASH_TILE_MAJOR", vr.tileMajor)
 		t.Setenv("GODDP_FLASH_MINBLOCKS", vr.minBlocks)
+		t.Setenv("GODDP_FLASH_EX2", vr.ex2)
 		d, err := New(0)
 		if err != nil {
-			t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q: %v", vr.tileMajor, vr.minBlocks, err)
+			t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q: %v", vr.tileMajor, vr.minBlocks, vr.ex2, err)
 		}
 		for _, k := range []string{"k_flash_fwd", "k_flash_bwd_dq", "k_flash_bwd_dkdv"} {
 			if r, err := d.KernelResources(k, 128, 0); err == nil {
@@ -226,13 +231,13 @@ func TestCUDA_flashOptionsSameBits(t *testing.T) {
 				}{{"y", want.y, got.y}, {"dqkv", want.dqkv, got.dqkv}} {
 					for j := range p.a {
 						if p.a[j] != p.b[j] {
-							t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q %s %v: %s[%d] bits %#04x, the reference kernels' %#04x", vr.tileMajor, vr.minBlocks, dt, sh, p.name, j, p.b[j], p.a[j])
+							t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q %s %v: %s[%d] bits %#04x, the reference kernels' %#04x", vr.tileMajor, vr.minBlocks, vr.ex2, dt, sh, p.name, j, p.b[j], p.a[j])
 						}
 					}
 				}
 				for j := range want.lse {
 					if math.Float32bits(want.lse[j]) != math.Float32bits(got.lse[j]) {
-						t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q %s %v: lse[%d] %g, the reference kernels' %g", vr.tileMajor, vr.minBlocks, dt, sh, j, got.lse[j], want.lse[j])
+						t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q %s %v: lse[%d] %g, the reference kernels' %g", vr.tileMajor, vr.minBlocks, vr.ex2, dt, sh, j, got.lse[j], want.lse[j])
 					}
 				}
 			}
@@ -244,6 +249,7 @@ func TestCUDA_flashOptionsSameBits(t *testing.T) {
 }
 
 func TestFlashOptions_parse(t *testing.T) {
+	t.Setenv("GODDP_FLASH_EX2", "")
 	for _, c := range []struct {
 		tile, minb string
 		want       string
@@ -262,6 +268,19 @@ func TestFlashOptions_parse(t *testing.T) {
 			t.Errorf("TILE_MAJOR=%q MINBLOCKS=%q: %q %v %v; want %q %v", c.tile, c.minb, opts, major, err, c.want, c.major)
 		}
 	}
+	t.Setenv("GODDP_FLASH_TILE_MAJOR", "")
+	t.Setenv("GODDP_FLASH_MINBLOCKS", "")
+	for ex2, want := range map[string]string{"1": "-DFLASH_TILE_MAJOR=1 -DFLASH_EX2_FTZ=1", "0": "-DFLASH_TILE_MAJOR=1"} {
+		t.Setenv("GODDP_FLASH_EX2", ex2)
+		if opts, _, err := flashOptions(); err != nil || strings.Join(opts, " ") != want {
+			t.Errorf("EX2=%q: %q %v; want %q", ex2, opts, err, want)
+		}
+	}
+	t.Setenv("GODDP_FLASH_EX2", "ftz")
+	if _, _, err := flashOptions(); err == nil || !strings.Contains(err.Error(), "GODDP_FLASH_EX2") {
+		t.Errorf("EX2=ftz: error %v, want one naming the variable", err)
+	}
+	t.Setenv("GODDP_FLASH_EX2", "")
 	for _, c := range [][2]string{{"2", ""}, {"yes", ""}, {"", "4,4"}, {"", "4,4,0"}, {"", "4,9,3"}, {"", "a,b,c"}} {
 		t.Setenv("GODDP_FLASH_TILE_MAJOR", c[0])
 		t.Setenv("GODDP_FLASH_MINBLOCKS", c[1])
