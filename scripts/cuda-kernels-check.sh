@@ -81,7 +81,7 @@ open(f"{out}/literals", "w").write("\n".join(sorted(lits)) + "\n")
 # The bf16 instantiations: each swap's f16 text must occur exactly once (as bf16.go requires).
 swaps = [("f16H2F", "bf16H2F"), ("f16F2H", "bf16F2H")]
 for n, b in sources.items():
-    pairs = list(swaps) + ([("f16MMA", "bf16MMA")] if consts.get("f16MMA", "\0") in b else [])
+    pairs = list(swaps) + [(a, z) for a, z in (("f16MMA", "bf16MMA"), ("f16Pack2X", "bf16Pack2X")) if consts.get(a, "\0") in b]
     if not all(consts.get(a, "\0") in b for a, _ in swaps):
         continue
     for a, z in pairs:
@@ -102,14 +102,16 @@ done
 # prelude, so __global__ stays a word) must be exactly those the name scan registers: a kernel made
 # by a macro is invisible to the scan and panics "no kernel" at its first launch (session 15's
 # CHAN_PART8). And every literal the Go code launches must be registered by some source.
-# The attention source again with every compile-time option flashOptions can pass (env.go).
-f=$tmp/flashKernelSource.cu
+# The attention source again with every compile-time option flashOptions can pass (env.go), the
+# f16 module and the bf16 one.
+for f in "$tmp"/flashKernelSource.cu "$tmp"/flashKernelSource_bf16.cu; do
 if [ -f "$f" ] && ! clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocudainc -nocudalib -fsyntax-only -std=c++17 \
-  -include "$root/scripts/cudastub/kernel_prelude.h" -DFLASH_TILE_MAJOR=1 -DFLASH_EX2_FTZ=1 \
+  -include "$root/scripts/cudastub/kernel_prelude.h" -DFLASH_TILE_MAJOR=1 -DFLASH_EX2_FTZ=1 -DFLASH_PACK_X2=1 \
   -DFLASH_FWD_MINB=,4 -DFLASH_DQ_MINB=,4 -DFLASH_DKDV_MINB=,3 "$f" 2> "$f.optlog"; then
-  echo "cuda-kernels-check: flashKernelSource with flashOptions' defines:"; sed "s|$tmp/||" "$f.optlog" | head -20
+  echo "cuda-kernels-check: $(basename "$f" .cu) with flashOptions' defines:"; sed "s|$tmp/||" "$f.optlog" | head -20
   status=1
 fi
+done
 for f in "$tmp"/*.cu; do
   case "$f" in *_bf16.cu) continue ;; esac
   if ! clang -E -P -x cuda --cuda-device-only -nocudainc -nocudalib -std=c++17 "$f" 2> "$f.elog" |

@@ -35,13 +35,17 @@ const (
 	bf16F2H = `__device__ __forceinline__ half_t f2h(float f) { half_t h; asm("{cvt.rn.bf16.f32 %0, %1;}" : "=h"(h) : "f"(f)); return h; }`
 	f16MMA  = `mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`
 	bf16MMA = `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`
+	// the attention's pack2 under FLASH_PACK_X2 (flash_kernels.go): two floats rounded into one
+	// 32-bit pair by one instruction (lo in the low half: cvt's second source)
+	f16Pack2X  = `asm("{cvt.rn.f16x2.f32 %0, %2, %1;}" : "=r"(r) : "f"(lo), "f"(hi));`
+	bf16Pack2X = `asm("{cvt.rn.bf16x2.f32 %0, %2, %1;}" : "=r"(r) : "f"(lo), "f"(hi));`
 )
 
 // bf16Swaps turns an elementwise source's f16 instantiation into its bf16 one; flashBF16Swaps
 // does the same for the fused attention source.
 var (
 	bf16Swaps      = [][2]string{{f16H2F, bf16H2F}, {f16F2H, bf16F2H}}
-	flashBF16Swaps = [][2]string{{f16H2F, bf16H2F}, {f16F2H, bf16F2H}, {f16MMA, bf16MMA}}
+	flashBF16Swaps = [][2]string{{f16H2F, bf16H2F}, {f16F2H, bf16F2H}, {f16MMA, bf16MMA}, {f16Pack2X, bf16Pack2X}}
 )
 
 // instantiate returns src for the 16-bit dtype dt: src itself for F16, src with each swap applied

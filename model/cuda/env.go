@@ -28,6 +28,7 @@ import (
 //	GODDP_FLASH_TILE_MAJOR=0 the attention kernels' grid (tiles, B·H), not (B·H, tiles) with every head's longest tile first (flashOptions; the default since session 17's H100 A/B)
 //	GODDP_FLASH_MINBLOCKS=F,Q,K the attention kernels' __launch_bounds__ blocks per SM (flashOptions; 4,4,3 spills and measured slower on an H100, session 17)
 //	GODDP_FLASH_EX2=1 the attention kernels' exponentials as one ex2.approx.ftz each, not exp2f's subnormal handling around it (flashOptions; the same bits expected; not yet run on a GPU)
+//	GODDP_FLASH_PACK2=1 the attention kernels' f16 (bf16) pairs packed by one cvt.rn.f16x2.f32 each (flashOptions; the same bits; not yet run on a GPU)
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
 //	GODDP_BIAS_EPILOGUE=0 a GPT without model.gemm_epilogue takes no cublasLt bias-only epilogues (the QKV bias add, the linears' bias gradients in their weight-gradient GEMMs: lt.go; within rounding; the default since session 19's whole suite)
@@ -172,6 +173,9 @@ func streamConnections() error {
 //	GODDP_FLASH_EX2=1              the exponentials as one ex2.approx.ftz each instead of exp2f's
 //	                               compare, instruction and two multiplies (flash_kernels.go's fexp2;
 //	                               not yet run on a GPU)
+//	GODDP_FLASH_PACK2=1            a pair of floats packed to 16 bits by one cvt.rn.f16x2.f32
+//	                               (bf16x2) instead of two cvt, a shift and an or (pack2; the same
+//	                               bits; not yet run on a GPU)
 //
 // Measured on an H100 in session 17 (docs/perf-gpu.md): tile-major −0.6% at batch 16 and −2%
 // at batch 8 in two calls, the same bits (TestCUDA_flashOptionsSameBits), so it is the default;
@@ -192,6 +196,13 @@ func flashOptions() (opts []string, tileMajor bool, err error) {
 		opts = append(opts, "-DFLASH_EX2_FTZ=1")
 	default:
 		return nil, false, fmt.Errorf("cuda: GODDP_FLASH_EX2=%q: want 0 or 1", v)
+	}
+	switch v := os.Getenv("GODDP_FLASH_PACK2"); v {
+	case "", "0":
+	case "1":
+		opts = append(opts, "-DFLASH_PACK_X2=1")
+	default:
+		return nil, false, fmt.Errorf("cuda: GODDP_FLASH_PACK2=%q: want 0 or 1", v)
 	}
 	if v := os.Getenv("GODDP_FLASH_MINBLOCKS"); v != "" {
 		parts := strings.Split(v, ",")

@@ -85,7 +85,21 @@ __device__ __forceinline__ int flash_bh() { return FLASH_TILE_MAJOR ? blockIdx.x
 
 __device__ __forceinline__ float h2f(half_t h) { float f; asm("{cvt.f32.f16 %0, %1;}" : "=f"(f) : "h"(h)); return f; }
 __device__ __forceinline__ half_t f2h(float f) { half_t h; asm("{cvt.rn.f16.f32 %0, %1;}" : "=h"(h) : "f"(f)); return h; }
+// FLASH_PACK_X2 (GODDP_FLASH_PACK2=1, flashOptions): a pair rounded by one cvt.rn.f16x2.f32 (the
+// bf16 module's cvt.rn.bf16x2.f32) instead of two cvt and a shift and an or: the same rounding of
+// each value, so the same bits.
+#ifndef FLASH_PACK_X2
+#define FLASH_PACK_X2 0
+#endif
+#if FLASH_PACK_X2
+__device__ __forceinline__ u32 pack2(float lo, float hi) {
+	u32 r;
+	` + f16Pack2X + `
+	return r;
+}
+#else
 __device__ __forceinline__ u32 pack2(float lo, float hi) { return (u32)f2h(lo) | ((u32)f2h(hi) << 16); }
+#endif
 __device__ __forceinline__ u32 smem(const void* p) {
 	u32 a;
 	asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));

@@ -162,18 +162,21 @@ func TestFlashCarveout_parse(t *testing.T) {
 // at load). Passed on an H100 in session 17 (then against the default, which was the reference).
 // GODDP_FLASH_EX2=1 (the exponentials without exp2f's subnormal handling) is expected to give the
 // same bits too: its probabilities below 2^-126 are zeros in every product and sum they enter (not
-// yet run on a GPU).
+// yet run on a GPU). So is GODDP_FLASH_PACK2=1 (pairs rounded by one cvt.rn.f16x2.f32: the same
+// rounding of each value).
 func TestCUDA_flashOptionsSameBits(t *testing.T) {
 	gpu(t)
 	t.Setenv("GODDP_FLASH_TILE_MAJOR", "0")
 	t.Setenv("GODDP_FLASH_MINBLOCKS", "")
 	t.Setenv("GODDP_FLASH_EX2", "")
+	t.Setenv("GODDP_FLASH_PACK2", "")
 	ref, err := New(0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ref.Close()
-	variants := []struct{ tileMajor, minBlocks, ex2 string }{{"1", "", ""}, {"0", "4,4,3", ""}, {"1", "4,4,3", ""}, {"1", "", "1"}}
+	variants := []struct{ tileMajor, minBlocks, ex2, pack string }{{"1", "", "", ""}, {"0", "4,4,3", "", ""}, {"1", "4,4,3", "", ""},
+		{"1", "", "1", ""}, {"1", "", "", "1"}, {"1", "", "1", "1"}}
 	type result struct {
 		y, dqkv []uint16
 		lse     []float32
@@ -210,9 +213,10 @@ func TestCUDA_flashOptionsSameBits(t *testing.T) {
 		t.Setenv("GODDP_FLASH_TILE_MAJOR", vr.tileMajor)
 		t.Setenv("GODDP_FLASH_MINBLOCKS", vr.minBlocks)
 		t.Setenv("GODDP_FLASH_EX2", vr.ex2)
+		t.Setenv("GODDP_FLASH_PACK2", vr.pack)
 		d, err := New(0)
 		if err != nil {
-			t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q: %v", vr.tileMajor, vr.minBlocks, vr.ex2, err)
+			t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q PACK2=%q: %v", vr.tileMajor, vr.minBlocks, vr.ex2, vr.pack, err)
 		}
 		for _, k := range []string{"k_flash_fwd", "k_flash_bwd_dq", "k_flash_bwd_dkdv"} {
 			if r, err := d.KernelResources(k, 128, 0); err == nil {
@@ -231,13 +235,13 @@ func TestCUDA_flashOptionsSameBits(t *testing.T) {
 				}{{"y", want.y, got.y}, {"dqkv", want.dqkv, got.dqkv}} {
 					for j := range p.a {
 						if p.a[j] != p.b[j] {
-							t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q %s %v: %s[%d] bits %#04x, the reference kernels' %#04x", vr.tileMajor, vr.minBlocks, vr.ex2, dt, sh, p.name, j, p.b[j], p.a[j])
+							t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q PACK2=%q %s %v: %s[%d] bits %#04x, the reference kernels' %#04x", vr.tileMajor, vr.minBlocks, vr.ex2, vr.pack, dt, sh, p.name, j, p.b[j], p.a[j])
 						}
 					}
 				}
 				for j := range want.lse {
 					if math.Float32bits(want.lse[j]) != math.Float32bits(got.lse[j]) {
-						t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q %s %v: lse[%d] %g, the reference kernels' %g", vr.tileMajor, vr.minBlocks, vr.ex2, dt, sh, j, got.lse[j], want.lse[j])
+						t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q PACK2=%q %s %v: lse[%d] %g, the reference kernels' %g", vr.tileMajor, vr.minBlocks, vr.ex2, vr.pack, dt, sh, j, got.lse[j], want.lse[j])
 					}
 				}
 			}
@@ -276,6 +280,15 @@ func TestFlashOptions_parse(t *testing.T) {
 			t.Errorf("EX2=%q: %q %v; want %q", ex2, opts, err, want)
 		}
 	}
+	t.Setenv("GODDP_FLASH_PACK2", "1")
+	if opts, _, err := flashOptions(); err != nil || strings.Join(opts, " ") != "-DFLASH_TILE_MAJOR=1 -DFLASH_PACK_X2=1" {
+		t.Errorf("PACK2=1: %q %v", opts, err)
+	}
+	t.Setenv("GODDP_FLASH_PACK2", "x2")
+	if _, _, err := flashOptions(); err == nil || !strings.Contains(err.Error(), "GODDP_FLASH_PACK2") {
+		t.Errorf("PACK2=x2: error %v, want one naming the variable", err)
+	}
+	t.Setenv("GODDP_FLASH_PACK2", "")
 	t.Setenv("GODDP_FLASH_EX2", "ftz")
 	if _, _, err := flashOptions(); err == nil || !strings.Contains(err.Error(), "GODDP_FLASH_EX2") {
 		t.Errorf("EX2=ftz: error %v, want one naming the variable", err)
