@@ -76,6 +76,8 @@ func (e *Engine) UsePeerGather(ctx context.Context) error {
 		return fmt.Errorf("ddp: rank %d: %w", e.comm.Rank(), mine)
 	}
 	e.peer = m
+	e.log.Info("ddp: the sharded step's f16 weights are copied between the devices (ddp.shard_gather: device)",
+		"ranks", e.comm.Size(), "buckets", len(e.buckets))
 	return nil
 }
 
