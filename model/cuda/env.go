@@ -182,27 +182,30 @@ func streamConnections() error {
 // MINBLOCKS 4,4,3 spills dq and dk/dv (88 and 24 local bytes) and is +0.4% slower, the forward
 // alone at 4 blocks (4,3,2) no faster: unset (no register cap) stays the default.
 func flashOptions() (opts []string, tileMajor bool, err error) {
-	switch v := os.Getenv("GODDP_FLASH_TILE_MAJOR"); v {
-	case "0":
-	case "", "1":
-		tileMajor = true
-		opts = append(opts, "-DFLASH_TILE_MAJOR=1")
-	default:
-		return nil, false, fmt.Errorf("cuda: GODDP_FLASH_TILE_MAJOR=%q: want 0 or 1", v)
-	}
-	switch v := os.Getenv("GODDP_FLASH_EX2"); v {
-	case "", "0":
-	case "1":
-		opts = append(opts, "-DFLASH_EX2_FTZ=1")
-	default:
-		return nil, false, fmt.Errorf("cuda: GODDP_FLASH_EX2=%q: want 0 or 1", v)
-	}
-	switch v := os.Getenv("GODDP_FLASH_PACK2"); v {
-	case "", "0":
-	case "1":
-		opts = append(opts, "-DFLASH_PACK_X2=1")
-	default:
-		return nil, false, fmt.Errorf("cuda: GODDP_FLASH_PACK2=%q: want 0 or 1", v)
+	// Each 0/1 variable: its default when unset, and the define it passes when on.
+	for _, f := range []struct {
+		name, define string
+		def          bool
+		on           *bool
+	}{
+		{"GODDP_FLASH_TILE_MAJOR", "-DFLASH_TILE_MAJOR=1", true, &tileMajor},
+		{"GODDP_FLASH_EX2", "-DFLASH_EX2_FTZ=1", false, nil},
+		{"GODDP_FLASH_PACK2", "-DFLASH_PACK_X2=1", false, nil},
+	} {
+		on := f.def
+		switch v := os.Getenv(f.name); v {
+		case "":
+		case "0", "1":
+			on = v == "1"
+		default:
+			return nil, false, fmt.Errorf("cuda: %s=%q: want 0 or 1", f.name, v)
+		}
+		if on {
+			opts = append(opts, f.define)
+		}
+		if f.on != nil {
+			*f.on = on
+		}
 	}
 	if v := os.Getenv("GODDP_FLASH_MINBLOCKS"); v != "" {
 		parts := strings.Split(v, ",")
