@@ -157,6 +157,7 @@ func mirrorRank(t *testing.T, r int, comm Comm, n int) string {
 	x := d.Alloc(tensor.F16, "mirror", n)
 	defer d.Free(x)
 	d.Upload(x, mine)
+	d.Sync() // landed before a peer can copy it (the handle exchange follows)
 	m, err := d.NewPeerMirror(x, r, W)
 	if err != nil {
 		t.Errorf("rank %d: %v", r, err)
