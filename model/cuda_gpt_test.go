@@ -190,7 +190,7 @@ func cuBenchGPT2(t *testing.T, g *cuda.Device, B, T, steps int) string {
 	}
 	cfg.CheckpointKeepAttn = os.Getenv("GODDP_CKPT_KEEP") != ""
 	cfg.GemmEpilogue = os.Getenv("GODDP_GEMM_EPILOGUE") != "" // bias, GELU and bias gradients in cublasLt's epilogues
-	if s := os.Getenv("GODDP_LOSS_CHUNK"); s != "" {          // rows of logits the head holds at a time (default ~384 MiB)
+	if s := os.Getenv("GODDP_LOSS_CHUNK"); s != "" {          // rows of logits the head holds at a time (default ~384 MiB on a GPU)
 		fmt.Sscan(s, &cfg.LossChunk)
 	}
 	flashRows := 64 // GODDP_FLASH_ROWS=128: model.flash_forward_rows

@@ -21,7 +21,7 @@ type GPTConfig struct {
 	// A checkpointed block keeps only its output (the next block's input).
 	Checkpoint int
 	// LossChunk is the rows of logits (of B·T) the head and loss hold at a time (loss.go:
-	// LMHeadLossForward); 0 = LMHeadChunkRows, about 384 MiB of logits. The full (B,T,V) logits
+	// LMHeadLossForward); 0 = LMHeadChunkRows: about 384 MiB of logits on a GPU, 128 MiB on the CPU. The full (B,T,V) logits
 	// are never kept.
 	LossChunk int
 	// Attention chooses the attention path (layer_attention.go); the zero value is AttnAuto.
@@ -428,7 +428,7 @@ func NewGPT(dev tensor.Device, cfg GPTConfig, seed uint64) (*GPT, error) {
 		return nil, fmt.Errorf("model: GPTConfig.LossChunk = %d: want rows > 0, or 0 for the default", cfg.LossChunk)
 	}
 	if cfg.LossChunk == 0 {
-		cfg.LossChunk = LMHeadChunkRows(cfg.Vocab, cfg.Compute)
+		cfg.LossChunk = LMHeadChunkRows(dev, cfg.Vocab, cfg.Compute)
 	}
 	const std = 0.02
 	projStd := float32(std / math.Sqrt(2*float64(cfg.Layers)))

@@ -59,13 +59,18 @@ func CountTargets(targets *tensor.Tensor) int {
 // and dw. The memory plan is R·4 bytes of per-row losses instead of R·V logits; the price is the
 // recomputed GEMM.
 
-// LMHeadChunkRows is the default chunk: rows whose logits take about 384 MiB in dt, rounded up to
-// a multiple of 256 rows (GEMM tiles) where there are that many: 4096 rows of GPT-2's 50304 in
-// f16, 2048 in f32. Larger chunks give the lm_head's weight-gradient GEMM (dW += dlogitsᵀ·x) a
-// longer reduction: 4096 rows against session 18's 128 MiB (1334) measured −1.75 ms at b16 and
-// −0.77 at b8 on an H100 for +0.26 GiB of peak; the whole batch at once (16384 rows) −2.0 ms for
-// +1.4 GiB (docs/perf-gpu.md, "Measured: session 19").
-func LMHeadChunkRows(vocab int, dt tensor.DType) int {
+// LMHeadChunkRows is the default chunk on dev: on a GPU, rows whose logits take about 384 MiB in
+// dt, rounded up to a multiple of 256 rows (GEMM tiles) where there are that many — 4096 rows of
+// GPT-2's 50304 in f16, 2048 in f32; on a device of host memory (the CPU) about 128 MiB, as
+// before session 19. Larger chunks give the lm_head's weight-gradient GEMM (dW += dlogitsᵀ·x) a
+// longer reduction: on an H100, 4096 rows against 128 MiB's 1334 measured −1.75 ms at b16 and
+// −0.77 at b8 for +0.26 GiB of peak; the whole batch at once (16384 rows) −2.0 ms for +1.4 GiB
+// (docs/perf-gpu.md, "Measured: session 19"). The CPU's GEMM was not measured to gain from it,
+// so its memory stays as it was.
+func LMHeadChunkRows(dev tensor.Device, vocab int, dt tensor.DType) int {
+	if _, host := dev.(tensor.HostMemory); host {
+		return max(1, (128<<20)/(vocab*dt.Size()))
+	}
 	rows := (384 << 20) / (vocab * dt.Size())
 	if rows >= 256 {
 		rows = (rows + 255) / 256 * 256
