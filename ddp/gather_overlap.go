@@ -36,6 +36,10 @@ import (
 type gatherOp struct {
 	gather func(ctx context.Context, ch int, b *bucket) error
 	land   func(b *bucket)
+	// finish, when not nil, runs on the training goroutine once every bucket has landed, before
+	// the engine uses a group again (shard_peer.go: its copies read the peers' memory, and must be
+	// done before this rank lets a peer on to its next optimizer step).
+	finish func()
 }
 
 // flight is a gatherOp under way.
@@ -99,6 +103,9 @@ func (e *Engine) finishGather(f *flight) error {
 	f.cancel()
 	for i := len(e.buckets) - 1; i >= 0; i-- {
 		f.await(e.buckets[i])
+	}
+	if f.op.finish != nil {
+		f.op.finish()
 	}
 	for _, err := range f.errs {
 		if err != nil {

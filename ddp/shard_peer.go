@@ -20,8 +20,9 @@ package ddp
 // The copies carry the peers' values bit for bit: the same weights as the host all-gather's
 // (TestShardStaged_peerGatherBitIdentical). A peer must not write a segment while another rank
 // still copies it: its next write is its next optimizer step, which comes after the next
-// reduce-scatter, which needs this rank's next backward, which its stream runs after these copies.
-// And a rank's f16 copy must outlive its peers' last copies of it: the trainer ends with the
+// reduce-scatter, which needs this rank's next backward, which its stream runs after these copies
+// (a bucket forward never read lands only at the settle before this rank's next collective: the
+// gather's finish waits for the device before this rank joins it). And a rank's f16 copy must outlive its peers' last copies of it: the trainer ends with the
 // replica check, a collective each rank joins after a device wait. The meeting costs the GPU the
 // time between the optimizer's end and the first copy (a host round trip); the copies themselves
 // run at the device's copy rate (~125 MB in well under a millisecond on one GPU). Not yet run on a
@@ -105,5 +106,9 @@ func (e *Engine) peerHalfGather(ctx context.Context) (string, gatherOp, error) {
 				e.peer.Pull(q, b.lo+lo, b.lo+hi)
 			}
 		},
+		// A bucket forward never read lands at the settle before this rank's next collective;
+		// the peers may write their segments right after that collective, so the copies must be
+		// done by then (the device's stream: at that point it has run the step's backward already).
+		finish: e.dev.Sync,
 	}, nil
 }
