@@ -31,9 +31,9 @@
 // run ends bit-identical to the unsharded one (shard_test.go). On the CPU device (stage 2,
 // tensor.HostMemory) the buckets are reduce-scattered in the gradient slab itself and no host
 // copy of the gradients is held; each rank keeps only its shard's averaged gradient. On the
-// staged path (fp16, a device whose staging plan has tensor.ShardStaging: CUDA, not yet run on a
-// GPU) shard_gpu.go reduce-scatters the pinned halves and all-gathers the f16 weights there, or
-// with UsePeerGather (ddp.shard_gather: device; not yet run on a GPU) shard_peer.go copies the
+// staged path (fp16, a device whose staging plan has tensor.ShardStaging: CUDA) shard_gpu.go
+// reduce-scatters the pinned halves and all-gathers the f16 weights there, or with UsePeerGather
+// (ddp.shard_gather: device, auto's choice on one host; run on an H100) shard_peer.go copies the
 // peers' updated segments straight between the devices of one host after one meeting a step.
 //
 // Parameters (and on resume optimizer/scaler state) are broadcast from rank 0 at the start, and

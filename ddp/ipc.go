@@ -57,6 +57,14 @@ func NewDeviceReducer(ctx context.Context, dev tensor.Device, buf *tensor.Tensor
 	return red, nil
 }
 
+// rankCouldNot is exchangeHandles' failure where another rank could not do what it was to.
+type rankCouldNot struct {
+	rank int
+	what string
+}
+
+func (e rankCouldNot) Error() string { return fmt.Sprintf("rank %d could not %s", e.rank, e.what) }
+
 // exchangeHandles all-gathers every rank's handle over comm, by rank: this rank offers handle
 // unless mine (its own failure) is set, and then still takes part, so that every rank fails,
 // naming the first rank that could not do what (for example "make its reducer"). It returns mine
@@ -75,7 +83,7 @@ func exchangeHandles(ctx context.Context, comm Comm, handle []byte, mine error, 
 	}
 	for r, b := range all {
 		if len(b) == 0 || b[0] != 1 {
-			return nil, fmt.Errorf("rank %d could not %s", r, what)
+			return nil, rankCouldNot{r, what}
 		}
 		all[r] = b[1:]
 	}

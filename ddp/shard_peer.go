@@ -25,8 +25,9 @@ package ddp
 // gather's finish waits for the device before this rank joins it). And a rank's f16 copy must outlive its peers' last copies of it: the trainer ends with the
 // replica check, a collective each rank joins after a device wait. The meeting costs the GPU the
 // time between the optimizer's end and the first copy (a host round trip); the copies themselves
-// run at the device's copy rate (~125 MB in well under a millisecond on one GPU). Not yet run on a
-// GPU.
+// run at the device's copy rate (~125 MB in well under a millisecond on one GPU). Measured on an
+// H100 shared by the workers (session 20, docs/perf-memory.md): GPT-2 small's sharded step 0.94×
+// the unsharded one at W = 2 and 0.87× at W = 4, the same param_sha256.
 
 import (
 	"context"
@@ -37,44 +38,69 @@ import (
 	"github.com/goddp/goddp/model/tensor"
 )
 
+// ErrPeerSetup marks UsePeerGather's failures of the devices themselves (a rank's device could not
+// export its f16 copy or map a peer's), which every rank learns of alike: `ddp.shard_gather: auto`
+// then keeps the host ring; a refusal of the configuration or a failed collective is not one.
+var ErrPeerSetup = errors.New("the devices could not map each other's f16 weights")
+
+// PeerGatherRefusal says why UsePeerGather would refuse this engine (nil: it would try; also nil
+// alone, where nothing is gathered). The same on every rank of a run: it reads the configuration
+// and the device's kind only.
+func (e *Engine) PeerGatherRefusal() error {
+	_, ok := e.dev.(tensor.PeerMirrorDevice)
+	switch {
+	case e.shard == nil:
+		if e.comm.Size() < 2 {
+			return nil
+		}
+		return errors.New("ddp.shard_gather: device needs ddp.shard_optimizer")
+	case e.devp != nil:
+		return errors.New("ddp.shard_gather: device with ddp.intra_host: device: that path gathers on the device already")
+	case e.gpu == nil || e.gpu.shardStg == nil:
+		return errors.New("ddp.shard_gather: device needs the sharded staged path (--device cuda, precision fp16 with the f16 wire); this run gathers on the host")
+	case !ok:
+		return fmt.Errorf("ddp.shard_gather: device: device %s cannot map its peers' memory (a CUDA build can)", e.dev.Name())
+	}
+	return nil
+}
+
 // UsePeerGather switches the sharded staged path's gather of the f16 weights to copies between
 // the devices (the file's comment). It is a collective of the engine's group: call it on every
 // rank after New and before the first step, only where every rank is on this host and the device
 // can map its peers' memory (tensor.PeerMirrorDevice: a CUDA build). A rank that cannot still
-// takes part in the handle exchange, so every rank fails naming it.
+// takes part in both exchanges (the handles, then whether each rank mapped its peers), so every
+// rank fails alike, naming the rank; a device's failure wraps ErrPeerSetup on every rank.
 func (e *Engine) UsePeerGather(ctx context.Context) error {
-	var mine error
-	md, ok := e.dev.(tensor.PeerMirrorDevice)
-	switch {
-	case e.shard == nil:
-		if e.comm.Size() < 2 {
-			return nil // alone: nothing is gathered
-		}
-		mine = errors.New("ddp.shard_gather: device needs ddp.shard_optimizer")
-	case e.devp != nil:
-		mine = errors.New("ddp.shard_gather: device with ddp.intra_host: device: that path gathers on the device already")
-	case e.gpu == nil || e.gpu.shardStg == nil:
-		mine = fmt.Errorf("ddp.shard_gather: device needs the sharded staged path (--device cuda, precision fp16 with the f16 wire); this run gathers on the host")
-	case !ok:
-		mine = fmt.Errorf("ddp.shard_gather: device: device %s cannot map its peers' memory (a CUDA build can)", e.dev.Name())
+	if e.shard == nil && e.comm.Size() < 2 {
+		return nil // alone: nothing is gathered
 	}
+	mine := e.PeerGatherRefusal()
 	var m tensor.PeerMirror
+	var device error // this rank's device failed (not its configuration)
 	if mine == nil {
-		m, mine = md.NewPeerMirror(e.ps.Half, e.comm.Rank(), e.comm.Size())
+		m, device = e.dev.(tensor.PeerMirrorDevice).NewPeerMirror(e.ps.Half, e.comm.Rank(), e.comm.Size())
+		mine = device
 	}
 	var handle []byte
 	if mine == nil {
 		handle = m.Handle()
 	}
-	all, mine := exchangeHandles(ctx, e.comm, handle, mine, "share its weights")
-	if mine == nil {
-		mine = m.Connect(all)
+	all, err := exchangeHandles(ctx, e.comm, handle, mine, "share its weights")
+	if err == nil {
+		// Connect may fail on one rank alone (a handle its driver will not open): every rank
+		// learns of it before any step copies from a peer that went back to the host ring.
+		device = m.Connect(all)
+		_, err = exchangeHandles(ctx, e.comm, nil, device, "map its peers' weights")
 	}
-	if mine != nil {
+	if err != nil {
 		if m != nil {
 			m.Close()
 		}
-		return fmt.Errorf("ddp: rank %d: %w", e.comm.Rank(), mine)
+		var peer rankCouldNot
+		if (device != nil && errors.Is(err, device)) || (mine == nil && errors.As(err, &peer)) {
+			return fmt.Errorf("ddp: rank %d: %w: %w", e.comm.Rank(), ErrPeerSetup, err)
+		}
+		return fmt.Errorf("ddp: rank %d: %w", e.comm.Rank(), err)
 	}
 	e.peer = m
 	e.log.Info("ddp: the sharded step's f16 weights are copied between the devices (ddp.shard_gather: device)",

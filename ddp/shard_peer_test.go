@@ -2,6 +2,7 @@ package ddp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -152,5 +153,87 @@ func TestUsePeerGather_refusedOffTheStagedPath(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// failingMirrorCPU is mirrorStagingCPU whose rank fail cannot export its tensor (stage "export")
+// or open its peers' handles (stage "connect"), as a driver refusing CUDA IPC would.
+type failingMirrorCPU struct {
+	mirrorStagingCPU
+	fail  int
+	stage string
+}
+
+func (d failingMirrorCPU) NewPeerMirror(t *tensor.Tensor, rank, size int) (tensor.PeerMirror, error) {
+	if rank == d.fail && d.stage == "export" {
+		return nil, fmt.Errorf("rank %d's driver: no IPC handle", rank)
+	}
+	m, err := d.mirrorStagingCPU.NewPeerMirror(t, rank, size)
+	if err != nil || rank != d.fail {
+		return m, err
+	}
+	return failingConnect{m.(*cpuMirror)}, nil
+}
+
+type failingConnect struct{ *cpuMirror }
+
+func (m failingConnect) Connect([][]byte) error {
+	return fmt.Errorf("rank %d's driver: cannot open a peer's handle", m.rank)
+}
+
+// A device that cannot export or map the peers' memory on one rank fails UsePeerGather on every
+// rank alike, each error wrapping ErrPeerSetup and naming the rank that could not (so
+// ddp.shard_gather: auto keeps the host ring on all of them), and no engine is left gathering
+// from its peers; a refusal of the configuration is not ErrPeerSetup.
+func TestUsePeerGather_deviceFailureAgreed(t *testing.T) {
+	for _, stage := range []string{"export", "connect"} {
+		t.Run(stage, func(t *testing.T) {
+			hub := newMirrorHub()
+			type res struct {
+				err  error
+				peer bool
+			}
+			out := inprocWorld(t, 3, 1, func(r int, main Comm, _ []Comm) res {
+				dev := failingMirrorCPU{mirrorStagingCPU{shardStagingCPU{cpu.New()}, hub}, 1, stage}
+				m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{nFeat, nHidden, nClass}, Compute: tensor.F16}, 3)
+				if err != nil {
+					return res{err: err}
+				}
+				defer m.Free()
+				eng := New(m.Params(), main, Options{BucketCapMB: 0.01, Wire: allreduce.WireF16, ShardOptimizer: true})
+				defer eng.Close()
+				if err := eng.PeerGatherRefusal(); err != nil {
+					return res{err: fmt.Errorf("refused before trying: %w", err)}
+				}
+				err = eng.UsePeerGather(context.Background())
+				return res{err, eng.PeerGather()}
+			})
+			for r, o := range out {
+				if o.err == nil || !errors.Is(o.err, ErrPeerSetup) || !strings.Contains(o.err.Error(), "rank 1") || strings.Contains(o.err.Error(), "\n") {
+					t.Errorf("rank %d: %v; want one line wrapping ErrPeerSetup and naming rank 1", r, o.err)
+				}
+				if o.peer {
+					t.Errorf("rank %d gathers from its peers after a failed setup", r)
+				}
+			}
+		})
+	}
+	errs := inprocWorld(t, 2, 1, func(r int, main Comm, _ []Comm) error {
+		m, err := model.NewMLP(cpu.New(), model.MLPConfig{Widths: []int{nFeat, nHidden, nClass}, Compute: tensor.F16}, 3)
+		if err != nil {
+			return err
+		}
+		defer m.Free()
+		eng := New(m.Params(), main, Options{BucketCapMB: 0.01, Wire: allreduce.WireF16, ShardOptimizer: true})
+		defer eng.Close()
+		if eng.PeerGatherRefusal() == nil {
+			return errors.New("PeerGatherRefusal: nil off the staged path")
+		}
+		return eng.UsePeerGather(context.Background())
+	})
+	for r, err := range errs {
+		if err == nil || errors.Is(err, ErrPeerSetup) {
+			t.Errorf("rank %d, the CPU path: %v; want a refusal that is not ErrPeerSetup", r, err)
+		}
 	}
 }

@@ -9,11 +9,12 @@
 #   ddp.intra_host: device (the row "device", in SHARDROWS=false,true,overlap,master,device only: the
 #   reduce-scatter and all-gather over CUDA IPC, GODDP_IPC_WAIT=IPC_WAIT; under MPS), and master with
 #   ddp.shard_gather: device (the row "peer", in SHARDROWS only: the f16 weights copied between the
-#   devices after one meeting, ddp/shard_peer.go), STEPS (30) steps with
+#   devices after one meeting, ddp/shard_peer.go; the other sharded rows pin ddp.shard_gather: host,
+#   since auto takes device on cuda), STEPS (30) steps with
 #   --memory-report: the step (median of the logged windows after the first), per-rank peak
 #   (each rank's summary), static memory (rank 0's report: peak − input batch − activations;
 #   target ≤ 0.6 GiB + 1.9 GiB / W), param_sha256 of all ranks; then the largest micro-batch under
-#   BUDGET (16GiB) per rank with MAXW (2) workers, off/on/master (MAXROWS; train.micro_batch: auto with
+#   BUDGET (16GiB) per rank with MAXW (2) workers, off/on/master (MAXROWS: the rows' names above; train.micro_batch: auto with
 #   train.memory_budget: doubling then bisection with real trial steps, worker/autobatch.go; the
 #   budget bounds reserved bytes).
 # device (issue 34): the all-reduce alone for N in NS (2,4), host ring and CUDA IPC side by side
@@ -80,11 +81,11 @@ if [ "$ROWS" = shard ]; then
   # gpt2-124m.yaml has it; the CPU check's tiny config is fp32)
   shardsets() {
     case $1 in
-    overlap) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=on --set ddp.shard_master=off" ;;
-    master) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=on --set ddp.shard_master=on --set precision=fp16" ;;
+    overlap) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=on --set ddp.shard_master=off --set ddp.shard_gather=host" ;;
+    master) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=on --set ddp.shard_master=on --set precision=fp16 --set ddp.shard_gather=host" ;;
     device) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=on --set ddp.shard_master=on --set precision=fp16 --set ddp.intra_host=device" ;;
     peer) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=on --set ddp.shard_master=on --set precision=fp16 --set ddp.shard_gather=device" ;;
-    true) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=off --set ddp.shard_master=off" ;;
+    true) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=off --set ddp.shard_master=off --set ddp.shard_gather=host" ;;
     *) echo "--set ddp.shard_optimizer=$1 --set ddp.overlap_gather=off" ;;
     esac
   }
@@ -101,8 +102,7 @@ if [ "$ROWS" = shard ]; then
   MAXROWS=${MAXROWS:-false,true,master}
   for sh in ${MAXROWS//,/ }; do
     stamp "largest micro-batch under $BUDGET, $MAXW workers, ddp.shard_optimizer $sh"
-    sets=(--set ddp.shard_optimizer="$sh")
-    [ "$sh" = master ] && sets=(--set ddp.shard_optimizer=true --set ddp.shard_master=on --set precision=fp16)
+    read -ra sets <<< "$(shardsets "$sh")" # the rows' names, as above
     BATCH=auto launch "max-$sh" "$MAXW" 2 "${sets[@]}" --set train.memory_budget="$BUDGET" --set train.log_every=1 ||
       echo "exit $?: $(refusal "max-$sh")"
   done

@@ -73,8 +73,8 @@ func (mirrorDev) NewPeerMirror(*tensor.Tensor, int, int) (tensor.PeerMirror, err
 }
 
 // ddp.shard_gather: device is refused, in one line naming the key, on a device that cannot map its
-// peers' memory and in a world of several hosts, before the engine is asked; auto and host are
-// nothing to do.
+// peers' memory and in a world of several hosts, before the engine is asked; host is nothing to
+// do, and so is auto where device would be refused (the engine is not asked: nil here).
 func TestShardGatherDevice_refusals(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []struct {
@@ -87,6 +87,8 @@ func TestShardGatherDevice_refusals(t *testing.T) {
 		{"host", cpu.New(), Env{WorldSize: 2, LocalWorldSize: 2}, ""},
 		{"device", cpu.New(), Env{WorldSize: 2, LocalWorldSize: 2}, "ddp.shard_gather: device needs --device cuda (this run's device is cpu"},
 		{"device", mirrorDev{cpu.New()}, Env{WorldSize: 4, LocalWorldSize: 2}, "ddp.shard_gather: device with 2 hosts"},
+		{"auto", mirrorDev{cpu.New()}, Env{WorldSize: 4, LocalWorldSize: 2}, ""}, // several hosts: the host ring, no engine asked
+		{"auto", mirrorDev{cpu.New()}, Env{WorldSize: 1, LocalWorldSize: 1}, ""}, // alone: nothing gathered
 	} {
 		tr := &Trainer{cfg: tinyGPT(t, "ddp.shard_optimizer=true", "ddp.shard_gather="+c.gather), dev: c.dev, env: c.env}
 		err := tr.shardGatherDevice(ctx, nil)

@@ -27,8 +27,8 @@ import (
 //	GODDP_FLASH_CARVEOUT=N the fused attention kernels' preferred shared-memory carveout, percent of the SM's L1/shared (flash.go; read at load; measured no change on an H200, session 16)
 //	GODDP_FLASH_TILE_MAJOR=0 the attention kernels' grid (tiles, B·H), not (B·H, tiles) with every head's longest tile first (flashOptions; the default since session 17's H100 A/B)
 //	GODDP_FLASH_MINBLOCKS=F,Q,K the attention kernels' __launch_bounds__ blocks per SM (flashOptions; 4,4,3 spills and measured slower on an H100, session 17)
-//	GODDP_FLASH_EX2=1 the attention kernels' exponentials as one ex2.approx.ftz each, not exp2f's subnormal handling around it (flashOptions; the same bits expected; not yet run on a GPU)
-//	GODDP_FLASH_PACK2=1 the attention kernels' f16 (bf16) pairs packed by one cvt.rn.f16x2.f32 each (flashOptions; the same bits; not yet run on a GPU)
+//	GODDP_FLASH_EX2=0 the attention kernels' exponentials by exp2f, with its subnormal handling around the ex2.approx.ftz they take by default (flashOptions; the same bits, TestCUDA_flashOptionsSameBits passed on an H100; ex2 alone is the default since session 20: −0.7% at b16)
+//	GODDP_FLASH_PACK2=1 the attention kernels' f16 (bf16) pairs packed by one cvt.rn.f16x2.f32 each (flashOptions; the same bits, its test passed on an H100 in session 20; measured +0.3% at b16, noise: off)
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
 //	GODDP_BIAS_EPILOGUE=0 a GPT without model.gemm_epilogue takes no cublasLt bias-only epilogues (the QKV bias add, the linears' bias gradients in their weight-gradient GEMMs: lt.go; within rounding; the default since session 19's whole suite)
@@ -39,7 +39,7 @@ import (
 //	GODDP_XENT_SMEM=0 the loss head's cross-entropy reads each row of 16-bit logits twice (k_xent), not once from shared memory (k_xent_sm; ops.go; the same bits; once is the default since session 19's whole suite)
 //	GODDP_LN_BWD_EARLY=0 the one-pass LayerNorm backward loads the dx row it adds into after the warp's sums (k_ln_bwd8f_K), not with x and dy (k_ln_bwd8fe_K; ops.go; the same bits; early is the default since session 19's runs)
 //	GODDP_BGRAD_EPI=0 the weight-gradient GEMMs that sum a bias gradient (LinearGradWB) as a plain GEMM and the column sums, not cublasLt's BGRADB epilogue (lt.go; the forward's bias epilogue stays; its test passed on an H100 in session 19, measured −0.3% at b16, noise: off)
-//	GODDP_COLSUM_SPLIT=N the column sums' row slices N times as many (colsumParts; ops.go: the 8-wide kernels that write them, k_gelu_bwd_colsum8 among them, then run N times the blocks; sums grouped otherwise, within rounding; not yet run on a GPU)
+//	GODDP_COLSUM_SPLIT=N the column sums' row slices N times as many (colsumParts; ops.go: the 8-wide kernels that write them, k_gelu_bwd_colsum8 among them, then run N times the blocks; sums grouped otherwise, within rounding; 2 is the default since session 20's H100 A/B: −0.9% at b16, 4 −0.4%)
 //	GODDP_IPC_WAIT=stream the IPC all-reduce's ranks wait for each other by their streams, not in the
 //	                  kernel (ipc_pace.go; read at each NewIPCReducer; its tests passed on an H100,
 //	                  and it measured ~5.5 ms a bucket under MPS: off)
@@ -189,7 +189,7 @@ func flashOptions() (opts []string, tileMajor bool, err error) {
 		on           *bool
 	}{
 		{"GODDP_FLASH_TILE_MAJOR", "-DFLASH_TILE_MAJOR=1", true, &tileMajor},
-		{"GODDP_FLASH_EX2", "-DFLASH_EX2_FTZ=1", false, nil},
+		{"GODDP_FLASH_EX2", "-DFLASH_EX2_FTZ=1", true, nil},
 		{"GODDP_FLASH_PACK2", "-DFLASH_PACK_X2=1", false, nil},
 	} {
 		on := f.def
@@ -333,18 +333,20 @@ func lnBwdEarly() bool { return os.Getenv("GODDP_LN_BWD_EARLY") != "0" }
 func bgradEpilogue() bool { return os.Getenv("GODDP_BGRAD_EPI") != "0" }
 
 // colsumSplit is GODDP_COLSUM_SPLIT: how many times colsumParts' default number of row slices the
-// column sums take (1, the default, to 16; anything else is 1). The default fills the GPU with the
-// scalar kernel's blocks of 32 columns, so the 8-wide kernels that share its slices — the GELU
+// column sums take (1 to 16; unset or anything else is 2). 1 fills the GPU with the scalar
+// kernel's blocks of 32 columns, so the 8-wide kernels that share its slices — the GELU
 // backward with the fc's bias gradient, k_gelu_bwd_colsum8, 1.52 ms of session 19's b16 profile
 // on an H100 for 3.6 GB (~2.4 TB/s) — run one block of 8 warps an SM, 32 KB of loads in flight;
 // 4 gives them four. The parts are grouped otherwise, so the sums change within rounding (every
 // kernel takes the same split: the fold keeps the separate passes' bits,
 // TestCUDA_geluBiasGradSameBits), and k_colsum_finish adds N times the parts. Predicted at 4:
-// k_gelu_bwd_colsum8 1.52 -> ~1.25 ms at b16. Not yet run on a GPU. Read at each call.
+// k_gelu_bwd_colsum8 1.52 -> ~1.25 ms at b16. Measured on an H100 in session 20 (the model bench,
+// median of 3): b16 37.76 -> 37.43 ms at 2, 37.61 at 4; b8 unchanged (19.92, 19.97, 19.95); its
+// test passed (TestCUDA_geluBiasGradSameBits at 1 and 4). So 2 is the default. Read at each call.
 func colsumSplit() int {
 	n, err := strconv.Atoi(os.Getenv("GODDP_COLSUM_SPLIT"))
 	if err != nil || n < 1 || n > 16 {
-		return 1
+		return 2
 	}
 	return n
 }

@@ -62,11 +62,11 @@ typedef unsigned int u32;
 #ifndef FLASH_DKDV_MINB
 #define FLASH_DKDV_MINB
 #endif
-// FLASH_EX2_FTZ (GODDP_FLASH_EX2=1, flashOptions): the exponentials as one ex2.approx.ftz each,
+// FLASH_EX2_FTZ (on unless GODDP_FLASH_EX2=0, flashOptions): the exponentials as one ex2.approx.ftz each,
 // where exp2f keeps results below 2^-126 (subnormal) by scaling around the same instruction — a
 // compare and two multiplies more per exponential. The kernels' exponentials are probabilities
 // that enter f16 (or bf16) products or f32 sums with 1 or more: a subnormal among them is a zero
-// there, so the bits should be exp2f's (TestCUDA_flashOptionsSameBits compares).
+// there, so the bits are exp2f's (TestCUDA_flashOptionsSameBits passed on an H100, session 20).
 #ifndef FLASH_EX2_FTZ
 #define FLASH_EX2_FTZ 0
 #endif

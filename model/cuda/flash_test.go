@@ -160,23 +160,23 @@ func TestFlashCarveout_parse(t *testing.T) {
 // register cap: a reference device made with TILE_MAJOR=0), f16 and bf16, on lengths that are
 // and are not multiples of 64. Each variant is a device of its own (the options are compiled in
 // at load). Passed on an H100 in session 17 (then against the default, which was the reference).
-// GODDP_FLASH_EX2=1 (the exponentials without exp2f's subnormal handling) is expected to give the
-// same bits too: its probabilities below 2^-126 are zeros in every product and sum they enter (not
-// yet run on a GPU). So is GODDP_FLASH_PACK2=1 (pairs rounded by one cvt.rn.f16x2.f32: the same
-// rounding of each value).
+// GODDP_FLASH_EX2=1 (the exponentials without exp2f's subnormal handling, the default since
+// session 20) gives the same bits too: its probabilities below 2^-126 are zeros in every product
+// and sum they enter. So does GODDP_FLASH_PACK2=1 (pairs rounded by one cvt.rn.f16x2.f32: the same
+// rounding of each value). Both passed on an H100 in session 20; the reference is exp2f's.
 func TestCUDA_flashOptionsSameBits(t *testing.T) {
 	gpu(t)
 	t.Setenv("GODDP_FLASH_TILE_MAJOR", "0")
 	t.Setenv("GODDP_FLASH_MINBLOCKS", "")
-	t.Setenv("GODDP_FLASH_EX2", "")
+	t.Setenv("GODDP_FLASH_EX2", "0")
 	t.Setenv("GODDP_FLASH_PACK2", "")
 	ref, err := New(0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ref.Close()
-	variants := []struct{ tileMajor, minBlocks, ex2, pack string }{{"1", "", "", ""}, {"0", "4,4,3", "", ""}, {"1", "4,4,3", "", ""},
-		{"1", "", "1", ""}, {"1", "", "", "1"}, {"1", "", "1", "1"}}
+	variants := []struct{ tileMajor, minBlocks, ex2, pack string }{{"1", "", "0", ""}, {"0", "4,4,3", "0", ""}, {"1", "4,4,3", "0", ""},
+		{"1", "", "1", ""}, {"1", "", "0", "1"}, {"1", "", "1", "1"}, {"", "", "", ""}} // the last: the defaults
 	type result struct {
 		y, dqkv []uint16
 		lse     []float32
@@ -253,7 +253,7 @@ func TestCUDA_flashOptionsSameBits(t *testing.T) {
 }
 
 func TestFlashOptions_parse(t *testing.T) {
-	t.Setenv("GODDP_FLASH_EX2", "")
+	t.Setenv("GODDP_FLASH_EX2", "0")
 	for _, c := range []struct {
 		tile, minb string
 		want       string
@@ -274,12 +274,13 @@ func TestFlashOptions_parse(t *testing.T) {
 	}
 	t.Setenv("GODDP_FLASH_TILE_MAJOR", "")
 	t.Setenv("GODDP_FLASH_MINBLOCKS", "")
-	for ex2, want := range map[string]string{"1": "-DFLASH_TILE_MAJOR=1 -DFLASH_EX2_FTZ=1", "0": "-DFLASH_TILE_MAJOR=1"} {
+	for ex2, want := range map[string]string{"1": "-DFLASH_TILE_MAJOR=1 -DFLASH_EX2_FTZ=1", "0": "-DFLASH_TILE_MAJOR=1", "": "-DFLASH_TILE_MAJOR=1 -DFLASH_EX2_FTZ=1"} {
 		t.Setenv("GODDP_FLASH_EX2", ex2)
 		if opts, _, err := flashOptions(); err != nil || strings.Join(opts, " ") != want {
 			t.Errorf("EX2=%q: %q %v; want %q", ex2, opts, err, want)
 		}
 	}
+	t.Setenv("GODDP_FLASH_EX2", "0")
 	t.Setenv("GODDP_FLASH_PACK2", "1")
 	if opts, _, err := flashOptions(); err != nil || strings.Join(opts, " ") != "-DFLASH_TILE_MAJOR=1 -DFLASH_PACK_X2=1" {
 		t.Errorf("PACK2=1: %q %v", opts, err)

@@ -275,8 +275,10 @@ type DDPConfig struct {
 	// shard_gather: auto | host | device. Under shard_optimizer on --device cuda with fp16 on the
 	// f16 wire, how the updated f16 weights reach the other ranks each step: host, through pinned
 	// memory and the host ring; device, copied between the GPUs of one host over CUDA IPC after
-	// one meeting of the ranks (ddp/shard_peer.go; every rank on one host; not yet run on a GPU).
-	// The same bits. auto: host. Default auto.
+	// one meeting of the ranks (ddp/shard_peer.go; every rank on one host). The same bits. auto:
+	// device where it applies (several ranks of one host, cuda, fp16 sharded; measured 0.94× the
+	// unsharded step at W = 2 on an H100, against 1.20× through the host), else host; also host,
+	// with a warning, where the devices cannot map each other's memory. Default auto.
 	ShardGather ShardGather `yaml:"shard_gather,omitempty"`
 	// timeout: how long a collective waits for a silent peer before the job fails (Go duration:
 	// 30s, 5m). Default 30s (allreduce.DefaultTimeout). Checkpoint writes do not count against

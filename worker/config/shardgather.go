@@ -10,11 +10,13 @@ import "gopkg.in/yaml.v3"
 type ShardGather string
 
 const (
-	// ShardGatherAuto: host, until device has run on a GPU.
+	// ShardGatherAuto: device where it applies (one host, several ranks, the sharded staged path on
+	// a device that maps its peers' memory), else host.
 	ShardGatherAuto ShardGather = "auto"
 	// ShardGatherHost: pinned memory and the host ring (ddp/shard_gpu.go).
 	ShardGatherHost ShardGather = "host"
-	// ShardGatherDevice: copies between the devices; every rank on one host (not yet run on a GPU).
+	// ShardGatherDevice: copies between the devices; every rank on one host (run on an H100 shared by
+	// 2 and 4 workers, session 20).
 	ShardGatherDevice ShardGather = "device"
 )
 
