@@ -143,8 +143,16 @@ func (d *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, he
 		return
 	}
 	delta := d.Alloc(tensor.F32, "attn.flash.delta", B, heads, T)
-	d.launch1(kn("k_flash_bwd_delta", dy, y), B*T*heads, ptra(delta), ptra(dy), ptra(y), i32a(T), i32a(heads), u64a(uint64(B*T*heads)))
 	grid := d.flashGrid((T+63)/64, B*heads)
+	if flashDeltaFold() { // dq makes delta, then dk/dv reads it (env.go)
+		d.launch(kn("k_flash_bwd_dq_delta", dqkv, qkv), grid, [3]int{128, 1, 1}, 0,
+			ptra(dqkv), ptra(qkv), ptra(dy), ptra(y), ptra(lse), ptra(delta), i32a(T), i32a(heads), f32a(scale))
+		d.launch(kn("k_flash_bwd_dkdv", dqkv, qkv), grid, [3]int{128, 1, 1}, 0,
+			ptra(dqkv), ptra(qkv), ptra(dy), ptra(lse), ptra(delta), i32a(T), i32a(heads), f32a(scale))
+		d.Free(delta)
+		return
+	}
+	d.launch1(kn("k_flash_bwd_delta", dy, y), B*T*heads, ptra(delta), ptra(dy), ptra(y), i32a(T), i32a(heads), u64a(uint64(B*T*heads)))
 	args := []uint64{ptra(dqkv), ptra(qkv), ptra(dy), ptra(lse), ptra(delta), i32a(T), i32a(heads), f32a(scale)}
 	d.launch(kn("k_flash_bwd_dkdv", dqkv, qkv), grid, [3]int{128, 1, 1}, 0, args...)
 	d.launch(kn("k_flash_bwd_dq", dqkv, qkv), grid, [3]int{128, 1, 1}, 0, args...)

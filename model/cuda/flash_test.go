@@ -117,6 +117,7 @@ func TestCUDA_flashKernelResources(t *testing.T) {
 		{"k_flash_fwd128", 256, 2 * tile},
 		{"k_flash_bwd_dkdv", 128, 2*tile + 2*2*64*4},
 		{"k_flash_bwd_dq", 128, 2 * tile},
+		{"k_flash_bwd_dq_delta", 128, 2*tile + 64*4},
 	} {
 		r, err := g.KernelResources(k.name, k.threads, 0)
 		if err != nil {
@@ -163,20 +164,24 @@ func TestFlashCarveout_parse(t *testing.T) {
 // GODDP_FLASH_EX2=1 (the exponentials without exp2f's subnormal handling, the default since
 // session 20) gives the same bits too: its probabilities below 2^-126 are zeros in every product
 // and sum they enter. So does GODDP_FLASH_PACK2=1 (pairs rounded by one cvt.rn.f16x2.f32: the same
-// rounding of each value). Both passed on an H100 in session 20; the reference is exp2f's.
+// rounding of each value). Both passed on an H100 in session 20; the reference is exp2f's. And so
+// does GODDP_FLASH_FWD_PIPE=1 (the forward's next scores issued before this tile's softmax: each
+// row's arithmetic unchanged; not yet run on a GPU), alone and with a register cap of 3 blocks.
 func TestCUDA_flashOptionsSameBits(t *testing.T) {
 	gpu(t)
 	t.Setenv("GODDP_FLASH_TILE_MAJOR", "0")
 	t.Setenv("GODDP_FLASH_MINBLOCKS", "")
 	t.Setenv("GODDP_FLASH_EX2", "0")
 	t.Setenv("GODDP_FLASH_PACK2", "")
+	t.Setenv("GODDP_FLASH_FWD_PIPE", "")
 	ref, err := New(0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ref.Close()
-	variants := []struct{ tileMajor, minBlocks, ex2, pack string }{{"1", "", "0", ""}, {"0", "4,4,3", "0", ""}, {"1", "4,4,3", "0", ""},
-		{"1", "", "1", ""}, {"1", "", "0", "1"}, {"1", "", "1", "1"}, {"", "", "", ""}} // the last: the defaults
+	variants := []struct{ tileMajor, minBlocks, ex2, pack, pipe string }{{"1", "", "0", "", ""}, {"0", "4,4,3", "0", "", ""}, {"1", "4,4,3", "0", "", ""},
+		{"1", "", "1", "", ""}, {"1", "", "0", "1", ""}, {"1", "", "1", "1", ""}, {"", "", "", "", ""}, // the defaults
+		{"", "", "", "", "1"}, {"0", "3,3,2", "0", "", "1"}}
 	type result struct {
 		y, dqkv []uint16
 		lse     []float32
@@ -214,13 +219,14 @@ func TestCUDA_flashOptionsSameBits(t *testing.T) {
 		t.Setenv("GODDP_FLASH_MINBLOCKS", vr.minBlocks)
 		t.Setenv("GODDP_FLASH_EX2", vr.ex2)
 		t.Setenv("GODDP_FLASH_PACK2", vr.pack)
+		t.Setenv("GODDP_FLASH_FWD_PIPE", vr.pipe)
 		d, err := New(0)
 		if err != nil {
-			t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q PACK2=%q: %v", vr.tileMajor, vr.minBlocks, vr.ex2, vr.pack, err)
+			t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q PACK2=%q FWD_PIPE=%q: %v", vr.tileMajor, vr.minBlocks, vr.ex2, vr.pack, vr.pipe, err)
 		}
 		for _, k := range []string{"k_flash_fwd", "k_flash_bwd_dq", "k_flash_bwd_dkdv"} {
 			if r, err := d.KernelResources(k, 128, 0); err == nil {
-				t.Logf("TILE_MAJOR=%q MINBLOCKS=%q %-16s %3d registers, %4d local bytes, %d blocks/SM", vr.tileMajor, vr.minBlocks, k, r.Registers, r.LocalBytes, r.BlocksPerSM)
+				t.Logf("FWD_PIPE=%q TILE_MAJOR=%q MINBLOCKS=%q %-16s %3d registers, %4d local bytes, %d blocks/SM", vr.pipe, vr.tileMajor, vr.minBlocks, k, r.Registers, r.LocalBytes, r.BlocksPerSM)
 			}
 		}
 		for _, dt := range []tensor.DType{tensor.F16, tensor.BF16} {
@@ -235,13 +241,13 @@ func TestCUDA_flashOptionsSameBits(t *testing.T) {
 				}{{"y", want.y, got.y}, {"dqkv", want.dqkv, got.dqkv}} {
 					for j := range p.a {
 						if p.a[j] != p.b[j] {
-							t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q PACK2=%q %s %v: %s[%d] bits %#04x, the reference kernels' %#04x", vr.tileMajor, vr.minBlocks, vr.ex2, vr.pack, dt, sh, p.name, j, p.b[j], p.a[j])
+							t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q PACK2=%q FWD_PIPE=%q %s %v: %s[%d] bits %#04x, the reference kernels' %#04x", vr.tileMajor, vr.minBlocks, vr.ex2, vr.pack, vr.pipe, dt, sh, p.name, j, p.b[j], p.a[j])
 						}
 					}
 				}
 				for j := range want.lse {
 					if math.Float32bits(want.lse[j]) != math.Float32bits(got.lse[j]) {
-						t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q PACK2=%q %s %v: lse[%d] %g, the reference kernels' %g", vr.tileMajor, vr.minBlocks, vr.ex2, vr.pack, dt, sh, j, got.lse[j], want.lse[j])
+						t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q PACK2=%q FWD_PIPE=%q %s %v: lse[%d] %g, the reference kernels' %g", vr.tileMajor, vr.minBlocks, vr.ex2, vr.pack, vr.pipe, dt, sh, j, got.lse[j], want.lse[j])
 					}
 				}
 			}
@@ -285,6 +291,12 @@ func TestFlashOptions_parse(t *testing.T) {
 	if opts, _, err := flashOptions(); err != nil || strings.Join(opts, " ") != "-DFLASH_TILE_MAJOR=1 -DFLASH_PACK_X2=1" {
 		t.Errorf("PACK2=1: %q %v", opts, err)
 	}
+	t.Setenv("GODDP_FLASH_PACK2", "")
+	t.Setenv("GODDP_FLASH_FWD_PIPE", "1")
+	if opts, _, err := flashOptions(); err != nil || strings.Join(opts, " ") != "-DFLASH_TILE_MAJOR=1 -DFLASH_FWD_PIPE=1" {
+		t.Errorf("FWD_PIPE=1: %q %v", opts, err)
+	}
+	t.Setenv("GODDP_FLASH_FWD_PIPE", "")
 	t.Setenv("GODDP_FLASH_PACK2", "x2")
 	if _, _, err := flashOptions(); err == nil || !strings.Contains(err.Error(), "GODDP_FLASH_PACK2") {
 		t.Errorf("PACK2=x2: error %v, want one naming the variable", err)
@@ -300,6 +312,50 @@ func TestFlashOptions_parse(t *testing.T) {
 		t.Setenv("GODDP_FLASH_MINBLOCKS", c[1])
 		if _, _, err := flashOptions(); err == nil || !strings.Contains(err.Error(), "GODDP_FLASH_") {
 			t.Errorf("TILE_MAJOR=%q MINBLOCKS=%q: error %v, want one naming the variable", c[0], c[1], err)
+		}
+	}
+}
+
+// GODDP_FLASH_DELTA_FOLD=1 (k_flash_bwd_dq_delta: the dq kernel makes the rows' delta, then dk/dv
+// reads it) gives the backward's dq, dk and dv with the bits of the separate delta pass, f16 and
+// bf16, on lengths that are and are not multiples of 64 (not yet run on a GPU).
+func TestCUDA_flashDeltaFoldSameBits(t *testing.T) {
+	g := gpu(t)
+	for _, dt := range []tensor.DType{tensor.F16, tensor.BF16} {
+		if !g.FlashAttentionFast(64, dt) {
+			continue
+		}
+		for i, sh := range [][3]int{{1, 1, 1}, {2, 100, 2}, {1, 200, 12}, {2, 1024, 3}} {
+			B, T, H := sh[0], sh[1], sh[2]
+			C := 64 * H
+			rng := rand.New(rand.NewPCG(uint64(i), 78))
+			v := make([]float32, B*T*4*C)
+			for j := range v {
+				v[j] = float32(rng.NormFloat64())
+			}
+			qkv, dy := g.Alloc(dt, "qkv", B, T, 3*C), g.Alloc(dt, "dy", B, T, C)
+			ipcUpload(g, qkv, v[:B*T*3*C])
+			ipcUpload(g, dy, v[B*T*3*C:])
+			y, lse := g.Alloc(dt, "y", B, T, C), g.Alloc(tensor.F32, "lse", B, H, T)
+			g.FlashAttention(y, lse, qkv, H, 0.125)
+			var got [2][]uint16
+			for k, fold := range []string{"", "1"} {
+				t.Setenv("GODDP_FLASH_DELTA_FOLD", fold)
+				dqkv := g.Alloc(dt, "dqkv", B, T, 3*C)
+				g.Fill(dqkv, float32(k+7)) // every element written, whatever was there
+				g.FlashAttentionBackward(dqkv, dy, qkv, y, lse, H, 0.125)
+				got[k] = make([]uint16, dqkv.Len())
+				g.dtoh(unsafe.Pointer(&got[k][0]), dqkv)
+				g.Free(dqkv)
+			}
+			for j := range got[0] {
+				if got[0][j] != got[1][j] {
+					t.Fatalf("%s %v: dqkv[%d] bits %#04x with the fold, %#04x without", dt, sh, j, got[1][j], got[0][j])
+				}
+			}
+			for _, x := range []*tensor.Tensor{qkv, dy, y, lse} {
+				g.Free(x)
+			}
 		}
 	}
 }
