@@ -5,8 +5,10 @@
 #   1. ddptrain at batch B: STEPS steps with --trace, then the median of each span of the steps
 #      after the first five (data, forward, backward enqueue, backward — the trace syncs after it
 #      —, inf check, optimizer) and the metrics' median step_ms and data_ms.
-#   2. The same run without --trace and with --profile-step 10: the unsynchronised step's time and
-#      the device's per-kernel table of step 10 (GPU ms, count, host ms per kernel name).
+#   2. The same run without --trace and with --profile-step 10 --profile-steps 2: the
+#      unsynchronised step's time, the device's per-kernel table of steps 10 and 11 (GPU ms, count,
+#      host ms per kernel name) and its gaps between kernels (where the GPU waited, the time
+#      between the two steps among them).
 #   3. The model step alone, the same kernels without the trainer: ResNet-50's
 #      TestCUDA_resnet50Profile (median step, host enqueue time, per-kernel table) or GPT-2's
 #      TestCUDA_gpt2Bench with GODDP_PROFILE=1.
@@ -47,8 +49,8 @@ args=(--device cuda "${model[@]}" --set checkpoint.dir= --set "precision=$PREC"
 
 "$bin/ddptrain" "${args[@]}" --trace "$OUT/trace.json" --metrics "$OUT/traced.jsonl" > "$OUT/traced.log" 2>&1
 echo "traced run exit $?"
-"$bin/ddptrain" "${args[@]}" --profile-step 10 --metrics "$OUT/plain.jsonl" > "$OUT/plain.log" 2>&1
-echo "plain run (--profile-step 10) exit $?"
+"$bin/ddptrain" "${args[@]}" --profile-step 10 --profile-steps 2 --metrics "$OUT/plain.jsonl" > "$OUT/plain.log" 2>&1
+echo "plain run (--profile-step 10 --profile-steps 2) exit $?"
 if [ -z "${SKIP_MODEL:-}" ]; then
   dt=f16
   [ "$PREC" = fp32 ] && dt=f32
@@ -63,8 +65,9 @@ if [ -z "${SKIP_MODEL:-}" ]; then
 fi
 
 echo
-echo "== ddptrain step 10's kernel profile (rank 0), the top 25"
+echo "== ddptrain steps 10-11's kernel profile (rank 0), the top 25, and the gaps between kernels"
 sed -n '/kernel profile/,$p' "$OUT/plain.log" | head -28
+sed -n '/^between kernels/,/^[^ ]/p' "$OUT/plain.log" | head -14
 if [ -z "${SKIP_MODEL:-}" ]; then
   echo
   echo "== the model step, the top of its profile"

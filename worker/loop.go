@@ -49,8 +49,8 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	// when metrics are asked for (--metrics, metrics.listen), at the steps that write a line
 	// (observe.StepMetrics: GradNorm says what that costs).
 	measureNorm := t.opt.MetricsPath != "" || t.prom != nil
-	if n := t.opt.ProfileStep; n > 0 && (n <= st.Step || n > t.total) {
-		return nil, fmt.Errorf("worker: --profile-step %d: this run trains steps %d to %d", n, st.Step+1, t.total)
+	if n := t.opt.ProfileStep; n > 0 && (n <= st.Step || n+t.profileSteps()-1 > t.total) {
+		return nil, fmt.Errorf("worker: --profile-step %d (%d steps): this run trains steps %d to %d", n, t.profileSteps(), st.Step+1, t.total)
 	}
 	dev.ResetPeak()
 	leakBase := int64(-1) // --check-leaks: allocated at the end of the run's first step
@@ -71,7 +71,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		lr := t.sched(int64(step))
 		logNow := cfg.Train.LogEvery > 0 && ((step+1)%cfg.Train.LogEvery == 0 || step+1 == t.total)
 		memRec := t.startMemoryPlot(step)
-		prof := t.startProfile(step)
+		t.startProfile(ls, step)
 
 		// ==== TRAINING STEP BEGIN ====
 		ps.ZeroGrad()
@@ -94,7 +94,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		}
 		// ==== TRAINING STEP END ====
 		stepTime := time.Since(tStep)
-		t.finishProfile(prof, step)
+		t.finishProfile(ls, step)
 		if err := t.finishMemoryPlot(memRec, step); err != nil {
 			return nil, err
 		}
@@ -132,9 +132,10 @@ type loopState struct {
 	// data.upload_ahead: the next micro-batch, shown by the loader's Peek and uploaded into
 	// t.ahead while this one's backward runs; Next then returns it (uploadAhead).
 	ahead      *data.Batch
-	aheadFence tensor.Fence // recorded after its upload
-	lastLoss   float64      // the last step's loss: the summary's final_loss
-	window     struct {     // since the last metrics line / progress update
+	aheadFence tensor.Fence   // recorded after its upload
+	lastLoss   float64        // the last step's loss: the summary's final_loss
+	prof       kernelProfiler // --profile-step's profile while it runs
+	window     struct {       // since the last metrics line / progress update
 		start  time.Time
 		steps  int
 		data   time.Duration // time the loop spent in loader.Next and issuing uploads
@@ -376,25 +377,34 @@ type kernelProfiler interface {
 	ProfileStop() string
 }
 
+// profileSteps is how many steps --profile-step's profile covers (--profile-steps; at least 1).
+func (t *Trainer) profileSteps() int { return max(1, t.opt.ProfileSteps) }
+
 // startProfile starts --profile-step's kernel profile when step is the one it names (the device
-// drained first, so the table holds this step's kernels only); nil on other steps.
-func (t *Trainer) startProfile(step int) kernelProfiler {
+// drained first, so the table holds the profiled steps' kernels only), into ls.prof.
+func (t *Trainer) startProfile(ls *loopState, step int) {
 	p, ok := t.dev.(kernelProfiler)
 	if !ok || step+1 != t.opt.ProfileStep {
-		return nil
+		return
 	}
 	t.dev.Sync()
 	p.ProfileStart()
-	return p
+	ls.prof = p
 }
 
-// finishProfile prints the step's kernel table on stderr (the step has ended in a Sync).
-func (t *Trainer) finishProfile(p kernelProfiler, step int) {
-	if p == nil {
+// finishProfile prints the kernel table on stderr after the last profiled step (which has ended
+// in a Sync).
+func (t *Trainer) finishProfile(ls *loopState, step int) {
+	if ls.prof == nil || step+1 != t.opt.ProfileStep+t.profileSteps()-1 {
 		return
 	}
-	fmt.Fprintf(os.Stderr, "ddptrain: rank %d, step %d: kernel profile (device events around each kernel; the step ran slower for them):\n%s",
-		t.env.Rank, step+1, p.ProfileStop())
+	steps := fmt.Sprintf("step %d", step+1)
+	if n := t.profileSteps(); n > 1 {
+		steps = fmt.Sprintf("steps %d to %d", step+2-n, step+1)
+	}
+	fmt.Fprintf(os.Stderr, "ddptrain: rank %d, %s: kernel profile (device events around each kernel; the steps ran slower for them):\n%s",
+		t.env.Rank, steps, ls.prof.ProfileStop())
+	ls.prof = nil
 }
 
 // startMemoryPlot starts recording the device's allocations on the step --memory-plot draws and

@@ -40,6 +40,10 @@ type Options struct {
 	// stderr, each rank its own: a device with a kernel profile only (cuda). Slower than an
 	// unprofiled step; the steps around it are not.
 	ProfileStep int
+	// ProfileSteps (--profile-steps K, 0 or 1: one) makes that profile cover K steps from
+	// ProfileStep on, so its table of gaps between kernels also holds the time between steps (the
+	// host's work after a step's last wait, before the next step's first kernel).
+	ProfileSteps int
 	// ResumeFrom (--resume-from) is a checkpoint step directory to resume from instead of the
 	// newest in checkpoint.dir (resumePoint says when checkpoint.dir's newest is taken anyway).
 	// Every rank must be able to read it.

@@ -63,6 +63,7 @@ func run(args []string) int {
 	fs.BoolVar(&opt.CheckLeaks, "check-leaks", false, "fail when device memory at a step's end is above the end of the run's first step")
 	fs.StringVar(&opt.MemoryPlot, "memory-plot", "", "draw device memory over one training step, by layer, into this PNG")
 	fs.IntVar(&opt.ProfileStep, "profile-step", 0, "time every kernel of step N with device events and print the table per kernel on stderr (cuda)")
+	fs.IntVar(&opt.ProfileSteps, "profile-steps", 1, "how many steps from --profile-step the profile covers (2 or more: its gaps between kernels include the time between steps)")
 	fs.StringVar(&opt.ResumeFrom, "resume-from", "", "resume from this checkpoint (a step directory) instead of the newest in checkpoint.dir")
 	metricsPort := fs.Int("metrics-port", 0, "serve Prometheus metrics on this port (rank r of a host: port + LOCAL_RANK); metrics.listen in the config sets host:port")
 	keys := fs.Bool("keys", false, "list every config key and exit")

@@ -505,7 +505,10 @@ func (d *Device) profBegin(name string) func() {
 
 // ProfileStop ends profiling and returns the time per kernel name, largest first, as a table:
 // the GPU's time between each pair of events, and the host's time in the call between them (where
-// the host takes longer than the GPU, the GPU waits, and its column counts the wait too).
+// the host takes longer than the GPU, the GPU waits, and its column counts the wait too). Then the
+// time between one kernel's end event and the next one's start: what the stream ran outside the
+// kernels (copies, memsets) or waited for the host (a read-back, the host's own work between
+// enqueues), summed, and the largest such gaps by the kernels around them (profileGaps).
 func (d *Device) ProfileStop() string {
 	d.pOn = false
 	d.Sync()
@@ -519,6 +522,16 @@ func (d *Device) ProfileStop() string {
 	by := map[string]*row{}
 	var total, totalHost float64
 	n := len(d.prof)
+	gaps := make([]float64, max(0, n-1)) // gaps[i]: from entry i's end to entry i+1's start
+	for i := 0; i+1 < n; i++ {
+		ms, err := d.prof[i].b.Elapsed(d.prof[i+1].a)
+		must(err)
+		gaps[i] = float64(ms)
+	}
+	names := make([]string, n)
+	for i, e := range d.prof {
+		names[i] = e.name
+	}
 	for _, e := range d.prof {
 		ms, err := e.a.Elapsed(e.b)
 		must(err)
@@ -547,6 +560,7 @@ func (d *Device) ProfileStop() string {
 		fmt.Fprintf(&b, "%-44s %6d %10.3f %6.1f %10.3f\n", r.name, r.calls, r.ms, 100*r.ms/total, r.host)
 	}
 	fmt.Fprintf(&b, "%-44s %6d %10.3f %6s %10.3f\n", "total (kernels back to back)", n, total, "", totalHost)
+	b.WriteString(profileGaps(names, gaps, 12))
 	return b.String()
 }
 
