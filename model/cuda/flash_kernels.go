@@ -70,8 +70,9 @@ typedef unsigned int u32;
 #ifndef FLASH_EX2_FTZ
 #define FLASH_EX2_FTZ 0
 #endif
-// FLASH_FWD_PIPE (GODDP_FLASH_FWD_PIPE=1, flashOptions; not yet run on a GPU): k_flash_fwd takes
-// flash_fwd_pipe, which issues the next key tile's scores before this tile's softmax (see there).
+// FLASH_FWD_PIPE (GODDP_FLASH_FWD_PIPE=1, flashOptions): k_flash_fwd takes flash_fwd_pipe, which
+// issues the next key tile's scores before this tile's softmax (see there; the same bits on an
+// H100, no faster: session 20).
 #ifndef FLASH_FWD_PIPE
 #define FLASH_FWD_PIPE 0
 #endif
@@ -689,7 +690,7 @@ __global__ void __launch_bounds__(128 FLASH_DQ_MINB) k_flash_bwd_dq(half_t* __re
 
 // k_flash_bwd_dq_delta: k_flash_bwd_dq that makes its rows' delta itself from dy and y (B,T,C) and
 // writes it (B,H,T) for k_flash_bwd_dkdv, launched after it: no k_flash_bwd_delta pass
-// (GODDP_FLASH_DELTA_FOLD=1; the same bits; not yet run on a GPU).
+// (GODDP_FLASH_DELTA_FOLD=1; the same bits on an H100, session 20; no faster there: off).
 __global__ void __launch_bounds__(128 FLASH_DQ_MINB) k_flash_bwd_dq_delta(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
 		const half_t* __restrict__ dy, const half_t* __restrict__ y, const float* __restrict__ lse, float* __restrict__ delta,
 		int T, int H, float scale) {
