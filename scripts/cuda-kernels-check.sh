@@ -112,6 +112,14 @@ if [ -f "$f" ] && ! clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocu
   status=1
 fi
 done
+# The elementwise source with kernelOptions' defines (env.go), f16 and bf16.
+for f in "$tmp"/kernelSource.cu "$tmp"/kernelSource_bf16.cu; do
+if [ -f "$f" ] && ! clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocudainc -nocudalib -fsyntax-only -std=c++17 \
+  -include "$root/scripts/cudastub/kernel_prelude.h" -DGELU_TANH_APPROX=1 "$f" 2> "$f.optlog"; then
+  echo "cuda-kernels-check: $(basename "$f" .cu) with kernelOptions' defines:"; sed "s|$tmp/||" "$f.optlog" | head -20
+  status=1
+fi
+done
 for f in "$tmp"/*.cu; do
   case "$f" in *_bf16.cu) continue ;; esac
   if ! clang -E -P -x cuda --cuda-device-only -nocudainc -nocudalib -std=c++17 "$f" 2> "$f.elog" |

@@ -120,12 +120,12 @@ func (d *Device) loadBF16() {
 		return
 	}
 	opts := []string{fmt.Sprintf("--gpu-architecture=compute_%d%d", d.major, d.minor), "-default-device", "--std=c++17"}
-	load := func(what, f16src string, swaps [][2]string) (cudadrv.Module, error) {
+	load := func(what, f16src string, swaps [][2]string, extra ...string) (cudadrv.Module, error) {
 		src, err := instantiate(f16src, tensor.BF16, swaps)
 		if err != nil {
 			return cudadrv.Module{}, err
 		}
-		ptx, err := compileCached(src, opts)
+		ptx, err := compileCached(src, append(append([]string{}, opts...), extra...))
 		if err != nil {
 			return cudadrv.Module{}, fmt.Errorf("cuda: bf16 %s: %w", what, err)
 		}
@@ -145,7 +145,7 @@ func (d *Device) loadBF16() {
 		}
 		return m, nil
 	}
-	if b.mod, b.err = load("kernels", kernelSource, bf16Swaps); b.err != nil {
+	if b.mod, b.err = load("kernels", kernelSource, bf16Swaps, kernelOptions()...); b.err != nil {
 		return
 	}
 	if d.flash {

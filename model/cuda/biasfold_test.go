@@ -146,3 +146,59 @@ func geluBiasGradSameBits(t *testing.T) {
 		}
 	}
 }
+
+// GODDP_GELU_TANH_APPROX=1 (the 8-wide GELU kernels' tanh by tanh.approx.f32): a device of its own
+// (the option is compiled in at load) gives GELU and its backward within 2^-9 relative (plus 1e-4
+// absolute) of the default device's, f32 and f16, on x over [-8, 8] — about the rounding an f16
+// output carries anyway — and not bit for bit the same everywhere (else the option compiled
+// nothing in). Not yet run on a GPU.
+func TestCUDA_geluTanhApproxWithinBound(t *testing.T) {
+	ref := gpu(t)
+	t.Setenv("GODDP_GELU_TANH_APPROX", "1")
+	d, err := New(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const n = 1 << 16
+	xs, dys := make([]float32, n), make([]float32, n)
+	rng := rand.New(rand.NewPCG(5, 9))
+	for i := range xs {
+		xs[i] = float32(rng.Float64()*16 - 8)
+		dys[i] = float32(rng.NormFloat64())
+	}
+	run := func(dev *Device, dt tensor.DType) (y, dx []float32) {
+		x, dy := dev.Alloc(dt, "x", n), dev.Alloc(dt, "dy", n)
+		dev.Upload(x, xs)
+		dev.Upload(dy, dys)
+		yt, dxt := dev.Alloc(dt, "y", n), dev.Alloc(dt, "dx", n)
+		dev.GELU(yt, x)
+		dev.GELUBackward(dxt, dy, x)
+		y, dx = make([]float32, n), make([]float32, n)
+		dev.Download(y, yt)
+		dev.Download(dx, dxt)
+		for _, v := range []*tensor.Tensor{x, dy, yt, dxt} {
+			dev.Free(v)
+		}
+		return y, dx
+	}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+		wy, wdx := run(ref, dt)
+		gy, gdx := run(d, dt)
+		differ := 0
+		for i := range wy {
+			for _, p := range [][2]float32{{wy[i], gy[i]}, {wdx[i], gdx[i]}} {
+				if p[0] != p[1] {
+					differ++
+				}
+				if diff := math.Abs(float64(p[0] - p[1])); diff > 1e-4+math.Abs(float64(p[0]))/512 {
+					t.Fatalf("%s x=%g: tanhf's %g, tanh.approx's %g", dt, xs[i], p[0], p[1])
+				}
+			}
+		}
+		t.Logf("%s: %d of %d values differ from tanhf's", dt, differ, 2*n)
+		if dt == tensor.F32 && differ == 0 {
+			t.Errorf("f32: every value is tanhf's: the option compiled nothing in")
+		}
+	}
+}

@@ -93,9 +93,25 @@ __device__ void blockMaxSum(float& m, float& s) {
 }
 
 
-` + vec8Source + `__device__ __forceinline__ float gelu_f(float v) { return 0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))); }
+` + vec8Source + `// GELU_TANH_APPROX (GODDP_GELU_TANH_APPROX=1, kernelOptions; not yet run on a GPU): the 8-wide
+// GELU kernels' tanh as one tanh.approx.f32 (relative error below 2^-10.9, about an f16 rounding)
+// instead of tanhf's ~20 instructions: the GELU passes do ~30 instructions an element for 4–6
+// bytes of traffic, so their arithmetic is a large part of their time. Not the bits of tanhf.
+#ifndef GELU_TANH_APPROX
+#define GELU_TANH_APPROX 0
+#endif
+__device__ __forceinline__ float gelu_tanh(float x) {
+#if GELU_TANH_APPROX
+	float y;
+	asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+	return y;
+#else
+	return tanhf(x);
+#endif
+}
+__device__ __forceinline__ float gelu_f(float v) { return 0.5f * v * (1.f + gelu_tanh(0.7978845608028654f * (v + 0.044715f * v * v * v))); }
 __device__ __forceinline__ float gelu_g(float v) {
-	float t = tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v));
+	float t = gelu_tanh(0.7978845608028654f * (v + 0.044715f * v * v * v));
 	return 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * 0.7978845608028654f * (1.f + 3.f * 0.044715f * v * v);
 }
 // FOR8: grid-stride over n8 vectors with 32-bit indices; i is the first element of the vector.
@@ -1295,7 +1311,7 @@ var kernelNameRE = regexp.MustCompile(`__global__ void (?:__launch_bounds__\([^)
 // loadKernels compiles (or reads from the cache) the module and looks up every kernel.
 func (d *Device) loadKernels() error {
 	arch := fmt.Sprintf("compute_%d%d", d.major, d.minor)
-	opts := []string{"--gpu-architecture=" + arch, "-default-device", "--std=c++17"}
+	opts := append([]string{"--gpu-architecture=" + arch, "-default-device", "--std=c++17"}, kernelOptions()...)
 	ptx, err := compileCached(kernelSource, opts)
 	if err != nil {
 		return err
