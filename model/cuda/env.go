@@ -29,7 +29,6 @@ import (
 //	GODDP_FLASH_MINBLOCKS=F,Q,K the attention kernels' __launch_bounds__ blocks per SM (flashOptions; 4,4,3 spills and measured slower on an H100, session 17)
 //	GODDP_FLASH_EX2=0 the attention kernels' exponentials by exp2f, with its subnormal handling around the ex2.approx.ftz they take by default (flashOptions; the same bits, TestCUDA_flashOptionsSameBits passed on an H100; ex2 alone is the default since session 20: −0.7% at b16)
 //	GODDP_FLASH_PACK2=1 the attention kernels' f16 (bf16) pairs packed by one cvt.rn.f16x2.f32 each (flashOptions; the same bits, its test passed on an H100 in session 20; measured +0.3% at b16, noise: off)
-//	GODDP_FLASH_FWD_PIPE=1 the attention forward (64-row blocks) issues the next key tile's scores before this tile's softmax (flash_fwd_pipe; flashOptions; the same bits, its test passed on an H100 in session 20; measured no gain: off)
 //	GODDP_FLASH_DELTA_FOLD=1 the attention backward's row sums Σ dy·y made by the dq kernel (k_flash_bwd_dq_delta, launched before dk/dv), not a pass of their own (k_flash_bwd_delta) (flash.go; the same bits, its test passed on an H100 in session 20; measured −0.1 ms at b16, inside the noise: off)
 //	GODDP_GELU_TANH_APPROX=1 the 8-wide GELU kernels' tanh as one tanh.approx.f32, not tanhf (kernelOptions; within ~2^-11 relative, not tanhf's bits; not yet run on a GPU)
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
@@ -194,7 +193,6 @@ func flashOptions() (opts []string, tileMajor bool, err error) {
 		{"GODDP_FLASH_TILE_MAJOR", "-DFLASH_TILE_MAJOR=1", true, &tileMajor},
 		{"GODDP_FLASH_EX2", "-DFLASH_EX2_FTZ=1", true, nil},
 		{"GODDP_FLASH_PACK2", "-DFLASH_PACK_X2=1", false, nil},
-		{"GODDP_FLASH_FWD_PIPE", "-DFLASH_FWD_PIPE=1", false, nil},
 	} {
 		on := f.def
 		switch v := os.Getenv(f.name); v {

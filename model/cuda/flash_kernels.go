@@ -70,12 +70,6 @@ typedef unsigned int u32;
 #ifndef FLASH_EX2_FTZ
 #define FLASH_EX2_FTZ 0
 #endif
-// FLASH_FWD_PIPE (GODDP_FLASH_FWD_PIPE=1, flashOptions): k_flash_fwd takes flash_fwd_pipe, which
-// issues the next key tile's scores before this tile's softmax (see there; the same bits on an
-// H100, no faster: session 20).
-#ifndef FLASH_FWD_PIPE
-#define FLASH_FWD_PIPE 0
-#endif
 __device__ __forceinline__ float fexp2(float x) {
 #if FLASH_EX2_FTZ
 	float y;
@@ -310,119 +304,6 @@ __device__ __forceinline__ void flash_fwd(half_t* __restrict__ y, float* __restr
 	}
 }
 
-// flash_fwd_pipe is flash_fwd<4> (64 query rows, a warp per 16) with the scores of key tile kt+1
-// issued before tile kt's softmax: the 32 mma of S(kt+1) = Q·K(kt+1)ᵀ run in the tensor pipe while
-// the same warp's exponentials, maxima and sums of tile kt issue beside them, where flash_fwd's
-// warp waits for each product before it can go on (the kernels are latency-bound: ~3 warps a
-// scheduler, one instruction every 4.5 cycles a warp; session 16's Nsight Compute). Each row's
-// arithmetic and the order of its tiles are flash_fwd's, so the bits are the same
-// (TestCUDA_flashOptionsSameBits). The cost: one more score tile in registers (32 a thread).
-// Buffers: K and V stream apart, K one tile ahead — at the top of iteration kt, K(kt+1) and V(kt)
-// have landed, and the iteration then fetches V(kt+1) into V(kt−1)'s buffer and K(kt+2) into
-// K(kt)'s (whose scores were made in the iteration before).
-__device__ __forceinline__ void flash_fwd_pipe(half_t* __restrict__ y, float* __restrict__ lse,
-		const half_t* __restrict__ qkv, int T, int H, float sl2, half_t (*sK)[64 * LDS], half_t (*sV)[64 * LDS]) {
-	int qt = flash_tiles() - 1 - flash_tile(); // the longest (most key tiles) first
-	int bh = flash_bh(), b = bh / H, h = bh % H;
-	int C = H * HS;
-	long ld = 3L * C;
-	const half_t* base = qkv + (long)b * T * ld + h * HS;
-	int q0 = qt * 64;
-	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
-	int r0 = q0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
-	int last = min(qt, (T - 1) / 64); // = qt: the diagonal tile
-
-	load_async(sK[1], base + (long)q0 * ld, ld, min(64, T - q0)); // q, into K's second buffer
-	load_async(sK[0], base + C, ld, min(64, T));
-	load_async(sV[0], base + 2 * C, ld, min(64, T));
-	cp_commit();
-	cp_wait0();
-	__syncthreads();
-	u32 qa[4][4];
-	#pragma unroll
-	for (int kk = 0; kk < 4; kk++) ldA(qa[kk], sK[1], warp * 16, kk * 16, lane);
-	__syncthreads();
-	if (last >= 1) {
-		load_async(sK[1], base + C + 64L * ld, ld, min(64, T - 64));
-		cp_commit();
-	}
-	float s[8][4];
-	zero8x4(s);
-	mm_nk(s, qa, sK[0], lane);
-
-	float o[8][4];
-	zero8x4(o);
-	float m0 = -INF, m1 = -INF, l0 = 0.f, l1 = 0.f;
-	for (int kt = 0; kt <= last; kt++) {
-		int cur = kt & 1;
-		cp_wait0(); // K(kt+1), V(kt)
-		__syncthreads(); // and every warp is done with V(kt−1) and K(kt)
-		if (kt + 1 <= last) {
-			int k1 = (kt + 1) * 64;
-			load_async(sV[cur ^ 1], base + 2 * C + (long)k1 * ld, ld, min(64, T - k1));
-			if (kt + 2 <= last) load_async(sK[cur], base + C + (long)(k1 + 64) * ld, ld, min(64, T - k1 - 64));
-			cp_commit();
-		}
-		float sn[8][4]; // S(kt+1), issued first
-		zero8x4(sn);
-		if (kt < last) mm_nk(sn, qa, sK[cur ^ 1], lane);
-
-		int k0 = kt * 64;
-		float mx0 = -INF, mx1 = -INF;
-		bool diag = kt == last; // keys after some row of the block: the diagonal tile only
-		#pragma unroll
-		for (int j = 0; j < 8; j++) {
-			#pragma unroll
-			for (int i = 0; i < 4; i++) {
-				int key = k0 + j * 8 + t4 * 2 + (i & 1);
-				float v = s[j][i] * sl2;
-				if (diag && key > (i < 2 ? r0 : r1)) v = -INF;
-				s[j][i] = v;
-			}
-			mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
-			mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
-		}
-		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
-		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
-		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
-		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
-		float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-		float a0 = fexp2(m0 - mn0), a1 = fexp2(m1 - mn1);
-		m0 = mn0; m1 = mn1;
-		float ps0 = 0.f, ps1 = 0.f;
-		#pragma unroll
-		for (int j = 0; j < 8; j++) {
-			s[j][0] = fexp2(s[j][0] - m0); s[j][1] = fexp2(s[j][1] - m0);
-			s[j][2] = fexp2(s[j][2] - m1); s[j][3] = fexp2(s[j][3] - m1);
-			ps0 += s[j][0] + s[j][1];
-			ps1 += s[j][2] + s[j][3];
-		}
-		l0 = l0 * a0 + ps0;
-		l1 = l1 * a1 + ps1;
-		#pragma unroll
-		for (int n = 0; n < 8; n++) { o[n][0] *= a0; o[n][1] *= a0; o[n][2] *= a1; o[n][3] *= a1; }
-		mm_pkn(o, s, sV[cur], lane);
-		#pragma unroll
-		for (int j = 0; j < 8; j++) { s[j][0] = sn[j][0]; s[j][1] = sn[j][1]; s[j][2] = sn[j][2]; s[j][3] = sn[j][3]; }
-	}
-	l0 += __shfl_xor_sync(0xffffffff, l0, 1);
-	l0 += __shfl_xor_sync(0xffffffff, l0, 2);
-	l1 += __shfl_xor_sync(0xffffffff, l1, 1);
-	l1 += __shfl_xor_sync(0xffffffff, l1, 2);
-	float i0 = 1.f / l0, i1 = 1.f / l1;
-	half_t* yb = y + (long)b * T * C + h * HS + t4 * 2;
-	if (r0 < T) {
-		#pragma unroll
-		for (int n = 0; n < 8; n++) *(u32*)(yb + (long)r0 * C + n * 8) = pack2(o[n][0] * i0, o[n][1] * i0);
-		if (t4 == 0) lse[(long)bh * T + r0] = (m0 + log2f(l0)) * LN2;
-	}
-	if (r1 < T) {
-		#pragma unroll
-		for (int n = 0; n < 8; n++) *(u32*)(yb + (long)r1 * C + n * 8) = pack2(o[n][2] * i1, o[n][3] * i1);
-		if (t4 == 0) lse[(long)bh * T + r1] = (m1 + log2f(l1)) * LN2;
-	}
-}
-
 // delta_row is Σ_d dy·y over one row of one head (64 halves each, 16-byte aligned), in one order:
 // k_flash_bwd_delta and k_flash_bwd_dq_delta both call it, so their deltas have the same bits.
 __device__ __forceinline__ float delta_row(const half_t* dyr, const half_t* yr) {
@@ -544,11 +425,7 @@ __global__ void __launch_bounds__(128 FLASH_FWD_MINB) k_flash_fwd(half_t* __rest
 		const half_t* __restrict__ qkv, int T, int H, float sl2) {
 	__shared__ __align__(16) half_t sK[2][64 * LDS];
 	__shared__ __align__(16) half_t sV[2][64 * LDS];
-#if FLASH_FWD_PIPE
-	flash_fwd_pipe(y, lse, qkv, T, H, sl2, sK, sV);
-#else
 	flash_fwd<4>(y, lse, qkv, T, H, sl2, sK, sV);
-#endif
 }
 
 // k_flash_fwd128: k_flash_fwd with query blocks of 128 rows: ⌈T/128⌉ tiles, 256 threads

@@ -164,24 +164,20 @@ func TestFlashCarveout_parse(t *testing.T) {
 // GODDP_FLASH_EX2=1 (the exponentials without exp2f's subnormal handling, the default since
 // session 20) gives the same bits too: its probabilities below 2^-126 are zeros in every product
 // and sum they enter. So does GODDP_FLASH_PACK2=1 (pairs rounded by one cvt.rn.f16x2.f32: the same
-// rounding of each value). Both passed on an H100 in session 20; the reference is exp2f's. And so
-// does GODDP_FLASH_FWD_PIPE=1 (the forward's next scores issued before this tile's softmax: each
-// row's arithmetic unchanged; passed on an H100, session 20), alone and with a register cap of 3 blocks.
+// rounding of each value). Both passed on an H100 in session 20; the reference is exp2f's.
 func TestCUDA_flashOptionsSameBits(t *testing.T) {
 	gpu(t)
 	t.Setenv("GODDP_FLASH_TILE_MAJOR", "0")
 	t.Setenv("GODDP_FLASH_MINBLOCKS", "")
 	t.Setenv("GODDP_FLASH_EX2", "0")
 	t.Setenv("GODDP_FLASH_PACK2", "")
-	t.Setenv("GODDP_FLASH_FWD_PIPE", "")
 	ref, err := New(0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ref.Close()
-	variants := []struct{ tileMajor, minBlocks, ex2, pack, pipe string }{{"1", "", "0", "", ""}, {"0", "4,4,3", "0", "", ""}, {"1", "4,4,3", "0", "", ""},
-		{"1", "", "1", "", ""}, {"1", "", "0", "1", ""}, {"1", "", "1", "1", ""}, {"", "", "", "", ""}, // the defaults
-		{"", "", "", "", "1"}, {"0", "3,3,2", "0", "", "1"}}
+	variants := []struct{ tileMajor, minBlocks, ex2, pack string }{{"1", "", "0", ""}, {"0", "4,4,3", "0", ""}, {"1", "4,4,3", "0", ""},
+		{"1", "", "1", ""}, {"1", "", "0", "1"}, {"1", "", "1", "1"}, {"", "", "", ""}} // the last: the defaults
 	type result struct {
 		y, dqkv []uint16
 		lse     []float32
@@ -219,14 +215,13 @@ func TestCUDA_flashOptionsSameBits(t *testing.T) {
 		t.Setenv("GODDP_FLASH_MINBLOCKS", vr.minBlocks)
 		t.Setenv("GODDP_FLASH_EX2", vr.ex2)
 		t.Setenv("GODDP_FLASH_PACK2", vr.pack)
-		t.Setenv("GODDP_FLASH_FWD_PIPE", vr.pipe)
 		d, err := New(0)
 		if err != nil {
-			t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q PACK2=%q FWD_PIPE=%q: %v", vr.tileMajor, vr.minBlocks, vr.ex2, vr.pack, vr.pipe, err)
+			t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q PACK2=%q: %v", vr.tileMajor, vr.minBlocks, vr.ex2, vr.pack, err)
 		}
 		for _, k := range []string{"k_flash_fwd", "k_flash_bwd_dq", "k_flash_bwd_dkdv"} {
 			if r, err := d.KernelResources(k, 128, 0); err == nil {
-				t.Logf("FWD_PIPE=%q TILE_MAJOR=%q MINBLOCKS=%q %-16s %3d registers, %4d local bytes, %d blocks/SM", vr.pipe, vr.tileMajor, vr.minBlocks, k, r.Registers, r.LocalBytes, r.BlocksPerSM)
+				t.Logf("TILE_MAJOR=%q MINBLOCKS=%q %-16s %3d registers, %4d local bytes, %d blocks/SM", vr.tileMajor, vr.minBlocks, k, r.Registers, r.LocalBytes, r.BlocksPerSM)
 			}
 		}
 		for _, dt := range []tensor.DType{tensor.F16, tensor.BF16} {
@@ -241,13 +236,13 @@ func TestCUDA_flashOptionsSameBits(t *testing.T) {
 				}{{"y", want.y, got.y}, {"dqkv", want.dqkv, got.dqkv}} {
 					for j := range p.a {
 						if p.a[j] != p.b[j] {
-							t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q PACK2=%q FWD_PIPE=%q %s %v: %s[%d] bits %#04x, the reference kernels' %#04x", vr.tileMajor, vr.minBlocks, vr.ex2, vr.pack, vr.pipe, dt, sh, p.name, j, p.b[j], p.a[j])
+							t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q PACK2=%q %s %v: %s[%d] bits %#04x, the reference kernels' %#04x", vr.tileMajor, vr.minBlocks, vr.ex2, vr.pack, dt, sh, p.name, j, p.b[j], p.a[j])
 						}
 					}
 				}
 				for j := range want.lse {
 					if math.Float32bits(want.lse[j]) != math.Float32bits(got.lse[j]) {
-						t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q PACK2=%q FWD_PIPE=%q %s %v: lse[%d] %g, the reference kernels' %g", vr.tileMajor, vr.minBlocks, vr.ex2, vr.pack, vr.pipe, dt, sh, j, got.lse[j], want.lse[j])
+						t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q PACK2=%q %s %v: lse[%d] %g, the reference kernels' %g", vr.tileMajor, vr.minBlocks, vr.ex2, vr.pack, dt, sh, j, got.lse[j], want.lse[j])
 					}
 				}
 			}
@@ -291,12 +286,6 @@ func TestFlashOptions_parse(t *testing.T) {
 	if opts, _, err := flashOptions(); err != nil || strings.Join(opts, " ") != "-DFLASH_TILE_MAJOR=1 -DFLASH_PACK_X2=1" {
 		t.Errorf("PACK2=1: %q %v", opts, err)
 	}
-	t.Setenv("GODDP_FLASH_PACK2", "")
-	t.Setenv("GODDP_FLASH_FWD_PIPE", "1")
-	if opts, _, err := flashOptions(); err != nil || strings.Join(opts, " ") != "-DFLASH_TILE_MAJOR=1 -DFLASH_FWD_PIPE=1" {
-		t.Errorf("FWD_PIPE=1: %q %v", opts, err)
-	}
-	t.Setenv("GODDP_FLASH_FWD_PIPE", "")
 	t.Setenv("GODDP_FLASH_PACK2", "x2")
 	if _, _, err := flashOptions(); err == nil || !strings.Contains(err.Error(), "GODDP_FLASH_PACK2") {
 		t.Errorf("PACK2=x2: error %v, want one naming the variable", err)
