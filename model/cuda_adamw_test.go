@@ -255,3 +255,21 @@ func TestCUDA_unscaleCheckNormSameBits(t *testing.T) {
 		}
 	}
 }
+
+// With the unscale folded (GODDP_UNSCALE_FOLD=1), the scaler's check reads the gradients without
+// writing them back (k_check_sumsq with the norm, k_check alone) and k_adamw, k_adamw_multi
+// multiply each gradient by the inverse scale before the clip factor: the unscaling pass's bits
+// (checkUnscaleFold: weights, f16 copy, m, v, the flag, the norm and the scale over steps that
+// clip, do not, take the check alone, measure only and hold an inf, then Scaler.Step off and on),
+// through the multi launch and per run, on a slab of several grid strides. Not yet run on a GPU.
+func TestCUDA_unscaleFoldSameBits(t *testing.T) {
+	g := gpu(t)
+	t.Setenv("GODDP_CLIP_FUSED", "1")
+	for _, perRun := range []bool{false, true} {
+		pss := [2]*Params{runSlab(g), runSlab(g)}
+		checkUnscaleFold(t, fmt.Sprintf("perRun %v", perRun), g, pss, perRun)
+		for k := range pss {
+			pss[k].Free()
+		}
+	}
+}

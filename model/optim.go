@@ -207,16 +207,18 @@ func NewAdamWShard(ps *Params, cfg AdamWConfig, shard *Shard) (*AdamW, error) {
 	return o, nil
 }
 
-func (o *AdamW) Step(lr float32) { o.step(lr, 0) }
+func (o *AdamW) Step(lr float32) { o.step(lr, 0, 0) }
 
-func (o *AdamW) step(lr, gradScale float32) {
+// step is one update with each gradient element multiplied by unscale (0: none) and then by
+// gradScale (0: none) as it is read (tensor.AdamWArgs).
+func (o *AdamW) step(lr, unscale, gradScale float32) {
 	o.t++
 	dev := o.ps.Device()
 	a := tensor.AdamWArgs{
 		LR: lr, Beta1: o.Cfg.Beta1, Beta2: o.Cfg.Beta2, Eps: o.Cfg.Eps,
 		BiasCorr1: float32(1 - math.Pow(float64(o.Cfg.Beta1), float64(o.t))),
 		BiasCorr2: float32(1 - math.Pow(float64(o.Cfg.Beta2), float64(o.t))),
-		GradScale: gradScale,
+		GradScale: gradScale, Unscale: unscale,
 	}
 	if o.multi != nil && !o.perRun {
 		o.ps.mustBeWhole("AdamW.Step (unsharded AdamW)")
@@ -352,6 +354,7 @@ var (
 	_ Optimizer         = (*AdamW)(nil)
 	_ Optimizer         = (*SGD)(nil)
 	_ GradScaledStepper = (*AdamW)(nil)
+	_ UnscaledStepper   = (*AdamW)(nil)
 )
 
 // ClipGradNorm scales the gradient slab so that its global L2 norm is at most max (max ≤ 0 only
@@ -410,5 +413,38 @@ func (o *AdamW) StepScaled(lr, gradScale float32) {
 	if gradScale != 0 && !o.GradScaled() {
 		panic("model: AdamW.StepScaled on a device without tensor.GradScaledAdamW")
 	}
-	o.step(lr, gradScale)
+	o.step(lr, 0, gradScale)
+}
+
+// UnscaledStepper is a GradScaledStepper that can also take the loss scaler's unscale in its step
+// (the scaler's check then reads the gradients without writing them back: Scaler.CheckDeferred).
+// StepUnscaled(lr, inv, c) updates as UnscaleCheck's x·inv pass then StepScaled(lr, c) would, bit
+// for bit — each gradient element multiplied by inv, rounded to f32, then by c — and leaves the
+// gradients as they were (still scaled; the next step's ZeroGrad clears them). inv 0: no unscale.
+// Unscaled reports whether it can: the optimizer and its device (tensor.UnscaleFolder, its switch
+// on) support it.
+type UnscaledStepper interface {
+	GradScaledStepper
+	Unscaled() bool
+	StepUnscaled(lr, inv, gradScale float32)
+}
+
+// Unscaled reports whether the device's AdamW honours AdamWArgs.Unscale and its switch is on
+// (tensor.UnscaleFolder). Not on a shard: the sharded step keeps the scaler's unscaling pass
+// (Scaler.UnscaleCheckShard).
+func (o *AdamW) Unscaled() bool {
+	f, ok := o.ps.Device().(tensor.UnscaleFolder)
+	return ok && f.FoldsUnscale() && o.shard == nil
+}
+
+// StepUnscaled is StepScaled with each gradient element multiplied by inv before gradScale (inv
+// 0: StepScaled).
+func (o *AdamW) StepUnscaled(lr, inv, gradScale float32) {
+	if inv != 0 && !o.Unscaled() {
+		panic("model: AdamW.StepUnscaled on a shard or a device without tensor.UnscaleFolder (or its switch off)")
+	}
+	if gradScale != 0 && !o.GradScaled() {
+		panic("model: AdamW.StepUnscaled with a clip factor on a device without tensor.GradScaledAdamW")
+	}
+	o.step(lr, inv, gradScale)
 }

@@ -120,6 +120,53 @@ func (s *Scaler) UnscaleCheckNorm(ps *Params) *tensor.Tensor {
 	return s.flag
 }
 
+// FoldsInto reports whether the unscale can be left to opt's step, and the optimizer that takes
+// it: the scaler checks (a dynamic scaler, or CheckFinite), its device is a tensor.UnscaleFolder
+// with the switch on (GODDP_UNSCALE_FOLD=1), and opt is an UnscaledStepper that reports Unscaled.
+// Then CheckDeferred replaces UnscaleCheck (or UnscaleCheckNorm) and opt.StepUnscaled(lr, inv, c)
+// the step: the same weights, bit for bit, one write of the gradients fewer.
+func (s *Scaler) FoldsInto(opt Optimizer) (UnscaledStepper, bool) {
+	f, ok := s.dev.(tensor.UnscaleFolder)
+	if !ok || !f.FoldsUnscale() || !s.Checks() {
+		return nil, false
+	}
+	us, ok := opt.(UnscaledStepper)
+	if !ok || !us.Unscaled() {
+		return nil, false
+	}
+	return us, true
+}
+
+// CheckDeferred is UnscaleCheck (norm false: the flag, (1)) or UnscaleCheckNorm (norm true: the
+// (2) buffer, the flag then Σ v²) that leaves the gradients scaled: the flag and the norm's bits are
+// theirs (tensor.UnscaleFolder's CheckUnscaled reads each x·inv as they store it), and inv is the
+// factor the optimizer must multiply each gradient by first (UnscaledStepper.StepUnscaled; 0: none,
+// a disabled scaler's scale is 1). inv is this step's: read it before Update. The device must be a
+// tensor.UnscaleFolder (FoldsInto).
+func (s *Scaler) CheckDeferred(ps *Params, norm bool) (flag *tensor.Tensor, inv float32) {
+	f, ok := s.dev.(tensor.UnscaleFolder)
+	if !ok {
+		panic("model: Scaler.CheckDeferred on a device without tensor.UnscaleFolder")
+	}
+	s.dev.Fill(s.flag, 0)
+	found, sq := s.flag.View(0, 1), s.flag.View(1, 1)
+	if !norm {
+		sq = nil
+	}
+	if s.Checks() {
+		f.CheckUnscaled(ps.Grad, 1/s.state.Scale, found, sq) // disabled: scale 1, x·1 is x
+		if s.Cfg.Enabled {
+			inv = 1 / s.state.Scale
+		}
+	} else if norm {
+		s.dev.SumSquares(sq, ps.Grad) // nothing scaled, nothing checked
+	}
+	if norm {
+		return s.flag, inv
+	}
+	return found, inv
+}
+
 // FusesNorm reports whether UnscaleCheckNorm reads the gradients once (the device is a
 // tensor.UnscaleSquarer that fuses).
 func (s *Scaler) FusesNorm() bool {
@@ -195,7 +242,18 @@ func (s *Scaler) Update(found bool) error {
 
 // Step is the whole single-process sequence: unscale and check, step unless found, update.
 // It reports whether the optimizer stepped.
+// Where the scaler folds its unscale into opt (FoldsInto: GODDP_UNSCALE_FOLD=1), the check reads
+// the gradients only and opt.StepUnscaled unscales them as it reads them: the same weights, bit
+// for bit; the gradients are left scaled.
 func (s *Scaler) Step(ps *Params, opt Optimizer, lr float32) (bool, error) {
+	if us, ok := s.FoldsInto(opt); ok {
+		flag, inv := s.CheckDeferred(ps, false)
+		found := s.FoundInf(flag)
+		if !found {
+			us.StepUnscaled(lr, inv, 0)
+		}
+		return !found, s.Update(found)
+	}
 	found := s.FoundInf(s.UnscaleCheck(ps))
 	if !found {
 		opt.Step(lr)

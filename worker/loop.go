@@ -294,14 +294,43 @@ func (t *Trainer) update(ctx context.Context, ls *loopState, step int, lr float3
 	// (tensor.UnscaleSquarer) and one read-back for the flag and the norm. Unsharded only (a
 	// sharded norm is the ranks' shards together).
 	normWithCheck := clipping && eng.Shard() == nil && scaler.FusesNorm() && !t.opt.noFusedClip
+	// The clip factor multiplied into the optimizer's own read of each gradient
+	// (model.GradScaledStepper: AdamW on a device that takes it) rather than a pass of its own.
+	fused, _ := t.optim.(model.GradScaledStepper)
+	if fused != nil && (!fused.GradScaled() || t.opt.noFusedClip) {
+		fused = nil
+	}
+	// The unscale folded into the step too (model.Scaler.FoldsInto, GODDP_UNSCALE_FOLD=1): the
+	// check, and the norm with it, read the gradients without writing them back unscaled, and the
+	// optimizer multiplies each by inv as it reads it, before the clip factor — the same bits.
+	// Unsharded only, and only where nothing else reads the gradients in between: no clipping, or
+	// the norm read with the check and the factor taken by the step.
+	var unscaled model.UnscaledStepper
+	if us, ok := scaler.FoldsInto(t.optim); ok && eng.Shard() == nil && (!clipping || normWithCheck && fused != nil) {
+		unscaled = us
+		t.unscaleFolded++
+	}
 	var localInf bool
-	var checkedNorm float32
+	var checkedNorm, inv float32
 	readBack := false // the check waited for the device: it is past this step's backward
-	if normWithCheck {
-		localInf, checkedNorm = scaler.ReadCheckNorm(scaler.UnscaleCheckNorm(ps))
+	switch {
+	case normWithCheck:
+		var flag *tensor.Tensor
+		if unscaled != nil {
+			flag, inv = scaler.CheckDeferred(ps, true)
+		} else {
+			flag = scaler.UnscaleCheckNorm(ps)
+		}
+		localInf, checkedNorm = scaler.ReadCheckNorm(flag)
 		localInf = localInf && scaler.Checks()
 		readBack = true
-	} else {
+	case unscaled != nil:
+		var found *tensor.Tensor
+		found, inv = scaler.CheckDeferred(ps, false)
+		if scaler.Checks() {
+			localInf, readBack = readFlag(dev, found), true
+		}
+	default:
 		found := scaler.UnscaleCheckShard(ps, eng.Shard()) // sharded: the averaged part only
 		if scaler.Checks() {
 			localInf, readBack = readFlag(dev, found), true
@@ -324,13 +353,9 @@ func (t *Trainer) update(ctx context.Context, ls *loopState, step int, lr float3
 	res := stepResult{skipped: anyInf, gradNorm: math.NaN()}
 	if !res.skipped {
 		// Clipping: the norm (sharded: the global one), then the factor either multiplied into the
-		// optimizer's own read of each gradient (model.GradScaledStepper: AdamW on a device that
-		// takes it) or applied by a pass over the gradients first — the same bits either way.
+		// optimizer's own read of each gradient (fused) or applied by a pass over the gradients
+		// first — the same bits either way.
 		var coef float32
-		fused, _ := t.optim.(model.GradScaledStepper)
-		if fused != nil && (!fused.GradScaled() || t.opt.noFusedClip) {
-			fused = nil
-		}
 		if clipping {
 			maxNorm := float32(max(cfg.Train.GradClip, 0))
 			var n float32
@@ -351,9 +376,12 @@ func (t *Trainer) update(ctx context.Context, ls *loopState, step int, lr float3
 			}
 			res.gradNorm = float64(n)
 		}
-		if fused != nil {
+		switch {
+		case unscaled != nil:
+			unscaled.StepUnscaled(lr, inv, coef)
+		case fused != nil:
 			fused.StepScaled(lr, coef)
-		} else {
+		default:
 			t.optim.Step(lr)
 		}
 		if err := eng.GatherParams(ctx); err != nil { // sharded: every rank's updated segments

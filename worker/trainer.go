@@ -111,7 +111,9 @@ type Trainer struct {
 	ahead   *inputs // data.upload_ahead: the next micro-batch's buffers (loop.go), else nil
 	// aheadTaken counts the micro-steps that took their batch uploaded ahead (tests).
 	aheadTaken int
-	groups     []*allreduce.Group // the main group and the channels: their bytes on the wire
+	// unscaleFolded counts the steps whose check left the unscale to the optimizer (tests).
+	unscaleFolded int
+	groups        []*allreduce.Group // the main group and the channels: their bytes on the wire
 
 	ckptSkipped int // checkpoints skipped while the previous one was still being written
 

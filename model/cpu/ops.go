@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"github.com/goddp/goddp/model/half"
 	"github.com/goddp/goddp/model/tensor"
@@ -596,6 +597,45 @@ func (c *Device) FusesUnscaleSquares() bool { return true }
 
 var _ tensor.UnscaleSquarer = (*Device)(nil)
 
+// CheckUnscaled is tensor.UnscaleFolder: UnscaleCheck's test of each x·inv (rounded to f32 as
+// it would store it) and, with sq, SumSquares' float64 partial sums of their squares over the very
+// chunks SumSquares takes (sumParallel) — the bits of UnscaleCheck then SumSquares — x unwritten.
+func (c *Device) CheckUnscaled(x *tensor.Tensor, inv float32, found, sq *tensor.Tensor) {
+	xs := f32s(x)
+	if found.DType() != tensor.F32 || found.Len() < 1 || (sq != nil && (sq.DType() != tensor.F32 || sq.Len() < 1)) {
+		panic(fmt.Sprintf("cpu: CheckUnscaled: found %s, sq %v", found, sq))
+	}
+	var bad atomic.Bool
+	if sq == nil {
+		c.parallel(len(xs), 1<<14, func(lo, hi int) {
+			for _, v := range xs[lo:hi] {
+				if u := float32(v * inv); u-u != 0 { // inf − inf and NaN − NaN are NaN
+					bad.Store(true)
+					return
+				}
+			}
+		})
+	} else {
+		s := c.sumParallel(xs, func(v float32) float64 {
+			u := float32(v * inv) // UnscaleCheck's stored value
+			if u-u != 0 {
+				bad.Store(true)
+			}
+			return float64(u) * float64(u)
+		})
+		f32s(sq)[0] += float32(s)
+	}
+	if bad.Load() {
+		f32s(found)[0] = 1
+	}
+}
+
+// FoldsUnscale is tensor.UnscaleFolder's switch: GODDP_UNSCALE_FOLD=1 (env.go), as the CUDA
+// device's; AdamW honours AdamWArgs.Unscale either way.
+func (c *Device) FoldsUnscale() bool { return unscaleFold() }
+
+var _ tensor.UnscaleFolder = (*Device)(nil)
+
 // GradScaledAdamW: AdamW honours AdamWArgs.GradScale (tensor.GradScaledAdamW).
 func (c *Device) GradScaledAdamW() bool { return true }
 
@@ -611,6 +651,7 @@ func (c *Device) AdamW(p, g, m, v, halfW *tensor.Tensor, a tensor.AdamWArgs) {
 	b1, b2, lr, eps, wd := a.Beta1, a.Beta2, a.LR, a.Eps, a.WeightDecay
 	ibc1, ibc2 := 1/a.BiasCorr1, 1/a.BiasCorr2
 	scaled, gsc := a.GradScale != 0, a.GradScale
+	unscaled, us := a.Unscale != 0, a.Unscale
 	c.parallel(len(ps), 1<<13, func(lo, hi int) {
 		// Slices cut to one length so the loop runs without bounds checks; the f16 copy is a
 		// second pass over the chunk while it is still in cache.
@@ -618,6 +659,9 @@ func (c *Device) AdamW(p, g, m, v, halfW *tensor.Tensor, a tensor.AdamWArgs) {
 		g, m, v := gs[lo:hi][:len(p)], ms[lo:hi][:len(p)], vs[lo:hi][:len(p)]
 		for i, w := range p {
 			gi := g[i]
+			if unscaled {
+				gi = float32(gi * us) // UnscaleCheck's very product (the loss scaler's unscale folded in)
+			}
 			if scaled {
 				gi *= gsc // Scale's very product (gradient clipping folded in)
 			}

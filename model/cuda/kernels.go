@@ -947,12 +947,39 @@ __global__ void k_unscale_sumsq(double* part, float* x, long n, float inv, float
 	s = blockSumD(s);
 	if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
-// gs multiplies each gradient element first (AdamWArgs.GradScale; 1 when none: g·1 is g), the
-// product a scaling pass would have written: gradient clipping folded into the step.
-__global__ void k_adamw(float* p, const float* g, float* m, float* v, half_t* h, long n,
-		float lr, float b1, float b2, float eps, float wd, float bc1, float bc2, float gs) {
+// k_check_sumsq: k_unscale_sumsq that stores nothing (tensor.UnscaleFolder): found set when an
+// x·inv is inf or NaN, and the per-block float64 partials of the squares of the very f32 values
+// k_unscale_sumsq would store, on its grid and in its order (k_sum_finish: its bits). x is read
+// once and left scaled; AdamW multiplies by inv as it reads it (us).
+__global__ void k_check_sumsq(double* part, const float* x, long n, float inv, float* found) {
+	bool bad = false;
+	double s = 0.0;
 	FOR(i, n) {
-		float gi = g[i] * gs;
+		float v = x[i] * inv;
+		if (!isfinite(v)) bad = true;
+		double w = v;
+		s += w * w;
+	}
+	if (bad) found[0] = 1.f;
+	s = blockSumD(s);
+	if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+// k_check: k_unscale that stores nothing (f32 x): found set when an x·inv is inf or NaN.
+__global__ void k_check(const float* x, long n, float inv, float* found) {
+	bool bad = false;
+	FOR(i, n) {
+		if (!isfinite(x[i] * inv)) bad = true;
+	}
+	if (bad) found[0] = 1.f;
+}
+// us, then gs, multiply each gradient element first, each product rounded to f32: us is the loss
+// scaler's inverse scale (AdamWArgs.Unscale; 1 when none), the value k_unscale would have stored,
+// and gs the clip factor (AdamWArgs.GradScale; 1 when none), the product a scaling pass would
+// have written — the unscale and gradient clipping folded into the step; g·1 is g, bit for bit.
+__global__ void k_adamw(float* p, const float* g, float* m, float* v, half_t* h, long n,
+		float lr, float b1, float b2, float eps, float wd, float bc1, float bc2, float us, float gs) {
+	FOR(i, n) {
+		float gi = g[i] * us * gs; // (g·us)·gs: two products, each rounded (no add to contract into)
 		float mi = b1 * m[i] + (1.f - b1) * gi;
 		float vi = b2 * v[i] + (1.f - b2) * gi * gi;
 		m[i] = mi; v[i] = vi;
@@ -967,12 +994,12 @@ __global__ void k_adamw(float* p, const float* g, float* m, float* v, half_t* h,
 // runs[0] >> 1 == 0. Each thread's indices only grow, so it walks its run index forward.
 __global__ void k_adamw_multi(float* p, const float* g, float* m, float* v, half_t* h, long n,
 		const long long* runs, int nruns,
-		float lr, float b1, float b2, float eps, float wdecay, float bc1, float bc2, float gs) {
+		float lr, float b1, float b2, float eps, float wdecay, float bc1, float bc2, float us, float gs) {
 	int r = 0;
 	FOR(i, n) {
 		while (r + 1 < nruns && (runs[r + 1] >> 1) <= (long long)i) r++;
 		float wd = (runs[r] & 1) ? wdecay : 0.f;
-		float gi = g[i] * gs;
+		float gi = g[i] * us * gs; // (g·us)·gs: two products, each rounded (no add to contract into)
 		float mi = b1 * m[i] + (1.f - b1) * gi;
 		float vi = b2 * v[i] + (1.f - b2) * gi * gi;
 		m[i] = mi; v[i] = vi;

@@ -735,6 +735,34 @@ func (d *Device) FusesUnscaleSquares() bool { return clipFused() }
 
 var _ tensor.UnscaleSquarer = (*Device)(nil)
 
+// CheckUnscaled is tensor.UnscaleFolder: with sq, k_check_sumsq on d.sum's grid then
+// k_sum_finish — UnscaleCheckSumSquares's flag and bits without its store; without, k_check —
+// UnscaleCheck's flag without its store. x is read once and left as it was. f32 x only.
+func (d *Device) CheckUnscaled(x *tensor.Tensor, inv float32, found, sq *tensor.Tensor) {
+	f32Only("CheckUnscaled", x)
+	if found.DType() != tensor.F32 || found.Len() < 1 || (sq != nil && (sq.DType() != tensor.F32 || sq.Len() < 1)) {
+		panic(fmt.Sprintf("cuda: CheckUnscaled: found %s, sq %v", found, sq))
+	}
+	if x.Len() == 0 {
+		return
+	}
+	if sq == nil {
+		d.launch1("k_check", x.Len(), ptra(x), u64a(uint64(x.Len())), f32a(inv), ptra(found))
+		return
+	}
+	blocks := d.sumBlocks(x.Len()) // k_unscale_sumsq's grid: its bits
+	part := d.scratch(2 * blocks)  // doubles
+	d.launch("k_check_sumsq", [3]int{blocks, 1, 1}, [3]int{256, 1, 1}, 0, ptra(part), ptra(x), u64a(uint64(x.Len())), f32a(inv), ptra(found))
+	d.launch("k_sum_finish", [3]int{1, 1, 1}, [3]int{256, 1, 1}, 0, ptra(sq), ptra(part), i32a(blocks))
+	d.Free(part)
+}
+
+// FoldsUnscale is tensor.UnscaleFolder's switch: only with GODDP_UNSCALE_FOLD=1 (env.go; not yet
+// run on a GPU). k_adamw and k_adamw_multi always honour AdamWArgs.Unscale.
+func (d *Device) FoldsUnscale() bool { return unscaleFold() }
+
+var _ tensor.UnscaleFolder = (*Device)(nil)
+
 func (d *Device) Sum(out, x *tensor.Tensor) { d.sum(out, x, 0) }
 
 var _ tensor.SquareSummer = (*Device)(nil)
@@ -785,7 +813,7 @@ func (d *Device) AdamW(p, g, m, v, half *tensor.Tensor, a tensor.AdamWArgs) {
 	hp := halfArg("AdamW", p, half)
 	if p.Len() > 0 {
 		d.launch1(kn("k_adamw", half), p.Len(), ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.Len())),
-			f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2), f32a(gradScale(a)))
+			f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2), f32a(unscale(a)), f32a(gradScale(a)))
 	}
 }
 
@@ -820,7 +848,7 @@ func (d *Device) AdamWRuns(p, g, m, v, half *tensor.Tensor, runs []tensor.AdamWR
 	}
 	checkRuns("AdamWRuns", p, runs, table)
 	d.launch1(kn("k_adamw_multi", half), p.Len(), ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.Len())), ptra(table), i32a(len(runs)),
-		f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2), f32a(gradScale(a)))
+		f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2), f32a(unscale(a)), f32a(gradScale(a)))
 }
 
 var _ tensor.MultiAdamW = (*Device)(nil)
@@ -831,6 +859,14 @@ func gradScale(a tensor.AdamWArgs) float32 {
 		return 1
 	}
 	return a.GradScale
+}
+
+// unscale is the kernels' us: AdamWArgs.Unscale, 1 when it is 0 (none; g·1 is g, bit for bit).
+func unscale(a tensor.AdamWArgs) float32 {
+	if a.Unscale == 0 {
+		return 1
+	}
+	return a.Unscale
 }
 
 // GradScaledAdamW is tensor.GradScaledAdamW's switch: on unless GODDP_CLIP_FUSED=0 (env.go): the

@@ -213,6 +213,22 @@ type UnscaleSquarer interface {
 	FusesUnscaleSquares() bool
 }
 
+// UnscaleFolder is an optional ability of a device that leaves the loss scaler's unscale to the
+// optimizer: the check reads the gradients without writing them back, and AdamW multiplies each
+// gradient by the inverse scale itself (AdamWArgs.Unscale), one write of the slab fewer.
+//
+//	CheckUnscaled(x, inv, found, sq): found (1) f32 is set to 1 when any x·inv (f32) is inf or
+//	  NaN (never cleared here); when sq (1) f32 is not nil, sq += Σ (x·inv)² — the bits
+//	  UnscaleCheck(x, inv, found) then SumSquares(sq, x) give (UnscaleCheckSumSquares's) — and x
+//	  is left as it was. x is f32 (the gradient slab).
+//
+// FoldsUnscale reports whether callers should take it; AdamW (and AdamWRuns, where MultiAdamW)
+// honour AdamWArgs.Unscale when it reports true (both devices: when GODDP_UNSCALE_FOLD=1).
+type UnscaleFolder interface {
+	CheckUnscaled(x *Tensor, inv float32, found, sq *Tensor)
+	FoldsUnscale() bool
+}
+
 // SquareSummer is an optional ability of a device that hands back a sum of squares in float64
 // (the CUDA device; the CPU device too): SumSquaresF64 adds, in xs's order, each tensor's Σ v²
 // computed in float64, and returns the float64 total after one wait. ddp's sharded ClipGradNorm
@@ -233,11 +249,15 @@ type CrossEntropyGrad interface {
 // GradScale, when not 0, multiplies each gradient element before the step (g·GradScale in f32,
 // the product a Device.Scale pass over the gradients would have written: gradient clipping folded
 // into the step, model.AdamW.StepScaled); only devices that are GradScaledAdamW with it true
-// take one.
+// take one. Unscale, when not 0, multiplies each gradient element before GradScale does (g·Unscale
+// in f32, the value UnscaleCheck would have stored: the loss scaler's unscale folded into the
+// step, model.AdamW.StepUnscaled), so the step sees (g·Unscale)·GradScale; only devices that are
+// UnscaleFolder with FoldsUnscale true take one.
 type AdamWArgs struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float32
 	BiasCorr1, BiasCorr2               float32
 	GradScale                          float32
+	Unscale                            float32
 }
 
 // GradScaledAdamW is implemented by devices whose AdamW (and AdamWRuns, where MultiAdamW) honour
