@@ -47,3 +47,11 @@ func EnvFromOS() (Env, error) {
 	}
 	return e, nil
 }
+
+// stepEndWaits reports whether a training step ends by waiting for its optimizer before the loss
+// read (the default; GODDP_STEP_END_WAIT=0 is the other way: the losses read with the loss
+// scaler's read-back, which waits for the backward anyway, and the step returning once the
+// optimizer is enqueued, so the host's records and the next step's first enqueues overlap the
+// device's optimizer — loop.go's update; docs/perf-gpu.md "The step's end without a wait"; not
+// yet run on a GPU). Read at each step.
+func stepEndWaits() bool { return os.Getenv("GODDP_STEP_END_WAIT") != "0" }

@@ -281,11 +281,12 @@ type stepResult struct {
 	skipped  bool    // a gradient overflowed on some rank: no update
 }
 
-// update is the step's end: the loss scaler unscales and checks the gradients (its read-back, the
-// step's one wait, also reads the step's losses), every rank agrees whether any overflowed (then
+// update is the step's end: the loss scaler unscales and checks the gradients (its read-back waits
+// for the device), every rank agrees whether any overflowed (then
 // the step is skipped), the gradient norm (clipped with train.grad_clip, else measured when
-// measureNorm), the optimizer at lr, the scaler's update, the model's buffers from rank 0. It
-// returns without waiting for the optimizer (without a scaler the losses are read after it).
+// measureNorm), the optimizer at lr, the scaler's update, the model's buffers from rank 0, and the
+// losses read after a wait for the device (GODDP_STEP_END_WAIT=0: read with the scaler's read-back
+// instead, and no wait for the optimizer).
 func (t *Trainer) update(ctx context.Context, ls *loopState, step int, lr float32, measureNorm bool) (stepResult, error) {
 	cfg, dev, ps, scaler, eng := t.cfg, t.dev, t.ps, t.scaler, t.eng
 	to := t.trace.Now()
@@ -336,7 +337,8 @@ func (t *Trainer) update(ctx context.Context, ls *loopState, step int, lr float3
 			localInf, readBack = readFlag(dev, found), true
 		}
 	}
-	if readBack {
+	early := readBack && !stepEndWaits()
+	if early {
 		// The step's losses, made by its forwards, read now that the device is past them: no
 		// wait of their own, and none at the step's end (below).
 		dev.Download(ls.lossHost, ls.lossDev)
@@ -399,14 +401,16 @@ func (t *Trainer) update(ctx context.Context, ls *loopState, step int, lr float3
 			return stepResult{}, fmt.Errorf("worker: step %d: buffers: %w", step, err)
 		}
 	}
-	if !readBack { // no scaler (fp32, bf16): the step's one wait, behind the optimizer
+	if !early { // the step's one wait (micro-steps make none), behind the optimizer
+		dev.Sync()
 		dev.Download(ls.lossHost, ls.lossDev)
 	}
-	// Otherwise nothing waits for the optimizer here: the host goes on to the step's records and
-	// the next step's first enqueues while the device runs it (on a GPU that hid ~0.3 ms of host
-	// work a step; docs/perf-gpu.md "The step's end without a wait"). Whatever reads the updated
-	// weights on the host later — evaluation, checkpoints, the replica check — reads them through
-	// the device's stream, which runs the optimizer first; the next step's kernels queue behind it.
+	// Otherwise (GODDP_STEP_END_WAIT=0, env.go) nothing waits for the optimizer here: the host
+	// goes on to the step's records and the next step's first enqueues while the device runs it
+	// (on a GPU, ~0.3 ms of host work a step to hide; docs/perf-gpu.md "The step's end without a
+	// wait"). Whatever reads the updated weights on the host later — evaluation, checkpoints, the
+	// replica check — reads them through the device's stream, which runs the optimizer first; the
+	// next step's kernels queue behind it.
 	k := len(ls.lossHost)
 	for _, l := range ls.lossHost {
 		res.loss += float64(l) / float64(k)
