@@ -40,6 +40,14 @@ func (t *Trainer) intraHostDevice(ctx context.Context, eng *ddp.Engine) error {
 // visibleGPUs counts the GPUs this process sees (nil in a build without cuda: device_cuda.go).
 var visibleGPUs func() (int, error)
 
+// gpuCount is visibleGPUs, or an error in a build without cuda.
+func gpuCount() (int, error) {
+	if visibleGPUs == nil {
+		return 0, errors.New("no cuda in this build")
+	}
+	return visibleGPUs()
+}
+
 // deviceAcrossHosts reports whether ddp.intra_host is device in a world of several hosts: the
 // engine then runs over allreduce.Hierarchy's rings, as ddp.hierarchical does.
 func (t *Trainer) deviceAcrossHosts() bool {
@@ -56,9 +64,9 @@ func (t *Trainer) wantsDeviceReduce() bool {
 
 // shardGatherDevice switches the sharded step's gather of the f16 weights to copies between the
 // devices (ddp/shard_peer.go) for `ddp.shard_gather: device`, and for auto where it applies: a
-// sharded run of several ranks on one host, on the sharded staged path of a device that maps its
-// peers' memory (--device cuda under fp16; measured on an H100 shared by 2 and 4 workers: 0.94× and
-// 0.87× the unsharded step, against 1.20× and 1.06× through the host). device is refused, on every
+// sharded run of several ranks of one host sharing its one GPU, on the sharded staged path of a
+// device that maps its peers' memory (--device cuda under fp16; measured on an H100 shared by 2
+// and 4 workers: 0.94× and 0.87× the unsharded step, against 1.20× and 1.06× through the host). device is refused, on every
 // rank alike before any collective, where the world spans hosts (CUDA IPC maps memory of one host)
 // or the device cannot map its peers' memory (the CPU); the engine refuses it off the sharded
 // staged path naming why. auto keeps the host ring where device would be refused, and where a
@@ -71,7 +79,18 @@ func (t *Trainer) shardGatherDevice(ctx context.Context, eng *ddp.Engine) error 
 	_, mirrors := t.dev.(tensor.PeerMirrorDevice)
 	hosts := t.env.WorldSize / max(1, t.env.LocalWorldSize)
 	if v == config.ShardGatherAuto {
-		if !mirrors || hosts > 1 || t.env.WorldSize < 2 || eng.Shard() == nil || eng.PeerGatherRefusal() != nil {
+		if !mirrors || hosts > 1 || t.env.WorldSize < 2 {
+			return nil
+		}
+		// What was measured: the local ranks sharing one GPU. Ranks on several GPUs copy over
+		// NVLink or PCIe peer access, not yet run: opt-in (device) until a multi-GPU host runs it.
+		if n, err := gpuCount(); err != nil || n != 1 {
+			if t.log != nil && eng != nil && eng.Shard() != nil {
+				t.log.Info("ddp.shard_gather auto: the f16 weights go through the host ring: the ranks are on several GPUs, where the device copies are not yet measured (ddp.shard_gather: device takes them)", "gpus", n)
+			}
+			return nil
+		}
+		if eng.Shard() == nil || eng.PeerGatherRefusal() != nil {
 			return nil
 		}
 		err := eng.UsePeerGather(ctx)

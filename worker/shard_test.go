@@ -77,6 +77,8 @@ func (mirrorDev) NewPeerMirror(*tensor.Tensor, int, int) (tensor.PeerMirror, err
 // do, and so is auto where device would be refused (the engine is not asked: nil here).
 func TestShardGatherDevice_refusals(t *testing.T) {
 	ctx := context.Background()
+	defer func(f func() (int, error)) { visibleGPUs = f }(visibleGPUs)
+	visibleGPUs = func() (int, error) { return 2, nil }
 	for _, c := range []struct {
 		gather string
 		dev    tensor.Device
@@ -89,6 +91,7 @@ func TestShardGatherDevice_refusals(t *testing.T) {
 		{"device", mirrorDev{cpu.New()}, Env{WorldSize: 4, LocalWorldSize: 2}, "ddp.shard_gather: device with 2 hosts"},
 		{"auto", mirrorDev{cpu.New()}, Env{WorldSize: 4, LocalWorldSize: 2}, ""}, // several hosts: the host ring, no engine asked
 		{"auto", mirrorDev{cpu.New()}, Env{WorldSize: 1, LocalWorldSize: 1}, ""}, // alone: nothing gathered
+		{"auto", mirrorDev{cpu.New()}, Env{WorldSize: 2, LocalWorldSize: 2}, ""}, // two GPUs (below): not measured, the host ring
 	} {
 		tr := &Trainer{cfg: tinyGPT(t, "ddp.shard_optimizer=true", "ddp.shard_gather="+c.gather), dev: c.dev, env: c.env}
 		err := tr.shardGatherDevice(ctx, nil)

@@ -276,7 +276,8 @@ type DDPConfig struct {
 	// f16 wire, how the updated f16 weights reach the other ranks each step: host, through pinned
 	// memory and the host ring; device, copied between the GPUs of one host over CUDA IPC after
 	// one meeting of the ranks (ddp/shard_peer.go; every rank on one host). The same bits. auto:
-	// device where it applies (several ranks of one host, cuda, fp16 sharded; measured 0.94× the
+	// device where it applies (several ranks of one host sharing its one GPU, cuda, fp16 sharded:
+	// what was measured; ranks on several GPUs keep host until such a host runs it; 0.94× the
 	// unsharded step at W = 2 on an H100, against 1.20× through the host), else host; also host,
 	// with a warning, where the devices cannot map each other's memory. Default auto.
 	ShardGather ShardGather `yaml:"shard_gather,omitempty"`

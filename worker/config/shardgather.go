@@ -10,8 +10,8 @@ import "gopkg.in/yaml.v3"
 type ShardGather string
 
 const (
-	// ShardGatherAuto: device where it applies (one host, several ranks, the sharded staged path on
-	// a device that maps its peers' memory), else host.
+	// ShardGatherAuto: device where it applies (one host, several ranks sharing its one GPU, the
+	// sharded staged path on a device that maps its peers' memory), else host.
 	ShardGatherAuto ShardGather = "auto"
 	// ShardGatherHost: pinned memory and the host ring (ddp/shard_gpu.go).
 	ShardGatherHost ShardGather = "host"
