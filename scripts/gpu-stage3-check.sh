@@ -11,7 +11,7 @@ W=$(mktemp -d /tmp/goddp-stage3-check.XXXXXX)
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 ok() { echo "ok: $*"; }
-scripts=(scripts/gpu-stage3.sh scripts/bench-gpu-vs-pytorch.sh scripts/bench-gpu-ddp.sh scripts/bench-gpu-ddp-rows.sh scripts/stage3-lib.sh)
+scripts=(scripts/gpu-stage3.sh scripts/bench-gpu-vs-pytorch.sh scripts/bench-gpu-ddp.sh scripts/bench-gpu-ddp-rows.sh scripts/stage3-lib.sh scripts/bench-gpu-variants.sh)
 for f in "${scripts[@]}"; do bash -n "$f" || bad "bash -n $f"; done
 if command -v shellcheck > /dev/null; then
   shellcheck -x "${scripts[@]}" && ok shellcheck || bad shellcheck
@@ -73,6 +73,14 @@ grep -qE '^grpc +2 +497903616 +f16' "$W/device.txt" || bad "device: no host ring
 grep -qE '^2 +host +\| +[0-9.]+ .*IDENTICAL' "$W/device.txt" || bad "device: no host path row"
 grep -qE '^2 +device +\| (SKIPPED: .*intra_host|[0-9.]+ .*IDENTICAL)' "$W/device.txt" || bad "device: the device row is neither a run nor a refusal naming ddp.intra_host"
 ok "device part on the cpu"
+
+# bench-gpu-variants.sh TRAINER=1: ddptrain's own knobs A/B'd, here on the cpu.
+TRAINER=1 DEVICE=cpu CONFIG=configs/opticks-gpt-tiny.yaml BATCHES=4 TSTEPS=20 ROUNDS=1 OUT="$W/variants" \
+  bash scripts/bench-gpu-variants.sh base= nw=GODDP_STEP_END_WAIT=0 > "$W/variants.txt" 2>&1 || bad "variants (trainer): exit $? ($W/variants.txt)"
+for v in base nw; do
+  grep -qE "^batch 4 +$v +[0-9.]+ +x[0-9.]+" "$W/variants.txt" || bad "variants (trainer): no median row for $v"
+done
+ok "variants (trainer) on the cpu"
 
 if [ "$fail" = 0 ]; then
   echo "gpu-stage3-check: all passed"
