@@ -1,5 +1,7 @@
 package allreduce
 
+import "github.com/goddp/goddp/model/half"
+
 // The schedule a device all-reduce follows (model/cuda's over CUDA IPC buffers, wired by ddp),
 // as pure functions: the ring's, so that a device that reads every peer's buffer directly adds
 // the same values in the same order as the host ring does and every rank agrees on who reduces
@@ -24,4 +26,23 @@ func ReduceOrder(size, rank int) []int {
 		out[k] = mod(seg+k, size)
 	}
 	return out
+}
+
+// SumF16 is what ReduceScatterF16 (Sum) leaves in one element of a segment whose contributions
+// vals are given in ReduceOrder (the segment's first sender first, its owner last): the first
+// rank's half bits as they are (Sum sends them unscaled), then each next rank's value added in
+// float32 and the partial sum rounded to half, nearest even — every hop puts its partial sum on
+// the f16 wire, and the owner rounds its last one into its half buffer (f16Buf.reduce). A device
+// that reduces the sharded step's f16 gradients itself (ddp.shard_reduce: device) does exactly
+// this per element to end with the host ring's bits. Empty vals: 0.
+func SumF16(vals []uint16) uint16 {
+	if len(vals) == 0 {
+		return 0
+	}
+	t := half.Table()
+	acc := vals[0]
+	for _, v := range vals[1:] {
+		acc = half.FromFloat32(t[acc] + t[v])
+	}
+	return acc
 }

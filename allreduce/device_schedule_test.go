@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
+
+	"github.com/goddp/goddp/model/half"
 )
 
 func TestReduceOrder(t *testing.T) {
@@ -51,6 +54,57 @@ func TestReduceOrder_isTheRingsOrder(t *testing.T) {
 						t.Fatalf("n=%d %s [%d] (owner %d): ReduceOrder's sum %g, the ring's %g", n, op, i, owner, s, bufs[0][i])
 					}
 				}
+			}
+		}
+	}
+}
+
+// The host ring's f16 reduce-scatter is SumF16 over ReduceOrder: for every owner and element of
+// its segment, the ranks' half values added in ReduceOrder with a rounding to half after every
+// addition give ReduceScatterF16's bits (Sum), for worlds of 1 to 5, odd lengths and chunks that
+// split segments. The data is such that the order and the roundings matter: adding in another
+// order, or rounding only once at the end, misses the ring's bits somewhere (else the test could
+// not tell a device that gets either wrong).
+func TestSumF16_isTheRingsReduceScatterF16(t *testing.T) {
+	for n := 1; n <= 5; n++ {
+		gs := newGroups(t, "inproc", n, func(c *Config) { c.ChunkBytes = 66 })
+		for _, size := range []int{1, 7, 333, 2049} {
+			in := inputs(n, size, uint64(n)*131+uint64(size), false)
+			bufs := make([][]uint16, n)
+			orig := make([][]uint16, n)
+			for r := range n {
+				for i := range in[r] {
+					in[r][i] *= float32(int(1) << (i % 9)) // spread exponents: partial sums round
+				}
+				orig[r] = make([]uint16, size)
+				encodeF16Generic(orig[r], in[r], 1)
+				bufs[r] = append([]uint16(nil), orig[r]...)
+			}
+			noErrors(t, each(gs, func(g *Group) error { return g.ReduceScatterF16(context.Background(), bufs[g.Rank()], Sum) }))
+			tab := half.Table()
+			otherOrder, oneRounding := false, false
+			vals := make([]uint16, n)
+			for owner := range n {
+				lo, hi := Segment(size, n, owner)
+				order := ReduceOrder(n, owner)
+				for i := lo; i < hi; i++ {
+					for k, r := range order {
+						vals[k] = orig[r][i]
+					}
+					if got, want := SumF16(vals), bufs[owner][i]; got != want {
+						t.Fatalf("n=%d size %d [%d] (owner %d, order %v): SumF16 %#x, the ring %#x", n, size, i, owner, order, got, want)
+					}
+					slices.Reverse(vals)
+					otherOrder = otherOrder || SumF16(vals) != bufs[owner][i]
+					var s float32
+					for _, v := range vals {
+						s += tab[v]
+					}
+					oneRounding = oneRounding || half.FromFloat32(s) != bufs[owner][i]
+				}
+			}
+			if n >= 3 && size > 300 && (!otherOrder || !oneRounding) {
+				t.Errorf("n=%d size %d: the reverse order differs %v, one rounding at the end differs %v: want both (the data must tell them apart)", n, size, otherOrder, oneRounding)
 			}
 		}
 	}

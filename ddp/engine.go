@@ -72,6 +72,9 @@ type Engine struct {
 	gpu  *gpuPath          // the staged path (engine_gpu.go); nil on the host path
 	devp *devicePath       // the device path (engine_device.go, UseDevice); nil elsewhere
 	peer tensor.PeerMirror // the sharded staged path's weights gathered by copies between the devices (shard_peer.go, UsePeerGather); nil elsewhere
+	// the sharded staged path's gradients reduce-scattered by copies between the devices
+	// (shard_peer_reduce.go, UsePeerReduce); nil elsewhere
+	peerRed *peerReduce
 
 	shard       *model.Shard // this rank's part under ddp.shard_optimizer (shard.go); nil: unsharded
 	masterStale bool         // other ranks' segments of the f32 master are stale (GatherMaster)
@@ -200,6 +203,9 @@ func (e *Engine) Close() {
 		if e.peer != nil {
 			e.peer.Close() // this rank's copies done; its peers' last copies of its weights are theirs to wait for (shard_peer.go)
 		}
+		if e.peerRed != nil {
+			e.peerRed.m.Close() // before the plan's buffers go: its copies from the peers are done (shard_peer_reduce.go)
+		}
 		if e.gpu != nil {
 			e.gpu.stg.Close()
 		}
@@ -217,6 +223,11 @@ func (e *Engine) commLoop(ch int, comm Comm, jobs <-chan *bucket) {
 			err := e.reduceDevice(ch, b)
 			e.pollBackward(false)
 			e.results <- err
+			continue
+		}
+		if e.peerRed != nil {
+			e.results <- e.reducePeer(ch, b)
+			e.pollBackward(false)
 			continue
 		}
 		if e.gpu != nil {
@@ -312,6 +323,8 @@ func (e *Engine) stage(b *bucket) {
 	}
 	if e.devp != nil {
 		e.dev.Copy(e.devp.bufs[b.index], b.view) // launched below, in index order
+	} else if e.peerRed != nil { // the cast only: the peers copy from the device (shard_peer_reduce.go)
+		e.peerRed.stg.StageDevice(b.index, e.gpu.scale)
 	} else if e.gpu != nil {
 		e.gpu.stg.Stage(b.index, e.gpu.scale)
 	} else if e.inPlace == nil { // in place (shard.go): the comm goroutine reads the slab itself
@@ -364,6 +377,11 @@ func (e *Engine) Wait(ctx context.Context) error {
 	var comm, hidden int64
 	if e.gpu != nil {
 		e.gpu.stg.Finish()
+	}
+	if e.peerRed != nil {
+		if err := e.peerReduceMeet(ctx); err != nil {
+			return err
+		}
 	}
 	if e.devp != nil {
 		if err := e.finishDevice(ctx); err != nil {

@@ -36,6 +36,7 @@ type shardCfg struct {
 	overlap        bool             // Options.OverlapGather: GatherParams leaves the gather to forward
 	shardMaster    bool             // the f32 master kept for the shard only (model.Params.ShardMaster; mixed precision)
 	peerGather     bool             // ddp.shard_gather: device (UsePeerGather; newDev gives a tensor.PeerMirrorDevice)
+	peerReduce     bool             // ddp.shard_reduce: device (UsePeerReduce; newDev's staging plans have tensor.PeerShardStaging)
 }
 
 // noHostMem is the CPU device behind the bare tensor.Device interface, so without its
@@ -114,6 +115,11 @@ func trainShardRank(t *testing.T, sc shardCfg, rank int, comm Comm, d dataset, e
 	if sc.peerGather {
 		if err := eng.UsePeerGather(ctx); err != nil || !eng.PeerGather() {
 			t.Fatalf("rank %d: UsePeerGather: %v (peer gather %v)", rank, err, eng.PeerGather())
+		}
+	}
+	if sc.peerReduce {
+		if err := eng.UsePeerReduce(ctx); err != nil || !eng.PeerReduce() {
+			t.Fatalf("rank %d: UsePeerReduce: %v (peer reduce %v)", rank, err, eng.PeerReduce())
 		}
 	}
 	if err := eng.BroadcastParams(ctx); err != nil {

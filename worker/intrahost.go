@@ -108,3 +108,23 @@ func (t *Trainer) shardGatherDevice(ctx context.Context, eng *ddp.Engine) error 
 	}
 	return eng.UsePeerGather(ctx)
 }
+
+// shardReduceDevice switches the sharded step's reduce-scatter of the f16 gradients to copies
+// between the devices (ddp/shard_peer_reduce.go) for `ddp.shard_reduce: device`; auto keeps the
+// host ring for now (device has not run on a GPU yet). device is refused, on every rank alike
+// before any collective, where the world spans hosts (CUDA IPC maps memory of one host) or the
+// device cannot map its peers' memory (the CPU); the engine refuses it off the sharded staged
+// path, naming why (ddp.PeerReduceRefusal).
+func (t *Trainer) shardReduceDevice(ctx context.Context, eng *ddp.Engine) error {
+	v, err := config.ParseShardReduce(string(t.cfg.DDP.ShardReduce))
+	if err != nil || v != config.ShardReduceDevice {
+		return err
+	}
+	if _, ok := t.dev.(tensor.PeerMirrorDevice); !ok {
+		return fmt.Errorf("ddp.shard_reduce: device needs --device cuda (this run's device is %s); use auto or host", t.dev.Name())
+	}
+	if hosts := t.env.WorldSize / max(1, t.env.LocalWorldSize); hosts > 1 {
+		return fmt.Errorf("ddp.shard_reduce: device with %d hosts: the devices copy from each other inside one host only; use auto or host", hosts)
+	}
+	return eng.UsePeerReduce(ctx)
+}

@@ -103,3 +103,30 @@ func TestShardGatherDevice_refusals(t *testing.T) {
 		}
 	}
 }
+
+// ddp.shard_reduce: device is refused, in one line naming the key, on a device that cannot map its
+// peers' memory and in a world of several hosts, before the engine is asked; host and auto (host
+// for now) are nothing to do (the engine is not asked: nil here).
+func TestShardReduceDevice_refusals(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		reduce string
+		dev    tensor.Device
+		env    Env
+		want   string // "" for no error
+	}{
+		{"auto", mirrorDev{cpu.New()}, Env{WorldSize: 2, LocalWorldSize: 2}, ""},
+		{"host", mirrorDev{cpu.New()}, Env{WorldSize: 2, LocalWorldSize: 2}, ""},
+		{"device", cpu.New(), Env{WorldSize: 2, LocalWorldSize: 2}, "ddp.shard_reduce: device needs --device cuda (this run's device is cpu"},
+		{"device", mirrorDev{cpu.New()}, Env{WorldSize: 4, LocalWorldSize: 2}, "ddp.shard_reduce: device with 2 hosts"},
+	} {
+		tr := &Trainer{cfg: tinyGPT(t, "ddp.shard_optimizer=true", "ddp.shard_reduce="+c.reduce), dev: c.dev, env: c.env}
+		err := tr.shardReduceDevice(ctx, nil)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.reduce, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n")):
+			t.Errorf("%s on %s, %d hosts: %v; want one line with %q", c.reduce, c.dev.Name(), c.env.WorldSize/c.env.LocalWorldSize, err, c.want)
+		}
+	}
+}

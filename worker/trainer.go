@@ -360,7 +360,10 @@ func (t *Trainer) startEngine(ctx context.Context, gcfg allreduce.Config) error 
 	if err := t.intraHostDevice(ctx, eng); err != nil {
 		return err
 	}
-	return t.shardGatherDevice(ctx, eng)
+	if err := t.shardGatherDevice(ctx, eng); err != nil {
+		return err
+	}
+	return t.shardReduceDevice(ctx, eng)
 }
 
 // resumeOrInit resumes from the newest checkpoint any rank has (or --resume-from's), or else

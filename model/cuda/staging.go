@@ -52,6 +52,8 @@ type cudaStaging struct {
 	mod           cudadrv.Module
 	fCast, fWiden cudadrv.Function
 
+	peer *stagingPeer // NewPeerReduce's (staging_peer.go); nil until then and after its Close
+
 	closed bool
 }
 

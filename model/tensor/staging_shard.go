@@ -27,3 +27,35 @@ type ShardStaging interface {
 	StageWeights(i int, w *Tensor, lo, hi int) []uint16
 	ReturnWeights(i int, w *Tensor)
 }
+
+// PeerShardStaging is an optional ability of a ShardStaging plan whose device f16 buffers the
+// ranks of one host can read from each other (the CUDA device's plans: CUDA IPC): the sharded
+// step's reduce-scatter by device copies (ddp.shard_reduce: device), no pinned memory and no
+// host ring. Offsets lo, hi are elements of range i, as for ShardStaging.
+//
+//	NewPeerReduce(rank, size)
+//	                 once, before the first step: exports the plan's device f16 buffers. The
+//	                 PeerMirror it returns is exchanged and connected as any (Handle, Connect:
+//	                 the peers' plans must have the same ranges); its Pull copies [lo, hi) of
+//	                 the packed buffers on the compute stream (ddp does not use it); its Close
+//	                 waits for this plan's copies, then unmaps the peers' buffers.
+//	StageDevice(i, s) training goroutine, instead of Stage: the cast of range i into bucket i's
+//	                 device f16 buffer only, in compute-stream order; no copy to pinned memory.
+//	WaitStaged(i)    comm goroutine: waits for that cast (its own event, not the device).
+//	ReduceRange(i, lo, hi, order)
+//	                 comm goroutine, instead of Host and ReturnRange: on the return stream,
+//	                 copies [lo, hi) of bucket i out of every other rank's buffer into device
+//	                 scratch, then one kernel sums, per element, the ranks' values in order
+//	                 (each rank once): the first as it is, each next added in f32 and the partial
+//	                 sum rounded to f16 (allreduce.SumF16), writes the sum into [lo, hi) of this
+//	                 rank's buffer and widens it into the slab (Finish orders it, as for
+//	                 ReturnRange). The caller makes sure every rank's cast of bucket i is done
+//	                 before (each waited, then the ranks met) and that no rank casts bucket i
+//	                 again before these copies are done.
+type PeerShardStaging interface {
+	ShardStaging
+	NewPeerReduce(rank, size int) (PeerMirror, error)
+	StageDevice(i int, scale float32)
+	WaitStaged(i int)
+	ReduceRange(i, lo, hi int, order []int)
+}

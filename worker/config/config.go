@@ -281,6 +281,13 @@ type DDPConfig struct {
 	// unsharded step at W = 2 on an H100, against 1.20× through the host), else host; also host,
 	// with a warning, where the devices cannot map each other's memory. Default auto.
 	ShardGather ShardGather `yaml:"shard_gather,omitempty"`
+	// shard_reduce: auto | host | device. Under shard_optimizer on --device cuda with fp16 on the
+	// f16 wire, how each step's f16 gradients are reduce-scattered: host, through pinned memory and
+	// the host ring; device, each rank copies its segment of every bucket out of its peers' device
+	// staging buffers over CUDA IPC and sums the contributions on its GPU in the ring's order with
+	// the ring's roundings (ddp/shard_peer_reduce.go; every rank on one host; not yet run on a
+	// GPU). The same bits. auto: host for now. Default auto.
+	ShardReduce ShardReduce `yaml:"shard_reduce,omitempty"`
 	// timeout: how long a collective waits for a silent peer before the job fails (Go duration:
 	// 30s, 5m). Default 30s (allreduce.DefaultTimeout). Checkpoint writes do not count against
 	// it (they run in the background); raise it for slow networks or very large buckets.

@@ -49,6 +49,7 @@ var notTrajectory = []struct {
 	{key: "ddp.shard_master", why: "where the f32 master of the other ranks' shards lives, not its values (ddp's TestShard_bitIdenticalToUnsharded)"},
 	{key: "ddp.overlap_gather", why: "when the same gathered weights arrive, not their values (ddp's TestShard_bitIdenticalToUnsharded)"},
 	{key: "ddp.shard_gather", why: "how the same gathered weights travel, not their values (ddp's TestShardStaged_peerGatherBitIdentical)"},
+	{key: "ddp.shard_reduce", why: "where the same ring-ordered sum of the gradients is computed, not its bits (allreduce's TestSumF16_isTheRingsReduceScatterF16, ddp's TestShardStaged_peerReduceBitIdentical)"},
 	{key: "ddp.timeout", why: "a bound on waiting, not part of the arithmetic"},
 	{key: "ddp.intra_host", why: "how the same average is reduced inside a host (device rounds a 16-bit wire once, the host ring per hop: within the wire's unit), not what is trained"},
 	{key: "train.log_every", why: "how often progress and metrics lines are written"},
@@ -244,6 +245,7 @@ func (c *Config) HashV1() string {
 	cc.DDP.Timeout = Duration{}
 	cc.DDP.ShardOptimizer = false
 	cc.DDP.IntraHost, cc.DDP.Hierarchical, cc.DDP.OverlapGather, cc.DDP.ShardMaster, cc.DDP.ShardGather = "", false, "", "", "" // added after v1
+	cc.DDP.ShardReduce = ""                                                                                                     // added after v1
 	if cc.Train.GlobalBatch > 0 {
 		cc.Train.GradAccumSteps = 0
 	}

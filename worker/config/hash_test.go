@@ -141,7 +141,7 @@ func TestHash_everyKeyIsClassified(t *testing.T) {
 		"data.path": "/elsewhere", "data.workers": "7", "data.prefetch": "9", "data.upload_ahead": "on",
 		"checkpoint.dir": "/ck", "checkpoint.every": "5", "checkpoint.keep": "9", "checkpoint.per_host": "true",
 		"ddp.check_every": "7", "ddp.channels": "3", "ddp.shard_optimizer": "true", "ddp.timeout": "5m", "ddp.intra_host": "host",
-		"ddp.overlap_gather": "off", "ddp.shard_master": "off", "ddp.shard_gather": "host", "train.log_every": "3", "train.eval_every": "7", "train.eval_batches": "3", "train.memory_budget": "1GiB",
+		"ddp.overlap_gather": "off", "ddp.shard_master": "off", "ddp.shard_gather": "host", "ddp.shard_reduce": "host", "train.log_every": "3", "train.eval_every": "7", "train.eval_batches": "3", "train.memory_budget": "1GiB",
 		"model.checkpoint": "blocks", "model.checkpoint_keep_attention": "true", "model.layout": "nhwc", "metrics.listen": ":9100",
 		"model.init_from": "/somewhere/model.safetensors", "checkpoint.fresh_if_broken": "true",
 		"model.flash_forward_rows": "128",

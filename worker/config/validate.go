@@ -310,6 +310,10 @@ func (c *Config) validateDDP(p *problems) {
 	p.choice(recheck(c.DDP.OverlapGather, ParseOverlapGather))
 	p.choice(recheck(c.DDP.ShardMaster, ParseShardMaster))
 	p.choice(recheck(c.DDP.ShardGather, ParseShardGather))
+	p.choice(recheck(c.DDP.ShardReduce, ParseShardReduce))
+	if c.DDP.ShardReduce == ShardReduceDevice && !c.DDP.ShardOptimizer {
+		p.bad("ddp.shard_reduce", "device needs ddp.shard_optimizer: true (it reduce-scatters the shards' gradients)")
+	}
 	if c.DDP.ShardGather == ShardGatherDevice && !c.DDP.ShardOptimizer {
 		p.bad("ddp.shard_gather", "device needs ddp.shard_optimizer: true (it gathers the shards' updated weights)")
 	}

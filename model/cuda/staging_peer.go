@@ -1,0 +1,151 @@
+//go:build cuda
+
+package cuda
+
+// tensor.PeerShardStaging for the CUDA device's staging plans (ddp.shard_reduce: device): the
+// plan's packed device f16 buffer is exported and the peers' mapped (a peerMirror of it,
+// ipc_mirror.go), and a bucket's reduce-scatter is device-to-device copies of the peers' ranges
+// into scratch and one kernel (staging_peer_kernels.go), all on the plan's return stream, so
+// Finish orders them before the optimizer as it orders ReturnRange. Not yet run on a GPU.
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/goddp/goddp/model/cuda/cudadrv"
+	"github.com/goddp/goddp/model/tensor"
+)
+
+var _ tensor.PeerShardStaging = (*cudaStaging)(nil)
+
+// stagingPeer is a plan's state once NewPeerReduce has run.
+type stagingPeer struct {
+	m       *peerMirror    // the plan's f16 buffer, exported; the peers', mapped
+	scratch *tensor.Tensor // f16: size−1 slots of stride elements, the peers' ranges of one bucket
+	stride  int            // the largest segment of any bucket, rounded up to 8 elements
+	mod     cudadrv.Module
+	fSum    cudadrv.Function
+}
+
+// NewPeerReduce exports the plan's device f16 buffer and allocates the scratch the peers' ranges
+// are copied into. The buffer must outlive the peers' last copies of it (ddp's meetings).
+func (s *cudaStaging) NewPeerReduce(rank, size int) (tensor.PeerMirror, error) {
+	if s.peer != nil {
+		return nil, errors.New("cuda: staging: NewPeerReduce twice")
+	}
+	if s.half.DType() != tensor.F16 {
+		return nil, fmt.Errorf("cuda: staging: the peers' reduce-scatter sums f16; this plan stages %s", s.half.DType())
+	}
+	pm, err := s.d.NewPeerMirror(s.half, rank, size)
+	if err != nil {
+		return nil, err
+	}
+	d := s.d
+	ptx, err := compileCached(peerReduceKernelSource, []string{fmt.Sprintf("--gpu-architecture=compute_%d%d", d.major, d.minor), "-default-device", "--std=c++17"})
+	if err != nil {
+		pm.Close()
+		return nil, err
+	}
+	seg := 0
+	for i := range s.ranges {
+		seg = max(seg, (s.count(i)+size-1)/size) // allreduce's segments differ by one at most
+	}
+	p := &stagingPeer{m: pm.(*peerMirror), stride: (seg + 7) &^ 7}
+	p.scratch = d.Alloc(tensor.F16, "ddp.staging.peer", max(1, (size-1)*p.stride))
+	d.enter()
+	if p.mod, err = cudadrv.LoadPTX(ptx); err == nil {
+		p.fSum, err = p.mod.Function("k_stage_ring_sum")
+		if err != nil {
+			p.mod.Unload()
+		}
+	}
+	d.leave()
+	if err != nil {
+		d.Free(p.scratch)
+		pm.Close()
+		return nil, fmt.Errorf("cuda: staging: the peers' reduce-scatter kernel: %w", err)
+	}
+	s.peer = p
+	return stagingPeerLink{s}, nil
+}
+
+// stagingPeerLink is the PeerMirror NewPeerReduce returns: the plan's peerMirror, whose Close
+// also waits for the return stream (the plan's copies out of the peers' buffers run there) and
+// frees the scratch.
+type stagingPeerLink struct{ s *cudaStaging }
+
+func (l stagingPeerLink) Handle() []byte                 { return l.s.peer.m.Handle() }
+func (l stagingPeerLink) Connect(handles [][]byte) error { return l.s.peer.m.Connect(handles) }
+func (l stagingPeerLink) Pull(peer, lo, hi int)          { l.s.peer.m.Pull(peer, lo, hi) }
+
+func (l stagingPeerLink) Close() error {
+	s, p := l.s, l.s.peer
+	if p == nil {
+		return nil
+	}
+	d := s.d
+	d.enter()
+	err := s.ret.Sync()
+	d.leave()
+	err = errors.Join(err, p.m.Close())
+	d.enter()
+	p.mod.Unload()
+	d.leave()
+	d.Free(p.scratch)
+	s.peer = nil
+	return err
+}
+
+// StageDevice casts bucket i into its device f16 buffer on the compute stream and records its
+// event; nothing is copied to pinned memory.
+func (s *cudaStaging) StageDevice(i int, scale float32) {
+	n := s.count(i)
+	d := s.d
+	d.enter()
+	defer d.leave()
+	s.launch1(s.fCast, d.stream, n, s.halfPtr(i), s.gradPtr(i), uint64(n), f32a(scale))
+	must(s.evCast[i].Record(d.stream))
+}
+
+// WaitStaged waits for StageDevice's cast of bucket i (its event only).
+func (s *cudaStaging) WaitStaged(i int) {
+	s.d.enter()
+	defer s.d.leave()
+	must(s.evCast[i].Sync())
+}
+
+// ReduceRange enqueues, on the return stream, the copies of [lo, hi) of bucket i out of the
+// peers' buffers (in order, skipping this rank) into the scratch slots, then the sum into this
+// rank's buffer and the slab (k_stage_ring_sum). A failure to enqueue panics, as a launch's does.
+func (s *cudaStaging) ReduceRange(i, lo, hi int, order []int) {
+	s.checkSeg(i, lo, hi)
+	p := s.peer
+	if p == nil || !p.m.connected || len(order) != p.m.size || hi-lo > p.stride {
+		panic(fmt.Sprintf("cuda: staging: ReduceRange of bucket %d [%d,%d), order %v: not connected, or not this plan's segments", i, lo, hi, order))
+	}
+	n := hi - lo
+	if n == 0 {
+		return
+	}
+	d := s.d
+	d.enter()
+	defer d.leave()
+	must(s.ret.Wait(s.evCast[i])) // this rank's cast (WaitStaged saw it done; the device's order too)
+	slot, ownAt := 0, -1
+	for k, q := range order {
+		if q == p.m.rank {
+			ownAt = k
+			continue
+		}
+		dst := dptr(p.scratch) + uint64(slot*p.stride)*2
+		if err := cudadrv.DtoD(dst, p.m.peers[q]+uint64(s.off[i]+lo)*2, int64(n)*2, s.ret); err != nil {
+			panic(fmt.Sprintf("cuda: staging: copying [%d,%d) of bucket %d from rank %d: %v", lo, hi, i, q, err))
+		}
+		slot++
+	}
+	if ownAt < 0 {
+		panic(fmt.Sprintf("cuda: staging: ReduceRange order %v without this rank %d", order, p.m.rank))
+	}
+	s.launch1(p.fSum, s.ret, n, s.halfPtr(i)+uint64(lo)*2, s.gradPtr(i)+uint64(lo)*4, dptr(p.scratch),
+		uint64(n), uint64(p.stride), uint64(len(order)), uint64(ownAt))
+}
