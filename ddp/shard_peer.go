@@ -33,6 +33,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/goddp/goddp/allreduce"
 	"github.com/goddp/goddp/model/tensor"
@@ -74,23 +75,43 @@ func (e *Engine) UsePeerGather(ctx context.Context) error {
 	if e.shard == nil && e.comm.Size() < 2 {
 		return nil // alone: nothing is gathered
 	}
-	mine := e.PeerGatherRefusal()
+	m, err := e.connectMirror(ctx, e.PeerGatherRefusal(), func() (tensor.PeerMirror, error) {
+		return e.dev.(tensor.PeerMirrorDevice).NewPeerMirror(e.ps.Half, e.comm.Rank(), e.comm.Size())
+	}, "its weights")
+	if err != nil {
+		return err
+	}
+	e.peer = m
+	e.log.Info("ddp: the sharded step's f16 weights are copied between the devices (ddp.shard_gather: device)",
+		"ranks", e.comm.Size(), "buckets", len(e.buckets))
+	return nil
+}
+
+// connectMirror is UsePeerGather's and UsePeerReduce's setup, a collective of the engine's group:
+// unless refused (this rank's configuration says no), this rank makes its mirror (newMirror), the
+// ranks exchange their handles, each connects to its peers', and the ranks exchange whether each
+// did — so a rank that fails at any point still takes part in both exchanges and every rank fails
+// alike, naming it ("rank r could not share|map its peers' …", what names the tensors). A device's
+// failure (newMirror's or Connect's, on any rank) wraps ErrPeerSetup on every rank; a refusal or a
+// failed collective does not.
+func (e *Engine) connectMirror(ctx context.Context, refusal error, newMirror func() (tensor.PeerMirror, error), what string) (tensor.PeerMirror, error) {
+	mine := refusal
 	var m tensor.PeerMirror
 	var device error // this rank's device failed (not its configuration)
 	if mine == nil {
-		m, device = e.dev.(tensor.PeerMirrorDevice).NewPeerMirror(e.ps.Half, e.comm.Rank(), e.comm.Size())
+		m, device = newMirror()
 		mine = device
 	}
 	var handle []byte
 	if mine == nil {
 		handle = m.Handle()
 	}
-	all, err := exchangeHandles(ctx, e.comm, handle, mine, "share its weights")
+	all, err := exchangeHandles(ctx, e.comm, handle, mine, "share "+what)
 	if err == nil {
 		// Connect may fail on one rank alone (a handle its driver will not open): every rank
-		// learns of it before any step copies from a peer that went back to the host ring.
+		// learns of it before any step copies from a peer that went back to the host path.
 		device = m.Connect(all)
-		_, err = exchangeHandles(ctx, e.comm, nil, device, "map its peers' weights")
+		_, err = exchangeHandles(ctx, e.comm, nil, device, "map its peers' "+strings.TrimPrefix(what, "its "))
 	}
 	if err != nil {
 		if m != nil {
@@ -98,14 +119,11 @@ func (e *Engine) UsePeerGather(ctx context.Context) error {
 		}
 		var peer rankCouldNot
 		if (device != nil && errors.Is(err, device)) || (mine == nil && errors.As(err, &peer)) {
-			return fmt.Errorf("ddp: rank %d: %w: %w", e.comm.Rank(), ErrPeerSetup, err)
+			return nil, fmt.Errorf("ddp: rank %d: %w: %w", e.comm.Rank(), ErrPeerSetup, err)
 		}
-		return fmt.Errorf("ddp: rank %d: %w", e.comm.Rank(), err)
+		return nil, fmt.Errorf("ddp: rank %d: %w", e.comm.Rank(), err)
 	}
-	e.peer = m
-	e.log.Info("ddp: the sharded step's f16 weights are copied between the devices (ddp.shard_gather: device)",
-		"ranks", e.comm.Size(), "buckets", len(e.buckets))
-	return nil
+	return m, nil
 }
 
 // PeerGather reports whether UsePeerGather switched the gather to the devices.

@@ -83,33 +83,13 @@ func (e *Engine) UsePeerReduce(ctx context.Context) error {
 	if e.shard == nil && e.comm.Size() < 2 {
 		return nil // alone: nothing is reduced
 	}
-	mine := e.PeerReduceRefusal()
 	var stg tensor.PeerShardStaging
-	var m tensor.PeerMirror
-	var device error // this rank's device failed (not its configuration)
-	if mine == nil {
+	m, err := e.connectMirror(ctx, e.PeerReduceRefusal(), func() (tensor.PeerMirror, error) {
 		stg = e.gpu.shardStg.(tensor.PeerShardStaging)
-		m, device = stg.NewPeerReduce(e.comm.Rank(), e.comm.Size())
-		mine = device
-	}
-	var handle []byte
-	if mine == nil {
-		handle = m.Handle()
-	}
-	all, err := exchangeHandles(ctx, e.comm, handle, mine, "share its staging buffers")
-	if err == nil {
-		device = m.Connect(all) // may fail on one rank alone: the second exchange tells every rank
-		_, err = exchangeHandles(ctx, e.comm, nil, device, "map its peers' staging buffers")
-	}
+		return stg.NewPeerReduce(e.comm.Rank(), e.comm.Size())
+	}, "its staging buffers")
 	if err != nil {
-		if m != nil {
-			m.Close()
-		}
-		var peer rankCouldNot
-		if (device != nil && errors.Is(err, device)) || (mine == nil && errors.As(err, &peer)) {
-			return fmt.Errorf("ddp: rank %d: %w: %w", e.comm.Rank(), ErrPeerSetup, err)
-		}
-		return fmt.Errorf("ddp: rank %d: %w", e.comm.Rank(), err)
+		return err
 	}
 	e.peerRed = &peerReduce{stg: stg, m: m, order: allreduce.ReduceOrder(e.comm.Size(), e.comm.Rank())}
 	e.log.Info("ddp: the sharded step's f16 gradients are reduce-scattered by copies between the devices (ddp.shard_reduce: device)",

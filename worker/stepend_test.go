@@ -17,25 +17,8 @@ import (
 func TestStepEnd_noWaitSameRun(t *testing.T) {
 	do := func(t *testing.T, wait string, injectAt int, sets ...string) (*Result, []observe.StepMetrics) {
 		t.Setenv("GODDP_STEP_END_WAIT", wait)
-		p := filepath.Join(t.TempDir(), "m.jsonl")
-		cfg := tinyGPT(t, append([]string{"train.max_steps=4", "train.log_every=1", "checkpoint.dir="}, sets...)...)
-		opt := Options{Logger: quiet(), MetricsPath: p}
-		if injectAt >= 0 {
-			opt.InjectInf = func(step int) bool { return step == injectAt }
-		}
-		tr, err := New(context.Background(), cfg, opt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := tr.Run(context.Background())
-		if err = errors.Join(err, tr.Close()); err != nil {
-			t.Fatal(err)
-		}
-		f, err := observe.ReadMetrics(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res, f.Steps
+		res, steps, _ := runTinyMetrics(t, injectAt, sets...)
+		return res, steps
 	}
 	for _, c := range []struct {
 		prec, clip string
@@ -59,4 +42,30 @@ func TestStepEnd_noWaitSameRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runTinyMetrics trains tinyGPT with sets for 4 steps, a metrics line each (an inf injected into
+// the gradients of step injectAt, from 0, unless it is negative), and returns the summary, the
+// step lines and the closed trainer (for its counters).
+func runTinyMetrics(t *testing.T, injectAt int, sets ...string) (*Result, []observe.StepMetrics, *Trainer) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "m.jsonl")
+	cfg := tinyGPT(t, append([]string{"train.max_steps=4", "train.log_every=1", "checkpoint.dir="}, sets...)...)
+	opt := Options{Logger: quiet(), MetricsPath: p}
+	if injectAt >= 0 {
+		opt.InjectInf = func(step int) bool { return step == injectAt }
+	}
+	tr, err := New(context.Background(), cfg, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tr.Run(context.Background())
+	if err = errors.Join(err, tr.Close()); err != nil {
+		t.Fatal(err)
+	}
+	f, err := observe.ReadMetrics(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, f.Steps, tr
 }

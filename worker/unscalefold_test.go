@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -33,26 +32,9 @@ func TestUnscaleFold_sameBitsAsAPass(t *testing.T) {
 		} else {
 			t.Setenv("GODDP_UNSCALE_FOLD", "0")
 		}
-		p := filepath.Join(t.TempDir(), "m.jsonl")
-		cfg := tinyGPT(t, append([]string{"train.max_steps=4", "train.log_every=1", "checkpoint.dir="}, sets...)...)
-		opt := Options{Logger: quiet(), MetricsPath: p}
-		if injectAt >= 0 {
-			opt.InjectInf = func(step int) bool { return step == injectAt }
-		}
-		tr, err := New(context.Background(), cfg, opt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := tr.Run(context.Background())
+		res, steps, tr := runTinyMetrics(t, injectAt, sets...)
 		folded := tr.unscaleFolded
-		if err = errors.Join(err, tr.Close()); err != nil {
-			t.Fatal(err)
-		}
-		f, err := observe.ReadMetrics(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return run{res: res, steps: f.Steps, folded: folded, skipped: res.SkippedSteps}
+		return run{res: res, steps: steps, folded: folded, skipped: res.SkippedSteps}
 	}
 	cases := []struct {
 		prec, clip, logEvery string
