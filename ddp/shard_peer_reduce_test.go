@@ -259,33 +259,9 @@ func (s failingLink) Connect([][]byte) error {
 // wrapping ErrPeerSetup and naming that rank, and no engine is left reducing on the devices.
 func TestUsePeerReduce_deviceFailureAgreed(t *testing.T) {
 	hub := newStagingHub()
-	type res struct {
-		err  error
-		peer bool
-	}
-	out := inprocWorld(t, 3, 1, func(r int, main Comm, _ []Comm) res {
-		dev := failingPeerStaging{peerStagingCPU{mirrorStagingCPU{shardStagingCPU{cpu.New()}, newMirrorHub()}, hub}}
-		m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{nFeat, nHidden, nClass}, Compute: tensor.F16}, 3)
-		if err != nil {
-			return res{err: err}
-		}
-		defer m.Free()
-		eng := New(m.Params(), main, Options{BucketCapMB: 0.01, Wire: allreduce.WireF16, ShardOptimizer: true})
-		defer eng.Close()
-		if err := eng.PeerReduceRefusal(); err != nil {
-			return res{err: fmt.Errorf("refused before trying: %w", err)}
-		}
-		err = eng.UsePeerReduce(context.Background())
-		return res{err, eng.PeerReduce()}
-	})
-	for r, o := range out {
-		if o.err == nil || !errors.Is(o.err, ErrPeerSetup) || !strings.Contains(o.err.Error(), "rank 1") || strings.Contains(o.err.Error(), "\n") {
-			t.Errorf("rank %d: %v; want one line wrapping ErrPeerSetup and naming rank 1", r, o.err)
-		}
-		if o.peer {
-			t.Errorf("rank %d reduces on the devices after a failed setup", r)
-		}
-	}
+	checkSetupFailureAgreed(t, func(int) tensor.Device {
+		return failingPeerStaging{peerStagingCPU{mirrorStagingCPU{shardStagingCPU{cpu.New()}, newMirrorHub()}, hub}}
+	}, (*Engine).PeerReduceRefusal, (*Engine).UsePeerReduce, (*Engine).PeerReduce, "reduces on the devices")
 }
 
 // Steps of backward and Wait alone, no other collective between them (no norm, no gather, no

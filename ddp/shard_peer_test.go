@@ -189,33 +189,9 @@ func TestUsePeerGather_deviceFailureAgreed(t *testing.T) {
 	for _, stage := range []string{"export", "connect"} {
 		t.Run(stage, func(t *testing.T) {
 			hub := newMirrorHub()
-			type res struct {
-				err  error
-				peer bool
-			}
-			out := inprocWorld(t, 3, 1, func(r int, main Comm, _ []Comm) res {
-				dev := failingMirrorCPU{mirrorStagingCPU{shardStagingCPU{cpu.New()}, hub}, 1, stage}
-				m, err := model.NewMLP(dev, model.MLPConfig{Widths: []int{nFeat, nHidden, nClass}, Compute: tensor.F16}, 3)
-				if err != nil {
-					return res{err: err}
-				}
-				defer m.Free()
-				eng := New(m.Params(), main, Options{BucketCapMB: 0.01, Wire: allreduce.WireF16, ShardOptimizer: true})
-				defer eng.Close()
-				if err := eng.PeerGatherRefusal(); err != nil {
-					return res{err: fmt.Errorf("refused before trying: %w", err)}
-				}
-				err = eng.UsePeerGather(context.Background())
-				return res{err, eng.PeerGather()}
-			})
-			for r, o := range out {
-				if o.err == nil || !errors.Is(o.err, ErrPeerSetup) || !strings.Contains(o.err.Error(), "rank 1") || strings.Contains(o.err.Error(), "\n") {
-					t.Errorf("rank %d: %v; want one line wrapping ErrPeerSetup and naming rank 1", r, o.err)
-				}
-				if o.peer {
-					t.Errorf("rank %d gathers from its peers after a failed setup", r)
-				}
-			}
+			checkSetupFailureAgreed(t, func(int) tensor.Device {
+				return failingMirrorCPU{mirrorStagingCPU{shardStagingCPU{cpu.New()}, hub}, 1, stage}
+			}, (*Engine).PeerGatherRefusal, (*Engine).UsePeerGather, (*Engine).PeerGather, "gathers from its peers")
 		})
 	}
 	errs := inprocWorld(t, 2, 1, func(r int, main Comm, _ []Comm) error {
@@ -234,6 +210,41 @@ func TestUsePeerGather_deviceFailureAgreed(t *testing.T) {
 	for r, err := range errs {
 		if err == nil || errors.Is(err, ErrPeerSetup) {
 			t.Errorf("rank %d, the CPU path: %v; want a refusal that is not ErrPeerSetup", r, err)
+		}
+	}
+}
+
+// checkSetupFailureAgreed runs a world of 3 sharded engines on newDev's devices (rank 1's failing
+// its device's setup), asks each for use after refusal says it would try, and checks that every
+// rank fails with one line wrapping ErrPeerSetup and naming rank 1, and none is left on the
+// devices (on: the engine's report; what: what it would be doing, for the message).
+func checkSetupFailureAgreed(t *testing.T, newDev func(rank int) tensor.Device, refusal func(*Engine) error,
+	use func(*Engine, context.Context) error, on func(*Engine) bool, what string) {
+	t.Helper()
+	type res struct {
+		err error
+		on  bool
+	}
+	out := inprocWorld(t, 3, 1, func(r int, main Comm, _ []Comm) res {
+		m, err := model.NewMLP(newDev(r), model.MLPConfig{Widths: []int{nFeat, nHidden, nClass}, Compute: tensor.F16}, 3)
+		if err != nil {
+			return res{err: err}
+		}
+		defer m.Free()
+		eng := New(m.Params(), main, Options{BucketCapMB: 0.01, Wire: allreduce.WireF16, ShardOptimizer: true})
+		defer eng.Close()
+		if err := refusal(eng); err != nil {
+			return res{err: fmt.Errorf("refused before trying: %w", err)}
+		}
+		err = use(eng, context.Background())
+		return res{err, on(eng)}
+	})
+	for r, o := range out {
+		if o.err == nil || !errors.Is(o.err, ErrPeerSetup) || !strings.Contains(o.err.Error(), "rank 1") || strings.Contains(o.err.Error(), "\n") {
+			t.Errorf("rank %d: %v; want one line wrapping ErrPeerSetup and naming rank 1", r, o.err)
+		}
+		if o.on {
+			t.Errorf("rank %d %s after a failed setup", r, what)
 		}
 	}
 }

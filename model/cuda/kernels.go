@@ -97,21 +97,23 @@ __device__ void blockMaxSum(float& m, float& s) {
 // GELU kernels' tanh as one tanh.approx.f32 (relative error below 2^-10.9, about an f16 rounding)
 // instead of tanhf's ~20 instructions: the GELU passes do ~30 instructions an element for 4–6
 // bytes of traffic, so their arithmetic is a large part of their time. Not the bits of tanhf.
+// Unset, GELU_TANH is tanhf itself (the preprocessor's text: the kernels the suite ran).
 #ifndef GELU_TANH_APPROX
 #define GELU_TANH_APPROX 0
 #endif
-__device__ __forceinline__ float gelu_tanh(float x) {
 #if GELU_TANH_APPROX
+__device__ __forceinline__ float gelu_tanh(float x) {
 	float y;
 	asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
 	return y;
-#else
-	return tanhf(x);
-#endif
 }
-__device__ __forceinline__ float gelu_f(float v) { return 0.5f * v * (1.f + gelu_tanh(0.7978845608028654f * (v + 0.044715f * v * v * v))); }
+#define GELU_TANH gelu_tanh
+#else
+#define GELU_TANH tanhf
+#endif
+__device__ __forceinline__ float gelu_f(float v) { return 0.5f * v * (1.f + GELU_TANH(0.7978845608028654f * (v + 0.044715f * v * v * v))); }
 __device__ __forceinline__ float gelu_g(float v) {
-	float t = gelu_tanh(0.7978845608028654f * (v + 0.044715f * v * v * v));
+	float t = GELU_TANH(0.7978845608028654f * (v + 0.044715f * v * v * v));
 	return 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * 0.7978845608028654f * (1.f + 3.f * 0.044715f * v * v);
 }
 // FOR8: grid-stride over n8 vectors with 32-bit indices; i is the first element of the vector.
@@ -972,11 +974,27 @@ __global__ void k_check(const float* x, long n, float inv, float* found) {
 	}
 	if (bad) found[0] = 1.f;
 }
-// us, then gs, multiply each gradient element first, each product rounded to f32: us is the loss
+// gs multiplies each gradient element first (AdamWArgs.GradScale; 1 when none: g·1 is g), the
+// product a scaling pass would have written: gradient clipping folded into the step.
+__global__ void k_adamw(float* p, const float* g, float* m, float* v, half_t* h, long n,
+		float lr, float b1, float b2, float eps, float wd, float bc1, float bc2, float gs) {
+	FOR(i, n) {
+		float gi = g[i] * gs;
+		float mi = b1 * m[i] + (1.f - b1) * gi;
+		float vi = b2 * v[i] + (1.f - b2) * gi * gi;
+		m[i] = mi; v[i] = vi;
+		float mh = mi / bc1, vh = vi / bc2;
+		float w = p[i];
+		w -= lr * (mh / (sqrtf(vh) + eps) + wd * w);
+		p[i] = w;
+		if (h) h[i] = f2h(w);
+	}
+}
+// k_adamw_us is k_adamw with us: us, then gs, multiply each gradient element first, each product rounded to f32: us is the loss
 // scaler's inverse scale (AdamWArgs.Unscale; 1 when none), the value k_unscale would have stored,
 // and gs the clip factor (AdamWArgs.GradScale; 1 when none), the product a scaling pass would
 // have written — the unscale and gradient clipping folded into the step; g·1 is g, bit for bit.
-__global__ void k_adamw(float* p, const float* g, float* m, float* v, half_t* h, long n,
+__global__ void k_adamw_us(float* p, const float* g, float* m, float* v, half_t* h, long n,
 		float lr, float b1, float b2, float eps, float wd, float bc1, float bc2, float us, float gs) {
 	FOR(i, n) {
 		float gi = g[i] * us * gs; // (g·us)·gs: two products, each rounded (no add to contract into)
@@ -990,9 +1008,30 @@ __global__ void k_adamw(float* p, const float* g, float* m, float* v, half_t* h,
 		if (h) h[i] = f2h(w);
 	}
 }
+// k_adamw_us and k_adamw_multi_us are kept apart from k_adamw and k_adamw_multi until a GPU
+// has run them (GODDP_UNSCALE_FOLD=1): the default kernels stay the ones the suite ran.
 // k_adamw over whole slabs in one launch: runs[r] = start·2 + decay flag for nruns runs in order,
 // runs[0] >> 1 == 0. Each thread's indices only grow, so it walks its run index forward.
 __global__ void k_adamw_multi(float* p, const float* g, float* m, float* v, half_t* h, long n,
+		const long long* runs, int nruns,
+		float lr, float b1, float b2, float eps, float wdecay, float bc1, float bc2, float gs) {
+	int r = 0;
+	FOR(i, n) {
+		while (r + 1 < nruns && (runs[r + 1] >> 1) <= (long long)i) r++;
+		float wd = (runs[r] & 1) ? wdecay : 0.f;
+		float gi = g[i] * gs;
+		float mi = b1 * m[i] + (1.f - b1) * gi;
+		float vi = b2 * v[i] + (1.f - b2) * gi * gi;
+		m[i] = mi; v[i] = vi;
+		float mh = mi / bc1, vh = vi / bc2;
+		float w = p[i];
+		w -= lr * (mh / (sqrtf(vh) + eps) + wd * w);
+		p[i] = w;
+		if (h) h[i] = f2h(w);
+	}
+}
+// k_adamw_multi_us: k_adamw_multi with us (as k_adamw_us).
+__global__ void k_adamw_multi_us(float* p, const float* g, float* m, float* v, half_t* h, long n,
 		const long long* runs, int nruns,
 		float lr, float b1, float b2, float eps, float wdecay, float bc1, float bc2, float us, float gs) {
 	int r = 0;

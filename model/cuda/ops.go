@@ -758,7 +758,8 @@ func (d *Device) CheckUnscaled(x *tensor.Tensor, inv float32, found, sq *tensor.
 }
 
 // FoldsUnscale is tensor.UnscaleFolder's switch: only with GODDP_UNSCALE_FOLD=1 (env.go; not yet
-// run on a GPU). k_adamw and k_adamw_multi always honour AdamWArgs.Unscale.
+// run on a GPU). AdamW and AdamWRuns honour AdamWArgs.Unscale through k_adamw_us and
+// k_adamw_multi_us (the default kernels, without it, are the ones the suite ran).
 func (d *Device) FoldsUnscale() bool { return unscaleFold() }
 
 var _ tensor.UnscaleFolder = (*Device)(nil)
@@ -812,8 +813,13 @@ func (d *Device) AdamW(p, g, m, v, half *tensor.Tensor, a tensor.AdamWArgs) {
 	f32Only("AdamW", p, g, m, v)
 	hp := halfArg("AdamW", p, half)
 	if p.Len() > 0 {
-		d.launch1(kn("k_adamw", half), p.Len(), ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.Len())),
-			f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2), f32a(unscale(a)), f32a(gradScale(a)))
+		args := []uint64{ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.Len())),
+			f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2)}
+		name := "k_adamw"
+		if a.Unscale != 0 { // the unscale folded in: k_adamw_us (not yet run on a GPU)
+			name, args = "k_adamw_us", append(args, f32a(a.Unscale))
+		}
+		d.launch1(kn(name, half), p.Len(), append(args, f32a(gradScale(a)))...)
 	}
 }
 
@@ -847,8 +853,13 @@ func (d *Device) AdamWRuns(p, g, m, v, half *tensor.Tensor, runs []tensor.AdamWR
 		return
 	}
 	checkRuns("AdamWRuns", p, runs, table)
-	d.launch1(kn("k_adamw_multi", half), p.Len(), ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.Len())), ptra(table), i32a(len(runs)),
-		f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2), f32a(unscale(a)), f32a(gradScale(a)))
+	args := []uint64{ptra(p), ptra(g), ptra(m), ptra(v), hp, u64a(uint64(p.Len())), ptra(table), i32a(len(runs)),
+		f32a(a.LR), f32a(a.Beta1), f32a(a.Beta2), f32a(a.Eps), f32a(a.WeightDecay), f32a(a.BiasCorr1), f32a(a.BiasCorr2)}
+	name := "k_adamw_multi"
+	if a.Unscale != 0 { // the unscale folded in: k_adamw_multi_us (not yet run on a GPU)
+		name, args = "k_adamw_multi_us", append(args, f32a(a.Unscale))
+	}
+	d.launch1(kn(name, half), p.Len(), append(args, f32a(gradScale(a)))...)
 }
 
 var _ tensor.MultiAdamW = (*Device)(nil)
@@ -859,14 +870,6 @@ func gradScale(a tensor.AdamWArgs) float32 {
 		return 1
 	}
 	return a.GradScale
-}
-
-// unscale is the kernels' us: AdamWArgs.Unscale, 1 when it is 0 (none; g·1 is g, bit for bit).
-func unscale(a tensor.AdamWArgs) float32 {
-	if a.Unscale == 0 {
-		return 1
-	}
-	return a.Unscale
 }
 
 // GradScaledAdamW is tensor.GradScaledAdamW's switch: on unless GODDP_CLIP_FUSED=0 (env.go): the
