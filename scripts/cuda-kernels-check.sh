@@ -115,7 +115,7 @@ done
 # The elementwise source with kernelOptions' defines (env.go), f16 and bf16.
 for f in "$tmp"/kernelSource.cu "$tmp"/kernelSource_bf16.cu; do
 if [ -f "$f" ] && ! clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocudainc -nocudalib -fsyntax-only -std=c++17 \
-  -include "$root/scripts/cudastub/kernel_prelude.h" -DGELU_TANH_APPROX=1 "$f" 2> "$f.optlog"; then
+  -include "$root/scripts/cudastub/kernel_prelude.h" -DGELU_TANH_APPROX=1 -DXENT_EX2=1 "$f" 2> "$f.optlog"; then
   echo "cuda-kernels-check: $(basename "$f" .cu) with kernelOptions' defines:"; sed "s|$tmp/||" "$f.optlog" | head -20
   status=1
 fi

@@ -32,6 +32,7 @@ import (
 //	GODDP_FLASH_PACK2=1 the attention kernels' f16 (bf16) pairs packed by one cvt.rn.f16x2.f32 each (flashOptions; the same bits, its test passed on an H100 in session 20; measured +0.3% at b16, noise: off)
 //	GODDP_FLASH_DELTA_FOLD=1 the attention backward's row sums Σ dy·y made by the dq kernel (k_flash_bwd_dq_delta, launched before dk/dv), not a pass of their own (k_flash_bwd_delta) (flash.go; the same bits, its test passed on an H100 in session 20; measured −0.1 ms at b16, inside the noise: off)
 //	GODDP_GELU_TANH_APPROX=1 the 8-wide GELU kernels' tanh as one tanh.approx.f32, not tanhf (kernelOptions; within ~2^-11 relative, not tanhf's bits; not yet run on a GPU)
+//	GODDP_XENT_EX2=1   the cross-entropy's exponentials as one ex2.approx.ftz each, not expf (kernelOptions; within ~2^-18 relative where it matters, not expf's bits; not yet run on a GPU)
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
 //	GODDP_BIAS_EPILOGUE=0 a GPT without model.gemm_epilogue takes no cublasLt bias-only epilogues (the QKV bias add, the linears' bias gradients in their weight-gradient GEMMs: lt.go; within rounding; the default since session 19's whole suite)
@@ -350,12 +351,19 @@ func bgradEpilogue() bool { return os.Getenv("GODDP_BGRAD_EPI") != "0" }
 // one tanh.approx.f32). Session 19's b16 profile on an H100: k_addbias_gelu8 1.31 ms for ~2.4 GB
 // (~1.8 TB/s) and k_gelu_bwd_colsum8 1.52 ms for 3.6 GB, both well under the 2.5–2.8 TB/s the
 // plain passes reach, with ~30 instructions an element (tanhf ~20 of them). Predicted
-// −0.3..−0.5 ms a step at b16. Read when the module loads; anything but "1" is off.
+// −0.3..−0.5 ms a step at b16. -DXENT_EX2=1 under GODDP_XENT_EX2=1 (kernels.go: the
+// cross-entropy's exponentials by one ex2.approx.ftz each, not expf: k_xent_sm 1.52 ms at b16
+// where its bytes need ~1.0; predicted −0.15..−0.3 ms at b16). Neither yet run on a GPU. Read
+// when the module loads; anything but "1" is off.
 func kernelOptions() []string {
+	var opts []string
 	if os.Getenv("GODDP_GELU_TANH_APPROX") == "1" {
-		return []string{"-DGELU_TANH_APPROX=1"}
+		opts = append(opts, "-DGELU_TANH_APPROX=1")
 	}
-	return nil
+	if os.Getenv("GODDP_XENT_EX2") == "1" {
+		opts = append(opts, "-DXENT_EX2=1")
+	}
+	return opts
 }
 
 // flashDeltaFold reports whether GODDP_FLASH_DELTA_FOLD=1 asks the attention backward to make its

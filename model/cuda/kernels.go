@@ -761,21 +761,43 @@ __global__ void k_permute0213(void* dst, int dd, const void* src, int ds, long n
 	}
 }
 
+// XENT_EX2 (GODDP_XENT_EX2=1, kernelOptions; not yet run on a GPU): the cross-entropy's
+// exponentials exp(d) (d = a logit minus the row's running max, ≤ 0) as one ex2.approx.ftz of
+// d·log2(e) instead of expf's ~8 instructions. k_xent_sm takes two a logit (the sum, then the
+// gradient): at b16 the loss head's 823 M logits make 1.65 G of them, ~0.5 ms of an H100's issue
+// slots in a 1.52 ms kernel whose bytes need ~1.0. Within ~2^-18 relative of expf where the
+// result matters (ex2.approx's few ulp and the rounding of d·log2(e); an f16 gradient carries
+// 2^-11) and not its bits; results below 2^-126
+// flush to zero (they were below f16's smallest subnormal already, and add nothing to a sum ≥ 1).
+// Unset, XENT_EXP is expf itself (the preprocessor's text: the kernels the suite ran).
+#ifndef XENT_EX2
+#define XENT_EX2 0
+#endif
+#if XENT_EX2
+__device__ __forceinline__ float xent_ex2(float d) {
+	float y;
+	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(d * 1.4426950408889634f));
+	return y;
+}
+#define XENT_EXP xent_ex2
+#else
+#define XENT_EXP expf
+#endif
 // xent_osum8: the online max m and sum s of exp(v − m) over 8 more values (k_xent's 8-wide order).
 __device__ __forceinline__ void xent_osum8(const float* v, float& m, float& s) {
 	float mx = v[0];
 	#pragma unroll
 	for (int k = 1; k < 8; k++) mx = fmaxf(mx, v[k]);
-	if (mx > m) { s = m == -INF ? 0.f : s * expf(m - mx); m = mx; }
+	if (mx > m) { s = m == -INF ? 0.f : s * XENT_EXP(m - mx); m = mx; }
 	#pragma unroll
-	for (int k = 0; k < 8; k++) s += expf(v[k] - m);
+	for (int k = 0; k < 8; k++) s += XENT_EXP(v[k] - m);
 }
 // xent_grad8: the gradient of the 8 logits v at columns j…j+7 in place, target t (< 0: ignored).
 __device__ __forceinline__ void xent_grad8(float* v, int j, int t, float scale, float m, float inv) {
 	#pragma unroll
 	for (int k = 0; k < 8; k++) {
 		float g = 0.f;
-		if (t >= 0) { g = scale * expf(v[k] - m) * inv; if (j + k == t) g -= scale; }
+		if (t >= 0) { g = scale * XENT_EXP(v[k] - m) * inv; if (j + k == t) g -= scale; }
 		v[k] = g;
 	}
 }
@@ -798,8 +820,8 @@ __global__ void k_xent(float* losses, void* dl, int ddl, const void* logits, int
 	} else {
 		for (int j = threadIdx.x; j < V; j += blockDim.x) {
 			float x = ld(logits, dlg, base + j);
-			if (x > m) { s = (m == -INF ? 0.f : s * expf(m - x)) + 1.f; m = x; }
-			else s += expf(x - m);
+			if (x > m) { s = (m == -INF ? 0.f : s * XENT_EXP(m - x)) + 1.f; m = x; }
+			else s += XENT_EXP(x - m);
 		}
 	}
 	blockMaxSum(m, s);
@@ -822,7 +844,7 @@ __global__ void k_xent(float* losses, void* dl, int ddl, const void* logits, int
 	for (int j = threadIdx.x; j < V; j += blockDim.x) {
 		float g = 0.f;
 		if (t >= 0) {
-			g = scale * expf(ld(logits, dlg, base + j) - m) * inv;
+			g = scale * XENT_EXP(ld(logits, dlg, base + j) - m) * inv;
 			if (j == t) g -= scale;
 		}
 		st(dl, ddl, base + j, g);
