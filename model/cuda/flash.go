@@ -143,7 +143,19 @@ func (d *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, he
 		return
 	}
 	delta := d.Alloc(tensor.F32, "attn.flash.delta", B, heads, T)
-	grid := d.flashGrid((T+63)/64, B*heads)
+	nt := (T + 63) / 64
+	grid := d.flashGrid(nt, B*heads)
+	if flashDS() { // dk/dv stores dS, dq multiplies it by K: nothing recomputed twice (env.go)
+		ds := d.Alloc(qkv.DType(), "attn.flash.ds", B*heads*nt*(nt+1)/2, 64*64)
+		d.launch1(kn("k_flash_bwd_delta", dy, y), B*T*heads, ptra(delta), ptra(dy), ptra(y), i32a(T), i32a(heads), u64a(uint64(B*T*heads)))
+		d.launch(kn("k_flash_bwd_dkdv_ds", dqkv, qkv), grid, [3]int{128, 1, 1}, 0,
+			ptra(dqkv), ptra(qkv), ptra(dy), ptra(lse), ptra(delta), ptra(ds), i32a(T), i32a(heads), f32a(scale))
+		d.launch(kn("k_flash_bwd_dq_ds", dqkv, qkv), grid, [3]int{128, 1, 1}, 0,
+			ptra(dqkv), ptra(qkv), ptra(ds), i32a(T), i32a(heads), f32a(scale))
+		d.Free(ds)
+		d.Free(delta)
+		return
+	}
 	if flashDeltaFold() { // dq makes delta, then dk/dv reads it (env.go)
 		d.launch(kn("k_flash_bwd_dq_delta", dqkv, qkv), grid, [3]int{128, 1, 1}, 0,
 			ptra(dqkv), ptra(qkv), ptra(dy), ptra(y), ptra(lse), ptra(delta), i32a(T), i32a(heads), f32a(scale))

@@ -149,6 +149,12 @@ __device__ __forceinline__ void ldB2(u32* b, const half_t* s, int n0, int k0, in
 __device__ __forceinline__ void ldB2t(u32* b, const half_t* s, int k0, int n0, int lane) {
 	ldsm4t(b, s + (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LDS + n0 + (lane >> 4) * 8);
 }
+// ldAt: ldA's fragment (rows row0..+15, columns k0..+15) from a tile stored [k][rows] (transposed
+// by ldmatrix.trans: matrix l/8 is a0…a3, rows (l/8)%2, columns l/16 of 8 each, so lane l addresses
+// stored row k0 + 8·(l/16) + l%8 at column row0 + 8·((l/8)%2)).
+__device__ __forceinline__ void ldAt(u32* a, const half_t* s, int row0, int k0, int lane) {
+	ldsm4t(a, s + (k0 + (lane >> 4) * 8 + (lane & 7)) * LDS + row0 + ((lane >> 3) & 1) * 8);
+}
 
 // pa: the A fragment (16 rows × 16 columns kk·16..) from the C fragments of 16×8 tiles 2kk, 2kk+1.
 __device__ __forceinline__ void pa(u32* a, float (*x)[4], int kk) {
@@ -304,6 +310,13 @@ __device__ __forceinline__ void flash_fwd(half_t* __restrict__ y, float* __restr
 	}
 }
 
+// flash_ds_tile: the offset (in halves) of the dSᵀ block of (query tile qt, key tile kt ≤ qt) of
+// head bh among n query tiles: each head's n(n+1)/2 blocks of 64×64, query tile by query tile, key
+// tiles in order within one — a query tile's blocks are contiguous, in the order dq adds them.
+__device__ __forceinline__ long flash_ds_tile(int bh, int n, int qt, int kt) {
+	return ((long)bh * (n * (n + 1) / 2) + qt * (qt + 1) / 2 + kt) * 4096L;
+}
+
 // delta_row is Σ_d dy·y over one row of one head (64 halves each, 16-byte aligned), in one order:
 // k_flash_bwd_delta and k_flash_bwd_dq_delta both call it, so their deltas have the same bits.
 __device__ __forceinline__ float delta_row(const half_t* dyr, const half_t* yr) {
@@ -417,47 +430,14 @@ __device__ __forceinline__ void flash_bwd_dq(half_t* __restrict__ dqkv, const ha
 	}
 }
 
-extern "C" {
-
-// k_flash_fwd: ⌈T/64⌉ tiles × B·H (flash_tile, flash_bh: the grid's order), 128 threads. y (B,T,C) f16, lse (B,H,T) f32 natural log.
-// sl2 = scale·log2(e).
-__global__ void __launch_bounds__(128 FLASH_FWD_MINB) k_flash_fwd(half_t* __restrict__ y, float* __restrict__ lse,
-		const half_t* __restrict__ qkv, int T, int H, float sl2) {
-	__shared__ __align__(16) half_t sK[2][64 * LDS];
-	__shared__ __align__(16) half_t sV[2][64 * LDS];
-	flash_fwd<4>(y, lse, qkv, T, H, sl2, sK, sV);
-}
-
-// k_flash_fwd128: k_flash_fwd with query blocks of 128 rows: ⌈T/128⌉ tiles, 256 threads
-// (model.flash_forward_rows: 128; the same bits as k_flash_fwd, its test passed on a GPU).
-__global__ void __launch_bounds__(256) k_flash_fwd128(half_t* __restrict__ y, float* __restrict__ lse,
-		const half_t* __restrict__ qkv, int T, int H, float sl2) {
-	__shared__ __align__(16) half_t sK[2][64 * LDS];
-	__shared__ __align__(16) half_t sV[2][64 * LDS];
-	flash_fwd<8>(y, lse, qkv, T, H, sl2, sK, sV);
-}
-
-// k_flash_bwd_delta: delta (B,H,T) f32 = Σ_d dy·y per row and head (dy, y (B,T,C) f16). n = B·T·H.
-__global__ void k_flash_bwd_delta(float* __restrict__ delta, const half_t* __restrict__ dy,
-		const half_t* __restrict__ y, int T, int H, long n) {
-	long stride = (long)gridDim.x * blockDim.x;
-	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += stride) {
-		int h = (int)(i % H);
-		long bt = i / H;
-		float s = delta_row(dy + bt * H * HS + h * HS, y + bt * H * HS + h * HS);
-		long b = bt / T, t = bt % T;
-		delta[(b * H + h) * T + t] = s;
-	}
-}
-
-// k_flash_bwd_dkdv: ⌈T/64⌉ key tiles × B·H, 128 threads; warp w owns keys k0+16w…+15 and
-// accumulates their dk, dv over the query tiles at and below the diagonal. Writes dk, dv into dqkv.
-__global__ void __launch_bounds__(128 FLASH_DKDV_MINB) k_flash_bwd_dkdv(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
+// flash_bwd_dkdv: a block's 64 keys, warp w's k0+16w…+15, their dk, dv accumulated over the query
+// tiles at and below the diagonal, written into dqkv. DS (k_flash_bwd_dkdv_ds): each query tile's
+// dSᵀ, as the f16 (bf16) pairs dK's product takes, is also stored into ds, the (query tile, key
+// tile) pair's 64×64 block [key][query] at flash_ds_tile, for k_flash_bwd_dq_ds.
+template <bool DS>
+__device__ __forceinline__ void flash_bwd_dkdv(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
 		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
-		int T, int H, float scale) {
-	__shared__ __align__(16) half_t sQ[2][64 * LDS];
-	__shared__ __align__(16) half_t sO[2][64 * LDS];
-	__shared__ float sL[2][64], sD[2][64];
+		half_t* __restrict__ ds, int T, int H, float scale, half_t (*sQ)[64 * LDS], half_t (*sO)[64 * LDS], float (*sL)[64], float (*sD)[64]) {
 	int kt = flash_tile(), bh = flash_bh(), b = bh / H, h = bh % H; // tile 0 (the most query tiles) first
 	int C = H * HS, nt = (T + 63) / 64;
 	long ld = 3L * C;
@@ -534,6 +514,14 @@ __global__ void __launch_bounds__(128 FLASH_DKDV_MINB) k_flash_bwd_dkdv(half_t* 
 		for (int j = 0; j < 8; j++)
 			#pragma unroll
 			for (int i = 0; i < 4; i++) st[j][i] *= dp[j][i] - sD[cur][j * 8 + t4 * 2 + (i & 1)];
+		if (DS) { // rows: this warp's 16 keys; columns: the tile's 64 queries
+			half_t* dst = ds + flash_ds_tile(bh, nt, qt, kt) + (warp * 16 + (lane >> 2)) * 64 + t4 * 2;
+			#pragma unroll
+			for (int j = 0; j < 8; j++) {
+				*(u32*)(dst + j * 8) = pack2(st[j][0], st[j][1]);
+				*(u32*)(dst + 8 * 64 + j * 8) = pack2(st[j][2], st[j][3]);
+			}
+		}
 		// dK += dSᵀ·Q
 		mm_pkn(dk, st, sQ[cur], lane);
 		__syncthreads();
@@ -552,6 +540,124 @@ __global__ void __launch_bounds__(128 FLASH_DKDV_MINB) k_flash_bwd_dkdv(half_t* 
 			*(u32*)(out + (long)kr1 * ld + C + n * 8) = pack2(dk[n][2] * scale, dk[n][3] * scale);
 			*(u32*)(out + (long)kr1 * ld + 2 * C + n * 8) = pack2(dv[n][2], dv[n][3]);
 		}
+	}
+}
+
+extern "C" {
+
+// k_flash_fwd: ⌈T/64⌉ tiles × B·H (flash_tile, flash_bh: the grid's order), 128 threads. y (B,T,C) f16, lse (B,H,T) f32 natural log.
+// sl2 = scale·log2(e).
+__global__ void __launch_bounds__(128 FLASH_FWD_MINB) k_flash_fwd(half_t* __restrict__ y, float* __restrict__ lse,
+		const half_t* __restrict__ qkv, int T, int H, float sl2) {
+	__shared__ __align__(16) half_t sK[2][64 * LDS];
+	__shared__ __align__(16) half_t sV[2][64 * LDS];
+	flash_fwd<4>(y, lse, qkv, T, H, sl2, sK, sV);
+}
+
+// k_flash_fwd128: k_flash_fwd with query blocks of 128 rows: ⌈T/128⌉ tiles, 256 threads
+// (model.flash_forward_rows: 128; the same bits as k_flash_fwd, its test passed on a GPU).
+__global__ void __launch_bounds__(256) k_flash_fwd128(half_t* __restrict__ y, float* __restrict__ lse,
+		const half_t* __restrict__ qkv, int T, int H, float sl2) {
+	__shared__ __align__(16) half_t sK[2][64 * LDS];
+	__shared__ __align__(16) half_t sV[2][64 * LDS];
+	flash_fwd<8>(y, lse, qkv, T, H, sl2, sK, sV);
+}
+
+// k_flash_bwd_delta: delta (B,H,T) f32 = Σ_d dy·y per row and head (dy, y (B,T,C) f16). n = B·T·H.
+__global__ void k_flash_bwd_delta(float* __restrict__ delta, const half_t* __restrict__ dy,
+		const half_t* __restrict__ y, int T, int H, long n) {
+	long stride = (long)gridDim.x * blockDim.x;
+	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += stride) {
+		int h = (int)(i % H);
+		long bt = i / H;
+		float s = delta_row(dy + bt * H * HS + h * HS, y + bt * H * HS + h * HS);
+		long b = bt / T, t = bt % T;
+		delta[(b * H + h) * T + t] = s;
+	}
+}
+
+// k_flash_bwd_dkdv: ⌈T/64⌉ key tiles × B·H, 128 threads; warp w owns keys k0+16w…+15 and
+// accumulates their dk, dv over the query tiles at and below the diagonal. Writes dk, dv into dqkv.
+__global__ void __launch_bounds__(128 FLASH_DKDV_MINB) k_flash_bwd_dkdv(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
+		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
+		int T, int H, float scale) {
+	__shared__ __align__(16) half_t sQ[2][64 * LDS];
+	__shared__ __align__(16) half_t sO[2][64 * LDS];
+	__shared__ float sL[2][64], sD[2][64];
+	flash_bwd_dkdv<false>(dqkv, qkv, dy, lse, delta, 0, T, H, scale, sQ, sO, sL, sD);
+}
+
+// k_flash_bwd_dkdv_ds: k_flash_bwd_dkdv that also stores every dSᵀ block into ds (flash_ds_tile's
+// layout, B·H·n(n+1)/2 blocks of 64×64 for n query tiles) for k_flash_bwd_dq_ds, launched after it
+// (GODDP_FLASH_DS=1; not yet run on a GPU).
+__global__ void __launch_bounds__(128 FLASH_DKDV_MINB) k_flash_bwd_dkdv_ds(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
+		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
+		half_t* __restrict__ ds, int T, int H, float scale) {
+	__shared__ __align__(16) half_t sQ[2][64 * LDS];
+	__shared__ __align__(16) half_t sO[2][64 * LDS];
+	__shared__ float sL[2][64], sD[2][64];
+	flash_bwd_dkdv<true>(dqkv, qkv, dy, lse, delta, ds, T, H, scale, sQ, sO, sL, sD);
+}
+
+// k_flash_bwd_dq_ds: dq = scale · Σ_kt dS·K from the dSᵀ blocks k_flash_bwd_dkdv_ds stored —
+// nothing recomputed: no scores, no exponentials, no dO·Vᵀ, no delta; ⌈T/64⌉ query tiles × B·H,
+// 128 threads, warp w the rows q0+16w…+15 as in k_flash_bwd_dq. The blocks are the f16 (bf16)
+// values k_flash_bwd_dq packs from its own dS (the same products, K·Qᵀ in place of Q·Kᵀ, the same
+// order, the same roundings), taken as A fragments by ldmatrix.trans, and the product runs in
+// mm_pkn's order over kk and the key tiles: the same dq, bit for bit.
+__global__ void __launch_bounds__(128) k_flash_bwd_dq_ds(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
+		const half_t* __restrict__ ds, int T, int H, float scale) {
+	__shared__ __align__(16) half_t sS[2][64 * LDS];
+	__shared__ __align__(16) half_t sK[2][64 * LDS];
+	int nt = flash_tiles(), qt = nt - 1 - flash_tile(), bh = flash_bh(), b = bh / H, h = bh % H;
+	int C = H * HS;
+	long ld = 3L * C;
+	const half_t* base = qkv + (long)b * T * ld + h * HS;
+	const half_t* dsq = ds + flash_ds_tile(bh, nt, qt, 0); // this query tile's blocks, key tile 0 first
+	int q0 = qt * 64;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
+	int r0 = q0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
+
+	load_async(sS[0], dsq, 64, 64);
+	load_async(sK[0], base + C, ld, min(64, T));
+	cp_commit();
+	float dq[8][4];
+	zero8x4(dq);
+	for (int kt = 0; kt <= qt; kt++) {
+		int cur = kt & 1;
+		if (kt < qt) {
+			int k1 = (kt + 1) * 64;
+			load_async(sS[cur ^ 1], dsq + (long)(kt + 1) * 4096, 64, 64);
+			load_async(sK[cur ^ 1], base + C + (long)k1 * ld, ld, min(64, T - k1));
+			cp_commit();
+			cp_wait1();
+		} else {
+			cp_wait0();
+		}
+		__syncthreads();
+		// dQ += dS·K, as mm_pkn(dq, dS, K) does it
+		#pragma unroll
+		for (int kk = 0; kk < 4; kk++) {
+			u32 a[4];
+			ldAt(a, sS[cur], warp * 16, kk * 16, lane);
+			#pragma unroll
+			for (int n2 = 0; n2 < 4; n2++) {
+				u32 bb[4];
+				ldB2t(bb, sK[cur], kk * 16, n2 * 16, lane);
+				mma(dq[2 * n2], a, bb[0], bb[1]);
+				mma(dq[2 * n2 + 1], a, bb[2], bb[3]);
+			}
+		}
+		__syncthreads();
+	}
+	half_t* out = dqkv + (long)b * T * ld + h * HS + t4 * 2;
+	if (r0 < T) {
+		#pragma unroll
+		for (int n = 0; n < 8; n++) *(u32*)(out + (long)r0 * ld + n * 8) = pack2(dq[n][0] * scale, dq[n][1] * scale);
+	}
+	if (r1 < T) {
+		#pragma unroll
+		for (int n = 0; n < 8; n++) *(u32*)(out + (long)r1 * ld + n * 8) = pack2(dq[n][2] * scale, dq[n][3] * scale);
 	}
 }
 

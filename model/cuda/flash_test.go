@@ -309,6 +309,20 @@ func TestFlashOptions_parse(t *testing.T) {
 // reads it) gives the backward's dq, dk and dv with the bits of the separate delta pass, f16 and
 // bf16, on lengths that are and are not multiples of 64 (passed on an H100, session 20).
 func TestCUDA_flashDeltaFoldSameBits(t *testing.T) {
+	flashBackwardSameBits(t, "GODDP_FLASH_DELTA_FOLD")
+}
+
+// GODDP_FLASH_DS=1 (k_flash_bwd_dkdv_ds stores dSᵀ, k_flash_bwd_dq_ds multiplies it by K) gives
+// the backward's dq, dk and dv with the bits of the default kernels, which recompute dS for dq:
+// the stored blocks are the values k_flash_bwd_dq packs (the products K·Qᵀ and V·dOᵀ in place of
+// Q·Kᵀ and dO·Vᵀ, each element the same sum of the same products in the same order), f16 and
+// bf16, on lengths that are and are not multiples of 64 (the last tiles' rows past T), one query
+// tile to sixteen. Not yet run on a GPU.
+func TestCUDA_flashDSSameBits(t *testing.T) { flashBackwardSameBits(t, "GODDP_FLASH_DS") }
+
+// flashBackwardSameBits checks that the attention backward's dqkv has the same bits with the knob
+// env unset and set to 1 (read at each call), f16 and bf16, on several shapes.
+func flashBackwardSameBits(t *testing.T, env string) {
 	g := gpu(t)
 	for _, dt := range []tensor.DType{tensor.F16, tensor.BF16} {
 		if !g.FlashAttentionFast(64, dt) {
@@ -328,8 +342,8 @@ func TestCUDA_flashDeltaFoldSameBits(t *testing.T) {
 			y, lse := g.Alloc(dt, "y", B, T, C), g.Alloc(tensor.F32, "lse", B, H, T)
 			g.FlashAttention(y, lse, qkv, H, 0.125)
 			var got [2][]uint16
-			for k, fold := range []string{"", "1"} {
-				t.Setenv("GODDP_FLASH_DELTA_FOLD", fold)
+			for k, on := range []string{"", "1"} {
+				t.Setenv(env, on)
 				dqkv := g.Alloc(dt, "dqkv", B, T, 3*C)
 				g.Fill(dqkv, float32(k+7)) // every element written, whatever was there
 				g.FlashAttentionBackward(dqkv, dy, qkv, y, lse, H, 0.125)
@@ -339,7 +353,7 @@ func TestCUDA_flashDeltaFoldSameBits(t *testing.T) {
 			}
 			for j := range got[0] {
 				if got[0][j] != got[1][j] {
-					t.Fatalf("%s %v: dqkv[%d] bits %#04x with the fold, %#04x without", dt, sh, j, got[1][j], got[0][j])
+					t.Fatalf("%s %v: dqkv[%d] bits %#04x with %s=1, %#04x without", dt, sh, j, got[1][j], env, got[0][j])
 				}
 			}
 			for _, x := range []*tensor.Tensor{qkv, dy, y, lse} {
