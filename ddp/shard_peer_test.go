@@ -189,7 +189,7 @@ func TestUsePeerGather_deviceFailureAgreed(t *testing.T) {
 	for _, stage := range []string{"export", "connect"} {
 		t.Run(stage, func(t *testing.T) {
 			hub := newMirrorHub()
-			checkSetupFailureAgreed(t, func(int) tensor.Device {
+			checkSetupFailureAgreed(t, true, func(int) tensor.Device {
 				return failingMirrorCPU{mirrorStagingCPU{shardStagingCPU{cpu.New()}, hub}, 1, stage}
 			}, (*Engine).PeerGatherRefusal, (*Engine).UsePeerGather, (*Engine).PeerGather, "gathers from its peers")
 		})
@@ -214,11 +214,11 @@ func TestUsePeerGather_deviceFailureAgreed(t *testing.T) {
 	}
 }
 
-// checkSetupFailureAgreed runs a world of 3 sharded engines on newDev's devices (rank 1's failing
-// its device's setup), asks each for use after refusal says it would try, and checks that every
-// rank fails with one line wrapping ErrPeerSetup and naming rank 1, and none is left on the
+// checkSetupFailureAgreed runs a world of 3 engines (sharded or not) on newDev's devices (rank 1's
+// failing its device's setup), asks each for use after refusal says it would try, and checks that
+// every rank fails with one line wrapping ErrPeerSetup and naming rank 1, and none is left on the
 // devices (on: the engine's report; what: what it would be doing, for the message).
-func checkSetupFailureAgreed(t *testing.T, newDev func(rank int) tensor.Device, refusal func(*Engine) error,
+func checkSetupFailureAgreed(t *testing.T, shard bool, newDev func(rank int) tensor.Device, refusal func(*Engine) error,
 	use func(*Engine, context.Context) error, on func(*Engine) bool, what string) {
 	t.Helper()
 	type res struct {
@@ -231,7 +231,7 @@ func checkSetupFailureAgreed(t *testing.T, newDev func(rank int) tensor.Device, 
 			return res{err: err}
 		}
 		defer m.Free()
-		eng := New(m.Params(), main, Options{BucketCapMB: 0.01, Wire: allreduce.WireF16, ShardOptimizer: true})
+		eng := New(m.Params(), main, Options{BucketCapMB: 0.01, Wire: allreduce.WireF16, ShardOptimizer: shard})
 		defer eng.Close()
 		if err := refusal(eng); err != nil {
 			return res{err: fmt.Errorf("refused before trying: %w", err)}
