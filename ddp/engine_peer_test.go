@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/goddp/goddp/allreduce"
-	"github.com/goddp/goddp/model"
 	"github.com/goddp/goddp/model/cpu"
 	"github.com/goddp/goddp/model/tensor"
 )
@@ -165,19 +164,8 @@ func TestUsePeerCopies_refused(t *testing.T) {
 		{"no peer staging", false, allreduce.WireF16, func() tensor.Device { return stagingCPU{cpu.New()} }, "cannot map its peers' staging buffers"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			errs := inprocWorld(t, 2, 1, func(r int, main Comm, _ []Comm) error {
-				m, err := model.NewMLP(c.dev(), model.MLPConfig{Widths: []int{nFeat, nHidden, nClass}, Compute: tensor.F16}, 3)
-				if err != nil {
-					return err
-				}
-				defer m.Free()
-				eng := New(m.Params(), main, Options{BucketCapMB: 0.01, Wire: c.wire, ShardOptimizer: c.shard})
-				defer eng.Close()
-				if eng.PeerCopiesRefusal() == nil {
-					return errors.New("PeerCopiesRefusal: nil")
-				}
-				return eng.UsePeerCopies(context.Background())
-			})
+			errs := useOnTwoRanks(t, c.dev, Options{BucketCapMB: 0.01, Wire: c.wire, ShardOptimizer: c.shard},
+				(*Engine).PeerCopiesRefusal, (*Engine).UsePeerCopies)
 			for r, err := range errs {
 				if err == nil || errors.Is(err, ErrPeerSetup) || !strings.Contains(err.Error(), "ddp.intra_host: copies") || !strings.Contains(err.Error(), c.want) ||
 					!strings.Contains(err.Error(), fmt.Sprintf("rank %d", r)) || strings.Contains(err.Error(), "\n") {

@@ -221,19 +221,8 @@ func TestUsePeerReduce_refused(t *testing.T) {
 		{"no peer staging", true, func() tensor.Device { return mirrorStagingCPU{shardStagingCPU{cpu.New()}, newMirrorHub()} }, "cannot map its peers' staging buffers"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			errs := inprocWorld(t, 2, 1, func(r int, main Comm, _ []Comm) error {
-				m, err := model.NewMLP(c.dev(), model.MLPConfig{Widths: []int{nFeat, nHidden, nClass}, Compute: tensor.F16}, 3)
-				if err != nil {
-					return err
-				}
-				defer m.Free()
-				eng := New(m.Params(), main, Options{BucketCapMB: 0.01, Wire: allreduce.WireF16, ShardOptimizer: c.shard})
-				defer eng.Close()
-				if eng.PeerReduceRefusal() == nil {
-					return errors.New("PeerReduceRefusal: nil")
-				}
-				return eng.UsePeerReduce(context.Background())
-			})
+			errs := useOnTwoRanks(t, c.dev, Options{BucketCapMB: 0.01, Wire: allreduce.WireF16, ShardOptimizer: c.shard},
+				(*Engine).PeerReduceRefusal, (*Engine).UsePeerReduce)
 			for r, err := range errs {
 				if err == nil || errors.Is(err, ErrPeerSetup) || !strings.Contains(err.Error(), "ddp.shard_reduce") || !strings.Contains(err.Error(), c.want) ||
 					!strings.Contains(err.Error(), fmt.Sprintf("rank %d", r)) || strings.Contains(err.Error(), "\n") {

@@ -137,16 +137,8 @@ func TestUsePeerGather_refusedOffTheStagedPath(t *testing.T) {
 		{"cpu path", true, func() tensor.Device { return cpu.New() }, "needs the sharded staged path"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			errs := inprocWorld(t, 2, 1, func(r int, main Comm, _ []Comm) error {
-				m, err := model.NewMLP(c.dev(), model.MLPConfig{Widths: []int{nFeat, nHidden, nClass}, Compute: tensor.F16}, 3)
-				if err != nil {
-					return err
-				}
-				defer m.Free()
-				eng := New(m.Params(), main, Options{BucketCapMB: 0.01, Wire: allreduce.WireF16, ShardOptimizer: c.shard})
-				defer eng.Close()
-				return eng.UsePeerGather(context.Background())
-			})
+			errs := useOnTwoRanks(t, c.dev, Options{BucketCapMB: 0.01, Wire: allreduce.WireF16, ShardOptimizer: c.shard},
+				(*Engine).PeerGatherRefusal, (*Engine).UsePeerGather)
 			for r, err := range errs {
 				if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), fmt.Sprintf("rank %d", r)) {
 					t.Errorf("rank %d: %v; want an error naming the rank and %q", r, err, c.want)
@@ -154,6 +146,25 @@ func TestUsePeerGather_refusedOffTheStagedPath(t *testing.T) {
 			}
 		})
 	}
+}
+
+// useOnTwoRanks runs a world of 2 engines with opts, each on a device dev makes, checks on each
+// that refusal says no, then asks for use and returns each rank's error.
+func useOnTwoRanks(t *testing.T, dev func() tensor.Device, opts Options, refusal func(*Engine) error, use func(*Engine, context.Context) error) []error {
+	t.Helper()
+	return inprocWorld(t, 2, 1, func(r int, main Comm, _ []Comm) error {
+		m, err := model.NewMLP(dev(), model.MLPConfig{Widths: []int{nFeat, nHidden, nClass}, Compute: tensor.F16}, 3)
+		if err != nil {
+			return err
+		}
+		defer m.Free()
+		eng := New(m.Params(), main, opts)
+		defer eng.Close()
+		if refusal(eng) == nil {
+			return errors.New("the refusal: nil")
+		}
+		return use(eng, context.Background())
+	})
 }
 
 // failingMirrorCPU is mirrorStagingCPU whose rank fail cannot export its tensor (stage "export")
