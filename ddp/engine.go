@@ -323,7 +323,7 @@ func (e *Engine) stage(b *bucket) {
 	}
 	if e.devp != nil {
 		e.dev.Copy(e.devp.bufs[b.index], b.view) // launched below, in index order
-	} else if e.peerRed != nil { // the cast only: the peers copy from the device (shard_peer_reduce.go)
+	} else if e.peerRed != nil { // the cast only: the peers copy from the device (shard_peer_reduce.go, engine_peer.go)
 		e.peerRed.stg.StageDevice(b.index, e.gpu.scale)
 	} else if e.gpu != nil {
 		e.gpu.stg.Stage(b.index, e.gpu.scale)

@@ -131,7 +131,8 @@ func (e *Engine) StagingBytes() (pinned, device int64) {
 // BytesPerStep says what one syncing step moves per rank: across PCIe between device and host
 // (both directions together: f16 on the staged path, f32 on the host path; meaningless on the
 // CPU device) and sent into the ring by this rank (2(W-1)/W of the buffer in the wire format;
-// on the device path across hosts, the share's 2(H-1)/H on the ring between hosts).
+// on the device path across hosts, the share's 2(H-1)/H on the ring between hosts; neither
+// under UsePeerCopies, whose bytes move between the devices).
 func (e *Engine) BytesPerStep() (pcie, ring int64) {
 	n := int64(e.comm.Size())
 	if n < 2 {
@@ -148,6 +149,9 @@ func (e *Engine) BytesPerStep() (pcie, ring int64) {
 		share := elems / int64(p.local)
 		h := int64(p.hosts)
 		return 2 * w * share, w * share * 2 * (h - 1) / h
+	}
+	if e.PeerCopies() {
+		return 0, 0 // copies between the devices (engine_peer.go): neither PCIe nor the ring
 	}
 	if e.devp != nil {
 		pcie = 0 // the device path (engine_device.go): nothing crosses PCIe

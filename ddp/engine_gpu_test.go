@@ -146,6 +146,13 @@ func averageOnce(t *testing.T, W int, sizes []int, bucketMB float64, newDev newD
 // averageOnceWire is averageOnce on wire.
 func averageOnceWire(t *testing.T, W int, sizes []int, bucketMB float64, newDev newDevFunc, hostStaging bool, wire allreduce.Wire) (grads [][]float32, staged []bool) {
 	t.Helper()
+	return averageWith(t, W, sizes, newDev, Options{BucketCapMB: bucketMB, Wire: wire, HostStaging: hostStaging}, nil)
+}
+
+// averageWith is averageOnce with the engine's options, and setup (nil: none) called on every
+// rank's engine before the steps.
+func averageWith(t *testing.T, W int, sizes []int, newDev newDevFunc, opts Options, setup func(*Engine) error) (grads [][]float32, staged []bool) {
+	t.Helper()
 	grads = make([][]float32, W)
 	staged = make([]bool, W)
 	eachRank(t, W, func(r int, g *allreduce.Group) {
@@ -157,8 +164,14 @@ func averageOnceWire(t *testing.T, W int, sizes []int, bucketMB float64, newDev 
 		}
 		ps.Build(tensor.F32)
 		defer ps.Free()
-		e := New(ps, g, Options{BucketCapMB: bucketMB, Wire: wire, HostStaging: hostStaging})
+		e := New(ps, g, opts)
 		defer e.Close()
+		if setup != nil {
+			if err := setup(e); err != nil {
+				t.Errorf("rank %d: %v", r, err)
+				return
+			}
+		}
 		staged[r] = e.Staged()
 		for step := 0; step < 2; step++ { // twice: buffers are reused
 			dev.Upload(ps.Grad, rankGrads(ps.N, r))

@@ -46,11 +46,13 @@ import (
 	"github.com/goddp/goddp/model/tensor"
 )
 
-// peerReduce is the engine's state under UsePeerReduce.
+// peerReduce is the engine's state under UsePeerReduce, and under UsePeerCopies (engine_peer.go).
 type peerReduce struct {
 	stg   tensor.PeerShardStaging
 	m     tensor.PeerMirror // the peers' staging buffers, mapped
 	order []int             // allreduce.ReduceOrder of this rank's segments
+	// UsePeerCopies: the all-gather half too (engine_peer.go); nil under UsePeerReduce
+	all tensor.PeerGradStaging
 }
 
 // PeerReduceRefusal says why UsePeerReduce would refuse this engine (nil: it would try; also nil
@@ -83,49 +85,66 @@ func (e *Engine) UsePeerReduce(ctx context.Context) error {
 	if e.shard == nil && e.comm.Size() < 2 {
 		return nil // alone: nothing is reduced
 	}
-	var stg tensor.PeerShardStaging
-	m, err := e.connectMirror(ctx, e.PeerReduceRefusal(), func() (tensor.PeerMirror, error) {
-		stg = e.gpu.shardStg.(tensor.PeerShardStaging)
-		return stg.NewPeerReduce(e.comm.Rank(), e.comm.Size())
-	}, "its staging buffers")
+	p, err := e.connectPeerStaging(ctx, e.PeerReduceRefusal(), func() tensor.PeerShardStaging {
+		return e.gpu.shardStg.(tensor.PeerShardStaging)
+	})
 	if err != nil {
 		return err
 	}
-	e.peerRed = &peerReduce{stg: stg, m: m, order: allreduce.ReduceOrder(e.comm.Size(), e.comm.Rank())}
+	e.peerRed = p
 	e.log.Info("ddp: the sharded step's f16 gradients are reduce-scattered by copies between the devices (ddp.shard_reduce: device)",
 		"ranks", e.comm.Size(), "buckets", len(e.buckets))
 	return nil
+}
+
+// connectPeerStaging is UsePeerReduce's and UsePeerCopies' setup (connectMirror): unless
+// refused, this rank exports the staging plan's device buffers (plan's NewPeerReduce) and maps
+// its peers'.
+func (e *Engine) connectPeerStaging(ctx context.Context, refusal error, plan func() tensor.PeerShardStaging) (*peerReduce, error) {
+	var stg tensor.PeerShardStaging
+	m, err := e.connectMirror(ctx, refusal, func() (tensor.PeerMirror, error) {
+		stg = plan()
+		return stg.NewPeerReduce(e.comm.Rank(), e.comm.Size())
+	}, "its staging buffers")
+	if err != nil {
+		return nil, err
+	}
+	return &peerReduce{stg: stg, m: m, order: allreduce.ReduceOrder(e.comm.Size(), e.comm.Rank())}, nil
 }
 
 // PeerReduce reports whether UsePeerReduce switched the reduce-scatter to the devices.
 func (e *Engine) PeerReduce() bool { return e.peerRed != nil }
 
 // reducePeer is channel ch's comm goroutine's work for bucket b under UsePeerReduce: the wait
-// for this rank's cast and the meeting (step 1), then the copies and the sum (step 2).
+// for this rank's cast and the meeting (step 1), then the copies and the sum (step 2); under
+// UsePeerCopies also the all-gather half (gatherPeer, engine_peer.go).
 func (e *Engine) reducePeer(ch int, b *bucket) error {
 	p := e.peerRed
 	e.gpu.waitFrom[b.index] = e.now()
 	p.stg.WaitStaged(b.index)
 	b.start = e.now()
 	_, err := e.comms[ch].AllGather(e.ctx, []byte{1})
-	if err == nil {
+	if err != nil {
+		err = fmt.Errorf("ddp: the ranks' meeting before the %s of gradient bucket %d (%s, device copies): %w", e.collective(), b.index, b.params[0].Name, err)
+	} else {
 		lo, hi := e.ownedSeg(b)
 		p.stg.ReduceRange(b.index, lo, hi, p.order)
+		if p.all != nil {
+			err = e.gatherPeer(ch, b)
+		}
 	}
 	b.end = e.now()
-	if err != nil {
-		return fmt.Errorf("ddp: the ranks' meeting before the reduce-scatter of gradient bucket %d (%s, device copies): %w", b.index, b.params[0].Name, err)
-	}
-	return nil
+	return err
 }
 
-// peerReduceMeet ends Wait under UsePeerReduce: this rank's copies out of its peers' buffers are
-// done (the device's stream waited for them at Finish), then the ranks meet, so no rank casts
-// the next step's buckets over a buffer a peer still copies (the file's comment).
+// peerReduceMeet ends Wait under UsePeerReduce and UsePeerCopies: this rank's copies out of its
+// peers' buffers are done (the device's stream waited for them at Finish), then the ranks meet,
+// so no rank casts the next step's buckets over a buffer a peer still copies (the file's
+// comment; engine_peer.go's).
 func (e *Engine) peerReduceMeet(ctx context.Context) error {
 	e.dev.Sync()
 	if _, err := e.comm.AllGather(ctx, []byte{1}); err != nil {
-		return fmt.Errorf("ddp: the ranks' meeting after the reduce-scatter (device copies): %w", err)
+		return fmt.Errorf("ddp: the ranks' meeting after the %s (device copies): %w", e.collective(), err)
 	}
 	return nil
 }

@@ -15,21 +15,24 @@ import (
 )
 
 // ddp.shard_reduce: device (shard_peer_reduce.go) on the CPU: peerStagingCPU is mirrorStagingCPU
-// whose staging plans also have tensor.PeerShardStaging, as the CUDA device's have it: the plans
-// of one world register in a hub, and ReduceRange copies the peers' ranges out of their f16
-// buffers at once (the CPU device's stream is the calling goroutine) and sums them with the
-// ring's arithmetic (allreduce.SumF16, which allreduce's tests hold to the ring).
+// whose staging plans also have tensor.PeerShardStaging and tensor.PeerGradStaging, as the CUDA
+// device's have them: the plans of one world register in a hub, and ReduceRange copies the peers'
+// ranges out of their f16 buffers at once (the CPU device's stream is the calling goroutine) and
+// sums them with the ring's arithmetic (allreduce.SumF16, which allreduce's tests hold to the
+// ring); GatherRanges (ddp.intra_host: copies, engine_peer.go) copies the peers' summed segments
+// at once.
 
 type stagingHub struct {
 	mu      sync.Mutex
 	plans   map[int]*cpuPeerStaging
-	copies  map[int]int // per rank: ranges copied out of a peer's buffer
+	copies  map[int]int // per rank: ranges copied out of a peer's buffer for a sum
 	reduces map[int]int // per rank: ReduceRange calls
 	host    map[int]int // per rank: Stage or Host calls (the pinned path's; want none)
+	gathers map[int]int // per rank: summed segments copied out of a peer's buffer (GatherRanges)
 }
 
 func newStagingHub() *stagingHub {
-	return &stagingHub{plans: map[int]*cpuPeerStaging{}, copies: map[int]int{}, reduces: map[int]int{}, host: map[int]int{}}
+	return &stagingHub{plans: map[int]*cpuPeerStaging{}, copies: map[int]int{}, reduces: map[int]int{}, host: map[int]int{}, gathers: map[int]int{}}
 }
 
 func (h *stagingHub) count(m map[int]int, rank int) {
@@ -60,8 +63,8 @@ type cpuPeerStaging struct {
 }
 
 var (
-	_ tensor.PeerShardStaging = (*cpuPeerStaging)(nil)
-	_ tensor.PeerMirror       = cpuPeerLink{}
+	_ tensor.PeerGradStaging = (*cpuPeerStaging)(nil)
+	_ tensor.PeerMirror      = cpuPeerLink{}
 )
 
 func (s *cpuPeerStaging) NewPeerReduce(rank, size int) (tensor.PeerMirror, error) {
@@ -129,6 +132,19 @@ func (s *cpuPeerStaging) ReduceRange(i, lo, hi int, order []int) {
 	}
 	s.hub.count(s.hub.reduces, s.rank)
 	s.ReturnRange(i, lo, hi) // Finish widens the owned range
+}
+
+func (s *cpuPeerStaging) WaitReduced(int) {} // ReduceRange summed at once
+
+func (s *cpuPeerStaging) GatherRanges(i int, segs [][2]int) {
+	for q, sg := range segs {
+		if q == s.rank || sg[1] == sg[0] {
+			continue
+		}
+		copy(s.half[i][sg[0]:sg[1]], s.peers[q].half[i][sg[0]:sg[1]])
+		s.hub.count(s.hub.gathers, s.rank)
+	}
+	s.Return(i) // Finish widens the whole bucket
 }
 
 // The sharded step with ddp.shard_reduce: device ends with the very weights (param_sha256, the
@@ -205,19 +221,8 @@ func TestUsePeerReduce_refused(t *testing.T) {
 		{"no peer staging", true, func() tensor.Device { return mirrorStagingCPU{shardStagingCPU{cpu.New()}, newMirrorHub()} }, "cannot map its peers' staging buffers"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			errs := inprocWorld(t, 2, 1, func(r int, main Comm, _ []Comm) error {
-				m, err := model.NewMLP(c.dev(), model.MLPConfig{Widths: []int{nFeat, nHidden, nClass}, Compute: tensor.F16}, 3)
-				if err != nil {
-					return err
-				}
-				defer m.Free()
-				eng := New(m.Params(), main, Options{BucketCapMB: 0.01, Wire: allreduce.WireF16, ShardOptimizer: c.shard})
-				defer eng.Close()
-				if eng.PeerReduceRefusal() == nil {
-					return errors.New("PeerReduceRefusal: nil")
-				}
-				return eng.UsePeerReduce(context.Background())
-			})
+			errs := useOnTwoRanks(t, c.dev, Options{BucketCapMB: 0.01, Wire: allreduce.WireF16, ShardOptimizer: c.shard},
+				(*Engine).PeerReduceRefusal, (*Engine).UsePeerReduce)
 			for r, err := range errs {
 				if err == nil || errors.Is(err, ErrPeerSetup) || !strings.Contains(err.Error(), "ddp.shard_reduce") || !strings.Contains(err.Error(), c.want) ||
 					!strings.Contains(err.Error(), fmt.Sprintf("rank %d", r)) || strings.Contains(err.Error(), "\n") {
@@ -259,7 +264,7 @@ func (s failingLink) Connect([][]byte) error {
 // wrapping ErrPeerSetup and naming that rank, and no engine is left reducing on the devices.
 func TestUsePeerReduce_deviceFailureAgreed(t *testing.T) {
 	hub := newStagingHub()
-	checkSetupFailureAgreed(t, func(int) tensor.Device {
+	checkSetupFailureAgreed(t, true, func(int) tensor.Device {
 		return failingPeerStaging{peerStagingCPU{mirrorStagingCPU{shardStagingCPU{cpu.New()}, newMirrorHub()}, hub}}
 	}, (*Engine).PeerReduceRefusal, (*Engine).UsePeerReduce, (*Engine).PeerReduce, "reduces on the devices")
 }
@@ -269,7 +274,20 @@ func TestUsePeerReduce_deviceFailureAgreed(t *testing.T) {
 // those peers cast the next step's buckets over them — by Wait's meeting (peerReduceMeet)
 // alone. Without it the copies of each channel's last bucket race the next step's cast.
 func TestPeerReduce_nextCastAfterCopies(t *testing.T) {
-	const W, steps = 3, 4
+	hub := backwardWaitOnly(t, 3, true, (*Engine).UsePeerReduce)
+	for r := range 3 {
+		if hub.reduces[r] == 0 {
+			t.Errorf("rank %d reduced nothing on the devices", r)
+		}
+	}
+}
+
+// backwardWaitOnly runs W ranks (two channels, sharded or not) of the CPU stand-in through 4
+// steps of backward and Wait alone, after use (UsePeerReduce or UsePeerCopies) on every rank,
+// and returns their hub.
+func backwardWaitOnly(t *testing.T, W int, shard bool, use func(*Engine, context.Context) error) *stagingHub {
+	t.Helper()
+	const steps = 4
 	hub := newStagingHub()
 	d := makeData(W * 3 * steps)
 	inprocWorld(t, W, 2, func(r int, main Comm, extra []Comm) error {
@@ -280,10 +298,10 @@ func TestPeerReduce_nextCastAfterCopies(t *testing.T) {
 			return err
 		}
 		defer m.Free()
-		eng := New(m.Params(), main, Options{BucketCapMB: 0.0005, Wire: allreduce.WireF16, Channels: extra, ShardOptimizer: true})
+		eng := New(m.Params(), main, Options{BucketCapMB: 0.0005, Wire: allreduce.WireF16, Channels: extra, ShardOptimizer: shard})
 		defer eng.Close()
 		ctx := context.Background()
-		if err := eng.UsePeerReduce(ctx); err != nil {
+		if err := use(eng, ctx); err != nil {
 			t.Error(err)
 			return err
 		}
@@ -305,9 +323,5 @@ func TestPeerReduce_nextCastAfterCopies(t *testing.T) {
 		}
 		return nil
 	})
-	for r := range W {
-		if hub.reduces[r] == 0 {
-			t.Errorf("rank %d reduced nothing on the devices", r)
-		}
-	}
+	return hub
 }

@@ -137,16 +137,8 @@ func TestUsePeerGather_refusedOffTheStagedPath(t *testing.T) {
 		{"cpu path", true, func() tensor.Device { return cpu.New() }, "needs the sharded staged path"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			errs := inprocWorld(t, 2, 1, func(r int, main Comm, _ []Comm) error {
-				m, err := model.NewMLP(c.dev(), model.MLPConfig{Widths: []int{nFeat, nHidden, nClass}, Compute: tensor.F16}, 3)
-				if err != nil {
-					return err
-				}
-				defer m.Free()
-				eng := New(m.Params(), main, Options{BucketCapMB: 0.01, Wire: allreduce.WireF16, ShardOptimizer: c.shard})
-				defer eng.Close()
-				return eng.UsePeerGather(context.Background())
-			})
+			errs := useOnTwoRanks(t, c.dev, Options{BucketCapMB: 0.01, Wire: allreduce.WireF16, ShardOptimizer: c.shard},
+				(*Engine).PeerGatherRefusal, (*Engine).UsePeerGather)
 			for r, err := range errs {
 				if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), fmt.Sprintf("rank %d", r)) {
 					t.Errorf("rank %d: %v; want an error naming the rank and %q", r, err, c.want)
@@ -154,6 +146,25 @@ func TestUsePeerGather_refusedOffTheStagedPath(t *testing.T) {
 			}
 		})
 	}
+}
+
+// useOnTwoRanks runs a world of 2 engines with opts, each on a device dev makes, checks on each
+// that refusal says no, then asks for use and returns each rank's error.
+func useOnTwoRanks(t *testing.T, dev func() tensor.Device, opts Options, refusal func(*Engine) error, use func(*Engine, context.Context) error) []error {
+	t.Helper()
+	return inprocWorld(t, 2, 1, func(r int, main Comm, _ []Comm) error {
+		m, err := model.NewMLP(dev(), model.MLPConfig{Widths: []int{nFeat, nHidden, nClass}, Compute: tensor.F16}, 3)
+		if err != nil {
+			return err
+		}
+		defer m.Free()
+		eng := New(m.Params(), main, opts)
+		defer eng.Close()
+		if refusal(eng) == nil {
+			return errors.New("the refusal: nil")
+		}
+		return use(eng, context.Background())
+	})
 }
 
 // failingMirrorCPU is mirrorStagingCPU whose rank fail cannot export its tensor (stage "export")
@@ -189,7 +200,7 @@ func TestUsePeerGather_deviceFailureAgreed(t *testing.T) {
 	for _, stage := range []string{"export", "connect"} {
 		t.Run(stage, func(t *testing.T) {
 			hub := newMirrorHub()
-			checkSetupFailureAgreed(t, func(int) tensor.Device {
+			checkSetupFailureAgreed(t, true, func(int) tensor.Device {
 				return failingMirrorCPU{mirrorStagingCPU{shardStagingCPU{cpu.New()}, hub}, 1, stage}
 			}, (*Engine).PeerGatherRefusal, (*Engine).UsePeerGather, (*Engine).PeerGather, "gathers from its peers")
 		})
@@ -214,11 +225,11 @@ func TestUsePeerGather_deviceFailureAgreed(t *testing.T) {
 	}
 }
 
-// checkSetupFailureAgreed runs a world of 3 sharded engines on newDev's devices (rank 1's failing
-// its device's setup), asks each for use after refusal says it would try, and checks that every
-// rank fails with one line wrapping ErrPeerSetup and naming rank 1, and none is left on the
+// checkSetupFailureAgreed runs a world of 3 engines (sharded or not) on newDev's devices (rank 1's
+// failing its device's setup), asks each for use after refusal says it would try, and checks that
+// every rank fails with one line wrapping ErrPeerSetup and naming rank 1, and none is left on the
 // devices (on: the engine's report; what: what it would be doing, for the message).
-func checkSetupFailureAgreed(t *testing.T, newDev func(rank int) tensor.Device, refusal func(*Engine) error,
+func checkSetupFailureAgreed(t *testing.T, shard bool, newDev func(rank int) tensor.Device, refusal func(*Engine) error,
 	use func(*Engine, context.Context) error, on func(*Engine) bool, what string) {
 	t.Helper()
 	type res struct {
@@ -231,7 +242,7 @@ func checkSetupFailureAgreed(t *testing.T, newDev func(rank int) tensor.Device, 
 			return res{err: err}
 		}
 		defer m.Free()
-		eng := New(m.Params(), main, Options{BucketCapMB: 0.01, Wire: allreduce.WireF16, ShardOptimizer: true})
+		eng := New(m.Params(), main, Options{BucketCapMB: 0.01, Wire: allreduce.WireF16, ShardOptimizer: shard})
 		defer eng.Close()
 		if err := refusal(eng); err != nil {
 			return res{err: fmt.Errorf("refused before trying: %w", err)}

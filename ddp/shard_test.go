@@ -37,6 +37,7 @@ type shardCfg struct {
 	shardMaster    bool             // the f32 master kept for the shard only (model.Params.ShardMaster; mixed precision)
 	peerGather     bool             // ddp.shard_gather: device (UsePeerGather; newDev gives a tensor.PeerMirrorDevice)
 	peerReduce     bool             // ddp.shard_reduce: device (UsePeerReduce; newDev's staging plans have tensor.PeerShardStaging)
+	peerCopies     bool             // ddp.intra_host: copies (UsePeerCopies; newDev's staging plans have tensor.PeerGradStaging)
 }
 
 // noHostMem is the CPU device behind the bare tensor.Device interface, so without its
@@ -120,6 +121,11 @@ func trainShardRank(t *testing.T, sc shardCfg, rank int, comm Comm, d dataset, e
 	if sc.peerReduce {
 		if err := eng.UsePeerReduce(ctx); err != nil || !eng.PeerReduce() {
 			t.Fatalf("rank %d: UsePeerReduce: %v (peer reduce %v)", rank, err, eng.PeerReduce())
+		}
+	}
+	if sc.peerCopies {
+		if err := eng.UsePeerCopies(ctx); err != nil || !eng.PeerCopies() {
+			t.Fatalf("rank %d: UsePeerCopies: %v (copies %v)", rank, err, eng.PeerCopies())
 		}
 	}
 	if err := eng.BroadcastParams(ctx); err != nil {
@@ -288,27 +294,39 @@ func TestShard_bitIdenticalToUnsharded(t *testing.T) {
 	}
 }
 
+// checkSame: the sharded run ended as the unsharded one (checkSameTraining), with 1/W of its
+// optimizer state on each rank.
 func checkSame(t *testing.T, plain, sharded []shardResult) {
 	t.Helper()
+	checkSameTraining(t, plain, sharded)
 	for r := range sharded {
 		p, s := plain[r], sharded[r]
+		if s.stateElems*len(sharded) > p.stateElems+len(sharded)*64 {
+			t.Errorf("rank %d: %d optimizer state elements sharded over %d ranks, %d unsharded", r, s.stateElems, len(sharded), p.stateElems)
+		}
+	}
+}
+
+// checkSameTraining: run ended with the reference run's weights (param_sha256, the 16-bit copy),
+// gradient norms, AdamW's m and v and skipped steps, on every rank.
+func checkSameTraining(t *testing.T, ref, run []shardResult) {
+	t.Helper()
+	for r := range run {
+		p, s := ref[r], run[r]
 		if s.hash != p.hash {
-			t.Errorf("rank %d: param_sha256 sharded %s, unsharded %s", r, s.hash, p.hash)
+			t.Errorf("rank %d: param_sha256 %s, the reference run's %s", r, s.hash, p.hash)
 		}
 		if s.halfHash != p.halfHash {
 			t.Errorf("rank %d: the 16-bit copy differs", r)
 		}
 		if fmt.Sprint(s.norms) != fmt.Sprint(p.norms) {
-			t.Errorf("rank %d: gradient norms sharded %v, unsharded %v", r, s.norms, p.norms)
+			t.Errorf("rank %d: gradient norms %v, the reference run's %v", r, s.norms, p.norms)
 		}
 		if !sameF32(s.m, p.m) || !sameF32(s.v, p.v) {
-			t.Errorf("rank %d: AdamW's gathered m, v differ from the unsharded run's", r)
+			t.Errorf("rank %d: AdamW's gathered m, v differ from the reference run's", r)
 		}
 		if s.skipped != p.skipped {
-			t.Errorf("rank %d: skipped %d sharded, %d unsharded", r, s.skipped, p.skipped)
-		}
-		if s.stateElems*len(sharded) > p.stateElems+len(sharded)*64 {
-			t.Errorf("rank %d: %d optimizer state elements sharded over %d ranks, %d unsharded", r, s.stateElems, len(sharded), p.stateElems)
+			t.Errorf("rank %d: skipped %d, the reference run %d", r, s.skipped, p.skipped)
 		}
 	}
 }

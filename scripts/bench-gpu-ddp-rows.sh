@@ -29,7 +29,9 @@
 #   --device cpu) is a SKIPPED row quoting the refusal, and the rest goes on. WAITS (kernel,stream):
 #   the ways the device path's ranks wait for each other (GODDP_IPC_WAIT, model/cuda/ipc_pace.go),
 #   each measured alone and in training: the row "device" waits in the kernel, "device-stream"
-#   by the stream.
+#   by the stream. COPIES=1 (the default; 0: left out) adds the row "copies": ddp.intra_host: copies,
+#   the staged f16 all-reduce by copies between the devices (ddp/engine_peer.go; not yet run on a
+#   GPU), whose param_sha256 should be the host path's (its loss column says SAME or DIFFER).
 #
 #   OUT=dir (default out/bench-gpu-ddp-ROWS)  BIN=dir (prebuilt ddptrain, ddplaunch, ddpbench; else
 #   `make cuda` into bin/)  CONFIG DEVICE=cuda  PRINT_ONLY=1 (print the commands)
@@ -144,6 +146,7 @@ NS=${NS:-2,4}
 WIRES=${WIRES:-f16}
 WAITS=${WAITS:-kernel,stream}
 paths=(host)
+[ "${COPIES:-1}" = 0 ] || paths+=(copies)
 for w in ${WAITS//,/ }; do
   case $w in kernel) paths+=(device) ;; stream) paths+=(device-stream) ;; *) echo "bench-gpu-ddp-rows.sh: WAITS: $w: want kernel or stream" >&2; exit 2 ;; esac
 done
@@ -187,7 +190,7 @@ for l in sys.stdin:
 done
 one=$(m step "$OUT/one.jsonl")
 echo
-echo "GPT-2 124M, micro-batch $BATCH per worker, workers sharing one GPU ($DEVICE): ddp.intra_host host against device"
+echo "GPT-2 124M, micro-batch $BATCH per worker, workers sharing one GPU ($DEVICE): ddp.intra_host host against copies and device"
 echo "one worker: step $one ms"
 printf '%-3s %-13s | %8s %9s %7s | %-10s | %s\n' N path "step ms" "target" "/target" "replicas" "loss vs host (max rel, target 1e-3)"
 for n in ${NS//,/ }; do
@@ -203,6 +206,13 @@ for n in ${NS//,/ }; do
     rel=$(awk -v a="$ms" -v b="$tgt" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.3f", a / b; else print "-" }')
     loss="-"
     [ "$path" != host ] && loss=$(m loss "$f.jsonl" "$OUT/ddp-$n-host.jsonl" 5)
+    if [ "$path" = copies ]; then # the host ring's bits: the host path's very weights
+      a=$(m summary "$f.rank0.jsonl" param_sha256)
+      b=$(m summary "$OUT/ddp-$n-host.rank0.jsonl" param_sha256)
+      same=DIFFER
+      [ "$a" != - ] && [ -n "$a" ] && [ "$a" = "$b" ] && same=SAME
+      loss="$loss; param_sha256 against host: $same"
+    fi
     printf '%-3s %-13s | %8s %9s %7s | %-10s | %s\n' "$n" "$path" "$ms" "$tgt" "$rel" "${sha:--}" "$loss"
   done
 done

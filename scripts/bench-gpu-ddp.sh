@@ -15,7 +15,7 @@
 #   STEPS=30 (ours)  TSTEPS=15 (PyTorch timed steps)  BATCH=8  OUT=dir (default out/bench-gpu-ddp)
 #   SKIP_TESTS=1 to skip step 1's tests.
 #   ROWS=shard   instead: the ddp.shard_optimizer rows (issue 31), 2 and 4 workers
-#   ROWS=device  instead: the ddp.intra_host device rows and the CUDA IPC all-reduce (issue 34)
+#   ROWS=device  instead: the ddp.intra_host device and copies rows and the CUDA IPC all-reduce (issue 34)
 #                (both in scripts/bench-gpu-ddp-rows.sh, which says what they measure)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1

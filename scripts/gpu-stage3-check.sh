@@ -65,13 +65,15 @@ grep -qE "^2 +master +\| +[0-9.]+ .*IDENTICAL" "$W/shard.txt" || bad "shard tabl
 grep -q "master weights (rank's shard)" "$W/shard/shard-w2-master.log" || bad "ddp.shard_master on did not shard the master (no master shard row in the memory report)"
 ok "shard part on the cpu"
 
-# device: the host ring rows, the host path rows, and the device path refused on the cpu (the row
-# quotes the refusal naming ddp.intra_host) or, where it runs, a row of its own.
+# device: the host ring rows, the host path rows, and the device path and copies refused on the cpu
+# (the row quotes the refusal naming ddp.intra_host) or, where they run, rows of their own.
 "${cpu[@]}" ROWS=device BATCH=4 DSTEPS=20 D4STEPS=10 NS=2 ITERS=2 OUT="$W/device" bash scripts/bench-gpu-ddp.sh > "$W/device.txt" 2>&1 ||
   bad "device part: exit $? ($W/device.txt)"
 grep -qE '^grpc +2 +497903616 +f16' "$W/device.txt" || bad "device: no host ring row for the whole gradient"
 grep -qE '^2 +host +\| +[0-9.]+ .*IDENTICAL' "$W/device.txt" || bad "device: no host path row"
 grep -qE '^2 +device +\| (SKIPPED: .*intra_host|[0-9.]+ .*IDENTICAL)' "$W/device.txt" || bad "device: the device row is neither a run nor a refusal naming ddp.intra_host"
+grep -qE '^2 +copies +\| (SKIPPED: .*intra_host: copies|[0-9.]+ .*IDENTICAL .*param_sha256 against host: SAME)' "$W/device.txt" ||
+  bad "device: the copies row is neither a run with the host path's weights nor a refusal naming ddp.intra_host: copies"
 ok "device part on the cpu"
 
 # bench-gpu-variants.sh TRAINER=1: ddptrain's own knobs A/B'd, here on the cpu.

@@ -12,8 +12,8 @@
 #           ddp.shard_optimizer off/on (step, per-rank peak and static memory, param_sha256), the
 #           largest micro-batch under 16 GiB off/on
 #   ipc     issue 34: bench-gpu-ddp.sh ROWS=device — the CUDA IPC all-reduce beside the host ring
-#           (2 and 4 processes), ddp.intra_host host and device at N = 2 and 4 (a device row that
-#           the run refuses is SKIPPED, quoting the refusal)
+#           (2 and 4 processes), ddp.intra_host host, copies and device at N = 2 and 4 (a row
+#           that the run refuses is SKIPPED, quoting the refusal)
 #   resnet  issue 33: bench-resnet.sh (its tests skipped: gpu-check.sh ran them) — ResNet-50 goddp
 #           fp32/fp16/fp16+checkpointing, the largest batch under 16 GiB, PyTorch eager and compiled
 #   memory  issue 33's last point: bench-memory.sh — GPT-2's docs/perf-memory.md table again under

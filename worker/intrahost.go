@@ -76,10 +76,8 @@ func (t *Trainer) shardGatherDevice(ctx context.Context, eng *ddp.Engine) error 
 	if err != nil || v == config.ShardGatherHost {
 		return err
 	}
-	_, mirrors := t.dev.(tensor.PeerMirrorDevice)
-	hosts := t.env.WorldSize / max(1, t.env.LocalWorldSize)
 	if v == config.ShardGatherAuto {
-		if !mirrors || hosts > 1 || t.env.WorldSize < 2 {
+		if t.peerCopiesRefusal("") != nil || t.env.WorldSize < 2 {
 			return nil
 		}
 		// What was measured: the local ranks sharing one GPU. Ranks on several GPUs copy over
@@ -100,13 +98,24 @@ func (t *Trainer) shardGatherDevice(ctx context.Context, eng *ddp.Engine) error 
 		}
 		return err
 	}
-	if !mirrors {
-		return fmt.Errorf("ddp.shard_gather: device needs --device cuda (this run's device is %s); use auto or host", t.dev.Name())
-	}
-	if hosts > 1 {
-		return fmt.Errorf("ddp.shard_gather: device with %d hosts: the devices copy from each other inside one host only; use auto or host", hosts)
+	if err := t.peerCopiesRefusal("ddp.shard_gather: device"); err != nil {
+		return err
 	}
 	return eng.UsePeerGather(ctx)
+}
+
+// peerCopiesRefusal says why what (a key and its value asking for copies between the devices)
+// cannot apply to this run, before the engine is asked, alike on every rank: a device that cannot
+// map its peers' memory (the CPU), or a world of several hosts (CUDA IPC maps memory of one
+// host). nil: the engine decides.
+func (t *Trainer) peerCopiesRefusal(what string) error {
+	if _, ok := t.dev.(tensor.PeerMirrorDevice); !ok {
+		return fmt.Errorf("%s needs --device cuda (this run's device is %s); use auto or host", what, t.dev.Name())
+	}
+	if hosts := t.env.WorldSize / max(1, t.env.LocalWorldSize); hosts > 1 {
+		return fmt.Errorf("%s with %d hosts: the devices copy from each other inside one host only; use auto or host", what, hosts)
+	}
+	return nil
 }
 
 // shardReduceDevice switches the sharded step's reduce-scatter of the f16 gradients to copies
@@ -120,11 +129,25 @@ func (t *Trainer) shardReduceDevice(ctx context.Context, eng *ddp.Engine) error 
 	if err != nil || v != config.ShardReduceDevice {
 		return err
 	}
-	if _, ok := t.dev.(tensor.PeerMirrorDevice); !ok {
-		return fmt.Errorf("ddp.shard_reduce: device needs --device cuda (this run's device is %s); use auto or host", t.dev.Name())
-	}
-	if hosts := t.env.WorldSize / max(1, t.env.LocalWorldSize); hosts > 1 {
-		return fmt.Errorf("ddp.shard_reduce: device with %d hosts: the devices copy from each other inside one host only; use auto or host", hosts)
+	if err := t.peerCopiesRefusal("ddp.shard_reduce: device"); err != nil {
+		return err
 	}
 	return eng.UsePeerReduce(ctx)
+}
+
+// intraHostCopies switches the unsharded staged path's all-reduce of the f16 gradients to copies
+// between the devices (ddp/engine_peer.go) for `ddp.intra_host: copies`, which has no auto (not
+// yet run on a GPU). Refused, on every rank alike before any collective, where the device cannot
+// map its peers' memory or the world spans hosts (peerCopiesRefusal); the engine refuses it off
+// the unsharded staged path with the f16 wire, naming why (ddp.PeerCopiesRefusal), and a failed
+// setup fails the run on every rank alike (the key asked for it).
+func (t *Trainer) intraHostCopies(ctx context.Context, eng *ddp.Engine) error {
+	v, err := config.ParseIntraHost(string(t.cfg.DDP.IntraHost))
+	if err != nil || v != config.IntraHostCopies {
+		return err
+	}
+	if err := t.peerCopiesRefusal("ddp.intra_host: copies"); err != nil {
+		return err
+	}
+	return eng.UsePeerCopies(ctx)
 }

@@ -130,3 +130,30 @@ func TestShardReduceDevice_refusals(t *testing.T) {
 		}
 	}
 }
+
+// ddp.intra_host: copies is refused, in one line naming the key, on a device that cannot map its
+// peers' memory and in a world of several hosts, before the engine is asked; the other values
+// are not this function's (the engine is not asked: nil here).
+func TestIntraHostCopies_refusals(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		intra string
+		dev   tensor.Device
+		env   Env
+		want  string // "" for no error
+	}{
+		{"auto", mirrorDev{cpu.New()}, Env{WorldSize: 2, LocalWorldSize: 2}, ""},
+		{"host", mirrorDev{cpu.New()}, Env{WorldSize: 2, LocalWorldSize: 2}, ""},
+		{"copies", cpu.New(), Env{WorldSize: 2, LocalWorldSize: 2}, "ddp.intra_host: copies needs --device cuda (this run's device is cpu"},
+		{"copies", mirrorDev{cpu.New()}, Env{WorldSize: 4, LocalWorldSize: 2}, "ddp.intra_host: copies with 2 hosts"},
+	} {
+		tr := &Trainer{cfg: tinyGPT(t, "precision=fp16", "ddp.intra_host="+c.intra), dev: c.dev, env: c.env}
+		err := tr.intraHostCopies(ctx, nil)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.intra, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n")):
+			t.Errorf("%s on %s, %d hosts: %v; want one line with %q", c.intra, c.dev.Name(), c.env.WorldSize/c.env.LocalWorldSize, err, c.want)
+		}
+	}
+}

@@ -360,6 +360,9 @@ func (t *Trainer) startEngine(ctx context.Context, gcfg allreduce.Config) error 
 	if err := t.intraHostDevice(ctx, eng); err != nil {
 		return err
 	}
+	if err := t.intraHostCopies(ctx, eng); err != nil {
+		return err
+	}
 	if err := t.shardGatherDevice(ctx, eng); err != nil {
 		return err
 	}

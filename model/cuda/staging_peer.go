@@ -2,11 +2,13 @@
 
 package cuda
 
-// tensor.PeerShardStaging for the CUDA device's staging plans (ddp.shard_reduce: device): the
-// plan's packed device f16 buffer is exported and the peers' mapped (a peerMirror of it,
-// ipc_mirror.go), and a bucket's reduce-scatter is device-to-device copies of the peers' ranges
-// into scratch and one kernel (staging_peer_kernels.go), all on the plan's return stream, so
-// Finish orders them before the optimizer as it orders ReturnRange. Not yet run on a GPU.
+// tensor.PeerShardStaging and tensor.PeerGradStaging for the CUDA device's staging plans
+// (ddp.shard_reduce: device; ddp.intra_host: copies): the plan's packed device f16 buffer is
+// exported and the peers' mapped (a peerMirror of it, ipc_mirror.go), and a bucket's
+// reduce-scatter is device-to-device copies of the peers' ranges into scratch and one kernel
+// (staging_peer_kernels.go); the all-gather half (GatherRanges) is copies of the peers' summed
+// segments into this rank's buffer and the widen of staging.go. All on the plan's return stream,
+// so Finish orders them before the optimizer as it orders Return. Not yet run on a GPU.
 
 import (
 	"errors"
@@ -16,7 +18,7 @@ import (
 	"github.com/goddp/goddp/model/tensor"
 )
 
-var _ tensor.PeerShardStaging = (*cudaStaging)(nil)
+var _ tensor.PeerGradStaging = (*cudaStaging)(nil)
 
 // stagingPeer is a plan's state once NewPeerReduce has run.
 type stagingPeer struct {
@@ -25,6 +27,7 @@ type stagingPeer struct {
 	stride  int            // the largest segment of any bucket, rounded up to 8 elements
 	mod     cudadrv.Module
 	fSum    cudadrv.Function
+	evSum   []cudadrv.Event // per bucket: recorded on the return stream after ReduceRange's sum
 }
 
 // NewPeerReduce exports the plan's device f16 buffer and allocates the scratch the peers' ranges
@@ -55,8 +58,16 @@ func (s *cudaStaging) NewPeerReduce(rank, size int) (tensor.PeerMirror, error) {
 	d.enter()
 	if p.mod, err = cudadrv.LoadPTX(ptx); err == nil {
 		p.fSum, err = p.mod.Function("k_stage_ring_sum")
+		for range s.ranges {
+			if err != nil {
+				break
+			}
+			var ev cudadrv.Event
+			ev, err = cudadrv.NewEvent(false)
+			p.evSum = append(p.evSum, ev)
+		}
 		if err != nil {
-			p.mod.Unload()
+			p.release()
 		}
 	}
 	d.leave()
@@ -89,11 +100,22 @@ func (l stagingPeerLink) Close() error {
 	d.leave()
 	err = errors.Join(err, p.m.Close())
 	d.enter()
-	p.mod.Unload()
+	p.release()
 	d.leave()
 	d.Free(p.scratch)
 	s.peer = nil
 	return err
+}
+
+// release destroys the events and unloads the module (the caller holds the thread).
+func (p *stagingPeer) release() {
+	var zero cudadrv.Event
+	for _, ev := range p.evSum {
+		if ev != zero {
+			ev.Destroy()
+		}
+	}
+	p.mod.Unload()
 }
 
 // StageDevice casts bucket i into its device f16 buffer on the compute stream and records its
@@ -123,13 +145,18 @@ func (s *cudaStaging) ReduceRange(i, lo, hi int, order []int) {
 	if p == nil || !p.m.connected || len(order) != p.m.size || hi-lo > p.stride {
 		panic(fmt.Sprintf("cuda: staging: ReduceRange of bucket %d [%d,%d), order %v: not connected, or not this plan's segments", i, lo, hi, order))
 	}
-	n := hi - lo
-	if n == 0 {
-		return
-	}
 	d := s.d
 	d.enter()
 	defer d.leave()
+	if hi > lo {
+		s.sumRange(i, lo, hi, order)
+	}
+	must(p.evSum[i].Record(s.ret)) // WaitReduced's: after the sum (an empty segment has none)
+}
+
+// sumRange is ReduceRange's copies and sum of a non-empty segment (the caller holds the thread).
+func (s *cudaStaging) sumRange(i, lo, hi int, order []int) {
+	p, n := s.peer, hi-lo
 	must(s.ret.Wait(s.evCast[i])) // this rank's cast (WaitStaged saw it done; the device's order too)
 	slot, ownAt := 0, -1
 	for k, q := range order {
@@ -148,4 +175,39 @@ func (s *cudaStaging) ReduceRange(i, lo, hi int, order []int) {
 	}
 	s.launch1(p.fSum, s.ret, n, s.halfPtr(i)+uint64(lo)*2, s.gradPtr(i)+uint64(lo)*4, dptr(p.scratch),
 		uint64(n), uint64(p.stride), uint64(len(order)), uint64(ownAt))
+}
+
+// WaitReduced waits for ReduceRange's sum of bucket i (its event only, not the device): this
+// rank's copies out of its peers' buffers are done, and its own segment holds the sum.
+func (s *cudaStaging) WaitReduced(i int) {
+	s.d.enter()
+	defer s.d.leave()
+	must(s.peer.evSum[i].Sync())
+}
+
+// GatherRanges enqueues, on the return stream, the copies of every other rank's segment segs[q]
+// of bucket i out of its buffer into the same offsets of this rank's, then the widen of the whole
+// bucket into the slab (this rank's own segment too: the sum ReduceRange widened, the same bits).
+// A failure to enqueue panics, as a launch's does.
+func (s *cudaStaging) GatherRanges(i int, segs [][2]int) {
+	p := s.peer
+	if p == nil || !p.m.connected || len(segs) != p.m.size {
+		panic(fmt.Sprintf("cuda: staging: GatherRanges of bucket %d, segments %v: not connected, or not one a rank", i, segs))
+	}
+	d := s.d
+	d.enter()
+	defer d.leave()
+	for q, sg := range segs {
+		lo, hi := sg[0], sg[1]
+		s.checkSeg(i, lo, hi)
+		if q == p.m.rank || hi == lo {
+			continue
+		}
+		at := uint64(s.off[i]+lo) * 2
+		if err := cudadrv.DtoD(dptr(s.half)+at, p.m.peers[q]+at, int64(hi-lo)*2, s.ret); err != nil {
+			panic(fmt.Sprintf("cuda: staging: copying [%d,%d) of bucket %d from rank %d: %v", lo, hi, i, q, err))
+		}
+	}
+	n := s.count(i)
+	s.launch1(s.fWiden, s.ret, n, s.gradPtr(i), s.halfPtr(i), uint64(n))
 }

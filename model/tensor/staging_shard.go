@@ -59,3 +59,26 @@ type PeerShardStaging interface {
 	WaitStaged(i int)
 	ReduceRange(i, lo, hi int, order []int)
 }
+
+// PeerGradStaging is an optional ability of a PeerShardStaging plan: the unsharded all-reduce by
+// device copies (ddp.intra_host: copies) — ReduceRange for this rank's own segment of a bucket
+// (allreduce.Segment, as the host ring's reduce-scatter would leave it), then every other rank's
+// summed segment copied out of its buffer. Offsets are elements of range i, as for ShardStaging;
+// segs[q] is rank q's segment [lo, hi) of range i.
+//
+//	WaitReduced(i)   comm goroutine, after ReduceRange(i, …): waits (the host, for an event the
+//	                 sum recorded, not the device) for this plan's copies out of its peers'
+//	                 buffers and the sum into its own segment.
+//	GatherRanges(i, segs)
+//	                 comm goroutine, after WaitReduced: on the return stream, copies each other
+//	                 rank q's segment segs[q] of bucket i out of q's buffer into the same offsets
+//	                 of this rank's buffer (this rank's own entry is skipped: ReduceRange wrote
+//	                 it), then widens the whole bucket into the slab (Finish orders it, as for
+//	                 Return). The caller makes sure every rank's sum is done before (each
+//	                 WaitReduced, then the ranks met) and that no rank casts bucket i again
+//	                 before these copies are done.
+type PeerGradStaging interface {
+	PeerShardStaging
+	WaitReduced(i int)
+	GatherRanges(i int, segs [][2]int)
+}

@@ -292,10 +292,12 @@ type DDPConfig struct {
 	// 30s, 5m). Default 30s (allreduce.DefaultTimeout). Checkpoint writes do not count against
 	// it (they run in the background); raise it for slow networks or very large buckets.
 	Timeout Duration `yaml:"timeout,omitempty"`
-	// intra_host: auto | host | device: how gradients are reduced among the ranks of one host
-	// (issue 34, intrahost.go). auto and host: the host planes (shared memory). device: each
+	// intra_host: auto | host | device | copies: how gradients are reduced among the ranks of one
+	// host (issue 34, intrahost.go). auto and host: the host planes (shared memory). device: each
 	// bucket all-reduced on the GPU over CUDA IPC buffers (ddp/engine_device.go; --device cuda,
-	// several hosts composed with the ring; slower than host where workers share a GPU). Default auto.
+	// several hosts composed with the ring; slower than host where workers share a GPU). copies:
+	// the staged f16 all-reduce by copies between the devices of one host (ddp/engine_peer.go;
+	// --device cuda, the f16 wire, unsharded; not yet run on a GPU). Default auto.
 	IntraHost IntraHost `yaml:"intra_host,omitempty"`
 	// hierarchical: all-reduce gradients in three rings: reduce-scatter among the ranks of each
 	// host, the ring between hosts on each local rank's 1/LOCAL_WORLD_SIZE share, all-gather

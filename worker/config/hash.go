@@ -51,7 +51,7 @@ var notTrajectory = []struct {
 	{key: "ddp.shard_gather", why: "how the same gathered weights travel, not their values (ddp's TestShardStaged_peerGatherBitIdentical)"},
 	{key: "ddp.shard_reduce", why: "where the same ring-ordered sum of the gradients is computed, not its bits (allreduce's TestSumF16_isTheRingsReduceScatterF16, ddp's TestShardStaged_peerReduceBitIdentical)"},
 	{key: "ddp.timeout", why: "a bound on waiting, not part of the arithmetic"},
-	{key: "ddp.intra_host", why: "how the same average is reduced inside a host (device rounds a 16-bit wire once, the host ring per hop: within the wire's unit), not what is trained"},
+	{key: "ddp.intra_host", why: "how the same average is reduced inside a host (device rounds a 16-bit wire once, the host ring per hop: within the wire's unit; copies is the host ring's bits, ddp's TestPeerCopies_bitIdenticalToHostRing), not what is trained"},
 	{key: "train.log_every", why: "how often progress and metrics lines are written"},
 	{key: "train.eval_every", why: "how often the run evaluates (evaluation changes no weight)"},
 	{key: "train.eval_batches", why: "how much of the eval split an evaluation reads"},

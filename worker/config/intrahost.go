@@ -13,15 +13,22 @@ const (
 	IntraHostAuto   IntraHost = "auto"   // the host path, until the device path has been measured faster on a GPU
 	IntraHostHost   IntraHost = "host"   // the host planes: f32 or f16 through shared memory
 	IntraHostDevice IntraHost = "device" // the engine all-reduces on the device over CUDA IPC buffers (ddp/engine_device.go): correct on a GPU, slower than host on a shared one
+	// IntraHostCopies: the staged path's f16 all-reduce by copies between the devices, every rank
+	// on one host (ddp/engine_peer.go: a sum in the ring's order on each rank's segment, then the
+	// peers' segments copied; the host ring's bits, no pinned memory, no kernel that waits on
+	// another process). --device cuda with the f16 wire, unsharded (the sharded step has
+	// ddp.shard_reduce: device). Not yet run on a GPU; auto stays host.
+	IntraHostCopies IntraHost = "copies"
 )
 
-var intraHosts = choices[IntraHost]{key: "ddp.intra_host", values: []IntraHost{IntraHostAuto, IntraHostHost, IntraHostDevice},
+var intraHosts = choices[IntraHost]{key: "ddp.intra_host", values: []IntraHost{IntraHostAuto, IntraHostHost, IntraHostDevice, IntraHostCopies},
 	aliases: map[string]IntraHost{"": IntraHostAuto}}
 
-// ParseIntraHost reads `ddp.intra_host`: auto (or ""), host or device.
+// ParseIntraHost reads `ddp.intra_host`: auto (or ""), host, device or copies.
 func ParseIntraHost(s string) (IntraHost, error) { return intraHosts.parse(s) }
 
-// validateIntraHost checks ddp.intra_host and ddp.hierarchical. device (the engine's all-reduce
+// validateIntraHost checks ddp.intra_host and ddp.hierarchical (copies: also validateCopies).
+// device (the engine's all-reduce
 // over CUDA IPC buffers, ddp/engine_device.go; measured only on a shared GPU) is the user's explicit
 // choice, auto stays on the host path; device needs --device cuda (the trainer refuses it
 // otherwise, when the device is known). Across hosts it is hierarchical by itself (the device
@@ -34,6 +41,25 @@ func (d *DDPConfig) validateIntraHost() error {
 	}
 	if v == IntraHostDevice && d.Hierarchical {
 		return fmt.Errorf("ddp.intra_host: device with ddp.hierarchical: device is hierarchical across hosts by itself (the device inside each host, the ring between hosts) and ddp.hierarchical reduces inside the host on the host planes; choose one")
+	}
+	if v == IntraHostCopies && d.Hierarchical {
+		return fmt.Errorf("ddp.intra_host: copies with ddp.hierarchical: copies reduces among the ranks of one host only, ddp.hierarchical across hosts; choose one")
+	}
+	return nil
+}
+
+// validateCopies checks what ddp.intra_host: copies needs of the rest of the configuration: the
+// f16 wire (the staged path's) and an unsharded step (the sharded one reduces by copies with
+// ddp.shard_reduce: device). --device cuda and one host are the trainer's to check.
+func (c *Config) validateCopies() error {
+	if v, err := ParseIntraHost(string(c.DDP.IntraHost)); err != nil || v != IntraHostCopies {
+		return nil // validateIntraHost reports a bad value
+	}
+	if w := c.WireFormat(); w != WireF16 {
+		return fmt.Errorf("ddp.intra_host: copies needs the f16 wire (precision fp16, or ddp.wire: f16); this run's wire is %s", w)
+	}
+	if c.DDP.ShardOptimizer {
+		return fmt.Errorf("ddp.intra_host: copies with ddp.shard_optimizer: the sharded step reduce-scatters by device copies with ddp.shard_reduce: device")
 	}
 	return nil
 }

@@ -307,6 +307,7 @@ func (c *Config) validateDDP(p *problems) {
 		p.bad("ddp.channels", "%d: want 1 to 16", c.DDP.Channels)
 	}
 	p.choice(c.DDP.validateIntraHost())
+	p.choice(c.validateCopies())
 	p.choice(recheck(c.DDP.OverlapGather, ParseOverlapGather))
 	p.choice(recheck(c.DDP.ShardMaster, ParseShardMaster))
 	p.choice(recheck(c.DDP.ShardGather, ParseShardGather))
