@@ -19,7 +19,7 @@
 #   target ≤ 0.6 GiB + 1.9 GiB / W), param_sha256 of all ranks; then the largest micro-batch under
 #   BUDGET (16GiB) per rank with MAXW (2) workers, off/on/master (MAXROWS: the rows' names above; train.micro_batch: auto with
 #   train.memory_budget: doubling then bisection with real trial steps, worker/autobatch.go; the
-#   budget bounds reserved bytes).
+#   budget bounds reserved bytes; MAXROWS set and empty skips the search).
 # device (issue 34): the all-reduce alone for N in NS (2,4), host ring and CUDA IPC side by side
 #   (ddpbench allreduce --device cuda: algbw and busbw; a 25 MiB-f32 bucket and the whole gradient,
 #   WIRES f16); then the one-worker step and, for each N, ddp.intra_host host and device
@@ -105,7 +105,7 @@ if [ "$ROWS" = shard ]; then
   done
   MAXW=${MAXW:-2}
   BUDGET=${BUDGET:-16GiB}
-  MAXROWS=${MAXROWS:-false,true,master}
+  MAXROWS=${MAXROWS-false,true,master} # set and empty: no search
   for sh in ${MAXROWS//,/ }; do
     stamp "largest micro-batch under $BUDGET, $MAXW workers, ddp.shard_optimizer $sh"
     read -ra sets <<< "$(shardsets "$sh")" # the rows' names, as above
