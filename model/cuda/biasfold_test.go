@@ -153,13 +153,7 @@ func geluBiasGradSameBits(t *testing.T) {
 // output carries anyway — and not bit for bit the same everywhere (else the option compiled
 // nothing in). Not yet run on a GPU.
 func TestCUDA_geluTanhApproxWithinBound(t *testing.T) {
-	ref := gpu(t)
-	t.Setenv("GODDP_GELU_TANH_APPROX", "1")
-	d, err := New(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	ref, d := optionDevices(t, "GODDP_GELU_TANH_APPROX")
 	const n = 1 << 16
 	xs, dys := make([]float32, n), make([]float32, n)
 	rng := rand.New(rand.NewPCG(5, 9))

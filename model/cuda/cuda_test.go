@@ -36,6 +36,22 @@ func gpu(t testing.TB) *Device {
 	return cudaDev
 }
 
+// optionDevices are two devices of their own for a compile-time kernel option read from env when
+// the modules load (kernelOptions): ref with env unset, on with env=1 — whatever the process's
+// environment says, so a suite run with the option on still compares against the default kernels.
+func optionDevices(t *testing.T, env string) (ref, on *Device) {
+	for _, v := range []string{"", "1"} {
+		t.Setenv(env, v)
+		d, err := New(0)
+		if err != nil {
+			t.Fatalf("New(0) with %s=%q: %v", env, v, err)
+		}
+		t.Cleanup(func() { d.Close() })
+		ref, on = on, d
+	}
+	return ref, on
+}
+
 // cuMaker draws the same tensors on whichever device it is given: a case runs once per device
 // with makers of equal seeds.
 type cuMaker struct {

@@ -166,13 +166,7 @@ func xentCase(d *Device, r *rand.Rand, R, V int) ([]float32, *tensor.Tensor) {
 // and k_xent's vector path with f32 logits) and one that is not (5003), an ignored row; and not
 // bit for bit the same everywhere (else the option compiled nothing in). Not yet run on a GPU.
 func TestCUDA_xentEx2WithinBound(t *testing.T) {
-	ref := gpu(t)
-	t.Setenv("GODDP_XENT_EX2", "1")
-	d, err := New(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	ref, d := optionDevices(t, "GODDP_XENT_EX2")
 	r := rand.New(rand.NewPCG(7, 13))
 	run := func(dev *Device, dt tensor.DType, host []float32, tg []int32, R, V int) (loss, grad []float32) {
 		targets := dev.Alloc(tensor.I32, "targets", R)
