@@ -60,6 +60,11 @@ type cpuPeerStaging struct {
 	hub        *stagingHub
 	rank, size int
 	peers      []*cpuPeerStaging
+	// scratch is the plan's one copy of its peers' ranges, as the CUDA plan's device scratch: the
+	// engine's channels call ReduceRange at once, so mu serialises its use as the CUDA plan's
+	// does (without it the race detector fires: the contract's "one call at a time" is needed).
+	mu      sync.Mutex
+	scratch [][]uint16
 }
 
 var (
@@ -114,13 +119,19 @@ func (s *cpuPeerStaging) StageDevice(i int, scale float32) { s.cpuStaging.Stage(
 func (s *cpuPeerStaging) WaitStaged(i int)                 { <-s.ready[i] }
 
 func (s *cpuPeerStaging) ReduceRange(i, lo, hi int, order []int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.scratch) != len(order) {
+		s.scratch = make([][]uint16, len(order))
+	}
 	parts := make([][]uint16, len(order))
 	for k, q := range order {
 		if q == s.rank {
 			parts[k] = s.half[i][lo:hi]
 			continue
 		}
-		parts[k] = append([]uint16(nil), s.peers[q].half[i][lo:hi]...) // the copy into scratch
+		s.scratch[k] = append(s.scratch[k][:0], s.peers[q].half[i][lo:hi]...) // the copy into scratch
+		parts[k] = s.scratch[k]
 		s.hub.count(s.hub.copies, s.rank)
 	}
 	vals := make([]uint16, len(order))

@@ -285,8 +285,8 @@ type stepResult struct {
 // for the device), every rank agrees whether any overflowed (then
 // the step is skipped), the gradient norm (clipped with train.grad_clip, else measured when
 // measureNorm), the optimizer at lr, the scaler's update, the model's buffers from rank 0, and the
-// losses read after a wait for the device (GODDP_STEP_END_WAIT=0: read with the scaler's read-back
-// instead, and no wait for the optimizer).
+// losses — read with the scaler's read-back, no wait for the optimizer (the default since session
+// 21), or after a wait for the device (GODDP_STEP_END_WAIT=1, or no read-back this step).
 func (t *Trainer) update(ctx context.Context, ls *loopState, step int, lr float32, measureNorm bool) (stepResult, error) {
 	cfg, dev, ps, scaler, eng := t.cfg, t.dev, t.ps, t.scaler, t.eng
 	to := t.trace.Now()
@@ -301,7 +301,7 @@ func (t *Trainer) update(ctx context.Context, ls *loopState, step int, lr float3
 	if fused != nil && (!fused.GradScaled() || t.opt.noFusedClip) {
 		fused = nil
 	}
-	// The unscale folded into the step too (model.Scaler.FoldsInto, GODDP_UNSCALE_FOLD=1): the
+	// The unscale folded into the step too (model.Scaler.FoldsInto; GODDP_UNSCALE_FOLD=0 not): the
 	// check, and the norm with it, read the gradients without writing them back unscaled, and the
 	// optimizer multiplies each by inv as it reads it, before the clip factor — the same bits.
 	// Unsharded only, and only where nothing else reads the gradients in between: no clipping, or
@@ -405,10 +405,10 @@ func (t *Trainer) update(ctx context.Context, ls *loopState, step int, lr float3
 		dev.Sync()
 		dev.Download(ls.lossHost, ls.lossDev)
 	}
-	// Otherwise (GODDP_STEP_END_WAIT=0, env.go) nothing waits for the optimizer here: the host
-	// goes on to the step's records and the next step's first enqueues while the device runs it
-	// (on a GPU, ~0.3 ms of host work a step to hide; docs/perf-gpu.md "The step's end without a
-	// wait"). Whatever reads the updated weights on the host later — evaluation, checkpoints, the
+	// Otherwise (the default; GODDP_STEP_END_WAIT=1 waits, env.go) nothing waits for the optimizer
+	// here: the host goes on to the step's records and the next step's first enqueues while the
+	// device runs it (on a GPU, ~0.3 ms of host work a step to hide; docs/perf-gpu.md "The step's
+	// end without a wait"). Whatever reads the updated weights on the host later — evaluation, checkpoints, the
 	// replica check — reads them through the device's stream, which runs the optimizer first; the
 	// next step's kernels queue behind it.
 	k := len(ls.lossHost)

@@ -12,9 +12,10 @@ import "os"
 //	                   their own (tensor.ResidualNormer; the same bits either way)
 //	GODDP_GELU_DB_FOLD=0 a GPT block's fc bias gradient summed by a pass of its own, not with
 //	                   GELU's backward (tensor.GELUBiasGrader; the same bits either way)
-//	GODDP_UNSCALE_FOLD=1 the loss scaler's check reads the gradients without unscaling them, and
-//	                   AdamW unscales each as it reads it (tensor.UnscaleFolder; the same bits
-//	                   either way; off by default, as on the CUDA device, where it has not run)
+//	GODDP_UNSCALE_FOLD=0 the loss scaler's check unscales the gradients in place and AdamW reads
+//	                   them so, not a check that reads them and AdamW unscaling each as it reads
+//	                   it (tensor.UnscaleFolder; the same bits either way; folded is the default,
+//	                   as on the CUDA device since session 21)
 
 // biasFold reports whether the model should fold the bias adds on the CPU device (FoldsBias):
 // on unless GODDP_BIAS_FOLD=0, so the model's folded path is what the CPU tests run. Read when a
@@ -34,6 +35,6 @@ func biasEpilogue() bool { return os.Getenv("GODDP_BIAS_EPILOGUE") != "0" }
 // (FusesResidualNorm): on unless GODDP_RESNORM_FOLD=0. Read when a model is built.
 func resNormFold() bool { return os.Getenv("GODDP_RESNORM_FOLD") != "0" }
 
-// unscaleFold reports whether the loss scaler's unscale is left to AdamW (FoldsUnscale): only
-// with GODDP_UNSCALE_FOLD=1, the CUDA device's switch. Read at each call, so a test can set it.
-func unscaleFold() bool { return os.Getenv("GODDP_UNSCALE_FOLD") == "1" }
+// unscaleFold reports whether the loss scaler's unscale is left to AdamW (FoldsUnscale): unless
+// GODDP_UNSCALE_FOLD=0, the CUDA device's switch. Read at each call, so a test can set it.
+func unscaleFold() bool { return os.Getenv("GODDP_UNSCALE_FOLD") != "0" }

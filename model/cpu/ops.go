@@ -630,8 +630,8 @@ func (c *Device) CheckUnscaled(x *tensor.Tensor, inv float32, found, sq *tensor.
 	}
 }
 
-// FoldsUnscale is tensor.UnscaleFolder's switch: GODDP_UNSCALE_FOLD=1 (env.go), as the CUDA
-// device's; AdamW honours AdamWArgs.Unscale either way.
+// FoldsUnscale is tensor.UnscaleFolder's switch: unless GODDP_UNSCALE_FOLD=0 (env.go), as the
+// CUDA device's; AdamW honours AdamWArgs.Unscale either way.
 func (c *Device) FoldsUnscale() bool { return unscaleFold() }
 
 var _ tensor.UnscaleFolder = (*Device)(nil)

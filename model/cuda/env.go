@@ -20,7 +20,7 @@ import (
 //	GODDP_BN_RELU=0   the ResNet's ReLUs as passes of their own, not folded into the batch norms' (conv.go)
 //	GODDP_SGD_MULTI=0 SGD per parameter run, not k_sgd_multi's one launch (ops.go; one launch is the default since session 17's whole suite)
 //	GODDP_CLIP_FUSED=0 gradient clipping by passes of its own (the norm's, the scaling's), not folded into the scaler's check and AdamW's step (ops.go; the same bits; folded is the default since session 17)
-//	GODDP_UNSCALE_FOLD=1 the loss scaler's check reads the gradients without unscaling them (k_check_sumsq, k_check), and AdamW multiplies each by the inverse scale as it reads it (k_adamw_us, k_adamw_multi_us) (ops.go; the same bits; not yet run on a GPU: off)
+//	GODDP_UNSCALE_FOLD=0 the loss scaler's check unscales the gradients in place (k_unscale_sumsq, k_unscale) and AdamW reads them unscaled (k_adamw, k_adamw_multi), not a check that reads them (k_check_sumsq, k_check) and AdamW multiplying each by the inverse scale as it reads it (k_adamw_us, k_adamw_multi_us) (ops.go; the same bits; folded is the default since session 21's H100 run)
 //	GODDP_BIAS_FOLD=0 the GPT blocks' bias adds as passes of their own, not folded into GELU and the residual adds (k_addbias_gelu8, k_addbias_add8; ops.go; the same bits; folded is the default since session 18's whole suite)
 //	GODDP_COLSUM_FUSED=0 the bias gradients' column sums finished by a second launch (k_colsum_finish), not each column block's last block (k_colsum_partfin), and a LayerNorm's dw and db finished apart, not in one launch (k_colsum_finish2) (ops.go; the same bits; one launch is the default since session 19's whole suite)
 //	GODDP_LN_VEC=0    LayerNorm's forward by k_layernorm, not 8 wide with the row in registers (k_ln_fwd8_K; ops.go; within rounding of k_layernorm, not its bits; 8 wide is the default since session 18's whole suite)
@@ -115,9 +115,12 @@ func clipFused() bool { return os.Getenv("GODDP_CLIP_FUSED") != "0" }
 // multiplies each gradient by the inverse scale before the clip factor, the values the unscale
 // would have stored: the same bits (TestCUDA_unscaleFoldSameBits), one write of the f32 gradient
 // slab fewer a step (~0.3 ms at GPT-2 small on an H100: docs/perf-gpu.md, "Plan: the unscale
-// folded into AdamW"). Not yet run on a GPU: only GODDP_UNSCALE_FOLD=1 turns it on. Read at each
+// folded into AdamW"). The default since session 21: the whole -tags cuda suite ran with it on an
+// H100 (TestCUDA_unscaleFoldSameBits, the worker's and model's tests passed) and ddptrain's step
+// with it and GODDP_STEP_END_WAIT's new default fell 37.88 -> 37.63 ms at b16, 20.08 -> 19.83 at
+// b8 (median of 3, alternating); GODDP_UNSCALE_FOLD=0 keeps the unscaling pass. Read at each
 // call, so a test can set it.
-func unscaleFold() bool { return os.Getenv("GODDP_UNSCALE_FOLD") == "1" }
+func unscaleFold() bool { return os.Getenv("GODDP_UNSCALE_FOLD") != "0" }
 
 // biasFold reports whether the bias adds are folded into the passes that read their results
 // (tensor.BiasFolder: a GPT block's fc bias into GELU, the attention's and the MLP's projection

@@ -1030,8 +1030,9 @@ __global__ void k_adamw_us(float* p, const float* g, float* m, float* v, half_t*
 		if (h) h[i] = f2h(w);
 	}
 }
-// k_adamw_us and k_adamw_multi_us are kept apart from k_adamw and k_adamw_multi until a GPU
-// has run them (GODDP_UNSCALE_FOLD=1): the default kernels stay the ones the suite ran.
+// k_adamw_us and k_adamw_multi_us are kept apart from k_adamw and k_adamw_multi: both pairs are
+// the texts the suite ran (the _us pair the unsharded default since session 21); one template of
+// the two is for a session that can run the suite on it.
 // k_adamw over whole slabs in one launch: runs[r] = start·2 + decay flag for nruns runs in order,
 // runs[0] >> 1 == 0. Each thread's indices only grow, so it walks its run index forward.
 __global__ void k_adamw_multi(float* p, const float* g, float* m, float* v, half_t* h, long n,

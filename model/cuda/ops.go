@@ -757,9 +757,9 @@ func (d *Device) CheckUnscaled(x *tensor.Tensor, inv float32, found, sq *tensor.
 	d.Free(part)
 }
 
-// FoldsUnscale is tensor.UnscaleFolder's switch: only with GODDP_UNSCALE_FOLD=1 (env.go; not yet
-// run on a GPU). AdamW and AdamWRuns honour AdamWArgs.Unscale through k_adamw_us and
-// k_adamw_multi_us (the default kernels, without it, are the ones the suite ran).
+// FoldsUnscale is tensor.UnscaleFolder's switch: unless GODDP_UNSCALE_FOLD=0 (env.go; the default
+// since session 21's H100 run). AdamW and AdamWRuns honour AdamWArgs.Unscale through k_adamw_us
+// and k_adamw_multi_us (k_adamw and k_adamw_multi, without it, serve the sharded step and =0).
 func (d *Device) FoldsUnscale() bool { return unscaleFold() }
 
 var _ tensor.UnscaleFolder = (*Device)(nil)

@@ -8,11 +8,14 @@ package cuda
 // reduce-scatter is device-to-device copies of the peers' ranges into scratch and one kernel
 // (staging_peer_kernels.go); the all-gather half (GatherRanges) is copies of the peers' summed
 // segments into this rank's buffer and the widen of staging.go. All on the plan's return stream,
-// so Finish orders them before the optimizer as it orders Return. Not yet run on a GPU.
+// so Finish orders them before the optimizer as it orders Return. First run on an H100 in session 21:
+// the sums differed from the host ring's at random with two channels (two ReduceRange calls'
+// copies shared the scratch; stagingPeer.mu since), the fix not yet run on a GPU.
 
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/goddp/goddp/model/cuda/cudadrv"
 	"github.com/goddp/goddp/model/tensor"
@@ -28,6 +31,12 @@ type stagingPeer struct {
 	mod     cudadrv.Module
 	fSum    cudadrv.Function
 	evSum   []cudadrv.Event // per bucket: recorded on the return stream after ReduceRange's sum
+	// mu makes one ReduceRange's copies into the scratch and its sum one run of the return
+	// stream: the engine's channels call ReduceRange from their goroutines at once, and d.enter
+	// only binds the thread to the context. Without it two buckets' copies could land in the
+	// scratch before the first one's sum read it (session 21's GPU run: the sums of the first
+	// step differed from the host ring's, at random, at two channels).
+	mu sync.Mutex
 }
 
 // NewPeerReduce exports the plan's device f16 buffer and allocates the scratch the peers' ranges
@@ -148,6 +157,8 @@ func (s *cudaStaging) ReduceRange(i, lo, hi int, order []int) {
 	d := s.d
 	d.enter()
 	defer d.leave()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if hi > lo {
 		s.sumRange(i, lo, hi, order)
 	}

@@ -223,7 +223,7 @@ type UnscaleSquarer interface {
 //	  is left as it was. x is f32 (the gradient slab).
 //
 // FoldsUnscale reports whether callers should take it; AdamW (and AdamWRuns, where MultiAdamW)
-// honour AdamWArgs.Unscale when it reports true (both devices: when GODDP_UNSCALE_FOLD=1).
+// honour AdamWArgs.Unscale when it reports true (both devices: unless GODDP_UNSCALE_FOLD=0).
 type UnscaleFolder interface {
 	CheckUnscaled(x *Tensor, inv float32, found, sq *Tensor)
 	FoldsUnscale() bool

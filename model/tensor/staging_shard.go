@@ -51,7 +51,9 @@ type ShardStaging interface {
 //	                 rank's buffer and widens it into the slab (Finish orders it, as for
 //	                 ReturnRange). The caller makes sure every rank's cast of bucket i is done
 //	                 before (each waited, then the ranks met) and that no rank casts bucket i
-//	                 again before these copies are done.
+//	                 again before these copies are done. Several goroutines (the engine's
+//	                 channels) may call it at once, each for its own bucket: the plan enqueues
+//	                 one call's copies and sum at a time (they share its scratch).
 type PeerShardStaging interface {
 	ShardStaging
 	NewPeerReduce(rank, size int) (PeerMirror, error)

@@ -14,7 +14,8 @@ const (
 	ShardReduceAuto ShardReduce = "auto"
 	// ShardReduceHost: pinned memory and the host ring (ddp/shard_gpu.go).
 	ShardReduceHost ShardReduce = "host"
-	// ShardReduceDevice: copies between the devices; every rank on one host. Not yet run on a GPU.
+	// ShardReduceDevice: copies between the devices; every rank on one host. Its first GPU run
+	// (session 21) summed wrong at two channels (fixed since, not yet rerun).
 	ShardReduceDevice ShardReduce = "device"
 )
 
