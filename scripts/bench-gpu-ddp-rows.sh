@@ -27,7 +27,7 @@
 #   (param_sha256), the loss curve against the host path's (target within 1e-3 relative). A run that
 #   refuses its settings (ddp.intra_host: device in a tree without the engine's path, or on
 #   --device cpu) is a SKIPPED row quoting the refusal, and the rest goes on. WAITS (kernel,stream):
-#   the ways the device path's ranks wait for each other (GODDP_IPC_WAIT, model/cuda/ipc_pace.go),
+#   the ways the device path's ranks wait for each other (GODDP_IPC_WAIT, model/cuda/ipc_pace.go; set and empty: none),
 #   each measured alone and in training: the row "device" waits in the kernel, "device-stream"
 #   by the stream. COPIES=1 (the default; 0: left out) adds the row "copies": ddp.intra_host: copies,
 #   the staged f16 all-reduce by copies between the devices (ddp/engine_peer.go; not yet run on a
@@ -144,7 +144,7 @@ fi
 # ROWS=device
 NS=${NS:-2,4}
 WIRES=${WIRES:-f16}
-WAITS=${WAITS:-kernel,stream}
+WAITS=${WAITS-kernel,stream} # set and empty: no device rows (host and copies only)
 paths=(host)
 [ "${COPIES:-1}" = 0 ] || paths+=(copies)
 for w in ${WAITS//,/ }; do

@@ -151,7 +151,7 @@ func geluBiasGradSameBits(t *testing.T) {
 // (the option is compiled in at load) gives GELU and its backward within 2^-9 relative (plus 1e-4
 // absolute) of the default device's, f32 and f16, on x over [-8, 8] — about the rounding an f16
 // output carries anyway — and not bit for bit the same everywhere (else the option compiled
-// nothing in). Not yet run on a GPU.
+// nothing in). Passed on an H100 (session 21).
 func TestCUDA_geluTanhApproxWithinBound(t *testing.T) {
 	ref, d := optionDevices(t, "GODDP_GELU_TANH_APPROX")
 	const n = 1 << 16

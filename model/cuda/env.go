@@ -31,9 +31,9 @@ import (
 //	GODDP_FLASH_EX2=0 the attention kernels' exponentials by exp2f, with its subnormal handling around the ex2.approx.ftz they take by default (flashOptions; the same bits, TestCUDA_flashOptionsSameBits passed on an H100; ex2 alone is the default since session 20: −0.7% at b16)
 //	GODDP_FLASH_PACK2=1 the attention kernels' f16 (bf16) pairs packed by one cvt.rn.f16x2.f32 each (flashOptions; the same bits, its test passed on an H100 in session 20; measured +0.3% at b16, noise: off)
 //	GODDP_FLASH_DELTA_FOLD=1 the attention backward's row sums Σ dy·y made by the dq kernel (k_flash_bwd_dq_delta, launched before dk/dv), not a pass of their own (k_flash_bwd_delta) (flash.go; the same bits, its test passed on an H100 in session 20; measured −0.1 ms at b16, inside the noise: off)
-//	GODDP_FLASH_DS=1  the attention backward's dS computed once: stored by the dk/dv kernel, multiplied by K for dq (k_flash_bwd_dkdv_ds, k_flash_bwd_dq_ds; flash.go; the same bits by construction, B·H·n(n+1)/2·8 KiB of scratch for n query tiles; not yet run on a GPU)
-//	GODDP_GELU_TANH_APPROX=1 the 8-wide GELU kernels' tanh as one tanh.approx.f32, not tanhf (kernelOptions; within ~2^-11 relative, not tanhf's bits; not yet run on a GPU)
-//	GODDP_XENT_EX2=1   the cross-entropy's exponentials as one ex2.approx.ftz each, not expf (kernelOptions; within ~2^-18 relative where it matters, not expf's bits; not yet run on a GPU)
+//	GODDP_FLASH_DS=1  the attention backward's dS computed once: stored by the dk/dv kernel, multiplied by K for dq (k_flash_bwd_dkdv_ds, k_flash_bwd_dq_ds; flash.go; the same bits, TestCUDA_flashDSSameBits passed on an H100 in session 21; B·H·n(n+1)/2·8 KiB of scratch for n query tiles; measured +1.2% at b16 — dq 2.34 → 1.59 ms, dk/dv 3.78 → 4.91 with the stores: off)
+//	GODDP_GELU_TANH_APPROX=1 the 8-wide GELU kernels' tanh as one tanh.approx.f32, not tanhf (kernelOptions; within ~2^-11 relative, not tanhf's bits; its bound test passed on an H100 in session 21, measured +0.6% at b16: off)
+//	GODDP_XENT_EX2=1   the cross-entropy's exponentials as one ex2.approx.ftz each, not expf (kernelOptions; within ~2^-18 relative where it matters, not expf's bits; its bound test passed on an H100 in session 21, measured −0.05% at b16, noise: off)
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
 //	GODDP_XENT_FUSED=0 the loss head's cross-entropy in two launches (one is the default; ops.go)
 //	GODDP_BIAS_EPILOGUE=0 a GPT without model.gemm_epilogue takes no cublasLt bias-only epilogues (the QKV bias add, the linears' bias gradients in their weight-gradient GEMMs: lt.go; within rounding; the default since session 19's whole suite)
@@ -358,7 +358,8 @@ func bgradEpilogue() bool { return os.Getenv("GODDP_BGRAD_EPI") != "0" }
 // −0.3..−0.5 ms a step at b16. -DXENT_EX2=1 under GODDP_XENT_EX2=1 (kernels.go: the
 // cross-entropy's exponentials by one ex2.approx.ftz each, not expf: k_xent_sm 1.52 ms at b16
 // where its bytes need ~1.0; predicted −0.15..−0.3 ms at b16). Neither yet run on a GPU. Read
-// when the module loads; anything but "1" is off.
+// when the module loads; anything but "1" is off. Measured on an H100 in session 21 (model bench,
+// b16, median of 3): GELU's +0.6%, the cross-entropy's −0.05% (noise): both off.
 func kernelOptions() []string {
 	var opts []string
 	if os.Getenv("GODDP_GELU_TANH_APPROX") == "1" {
@@ -390,7 +391,9 @@ func flashDeltaFold() bool { return os.Getenv("GODDP_FLASH_DELTA_FOLD") == "1" }
 // The blocks cost memory: B·H·n(n+1)/2 · 8 KiB for n = ⌈T/64⌉ query tiles (GPT-2 small at b16:
 // 214 MB, freed after each layer's backward), written by dk/dv and read back by dq (2.6 GB a b16
 // step, ~0.9 ms of HBM at 3 TB/s). Predicted: dq 2.34 → ~1.0 ms, dk/dv +0.2..0.4 for the stores:
-// −0.6..−1.2 ms a step at b16, −0.3..−0.6 at b8. Not yet run on a GPU; read at each call.
+// −0.6..−1.2 ms a step at b16, −0.3..−0.6 at b8. Measured on an H100 in session 21: the same bits,
+// dq 2.34 → 1.59 ms but dk/dv 3.78 → 4.91 (its stores), the step +0.45 ms at b16: off. Read at
+// each call.
 func flashDS() bool { return os.Getenv("GODDP_FLASH_DS") == "1" }
 
 // colsumSplit is GODDP_COLSUM_SPLIT: how many times colsumParts' default number of row slices the

@@ -310,6 +310,23 @@ __device__ __forceinline__ void flash_fwd(half_t* __restrict__ y, float* __restr
 	}
 }
 
+// flash_store_dq writes a warp's dq·scale (C fragments, rows r0 and r1 = r0 + 8 of batch b) into
+// head h's q columns of dqkv (row stride ld), rows past T skipped: k_flash_bwd_dq_ds's last step.
+// flash_bwd_dq ends with the same lines written out: calling this there renames PTX registers
+// (clang, session 21), so it waits for a session that can run the suite on it.
+__device__ __forceinline__ void flash_store_dq(half_t* __restrict__ dqkv, float (*dq)[4], int b, int h, int T, long ld,
+		int r0, int r1, int t4, float scale) {
+	half_t* out = dqkv + (long)b * T * ld + h * HS + t4 * 2;
+	if (r0 < T) {
+		#pragma unroll
+		for (int n = 0; n < 8; n++) *(u32*)(out + (long)r0 * ld + n * 8) = pack2(dq[n][0] * scale, dq[n][1] * scale);
+	}
+	if (r1 < T) {
+		#pragma unroll
+		for (int n = 0; n < 8; n++) *(u32*)(out + (long)r1 * ld + n * 8) = pack2(dq[n][2] * scale, dq[n][3] * scale);
+	}
+}
+
 // flash_ds_tile: the offset (in halves) of the dSᵀ block of (query tile qt, key tile kt ≤ qt) of
 // head bh among n query tiles: each head's n(n+1)/2 blocks of 64×64, query tile by query tile, key
 // tiles in order within one — a query tile's blocks are contiguous, in the order dq adds them.
@@ -589,7 +606,8 @@ __global__ void __launch_bounds__(128 FLASH_DKDV_MINB) k_flash_bwd_dkdv(half_t* 
 
 // k_flash_bwd_dkdv_ds: k_flash_bwd_dkdv that also stores every dSᵀ block into ds (flash_ds_tile's
 // layout, B·H·n(n+1)/2 blocks of 64×64 for n query tiles) for k_flash_bwd_dq_ds, launched after it
-// (GODDP_FLASH_DS=1; not yet run on a GPU).
+// (GODDP_FLASH_DS=1; the same bits on an H100, session 21, but slower: the stores cost dk/dv
+// more than dq saves).
 __global__ void __launch_bounds__(128 FLASH_DKDV_MINB) k_flash_bwd_dkdv_ds(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
 		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
 		half_t* __restrict__ ds, int T, int H, float scale) {
@@ -650,15 +668,7 @@ __global__ void __launch_bounds__(128) k_flash_bwd_dq_ds(half_t* __restrict__ dq
 		}
 		__syncthreads();
 	}
-	half_t* out = dqkv + (long)b * T * ld + h * HS + t4 * 2;
-	if (r0 < T) {
-		#pragma unroll
-		for (int n = 0; n < 8; n++) *(u32*)(out + (long)r0 * ld + n * 8) = pack2(dq[n][0] * scale, dq[n][1] * scale);
-	}
-	if (r1 < T) {
-		#pragma unroll
-		for (int n = 0; n < 8; n++) *(u32*)(out + (long)r1 * ld + n * 8) = pack2(dq[n][2] * scale, dq[n][3] * scale);
-	}
+	flash_store_dq(dqkv, dq, b, h, T, ld, r0, r1, t4, scale);
 }
 
 // k_flash_bwd_dq: ⌈T/64⌉ query tiles × B·H, 128 threads (flash_bwd_dq), delta from
