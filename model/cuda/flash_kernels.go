@@ -454,7 +454,8 @@ __device__ __forceinline__ void flash_bwd_dq(half_t* __restrict__ dqkv, const ha
 template <bool DS>
 __device__ __forceinline__ void flash_bwd_dkdv(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
 		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
-		half_t* __restrict__ ds, int T, int H, float scale, half_t (*sQ)[64 * LDS], half_t (*sO)[64 * LDS], float (*sL)[64], float (*sD)[64]) {
+		half_t* __restrict__ ds, int T, int H, float scale, half_t (*sQ)[64 * LDS], half_t (*sO)[64 * LDS], float (*sL)[64], float (*sD)[64],
+		half_t (*sS)[16 * LDS]) {
 	int kt = flash_tile(), bh = flash_bh(), b = bh / H, h = bh % H; // tile 0 (the most query tiles) first
 	int C = H * HS, nt = (T + 63) / 64;
 	long ld = 3L * C;
@@ -532,12 +533,24 @@ __device__ __forceinline__ void flash_bwd_dkdv(half_t* __restrict__ dqkv, const 
 			#pragma unroll
 			for (int i = 0; i < 4; i++) st[j][i] *= dp[j][i] - sD[cur][j * 8 + t4 * 2 + (i & 1)];
 		if (DS) { // rows: this warp's 16 keys; columns: the tile's 64 queries
-			half_t* dst = ds + flash_ds_tile(bh, nt, qt, kt) + (warp * 16 + (lane >> 2)) * 64 + t4 * 2;
+			// The pairs into the warp's rows of sS (conflict-free: word 36g + 4j + t), then each
+			// lane writes four 16-byte pieces of them, a warp's store 512 contiguous bytes, past L2's
+			// keeping (st.global.cs): dq reads them once.
+			half_t* w = sS[warp];
 			#pragma unroll
 			for (int j = 0; j < 8; j++) {
-				*(u32*)(dst + j * 8) = pack2(st[j][0], st[j][1]);
-				*(u32*)(dst + 8 * 64 + j * 8) = pack2(st[j][2], st[j][3]);
+				*(u32*)(w + (lane >> 2) * LDS + j * 8 + t4 * 2) = pack2(st[j][0], st[j][1]);
+				*(u32*)(w + ((lane >> 2) + 8) * LDS + j * 8 + t4 * 2) = pack2(st[j][2], st[j][3]);
 			}
+			__syncwarp();
+			half_t* dst = ds + flash_ds_tile(bh, nt, qt, kt) + warp * 16 * 64;
+			#pragma unroll
+			for (int k = 0; k < 4; k++) {
+				int c = lane + 32 * k, r = c >> 3, c8 = (c & 7) * 8;
+				uint4 v = *(const uint4*)(w + r * LDS + c8);
+				asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(dst + r * 64 + c8), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+			}
+			// the loop's __syncthreads orders these reads before the next tile's writes
 		}
 		// dK += dSᵀ·Q
 		mm_pkn(dk, st, sQ[cur], lane);
@@ -601,20 +614,21 @@ __global__ void __launch_bounds__(128 FLASH_DKDV_MINB) k_flash_bwd_dkdv(half_t* 
 	__shared__ __align__(16) half_t sQ[2][64 * LDS];
 	__shared__ __align__(16) half_t sO[2][64 * LDS];
 	__shared__ float sL[2][64], sD[2][64];
-	flash_bwd_dkdv<false>(dqkv, qkv, dy, lse, delta, 0, T, H, scale, sQ, sO, sL, sD);
+	flash_bwd_dkdv<false>(dqkv, qkv, dy, lse, delta, 0, T, H, scale, sQ, sO, sL, sD, 0);
 }
 
 // k_flash_bwd_dkdv_ds: k_flash_bwd_dkdv that also stores every dSᵀ block into ds (flash_ds_tile's
 // layout, B·H·n(n+1)/2 blocks of 64×64 for n query tiles) for k_flash_bwd_dq_ds, launched after it
-// (GODDP_FLASH_DS=1; the same bits on an H100, session 21, but slower: the stores cost dk/dv
-// more than dq saves).
+// (GODDP_FLASH_DS=1; the same bits on an H100, session 21, but slower: the stores, four bytes a
+// thread at a time then, cost dk/dv more than dq saves; staged through sS since, not yet run).
 __global__ void __launch_bounds__(128 FLASH_DKDV_MINB) k_flash_bwd_dkdv_ds(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
 		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
 		half_t* __restrict__ ds, int T, int H, float scale) {
 	__shared__ __align__(16) half_t sQ[2][64 * LDS];
 	__shared__ __align__(16) half_t sO[2][64 * LDS];
 	__shared__ float sL[2][64], sD[2][64];
-	flash_bwd_dkdv<true>(dqkv, qkv, dy, lse, delta, ds, T, H, scale, sQ, sO, sL, sD);
+	__shared__ __align__(16) half_t sS[4][16 * LDS]; // each warp's dSᵀ rows on their way out
+	flash_bwd_dkdv<true>(dqkv, qkv, dy, lse, delta, ds, T, H, scale, sQ, sO, sL, sD, sS);
 }
 
 // k_flash_bwd_dq_ds: dq = scale · Σ_kt dS·K from the dSᵀ blocks k_flash_bwd_dkdv_ds stored —
