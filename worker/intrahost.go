@@ -136,8 +136,9 @@ func (t *Trainer) shardReduceDevice(ctx context.Context, eng *ddp.Engine) error 
 }
 
 // intraHostCopies switches the unsharded staged path's all-reduce of the f16 gradients to copies
-// between the devices (ddp/engine_peer.go) for `ddp.intra_host: copies`, which has no auto (not
-// yet run on a GPU). Refused, on every rank alike before any collective, where the device cannot
+// between the devices (ddp/engine_peer.go) for `ddp.intra_host: copies`, which auto never takes
+// (its first GPU run, session 21, was faster than the host path but 6% over issue 34's step target,
+// and its sums raced: fixed since, not yet rerun). Refused, on every rank alike before any collective, where the device cannot
 // map its peers' memory or the world spans hosts (peerCopiesRefusal); the engine refuses it off
 // the unsharded staged path with the f16 wire, naming why (ddp.PeerCopiesRefusal), and a failed
 // setup fails the run on every rank alike (the key asked for it).

@@ -30,10 +30,9 @@ var intraHosts = choices[IntraHost]{key: "ddp.intra_host", values: []IntraHost{I
 func ParseIntraHost(s string) (IntraHost, error) { return intraHosts.parse(s) }
 
 // validateIntraHost checks ddp.intra_host and ddp.hierarchical (copies: also validateCopies).
-// device (the engine's all-reduce
-// over CUDA IPC buffers, ddp/engine_device.go; measured only on a shared GPU) is the user's explicit
-// choice, auto stays on the host path; device needs --device cuda (the trainer refuses it
-// otherwise, when the device is known). Across hosts it is hierarchical by itself (the device
+// device (the engine's all-reduce over CUDA IPC buffers, ddp/engine_device.go; measured only on a
+// shared GPU) is the user's explicit choice, auto stays on the host path; device needs --device
+// cuda (the trainer refuses it otherwise, when the device is known). Across hosts it is hierarchical by itself (the device
 // inside each host, the ring between hosts), so it is not combined with ddp.hierarchical (whose
 // rings inside the host are the host planes).
 func (d *DDPConfig) validateIntraHost() error {
