@@ -98,6 +98,7 @@ func (e *Engine) UsePeerCopies(ctx context.Context) error {
 		return err
 	}
 	p.all = p.stg.(tensor.PeerGradStaging)
+	p.all.ReleaseHost() // nothing goes through pinned memory from now on
 	e.peerRed = p
 	e.log.Info("ddp: the f16 gradients are all-reduced by copies between the devices (ddp.intra_host: copies); nothing goes through pinned memory or the host ring",
 		"ranks", e.comm.Size(), "buckets", len(e.buckets), "device_f16", tensor.FormatBytes(e.gpu.stg.DeviceBytes()))

@@ -54,6 +54,9 @@ func runPeerCopiesAverage(t *testing.T, Ws []int, newDev func(hub *stagingHub) n
 				if pcie, ring := e.BytesPerStep(); pcie != 0 || ring != 0 {
 					return fmt.Errorf("BytesPerStep: pcie %d, ring %d; want none", pcie, ring)
 				}
+				if pinned, _ := e.StagingBytes(); pinned != 0 { // the CUDA plan's freed (ReleaseHost)
+					return fmt.Errorf("StagingBytes: %d pinned; want none", pinned)
+				}
 				if e.comm.Rank() == 0 {
 					for _, b := range e.buckets {
 						lens = append(lens, b.hi-b.lo)
@@ -87,9 +90,9 @@ func runPeerCopiesAverage(t *testing.T, Ws []int, newDev func(hub *stagingHub) n
 						}
 					}
 				}
-				if hub.reduces[r] != steps*len(lens) || hub.gathers[r] != steps*gathers || hub.host[r] != 0 {
-					t.Errorf("rank %d: %d sums, %d segments gathered from its peers, %d through pinned memory; want %d, %d, none",
-						r, hub.reduces[r], hub.gathers[r], hub.host[r], steps*len(lens), steps*gathers)
+				if hub.reduces[r] != steps*len(lens) || hub.gathers[r] != steps*gathers || hub.host[r] != 0 || hub.freed[r] != 1 {
+					t.Errorf("rank %d: %d sums, %d segments gathered from its peers, %d through pinned memory, pinned buffer freed %d times; want %d, %d, none, once",
+						r, hub.reduces[r], hub.gathers[r], hub.host[r], hub.freed[r], steps*len(lens), steps*gathers)
 				}
 			}
 		})

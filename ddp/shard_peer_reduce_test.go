@@ -29,10 +29,11 @@ type stagingHub struct {
 	reduces map[int]int // per rank: ReduceRange calls
 	host    map[int]int // per rank: Stage or Host calls (the pinned path's; want none)
 	gathers map[int]int // per rank: summed segments copied out of a peer's buffer (GatherRanges)
+	freed   map[int]int // per rank: ReleaseHost calls (the pinned buffer freed under copies)
 }
 
 func newStagingHub() *stagingHub {
-	return &stagingHub{plans: map[int]*cpuPeerStaging{}, copies: map[int]int{}, reduces: map[int]int{}, host: map[int]int{}, gathers: map[int]int{}}
+	return &stagingHub{plans: map[int]*cpuPeerStaging{}, copies: map[int]int{}, reduces: map[int]int{}, host: map[int]int{}, gathers: map[int]int{}, freed: map[int]int{}}
 }
 
 func (h *stagingHub) count(m map[int]int, rank int) {
@@ -65,6 +66,7 @@ type cpuPeerStaging struct {
 	// does (without it the race detector fires: the contract's "one call at a time" is needed).
 	mu      sync.Mutex
 	scratch [][]uint16
+	freed   bool // ReleaseHost: the pinned path's methods panic after it, as the CUDA plan's would fault
 }
 
 var (
@@ -104,15 +106,29 @@ func (s cpuPeerLink) Pull(peer, lo, hi int) { panic("cpuPeerLink: Pull is not us
 
 func (s cpuPeerLink) Close() error { return nil }
 
-// Stage and Host are the pinned path's: counted, as none should come.
+// Stage and Host are the pinned path's: counted, as none should come, and refused once the
+// pinned buffer is freed.
 func (s *cpuPeerStaging) Stage(i int, scale float32) {
 	s.hub.count(s.hub.host, s.rank)
+	s.checkHost("Stage")
 	s.cpuStaging.Stage(i, scale)
 }
 
 func (s *cpuPeerStaging) Host(i int) []uint16 {
 	s.hub.count(s.hub.host, s.rank)
+	s.checkHost("Host")
 	return s.cpuStaging.Host(i)
+}
+
+func (s *cpuPeerStaging) checkHost(op string) {
+	if s.freed {
+		panic(fmt.Sprintf("cpuPeerStaging: rank %d: %s after ReleaseHost", s.rank, op))
+	}
+}
+
+func (s *cpuPeerStaging) ReleaseHost() {
+	s.freed = true
+	s.hub.count(s.hub.freed, s.rank)
 }
 
 func (s *cpuPeerStaging) StageDevice(i int, scale float32) { s.cpuStaging.Stage(i, scale) }

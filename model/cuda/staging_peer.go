@@ -196,6 +196,23 @@ func (s *cudaStaging) WaitReduced(i int) {
 	must(s.peer.evSum[i].Sync())
 }
 
+// ReleaseHost frees the plan's pinned buffer once its all-reduce goes by copies (ddp.intra_host:
+// copies): the copies it served are waited for first. Stage, Host and Return must not follow.
+func (s *cudaStaging) ReleaseHost() {
+	if s.pinned == nil {
+		return
+	}
+	d := s.d
+	d.enter()
+	for _, st := range []cudadrv.Stream{s.d2h, s.ret} {
+		must(st.Sync())
+	}
+	d.leave()
+	d.pinnedCounter().Add(-s.pinned.Bytes())
+	s.pinned.Free()
+	s.pinned = nil
+}
+
 // GatherRanges enqueues, on the return stream, the copies of every other rank's segment segs[q]
 // of bucket i out of its buffer into the same offsets of this rank's, then the widen of the whole
 // bucket into the slab (this rank's own segment too: the sum ReduceRange widened, the same bits).

@@ -79,8 +79,12 @@ type PeerShardStaging interface {
 //	                 Return). The caller makes sure every rank's sum is done before (each
 //	                 WaitReduced, then the ranks met) and that no rank casts bucket i again
 //	                 before these copies are done.
+//	ReleaseHost()    once, after the peers are connected: the all-reduce goes by copies from
+//	                 now on, so the plan frees its pinned host buffer (PinnedBytes then 0); Stage,
+//	                 Host, Return and the weights' pinned methods must not be called after it.
 type PeerGradStaging interface {
 	PeerShardStaging
 	WaitReduced(i int)
 	GatherRanges(i int, segs [][2]int)
+	ReleaseHost()
 }
