@@ -204,8 +204,11 @@ func (s *cudaStaging) ReleaseHost() {
 	}
 	d := s.d
 	d.enter()
+	var zero cudadrv.Stream
 	for _, st := range []cudadrv.Stream{s.d2h, s.ret} {
-		must(st.Sync())
+		if st != zero {
+			must(st.Sync())
+		}
 	}
 	d.leave()
 	d.pinnedCounter().Add(-s.pinned.Bytes())
