@@ -113,7 +113,8 @@ func (e *Engine) connectPeerStaging(ctx context.Context, refusal error, plan fun
 	return &peerReduce{stg: stg, m: m, order: allreduce.ReduceOrder(e.comm.Size(), e.comm.Rank())}, nil
 }
 
-// PeerReduce reports whether UsePeerReduce switched the reduce-scatter to the devices.
+// PeerReduce reports whether the reduce-scatter runs by copies between the devices: after
+// UsePeerReduce, or UsePeerCopies (whose all-reduce begins with it; PeerCopies tells them apart).
 func (e *Engine) PeerReduce() bool { return e.peerRed != nil }
 
 // reducePeer is channel ch's comm goroutine's work for bucket b under UsePeerReduce: the wait
