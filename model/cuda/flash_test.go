@@ -309,7 +309,7 @@ func TestFlashOptions_parse(t *testing.T) {
 // reads it) gives the backward's dq, dk and dv with the bits of the separate delta pass, f16 and
 // bf16, on lengths that are and are not multiples of 64 (passed on an H100, session 20).
 func TestCUDA_flashDeltaFoldSameBits(t *testing.T) {
-	flashBackwardSameBits(t, "GODDP_FLASH_DELTA_FOLD")
+	flashBackwardSameBits(t, "GODDP_FLASH_DELTA_FOLD", "k_flash_bwd_dq_delta")
 }
 
 // GODDP_FLASH_DS=1 (k_flash_bwd_dkdv_ds stores dSᵀ, k_flash_bwd_dq_ds multiplies it by K) gives
@@ -318,12 +318,19 @@ func TestCUDA_flashDeltaFoldSameBits(t *testing.T) {
 // Q·Kᵀ and dO·Vᵀ, each element the same sum of the same products in the same order), f16 and
 // bf16, on lengths that are and are not multiples of 64 (the last tiles' rows past T), one query
 // tile to sixteen. Passed on an H100 (session 21).
-func TestCUDA_flashDSSameBits(t *testing.T) { flashBackwardSameBits(t, "GODDP_FLASH_DS") }
+func TestCUDA_flashDSSameBits(t *testing.T) {
+	flashBackwardSameBits(t, "GODDP_FLASH_DS", "k_flash_bwd_dq_ds")
+}
 
 // flashBackwardSameBits checks that the attention backward's dqkv has the same bits with the knob
-// env unset and set to 1 (read at each call), f16 and bf16, on several shapes.
-func flashBackwardSameBits(t *testing.T, env string) {
+// env unset and set to 1 (read at each call), f16 and bf16, on several shapes, and that the knob
+// took its path: kernel ran (the device's profile) with it and not without. The other backward
+// knobs are unset for both runs, so a suite run with them on still compares this one alone.
+func flashBackwardSameBits(t *testing.T, env, kernel string) {
 	g := gpu(t)
+	for _, k := range []string{"GODDP_FLASH_DELTA_FOLD", "GODDP_FLASH_DS"} {
+		t.Setenv(k, "")
+	}
 	for _, dt := range []tensor.DType{tensor.F16, tensor.BF16} {
 		if !g.FlashAttentionFast(64, dt) {
 			continue
@@ -346,7 +353,11 @@ func flashBackwardSameBits(t *testing.T, env string) {
 				t.Setenv(env, on)
 				dqkv := g.Alloc(dt, "dqkv", B, T, 3*C)
 				g.Fill(dqkv, float32(k+7)) // every element written, whatever was there
+				g.ProfileStart()
 				g.FlashAttentionBackward(dqkv, dy, qkv, y, lse, H, 0.125)
+				if ran := strings.Contains(g.ProfileStop(), kernel); ran != (on == "1") {
+					t.Fatalf("%s %v: %s=%q: %s ran: %v", dt, sh, env, on, kernel, ran)
+				}
 				got[k] = make([]uint16, dqkv.Len())
 				g.dtoh(unsafe.Pointer(&got[k][0]), dqkv)
 				g.Free(dqkv)
