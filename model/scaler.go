@@ -122,7 +122,8 @@ func (s *Scaler) UnscaleCheckNorm(ps *Params) *tensor.Tensor {
 
 // FoldsInto reports whether the unscale can be left to opt's step, and the optimizer that takes
 // it: the scaler checks (a dynamic scaler, or CheckFinite), its device is a tensor.UnscaleFolder
-// with the switch on (unless GODDP_UNSCALE_FOLD=0), and opt is an UnscaledStepper that reports Unscaled.
+// with the switch on (unless GODDP_UNSCALE_FOLD=0), and opt is an UnscaledStepper that reports
+// Unscaled.
 // Then CheckDeferred replaces UnscaleCheck (or UnscaleCheckNorm) and opt.StepUnscaled(lr, inv, c)
 // the step: the same weights, bit for bit, one write of the gradients fewer.
 func (s *Scaler) FoldsInto(opt Optimizer) (UnscaledStepper, bool) {
@@ -242,9 +243,9 @@ func (s *Scaler) Update(found bool) error {
 
 // Step is the whole single-process sequence: unscale and check, step unless found, update.
 // It reports whether the optimizer stepped.
-// Where the scaler folds its unscale into opt (FoldsInto: unless GODDP_UNSCALE_FOLD=0), the check reads
-// the gradients only and opt.StepUnscaled unscales them as it reads them: the same weights, bit
-// for bit; the gradients are left scaled.
+// Where the scaler folds its unscale into opt (FoldsInto: unless GODDP_UNSCALE_FOLD=0), the check
+// reads the gradients only and opt.StepUnscaled unscales them as it reads them: the same weights,
+// bit for bit; the gradients are left scaled.
 func (s *Scaler) Step(ps *Params, opt Optimizer, lr float32) (bool, error) {
 	if us, ok := s.FoldsInto(opt); ok {
 		flag, inv := s.CheckDeferred(ps, false)
