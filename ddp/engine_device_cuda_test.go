@@ -29,12 +29,18 @@ import (
 // however the run ends: in one process a peer's kernel may still address this rank's buffers,
 // so the fault test keeps every rank's open until all have returned.
 func trainGPTDevice(t *testing.T, rank, W int, comm Comm, steps int, wire allreduce.Wire, device bool, stopAt int, hold func()) (string, []float64, error) {
-	return trainGPTDeviceKill(t, rank, W, comm, steps, wire, device, stopAt, -1, hold)
+	path := "host"
+	if device {
+		path = "device"
+	}
+	return trainGPTDeviceKill(t, rank, W, comm, steps, wire, path, stopAt, -1, hold)
 }
 
-// trainGPTDeviceKill is trainGPTDevice whose process kills itself (SIGKILL) at step killAt ≥ 0,
-// after backward has launched the step's device all-reduces: a rank killed mid-collective.
-func trainGPTDeviceKill(t *testing.T, rank, W int, comm Comm, steps int, wire allreduce.Wire, device bool, stopAt, killAt int, hold func()) (string, []float64, error) {
+// trainGPTDeviceKill is trainGPTDevice on path ("host", "device": UseDevice, or "copies":
+// UsePeerCopies, the staged path's f16 all-reduce by copies between the devices) whose process
+// kills itself (SIGKILL) at step killAt ≥ 0, after backward has launched the step's all-reduces:
+// a rank killed mid-collective.
+func trainGPTDeviceKill(t *testing.T, rank, W int, comm Comm, steps int, wire allreduce.Wire, path string, stopAt, killAt int, hold func()) (string, []float64, error) {
 	dev, err := cuda.New(0)
 	if err != nil {
 		t.Fatalf("rank %d: cuda.New(0): %v", rank, err)
@@ -52,14 +58,19 @@ func trainGPTDeviceKill(t *testing.T, rank, W int, comm Comm, steps int, wire al
 		t.Fatal(err)
 	}
 	defer opt.Free()
-	eng := New(ps, comm, Options{BucketCapMB: 0.05, Wire: wire, HostStaging: !device})
+	eng := New(ps, comm, Options{BucketCapMB: 0.05, Wire: wire, HostStaging: path == "host"}) // copies: the staged path
 	defer eng.Close()
 	if hold != nil {
 		defer hold()
 	}
 	ctx := context.Background()
-	if device {
+	switch path {
+	case "device":
 		if err := eng.UseDevice(ctx, 1); err != nil {
+			return "", nil, err
+		}
+	case "copies":
+		if err := eng.UsePeerCopies(ctx); err != nil {
 			return "", nil, err
 		}
 	}
@@ -209,27 +220,54 @@ func TestCUDADevice_killedProcessNamedWithin15s(t *testing.T) {
 		if g.Rank() == dead {
 			kill = 2
 		}
-		_, _, err := trainGPTDeviceKill(t, g.Rank(), W, g, 6, allreduce.WireF16, true, -1, kill, nil)
+		_, _, err := trainGPTDeviceKill(t, g.Rank(), W, g, 6, allreduce.WireF16, "device", -1, kill, nil)
 		fmt.Printf("DEVICE-RESULT rank %d: %v\n", g.Rank(), err)
 		return
 	}
 	ipcWaits(t, func(t *testing.T) {
 		outs, _, ended := runSelfAsRanks(t, W, "GODDP_DEVICE_TEST_RANK", "device-test", "TestCUDADevice_killedProcessNamedWithin15s")
-		for r := range W {
-			if r == dead {
-				continue
-			}
-			i := strings.Index(outs[r], "DEVICE-RESULT ")
-			if i < 0 {
-				t.Fatalf("rank %d printed no result (killed by the 2-minute bound: a hang?):\n%s", r, outs[r])
-			}
-			line := strings.SplitN(outs[r][i:], "\n", 2)[0]
-			if !strings.Contains(line, fmt.Sprintf("rank %d", dead)) || strings.HasSuffix(line, "<nil>") {
-				t.Errorf("rank %d: %s — want an error naming rank %d", r, line, dead)
-			}
-			if d := ended[r].Sub(ended[dead]); d > 15*time.Second {
-				t.Errorf("rank %d exited %s after rank %d was killed, want within 15 s", r, d, dead)
-			}
-		}
+		checkKilledRankNamed(t, outs, ended, dead)
 	})
+}
+
+// The same with ddp.intra_host: copies (engine_peer.go: the peers' staging buffers opened with
+// cuIpcOpenMemHandle, the ranks meeting on the host twice a bucket): rank 2 kills itself in step 2
+// after backward has launched its casts; the other two exit within 15 s naming rank 2 — no copy
+// or event wait hangs on a dead peer.
+func TestCUDAPeerCopies_killedProcessNamedWithin15s(t *testing.T) {
+	const W, dead = 3, 2
+	if rank := os.Getenv("GODDP_COPIES_TEST_RANK"); rank != "" {
+		g := rankGroupFromEnv(t)
+		kill := -1
+		if g.Rank() == dead {
+			kill = 2
+		}
+		_, _, err := trainGPTDeviceKill(t, g.Rank(), W, g, 6, allreduce.WireF16, "copies", -1, kill, nil)
+		fmt.Printf("DEVICE-RESULT rank %d: %v\n", g.Rank(), err)
+		return
+	}
+	outs, _, ended := runSelfAsRanks(t, W, "GODDP_COPIES_TEST_RANK", "copies-test", "TestCUDAPeerCopies_killedProcessNamedWithin15s")
+	checkKilledRankNamed(t, outs, ended, dead)
+}
+
+// checkKilledRankNamed checks the ranks' outputs of a kill test: every rank but dead printed a
+// DEVICE-RESULT line with an error naming rank dead, and exited within 15 s of its death.
+func checkKilledRankNamed(t *testing.T, outs []string, ended []time.Time, dead int) {
+	t.Helper()
+	for r := range outs {
+		if r == dead {
+			continue
+		}
+		i := strings.Index(outs[r], "DEVICE-RESULT ")
+		if i < 0 {
+			t.Fatalf("rank %d printed no result (killed by the 2-minute bound: a hang?):\n%s", r, outs[r])
+		}
+		line := strings.SplitN(outs[r][i:], "\n", 2)[0]
+		if !strings.Contains(line, fmt.Sprintf("rank %d", dead)) || strings.HasSuffix(line, "<nil>") {
+			t.Errorf("rank %d: %s — want an error naming rank %d", r, line, dead)
+		}
+		if d := ended[r].Sub(ended[dead]); d > 15*time.Second {
+			t.Errorf("rank %d exited %s after rank %d was killed, want within 15 s", r, d, dead)
+		}
+	}
 }

@@ -31,7 +31,8 @@
 #   each measured alone and in training: the row "device" waits in the kernel, "device-stream"
 #   by the stream. COPIES=1 (the default; 0: left out) adds the row "copies": ddp.intra_host: copies,
 #   the staged f16 all-reduce by copies between the devices (ddp/engine_peer.go; not yet run on a
-#   GPU), whose param_sha256 should be the host path's (its loss column says SAME or DIFFER).
+#   GPU), whose param_sha256 should be the host path's (its loss column says SAME or DIFFER). AUTO=1
+#   adds the row "auto" (ddp.intra_host: auto, the default; its Info line in the log says which path).
 #
 #   OUT=dir (default out/bench-gpu-ddp-ROWS)  BIN=dir (prebuilt ddptrain, ddplaunch, ddpbench; else
 #   `make cuda` into bin/)  CONFIG DEVICE=cuda  PRINT_ONLY=1 (print the commands)
@@ -142,11 +143,16 @@ if [ "$ROWS" = shard ]; then
 fi
 
 # ROWS=device
+# The embedding's default backward adds by atomics, so two runs of one path differ in their last
+# bits; the rows compare the paths' weights and loss curves, so they run the deterministic one
+# (GODDP_EMB_SORTED=1, 0.1-1% slower) unless the caller sets GODDP_EMB_SORTED.
+export GODDP_EMB_SORTED=${GODDP_EMB_SORTED-1}
 NS=${NS:-2,4}
 WIRES=${WIRES:-f16}
 WAITS=${WAITS-kernel,stream} # set and empty: no device rows (host and copies only)
 paths=(host)
 [ "${COPIES:-1}" = 0 ] || paths+=(copies)
+[ -z "${AUTO:-}" ] || paths+=(auto)
 for w in ${WAITS//,/ }; do
   case $w in kernel) paths+=(device) ;; stream) paths+=(device-stream) ;; *) echo "bench-gpu-ddp-rows.sh: WAITS: $w: want kernel or stream" >&2; exit 2 ;; esac
 done
@@ -206,9 +212,9 @@ for n in ${NS//,/ }; do
     rel=$(awk -v a="$ms" -v b="$tgt" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.3f", a / b; else print "-" }')
     loss="-"
     [ "$path" != host ] && loss=$(m loss "$f.jsonl" "$OUT/ddp-$n-host.jsonl" 5)
-    if [ "$path" = copies ]; then # the host ring's bits: the host path's very weights
-      a=$(m summary "$f.rank0.jsonl" param_sha256)
-      b=$(m summary "$OUT/ddp-$n-host.rank0.jsonl" param_sha256)
+    if [ "$path" = copies ] || [ "$path" = auto ]; then # the host ring's bits: the host path's very weights (rank 0's file is NAME.jsonl)
+      a=$(m summary "$f.jsonl" param_sha256)
+      b=$(m summary "$OUT/ddp-$n-host.jsonl" param_sha256)
       same=DIFFER
       [ "$a" != - ] && [ -n "$a" ] && [ "$a" = "$b" ] && same=SAME
       loss="$loss; param_sha256 against host: $same"

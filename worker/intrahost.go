@@ -136,19 +136,78 @@ func (t *Trainer) shardReduceDevice(ctx context.Context, eng *ddp.Engine) error 
 }
 
 // intraHostCopies switches the unsharded staged path's all-reduce of the f16 gradients to copies
-// between the devices (ddp/engine_peer.go) for `ddp.intra_host: copies`, which auto never takes
-// (its first GPU run, session 21, was faster than the host path but 6% over issue 34's step target,
-// and its sums raced: fixed since, not yet rerun). Refused, on every rank alike before any collective, where the device cannot
-// map its peers' memory or the world spans hosts (peerCopiesRefusal); the engine refuses it off
-// the unsharded staged path with the f16 wire, naming why (ddp.PeerCopiesRefusal), and a failed
-// setup fails the run on every rank alike (the key asked for it).
+// between the devices (ddp/engine_peer.go) for `ddp.intra_host: copies`, and for auto where it
+// was measured (copiesByAuto): several ranks of one host sharing its one GPU. copies is refused,
+// on every rank alike before any collective, where the device cannot map its peers' memory or the
+// world spans hosts (peerCopiesRefusal); the engine refuses it off the unsharded staged path with
+// the f16 wire, naming why (ddp.PeerCopiesRefusal), and a failed setup fails the run on every rank
+// alike (the key asked for it). Under auto a failed setup (every rank learns of it:
+// ddp.ErrPeerSetup) keeps the host path, saying so.
 func (t *Trainer) intraHostCopies(ctx context.Context, eng *ddp.Engine) error {
 	v, err := config.ParseIntraHost(string(t.cfg.DDP.IntraHost))
-	if err != nil || v != config.IntraHostCopies {
+	if err != nil || (v != config.IntraHostCopies && v != config.IntraHostAuto) {
+		return err
+	}
+	if v == config.IntraHostAuto {
+		if eng != nil && eng.Shard() != nil {
+			return nil // the sharded step: ddp.shard_reduce and ddp.shard_gather decide
+		}
+		var refusal error
+		if eng != nil {
+			refusal = eng.PeerCopiesRefusal()
+		}
+		take, why := t.copiesByAuto(refusal)
+		if !take {
+			if why != "" && t.log != nil {
+				t.log.Info("ddp.intra_host auto: the host path: " + why)
+			}
+			return nil
+		}
+		err := eng.UsePeerCopies(ctx)
+		if errors.Is(err, ddp.ErrPeerSetup) {
+			t.log.Warn("ddp.intra_host auto: the host path: the devices could not map each other's memory (set ddp.intra_host: host to skip the attempt)", "err", err)
+			return nil
+		}
+		if err == nil && t.log != nil {
+			t.log.Info("ddp.intra_host auto: copies between the devices: " + why)
+		}
 		return err
 	}
 	if err := t.peerCopiesRefusal("ddp.intra_host: copies"); err != nil {
 		return err
 	}
 	return eng.UsePeerCopies(ctx)
+}
+
+// copiesByAuto decides `ddp.intra_host: auto` for this run, alike on every rank (it reads the
+// configuration, the device's kind, the world's shape and the GPUs this host shows every rank):
+// copies between the devices where what was measured applies — every rank on this host, several
+// of them sharing its one GPU, the engine on the unsharded staged path with the f16 wire
+// (engineRefusal nil: ddp.PeerCopiesRefusal). Measured on an H100 shared by 2 and 4 workers
+// (GPT-2 small, micro-batch 8; docs/perf-gpu-ddp.md, session 22): 46.00 and 93.93 ms a step
+// against the host path's 55.66 and 123.86 (1.06× and 1.08× N × the one-worker step; under MPS
+// 0.93× and 0.94×), the host ring's very weights. Ranks on several GPUs copy over NVLink or PCIe
+// peer access, not yet run: they stay on the host path until a multi-GPU host runs it
+// (ddp.intra_host: copies takes it). why says which path and why, for the one Info line ("" where
+// there is nothing to say: alone, or a device that cannot map its peers, such as the CPU).
+func (t *Trainer) copiesByAuto(engineRefusal error) (take bool, why string) {
+	if t.env.WorldSize < 2 {
+		return false, ""
+	}
+	if _, ok := t.dev.(tensor.PeerMirrorDevice); !ok {
+		return false, ""
+	}
+	if hosts := t.env.WorldSize / max(1, t.env.LocalWorldSize); hosts > 1 {
+		return false, fmt.Sprintf("the world spans %d hosts, and the devices copy from each other inside one host only", hosts)
+	}
+	n, err := gpuCount()
+	switch {
+	case err != nil:
+		return false, fmt.Sprintf("the GPUs could not be counted (%v)", err)
+	case n != 1:
+		return false, fmt.Sprintf("the %d ranks are on %d GPUs, where copies between the devices are not yet measured (ddp.intra_host: copies takes them)", t.env.WorldSize, n)
+	case engineRefusal != nil:
+		return false, "copies would not apply: " + engineRefusal.Error()
+	}
+	return true, fmt.Sprintf("the %d ranks share this host's one GPU, where the copies measured faster than the host path with the host ring's bits (ddp.intra_host: host keeps the host path)", t.env.WorldSize)
 }

@@ -157,3 +157,39 @@ func TestIntraHostCopies_refusals(t *testing.T) {
 		}
 	}
 }
+
+// ddp.intra_host: auto takes copies only where it was measured: every rank on this host, several
+// of them sharing its one GPU, the engine willing; everywhere else the host path, with the reason
+// for the one Info line (none alone or on a device that cannot map its peers).
+func TestIntraHostCopies_auto(t *testing.T) {
+	defer func(f func() (int, error)) { visibleGPUs = f }(visibleGPUs)
+	for _, c := range []struct {
+		name    string
+		dev     tensor.Device
+		env     Env
+		gpus    int
+		refusal error
+		take    bool
+		why     string // a piece of the reason ("" for none at all)
+	}{
+		{"shared GPU", mirrorDev{cpu.New()}, Env{WorldSize: 2, LocalWorldSize: 2}, 1, nil, true, "the 2 ranks share this host's one GPU"},
+		{"four on one GPU", mirrorDev{cpu.New()}, Env{WorldSize: 4, LocalWorldSize: 4}, 1, nil, true, "the 4 ranks share"},
+		{"two GPUs", mirrorDev{cpu.New()}, Env{WorldSize: 2, LocalWorldSize: 2}, 2, nil, false, "on 2 GPUs, where copies between the devices are not yet measured"},
+		{"two hosts", mirrorDev{cpu.New()}, Env{WorldSize: 4, LocalWorldSize: 2}, 1, nil, false, "spans 2 hosts"},
+		{"engine refuses", mirrorDev{cpu.New()}, Env{WorldSize: 2, LocalWorldSize: 2}, 1, errors.New("needs the f16 wire"), false, "copies would not apply: needs the f16 wire"},
+		{"alone", mirrorDev{cpu.New()}, Env{WorldSize: 1, LocalWorldSize: 1}, 1, nil, false, ""},
+		{"cpu", cpu.New(), Env{WorldSize: 2, LocalWorldSize: 2}, 1, nil, false, ""},
+	} {
+		visibleGPUs = func() (int, error) { return c.gpus, nil }
+		tr := &Trainer{cfg: tinyGPT(t, "precision=fp16"), dev: c.dev, env: c.env}
+		take, why := tr.copiesByAuto(c.refusal)
+		if take != c.take || (c.why == "") != (why == "") || !strings.Contains(why, c.why) || strings.Contains(why, "\n") {
+			t.Errorf("%s: copies %v (%q), want %v with %q", c.name, take, why, c.take, c.why)
+		}
+	}
+	visibleGPUs = func() (int, error) { return 0, errors.New("no driver") }
+	tr := &Trainer{cfg: tinyGPT(t, "precision=fp16"), dev: mirrorDev{cpu.New()}, env: Env{WorldSize: 2, LocalWorldSize: 2}}
+	if take, why := tr.copiesByAuto(nil); take || !strings.Contains(why, "no driver") {
+		t.Errorf("GPUs not counted: copies %v (%q), want the host path naming the error", take, why)
+	}
+}
