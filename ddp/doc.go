@@ -48,8 +48,8 @@
 // `ddp.intra_host: device` (UseDevice, engine_device.go; run on one shared H200, not yet on several GPUs) the bucket is
 // all-reduced on the device over CUDA IPC on a side stream, the comm goroutine only agreeing over
 // the control plane and polling the launch's fence, bounded (abortable kernel waits). With
-// `ddp.intra_host: copies` (UsePeerCopies, engine_peer.go; every rank on one host, not yet run on
-// a GPU) the staged path stays but nothing goes to pinned memory: each rank sums its ring segment
+// `ddp.intra_host: copies` (UsePeerCopies, engine_peer.go; every rank on one host; auto's choice
+// where they share one GPU, as measured) the staged path stays but nothing goes to pinned memory: each rank sums its ring segment
 // of the bucket out of its peers' device f16 buffers in the ring's order, the ranks meet on the
 // host, and each copies its peers' sums — the host ring's bits, no kernel waiting on a peer.
 package ddp

@@ -4,10 +4,11 @@ package ddp
 // gradients (engine_gpu.go) as copies between the devices of one host: shard_peer_reduce.go's
 // reduce-scatter, then an all-gather of the summed segments by copies too. Issue 34's all-reduce
 // without a kernel (or a stream) that waits on another process: the ranks meet on the host, and
-// the device only copies and adds. Run on an H100 in session 21: the all-reduce alone matched the
-// host ring's bits, training did not (the plan's scratch shared by two channels' calls, fixed in
-// model/cuda since, not yet rerun); the step at N = 2 sharing the GPU 46.56 ms against the host
-// path's 55.11 (docs/perf-gpu-ddp.md).
+// the device only copies and adds. Run on an H100 (sessions 21–22): the all-reduce and six steps
+// of training the host ring's bits (after session 21's fix of the plan's scratch, shared by two
+// channels' calls); GPT-2 small sharing the GPU, a step of 46.00 ms at N = 2 and 93.93 at N = 4
+// against the host path's 55.66 and 123.86 (docs/perf-gpu-ddp.md). ddp.intra_host: auto takes it
+// where the ranks share one GPU (worker/intrahost.go).
 //
 // Every rank maps its peers' device f16 staging buffers once (UsePeerCopies: the setup of
 // UsePeerReduce, connectPeerStaging), and a bucket's all-reduce is:

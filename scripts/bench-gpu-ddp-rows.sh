@@ -12,7 +12,7 @@
 #   devices after one meeting, ddp/shard_peer.go; the other sharded rows pin ddp.shard_gather: host,
 #   since auto takes device on cuda), and peer with ddp.shard_reduce: device (the row "peerred", in
 #   SHARDROWS only: the f16 gradients reduce-scattered by copies between the devices' staging
-#   buffers and a ring-ordered sum on each, ddp/shard_peer_reduce.go; not yet run on a GPU; a tree
+#   buffers and a ring-ordered sum on each, ddp/shard_peer_reduce.go; its step not yet measured; a tree
 #   without it refuses the key: a SKIPPED row), STEPS (30) steps with
 #   --memory-report: the step (median of the logged windows after the first), per-rank peak
 #   (each rank's summary), static memory (rank 0's report: peak − input batch − activations;
@@ -30,8 +30,8 @@
 #   the ways the device path's ranks wait for each other (GODDP_IPC_WAIT, model/cuda/ipc_pace.go; set and empty: none),
 #   each measured alone and in training: the row "device" waits in the kernel, "device-stream"
 #   by the stream. COPIES=1 (the default; 0: left out) adds the row "copies": ddp.intra_host: copies,
-#   the staged f16 all-reduce by copies between the devices (ddp/engine_peer.go; not yet run on a
-#   GPU), whose param_sha256 should be the host path's (its loss column says SAME or DIFFER). AUTO=1
+#   the staged f16 all-reduce by copies between the devices (ddp/engine_peer.go; auto's choice where
+#   the ranks share one GPU), whose param_sha256 should be the host path's (its loss column says SAME or DIFFER). AUTO=1
 #   adds the row "auto" (ddp.intra_host: auto, the default; its Info line in the log says which path).
 #
 #   OUT=dir (default out/bench-gpu-ddp-ROWS)  BIN=dir (prebuilt ddptrain, ddplaunch, ddpbench; else

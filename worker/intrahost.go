@@ -120,7 +120,7 @@ func (t *Trainer) peerCopiesRefusal(what string) error {
 
 // shardReduceDevice switches the sharded step's reduce-scatter of the f16 gradients to copies
 // between the devices (ddp/shard_peer_reduce.go) for `ddp.shard_reduce: device`; auto keeps the
-// host ring for now (device has not run on a GPU yet). device is refused, on every rank alike
+// host ring for now (device's step has not been measured on a GPU yet). device is refused, on every rank alike
 // before any collective, where the world spans hosts (CUDA IPC maps memory of one host) or the
 // device cannot map its peers' memory (the CPU); the engine refuses it off the sharded staged
 // path, naming why (ddp.PeerReduceRefusal).

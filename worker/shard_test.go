@@ -132,10 +132,13 @@ func TestShardReduceDevice_refusals(t *testing.T) {
 }
 
 // ddp.intra_host: copies is refused, in one line naming the key, on a device that cannot map its
-// peers' memory and in a world of several hosts, before the engine is asked; the other values
-// are not this function's (the engine is not asked: nil here).
+// peers' memory and in a world of several hosts, before the engine is asked; host is not this
+// function's, nor auto on two GPUs (TestIntraHostCopies_auto has auto's cases; the engine is not
+// asked: nil here).
 func TestIntraHostCopies_refusals(t *testing.T) {
 	ctx := context.Background()
+	defer func(f func() (int, error)) { visibleGPUs = f }(visibleGPUs)
+	visibleGPUs = func() (int, error) { return 2, nil } // as on any machine, a CUDA build's on one GPU too
 	for _, c := range []struct {
 		intra string
 		dev   tensor.Device

@@ -31,7 +31,7 @@ import (
 //	GODDP_FLASH_EX2=0 the attention kernels' exponentials by exp2f, with its subnormal handling around the ex2.approx.ftz they take by default (flashOptions; the same bits, TestCUDA_flashOptionsSameBits passed on an H100; ex2 alone is the default since session 20: −0.7% at b16)
 //	GODDP_FLASH_PACK2=1 the attention kernels' f16 (bf16) pairs packed by one cvt.rn.f16x2.f32 each (flashOptions; the same bits, its test passed on an H100 in session 20; measured +0.3% at b16, noise: off)
 //	GODDP_FLASH_DELTA_FOLD=1 the attention backward's row sums Σ dy·y made by the dq kernel (k_flash_bwd_dq_delta, launched before dk/dv), not a pass of their own (k_flash_bwd_delta) (flash.go; the same bits, its test passed on an H100 in session 20; measured −0.1 ms at b16, inside the noise: off)
-//	GODDP_FLASH_DS=1  the attention backward's dS computed once: stored by the dk/dv kernel, multiplied by K for dq (k_flash_bwd_dkdv_ds, k_flash_bwd_dq_ds; flash.go; the same bits, TestCUDA_flashDSSameBits passed on an H100 in session 21; B·H·n(n+1)/2·8 KiB of scratch for n query tiles; measured +1.2% at b16 — dq 2.34 → 1.59 ms, dk/dv 3.78 → 4.91 with the stores: off; the stores staged through shared memory since, not yet run on a GPU)
+//	GODDP_FLASH_DS=0  the attention backward's dS recomputed for dq (k_flash_bwd_dkdv, k_flash_bwd_dq) instead of computed once, the default: stored by the dk/dv kernel, multiplied by K for dq (k_flash_bwd_dkdv_ds, k_flash_bwd_dq_ds; flash.go; the same bits, TestCUDA_flashDSSameBits passed on an H100 in sessions 21 and 22; B·H·n(n+1)/2·8 KiB of scratch for n query tiles; with its stores staged through shared memory −0.31 ms at b16, −0.06 at b8, session 22: the default)
 //	GODDP_GELU_TANH_APPROX=1 the 8-wide GELU kernels' tanh as one tanh.approx.f32, not tanhf (kernelOptions; within ~2^-11 relative, not tanhf's bits; its bound test passed on an H100 in session 21, measured +0.6% at b16: off)
 //	GODDP_XENT_EX2=1   the cross-entropy's exponentials as one ex2.approx.ftz each, not expf (kernelOptions; within ~2^-18 relative where it matters, not expf's bits; its bound test passed on an H100 in session 21, measured −0.05% at b16, noise: off)
 //	GODDP_CUDNN_GRAPH=0 convolutions through cuDNN's legacy calls, not cached execution plans (conv.go)
@@ -382,7 +382,8 @@ func kernelOptions() []string {
 // 2.90 → 2.58 ms, the step −0.1 ms at b16 in two calls, inside the noise: off. Read at each call.
 func flashDeltaFold() bool { return os.Getenv("GODDP_FLASH_DELTA_FOLD") == "1" }
 
-// flashDS reports whether GODDP_FLASH_DS=1 asks the attention backward to compute dS once: the
+// flashDS reports whether the attention backward computes dS once (the default; GODDP_FLASH_DS=0
+// recomputes it for dq, the kernels of session 19): the
 // dk/dv kernel stores each (query tile, key tile) block of dSᵀ as the f16 (bf16) values its dK
 // product takes (k_flash_bwd_dkdv_ds), and dq is then Σ dS·K from them (k_flash_bwd_dq_ds) — where
 // k_flash_bwd_dq recomputes the scores, their exponentials and dO·Vᵀ for every block a second time.
@@ -392,9 +393,11 @@ func flashDeltaFold() bool { return os.Getenv("GODDP_FLASH_DELTA_FOLD") == "1" }
 // 214 MB, freed after each layer's backward), written by dk/dv and read back by dq (2.6 GB a b16
 // step, ~0.9 ms of HBM at 3 TB/s). Predicted: dq 2.34 → ~1.0 ms, dk/dv +0.2..0.4 for the stores:
 // −0.6..−1.2 ms a step at b16, −0.3..−0.6 at b8. Measured on an H100 in session 21: the same bits,
-// dq 2.34 → 1.59 ms but dk/dv 3.78 → 4.91 (its stores), the step +0.45 ms at b16: off. Since then
-// the stores go through shared memory in 16-byte pieces (not yet run on a GPU). Read at each call.
-func flashDS() bool { return os.Getenv("GODDP_FLASH_DS") == "1" }
+// dq 2.34 → 1.59 ms but dk/dv 3.78 → 4.91 (its stores), the step +0.45 ms at b16: off. Then the
+// stores went through shared memory in 16-byte pieces: in session 22 on an H100 the same bits,
+// the model bench −0.31 ms at b16 (36.77 → 36.46, median of 3 alternating) and −0.06 at b8, the
+// whole suite passed with it: the default. Read at each call.
+func flashDS() bool { return os.Getenv("GODDP_FLASH_DS") != "0" }
 
 // colsumSplit is GODDP_COLSUM_SPLIT: how many times colsumParts' default number of row slices the
 // column sums take (1 to 16; unset or anything else is 2). 1 fills the GPU with the scalar

@@ -619,8 +619,9 @@ __global__ void __launch_bounds__(128 FLASH_DKDV_MINB) k_flash_bwd_dkdv(half_t* 
 
 // k_flash_bwd_dkdv_ds: k_flash_bwd_dkdv that also stores every dSᵀ block into ds (flash_ds_tile's
 // layout, B·H·n(n+1)/2 blocks of 64×64 for n query tiles) for k_flash_bwd_dq_ds, launched after it
-// (GODDP_FLASH_DS=1; the same bits on an H100, session 21, but slower: the stores, four bytes a
-// thread at a time then, cost dk/dv more than dq saves; staged through sS since, not yet run).
+// (the default, GODDP_FLASH_DS=0 off; the same bits on an H100, session 21, but slower then: the
+// stores, four bytes a thread at a time, cost dk/dv more than dq saved; staged through sS, −0.31 ms
+// a b16 step in session 22).
 __global__ void __launch_bounds__(128 FLASH_DKDV_MINB) k_flash_bwd_dkdv_ds(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
 		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
 		half_t* __restrict__ ds, int T, int H, float scale) {

@@ -306,31 +306,33 @@ func TestFlashOptions_parse(t *testing.T) {
 }
 
 // GODDP_FLASH_DELTA_FOLD=1 (k_flash_bwd_dq_delta: the dq kernel makes the rows' delta, then dk/dv
-// reads it) gives the backward's dq, dk and dv with the bits of the separate delta pass, f16 and
-// bf16, on lengths that are and are not multiples of 64 (passed on an H100, session 20).
+// reads it; on the recomputing kernels, GODDP_FLASH_DS=0) gives the backward's dq, dk and dv with
+// the bits of the separate delta pass, f16 and bf16, on lengths that are and are not multiples of
+// 64 (passed on an H100, session 20).
 func TestCUDA_flashDeltaFoldSameBits(t *testing.T) {
-	flashBackwardSameBits(t, "GODDP_FLASH_DELTA_FOLD", "k_flash_bwd_dq_delta")
+	flashBackwardSameBits(t, "GODDP_FLASH_DELTA_FOLD", "", "1", "k_flash_bwd_dq_delta")
 }
 
-// GODDP_FLASH_DS=1 (k_flash_bwd_dkdv_ds stores dSᵀ, k_flash_bwd_dq_ds multiplies it by K) gives
-// the backward's dq, dk and dv with the bits of the default kernels, which recompute dS for dq:
+// The default dS computed once (k_flash_bwd_dkdv_ds stores dSᵀ, k_flash_bwd_dq_ds multiplies it
+// by K) gives the backward's dq, dk and dv with the bits of GODDP_FLASH_DS=0's kernels, which
+// recompute dS for dq:
 // the stored blocks are the values k_flash_bwd_dq packs (the products K·Qᵀ and V·dOᵀ in place of
 // Q·Kᵀ and dO·Vᵀ, each element the same sum of the same products in the same order), f16 and
 // bf16, on lengths that are and are not multiples of 64 (the last tiles' rows past T), one query
-// tile to sixteen. Passed on an H100 (session 21).
+// tile to sixteen. Passed on an H100 (sessions 21 and 22).
 func TestCUDA_flashDSSameBits(t *testing.T) {
-	flashBackwardSameBits(t, "GODDP_FLASH_DS", "k_flash_bwd_dq_ds")
+	flashBackwardSameBits(t, "GODDP_FLASH_DS", "0", "", "k_flash_bwd_dq_ds")
 }
 
 // flashBackwardSameBits checks that the attention backward's dqkv has the same bits with the knob
-// env unset and set to 1 (read at each call), f16 and bf16, on several shapes, and that the knob
-// took its path: kernel ran (the device's profile) with it and not without. The other backward
-// knobs are unset for both runs, so a suite run with them on still compares this one alone.
-func flashBackwardSameBits(t *testing.T, env, kernel string) {
+// env set to off and to on (read at each call), f16 and bf16, on several shapes, and that the knob
+// took its path: kernel ran (the device's profile) with on and not with off. The other backward
+// knob is at its off value for both runs (GODDP_FLASH_DELTA_FOLD unset, GODDP_FLASH_DS=0), so a
+// suite run with it on still compares this one alone.
+func flashBackwardSameBits(t *testing.T, env, off, on, kernel string) {
 	g := gpu(t)
-	for _, k := range []string{"GODDP_FLASH_DELTA_FOLD", "GODDP_FLASH_DS"} {
-		t.Setenv(k, "")
-	}
+	t.Setenv("GODDP_FLASH_DELTA_FOLD", "")
+	t.Setenv("GODDP_FLASH_DS", "0")
 	for _, dt := range []tensor.DType{tensor.F16, tensor.BF16} {
 		if !g.FlashAttentionFast(64, dt) {
 			continue
@@ -349,14 +351,14 @@ func flashBackwardSameBits(t *testing.T, env, kernel string) {
 			y, lse := g.Alloc(dt, "y", B, T, C), g.Alloc(tensor.F32, "lse", B, H, T)
 			g.FlashAttention(y, lse, qkv, H, 0.125)
 			var got [2][]uint16
-			for k, on := range []string{"", "1"} {
-				t.Setenv(env, on)
+			for k, val := range []string{off, on} {
+				t.Setenv(env, val)
 				dqkv := g.Alloc(dt, "dqkv", B, T, 3*C)
 				g.Fill(dqkv, float32(k+7)) // every element written, whatever was there
 				g.ProfileStart()
 				g.FlashAttentionBackward(dqkv, dy, qkv, y, lse, H, 0.125)
-				if ran := strings.Contains(g.ProfileStop(), kernel); ran != (on == "1") {
-					t.Fatalf("%s %v: %s=%q: %s ran: %v", dt, sh, env, on, kernel, ran)
+				if ran := strings.Contains(g.ProfileStop(), kernel); ran != (k == 1) {
+					t.Fatalf("%s %v: %s=%q: %s ran: %v", dt, sh, env, val, kernel, ran)
 				}
 				got[k] = make([]uint16, dqkv.Len())
 				g.dtoh(unsafe.Pointer(&got[k][0]), dqkv)
@@ -364,7 +366,7 @@ func flashBackwardSameBits(t *testing.T, env, kernel string) {
 			}
 			for j := range got[0] {
 				if got[0][j] != got[1][j] {
-					t.Fatalf("%s %v: dqkv[%d] bits %#04x with %s=1, %#04x without", dt, sh, j, got[1][j], env, got[0][j])
+					t.Fatalf("%s %v: dqkv[%d] bits %#04x with %s=%q, %#04x with %q", dt, sh, j, got[1][j], env, on, got[0][j], off)
 				}
 			}
 			for _, x := range []*tensor.Tensor{qkv, dy, y, lse} {

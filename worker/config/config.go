@@ -293,11 +293,13 @@ type DDPConfig struct {
 	// it (they run in the background); raise it for slow networks or very large buckets.
 	Timeout Duration `yaml:"timeout,omitempty"`
 	// intra_host: auto | host | device | copies: how gradients are reduced among the ranks of one
-	// host (issue 34, intrahost.go). auto and host: the host planes (shared memory). device: each
+	// host (issue 34, intrahost.go). host: the host planes (shared memory). device: each
 	// bucket all-reduced on the GPU over CUDA IPC buffers (ddp/engine_device.go; --device cuda,
 	// several hosts composed with the ring; slower than host where workers share a GPU). copies:
 	// the staged f16 all-reduce by copies between the devices of one host (ddp/engine_peer.go;
-	// --device cuda, the f16 wire, unsharded; not yet run on a GPU). Default auto.
+	// --device cuda, the f16 wire, unsharded; run on an H100 shared by 2 and 4 workers). auto: copies
+	// where several ranks of one host share its one GPU and the run is on the unsharded staged
+	// path (what was measured), else the host planes; one Info line says which and why. Default auto.
 	IntraHost IntraHost `yaml:"intra_host,omitempty"`
 	// hierarchical: all-reduce gradients in three rings: reduce-scatter among the ranks of each
 	// host, the ring between hosts on each local rank's 1/LOCAL_WORLD_SIZE share, all-gather

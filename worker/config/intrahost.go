@@ -10,16 +10,16 @@ import (
 type IntraHost string
 
 const (
-	IntraHostAuto   IntraHost = "auto"   // the host path, until the device path has been measured faster on a GPU
+	IntraHostAuto   IntraHost = "auto"   // copies where several ranks of one host share its one GPU (measured), else host (worker/intrahost.go: copiesByAuto)
 	IntraHostHost   IntraHost = "host"   // the host planes: f32 or f16 through shared memory
 	IntraHostDevice IntraHost = "device" // the engine all-reduces on the device over CUDA IPC buffers (ddp/engine_device.go): correct on a GPU, slower than host on a shared one
 	// IntraHostCopies: the staged path's f16 all-reduce by copies between the devices, every rank
 	// on one host (ddp/engine_peer.go: a sum in the ring's order on each rank's segment, then the
 	// peers' segments copied; the host ring's bits, no pinned memory, no kernel that waits on
 	// another process). --device cuda with the f16 wire, unsharded (the sharded step has
-	// ddp.shard_reduce: device). Measured on an H100 (session 21): 46.56 ms a step at N = 2 against
-	// the host path's 55.11, but its training sums then differed (fixed since, not yet rerun);
-	// auto stays host.
+	// ddp.shard_reduce: device). Measured on an H100 shared by 2 and 4 workers (session 22): 46.00
+	// and 93.93 ms a step against the host path's 55.66 and 123.86 (1.06× and 1.08× N × one
+	// worker; under MPS 0.93× and 0.94×); auto takes it where the ranks share one GPU.
 	IntraHostCopies IntraHost = "copies"
 )
 
@@ -31,7 +31,7 @@ func ParseIntraHost(s string) (IntraHost, error) { return intraHosts.parse(s) }
 
 // validateIntraHost checks ddp.intra_host and ddp.hierarchical (copies: also validateCopies).
 // device (the engine's all-reduce over CUDA IPC buffers, ddp/engine_device.go; measured only on a
-// shared GPU) is the user's explicit choice, auto stays on the host path; device needs --device
+// shared GPU) is the user's explicit choice, auto never takes it; device needs --device
 // cuda (the trainer refuses it otherwise, when the device is known). Across hosts it is hierarchical by itself (the device
 // inside each host, the ring between hosts), so it is not combined with ddp.hierarchical (whose
 // rings inside the host are the host planes).

@@ -10,12 +10,12 @@ import "gopkg.in/yaml.v3"
 type ShardReduce string
 
 const (
-	// ShardReduceAuto: host for now (device has not run on a GPU yet).
+	// ShardReduceAuto: host for now (device's step has not been measured on a GPU yet).
 	ShardReduceAuto ShardReduce = "auto"
 	// ShardReduceHost: pinned memory and the host ring (ddp/shard_gpu.go).
 	ShardReduceHost ShardReduce = "host"
 	// ShardReduceDevice: copies between the devices; every rank on one host. Its first GPU run
-	// (session 21) summed wrong at two channels (fixed since, not yet rerun).
+	// (session 21) summed wrong at two channels (fixed; its training test passed in session 22).
 	ShardReduceDevice ShardReduce = "device"
 )
 
