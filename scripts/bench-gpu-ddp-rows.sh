@@ -8,12 +8,14 @@
 #   ddp.shard_master: on (the row "master": the f32 master kept for the shard only), and that with
 #   ddp.intra_host: device (the row "device", in SHARDROWS=false,true,overlap,master,device only: the
 #   reduce-scatter and all-gather over CUDA IPC, GODDP_IPC_WAIT=IPC_WAIT; under MPS), and master with
-#   ddp.shard_gather: device (the row "peer", in SHARDROWS only: the f16 weights copied between the
-#   devices after one meeting, ddp/shard_peer.go; the other sharded rows pin ddp.shard_gather: host,
-#   since auto takes device on cuda), and peer with ddp.shard_reduce: device (the row "peerred", in
-#   SHARDROWS only: the f16 gradients reduce-scattered by copies between the devices' staging
-#   buffers and a ring-ordered sum on each, ddp/shard_peer_reduce.go; its step not yet measured; a tree
-#   without it refuses the key: a SKIPPED row), STEPS (30) steps with
+#   ddp.shard_gather: device and ddp.shard_reduce: host (the row "peer", in SHARDROWS only: the f16
+#   weights copied between the devices after one meeting, ddp/shard_peer.go; the other sharded rows
+#   pin ddp.shard_gather: host, since auto takes device on cuda), and peer with ddp.shard_reduce:
+#   device (the row "peerred", in SHARDROWS only, auto's choice on one GPU since session 22: the f16
+#   gradients reduce-scattered by copies between the devices' staging buffers and a ring-ordered sum
+#   on each, ddp/shard_peer_reduce.go; a tree without it refuses the key: a SKIPPED row), and master
+#   with both keys left to auto (the row "auto", in SHARDROWS only: peerred on one GPU). The
+#   unsharded row "false" runs ddp.intra_host: auto (copies on one shared GPU). STEPS (30) steps with
 #   --memory-report: the step (median of the logged windows after the first), per-rank peak
 #   (each rank's summary), static memory (rank 0's report: peak − input batch − activations;
 #   target ≤ 0.6 GiB + 1.9 GiB / W), param_sha256 of all ranks; then the largest micro-batch under
@@ -90,8 +92,9 @@ if [ "$ROWS" = shard ]; then
     overlap) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=on --set ddp.shard_master=off --set ddp.shard_gather=host" ;;
     master) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=on --set ddp.shard_master=on --set precision=fp16 --set ddp.shard_gather=host" ;;
     device) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=on --set ddp.shard_master=on --set precision=fp16 --set ddp.intra_host=device" ;;
-    peer) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=on --set ddp.shard_master=on --set precision=fp16 --set ddp.shard_gather=device" ;;
+    peer) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=on --set ddp.shard_master=on --set precision=fp16 --set ddp.shard_gather=device --set ddp.shard_reduce=host" ;;
     peerred) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=on --set ddp.shard_master=on --set precision=fp16 --set ddp.shard_gather=device --set ddp.shard_reduce=device" ;;
+    auto) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=on --set ddp.shard_master=on --set precision=fp16" ;;
     true) echo "--set ddp.shard_optimizer=true --set ddp.overlap_gather=off --set ddp.shard_master=off --set ddp.shard_gather=host" ;;
     *) echo "--set ddp.shard_optimizer=$1 --set ddp.overlap_gather=off" ;;
     esac
@@ -131,7 +134,7 @@ if [ "$ROWS" = shard ]; then
       printf '%-3s %-6s | %8s %7s | %-28s %6s | %7s %7s %7s | %s\n' "$w" "$sh" "$ms" "$rel" "${peaks:--}" "${mx:--}" "${static:--}" "<=$tgt" "${act:--}" "${sha:--}"
     done
   done
-  echo "(overlap: sharded with ddp.overlap_gather on; master: overlap with ddp.shard_master on; device: master with ddp.intra_host device, GODDP_IPC_WAIT=${IPC_WAIT:-kernel}; peer: master with ddp.shard_gather device; peerred: peer with ddp.shard_reduce device; step /unsh.: target <= 1.05; static = rank 0's peak - input batch - activations, from --memory-report; GiB)"
+  echo "(overlap: sharded with ddp.overlap_gather on; master: overlap with ddp.shard_master on; device: master with ddp.intra_host device, GODDP_IPC_WAIT=${IPC_WAIT:-kernel}; peer: master with ddp.shard_gather device, ddp.shard_reduce host; peerred: peer with ddp.shard_reduce device; auto: master with both auto; step /unsh.: target <= 1.05; static = rank 0's peak - input batch - activations, from --memory-report; GiB)"
   echo "largest micro-batch under $BUDGET per worker, $MAXW workers:"
   for sh in ${MAXROWS//,/ }; do
     b=$(grep -o 'largest_fit_here=[0-9]*' "$OUT/max-$sh.log" 2>/dev/null | head -1 | cut -d= -f2)
