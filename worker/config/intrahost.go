@@ -19,7 +19,8 @@ const (
 	// another process). --device cuda with the f16 wire, unsharded (the sharded step has
 	// ddp.shard_reduce: device). Measured on an H100 shared by 2 and 4 workers (session 22): 46.00
 	// and 93.93 ms a step against the host path's 55.66 and 123.86 (1.06× and 1.08× N × one
-	// worker; under MPS 0.93× and 0.94×); auto takes it where the ranks share one GPU.
+	// worker; under MPS 0.93× and 0.94×); auto takes it where the ranks share one GPU. Ranks on
+	// several GPUs of one host take it only when chosen: not yet run on a multi-GPU host.
 	IntraHostCopies IntraHost = "copies"
 )
 
