@@ -41,8 +41,9 @@ const ltWorkspace = 32 << 20
 type ltState struct {
 	h     *cublaslt.Handle
 	algos map[cublaslt.Plan]ltAlgo // by plan without addresses
-	// Fused and Composed count the calls cublasLt ran and the calls composed instead.
-	Fused, Composed int
+	// Fused and Composed count the calls cublasLt ran and the calls composed instead; Tuned the
+	// plans whose algorithm GODDP_LT_TUNE chose by timing (lt_tune.go).
+	Fused, Composed, Tuned int
 }
 
 type ltAlgo struct {
@@ -97,6 +98,9 @@ func (d *Device) ltRun(p cublaslt.Plan, alpha, beta float32, a, b, out *tensor.T
 		d.leave()
 		if err != nil {
 			panic(fmt.Sprintf("cuda: %v", err))
+		}
+		if ltTune() { // GODDP_LT_TUNE=1: timed among the heuristic's candidates (lt_tune.go)
+			al.a = d.ltTuneAlgo(&p, alpha, beta, a, b, out, al.a, al.ok)
 		}
 		s.algos[key] = al
 	}

@@ -19,7 +19,33 @@ import (
 // form by ~1e-4 relative.
 func TestCUDA_epilogueMatchesCPU(t *testing.T) {
 	t.Setenv("GODDP_BGRAD_EPI", "1") // the fused path, whatever the environment asks (its failure in session 19: =0 composes by design)
-	g := gpu(t)
+	t.Setenv("GODDP_LT_TUNE", "")    // the heuristic's algorithms (the shared device's plans cache them)
+	epilogueMatchesCPU(t, gpu(t))
+}
+
+// GODDP_LT_TUNE=1 (lt_tune.go; not yet run on a GPU): the same cases on a device of its own, whose
+// plans are all new, so each fused one is tuned at its first use — within the same tolerance of
+// the CPU whatever algorithm the timing kept, no scratch left allocated, and at least one plan
+// had candidates to time (the counter: a cublasLt that offers one algorithm per GPT-2-like shape
+// would leave the knob nothing to do).
+func TestCUDA_ltTuneMatchesCPU(t *testing.T) {
+	t.Setenv("GODDP_BGRAD_EPI", "1")
+	t.Setenv("GODDP_LT_TUNE", "1")
+	d, err := New(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	epilogueMatchesCPU(t, d)
+	if d.lt == nil || d.lt.Tuned == 0 {
+		t.Errorf("GODDP_LT_TUNE=1 tuned no plan: cublasLt offered one algorithm or none for every case")
+	} else {
+		t.Logf("%d plans tuned of %d", d.lt.Tuned, len(d.lt.algos))
+	}
+}
+
+// epilogueMatchesCPU runs TestCUDA_epilogueMatchesCPU's cases on g.
+func epilogueMatchesCPU(t *testing.T, g *Device) {
 	base := g.Stats().Allocated
 	type shape struct {
 		R, In, Out int

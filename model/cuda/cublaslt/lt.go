@@ -104,6 +104,37 @@ static cublasStatus_t goddp_lt_algo(cublasLtHandle_t h, const goddp_lt *p, size_
 	return st;
 }
 
+// goddp_lt_algos: up to max (≤ 16) of cublasLt's ranked algorithms for p, best-ranked first,
+// into algos (*found of them), as goddp_lt_algo does for the first (GODDP_LT_TUNE's candidates;
+// goddp_lt_algo keeps the text the GPU suite ran until this one has run there too).
+static cublasStatus_t goddp_lt_algos(cublasLtHandle_t h, const goddp_lt *p, size_t wsb, int max, cublasLtMatmulAlgo_t *algos, int *found) {
+	goddp_lt_descs s;
+	cublasLtMatmulPreference_t pref = NULL;
+	cublasLtMatmulHeuristicResult_t res[16];
+	int n = 0;
+	cublasStatus_t st = goddp_lt_make(p, &s);
+	*found = 0;
+	if (max > 16) max = 16;
+	if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceCreate(&pref);
+	if (st == CUBLAS_STATUS_SUCCESS)
+		st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb);
+	uint32_t al[4] = {p->alignA, p->alignB, p->alignD, p->alignD};
+	cublasLtMatmulPreferenceAttributes_t an[4] = {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+	for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
+		st = cublasLtMatmulPreferenceSetAttribute(pref, an[i], &al[i], sizeof al[i]);
+	if (st == CUBLAS_STATUS_SUCCESS) {
+		memset(res, 0, sizeof res);
+		st = cublasLtMatmulAlgoGetHeuristic(h, s.op, s.a, s.b, s.d, s.d, pref, max, res, &n);
+		if (st != CUBLAS_STATUS_SUCCESS) { st = CUBLAS_STATUS_SUCCESS; n = 0; } // none: the caller composes
+		for (int i = 0; i < n; i++)
+			if (res[i].state == CUBLAS_STATUS_SUCCESS) algos[(*found)++] = res[i].algo;
+	}
+	if (pref) cublasLtMatmulPreferenceDestroy(pref);
+	goddp_lt_free(&s);
+	return st;
+}
+
 static cublasStatus_t goddp_lt_matmul(cublasLtHandle_t h, const goddp_lt *p, const cublasLtMatmulAlgo_t *algo,
 		float alpha, float beta, unsigned long long a, unsigned long long b, unsigned long long d,
 		unsigned long long ws, size_t wsb, void *stream) {
@@ -201,6 +232,27 @@ func (h *Handle) Algo(p *Plan, wsBytes int64) (a Algo, ok bool, err error) {
 	}
 	a = *(*Algo)(unsafe.Pointer(&ca))
 	return a, true, nil
+}
+
+// Algos is up to max (at most 16) of cublasLt's ranked algorithms for p within wsBytes of
+// workspace, best-ranked first (Algo's first among them); none when cublasLt has none for it.
+// GODDP_LT_TUNE's candidates (model/cuda/lt_tune.go); not yet run on a GPU.
+func (h *Handle) Algos(p *Plan, wsBytes int64, max int) ([]Algo, error) {
+	cp := p.c()
+	var ca [16]C.cublasLtMatmulAlgo_t
+	var found C.int
+	if unsafe.Sizeof(ca[0]) != unsafe.Sizeof(Algo{}) {
+		return nil, fmt.Errorf("cublaslt: cublasLtMatmulAlgo_t is %d bytes, not %d", unsafe.Sizeof(ca[0]), unsafe.Sizeof(Algo{}))
+	}
+	max = min(max, len(ca))
+	if err := check(func() string { return fmt.Sprintf("heuristics for %+v", *p) }, C.goddp_lt_algos(h.h, &cp, C.size_t(wsBytes), C.int(max), &ca[0], &found)); err != nil {
+		return nil, err
+	}
+	as := make([]Algo, int(found))
+	for i := range as {
+		as[i] = *(*Algo)(unsafe.Pointer(&ca[i]))
+	}
+	return as, nil
 }
 
 // Matmul enqueues p with algorithm a (from Algo with the same shape) on stream: a, b and d are

@@ -1,0 +1,116 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"os"
+
+	"github.com/goddp/goddp/model/cuda/cublaslt"
+	"github.com/goddp/goddp/model/cuda/cudadrv"
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// lt_tune.go: GODDP_LT_TUNE=1 (issue 35; off, not yet run on a GPU) — a cublasLt matmul's
+// algorithm chosen by timing, not by the heuristic's first rank. The profile of session 22 (H100,
+// GPT-2 small at b16) has the weight-gradient GEMMs with the BGRADB epilogue at 300–580 TFLOP/s
+// (768×768×16384: 0.064 ms a layer, 300; 768×2304×16384: 428) where the plain GEMMs of the step
+// reach 650–690: their outputs are a few dozen tiles for 132 SMs, and the heuristic's first
+// algorithm need not split K. At a plan's first use ltTuneAlgo asks the heuristic for up to
+// ltTuneCandidates algorithms, times each on the call's own operands with the outputs redirected
+// to scratch (one warm-up, ltTuneReps timed runs between two events), and keeps the fastest —
+// unless the heuristic's first is within ltTuneMargin of it, which then stays (the same choice as
+// without the knob wherever timing cannot tell them apart). One line on stderr per tuned plan
+// says what it chose.
+//
+// Each algorithm is deterministic, but another one may add in another order: a tuned run's bits
+// may differ from an untuned one's (within rounding: TestCUDA_ltTuneMatchesCPU), and two tuned
+// runs may choose differently where two candidates time alike. Ranks of one DDP run may choose
+// differently too: each rank's local gradients are its own either way, the all-reduced ones are
+// the same on every rank, so the replicas stay identical.
+
+const (
+	ltTuneCandidates = 8    // heuristic results timed per plan
+	ltTuneReps       = 3    // timed runs per candidate, after one warm-up
+	ltTuneMargin     = 0.03 // the heuristic's first stays unless another is this much faster
+)
+
+// ltTune reports whether GODDP_LT_TUNE=1 asks for timed algorithm choices (read at each plan's
+// first use).
+func ltTune() bool { return os.Getenv("GODDP_LT_TUNE") == "1" }
+
+// ltTuneAlgo returns the algorithm to keep for p (its addresses set, as the matmul will run;
+// alpha, beta and the operands a, b, out those of the call), given the heuristic's first
+// (first, ok as Handle.Algo returned them). The outputs the epilogue writes (D, and the bias for
+// a bias gradient or the auxiliary output of GELU_AUX_BIAS) go to scratch while timing; the inputs
+// are the call's own. Any candidate whose run fails is skipped; if fewer than two can run, first
+// stays. Called outside d.enter.
+func (d *Device) ltTuneAlgo(p *cublaslt.Plan, alpha, beta float32, a, b, out *tensor.Tensor, first cublaslt.Algo, ok bool) cublaslt.Algo {
+	s := d.lt
+	if !ok {
+		return first
+	}
+	d.enter()
+	cands, err := s.h.Algos(p, ltWorkspace, ltTuneCandidates)
+	d.leave()
+	if err != nil || len(cands) < 2 {
+		return first
+	}
+	tp := *p
+	sd := d.Alloc(out.DType(), "cublaslt.tune.d", out.Len())
+	d.Fill(sd, 0) // beta·D reads it
+	scratch := []*tensor.Tensor{sd}
+	switch p.Epilogue {
+	case cublaslt.EpiBGradB, cublaslt.EpiDGELUBGrad: // the bias (gradient) is written
+		sb := d.Alloc(tensor.F32, "cublaslt.tune.bias", max(p.M, p.N))
+		tp.Bias = dptr(sb)
+		scratch = append(scratch, sb)
+	case cublaslt.EpiGELUAuxBias: // the auxiliary (pre-activation) output is written
+		sa := d.Alloc(tensor.F32, "cublaslt.tune.aux", max(1, p.AuxLD*p.N))
+		tp.Aux = dptr(sa)
+		scratch = append(scratch, sa)
+	}
+	ws := d.Alloc(tensor.F32, "cublaslt.workspace", ltWorkspace/4)
+	ms := make([]float64, len(cands))
+	d.enter()
+	e0, err0 := cudadrv.NewEvent(true)
+	e1, err1 := cudadrv.NewEvent(true)
+	for i, c := range cands {
+		ms[i] = math.Inf(1)
+		if err0 != nil || err1 != nil {
+			break
+		}
+		run := func() bool {
+			return s.h.Matmul(&tp, c, alpha, beta, dptr(a), dptr(b), dptr(sd), dptr(ws), ltWorkspace, d.stream.Ptr()) == nil
+		}
+		if !run() { // this candidate cannot run these operands: skipped
+			continue
+		}
+		good := e0.Record(d.stream) == nil
+		for r := 0; r < ltTuneReps && good; r++ {
+			good = run()
+		}
+		if good && e1.Record(d.stream) == nil && e1.Sync() == nil {
+			if t, err := e0.Elapsed(e1); err == nil {
+				ms[i] = float64(t) / ltTuneReps
+			}
+		}
+	}
+	if err0 == nil {
+		e0.Destroy()
+	}
+	if err1 == nil {
+		e1.Destroy()
+	}
+	d.leave()
+	d.Free(ws)
+	for _, t := range scratch {
+		d.Free(t)
+	}
+	best := ltTunePick(ms, ltTuneMargin)
+	fmt.Fprintf(os.Stderr, "cuda: GODDP_LT_TUNE: lt epi%d %dx%dx%d %s>%s: candidate %d of %d, %.4f ms a run against the heuristic's first %.4f\n",
+		p.Epilogue, p.M, p.N, p.K, a.DType(), out.DType(), best, len(cands), ms[best], ms[0])
+	s.Tuned++
+	return cands[best]
+}
