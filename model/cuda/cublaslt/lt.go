@@ -4,7 +4,7 @@
 // with f32 compute and an epilogue (Plan), its algorithm from cublasLt's heuristic under a
 // workspace limit (Handle.Algo), and the matmul on a stream (Handle.Matmul). All of its cgo is
 // this one file; scripts/cudastub/cublaslt.go.txt mirrors its API for the type-check on machines
-// without CUDA. Not yet run on a GPU.
+// without CUDA. Run on H100s since session 11 (Algos, GODDP_LT_TUNE's, not yet).
 //
 // Descriptors are made and destroyed around each call (host work of a few microseconds; the
 // caller caches the algorithm per Plan shape, which is what costs). Device addresses travel as
