@@ -5,6 +5,7 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"sort"
 	"strings"
@@ -118,6 +119,9 @@ func must(err error) {
 func New(ordinal int) (*Device, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	if err := checkEnv(os.Getenv); err != nil { // a mistyped switch, named (env_check.go)
+		return nil, err
+	}
 	if err := streamConnections(); err != nil {
 		return nil, err
 	}

@@ -400,8 +400,12 @@ func flashDeltaFold() bool { return os.Getenv("GODDP_FLASH_DELTA_FOLD") == "1" }
 // whole suite passed with it: the default. Read at each call.
 func flashDS() bool { return os.Getenv("GODDP_FLASH_DS") != "0" }
 
+// ltTune reports whether GODDP_LT_TUNE=1 asks for cublasLt algorithms chosen by timing at each
+// plan's first use (lt_tune.go; not yet run on a GPU). Read at each plan's first use.
+func ltTune() bool { return os.Getenv("GODDP_LT_TUNE") == "1" }
+
 // colsumSplit is GODDP_COLSUM_SPLIT: how many times colsumParts' default number of row slices the
-// column sums take (1 to 16; unset or anything else is 2). 1 fills the GPU with the scalar
+// column sums take (1 to 16; unset is 2; New refuses anything else: env_check.go). 1 fills the GPU with the scalar
 // kernel's blocks of 32 columns, so the 8-wide kernels that share its slices — the GELU
 // backward with the fc's bias gradient, k_gelu_bwd_colsum8, 1.52 ms of session 19's b16 profile
 // on an H100 for 3.6 GB (~2.4 TB/s) — run one block of 8 warps an SM, 32 KB of loads in flight;

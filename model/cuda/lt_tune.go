@@ -36,10 +36,6 @@ const (
 	ltTuneMargin     = 0.03 // the heuristic's first stays unless another is this much faster
 )
 
-// ltTune reports whether GODDP_LT_TUNE=1 asks for timed algorithm choices (read at each plan's
-// first use).
-func ltTune() bool { return os.Getenv("GODDP_LT_TUNE") == "1" }
-
 // ltTuneAlgo returns the algorithm to keep for p (its addresses set, as the matmul will run;
 // alpha, beta and the operands a, b, out those of the call), given the heuristic's first
 // (first, ok as Handle.Algo returned them). The outputs the epilogue writes (D, and the bias for

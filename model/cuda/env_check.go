@@ -1,0 +1,43 @@
+package cuda
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// env_check.go: the device's developer switches (env.go's list) checked once, when a device is
+// made (New), so that a mistyped value fails in one line naming the variable instead of being read
+// as the default (most switches test for "0" or "1" alone). The values with a grammar of their own
+// (GODDP_FLASH_MINBLOCKS, GODDP_FLASH_CARVEOUT, GODDP_IPC_WAIT) are checked where they are read,
+// also with one line naming the variable.
+
+// envSwitches are the variables whose values are 0 or 1 (unset: the default env.go gives).
+var envSwitches = []string{
+	"GODDP_BGRAD_EPI", "GODDP_BIAS_EPILOGUE", "GODDP_BIAS_FOLD", "GODDP_BN_RELU", "GODDP_BN_SPLIT",
+	"GODDP_BN_VEC", "GODDP_CLIP_FUSED", "GODDP_COLSUM_FUSED", "GODDP_COLSUM_VEC", "GODDP_CUDNN_GRAPH",
+	"GODDP_CUDNN_TF32", "GODDP_EMB_SORTED", "GODDP_FLASH", "GODDP_FLASH_DELTA_FOLD", "GODDP_FLASH_DS",
+	"GODDP_FLASH_EX2", "GODDP_FLASH_PACK2", "GODDP_FLASH_TILE_MAJOR", "GODDP_GELU_DB_FOLD",
+	"GODDP_GELU_TANH_APPROX", "GODDP_LN_BWD_EARLY", "GODDP_LN_BWD_FUSED", "GODDP_LN_VEC",
+	"GODDP_LT_TUNE",
+	"GODDP_RESNORM_FOLD", "GODDP_SGD_MULTI", "GODDP_UNSCALE_FOLD", "GODDP_XENT_EX2",
+	"GODDP_XENT_FUSED", "GODDP_XENT_SMEM",
+}
+
+// envOwnGrammar are the device's other variables: checked where they are read.
+var envOwnGrammar = []string{"GODDP_FLASH_MINBLOCKS", "GODDP_FLASH_CARVEOUT", "GODDP_IPC_WAIT", "GODDP_COLSUM_SPLIT"}
+
+// checkEnv returns an error naming the first of the device's variables whose value getenv gives
+// is not one it takes: a switch not 0 or 1, GODDP_COLSUM_SPLIT not a whole number from 1 to 16.
+func checkEnv(getenv func(string) string) error {
+	for _, k := range envSwitches {
+		if v := getenv(k); v != "" && v != "0" && v != "1" {
+			return fmt.Errorf("cuda: %s=%q: want 0 or 1 (or unset: the default)", k, v)
+		}
+	}
+	if v := getenv("GODDP_COLSUM_SPLIT"); v != "" {
+		if n, err := strconv.Atoi(v); err != nil || n < 1 || n > 16 {
+			return fmt.Errorf("cuda: GODDP_COLSUM_SPLIT=%q: want a whole number from 1 to 16 (or unset: 2)", v)
+		}
+	}
+	return nil
+}
