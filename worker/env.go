@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+
+	"github.com/goddp/goddp/model/cpu"
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // Env is what the launcher tells a worker through the environment (torchrun's names).
@@ -44,6 +47,14 @@ func EnvFromOS() (Env, error) {
 	}
 	if e.WorldSize < 1 || e.Rank < 0 || e.Rank >= e.WorldSize {
 		return e, fmt.Errorf("worker: RANK=%d is outside WORLD_SIZE=%d", e.Rank, e.WorldSize)
+	}
+	// The developer switches, read as "0"/"1" tests where they apply: a mistyped one fails here
+	// (the CUDA device's own are checked when it is made, model/cuda's checkEnv).
+	if err := tensor.CheckSwitches(os.Getenv, "worker", []string{"GODDP_STEP_END_WAIT"}); err != nil {
+		return e, err
+	}
+	if err := cpu.CheckEnv(); err != nil {
+		return e, err
 	}
 	return e, nil
 }

@@ -1,6 +1,10 @@
 package cpu
 
-import "os"
+import (
+	"os"
+
+	"github.com/goddp/goddp/model/tensor"
+)
 
 // The environment the CPU device reads, all of it here:
 //
@@ -16,6 +20,13 @@ import "os"
 //	                   them so, not a check that reads them and AdamW unscaling each as it reads
 //	                   it (tensor.UnscaleFolder; the same bits either way; folded is the default,
 //	                   as on the CUDA device since session 21)
+
+// envSwitches are the variables above (each 0 or 1; unset: the default).
+var envSwitches = []string{"GODDP_BIAS_FOLD", "GODDP_BIAS_EPILOGUE", "GODDP_RESNORM_FOLD", "GODDP_GELU_DB_FOLD", "GODDP_UNSCALE_FOLD"}
+
+// CheckEnv returns an error naming the first of the CPU device's switches set to something other
+// than 0 or 1 (the trainer calls it at start-up: worker.EnvFromOS).
+func CheckEnv() error { return tensor.CheckSwitches(os.Getenv, "cpu", envSwitches) }
 
 // biasFold reports whether the model should fold the bias adds on the CPU device (FoldsBias):
 // on unless GODDP_BIAS_FOLD=0, so the model's folded path is what the CPU tests run. Read when a

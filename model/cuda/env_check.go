@@ -3,6 +3,8 @@ package cuda
 import (
 	"fmt"
 	"strconv"
+
+	"github.com/goddp/goddp/model/tensor"
 )
 
 // env_check.go: the device's developer switches (env.go's list) checked once, when a device is
@@ -29,10 +31,8 @@ var envOwnGrammar = []string{"GODDP_FLASH_MINBLOCKS", "GODDP_FLASH_CARVEOUT", "G
 // checkEnv returns an error naming the first of the device's variables whose value getenv gives
 // is not one it takes: a switch not 0 or 1, GODDP_COLSUM_SPLIT not a whole number from 1 to 16.
 func checkEnv(getenv func(string) string) error {
-	for _, k := range envSwitches {
-		if v := getenv(k); v != "" && v != "0" && v != "1" {
-			return fmt.Errorf("cuda: %s=%q: want 0 or 1 (or unset: the default)", k, v)
-		}
+	if err := tensor.CheckSwitches(getenv, "cuda", envSwitches); err != nil {
+		return err
 	}
 	if v := getenv("GODDP_COLSUM_SPLIT"); v != "" {
 		if n, err := strconv.Atoi(v); err != nil || n < 1 || n > 16 {
