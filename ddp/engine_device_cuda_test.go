@@ -213,41 +213,38 @@ func testStoppedRankNamed(t *testing.T) {
 // exit within 15 s of its death with an error naming rank 2; none may hang on a device wait. The
 // test binary runs itself as the ranks.
 func TestCUDADevice_killedProcessNamedWithin15s(t *testing.T) {
-	const W, dead = 3, 2
-	if rank := os.Getenv("GODDP_DEVICE_TEST_RANK"); rank != "" {
-		g := rankGroupFromEnv(t)
-		kill := -1
-		if g.Rank() == dead {
-			kill = 2
-		}
-		_, _, err := trainGPTDeviceKill(t, g.Rank(), W, g, 6, allreduce.WireF16, "device", -1, kill, nil)
-		fmt.Printf("DEVICE-RESULT rank %d: %v\n", g.Rank(), err)
-		return
-	}
-	ipcWaits(t, func(t *testing.T) {
-		outs, _, ended := runSelfAsRanks(t, W, "GODDP_DEVICE_TEST_RANK", "device-test", "TestCUDADevice_killedProcessNamedWithin15s")
-		checkKilledRankNamed(t, outs, ended, dead)
-	})
+	killedRankTest(t, "device", "GODDP_DEVICE_TEST_RANK", "device-test", "TestCUDADevice_killedProcessNamedWithin15s", ipcWaits)
 }
 
 // The same with ddp.intra_host: copies (engine_peer.go: the peers' staging buffers opened with
 // cuIpcOpenMemHandle, the ranks meeting on the host twice a bucket): rank 2 kills itself in step 2
 // after backward has launched its casts; the other two exit within 15 s naming rank 2 — no copy
-// or event wait hangs on a dead peer.
+// or event wait hangs on a dead peer. Passed on an H100 in session 22.
 func TestCUDAPeerCopies_killedProcessNamedWithin15s(t *testing.T) {
+	killedRankTest(t, "copies", "GODDP_COPIES_TEST_RANK", "copies-test", "TestCUDAPeerCopies_killedProcessNamedWithin15s",
+		func(t *testing.T, f func(*testing.T)) { f(t) })
+}
+
+// killedRankTest is the kill tests' body: in a rank process (rankVar set) it trains on path with
+// rank 2 of 3 killing itself in step 2 and prints its result; in the test itself it runs the
+// test binary (name) as the three ranks, inside each (ipcWaits for the device path's two waits),
+// and checks the survivors (checkKilledRankNamed).
+func killedRankTest(t *testing.T, path, rankVar, token, name string, each func(*testing.T, func(*testing.T))) {
 	const W, dead = 3, 2
-	if rank := os.Getenv("GODDP_COPIES_TEST_RANK"); rank != "" {
+	if rank := os.Getenv(rankVar); rank != "" {
 		g := rankGroupFromEnv(t)
 		kill := -1
 		if g.Rank() == dead {
 			kill = 2
 		}
-		_, _, err := trainGPTDeviceKill(t, g.Rank(), W, g, 6, allreduce.WireF16, "copies", -1, kill, nil)
+		_, _, err := trainGPTDeviceKill(t, g.Rank(), W, g, 6, allreduce.WireF16, path, -1, kill, nil)
 		fmt.Printf("DEVICE-RESULT rank %d: %v\n", g.Rank(), err)
 		return
 	}
-	outs, _, ended := runSelfAsRanks(t, W, "GODDP_COPIES_TEST_RANK", "copies-test", "TestCUDAPeerCopies_killedProcessNamedWithin15s")
-	checkKilledRankNamed(t, outs, ended, dead)
+	each(t, func(t *testing.T) {
+		outs, _, ended := runSelfAsRanks(t, W, rankVar, token, name)
+		checkKilledRankNamed(t, outs, ended, dead)
+	})
 }
 
 // checkKilledRankNamed checks the ranks' outputs of a kill test: every rank but dead printed a
