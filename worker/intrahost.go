@@ -223,6 +223,9 @@ func (t *Trainer) copiesByAuto(engineRefusal error) (take bool, why string) {
 	if hosts := t.env.WorldSize / max(1, t.env.LocalWorldSize); hosts > 1 {
 		return false, fmt.Sprintf("the world spans %d hosts, and the devices copy from each other inside one host only", hosts)
 	}
+	if t.cfg.DDP.Hierarchical {
+		return false, "ddp.hierarchical asks for the host planes' rings (its sums in another order than the flat ring's, which copies reproduces)"
+	}
 	n, err := gpuCount()
 	switch {
 	case err != nil:

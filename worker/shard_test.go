@@ -182,9 +182,14 @@ func TestIntraHostCopies_auto(t *testing.T) {
 		{"engine refuses", mirrorDev{cpu.New()}, Env{WorldSize: 2, LocalWorldSize: 2}, 1, errors.New("needs the f16 wire"), false, "copies would not apply: needs the f16 wire"},
 		{"alone", mirrorDev{cpu.New()}, Env{WorldSize: 1, LocalWorldSize: 1}, 1, nil, false, ""},
 		{"cpu", cpu.New(), Env{WorldSize: 2, LocalWorldSize: 2}, 1, nil, false, ""},
+		{"hierarchical", mirrorDev{cpu.New()}, Env{WorldSize: 2, LocalWorldSize: 2}, 1, nil, false, "ddp.hierarchical asks for the host planes"},
 	} {
 		visibleGPUs = func() (int, error) { return c.gpus, nil }
-		tr := &Trainer{cfg: tinyGPT(t, "precision=fp16"), dev: c.dev, env: c.env}
+		sets := []string{"precision=fp16"}
+		if c.name == "hierarchical" {
+			sets = append(sets, "ddp.hierarchical=true")
+		}
+		tr := &Trainer{cfg: tinyGPT(t, sets...), dev: c.dev, env: c.env}
 		take, why := tr.copiesByAuto(c.refusal)
 		if take != c.take || (c.why == "") != (why == "") || !strings.Contains(why, c.why) || strings.Contains(why, "\n") {
 			t.Errorf("%s: copies %v (%q), want %v with %q", c.name, take, why, c.take, c.why)
