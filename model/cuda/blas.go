@@ -62,6 +62,12 @@ func (d *Device) gemm(c, a, b *tensor.Tensor, g tensor.GEMM, alpha, beta float32
 		d.Scale(out, beta)
 	} else {
 		lda, ldb, ldc := g.LDA, g.LDB, g.LDC // A stored (M,K) or (K,M), B (K,N) or (N,K), C (M,N)
+		if batch == 1 && d.ltGemm(out, a, b, transA, transB, m, n, k, lda, ldb, ldc, alpha, beta) {
+			if out != c {
+				d.Copy(c, out)
+			}
+			return
+		}
 		d.enter()
 		end := d.profBegin(fmt.Sprintf("gemm %dx%dx%d b%d %s%s>%s t%v%v", m, n, k, batch, a.DType(), b.DType(), out.DType(), cbit(transA), cbit(transB)))
 		var err error

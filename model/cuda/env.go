@@ -44,6 +44,7 @@ import (
 //	GODDP_XENT_SMEM=0 the loss head's cross-entropy reads each row of 16-bit logits twice (k_xent), not once from shared memory (k_xent_sm; ops.go; the same bits; once is the default since session 19's whole suite)
 //	GODDP_LN_BWD_EARLY=0 the one-pass LayerNorm backward loads the dx row it adds into after the warp's sums (k_ln_bwd8f_K), not with x and dy (k_ln_bwd8fe_K; ops.go; the same bits; early is the default since session 19's runs)
 //	GODDP_BGRAD_EPI=0 the weight-gradient GEMMs that sum a bias gradient (LinearGradWB) as a plain GEMM and the column sums, not cublasLt's BGRADB epilogue (lt.go; the forward's bias epilogue stays; its test passed on an H100 in session 19, measured −0.3% at b16, noise: off)
+//	GODDP_LT_GEMM=1    the plain GEMMs (MatMul, batch 1) through cublasLt's default epilogue, not cublasGemmEx, so GODDP_LT_TUNE tunes them too (lt_gemm.go; within rounding; not yet run on a GPU: off)
 //	GODDP_LT_TUNE=1    each cublasLt matmul plan's algorithm chosen at its first use by timing up to 8 of the heuristic's candidates on the call's operands (outputs to scratch), not the heuristic's first (lt_tune.go; within rounding, run-to-run choices may differ where candidates time alike; not yet run on a GPU: off)
 //	GODDP_COLSUM_SPLIT=N the column sums' row slices N times as many (colsumParts; ops.go: the 8-wide kernels that write them, k_gelu_bwd_colsum8 among them, then run N times the blocks; sums grouped otherwise, within rounding; 2 is the default since session 20's H100 A/B: −0.9% at b16, 4 −0.4%)
 //	GODDP_IPC_WAIT=stream the IPC all-reduce's ranks wait for each other by their streams, not in the
@@ -399,6 +400,10 @@ func flashDeltaFold() bool { return os.Getenv("GODDP_FLASH_DELTA_FOLD") == "1" }
 // the model bench −0.31 ms at b16 (36.77 → 36.46, median of 3 alternating) and −0.06 at b8, the
 // whole suite passed with it: the default. Read at each call.
 func flashDS() bool { return os.Getenv("GODDP_FLASH_DS") != "0" }
+
+// ltGemmOn reports whether GODDP_LT_GEMM=1 asks for the plain GEMMs through cublasLt
+// (lt_gemm.go; not yet run on a GPU). Read at each GEMM.
+func ltGemmOn() bool { return os.Getenv("GODDP_LT_GEMM") == "1" }
 
 // ltTune reports whether GODDP_LT_TUNE=1 asks for cublasLt algorithms chosen by timing at each
 // plan's first use (lt_tune.go; not yet run on a GPU). Read at each plan's first use.

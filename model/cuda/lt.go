@@ -41,9 +41,10 @@ const ltWorkspace = 32 << 20
 type ltState struct {
 	h     *cublaslt.Handle
 	algos map[cublaslt.Plan]ltAlgo // by plan without addresses
-	// Fused and Composed count the calls cublasLt ran and the calls composed instead; Tuned the
-	// plans whose algorithm GODDP_LT_TUNE chose by timing (lt_tune.go).
-	Fused, Composed, Tuned int
+	// Fused and Composed count the epilogue calls cublasLt ran and the calls composed instead;
+	// Plain the plain GEMMs it ran under GODDP_LT_GEMM=1 (blas.go); Tuned the plans whose
+	// algorithm GODDP_LT_TUNE chose by timing (lt_tune.go).
+	Fused, Composed, Plain, Tuned int
 }
 
 type ltAlgo struct {

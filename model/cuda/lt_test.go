@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/goddp/goddp/model/tensor"
@@ -125,4 +126,34 @@ func TestCUDA_bgradEpilogueOffComposes(t *testing.T) {
 			}
 		}
 	}
+}
+
+// GODDP_LT_GEMM=1 with GODDP_LT_TUNE=1 (lt_gemm.go, lt_tune.go; not yet run on a GPU): the op
+// tests' plain MatMul cases (every dtype mix, transposes, beta 0 and 1, odd shapes) on a device
+// of their own, the GEMMs through cublasLt and their algorithms timed at first use — within the
+// same tolerance of the CPU, nothing left allocated, and cublasLt ran some of them (the counter).
+func TestCUDA_ltGemmMatchesCPU(t *testing.T) {
+	t.Setenv("GODDP_LT_GEMM", "1")
+	t.Setenv("GODDP_LT_TUNE", "1")
+	d, err := New(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	base := d.Stats().Allocated
+	n := 0
+	for i, c := range cuOpCases() {
+		if strings.HasPrefix(c.name, "MatMul/") {
+			cuRunCase(t, d, c, uint64(1000+i))
+			n++
+		}
+	}
+	d.Sync()
+	if a := d.Stats().Allocated; a != base {
+		t.Errorf("allocated %d after the GEMMs, %d before: a leak\n%s", a, base, tensor.MemorySummary(d))
+	}
+	if n == 0 || d.lt == nil || d.lt.Plain == 0 {
+		t.Fatalf("%d MatMul cases, none through cublasLt", n)
+	}
+	t.Logf("%d MatMul cases: %d GEMMs through cublasLt, %d plans tuned", n, d.lt.Plain, d.lt.Tuned)
 }

@@ -156,6 +156,7 @@ import (
 
 // The epilogues goddp uses, as cublasLtEpilogue_t.
 const (
+	EpiDefault     = int(C.CUBLASLT_EPILOGUE_DEFAULT)       // D = alpha·op(A)·op(B) + beta·D alone
 	EpiBias        = int(C.CUBLASLT_EPILOGUE_BIAS)          // D = op(A)·op(B) + bias (bias has M entries)
 	EpiGELUAuxBias = int(C.CUBLASLT_EPILOGUE_GELU_AUX_BIAS) // aux = op(A)·op(B) + bias, D = GELU(aux)
 	EpiBGradB      = int(C.CUBLASLT_EPILOGUE_BGRADB)        // bias = the sums of op(B) over K: N entries

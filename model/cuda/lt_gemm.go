@@ -1,0 +1,38 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"github.com/goddp/goddp/model/cuda/cublaslt"
+	"github.com/goddp/goddp/model/tensor"
+)
+
+// lt_gemm.go: GODDP_LT_GEMM=1 (issue 35; off, not yet run on a GPU) — the device's plain GEMMs
+// (MatMul, batch 1) through cublasLt with the default epilogue instead of cublasGemmEx, so that
+// GODDP_LT_TUNE=1 can choose their algorithms by timing too (the GEMMs of GPT-2 small's step at
+// b16 are ~20 ms of its ~37, at 650–690 TFLOP/s on an H100). Without GODDP_LT_TUNE it is
+// cublasLt's first-ranked algorithm, which is what cublasGemmEx takes too, as far as NVIDIA
+// documents; the A/B says whether the path itself costs anything. Operands cublasLt does not take
+// (the dtypes of ltDType, mixed 16-bit types after gemm's widening) stay on cublasGemmEx.
+
+// ltGemm runs C (out) = alpha·op(A)·op(B) + beta·C (row-major, gemm's arguments) through
+// cublasLt where GODDP_LT_GEMM=1 asks and it can, and reports whether it did (false: nothing
+// enqueued, the caller runs cublasGemmEx).
+func (d *Device) ltGemm(out, a, b *tensor.Tensor, transA, transB bool, m, n, k, lda, ldb, ldc int, alpha, beta float32) bool {
+	if !ltGemmOn() || !ltSameDType(a, b) {
+		return false
+	}
+	if _, ok := ltDType(out); !ok {
+		return false
+	}
+	// Row-major to column-major as gemm's cublasGemmEx call: Cᵀ (N,M) = op(B)ᵀ·op(A)ᵀ.
+	p := cublaslt.Plan{Epilogue: cublaslt.EpiDefault, TransA: transB, TransB: transA, M: n, N: m, K: k,
+		ADT: int(b.DType()), BDT: int(a.DType()), DDT: int(out.DType()), BiasDT: -1,
+		LDA: ldb, LDB: lda, LDD: ldc}
+	if !d.ltRun(p, alpha, beta, b, a, out) {
+		return false
+	}
+	d.lt.Fused-- // ltRun counts epilogue calls; this one is a plain GEMM
+	d.lt.Plain++
+	return true
+}
