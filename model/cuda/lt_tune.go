@@ -54,7 +54,7 @@ func (d *Device) ltTuneAlgo(p *cublaslt.Plan, alpha, beta float32, a, b, out *te
 		return first
 	}
 	tp := *p
-	sd := d.Alloc(out.DType(), "cublaslt.tune.d", out.Len())
+	sd := d.Alloc(out.DType(), "cublaslt.tune.d", max(out.Len(), p.LDD*(p.N-1)+p.M)) // D as the plan addresses it
 	d.Fill(sd, 0) // beta·D reads it
 	scratch := []*tensor.Tensor{sd}
 	switch p.Epilogue {
