@@ -75,6 +75,9 @@ type Engine struct {
 	// the sharded staged path's gradients reduce-scattered by copies between the devices
 	// (shard_peer_reduce.go, UsePeerReduce); nil elsewhere
 	peerRed *peerReduce
+	// stagedNote logs the staged path's Info line (initStaging) at the first micro-step, unless
+	// UsePeerCopies or UsePeerReduce took the gradients off pinned memory by then; nil once said.
+	stagedNote func()
 
 	shard       *model.Shard // this rank's part under ddp.shard_optimizer (shard.go); nil: unsharded
 	masterStale bool         // other ranks' segments of the f32 master are stale (GatherMaster)
@@ -254,6 +257,12 @@ func (e *Engine) commLoop(ch int, comm Comm, jobs <-chan *bucket) {
 // BeginMicro starts micro-step micro of accum: only the last one communicates. Call it before
 // the micro-step's backward.
 func (e *Engine) BeginMicro(micro, accum int) {
+	if e.stagedNote != nil {
+		if e.peerRed == nil {
+			e.stagedNote()
+		}
+		e.stagedNote = nil
+	}
 	e.syncing = e.comm.Size() > 1 && micro == accum-1
 	if e.syncing {
 		// The buckets' buffers and the groups are the gradients' now: the weights' all-gather

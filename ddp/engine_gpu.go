@@ -111,10 +111,12 @@ func (e *Engine) initStaging() {
 		b.host = nil // the host path's f32 buffers are not used
 	}
 	n := e.comm.Size()
-	e.log.Info("ddp: gradients leave the device as "+wire.String()+" through pinned memory",
-		"buckets", len(e.buckets), "pinned", tensor.FormatBytes(stg.PinnedBytes()), "device_f16", tensor.FormatBytes(stg.DeviceBytes()),
-		"pcie_bytes_per_step", tensor.FormatBytes(4*elems), // f16 down and up
-		"ring_bytes_sent_per_step", tensor.FormatBytes(2*elems*int64(2*(n-1))/int64(n)))
+	e.stagedNote = func() { // at the first micro-step: UsePeerCopies may yet take the pinned path's place
+		e.log.Info("ddp: gradients leave the device as "+wire.String()+" through pinned memory",
+			"buckets", len(e.buckets), "pinned", tensor.FormatBytes(stg.PinnedBytes()), "device_f16", tensor.FormatBytes(stg.DeviceBytes()),
+			"pcie_bytes_per_step", tensor.FormatBytes(4*elems), // f16 down and up
+			"ring_bytes_sent_per_step", tensor.FormatBytes(2*elems*int64(2*(n-1))/int64(n)))
+	}
 }
 
 // Staged reports whether the engine uses the staged (device f16 + pinned memory) path.

@@ -1,9 +1,11 @@
 package ddp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -38,13 +40,21 @@ func TestPeerCopies_bitIdenticalToHostRing(t *testing.T) {
 func runPeerCopiesAverage(t *testing.T, Ws []int, newDev func(hub *stagingHub) newDevFunc) {
 	for _, W := range Ws {
 		t.Run(fmt.Sprint("W", W), func(t *testing.T) {
-			opts := Options{BucketCapMB: 0.01, Wire: allreduce.WireF16}
+			var ringLog, copiesLog bytes.Buffer // each rank's Info lines (slog's handler serialises the writes)
+			opts := Options{BucketCapMB: 0.01, Wire: allreduce.WireF16, Logger: slog.New(slog.NewTextHandler(&ringLog, nil))}
 			ring, on := averageWith(t, W, stagingSizes, newDev(newStagingHub()), opts, nil)
 			for r, ok := range on {
 				if !ok {
 					t.Fatalf("rank %d: the host ring run is not on the staged path", r)
 				}
 			}
+			// The staged path's line about pinned memory: once a rank on the host ring, never
+			// under copies (logged at the first micro-step, after UsePeerCopies).
+			const pinnedLine = "gradients leave the device as f16 through pinned memory"
+			if n := strings.Count(ringLog.String(), pinnedLine); n != W {
+				t.Errorf("the host ring's run logged %q %d times, want once a rank (%d):\n%s", pinnedLine, n, W, ringLog.String())
+			}
+			opts.Logger = slog.New(slog.NewTextHandler(&copiesLog, nil))
 			hub := newStagingHub()
 			var lens []int // the buckets' lengths, from rank 0's engine
 			copies, _ := averageWith(t, W, stagingSizes, newDev(hub), opts, func(e *Engine) error {
@@ -66,6 +76,9 @@ func runPeerCopiesAverage(t *testing.T, Ws []int, newDev func(hub *stagingHub) n
 			})
 			if t.Failed() {
 				return
+			}
+			if strings.Contains(copiesLog.String(), pinnedLine) {
+				t.Errorf("the copies run logged %q:\n%s", pinnedLine, copiesLog.String())
 			}
 			for r := range W {
 				for i := range ring[0] {
