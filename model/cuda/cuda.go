@@ -559,9 +559,9 @@ func (d *Device) ProfileStop() string {
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].ms > rows[j].ms })
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-44s %6s %10s %6s %10s\n", "kernel", "calls", "ms", "%", "host ms")
+	fmt.Fprintf(&b, "%-44s %6s %10s %6s %10s  %s\n", "kernel", "calls", "ms", "%", "host ms", "rate")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "%-44s %6d %10.3f %6.1f %10.3f\n", r.name, r.calls, r.ms, 100*r.ms/total, r.host)
+		fmt.Fprintf(&b, "%-44s %6d %10.3f %6.1f %10.3f  %s\n", r.name, r.calls, r.ms, 100*r.ms/total, r.host, profileRate(r.name, r.calls, r.ms))
 	}
 	fmt.Fprintf(&b, "%-44s %6d %10.3f %6s %10.3f\n", "total (kernels back to back)", n, total, "", totalHost)
 	b.WriteString(profileGaps(names, gaps, 12))

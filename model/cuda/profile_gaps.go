@@ -5,7 +5,9 @@ package cuda
 
 import (
 	"fmt"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -47,4 +49,27 @@ func profileGaps(names []string, gaps []float64, top int) string {
 		fmt.Fprintf(&b, "  %9.3f ms %5dx  %s -> %s\n", p.ms, p.n, p.after, p.before)
 	}
 	return b.String()
+}
+
+// gemmLabel matches the profile's GEMM rows: "gemm MxNxK bB ..." (blas.go) and "lt epiE MxNxK ..."
+// (lt.go).
+var gemmLabel = regexp.MustCompile(`^(?:gemm|lt epi\d+) (\d+)x(\d+)x(\d+)(?: b(\d+))?`)
+
+// profileRate is a profile row's rate where its name says its work: a GEMM row's TFLOP/s
+// (2·M·N·K·batch a call, calls of them in ms); "" for other kernels.
+func profileRate(name string, calls int, ms float64) string {
+	m := gemmLabel.FindStringSubmatch(name)
+	if m == nil || ms <= 0 {
+		return ""
+	}
+	f := 2.0 * float64(calls)
+	for _, s := range m[1:4] {
+		v, _ := strconv.Atoi(s)
+		f *= float64(v)
+	}
+	if m[4] != "" {
+		b, _ := strconv.Atoi(m[4])
+		f *= float64(b)
+	}
+	return fmt.Sprintf("%.0f TFLOP/s", f/(ms*1e-3)/1e12)
 }

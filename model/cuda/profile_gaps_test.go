@@ -27,3 +27,24 @@ func TestProfileGaps(t *testing.T) {
 		t.Errorf("one kernel: %q", out)
 	}
 }
+
+// The profile's GEMM rows get their TFLOP/s from the sizes in their names (session 22's rows);
+// other kernels none.
+func TestProfileRate(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		calls int
+		ms    float64
+		want  string
+	}{
+		{"gemm 16384x768x2304 b1 f16f16>f16 t00", 12, 1.015, "686 TFLOP/s"},
+		{"lt epi512 768x768x16384 f16>f32", 12, 0.772, "300 TFLOP/s"},
+		{"gemm 64x64x1024 b192 f16f16>f32 t01", 1, 1, "2 TFLOP/s"},
+		{"k_flash_bwd_dkdv_ds", 12, 4.291, ""},
+		{"gemm 1x1x1 b1", 1, 0, ""},
+	} {
+		if got := profileRate(c.name, c.calls, c.ms); got != c.want {
+			t.Errorf("profileRate(%q, %d, %g) = %q, want %q", c.name, c.calls, c.ms, got, c.want)
+		}
+	}
+}
