@@ -59,6 +59,15 @@ func EnvFromOS() (Env, error) {
 	return e, nil
 }
 
+// mpsPipeDir is where an MPS control daemon (nvidia-cuda-mps-control -d) of this user keeps its
+// pipes: CUDA_MPS_PIPE_DIRECTORY, else NVIDIA's default /tmp/nvidia-mps.
+func mpsPipeDir() string {
+	if d := os.Getenv("CUDA_MPS_PIPE_DIRECTORY"); d != "" {
+		return d
+	}
+	return "/tmp/nvidia-mps"
+}
+
 // stepEndWaits reports whether a training step ends by waiting for its optimizer before the loss
 // read (GODDP_STEP_END_WAIT=1). The default is the other way since session 21: the losses read
 // with the loss scaler's read-back, which waits for the backward anyway, and the step returning

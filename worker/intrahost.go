@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 
 	"github.com/goddp/goddp/ddp"
 	"github.com/goddp/goddp/model/tensor"
@@ -235,5 +237,16 @@ func (t *Trainer) copiesByAuto(engineRefusal error) (take bool, why string) {
 	case engineRefusal != nil:
 		return false, "copies would not apply: " + engineRefusal.Error()
 	}
-	return true, fmt.Sprintf("the %d ranks share this host's one GPU, where the copies measured faster than the host path with the host ring's bits (ddp.intra_host: host keeps the host path)", t.env.WorldSize)
+	why = fmt.Sprintf("the %d ranks share this host's one GPU, where the copies measured faster than the host path with the host ring's bits (ddp.intra_host: host keeps the host path)", t.env.WorldSize)
+	if !mpsRunning() {
+		why += "; no MPS daemon seen: under MPS (nvidia-cuda-mps-control -d) the ranks' kernels run at once, 12–13% faster again at 2 and 4 ranks on an H100"
+	}
+	return true, why
+}
+
+// mpsRunning reports whether an MPS control daemon's pipe is there (mpsPipeDir): the ranks'
+// contexts then share the GPU at once instead of taking turns. A hint for the Info line only.
+func mpsRunning() bool {
+	_, err := os.Stat(filepath.Join(mpsPipeDir(), "control"))
+	return err == nil
 }

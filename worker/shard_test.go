@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -195,8 +197,21 @@ func TestIntraHostCopies_auto(t *testing.T) {
 			t.Errorf("%s: copies %v (%q), want %v with %q", c.name, take, why, c.take, c.why)
 		}
 	}
-	visibleGPUs = func() (int, error) { return 0, errors.New("no driver") }
+	// The reason for copies suggests MPS where no daemon's pipe is seen, and not where one is.
+	visibleGPUs = func() (int, error) { return 1, nil }
+	mps := t.TempDir()
+	t.Setenv("CUDA_MPS_PIPE_DIRECTORY", mps)
 	tr := &Trainer{cfg: tinyGPT(t, "precision=fp16"), dev: mirrorDev{cpu.New()}, env: Env{WorldSize: 2, LocalWorldSize: 2}}
+	if _, why := tr.copiesByAuto(nil); !strings.Contains(why, "no MPS daemon seen") {
+		t.Errorf("no MPS pipe in %s: %q, want the MPS hint", mps, why)
+	}
+	if err := os.WriteFile(filepath.Join(mps, "control"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, why := tr.copiesByAuto(nil); strings.Contains(why, "MPS") {
+		t.Errorf("an MPS pipe in %s: %q, want no hint", mps, why)
+	}
+	visibleGPUs = func() (int, error) { return 0, errors.New("no driver") }
 	if take, why := tr.copiesByAuto(nil); take || !strings.Contains(why, "no driver") {
 		t.Errorf("GPUs not counted: copies %v (%q), want the host path naming the error", take, why)
 	}

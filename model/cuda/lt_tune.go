@@ -54,8 +54,9 @@ func (d *Device) ltTuneAlgo(p *cublaslt.Plan, alpha, beta float32, a, b, out *te
 		return first
 	}
 	tp := *p
-	sd := d.Alloc(out.DType(), "cublaslt.tune.d", max(out.Len(), p.LDD*(p.N-1)+p.M)) // D as the plan addresses it
-	d.Fill(sd, 0) // beta·D reads it
+	// D as the plan addresses it, zeroed: beta·D reads it.
+	sd := d.Alloc(out.DType(), "cublaslt.tune.d", max(out.Len(), p.LDD*(p.N-1)+p.M))
+	d.Fill(sd, 0)
 	scratch := []*tensor.Tensor{sd}
 	switch p.Epilogue {
 	case cublaslt.EpiBGradB, cublaslt.EpiDGELUBGrad: // the bias (gradient) is written
