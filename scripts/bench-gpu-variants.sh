@@ -6,7 +6,8 @@
 #   bash .gpu/run bash scripts/bench-gpu-variants.sh base= epilogue=GODDP_GEMM_EPILOGUE=1 rows128=GODDP_FLASH_ROWS=128
 # A variant's ENV is space-separated assignments after the first '='. Prints each run and, per
 # batch and variant, the median step, its ratio to the first variant's and the peak allocated.
-#   ROUNDS=3 BATCHES="16 8" STEPS=20 OUT=dir (default out/bench-gpu-variants)
+#   ROUNDS=3 BATCHES="16 8" STEPS=20 OUT=dir (default out/bench-gpu-variants). Variants with
+#   GODDP_LT_TUNE=1 also print the tuner's choices (its stderr lines) at the end.
 # TRAINER=1: ddptrain itself instead of the model bench (knobs of the trainer's own step: its
 # loss scaler, its step's end), each run TSTEPS=40 steps logged every 10, its step the median of
 # the logged windows after the first (stage3_metrics.py step), its peak the summary's; CONFIG
@@ -76,4 +77,11 @@ for b in $BATCHES; do
       printf "batch %-3s %-12s %8s  (no result)\n" "$b" "$name" "-"
     fi
   done
+done
+# GODDP_LT_TUNE's choices (model/cuda/lt_tune.go: one stderr line per tuned plan), the first
+# round's, per variant that tuned.
+for v in "$@"; do
+  name=${v%%=*}
+  lines=$(cat "$OUT/$name".b*.1.log 2>/dev/null | grep -h "GODDP_LT_TUNE:" | sort -u || true)
+  [ -z "$lines" ] || { echo; echo "$name: the tuner's choices (first round)"; echo "$lines"; }
 done
