@@ -59,6 +59,10 @@ func EnvFromOS() (Env, error) {
 	return e, nil
 }
 
+// visibleDevicesEnv is CUDA_VISIBLE_DEVICES as this process has it ("" when unset): the ranks
+// compare theirs before copying between devices (sharedgpu.go).
+func visibleDevicesEnv() string { return os.Getenv("CUDA_VISIBLE_DEVICES") }
+
 // mpsPipeDir is where an MPS control daemon (nvidia-cuda-mps-control -d) of this user keeps its
 // pipes: CUDA_MPS_PIPE_DIRECTORY, else NVIDIA's default /tmp/nvidia-mps.
 func mpsPipeDir() string {

@@ -84,9 +84,9 @@ func (t *Trainer) shardGatherDevice(ctx context.Context, eng *ddp.Engine) error 
 		}
 		// What was measured: the local ranks sharing one GPU. Ranks on several GPUs copy over
 		// NVLink or PCIe peer access, not yet run: opt-in (device) until a multi-GPU host runs it.
-		if n, err := gpuCount(); err != nil || n != 1 {
+		if one, why := t.oneSharedGPU(); !one {
 			if t.log != nil && eng != nil && eng.Shard() != nil {
-				t.log.Info("ddp.shard_gather auto: the f16 weights go through the host ring: the ranks are on several GPUs, where the device copies are not yet measured (ddp.shard_gather: device takes them)", "gpus", n)
+				t.log.Info("ddp.shard_gather auto: the f16 weights go through the host ring: the ranks do not share one GPU (" + why + "), and copies between several GPUs are not yet measured (ddp.shard_gather: device takes them)")
 			}
 			return nil
 		}
@@ -136,12 +136,12 @@ func (t *Trainer) shardReduceDevice(ctx context.Context, eng *ddp.Engine) error 
 		return err
 	}
 	if v == config.ShardReduceAuto {
-		// Alike on every rank: PeerGather is the outcome of a collective, the GPU count is the
-		// host's, the refusal reads the configuration.
+		// Alike on every rank: PeerGather is the outcome of a collective, oneSharedGPU the
+		// ranks' agreement, the refusal reads the configuration.
 		if eng == nil || !eng.PeerGather() || eng.PeerReduceRefusal() != nil {
 			return nil
 		}
-		if n, err := gpuCount(); err != nil || n != 1 {
+		if one, _ := t.oneSharedGPU(); !one {
 			return nil // several GPUs: the gather by copies was asked for by name; not measured here
 		}
 		err := eng.UsePeerReduce(ctx)
@@ -228,13 +228,10 @@ func (t *Trainer) copiesByAuto(engineRefusal error) (take bool, why string) {
 	if t.cfg.DDP.Hierarchical {
 		return false, "ddp.hierarchical asks for the host planes' rings (its sums in another order than the flat ring's, which copies reproduces)"
 	}
-	n, err := gpuCount()
-	switch {
-	case err != nil:
-		return false, fmt.Sprintf("the GPUs could not be counted (%v)", err)
-	case n != 1:
-		return false, fmt.Sprintf("the %d ranks are on %d GPUs, where copies between the devices are not yet measured (ddp.intra_host: copies takes them)", t.env.WorldSize, n)
-	case engineRefusal != nil:
+	if one, why := t.oneSharedGPU(); !one {
+		return false, fmt.Sprintf("the %d ranks do not share one GPU (%s), and copies between several GPUs are not yet measured (ddp.intra_host: copies takes them)", t.env.WorldSize, why)
+	}
+	if engineRefusal != nil {
 		return false, "copies would not apply: " + engineRefusal.Error()
 	}
 	why = fmt.Sprintf("the %d ranks share this host's one GPU, where the copies measured faster than the host path with the host ring's bits (ddp.intra_host: host keeps the host path)", t.env.WorldSize)

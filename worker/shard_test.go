@@ -179,7 +179,7 @@ func TestIntraHostCopies_auto(t *testing.T) {
 	}{
 		{"shared GPU", mirrorDev{cpu.New()}, Env{WorldSize: 2, LocalWorldSize: 2}, 1, nil, true, "the 2 ranks share this host's one GPU"},
 		{"four on one GPU", mirrorDev{cpu.New()}, Env{WorldSize: 4, LocalWorldSize: 4}, 1, nil, true, "the 4 ranks share"},
-		{"two GPUs", mirrorDev{cpu.New()}, Env{WorldSize: 2, LocalWorldSize: 2}, 2, nil, false, "on 2 GPUs, where copies between the devices are not yet measured"},
+		{"two GPUs", mirrorDev{cpu.New()}, Env{WorldSize: 2, LocalWorldSize: 2}, 2, nil, false, "do not share one GPU (this rank sees 2 GPUs), and copies between several GPUs are not yet measured"},
 		{"two hosts", mirrorDev{cpu.New()}, Env{WorldSize: 4, LocalWorldSize: 2}, 1, nil, false, "spans 2 hosts"},
 		{"engine refuses", mirrorDev{cpu.New()}, Env{WorldSize: 2, LocalWorldSize: 2}, 1, errors.New("needs the f16 wire"), false, "copies would not apply: needs the f16 wire"},
 		{"alone", mirrorDev{cpu.New()}, Env{WorldSize: 1, LocalWorldSize: 1}, 1, nil, false, ""},

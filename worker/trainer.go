@@ -113,7 +113,10 @@ type Trainer struct {
 	aheadTaken int
 	// unscaleFolded counts the steps whose check left the unscale to the optimizer (tests).
 	unscaleFolded int
-	groups        []*allreduce.Group // the main group and the channels: their bytes on the wire
+	// gpuAgree: the ranks' agreement that they share one GPU (sharedgpu.go); nil before
+	// startEngine makes it, or where it does not apply.
+	gpuAgree *gpuAgreement
+	groups   []*allreduce.Group // the main group and the channels: their bytes on the wire
 
 	ckptSkipped int // checkpoints skipped while the previous one was still being written
 
@@ -357,6 +360,9 @@ func (t *Trainer) startEngine(ctx context.Context, gcfg allreduce.Config) error 
 	eng.SetBuffers(modelBuffers(t.m)) // the replica check covers the BatchNorm running statistics
 	t.eng = eng
 	t.onClose(func() error { eng.Close(); return nil })
+	if err := t.agreeSharedGPU(ctx); err != nil { // for the auto values below (sharedgpu.go)
+		return err
+	}
 	if err := t.intraHostDevice(ctx, eng); err != nil {
 		return err
 	}
