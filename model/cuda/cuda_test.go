@@ -41,15 +41,23 @@ func gpu(t testing.TB) *Device {
 // environment says, so a suite run with the option on still compares against the default kernels.
 func optionDevices(t *testing.T, env string) (ref, on *Device) {
 	for _, v := range []string{"", "1"} {
-		t.Setenv(env, v)
-		d, err := New(0)
-		if err != nil {
-			t.Fatalf("New(0) with %s=%q: %v", env, v, err)
-		}
-		t.Cleanup(func() { d.Close() })
-		ref, on = on, d
+		ref, on = on, freshDevice(t, env, v)
 	}
 	return ref, on
+}
+
+// freshDevice is a device of its own on GPU 0, made with the environment's name-value pairs kv set
+// (for the test), closed when the test ends: its plans, modules and caches are new.
+func freshDevice(t *testing.T, kv ...string) *Device {
+	for i := 0; i+1 < len(kv); i += 2 {
+		t.Setenv(kv[i], kv[i+1])
+	}
+	d, err := New(0)
+	if err != nil {
+		t.Fatalf("New(0) with %q: %v", kv, err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
 }
 
 // cuMaker draws the same tensors on whichever device it is given: a case runs once per device

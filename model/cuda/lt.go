@@ -118,7 +118,15 @@ func (d *Device) ltRun(p cublaslt.Plan, alpha, beta float32, a, b, out *tensor.T
 	if err != nil {
 		panic(fmt.Sprintf("cuda: %v", err))
 	}
-	s.Fused++
+	return true
+}
+
+// ltFused is ltRun for the epilogue calls, which it counts (ltState.Fused).
+func (d *Device) ltFused(p cublaslt.Plan, alpha, beta float32, a, b, out *tensor.Tensor) bool {
+	if !d.ltRun(p, alpha, beta, a, b, out) {
+		return false
+	}
+	d.lt.Fused++
 	return true
 }
 
@@ -174,7 +182,7 @@ func forwardPlan(op string, epi int, y, x, w, b *tensor.Tensor) cublaslt.Plan {
 
 func (d *Device) LinearBias(y, x, w, b *tensor.Tensor) {
 	p := forwardPlan("cuda: LinearBias", cublaslt.EpiBias, y, x, w, b)
-	if p.M == 0 || p.N == 0 || p.K == 0 || !ltSameDType(y, x, w) || !ltFloat(b) || !d.ltRun(p, 1, 0, w, x, y) {
+	if p.M == 0 || p.N == 0 || p.K == 0 || !ltSameDType(y, x, w) || !ltFloat(b) || !d.ltFused(p, 1, 0, w, x, y) {
 		d.composed()
 		tensor.ComposeLinearBias(d, y, x, w, b)
 	}
@@ -184,7 +192,7 @@ func (d *Device) LinearBiasGELU(y, pre, x, w, b *tensor.Tensor) {
 	p := forwardPlan("cuda: LinearBiasGELU", cublaslt.EpiGELUAuxBias, y, x, w, b)
 	tensor.CheckLen("cuda: LinearBiasGELU", y, pre)
 	p.Aux, p.AuxLD = dptr(pre), p.M
-	if p.M == 0 || p.N == 0 || p.K == 0 || !ltSameDType(y, pre, x, w) || !ltFloat(b) || !d.ltRun(p, 1, 0, w, x, y) {
+	if p.M == 0 || p.N == 0 || p.K == 0 || !ltSameDType(y, pre, x, w) || !ltFloat(b) || !d.ltFused(p, 1, 0, w, x, y) {
 		d.composed()
 		tensor.ComposeLinearBiasGELU(d, y, pre, x, w, b)
 	}
@@ -202,7 +210,7 @@ func (d *Device) LinearGradWB(dw, db, dy, x *tensor.Tensor) {
 		p := cublaslt.Plan{Epilogue: cublaslt.EpiBGradB, TransA: false, TransB: true, M: g.N, N: g.M, K: g.K,
 			ADT: int(x.DType()), BDT: int(dy.DType()), DDT: int(tensor.F32), BiasDT: int(tensor.F32),
 			LDA: g.LDB, LDB: g.LDA, LDD: g.LDC, Bias: dptr(tmp)}
-		ok := d.ltRun(p, 1, 1, x, dy, dw)
+		ok := d.ltFused(p, 1, 1, x, dy, dw)
 		if ok {
 			d.Axpy(db, 1, tmp)
 		}
@@ -229,7 +237,7 @@ func (d *Device) LinearGradDGELU(dx, db, dy, w, pre *tensor.Tensor) {
 			p := cublaslt.Plan{Epilogue: cublaslt.EpiDGELUBGrad, M: g.N, N: g.M, K: g.K,
 				ADT: int(w.DType()), BDT: int(dy.DType()), DDT: int(dx.DType()), BiasDT: int(bdt),
 				LDA: g.LDB, LDB: g.LDA, LDD: g.LDC, Bias: dptr(tmp), Aux: dptr(pre), AuxLD: g.LDC}
-			ok := d.ltRun(p, 1, 0, w, dy, dx)
+			ok := d.ltFused(p, 1, 0, w, dy, dx)
 			if ok {
 				d.Axpy(db, 1, tmp)
 			}

@@ -11,8 +11,8 @@ import (
 // (MatMul, batch 1) through cublasLt with the default epilogue instead of cublasGemmEx, so that
 // GODDP_LT_TUNE=1 can choose their algorithms by timing too (the GEMMs of GPT-2 small's step at
 // b16 are ~20 ms of its ~37, at 650–690 TFLOP/s on an H100). Without GODDP_LT_TUNE it is
-// cublasLt's first-ranked algorithm, which is what cublasGemmEx takes too, as far as NVIDIA
-// documents; the A/B says whether the path itself costs anything. Operands cublasLt does not take
+// cublasLt's first-ranked algorithm, which need not be the one cublasGemmEx runs: the A/B against
+// the default says what the path alone changes. Operands cublasLt does not take
 // (the dtypes of ltDType, mixed 16-bit types after gemm's widening) stay on cublasGemmEx.
 
 // ltGemm runs C (out) = alpha·op(A)·op(B) + beta·C (row-major, gemm's arguments) through
@@ -32,7 +32,6 @@ func (d *Device) ltGemm(out, a, b *tensor.Tensor, transA, transB bool, m, n, k, 
 	if !d.ltRun(p, alpha, beta, b, a, out) {
 		return false
 	}
-	d.lt.Fused-- // ltRun counts epilogue calls; this one is a plain GEMM
 	d.lt.Plain++
 	return true
 }

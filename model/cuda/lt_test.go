@@ -30,13 +30,7 @@ func TestCUDA_epilogueMatchesCPU(t *testing.T) {
 // had candidates to time (the counter: a cublasLt that offers one algorithm per GPT-2-like shape
 // would leave the knob nothing to do).
 func TestCUDA_ltTuneMatchesCPU(t *testing.T) {
-	t.Setenv("GODDP_BGRAD_EPI", "1")
-	t.Setenv("GODDP_LT_TUNE", "1")
-	d, err := New(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := freshDevice(t, "GODDP_BGRAD_EPI", "1", "GODDP_LT_TUNE", "1")
 	epilogueMatchesCPU(t, d)
 	if d.lt == nil || d.lt.Tuned == 0 {
 		t.Errorf("GODDP_LT_TUNE=1 tuned no plan: cublasLt offered one algorithm or none for every case")
@@ -133,13 +127,7 @@ func TestCUDA_bgradEpilogueOffComposes(t *testing.T) {
 // of their own, the GEMMs through cublasLt and their algorithms timed at first use — within the
 // same tolerance of the CPU, nothing left allocated, and cublasLt ran some of them (the counter).
 func TestCUDA_ltGemmMatchesCPU(t *testing.T) {
-	t.Setenv("GODDP_LT_GEMM", "1")
-	t.Setenv("GODDP_LT_TUNE", "1")
-	d, err := New(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := freshDevice(t, "GODDP_LT_GEMM", "1", "GODDP_LT_TUNE", "1")
 	base := d.Stats().Allocated
 	n := 0
 	for i, c := range cuOpCases() {
