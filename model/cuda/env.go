@@ -30,6 +30,7 @@ import (
 //	GODDP_FLASH_MINBLOCKS=F,Q,K the attention kernels' __launch_bounds__ blocks per SM (flashOptions; 4,4,3 spills and measured slower on an H100, session 17)
 //	GODDP_FLASH_EX2=0 the attention kernels' exponentials by exp2f, with its subnormal handling around the ex2.approx.ftz they take by default (flashOptions; the same bits, TestCUDA_flashOptionsSameBits passed on an H100; ex2 alone is the default since session 20: −0.7% at b16)
 //	GODDP_FLASH_PACK2=1 the attention kernels' f16 (bf16) pairs packed by one cvt.rn.f16x2.f32 each (flashOptions; the same bits, its test passed on an H100 in session 20; measured +0.3% at b16, noise: off)
+//	GODDP_FLASH_DELTA8=1 the attention backward's row sums Σ dy·y with eight lanes a row, coalesced (k_flash_bwd_delta8; the same bits; not yet run on a GPU)
 //	GODDP_FLASH_DELTA_FOLD=1 the attention backward's row sums Σ dy·y made by the dq kernel (k_flash_bwd_dq_delta, launched before dk/dv), not a pass of their own (k_flash_bwd_delta) (flash.go; the same bits, its test passed on an H100 in session 20; measured −0.1 ms at b16, inside the noise: off)
 //	GODDP_FLASH_DS=0  the attention backward's dS recomputed for dq (k_flash_bwd_dkdv, k_flash_bwd_dq) instead of computed once, the default: stored by the dk/dv kernel, multiplied by K for dq (k_flash_bwd_dkdv_ds, k_flash_bwd_dq_ds; flash.go; the same bits, TestCUDA_flashDSSameBits passed on an H100 in sessions 21 and 22; B·H·n(n+1)/2·8 KiB of scratch for n query tiles; with its stores staged through shared memory −0.31 ms at b16, −0.06 at b8, session 22: the default)
 //	GODDP_GELU_TANH_APPROX=1 the 8-wide GELU kernels' tanh as one tanh.approx.f32, not tanhf (kernelOptions; within ~2^-11 relative, not tanhf's bits; its bound test passed on an H100 in session 21, measured +0.6% at b16: off)
@@ -400,6 +401,13 @@ func flashDeltaFold() bool { return os.Getenv("GODDP_FLASH_DELTA_FOLD") == "1" }
 // the model bench −0.31 ms at b16 (36.77 → 36.46, median of 3 alternating) and −0.06 at b8, the
 // whole suite passed with it: the default. Read at each call.
 func flashDS() bool { return os.Getenv("GODDP_FLASH_DS") != "0" }
+
+// flashDelta8 reports whether GODDP_FLASH_DELTA8=1 asks for the backward's row sums Σ dy·y with
+// eight lanes a row (k_flash_bwd_delta8: coalesced 16-byte loads, the sum chained across the lanes
+// in k_flash_bwd_delta's order, so the same bits; not yet run on a GPU). Session 22's b16 profile
+// on an H100: k_flash_bwd_delta 0.48 ms for 12 launches reading 2 × 25 MB each (~1.25 TB/s).
+// Predicted: ~0.2–0.25 ms (2.5–3 TB/s), −0.2..−0.3 ms a b16 step. Read at each call.
+func flashDelta8() bool { return os.Getenv("GODDP_FLASH_DELTA8") == "1" }
 
 // ltGemmOn reports whether GODDP_LT_GEMM=1 asks for the plain GEMMs through cublasLt
 // (lt_gemm.go; not yet run on a GPU). Read at each GEMM.

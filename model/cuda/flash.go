@@ -147,7 +147,7 @@ func (d *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, he
 	grid := d.flashGrid(nt, B*heads)
 	if flashDS() { // dk/dv stores dS, dq multiplies it by K: nothing recomputed twice (env.go)
 		ds := d.Alloc(qkv.DType(), "attn.flash.ds", B*heads*nt*(nt+1)/2, 64*64)
-		d.launch1(kn("k_flash_bwd_delta", dy, y), B*T*heads, ptra(delta), ptra(dy), ptra(y), i32a(T), i32a(heads), u64a(uint64(B*T*heads)))
+		d.flashDelta(delta, dy, y, B*T*heads, T, heads)
 		d.launch(kn("k_flash_bwd_dkdv_ds", dqkv, qkv), grid, [3]int{128, 1, 1}, 0,
 			ptra(dqkv), ptra(qkv), ptra(dy), ptra(lse), ptra(delta), ptra(ds), i32a(T), i32a(heads), f32a(scale))
 		d.launch(kn("k_flash_bwd_dq_ds", dqkv, qkv), grid, [3]int{128, 1, 1}, 0,
@@ -164,9 +164,20 @@ func (d *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, he
 		d.Free(delta)
 		return
 	}
-	d.launch1(kn("k_flash_bwd_delta", dy, y), B*T*heads, ptra(delta), ptra(dy), ptra(y), i32a(T), i32a(heads), u64a(uint64(B*T*heads)))
+	d.flashDelta(delta, dy, y, B*T*heads, T, heads)
 	args := []uint64{ptra(dqkv), ptra(qkv), ptra(dy), ptra(lse), ptra(delta), i32a(T), i32a(heads), f32a(scale)}
 	d.launch(kn("k_flash_bwd_dkdv", dqkv, qkv), grid, [3]int{128, 1, 1}, 0, args...)
 	d.launch(kn("k_flash_bwd_dq", dqkv, qkv), grid, [3]int{128, 1, 1}, 0, args...)
 	d.Free(delta)
+}
+
+// flashDelta launches the backward's row sums delta = Σ dy·y (n = B·T·H rows): eight lanes a row
+// under GODDP_FLASH_DELTA8=1 (k_flash_bwd_delta8, the same bits; not yet run on a GPU), one
+// thread a row otherwise.
+func (d *Device) flashDelta(delta, dy, y *tensor.Tensor, n, T, heads int) {
+	name, threads := "k_flash_bwd_delta", n
+	if flashDelta8() {
+		name, threads = "k_flash_bwd_delta8", 8*n
+	}
+	d.launch1(kn(name, dy, y), threads, ptra(delta), ptra(dy), ptra(y), i32a(T), i32a(heads), u64a(uint64(n)))
 }

@@ -606,6 +606,48 @@ __global__ void k_flash_bwd_delta(float* __restrict__ delta, const half_t* __res
 	}
 }
 
+// k_flash_bwd_delta8: k_flash_bwd_delta with eight lanes to a row (GODDP_FLASH_DELTA8=1, not yet
+// run on a GPU): lane j of a group of eight loads the row's 16-byte piece j of dy and of y, so a
+// warp's loads are four rows, 512 contiguous bytes each (k_flash_bwd_delta: 32 rows 128 bytes apart,
+// each load instruction touching 32 lines). The sum is delta_row's, term by term in its order: lane
+// j adds its eight products to the running sum lane j−1 hands it (a shuffle), lane 7 ends with the
+// row's delta — the same additions of the same exact products (an f16 or bf16 product is exact in
+// f32), so the same bits. n = B·T·H rows; 8·n threads.
+__global__ void k_flash_bwd_delta8(float* __restrict__ delta, const half_t* __restrict__ dy,
+		const half_t* __restrict__ y, int T, int H, long n) {
+	long stride = (long)gridDim.x * blockDim.x;
+	int j = threadIdx.x & 7;
+	// Every lane of a warp runs the same number of iterations (the bound is rounded up to whole
+	// warps: whole warps of rows), so the shuffles see all 32 lanes; lanes past n compute on zeros.
+	long total = ((8 * n + 31) / 32) * 32;
+	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += stride) {
+		long row = i >> 3;
+		bool ok = row < n;
+		uint4 u = {0u, 0u, 0u, 0u}, v = {0u, 0u, 0u, 0u};
+		if (ok) {
+			u = ((const uint4*)(dy + row * HS))[j];
+			v = ((const uint4*)(y + row * HS))[j];
+		}
+		const half_t* hu = (const half_t*)&u;
+		const half_t* hv = (const half_t*)&v;
+		float s = 0.f;
+		#pragma unroll
+		for (int k = 0; k < 8; k++) {
+			if (j == k) {
+				#pragma unroll
+				for (int e = 0; e < 8; e++) s += h2f(hu[e]) * h2f(hv[e]);
+			}
+			float prev = __shfl_up_sync(0xffffffff, s, 1, 8);
+			if (j == k + 1) s = prev;
+		}
+		if (ok && j == 7) {
+			int h = (int)(row % H);
+			long bt = row / H, b = bt / T, t = bt % T;
+			delta[(b * H + h) * T + t] = s;
+		}
+	}
+}
+
 // k_flash_bwd_dkdv: ⌈T/64⌉ key tiles × B·H, 128 threads; warp w owns keys k0+16w…+15 and
 // accumulates their dk, dv over the query tiles at and below the diagonal. Writes dk, dv into dqkv.
 __global__ void __launch_bounds__(128 FLASH_DKDV_MINB) k_flash_bwd_dkdv(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,

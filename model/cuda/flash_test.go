@@ -118,6 +118,8 @@ func TestCUDA_flashKernelResources(t *testing.T) {
 		{"k_flash_bwd_dkdv", 128, 2*tile + 2*2*64*4},
 		{"k_flash_bwd_dq", 128, 2 * tile},
 		{"k_flash_bwd_dq_delta", 128, 2*tile + 64*4},
+		{"k_flash_bwd_dkdv_ds", 128, 2*tile + 2*2*64*4 + 4*16*72*2},
+		{"k_flash_bwd_dq_ds", 128, 2 * tile},
 	} {
 		r, err := g.KernelResources(k.name, k.threads, 0)
 		if err != nil {
@@ -322,6 +324,10 @@ func TestCUDA_flashDeltaFoldSameBits(t *testing.T) {
 // tile to sixteen. Passed on an H100 (sessions 21 and 22).
 func TestCUDA_flashDSSameBits(t *testing.T) {
 	flashBackwardSameBits(t, "GODDP_FLASH_DS", "0", "", "k_flash_bwd_dq_ds")
+}
+
+func TestCUDA_flashDelta8SameBits(t *testing.T) {
+	flashBackwardSameBits(t, "GODDP_FLASH_DELTA8", "", "1", "k_flash_bwd_delta8")
 }
 
 // flashBackwardSameBits checks that the attention backward's dqkv has the same bits with the knob
