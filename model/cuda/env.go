@@ -31,6 +31,7 @@ import (
 //	GODDP_FLASH_EX2=0 the attention kernels' exponentials by exp2f, with its subnormal handling around the ex2.approx.ftz they take by default (flashOptions; the same bits, TestCUDA_flashOptionsSameBits passed on an H100; ex2 alone is the default since session 20: −0.7% at b16)
 //	GODDP_FLASH_PACK2=1 the attention kernels' f16 (bf16) pairs packed by one cvt.rn.f16x2.f32 each (flashOptions; the same bits, its test passed on an H100 in session 20; measured +0.3% at b16, noise: off)
 //	GODDP_FLASH_DELTA8=1 the attention backward's row sums Σ dy·y with eight lanes a row, coalesced (k_flash_bwd_delta8; the same bits; not yet run on a GPU)
+//	GODDP_FLASH_DQ_STAGES=3 the dS-once dq kernel with three buffers, its loads two key tiles ahead (k_flash_bwd_dq_ds3; the same bits; not yet run on a GPU)
 //	GODDP_FLASH_DELTA_FOLD=1 the attention backward's row sums Σ dy·y made by the dq kernel (k_flash_bwd_dq_delta, launched before dk/dv), not a pass of their own (k_flash_bwd_delta) (flash.go; the same bits, its test passed on an H100 in session 20; measured −0.1 ms at b16, inside the noise: off)
 //	GODDP_FLASH_DS=0  the attention backward's dS recomputed for dq (k_flash_bwd_dkdv, k_flash_bwd_dq) instead of computed once, the default: stored by the dk/dv kernel, multiplied by K for dq (k_flash_bwd_dkdv_ds, k_flash_bwd_dq_ds; flash.go; the same bits, TestCUDA_flashDSSameBits passed on an H100 in sessions 21 and 22; B·H·n(n+1)/2·8 KiB of scratch for n query tiles; with its stores staged through shared memory −0.31 ms at b16, −0.06 at b8, session 22: the default)
 //	GODDP_GELU_TANH_APPROX=1 the 8-wide GELU kernels' tanh as one tanh.approx.f32, not tanhf (kernelOptions; within ~2^-11 relative, not tanhf's bits; its bound test passed on an H100 in session 21, measured +0.6% at b16: off)
@@ -408,6 +409,19 @@ func flashDS() bool { return os.Getenv("GODDP_FLASH_DS") != "0" }
 // on an H100: k_flash_bwd_delta 0.48 ms for 12 launches reading 2 × 25 MB each (~1.25 TB/s).
 // Predicted: ~0.2–0.25 ms (2.5–3 TB/s), −0.2..−0.3 ms a b16 step. Read at each call.
 func flashDelta8() bool { return os.Getenv("GODDP_FLASH_DELTA8") == "1" }
+
+// flashDQStages is GODDP_FLASH_DQ_STAGES: 3 asks for the dS-once dq kernel with three buffers,
+// its loads two key tiles ahead (k_flash_bwd_dq_ds3: the same bits; not yet run on a GPU); unset
+// (or 2) is k_flash_bwd_dq_ds's two. Session 22's b16 profile on an H100: k_flash_bwd_dq_ds 1.60
+// ms for 2.6 GB of dS read (~1.6 TB/s) and a quarter of dk/dv's tile products. Predicted: toward
+// ~1.0 ms if it waits on its loads, −0.3..−0.6 ms a b16 step; nothing if its blocks per SM
+// already keep enough loads in flight. New refuses other values (env_check.go). Read at each call.
+func flashDQStages() int {
+	if os.Getenv("GODDP_FLASH_DQ_STAGES") == "3" {
+		return 3
+	}
+	return 2
+}
 
 // ltGemmOn reports whether GODDP_LT_GEMM=1 asks for the plain GEMMs through cublasLt
 // (lt_gemm.go; not yet run on a GPU). Read at each GEMM.

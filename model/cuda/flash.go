@@ -40,6 +40,9 @@ func (d *Device) loadFlash() error {
 		if err != nil {
 			return fmt.Errorf("cuda: %w", err)
 		}
+		if err := setFlashDynShared(m[1], f); err != nil {
+			return err
+		}
 		if carve != flashCarveoutUnset {
 			if err := f.SetCarveout(carve); err != nil {
 				return fmt.Errorf("cuda: GODDP_FLASH_CARVEOUT=%d on %s: %w", carve, m[1], err)
@@ -48,6 +51,23 @@ func (d *Device) loadFlash() error {
 		d.fns[m[1]] = f
 	}
 	d.flash = true
+	return nil
+}
+
+// flashDynShared is the dynamic shared memory (bytes) of the attention kernels that take it:
+// k_flash_bwd_dq_ds3's three buffers of two 64×LDS tiles, over the 48 KiB a launch gets unasked.
+var flashDynShared = map[string]int{"k_flash_bwd_dq_ds3": 3 * 2 * 64 * 72 * 2}
+
+// setFlashDynShared raises kernel name's dynamic shared-memory limit to what flashDynShared
+// gives it (f16 and bf16 modules alike); other kernels are left as they are.
+func setFlashDynShared(name string, f cudadrv.Function) error {
+	n, ok := flashDynShared[name]
+	if !ok {
+		return nil
+	}
+	if err := f.SetMaxDynamicShared(n); err != nil {
+		return fmt.Errorf("cuda: %s: %d bytes of dynamic shared memory: %w", name, n, err)
+	}
 	return nil
 }
 
@@ -150,7 +170,11 @@ func (d *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, he
 		d.flashDelta(delta, dy, y, B*T*heads, T, heads)
 		d.launch(kn("k_flash_bwd_dkdv_ds", dqkv, qkv), grid, [3]int{128, 1, 1}, 0,
 			ptra(dqkv), ptra(qkv), ptra(dy), ptra(lse), ptra(delta), ptra(ds), i32a(T), i32a(heads), f32a(scale))
-		d.launch(kn("k_flash_bwd_dq_ds", dqkv, qkv), grid, [3]int{128, 1, 1}, 0,
+		dqName, dqShared := "k_flash_bwd_dq_ds", 0
+		if flashDQStages() == 3 {
+			dqName, dqShared = "k_flash_bwd_dq_ds3", flashDynShared[dqName+"3"]
+		}
+		d.launch(kn(dqName, dqkv, qkv), grid, [3]int{128, 1, 1}, dqShared,
 			ptra(dqkv), ptra(qkv), ptra(ds), i32a(T), i32a(heads), f32a(scale))
 		d.Free(ds)
 		d.Free(delta)

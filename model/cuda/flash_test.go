@@ -120,8 +120,9 @@ func TestCUDA_flashKernelResources(t *testing.T) {
 		{"k_flash_bwd_dq_delta", 128, 2*tile + 64*4},
 		{"k_flash_bwd_dkdv_ds", 128, 2*tile + 2*2*64*4 + 4*16*72*2},
 		{"k_flash_bwd_dq_ds", 128, 2 * tile},
+		{"k_flash_bwd_dq_ds3", 128, 0}, // its three buffers are dynamic (flashDynShared)
 	} {
-		r, err := g.KernelResources(k.name, k.threads, 0)
+		r, err := g.KernelResources(k.name, k.threads, flashDynShared[k.name])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -330,15 +331,24 @@ func TestCUDA_flashDelta8SameBits(t *testing.T) {
 	flashBackwardSameBits(t, "GODDP_FLASH_DELTA8", "", "1", "k_flash_bwd_delta8")
 }
 
+// The dS-once dq with three buffers against its two (dS once on for both runs).
+func TestCUDA_flashDQStages3SameBits(t *testing.T) {
+	flashBackwardSameBits(t, "GODDP_FLASH_DQ_STAGES", "", "3", "k_flash_bwd_dq_ds3", "GODDP_FLASH_DS", "1")
+}
+
 // flashBackwardSameBits checks that the attention backward's dqkv has the same bits with the knob
 // env set to off and to on (read at each call), f16 and bf16, on several shapes, and that the knob
 // took its path: kernel ran (the device's profile) with on and not with off. The other backward
 // knob is at its off value for both runs (GODDP_FLASH_DELTA_FOLD unset, GODDP_FLASH_DS=0), so a
-// suite run with it on still compares this one alone.
-func flashBackwardSameBits(t *testing.T, env, off, on, kernel string) {
+// suite run with it on still compares this one alone; fixed (name, value pairs) then sets what
+// the knob needs for both runs (a dS-once kernel's GODDP_FLASH_DS=1).
+func flashBackwardSameBits(t *testing.T, env, off, on, kernel string, fixed ...string) {
 	g := gpu(t)
 	t.Setenv("GODDP_FLASH_DELTA_FOLD", "")
 	t.Setenv("GODDP_FLASH_DS", "0")
+	for i := 0; i+1 < len(fixed); i += 2 {
+		t.Setenv(fixed[i], fixed[i+1])
+	}
 	for _, dt := range []tensor.DType{tensor.F16, tensor.BF16} {
 		if !g.FlashAttentionFast(64, dt) {
 			continue
