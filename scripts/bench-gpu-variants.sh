@@ -7,7 +7,7 @@
 # A variant's ENV is space-separated assignments after the first '='. Prints each run and, per
 # batch and variant, the median step, its ratio to the first variant's and the peak allocated.
 #   ROUNDS=3 BATCHES="16 8" STEPS=20 OUT=dir (default out/bench-gpu-variants). Variants with
-#   GODDP_LT_TUNE=1 also print the tuner's choices (its stderr lines) at the end.
+#   the tuner on (GODDP_LT_TUNE unset or 1) also print its choices (its stderr lines) at the end.
 # TRAINER=1: ddptrain itself instead of the model bench (knobs of the trainer's own step: its
 # loss scaler, its step's end), each run TSTEPS=40 steps logged every 10, its step the median of
 # the logged windows after the first (stage3_metrics.py step), its peak the summary's; CONFIG

@@ -141,10 +141,6 @@ func (d *Device) loadBF16() {
 				m.Unload()
 				return cudadrv.Module{}, fmt.Errorf("cuda: bf16 %s: %w", what, err)
 			}
-			if err := setFlashDynShared(k[1], f); err != nil {
-				m.Unload()
-				return cudadrv.Module{}, err
-			}
 			b.fns[k[1]] = f
 		}
 		return m, nil

@@ -27,11 +27,10 @@ import (
 //	GODDP_COLSUM_VEC=1 column sums (bias gradients) 8 columns a thread, k_colsum_part8 (ops.go; the same bits, its test passed on an H100; measured no faster)
 //	GODDP_FLASH_CARVEOUT=N the fused attention kernels' preferred shared-memory carveout, percent of the SM's L1/shared (flash.go; read at load; measured no change on an H200, session 16)
 //	GODDP_FLASH_TILE_MAJOR=0 the attention kernels' grid (tiles, B·H), not (B·H, tiles) with every head's longest tile first (flashOptions; the default since session 17's H100 A/B)
-//	GODDP_FLASH_MINBLOCKS=F,Q,K the attention kernels' __launch_bounds__ blocks per SM (flashOptions; 4,4,3 spills and measured slower on an H100, session 17)
+//	GODDP_FLASH_MINBLOCKS=F,Q,K the attention kernels' __launch_bounds__ blocks per SM, 0 no cap (flashOptions; 4,4,3 spills and measured slower on an H100, session 17; the default 0,0,3 caps dk/dv at 3 blocks: −0.20 ms at b16 on an H100, session 23)
 //	GODDP_FLASH_EX2=0 the attention kernels' exponentials by exp2f, with its subnormal handling around the ex2.approx.ftz they take by default (flashOptions; the same bits, TestCUDA_flashOptionsSameBits passed on an H100; ex2 alone is the default since session 20: −0.7% at b16)
 //	GODDP_FLASH_PACK2=1 the attention kernels' f16 (bf16) pairs packed by one cvt.rn.f16x2.f32 each (flashOptions; the same bits, its test passed on an H100 in session 20; measured +0.3% at b16, noise: off)
-//	GODDP_FLASH_DELTA8=1 the attention backward's row sums Σ dy·y with eight lanes a row, coalesced (k_flash_bwd_delta8; the same bits; not yet run on a GPU)
-//	GODDP_FLASH_DQ_STAGES=3 the dS-once dq kernel with three buffers, its loads two key tiles ahead (k_flash_bwd_dq_ds3; the same bits; not yet run on a GPU)
+//	GODDP_FLASH_DELTA8=0 the attention backward's row sums Σ dy·y one thread a row (k_flash_bwd_delta), not eight lanes a row, coalesced (k_flash_bwd_delta8; the same bits, its test passed on an H100 in session 23, the kernel 0.48 → 0.36 ms at b16: the default)
 //	GODDP_FLASH_DELTA_FOLD=1 the attention backward's row sums Σ dy·y made by the dq kernel (k_flash_bwd_dq_delta, launched before dk/dv), not a pass of their own (k_flash_bwd_delta) (flash.go; the same bits, its test passed on an H100 in session 20; measured −0.1 ms at b16, inside the noise: off)
 //	GODDP_FLASH_DS=0  the attention backward's dS recomputed for dq (k_flash_bwd_dkdv, k_flash_bwd_dq) instead of computed once, the default: stored by the dk/dv kernel, multiplied by K for dq (k_flash_bwd_dkdv_ds, k_flash_bwd_dq_ds; flash.go; the same bits, TestCUDA_flashDSSameBits passed on an H100 in sessions 21 and 22; B·H·n(n+1)/2·8 KiB of scratch for n query tiles; with its stores staged through shared memory −0.31 ms at b16, −0.06 at b8, session 22: the default)
 //	GODDP_GELU_TANH_APPROX=1 the 8-wide GELU kernels' tanh as one tanh.approx.f32, not tanhf (kernelOptions; within ~2^-11 relative, not tanhf's bits; its bound test passed on an H100 in session 21, measured +0.6% at b16: off)
@@ -46,8 +45,8 @@ import (
 //	GODDP_XENT_SMEM=0 the loss head's cross-entropy reads each row of 16-bit logits twice (k_xent), not once from shared memory (k_xent_sm; ops.go; the same bits; once is the default since session 19's whole suite)
 //	GODDP_LN_BWD_EARLY=0 the one-pass LayerNorm backward loads the dx row it adds into after the warp's sums (k_ln_bwd8f_K), not with x and dy (k_ln_bwd8fe_K; ops.go; the same bits; early is the default since session 19's runs)
 //	GODDP_BGRAD_EPI=0 the weight-gradient GEMMs that sum a bias gradient (LinearGradWB) as a plain GEMM and the column sums, not cublasLt's BGRADB epilogue (lt.go; the forward's bias epilogue stays; its test passed on an H100 in session 19, measured −0.3% at b16, noise: off)
-//	GODDP_LT_GEMM=1    the plain GEMMs (MatMul, batch 1) through cublasLt's default epilogue, not cublasGemmEx, so GODDP_LT_TUNE tunes them too (lt_gemm.go; within rounding; not yet run on a GPU: off)
-//	GODDP_LT_TUNE=1    each cublasLt matmul plan's algorithm chosen at its first use by timing up to 8 of the heuristic's candidates on the call's operands (outputs to scratch), not the heuristic's first (lt_tune.go; within rounding, run-to-run choices may differ where candidates time alike; not yet run on a GPU: off)
+//	GODDP_LT_GEMM=0    the plain GEMMs (MatMul, batch 1) through cublasGemmEx, not cublasLt's default epilogue, where GODDP_LT_TUNE tunes them too (lt_gemm.go; within rounding; with the tuner −0.58 ms at b16 on an H100, session 23: the default)
+//	GODDP_LT_TUNE=0    each cublasLt matmul plan's algorithm the heuristic's first, not chosen at its first use by timing up to 8 of the heuristic's candidates on the call's operands and kept on disk for the GPU model (lt_tune.go, lt_tune_cache.go; within rounding; with GODDP_LT_GEMM −0.58 ms at b16 on an H100, session 23: the default)
 //	GODDP_COLSUM_SPLIT=N the column sums' row slices N times as many (colsumParts; ops.go: the 8-wide kernels that write them, k_gelu_bwd_colsum8 among them, then run N times the blocks; sums grouped otherwise, within rounding; 2 is the default since session 20's H100 A/B: −0.9% at b16, 4 −0.4%)
 //	GODDP_IPC_WAIT=stream the IPC all-reduce's ranks wait for each other by their streams, not in the
 //	                  kernel (ipc_pace.go; read at each NewIPCReducer; its tests passed on an H100,
@@ -191,7 +190,8 @@ func streamConnections() error {
 //	GODDP_FLASH_TILE_MAJOR=0|1     1 (the default): the grid (B·H, tiles), the longest tiles of
 //	                               every head first; 0: (tiles, B·H), as before session 17
 //	GODDP_FLASH_MINBLOCKS=F,Q,K    __launch_bounds__' blocks per SM for the forward, dq and dk/dv
-//	                               kernels (each 1..8; e.g. 4,4,3: at most 128, 128, 168 registers)
+//	                               kernels (each 1..8, 0 no cap; e.g. 4,4,3: at most 128, 128, 168
+//	                               registers; unset: 0,0,3, dk/dv capped, since session 23)
 //	GODDP_FLASH_EX2=1              the exponentials as one ex2.approx.ftz each instead of exp2f's
 //	                               compare, instruction and two multiplies (flash_kernels.go's fexp2;
 //	                               not yet run on a GPU)
@@ -203,6 +203,13 @@ func streamConnections() error {
 // at batch 8 in two calls, the same bits (TestCUDA_flashOptionsSameBits), so it is the default;
 // MINBLOCKS 4,4,3 spills dq and dk/dv (88 and 24 local bytes) and is +0.4% slower, the forward
 // alone at 4 blocks (4,3,2) no faster: unset (no register cap) stays the default.
+//
+// Since session 23 the dk/dv kernels are capped at 3 blocks an SM by default
+// (flashMinBlocksDefault "0,0,3"; 0 is no cap): k_flash_bwd_dkdv_ds holds 224 registers a thread
+// uncapped, 2 blocks an SM; at 3 its profile went 4.36 → 4.01 ms and the model bench −0.20 ms
+// at b16 (median of 4 alternating rounds, −0.19 in a second call), −0.13 at b8, on an H100.
+const flashMinBlocksDefault = "0,0,3"
+
 func flashOptions() (opts []string, tileMajor bool, err error) {
 	// Each 0/1 variable: its default when unset, and the define it passes when on.
 	for _, f := range []struct {
@@ -229,16 +236,20 @@ func flashOptions() (opts []string, tileMajor bool, err error) {
 			*f.on = on
 		}
 	}
-	if v := os.Getenv("GODDP_FLASH_MINBLOCKS"); v != "" {
-		parts := strings.Split(v, ",")
-		if len(parts) != 3 {
-			return nil, false, fmt.Errorf("cuda: GODDP_FLASH_MINBLOCKS=%q: want three counts (forward,dq,dkdv), e.g. 4,4,3", v)
+	v := os.Getenv("GODDP_FLASH_MINBLOCKS")
+	if v == "" {
+		v = flashMinBlocksDefault
+	}
+	parts := strings.Split(v, ",")
+	if len(parts) != 3 {
+		return nil, false, fmt.Errorf("cuda: GODDP_FLASH_MINBLOCKS=%q: want three counts (forward,dq,dkdv), e.g. 4,4,3", v)
+	}
+	for i, name := range []string{"FLASH_FWD_MINB", "FLASH_DQ_MINB", "FLASH_DKDV_MINB"} {
+		n, err := strconv.Atoi(strings.TrimSpace(parts[i]))
+		if err != nil || n < 0 || n > 8 {
+			return nil, false, fmt.Errorf("cuda: GODDP_FLASH_MINBLOCKS=%q: %q is not a count from 0 (no cap) to 8", v, parts[i])
 		}
-		for i, name := range []string{"FLASH_FWD_MINB", "FLASH_DQ_MINB", "FLASH_DKDV_MINB"} {
-			n, err := strconv.Atoi(strings.TrimSpace(parts[i]))
-			if err != nil || n < 1 || n > 8 {
-				return nil, false, fmt.Errorf("cuda: GODDP_FLASH_MINBLOCKS=%q: %q is not a count from 1 to 8", v, parts[i])
-			}
+		if n > 0 {
 			opts = append(opts, fmt.Sprintf("-D%s=,%d", name, n)) // __launch_bounds__(128 ,n)
 		}
 	}
@@ -403,33 +414,27 @@ func flashDeltaFold() bool { return os.Getenv("GODDP_FLASH_DELTA_FOLD") == "1" }
 // whole suite passed with it: the default. Read at each call.
 func flashDS() bool { return os.Getenv("GODDP_FLASH_DS") != "0" }
 
-// flashDelta8 reports whether GODDP_FLASH_DELTA8=1 asks for the backward's row sums Σ dy·y with
-// eight lanes a row (k_flash_bwd_delta8: coalesced 16-byte loads, the sum chained across the lanes
-// in k_flash_bwd_delta's order, so the same bits; not yet run on a GPU). Session 22's b16 profile
-// on an H100: k_flash_bwd_delta 0.48 ms for 12 launches reading 2 × 25 MB each (~1.25 TB/s).
-// Predicted: ~0.2–0.25 ms (2.5–3 TB/s), −0.2..−0.3 ms a b16 step. Read at each call.
-func flashDelta8() bool { return os.Getenv("GODDP_FLASH_DELTA8") == "1" }
+// flashDelta8 reports whether the backward's row sums Σ dy·y run eight lanes a row (the default;
+// GODDP_FLASH_DELTA8=0: one thread a row, k_flash_bwd_delta): k_flash_bwd_delta8, coalesced
+// 16-byte loads, the sum chained across the lanes in k_flash_bwd_delta's order, so the same bits.
+// Session 22's b16 profile on an H100: k_flash_bwd_delta 0.48 ms for 12 launches reading 2 × 25
+// MB each (~1.25 TB/s); predicted 0.2–0.25 ms. Measured in session 23 on an H100: its test
+// passed (the same bits) with the whole suite, the kernel 0.36 ms; the model bench's step moved
+// −0.04 ms at b16 (median of 3, inside the noise). Read at each call.
+func flashDelta8() bool { return os.Getenv("GODDP_FLASH_DELTA8") != "0" }
 
-// flashDQStages is GODDP_FLASH_DQ_STAGES: 3 asks for the dS-once dq kernel with three buffers,
-// its loads two key tiles ahead (k_flash_bwd_dq_ds3: the same bits; not yet run on a GPU); unset
-// (or 2) is k_flash_bwd_dq_ds's two. Session 22's b16 profile on an H100: k_flash_bwd_dq_ds 1.60
-// ms for 2.6 GB of dS read (~1.6 TB/s) and a quarter of dk/dv's tile products. Predicted: toward
-// ~1.0 ms if it waits on its loads, −0.3..−0.6 ms a b16 step; nothing if its blocks per SM
-// already keep enough loads in flight. New refuses other values (env_check.go). Read at each call.
-func flashDQStages() int {
-	if os.Getenv("GODDP_FLASH_DQ_STAGES") == "3" {
-		return 3
-	}
-	return 2
-}
+// ltGemmOn reports whether the plain GEMMs run through cublasLt (the default; GODDP_LT_GEMM=0:
+// cublasGemmEx), so that the tuner (ltTune) chooses their algorithms too (lt_gemm.go). Read at
+// each GEMM.
+func ltGemmOn() bool { return os.Getenv("GODDP_LT_GEMM") != "0" }
 
-// ltGemmOn reports whether GODDP_LT_GEMM=1 asks for the plain GEMMs through cublasLt
-// (lt_gemm.go; not yet run on a GPU). Read at each GEMM.
-func ltGemmOn() bool { return os.Getenv("GODDP_LT_GEMM") == "1" }
-
-// ltTune reports whether GODDP_LT_TUNE=1 asks for cublasLt algorithms chosen by timing at each
-// plan's first use (lt_tune.go; not yet run on a GPU). Read at each plan's first use.
-func ltTune() bool { return os.Getenv("GODDP_LT_TUNE") == "1" }
+// ltTune reports whether each cublasLt plan's algorithm is chosen by timing at the plan's first
+// use and kept on disk for the GPU model (the default; GODDP_LT_TUNE=0: the heuristic's first;
+// lt_tune.go, lt_tune_cache.go). With GODDP_LT_GEMM, measured on an H100 in session 23: −0.58 ms
+// at b16 (36.91 → 36.32, median of 4 alternating), −0.05 at b8; the tuner kept another candidate
+// for five of GPT-2 small's plain GEMM plans (the lm_head's two and the MLP's), none of the
+// epilogue plans. Read at each plan's first use.
+func ltTune() bool { return os.Getenv("GODDP_LT_TUNE") != "0" }
 
 // colsumSplit is GODDP_COLSUM_SPLIT: how many times colsumParts' default number of row slices the
 // column sums take (1 to 16; unset is 2; New refuses anything else: env_check.go). 1 fills the GPU with the scalar

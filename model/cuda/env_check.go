@@ -26,11 +26,10 @@ var envSwitches = []string{
 }
 
 // envOwnGrammar are the device's other variables: checked where they are read.
-var envOwnGrammar = []string{"GODDP_FLASH_MINBLOCKS", "GODDP_FLASH_CARVEOUT", "GODDP_IPC_WAIT", "GODDP_COLSUM_SPLIT", "GODDP_FLASH_DQ_STAGES"}
+var envOwnGrammar = []string{"GODDP_FLASH_MINBLOCKS", "GODDP_FLASH_CARVEOUT", "GODDP_IPC_WAIT", "GODDP_COLSUM_SPLIT"}
 
 // checkEnv returns an error naming the first of the device's variables whose value getenv gives
-// is not one it takes: a switch not 0 or 1, GODDP_COLSUM_SPLIT not a whole number from 1 to 16,
-// GODDP_FLASH_DQ_STAGES not 2 or 3.
+// is not one it takes: a switch not 0 or 1, GODDP_COLSUM_SPLIT not a whole number from 1 to 16.
 func checkEnv(getenv func(string) string) error {
 	if err := tensor.CheckSwitches(getenv, "cuda", envSwitches); err != nil {
 		return err
@@ -39,9 +38,6 @@ func checkEnv(getenv func(string) string) error {
 		if n, err := strconv.Atoi(v); err != nil || n < 1 || n > 16 {
 			return fmt.Errorf("cuda: GODDP_COLSUM_SPLIT=%q: want a whole number from 1 to 16 (or unset: 2)", v)
 		}
-	}
-	if v := getenv("GODDP_FLASH_DQ_STAGES"); v != "" && v != "2" && v != "3" {
-		return fmt.Errorf("cuda: GODDP_FLASH_DQ_STAGES=%q: want 2 or 3 (or unset: 2)", v)
 	}
 	return nil
 }

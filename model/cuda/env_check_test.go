@@ -21,8 +21,6 @@ func TestCheckEnv(t *testing.T) {
 		{map[string]string{"GODDP_COLSUM_SPLIT": "0"}, `GODDP_COLSUM_SPLIT="0": want a whole number from 1 to 16`},
 		{map[string]string{"GODDP_COLSUM_SPLIT": "17"}, `GODDP_COLSUM_SPLIT="17"`},
 		{map[string]string{"GODDP_COLSUM_SPLIT": "two"}, `GODDP_COLSUM_SPLIT="two"`},
-		{map[string]string{"GODDP_FLASH_DQ_STAGES": "3"}, ""},
-		{map[string]string{"GODDP_FLASH_DQ_STAGES": "4"}, `GODDP_FLASH_DQ_STAGES="4": want 2 or 3`},
 	} {
 		err := checkEnv(func(k string) string { return c.env[k] })
 		switch {

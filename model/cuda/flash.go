@@ -40,9 +40,6 @@ func (d *Device) loadFlash() error {
 		if err != nil {
 			return fmt.Errorf("cuda: %w", err)
 		}
-		if err := setFlashDynShared(m[1], f); err != nil {
-			return err
-		}
 		if carve != flashCarveoutUnset {
 			if err := f.SetCarveout(carve); err != nil {
 				return fmt.Errorf("cuda: GODDP_FLASH_CARVEOUT=%d on %s: %w", carve, m[1], err)
@@ -51,23 +48,6 @@ func (d *Device) loadFlash() error {
 		d.fns[m[1]] = f
 	}
 	d.flash = true
-	return nil
-}
-
-// flashDynShared is the dynamic shared memory (bytes) of the attention kernels that take it:
-// k_flash_bwd_dq_ds3's three buffers of two 64×LDS tiles, over the 48 KiB a launch gets unasked.
-var flashDynShared = map[string]int{"k_flash_bwd_dq_ds3": 3 * 2 * 64 * 72 * 2}
-
-// setFlashDynShared raises kernel name's dynamic shared-memory limit to what flashDynShared
-// gives it (f16 and bf16 modules alike); other kernels are left as they are.
-func setFlashDynShared(name string, f cudadrv.Function) error {
-	n, ok := flashDynShared[name]
-	if !ok {
-		return nil
-	}
-	if err := f.SetMaxDynamicShared(n); err != nil {
-		return fmt.Errorf("cuda: %s: %d bytes of dynamic shared memory: %w", name, n, err)
-	}
 	return nil
 }
 
@@ -170,11 +150,7 @@ func (d *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, he
 		d.flashDelta(delta, dy, y, B*T*heads, T, heads)
 		d.launch(kn("k_flash_bwd_dkdv_ds", dqkv, qkv), grid, [3]int{128, 1, 1}, 0,
 			ptra(dqkv), ptra(qkv), ptra(dy), ptra(lse), ptra(delta), ptra(ds), i32a(T), i32a(heads), f32a(scale))
-		dqName, dqShared := "k_flash_bwd_dq_ds", 0
-		if flashDQStages() == 3 {
-			dqName, dqShared = "k_flash_bwd_dq_ds3", flashDynShared[dqName+"3"]
-		}
-		d.launch(kn(dqName, dqkv, qkv), grid, [3]int{128, 1, 1}, dqShared,
+		d.launch(kn("k_flash_bwd_dq_ds", dqkv, qkv), grid, [3]int{128, 1, 1}, 0,
 			ptra(dqkv), ptra(qkv), ptra(ds), i32a(T), i32a(heads), f32a(scale))
 		d.Free(ds)
 		d.Free(delta)
@@ -196,8 +172,7 @@ func (d *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, he
 }
 
 // flashDelta launches the backward's row sums delta = Σ dy·y (n = B·T·H rows): eight lanes a row
-// under GODDP_FLASH_DELTA8=1 (k_flash_bwd_delta8, the same bits; not yet run on a GPU), one
-// thread a row otherwise.
+// (k_flash_bwd_delta8, the default), one thread a row under GODDP_FLASH_DELTA8=0 (the same bits).
 func (d *Device) flashDelta(delta, dy, y *tensor.Tensor, n, T, heads int) {
 	name, threads := "k_flash_bwd_delta", n
 	if flashDelta8() {

@@ -125,7 +125,6 @@ __device__ __forceinline__ void load_async(half_t* s, const half_t* g, long ld, 
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_wait0() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_wait2() { asm volatile("cp.async.wait_group 2;\n" ::: "memory"); }
 
 __device__ __forceinline__ void ldsm4(u32* r, const half_t* p) {
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -607,8 +606,8 @@ __global__ void k_flash_bwd_delta(float* __restrict__ delta, const half_t* __res
 	}
 }
 
-// k_flash_bwd_delta8: k_flash_bwd_delta with eight lanes to a row (GODDP_FLASH_DELTA8=1, not yet
-// run on a GPU): lane j of a group of eight loads the row's 16-byte piece j of dy and of y, so a
+// k_flash_bwd_delta8: k_flash_bwd_delta with eight lanes to a row (the default; GODDP_FLASH_DELTA8=0
+// takes k_flash_bwd_delta; its test passed on an H100 in session 23): lane j of a group of eight loads the row's 16-byte piece j of dy and of y, so a
 // warp's loads are four rows, 512 contiguous bytes each (k_flash_bwd_delta: 32 rows 128 bytes apart,
 // each load instruction touching 32 lines). The sum is delta_row's, term by term in its order: lane
 // j adds its eight products to the running sum lane j−1 hands it (a shuffle), lane 7 ends with the
@@ -710,65 +709,6 @@ __global__ void __launch_bounds__(128) k_flash_bwd_dq_ds(half_t* __restrict__ dq
 		} else {
 			cp_wait0();
 		}
-		__syncthreads();
-		// dQ += dS·K, as mm_pkn(dq, dS, K) does it
-		#pragma unroll
-		for (int kk = 0; kk < 4; kk++) {
-			u32 a[4];
-			ldAt(a, sS[cur], warp * 16, kk * 16, lane);
-			#pragma unroll
-			for (int n2 = 0; n2 < 4; n2++) {
-				u32 bb[4];
-				ldB2t(bb, sK[cur], kk * 16, n2 * 16, lane);
-				mma(dq[2 * n2], a, bb[0], bb[1]);
-				mma(dq[2 * n2 + 1], a, bb[2], bb[3]);
-			}
-		}
-		__syncthreads();
-	}
-	flash_store_dq(dqkv, dq, b, h, T, ld, r0, r1, t4, scale);
-}
-
-// k_flash_bwd_dq_ds3: k_flash_bwd_dq_ds with three buffers of each tile, each block's loads two
-// key tiles ahead of its products (GODDP_FLASH_DQ_STAGES=3, not yet run on a GPU): the kernel
-// streams 8 KiB of dS a key tile from HBM and does a quarter of the tile products of the others,
-// so it waits on its loads. Dynamic shared memory: 3 × 2 × 64·LDS halves (55 296 bytes; flash.go
-// raises the kernel's limit). The same products in the same order: the same bits.
-__global__ void __launch_bounds__(128) k_flash_bwd_dq_ds3(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
-		const half_t* __restrict__ ds, int T, int H, float scale) {
-	extern __shared__ __align__(16) half_t flash_dyn[];
-	half_t (*sS)[64 * LDS] = (half_t (*)[64 * LDS])flash_dyn;
-	half_t (*sK)[64 * LDS] = (half_t (*)[64 * LDS])(flash_dyn + 3 * 64 * LDS);
-	int nt = flash_tiles(), qt = nt - 1 - flash_tile(), bh = flash_bh(), b = bh / H, h = bh % H;
-	int C = H * HS;
-	long ld = 3L * C;
-	const half_t* base = qkv + (long)b * T * ld + h * HS;
-	const half_t* dsq = ds + flash_ds_tile(bh, nt, qt, 0); // this query tile's blocks, key tile 0 first
-	int q0 = qt * 64;
-	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
-	int r0 = q0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
-
-	// Key tiles 0 and 1 in flight (a group each; an empty group where there is no tile 1), then
-	// at step kt tile kt+2's group: at the wait, two groups after kt's may still be pending.
-	#pragma unroll
-	for (int i = 0; i < 2; i++) {
-		if (i <= qt) {
-			load_async(sS[i], dsq + (long)i * 4096, 64, 64);
-			load_async(sK[i], base + C + (long)i * 64 * ld, ld, min(64, T - i * 64));
-		}
-		cp_commit();
-	}
-	float dq[8][4];
-	zero8x4(dq);
-	for (int kt = 0; kt <= qt; kt++) {
-		int cur = kt % 3;
-		if (kt + 2 <= qt) { // its buffers were last read at step kt−1, before that step's closing barrier
-			int nx = (kt + 2) % 3, k2 = (kt + 2) * 64;
-			load_async(sS[nx], dsq + (long)(kt + 2) * 4096, 64, 64);
-			load_async(sK[nx], base + C + (long)k2 * ld, ld, min(64, T - k2));
-		}
-		cp_commit();
-		cp_wait2();
 		__syncthreads();
 		// dQ += dS·K, as mm_pkn(dq, dS, K) does it
 		#pragma unroll

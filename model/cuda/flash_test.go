@@ -120,9 +120,8 @@ func TestCUDA_flashKernelResources(t *testing.T) {
 		{"k_flash_bwd_dq_delta", 128, 2*tile + 64*4},
 		{"k_flash_bwd_dkdv_ds", 128, 2*tile + 2*2*64*4 + 4*16*72*2},
 		{"k_flash_bwd_dq_ds", 128, 2 * tile},
-		{"k_flash_bwd_dq_ds3", 128, 0}, // its three buffers are dynamic (flashDynShared)
 	} {
-		r, err := g.KernelResources(k.name, k.threads, flashDynShared[k.name])
+		r, err := g.KernelResources(k.name, k.threads, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -171,7 +170,7 @@ func TestFlashCarveout_parse(t *testing.T) {
 func TestCUDA_flashOptionsSameBits(t *testing.T) {
 	gpu(t)
 	t.Setenv("GODDP_FLASH_TILE_MAJOR", "0")
-	t.Setenv("GODDP_FLASH_MINBLOCKS", "")
+	t.Setenv("GODDP_FLASH_MINBLOCKS", "0,0,0") // no cap (unset caps dk/dv since session 23)
 	t.Setenv("GODDP_FLASH_EX2", "0")
 	t.Setenv("GODDP_FLASH_PACK2", "")
 	ref, err := New(0)
@@ -179,8 +178,8 @@ func TestCUDA_flashOptionsSameBits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ref.Close()
-	variants := []struct{ tileMajor, minBlocks, ex2, pack string }{{"1", "", "0", ""}, {"0", "4,4,3", "0", ""}, {"1", "4,4,3", "0", ""},
-		{"1", "", "1", ""}, {"1", "", "0", "1"}, {"1", "", "1", "1"}, {"", "", "", ""}} // the last: the defaults
+	variants := []struct{ tileMajor, minBlocks, ex2, pack string }{{"1", "0,0,0", "0", ""}, {"0", "4,4,3", "0", ""}, {"1", "4,4,3", "0", ""}, {"1", "0,0,3", "0", ""},
+		{"1", "0,0,0", "1", ""}, {"1", "0,0,0", "0", "1"}, {"1", "0,0,0", "1", "1"}, {"", "", "", ""}} // the last: the defaults
 	type result struct {
 		y, dqkv []uint16
 		lse     []float32
@@ -263,9 +262,10 @@ func TestFlashOptions_parse(t *testing.T) {
 		want       string
 		major      bool
 	}{
-		{"", "", "-DFLASH_TILE_MAJOR=1", true}, // the default since session 17
-		{"0", "", "", false},
-		{"1", "", "-DFLASH_TILE_MAJOR=1", true},
+		{"", "", "-DFLASH_TILE_MAJOR=1 -DFLASH_DKDV_MINB=,3", true}, // the defaults since sessions 17 and 23
+		{"0", "0,0,0", "", false},
+		{"1", "0,0,0", "-DFLASH_TILE_MAJOR=1", true},
+		{"1", "0, 3,0", "-DFLASH_TILE_MAJOR=1 -DFLASH_DQ_MINB=,3", true},
 		{"0", "4,4,3", "-DFLASH_FWD_MINB=,4 -DFLASH_DQ_MINB=,4 -DFLASH_DKDV_MINB=,3", false},
 		{"1", " 2, 2 ,1", "-DFLASH_TILE_MAJOR=1 -DFLASH_FWD_MINB=,2 -DFLASH_DQ_MINB=,2 -DFLASH_DKDV_MINB=,1", true},
 	} {
@@ -277,7 +277,7 @@ func TestFlashOptions_parse(t *testing.T) {
 		}
 	}
 	t.Setenv("GODDP_FLASH_TILE_MAJOR", "")
-	t.Setenv("GODDP_FLASH_MINBLOCKS", "")
+	t.Setenv("GODDP_FLASH_MINBLOCKS", "0,0,0")
 	for ex2, want := range map[string]string{"1": "-DFLASH_TILE_MAJOR=1 -DFLASH_EX2_FTZ=1", "0": "-DFLASH_TILE_MAJOR=1", "": "-DFLASH_TILE_MAJOR=1 -DFLASH_EX2_FTZ=1"} {
 		t.Setenv("GODDP_FLASH_EX2", ex2)
 		if opts, _, err := flashOptions(); err != nil || strings.Join(opts, " ") != want {
@@ -299,7 +299,7 @@ func TestFlashOptions_parse(t *testing.T) {
 		t.Errorf("EX2=ftz: error %v, want one naming the variable", err)
 	}
 	t.Setenv("GODDP_FLASH_EX2", "")
-	for _, c := range [][2]string{{"2", ""}, {"yes", ""}, {"", "4,4"}, {"", "4,4,0"}, {"", "4,9,3"}, {"", "a,b,c"}} {
+	for _, c := range [][2]string{{"2", ""}, {"yes", ""}, {"", "4,4"}, {"", "4,4,-1"}, {"", "4,9,3"}, {"", "a,b,c"}} {
 		t.Setenv("GODDP_FLASH_TILE_MAJOR", c[0])
 		t.Setenv("GODDP_FLASH_MINBLOCKS", c[1])
 		if _, _, err := flashOptions(); err == nil || !strings.Contains(err.Error(), "GODDP_FLASH_") {
@@ -328,12 +328,7 @@ func TestCUDA_flashDSSameBits(t *testing.T) {
 }
 
 func TestCUDA_flashDelta8SameBits(t *testing.T) {
-	flashBackwardSameBits(t, "GODDP_FLASH_DELTA8", "", "1", "k_flash_bwd_delta8")
-}
-
-// The dS-once dq with three buffers against its two (dS once on for both runs).
-func TestCUDA_flashDQStages3SameBits(t *testing.T) {
-	flashBackwardSameBits(t, "GODDP_FLASH_DQ_STAGES", "", "3", "k_flash_bwd_dq_ds3", "GODDP_FLASH_DS", "1")
+	flashBackwardSameBits(t, "GODDP_FLASH_DELTA8", "0", "", "k_flash_bwd_delta8")
 }
 
 // flashBackwardSameBits checks that the attention backward's dqkv has the same bits with the knob

@@ -42,8 +42,8 @@ type ltState struct {
 	h     *cublaslt.Handle
 	algos map[cublaslt.Plan]ltAlgo // by plan without addresses
 	// Fused and Composed count the epilogue calls cublasLt ran and the calls composed instead;
-	// Plain the plain GEMMs it ran under GODDP_LT_GEMM=1 (blas.go); Tuned the plans whose
-	// algorithm GODDP_LT_TUNE chose by timing (lt_tune.go).
+	// Plain the plain GEMMs it ran (lt_gemm.go; blas.go); Tuned the plans whose algorithm the
+	// tuner chose by timing, now or in an earlier run on this GPU model (lt_tune.go).
 	Fused, Composed, Plain, Tuned int
 }
 
@@ -100,7 +100,7 @@ func (d *Device) ltRun(p cublaslt.Plan, alpha, beta float32, a, b, out *tensor.T
 		if err != nil {
 			panic(fmt.Sprintf("cuda: %v", err))
 		}
-		if ltTune() { // GODDP_LT_TUNE=1: timed among the heuristic's candidates (lt_tune.go)
+		if ltTune() { // timed among the heuristic's candidates unless GODDP_LT_TUNE=0 (lt_tune.go)
 			al.a = d.ltTuneAlgo(&p, alpha, beta, a, b, out, al.a, al.ok)
 		}
 		s.algos[key] = al

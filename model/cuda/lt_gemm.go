@@ -7,16 +7,16 @@ import (
 	"github.com/goddp/goddp/model/tensor"
 )
 
-// lt_gemm.go: GODDP_LT_GEMM=1 (issue 35; off, not yet run on a GPU) — the device's plain GEMMs
-// (MatMul, batch 1) through cublasLt with the default epilogue instead of cublasGemmEx, so that
-// GODDP_LT_TUNE=1 can choose their algorithms by timing too (the GEMMs of GPT-2 small's step at
-// b16 are ~20 ms of its ~37, at 650–690 TFLOP/s on an H100). Without GODDP_LT_TUNE it is
-// cublasLt's first-ranked algorithm, which need not be the one cublasGemmEx runs: the A/B against
-// the default says what the path alone changes. Operands cublasLt does not take
-// (the dtypes of ltDType, mixed 16-bit types after gemm's widening) stay on cublasGemmEx.
+// lt_gemm.go: the device's plain GEMMs (MatMul, batch 1) through cublasLt with the default
+// epilogue instead of cublasGemmEx (the default since session 23; GODDP_LT_GEMM=0 keeps
+// cublasGemmEx), so that the tuner (GODDP_LT_TUNE, lt_tune.go) chooses their algorithms by timing
+// too: the GEMMs of GPT-2 small's step at b16 are ~20 ms of its ~37, at 650–690 TFLOP/s on an
+// H100, and with the tuner the step measured −0.58 ms at b16 there (session 23). Operands
+// cublasLt does not take (the dtypes of ltDType, mixed 16-bit types after gemm's widening) stay
+// on cublasGemmEx.
 
 // ltGemm runs C (out) = alpha·op(A)·op(B) + beta·C (row-major, gemm's arguments) through
-// cublasLt where GODDP_LT_GEMM=1 asks and it can, and reports whether it did (false: nothing
+// cublasLt unless GODDP_LT_GEMM=0, where it can, and reports whether it did (false: nothing
 // enqueued, the caller runs cublasGemmEx).
 func (d *Device) ltGemm(out, a, b *tensor.Tensor, transA, transB bool, m, n, k, lda, ldb, ldc int, alpha, beta float32) bool {
 	if !ltGemmOn() || !ltSameDType(a, b) {
