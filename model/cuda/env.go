@@ -31,6 +31,7 @@ import (
 //	GODDP_FLASH_EX2=0 the attention kernels' exponentials by exp2f, with its subnormal handling around the ex2.approx.ftz they take by default (flashOptions; the same bits, TestCUDA_flashOptionsSameBits passed on an H100; ex2 alone is the default since session 20: −0.7% at b16)
 //	GODDP_FLASH_PACK2=1 the attention kernels' f16 (bf16) pairs packed by one cvt.rn.f16x2.f32 each (flashOptions; the same bits, its test passed on an H100 in session 20; measured +0.3% at b16, noise: off)
 //	GODDP_FLASH_DELTA8=0 the attention backward's row sums Σ dy·y one thread a row (k_flash_bwd_delta), not eight lanes a row, coalesced (k_flash_bwd_delta8; the same bits, its test passed on an H100 in session 23, the kernel 0.48 → 0.36 ms at b16: the default)
+//	GODDP_FLASH_DQ_PAIR=1 the dS-once dq kernel with two query tiles a block, each K tile fetched once for both (k_flash_bwd_dq_ds2; the same bits; not yet run on a GPU)
 //	GODDP_FLASH_DELTA_FOLD=1 the attention backward's row sums Σ dy·y made by the dq kernel (k_flash_bwd_dq_delta, launched before dk/dv), not a pass of their own (k_flash_bwd_delta) (flash.go; the same bits, its test passed on an H100 in session 20; measured −0.1 ms at b16, inside the noise: off)
 //	GODDP_FLASH_DS=0  the attention backward's dS recomputed for dq (k_flash_bwd_dkdv, k_flash_bwd_dq) instead of computed once, the default: stored by the dk/dv kernel, multiplied by K for dq (k_flash_bwd_dkdv_ds, k_flash_bwd_dq_ds; flash.go; the same bits, TestCUDA_flashDSSameBits passed on an H100 in sessions 21 and 22; B·H·n(n+1)/2·8 KiB of scratch for n query tiles; with its stores staged through shared memory −0.31 ms at b16, −0.06 at b8, session 22: the default)
 //	GODDP_GELU_TANH_APPROX=1 the 8-wide GELU kernels' tanh as one tanh.approx.f32, not tanhf (kernelOptions; within ~2^-11 relative, not tanhf's bits; its bound test passed on an H100 in session 21, measured +0.6% at b16: off)
@@ -422,6 +423,15 @@ func flashDS() bool { return os.Getenv("GODDP_FLASH_DS") != "0" }
 // passed (the same bits) with the whole suite, the kernel 0.36 ms; the model bench's step moved
 // −0.04 ms at b16 (median of 3, inside the noise). Read at each call.
 func flashDelta8() bool { return os.Getenv("GODDP_FLASH_DELTA8") != "0" }
+
+// flashDQPair reports whether GODDP_FLASH_DQ_PAIR=1 asks for the dS-once dq kernel with two query
+// tiles a block (k_flash_bwd_dq_ds2, 8 warps: each K tile fetched once for both; the same bits;
+// not yet run on a GPU). Session 23's b16 profile on an H100: k_flash_bwd_dq_ds 1.58 ms with 6
+// blocks an SM at 80 registers, reading 2.6 GB of dS from HBM (~1.6 TB/s) and 3.1 GB of K tiles
+// from L2; loads two tiles ahead (a third buffer) changed nothing, so it is not waiting on its
+// loads' latency. If L2's bandwidth bounds it, halving the K traffic gives ~1.2 ms: predicted
+// −0.2..−0.4 ms a b16 step, nothing if it does not. Read at each call.
+func flashDQPair() bool { return os.Getenv("GODDP_FLASH_DQ_PAIR") == "1" }
 
 // ltGemmOn reports whether the plain GEMMs run through cublasLt (the default; GODDP_LT_GEMM=0:
 // cublasGemmEx), so that the tuner (ltTune) chooses their algorithms too (lt_gemm.go). Read at

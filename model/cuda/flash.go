@@ -150,8 +150,15 @@ func (d *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, he
 		d.flashDelta(delta, dy, y, B*T*heads, T, heads)
 		d.launch(kn("k_flash_bwd_dkdv_ds", dqkv, qkv), grid, [3]int{128, 1, 1}, 0,
 			ptra(dqkv), ptra(qkv), ptra(dy), ptra(lse), ptra(delta), ptra(ds), i32a(T), i32a(heads), f32a(scale))
-		d.launch(kn("k_flash_bwd_dq_ds", dqkv, qkv), grid, [3]int{128, 1, 1}, 0,
-			ptra(dqkv), ptra(qkv), ptra(ds), i32a(T), i32a(heads), f32a(scale))
+		if flashDQPair() { // two query tiles a block (k_flash_bwd_dq_ds2; env.go)
+			name := kn("k_flash_bwd_dq_ds2", dqkv, qkv)
+			d.allowDynShared(name, flashDQPairShared)
+			d.launch(name, d.flashGrid((nt+1)/2, B*heads), [3]int{256, 1, 1}, flashDQPairShared,
+				ptra(dqkv), ptra(qkv), ptra(ds), i32a(T), i32a(heads), f32a(scale))
+		} else {
+			d.launch(kn("k_flash_bwd_dq_ds", dqkv, qkv), grid, [3]int{128, 1, 1}, 0,
+				ptra(dqkv), ptra(qkv), ptra(ds), i32a(T), i32a(heads), f32a(scale))
+		}
 		d.Free(ds)
 		d.Free(delta)
 		return
@@ -170,6 +177,10 @@ func (d *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, he
 	d.launch(kn("k_flash_bwd_dq", dqkv, qkv), grid, [3]int{128, 1, 1}, 0, args...)
 	d.Free(delta)
 }
+
+// flashDQPairShared is k_flash_bwd_dq_ds2's dynamic shared memory: two stages of a K tile and two
+// dS blocks, 64 rows of LDS = 72 halves each.
+const flashDQPairShared = 2 * 3 * 64 * 72 * 2
 
 // flashDelta launches the backward's row sums delta = Σ dy·y (n = B·T·H rows): eight lanes a row
 // (k_flash_bwd_delta8, the default), one thread a row under GODDP_FLASH_DELTA8=0 (the same bits).

@@ -728,6 +728,73 @@ __global__ void __launch_bounds__(128) k_flash_bwd_dq_ds(half_t* __restrict__ dq
 	flash_store_dq(dqkv, dq, b, h, T, ld, r0, r1, t4, scale);
 }
 
+// k_flash_bwd_dq_ds2: k_flash_bwd_dq_ds for two query tiles a block (GODDP_FLASH_DQ_PAIR=1, not yet
+// run on a GPU): 8 warps, warps 0–3 the rows of query tile 2p, warps 4–7 those of 2p+1, so each
+// key tile fetched into shared memory serves both — half the K tiles k_flash_bwd_dq_ds reads again
+// from L2 for every query tile (3.1 GB a b16 step beside the 2.6 GB of dS). ⌈n/2⌉ pairs × B·H
+// (the longest pair first), 256 threads, dynamic shared memory 6 × 64·LDS halves (55 296 bytes:
+// two stages of a K tile and the pair's two dS blocks). Each warp adds its key tiles in
+// k_flash_bwd_dq_ds's order with its arithmetic: the same bits.
+__global__ void __launch_bounds__(256) k_flash_bwd_dq_ds2(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
+		const half_t* __restrict__ ds, int T, int H, float scale) {
+	extern __shared__ __align__(16) half_t flash_dyn[];
+	half_t (*sS)[64 * LDS] = (half_t (*)[64 * LDS])flash_dyn;                  // [stage·2 + half]
+	half_t (*sK)[64 * LDS] = (half_t (*)[64 * LDS])(flash_dyn + 4 * 64 * LDS); // [stage]
+	int nt = (T + 63) / 64, pr = flash_tiles() - 1 - flash_tile(), bh = flash_bh(), b = bh / H, h = bh % H;
+	int C = H * HS;
+	long ld = 3L * C;
+	const half_t* base = qkv + (long)b * T * ld + h * HS;
+	int qa = 2 * pr, qb = 2 * pr + 1; // qb == nt: no second tile (n odd)
+	bool hasB = qb < nt;
+	int last = hasB ? qb : qa; // the last key tile a warp of the block needs
+	const half_t* dsa = ds + flash_ds_tile(bh, nt, qa, 0);
+	const half_t* dsb = hasB ? ds + flash_ds_tile(bh, nt, qb, 0) : dsa;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
+	int hf = warp >> 2, w4 = warp & 3;
+	int qt = hf ? qb : qa;
+	int r0 = qt * 64 + w4 * 16 + (lane >> 2), r1 = r0 + 8;
+
+	// Key tile kt into stage st: its K rows, and the dS blocks (qa, kt) where kt ≤ qa and (qb, kt).
+	#define DQ2_LOAD(kt, st) do { \
+		load_async(sK[st], base + C + (long)(kt) * 64 * ld, ld, min(64, T - (kt) * 64)); \
+		if ((kt) <= qa) load_async(sS[2 * (st)], dsa + (long)(kt) * 4096, 64, 64); \
+		if (hasB) load_async(sS[2 * (st) + 1], dsb + (long)(kt) * 4096, 64, 64); \
+	} while (0)
+	DQ2_LOAD(0, 0);
+	cp_commit();
+	float dq[8][4];
+	zero8x4(dq);
+	for (int kt = 0; kt <= last; kt++) {
+		int cur = kt & 1;
+		if (kt < last) {
+			DQ2_LOAD(kt + 1, cur ^ 1);
+			cp_commit();
+			cp_wait1();
+		} else {
+			cp_wait0();
+		}
+		__syncthreads();
+		if (kt <= qt && qt < nt) { // dQ += dS·K, as mm_pkn(dq, dS, K) does it
+			const half_t* st = sS[2 * cur + hf];
+			#pragma unroll
+			for (int kk = 0; kk < 4; kk++) {
+				u32 a[4];
+				ldAt(a, st, w4 * 16, kk * 16, lane);
+				#pragma unroll
+				for (int n2 = 0; n2 < 4; n2++) {
+					u32 bb[4];
+					ldB2t(bb, sK[cur], kk * 16, n2 * 16, lane);
+					mma(dq[2 * n2], a, bb[0], bb[1]);
+					mma(dq[2 * n2 + 1], a, bb[2], bb[3]);
+				}
+			}
+		}
+		__syncthreads();
+	}
+	#undef DQ2_LOAD
+	if (qt < nt) flash_store_dq(dqkv, dq, b, h, T, ld, r0, r1, t4, scale);
+}
+
 // k_flash_bwd_dq: ⌈T/64⌉ query tiles × B·H, 128 threads (flash_bwd_dq), delta from
 // k_flash_bwd_delta. Writes dq into dqkv.
 __global__ void __launch_bounds__(128 FLASH_DQ_MINB) k_flash_bwd_dq(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,

@@ -120,8 +120,14 @@ func TestCUDA_flashKernelResources(t *testing.T) {
 		{"k_flash_bwd_dq_delta", 128, 2*tile + 64*4},
 		{"k_flash_bwd_dkdv_ds", 128, 2*tile + 2*2*64*4 + 4*16*72*2},
 		{"k_flash_bwd_dq_ds", 128, 2 * tile},
+		{"k_flash_bwd_dq_ds2", 256, 0}, // its buffers are dynamic (flashDQPairShared)
 	} {
-		r, err := g.KernelResources(k.name, k.threads, 0)
+		dyn := 0
+		if k.name == "k_flash_bwd_dq_ds2" {
+			dyn = flashDQPairShared
+			g.allowDynShared(k.name, dyn) // what the launch does: over 48 KiB needs asking
+		}
+		r, err := g.KernelResources(k.name, k.threads, dyn)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -329,6 +335,12 @@ func TestCUDA_flashDSSameBits(t *testing.T) {
 
 func TestCUDA_flashDelta8SameBits(t *testing.T) {
 	flashBackwardSameBits(t, "GODDP_FLASH_DELTA8", "0", "", "k_flash_bwd_delta8")
+}
+
+// The dS-once dq with two query tiles a block against one (dS once on for both runs; the shapes'
+// tile counts are odd and even).
+func TestCUDA_flashDQPairSameBits(t *testing.T) {
+	flashBackwardSameBits(t, "GODDP_FLASH_DQ_PAIR", "", "1", "k_flash_bwd_dq_ds2", "GODDP_FLASH_DS", "1")
 }
 
 // flashBackwardSameBits checks that the attention backward's dqkv has the same bits with the knob
