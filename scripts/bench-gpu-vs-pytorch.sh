@@ -12,6 +12,9 @@
 #   NOCLIP=0       skip the ddptrain row without gradient clipping (on by default, fp16: the config
 #                  clips at 1.0 — a norm pass, a read-back and a scaling pass each step — and the
 #                  PyTorch script does not clip, so this row is the same work as PyTorch's)
+#   SYNTH=0        skip the ddptrain row on synthetic tokens (on by default, fp16: data.kind
+#                  synthetic-tokens, ids uniform over the vocabulary as PyTorch's script and the
+#                  model bench draw them, where the other rows train on byte-level text)
 #   EAGER=0        skip PyTorch eager
 #   DTYPE=bf16     issue 32's stage 3 instead: goddp's model bench and ddptrain in fp16 AND bf16, PyTorch
 #                  bf16 autocast (eager, torch.compile), then LOSS_STEPS=300 steps of ddptrain at batch
@@ -93,6 +96,11 @@ if [ "${TRAINER:-1}" != 0 ]; then
           row goddp-ddptrain-noclip "$b" "$OUT/trainer-noclip-$b.jsonl"
         else tail -3 "$OUT/trainer-noclip-$b.log"; fi
       fi
+      if [ "$p" = fp16 ] && [ "${SYNTH:-1}" != 0 ]; then # PyTorch's and the model bench's data
+        if trainer "trainer-synth-$b" fp16 "$b" "${TSTEPS:-120}" --set train.log_every=10 --set data.kind=synthetic-tokens --set data.path=; then
+          row goddp-ddptrain-synth "$b" "$OUT/trainer-synth-$b.jsonl"
+        else tail -3 "$OUT/trainer-synth-$b.log"; fi
+      fi
     done
   done
 fi
@@ -154,9 +162,10 @@ results | awk '
   function ratio(a, b) { return (b > 0) ? a / b : 0 }
   END {
     printf "%-6s %-8s | %12s %8s %8s | %12s %8s %8s | %12s %8s %8s | %8s %8s | %8s %8s\n", "batch", "goddp", "tok/s", "ms", "GiB", "eager tok/s", "ms", "GiB", "compile tok/s", "ms", "GiB", "vs eager", "memory", "vs comp.", "memory"
-    for (i = 0; i < n; i++) for (gi = 0; gi < 3; gi++) { k = order[i]; g = gi == 2 ? "goddp-ddptrain-noclip" : gi ? "goddp-ddptrain" : "goddp"; e = "pytorch"; c = "pytorch-compile"
+    split("goddp goddp-ddptrain goddp-ddptrain-noclip goddp-ddptrain-synth", impls, " "); split("model ddptrain noclip synth", labels, " ")
+    for (i = 0; i < n; i++) for (gi = 1; gi <= 4; gi++) { k = order[i]; g = impls[gi]; e = "pytorch"; c = "pytorch-compile"
       if (!((g, k) in tps)) continue
-      printf "%-6s %-8s | %12d %8.1f %8.2f | %12d %8.1f %8.2f | %12d %8.1f %8.2f | %7.2fx %7.2fx | %7.2fx %7.2fx\n", k, gi == 2 ? "noclip" : gi ? "ddptrain" : "model",
+      printf "%-6s %-8s | %12d %8.1f %8.2f | %12d %8.1f %8.2f | %12d %8.1f %8.2f | %7.2fx %7.2fx | %7.2fx %7.2fx\n", k, labels[gi],
         tps[g, k], ms[g, k], gib[g, k], tps[e, k], ms[e, k], gib[e, k], tps[c, k], ms[c, k], gib[c, k],
         ratio(tps[g, k], tps[e, k]), ratio(gib[g, k], gib[e, k]), ratio(tps[g, k], tps[c, k]), ratio(gib[g, k], gib[c, k]) }
   }'

@@ -42,6 +42,9 @@ grep -q '^4 *noclip' "$W/fp16.txt" || bad "fp16 table has no noclip row"
 lastloss() { grep -o '"loss":[0-9.]*' "$1" | tail -1; }
 [ -n "$(lastloss "$W/fp16/trainer-noclip-4.jsonl")" ] && [ "$(lastloss "$W/fp16/trainer-noclip-4.jsonl")" != "$(lastloss "$W/fp16/trainer-4.jsonl")" ] ||
   bad "the noclip run's loss is the clipped run's: train.grad_clip=0 did not take"
+grep -q '^4 *synth' "$W/fp16.txt" || bad "fp16 table has no synth row"
+grep -q 'data=synthetic-tokens' "$W/fp16/trainer-synth-4.log" ||
+  bad "the synth run did not train on synthetic tokens ($W/fp16/trainer-synth-4.log)"
 ok "fp16 part on the cpu"
 
 # bf16: the trainer rows, the loss curves and the two workers with ddp.wire bf16.

@@ -92,6 +92,19 @@ func loadData(cfg *Config, spec model.Spec) (train, eval data.Dataset, err error
 			return nil, nil, err
 		}
 		return tr.WithContext(cfg.Model.Context), te.WithContext(cfg.Model.Context), nil
+	case "synthetic-tokens":
+		// Uniform ids over the vocabulary the model reads (vocab_used where set), a function of
+		// (seed, window) only: the inputs of PyTorch's GPT-2 benchmark, for like-for-like steps.
+		seed := uint64(cfg.Seed)
+		tr, err := data.NewSyntheticTokens(synthTokenWindows, cfg.Model.Context, vocabTokens(cfg), seed)
+		if err != nil {
+			return nil, nil, fmt.Errorf("worker: %w", err)
+		}
+		te, err := data.NewSyntheticTokens(synthTokenWindows/100, cfg.Model.Context, vocabTokens(cfg), seed^1)
+		if err != nil {
+			return nil, nil, fmt.Errorf("worker: %w", err)
+		}
+		return tr, te, nil
 	case "tokens":
 		// Memory-mapped; every id checked against the tokenizer's vocabulary (a shard that is
 		// truncated, of another format or out of vocabulary is refused naming the file).
@@ -109,7 +122,7 @@ func loadData(cfg *Config, spec model.Spec) (train, eval data.Dataset, err error
 		}
 		return tr, te, nil
 	}
-	return nil, nil, fmt.Errorf("worker: data.kind %q: want mnist, text, tokens, synthetic-images or image_folder", cfg.Data.Kind)
+	return nil, nil, fmt.Errorf("worker: data.kind %q: want mnist, text, tokens, synthetic-tokens, synthetic-images or image_folder", cfg.Data.Kind)
 }
 
 // imageFolderConfig is data.kind image_folder's transform: data.image_size (0 = 224) and
@@ -195,6 +208,10 @@ func buildModel(dev tensor.Device, cfg *Config) (model.Model, error) {
 	}
 	return model.New(dev, spec, uint64(cfg.Seed))
 }
+
+// synthTokenWindows is data.kind synthetic-tokens' training windows (its eval set has a
+// hundredth): drawn when filled, so their number costs nothing but the epoch's length.
+const synthTokenWindows = 100_000
 
 // imageShape is one input image (C,H,W) of an image model: MNIST's 1×28×28, ImageNet's
 // 3×224×224 for synthetic images, 3×image_size² for an image folder (grey images as RGB).

@@ -80,6 +80,9 @@ const (
 	DataSyntheticImages DataKind = "synthetic-images"
 	// DataImageFolder is a resnet's images in data.path as ROOT/{train,val}/CLASS/*.jpg|png.
 	DataImageFolder DataKind = "image_folder"
+	// DataSyntheticTokens is made-up token windows, ids uniform over the model's vocabulary (a
+	// model.kind gpt), for benchmarks: what PyTorch's GPT-2 benchmark trains on; nothing is read.
+	DataSyntheticTokens DataKind = "synthetic-tokens"
 )
 
 // Wire is `ddp.wire`: the all-reduce wire format. Config.WireFormat resolves auto.
@@ -134,7 +137,7 @@ var (
 		aliases: map[string]Attention{"": "", "materialised": AttnMaterialized}}
 	schedules  = choices[Schedule]{key: "train.schedule", values: []Schedule{ScheduleConstant, ScheduleCosine}}
 	optimizers = choices[Optimizer]{key: "train.optimizer", values: []Optimizer{OptAdamW, OptSGD}}
-	dataKinds  = choices[DataKind]{key: "data.kind", values: []DataKind{DataMNIST, DataText, DataTokens, DataSyntheticImages, DataImageFolder}}
+	dataKinds  = choices[DataKind]{key: "data.kind", values: []DataKind{DataMNIST, DataText, DataTokens, DataSyntheticImages, DataImageFolder, DataSyntheticTokens}}
 	wires      = choices[Wire]{key: "ddp.wire", values: []Wire{WireAuto, WireF32, WireF16, WireBF16}}
 )
 

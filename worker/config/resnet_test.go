@@ -82,3 +82,27 @@ func TestHash_resnetKeysOmittedWhenUnset(t *testing.T) {
 		}
 	}
 }
+
+// data.kind synthetic-tokens: for a gpt, with no data.path; refused for an mlp or a resnet and
+// with a path, each in one line naming the key.
+func TestValidate_syntheticTokens(t *testing.T) {
+	gpt := func(kv ...string) *Config {
+		c := Default()
+		for _, s := range append([]string{"model.kind=gpt", "model.layers=2", "model.width=64", "model.heads=2", "model.context=32",
+			"model.vocab=512", "train.epochs=1", "train.micro_batch=4", "train.lr=0.01", "data.kind=synthetic-tokens"}, kv...) {
+			if err := c.Set(s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return c.Resolved()
+	}
+	if err := gpt().Validate(); err != nil {
+		t.Fatalf("a gpt on synthetic tokens: %v", err)
+	}
+	if err := gpt("data.path=/x").Validate(); err == nil || !strings.Contains(err.Error(), "data.path: /x: data.kind synthetic-tokens reads nothing") {
+		t.Errorf("with a path: %v", err)
+	}
+	if err := resnetConfig(t, "data.kind=synthetic-tokens").Validate(); err == nil || !strings.Contains(err.Error(), "data.kind: synthetic-tokens with model.kind resnet") {
+		t.Errorf("a resnet: %v", err)
+	}
+}

@@ -221,11 +221,11 @@ func (c *Config) validateData(p *problems) {
 	switch {
 	case m.Kind == ModelGPT && d.Kind == DataMNIST:
 		p.bad("data.kind", "mnist with model.kind gpt: a gpt model trains on text")
-	case m.Kind == ModelMLP && (d.Kind == DataText || d.Kind == DataTokens):
+	case m.Kind == ModelMLP && (d.Kind == DataText || d.Kind == DataTokens || d.Kind == DataSyntheticTokens):
 		p.bad("data.kind", "%s with model.kind mlp: an mlp trains on mnist", d.Kind)
 	case m.Kind != ModelResNet && (d.Kind == DataSyntheticImages || d.Kind == DataImageFolder):
 		p.bad("data.kind", "%s with model.kind %s: these images are for a resnet", d.Kind, m.Kind)
-	case m.Kind == ModelResNet && (d.Kind == DataText || d.Kind == DataTokens):
+	case m.Kind == ModelResNet && (d.Kind == DataText || d.Kind == DataTokens || d.Kind == DataSyntheticTokens):
 		p.bad("data.kind", "%s with model.kind resnet: a resnet trains on images (mnist, synthetic-images, image_folder)", d.Kind)
 	case m.Kind == ModelResNet && d.Kind == DataMNIST && m.Classes > 0 && m.Classes != 10:
 		p.bad("model.classes", "%d: MNIST has 10 classes", m.Classes)
@@ -240,6 +240,9 @@ func (c *Config) validateData(p *problems) {
 	}
 	if d.Kind == DataTokens && d.Path == "" {
 		p.bad("data.path", "empty: data.kind tokens needs the shards' directory or a glob (`ddpbench tokenize` writes them; `make opticks-tokens` the Opticks ones)")
+	}
+	if d.Kind == DataSyntheticTokens && d.Path != "" {
+		p.bad("data.path", "%s: data.kind synthetic-tokens reads nothing (leave data.path empty)", d.Path)
 	}
 	if d.Kind == DataImageFolder && d.Path == "" {
 		p.bad("data.path", "empty: data.kind image_folder needs ROOT, with ROOT/train/CLASS/*.jpg|png and ROOT/val/CLASS/… (`ddpbench images --from-mnist DIR` writes MNIST so)")
