@@ -327,6 +327,25 @@ __device__ __forceinline__ void flash_store_dq(half_t* __restrict__ dqkv, float 
 	}
 }
 
+// flash_dq_tile: dq (a warp's 16 rows row0.., C fragments) += dS·K for one key tile, as mm_pkn(dq,
+// dS, K) does it: dS from its stored dSᵀ block st ([key][query], A fragments by ldmatrix.trans),
+// K from its tile sk ([key][d]). k_flash_bwd_dq_ds2 calls it; k_flash_bwd_dq_ds has the same lines
+// written out, kept as the suite ran them until a GPU run can take it there too.
+__device__ __forceinline__ void flash_dq_tile(float (*dq)[4], const half_t* st, const half_t* sk, int row0, int lane) {
+	#pragma unroll
+	for (int kk = 0; kk < 4; kk++) {
+		u32 a[4];
+		ldAt(a, st, row0, kk * 16, lane);
+		#pragma unroll
+		for (int n2 = 0; n2 < 4; n2++) {
+			u32 bb[4];
+			ldB2t(bb, sk, kk * 16, n2 * 16, lane);
+			mma(dq[2 * n2], a, bb[0], bb[1]);
+			mma(dq[2 * n2 + 1], a, bb[2], bb[3]);
+		}
+	}
+}
+
 // flash_ds_tile: the offset (in halves) of the dSᵀ block of (query tile qt, key tile kt ≤ qt) of
 // head bh among n query tiles: each head's n(n+1)/2 blocks of 64×64, query tile by query tile, key
 // tiles in order within one — a query tile's blocks are contiguous, in the order dq adds them.
@@ -774,21 +793,7 @@ __global__ void __launch_bounds__(256) k_flash_bwd_dq_ds2(half_t* __restrict__ d
 			cp_wait0();
 		}
 		__syncthreads();
-		if (kt <= qt && qt < nt) { // dQ += dS·K, as mm_pkn(dq, dS, K) does it
-			const half_t* st = sS[2 * cur + hf];
-			#pragma unroll
-			for (int kk = 0; kk < 4; kk++) {
-				u32 a[4];
-				ldAt(a, st, w4 * 16, kk * 16, lane);
-				#pragma unroll
-				for (int n2 = 0; n2 < 4; n2++) {
-					u32 bb[4];
-					ldB2t(bb, sK[cur], kk * 16, n2 * 16, lane);
-					mma(dq[2 * n2], a, bb[0], bb[1]);
-					mma(dq[2 * n2 + 1], a, bb[2], bb[3]);
-				}
-			}
-		}
+		if (kt <= qt && qt < nt) flash_dq_tile(dq, sS[2 * cur + hf], sK[cur], w4 * 16, lane);
 		__syncthreads();
 	}
 	#undef DQ2_LOAD
