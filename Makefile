@@ -34,7 +34,9 @@ vet:
 
 # gofmt -l must list nothing; then go vet and staticcheck; environment variables are read only in
 # a package's *env*.go files (tests excepted); the cuda-tagged code type-checks; and the kernels'
-# CUDA C passes clang's CUDA front end (scripts/cuda-kernels-check.sh; skipped without clang); and
+# CUDA C passes clang's CUDA front end (scripts/cuda-kernels-check.sh; skipped without clang) and
+# compiles by NVRTC and ptxas (scripts/cuda-ptx-check.sh; skipped without them:
+# scripts/cuda-toolkit-local.sh fetches Debian's); and
 # the cgo compiles against real CUDA headers (scripts/cuda-cgo-check.sh; skipped without them:
 # scripts/cuda-headers.sh fetches Debian's).
 lint: vet
@@ -45,6 +47,7 @@ lint: vet
 	if [ -n "$$reads" ]; then echo "environment read outside a *env*.go file:"; echo "$$reads"; exit 1; fi
 	$(MAKE) --no-print-directory cuda-typecheck
 	bash scripts/cuda-kernels-check.sh
+	bash scripts/cuda-ptx-check.sh
 	bash scripts/cuda-cgo-check.sh
 
 # The cuda-tagged code vetted against the pure-Go stubs of gorgonia.org/cu and model/cuda/cudadrv

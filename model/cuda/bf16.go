@@ -172,6 +172,13 @@ func (d *Device) fn(name string) (cudadrv.Function, bool) {
 	base, isBF := strings.CutSuffix(name, bf16Suffix)
 	if !isBF {
 		f, ok := d.fns[name]
+		if !ok && strings.HasPrefix(name, flashWGPrefix) {
+			fns, err := d.flashWGFns()
+			if err != nil {
+				panic(err.Error())
+			}
+			f, ok = fns[name]
+		}
 		return f, ok
 	}
 	fns, err := d.bf16Fns()

@@ -46,11 +46,12 @@ type Device struct {
 	minor   int
 	sms     int
 
-	stream cudadrv.Stream // compute
-	copyS  cudadrv.Stream // copies to and from pinned host memory
-	module cudadrv.Module
-	flashM cudadrv.Module // fused attention (flash.go); loaded when flash is true
-	flash  bool
+	stream  cudadrv.Stream // compute
+	copyS   cudadrv.Stream // copies to and from pinned host memory
+	module  cudadrv.Module
+	flashM  cudadrv.Module // fused attention (flash.go); loaded when flash is true
+	flash   bool
+	flashWG flashWGKernels // the Hopper forward's module (flash_wgmma.go), loaded at its first use
 	// flashRows is the fused forward's block of query rows: 0 or 64 k_flash_fwd, 128
 	// k_flash_fwd128 (SetFlashForwardRows, model.flash_forward_rows).
 	flashRows int
@@ -233,6 +234,7 @@ func (d *Device) Close() error {
 	if d.flash {
 		d.flashM.Unload()
 	}
+	d.closeFlashWG()
 	d.evMu.Lock()
 	for _, e := range d.evFree {
 		e.Destroy()

@@ -105,6 +105,12 @@ func (d *Device) FlashAttention(y, lse, qkv *tensor.Tensor, heads int, scale flo
 	if d.flashRows == 128 {
 		name, rows = "k_flash_fwd128", 128
 	}
+	if flashWGMMA() && y.DType() == tensor.F16 { // the Hopper forward (flash_wgmma.go; f16 only)
+		name = flashWGPrefix
+		if rows == 128 {
+			name = flashWGPrefix + "128"
+		}
+	}
 	d.launch(kn(name, y, qkv), d.flashGrid((T+rows-1)/rows, B*heads), [3]int{2 * rows, 1, 1}, 0,
 		ptra(y), ptra(lse), ptra(qkv), i32a(T), i32a(heads), f32a(scale*math.Log2E))
 }

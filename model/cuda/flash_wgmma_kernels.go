@@ -1,0 +1,209 @@
+package cuda
+
+// flashWGMMAKernelSource is the attention forward on Hopper's warpgroup tensor-core instructions
+// (wgmma.mma_async, sm_90a): flashKernelSource (its helpers, and its kernels, which this module
+// does not launch) followed by k_flash_fwd_wg and k_flash_fwd_wg128, compiled by NVRTC for
+// compute_90a into a module of its own (flash.go, GODDP_FLASH_WGMMA=1 on compute capability 9.0
+// only; f16 only, the bf16 module keeps the mma.sync forward). Not yet run on a GPU.
+//
+// Why: the mma.sync forward is issue-bound (session 16's Nsight Compute: one instruction every 4.3–5
+// cycles a warp); per 64×64 key tile each of its 4 warps issues 64 mma.sync and ~32 ldmatrix for the
+// two products. Here a warpgroup (4 warps, 64 query rows) issues 4 wgmma m64n64k16 for S = Q·Kᵀ and
+// 4 for O += P·V, reading Q, K and V straight from shared memory (no ldmatrix, no fragments of Q
+// held in registers).
+//
+// Shared memory: each tile is 64 rows of 64 halves = 128 bytes a row, stored with the 128-byte
+// swizzle the descriptors name (the 16-byte chunk c of row r at chunk c ^ (r % 8)), each tile on a
+// 1024-byte boundary. Q and K are K-major operands (the contraction index, the head dimension,
+// along a row): descriptor stride 1024 bytes between groups of 8 rows, a k-step of 16 moves the
+// start 32 bytes. V is P·V's B operand with its contraction index (the key) down the rows: an
+// MN-major operand (imm-trans-b 1), 8 keys a 1024-byte group, a k-step of 16 keys moves the start
+// 2048 bytes; its tile is one 64-wide swizzle atom across, so the leading offset is never used.
+//
+// Fragments: a wgmma m64nNk16 f32 accumulator gives warp w of the warpgroup rows 16w..16w+15, in
+// mma.sync's C layout for each 8-column block — s[j][0..3] is exactly flash_fwd's score fragment
+// of the 16×8 tile j — and its A operand from registers is mma.sync's A fragment: flash_fwd's
+// softmax and pa() carry over unchanged, so each row's arithmetic is flash_fwd's, except that the
+// tensor cores' sums of each 16-product slice come from another instruction.
+const flashWGMMAKernelSource = flashKernelSource + `
+// ---- Hopper warpgroup forward (sm_90a) ----
+// wg_desc: the shared-memory matrix descriptor of a 128-byte-swizzled operand starting at p:
+// start address and the two byte offsets in 16-byte units, swizzle mode 1 (128 B) in bits 62–63.
+__device__ __forceinline__ unsigned long long wg_desc(const half_t* p, u32 lead) {
+	unsigned long long a = smem(p);
+	return ((a & 0x3FFFF) >> 4) | ((unsigned long long)lead << 16) | (64ull << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// The async proxy (wgmma's reads of shared memory) sees what cp.async wrote once the writers fence.
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+#define WG_D32(d) "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+	"+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+	"+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+	"+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+#define WG_R32 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
+// wg_wait0 waits for the warpgroup's committed wgmma; d (their accumulator) is named so that the
+// compiler reads it only after the wait.
+__device__ __forceinline__ void wg_wait0(float (*d)[4]) {
+	asm volatile("wgmma.wait_group.sync.aligned 0;\n" : WG_D32(d) :: "memory");
+}
+// d (64×64, f32) = or += A·B, A (64×16) and B (16×64) both from shared memory (descriptors), B
+// K-major (stored [n][k]).
+__device__ __forceinline__ void wg_ss(float (*d)[4], unsigned long long da, unsigned long long db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+		"wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " WG_R32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+		: WG_D32(d) : "l"(da), "l"(db), "r"(acc));
+}
+// d += A·B, A (64×16) from registers (each warp's mma.sync A fragment of its 16 rows), B (16×64)
+// from shared memory stored [k][n] (MN-major: imm-trans-b 1).
+__device__ __forceinline__ void wg_rs_t(float (*d)[4], const u32* a, unsigned long long db) {
+	asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " WG_R32 ", {%32,%33,%34,%35}, %36, 1, 1, 1, 1;\n"
+		: WG_D32(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+// load_async_sw: load_async into a 128-byte-swizzled tile of 64 rows × 64 halves (wg_desc's layout).
+__device__ __forceinline__ void load_async_sw(half_t* s, const half_t* g, long ld, int nvalid) {
+	for (int i = threadIdx.x; i < 512; i += blockDim.x) {
+		int r = i >> 3, c = i & 7;
+		int n = r < nvalid ? 16 : 0;
+		const half_t* src = r < nvalid ? g + r * ld + c * 8 : g;
+		asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem(s + r * 64 + ((c ^ (r & 7)) << 3))), "l"(src), "r"(n) : "memory");
+	}
+}
+
+// flash_fwd_wg: flash_fwd for query blocks of NWG·64 rows, one warpgroup per 64, keys in tiles of
+// 64. Per key tile each warpgroup that has keys to add computes its scores S = Q·Kᵀ (4 wgmma over
+// the head dimension), runs flash_fwd's softmax on them, and adds P·V (4 wgmma over the keys, P
+// from registers). A tile wholly after a warpgroup's rows is skipped (warpgroup-uniform: wgmma is
+// collective). sQ: NWG tiles; sK, sV: double buffers, all 128-byte swizzled.
+template <int NWG>
+__device__ __forceinline__ void flash_fwd_wg(half_t* __restrict__ y, float* __restrict__ lse,
+		const half_t* __restrict__ qkv, int T, int H, float sl2, half_t* sQ, half_t (*sK)[64 * 64], half_t (*sV)[64 * 64]) {
+	const int BR = NWG * 64;
+	int qt = flash_tiles() - 1 - flash_tile(); // the longest (most key tiles) first
+	int bh = flash_bh(), b = bh / H, h = bh % H;
+	int C = H * HS;
+	long ld = 3L * C;
+	const half_t* base = qkv + (long)b * T * ld + h * HS;
+	int q0 = qt * BR;
+	int wg = threadIdx.x >> 7;
+	int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, t4 = lane & 3;
+	int g0 = q0 + wg * 64; // this warpgroup's first row
+	int w0 = g0 + warp * 16; // this warp's
+	int r0 = w0 + (lane >> 2), r1 = r0 + 8;
+
+	#pragma unroll
+	for (int i = 0; i < NWG; i++) {
+		int qi = q0 + i * 64;
+		load_async_sw(sQ + i * 64 * 64, qi < T ? base + (long)qi * ld : base, ld, min(64, T - qi)); // no row valid: no byte read
+	}
+	load_async_sw(sK[0], base + C, ld, min(64, T));
+	load_async_sw(sV[0], base + 2 * C, ld, min(64, T));
+	cp_commit();
+
+	float o[8][4], s[8][4];
+	zero8x4(o);
+	zero8x4(s);
+	float m0 = -INF, m1 = -INF, l0 = 0.f, l1 = 0.f;
+	const half_t* q = sQ + wg * 64 * 64;
+
+	int last = min((q0 + BR - 1) / 64, (T - 1) / 64); // the last key tile a row of the block needs
+	for (int kt = 0; kt <= last; kt++) {
+		int cur = kt & 1;
+		if (kt < last) {
+			int k1 = (kt + 1) * 64;
+			load_async_sw(sK[cur ^ 1], base + C + (long)k1 * ld, ld, min(64, T - k1));
+			load_async_sw(sV[cur ^ 1], base + 2 * C + (long)k1 * ld, ld, min(64, T - k1));
+			cp_commit();
+			cp_wait1();
+		} else {
+			cp_wait0();
+		}
+		fence_async_smem();
+		__syncthreads();
+
+		int k0 = kt * 64;
+		if (k0 <= g0 && g0 < T) { // else every key of the tile is after every row of this warpgroup
+			wg_fence();
+			#pragma unroll
+			for (int kk = 0; kk < 4; kk++) wg_ss(s, wg_desc(q + kk * 16, 1), wg_desc(sK[cur] + kk * 16, 1), kk);
+			wg_commit();
+			wg_wait0(s);
+			float mx0 = -INF, mx1 = -INF;
+			bool diag = k0 + 63 > w0; // some key of the tile is after some row of this warp
+			#pragma unroll
+			for (int j = 0; j < 8; j++) {
+				#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					int key = k0 + j * 8 + t4 * 2 + (i & 1);
+					float v = s[j][i] * sl2;
+					if (diag && key > (i < 2 ? r0 : r1)) v = -INF;
+					s[j][i] = v;
+				}
+				mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
+				mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+			}
+			mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
+			mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
+			mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
+			mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
+			// Key k0 is after no row of the warpgroup (k0 ≤ g0), so every row's max is finite.
+			float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+			float a0 = fexp2(m0 - mn0), a1 = fexp2(m1 - mn1);
+			m0 = mn0; m1 = mn1;
+			float ps0 = 0.f, ps1 = 0.f;
+			#pragma unroll
+			for (int j = 0; j < 8; j++) {
+				s[j][0] = fexp2(s[j][0] - m0); s[j][1] = fexp2(s[j][1] - m0);
+				s[j][2] = fexp2(s[j][2] - m1); s[j][3] = fexp2(s[j][3] - m1);
+				ps0 += s[j][0] + s[j][1];
+				ps1 += s[j][2] + s[j][3];
+			}
+			l0 = l0 * a0 + ps0;
+			l1 = l1 * a1 + ps1;
+			#pragma unroll
+			for (int n = 0; n < 8; n++) { o[n][0] *= a0; o[n][1] *= a0; o[n][2] *= a1; o[n][3] *= a1; }
+			u32 pf[4][4];
+			#pragma unroll
+			for (int kk = 0; kk < 4; kk++) pa(pf[kk], s, kk);
+			wg_fence();
+			#pragma unroll
+			for (int kk = 0; kk < 4; kk++) wg_rs_t(o, pf[kk], wg_desc(sV[cur] + kk * 16 * 64, 64));
+			wg_commit();
+			wg_wait0(o);
+		}
+		__syncthreads(); // every warpgroup is done with this buffer before the next prefetch refills it
+	}
+	l0 += __shfl_xor_sync(0xffffffff, l0, 1);
+	l0 += __shfl_xor_sync(0xffffffff, l0, 2);
+	l1 += __shfl_xor_sync(0xffffffff, l1, 1);
+	l1 += __shfl_xor_sync(0xffffffff, l1, 2);
+	float i0 = 1.f / l0, i1 = 1.f / l1;
+	half_t* yb = y + (long)b * T * C + h * HS + t4 * 2;
+	if (r0 < T) {
+		#pragma unroll
+		for (int n = 0; n < 8; n++) *(u32*)(yb + (long)r0 * C + n * 8) = pack2(o[n][0] * i0, o[n][1] * i0);
+		if (t4 == 0) lse[(long)bh * T + r0] = (m0 + log2f(l0)) * LN2;
+	}
+	if (r1 < T) {
+		#pragma unroll
+		for (int n = 0; n < 8; n++) *(u32*)(yb + (long)r1 * C + n * 8) = pack2(o[n][2] * i1, o[n][3] * i1);
+		if (t4 == 0) lse[(long)bh * T + r1] = (m1 + log2f(l1)) * LN2;
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(128) k_flash_fwd_wg(half_t* __restrict__ y, float* __restrict__ lse,
+		const half_t* __restrict__ qkv, int T, int H, float sl2) {
+	__shared__ __align__(1024) half_t sQ[64 * 64];
+	__shared__ __align__(1024) half_t sK[2][64 * 64];
+	__shared__ __align__(1024) half_t sV[2][64 * 64];
+	flash_fwd_wg<1>(y, lse, qkv, T, H, sl2, sQ, sK, sV);
+}
+
+extern "C" __global__ void __launch_bounds__(256) k_flash_fwd_wg128(half_t* __restrict__ y, float* __restrict__ lse,
+		const half_t* __restrict__ qkv, int T, int H, float sl2) {
+	__shared__ __align__(1024) half_t sQ[2 * 64 * 64];
+	__shared__ __align__(1024) half_t sK[2][64 * 64];
+	__shared__ __align__(1024) half_t sV[2][64 * 64];
+	flash_fwd_wg<2>(y, lse, qkv, T, H, sl2, sQ, sK, sV);
+}
+`

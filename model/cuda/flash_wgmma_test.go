@@ -1,0 +1,101 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/goddp/goddp/model/tensor"
+	"github.com/x448/float16"
+)
+
+// GODDP_FLASH_WGMMA=1's forward (k_flash_fwd_wg, and k_flash_fwd_wg128 under 128-row blocks)
+// against the mma.sync forward it replaces, on lengths that are and are not multiples of 64 and
+// 128, one row to 1024: each row's softmax is the same arithmetic, but the tensor cores' sums of
+// each 16-product slice come from another instruction, so the outputs may differ in the last bit
+// of a few values — and no more: y within one f16 rounding, lse within 2^-20 relative. A wrong
+// descriptor, swizzle or fragment shows as errors of the values' own size. The test logs how many
+// values differ at all. Devices other than compute capability 9.0: the switch must fail loudly.
+// Not yet run on a GPU.
+func TestCUDA_flashWGMMAForward(t *testing.T) {
+	g := gpu(t)
+	if !g.FlashAttentionFast(64, tensor.F16) {
+		t.Skipf("no fused attention on %s", g.DeviceName())
+	}
+	if _, err := g.flashWGFns(); err != nil {
+		if g.major == 9 && g.minor == 0 {
+			t.Fatal(err)
+		}
+		t.Skipf("%v", err)
+	}
+	for name, f := range g.flashWG.fns {
+		threads := 128
+		if strings.HasSuffix(name, "128") {
+			threads = 256
+		}
+		if r, err := f.Resources(threads, 0); err == nil {
+			t.Logf("%-18s %3d threads: %3d registers, %4d local bytes, %6d B shared, %d blocks/SM", name, threads, r.Registers, r.LocalBytes, r.StaticShared, r.BlocksPerSM)
+		}
+	}
+	defer g.SetFlashForwardRows(64)
+	for i, sh := range [][3]int{{1, 1, 1}, {2, 64, 3}, {2, 100, 2}, {1, 130, 2}, {1, 200, 12}, {2, 1024, 2}, {1, 1024, 12}} {
+		B, T, H := sh[0], sh[1], sh[2]
+		C := 64 * H
+		rng := rand.New(rand.NewPCG(uint64(i), 35))
+		v := make([]float32, B*T*3*C)
+		for j := range v {
+			v[j] = float32(rng.NormFloat64())
+		}
+		qkv := g.Alloc(tensor.F16, "qkv", B, T, 3*C)
+		ipcUpload(g, qkv, v)
+		for _, rows := range []int{64, 128} {
+			if err := g.SetFlashForwardRows(rows); err != nil {
+				t.Fatal(err)
+			}
+			var ys [2][]uint16
+			var lses [2][]float32
+			for k, on := range []string{"", "1"} {
+				t.Setenv("GODDP_FLASH_WGMMA", on)
+				y, lse := g.Alloc(tensor.F16, "y", B, T, C), g.Alloc(tensor.F32, "lse", B, H, T)
+				g.Fill(y, 7)
+				g.ProfileStart()
+				g.FlashAttention(y, lse, qkv, H, 0.125)
+				if ran := strings.Contains(g.ProfileStop(), flashWGPrefix); ran != (k == 1) {
+					t.Fatalf("%v rows %d: GODDP_FLASH_WGMMA=%q: the Hopper kernel ran: %v", sh, rows, on, ran)
+				}
+				ys[k] = make([]uint16, y.Len())
+				g.dtoh(unsafe.Pointer(&ys[k][0]), y)
+				lses[k] = make([]float32, lse.Len())
+				g.Download(lses[k], lse)
+				g.Free(y)
+				g.Free(lse)
+			}
+			diff := 0
+			for j := range ys[0] {
+				if ys[0][j] == ys[1][j] {
+					continue
+				}
+				diff++
+				a, b := float64(float16.Frombits(ys[0][j]).Float32()), float64(float16.Frombits(ys[1][j]).Float32())
+				// one f16 rounding: half an ulp each way of the exact value, so at most one ulp
+				// (2^-10 of the binade; 2^-24 below the normal range) between the two
+				ulp := math.Max(math.Ldexp(1, -24), math.Ldexp(1, math.Ilogb(math.Max(math.Abs(a), math.Abs(b)))-10))
+				if math.IsNaN(b) || math.Abs(a-b) > ulp {
+					t.Fatalf("%v rows %d: y[%d] %g with wgmma, %g with mma.sync (more than one f16 rounding)", sh, rows, j, b, a)
+				}
+			}
+			for j := range lses[0] {
+				a, b := float64(lses[0][j]), float64(lses[1][j])
+				if math.IsNaN(b) || math.Abs(a-b) > math.Ldexp(math.Max(1, math.Abs(a)), -20) {
+					t.Fatalf("%v rows %d: lse[%d] %g with wgmma, %g with mma.sync", sh, rows, j, b, a)
+				}
+			}
+			t.Logf("B%d T%d H%d rows %d: %d of %d outputs differ in their last bit", B, T, H, rows, diff, len(ys[0]))
+		}
+		g.Free(qkv)
+	}
+}
