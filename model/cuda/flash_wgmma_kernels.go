@@ -1,3 +1,5 @@
+//go:build cuda
+
 package cuda
 
 // flashWGMMAKernelSource is the attention forward on Hopper's warpgroup tensor-core instructions
