@@ -64,8 +64,8 @@ PY
     status=1
     continue
   fi
-  if grep -q "warning" "$f.ptxas"; then
-    echo "cuda-ptx-check: $n: ptxas warns:"; grep "warning" "$f.ptxas" | sort -u | head -10
+  if grep -qE "warning|Performance Loss" "$f.ptxas"; then
+    echo "cuda-ptx-check: $n: ptxas warns:"; grep -E "warning|Performance Loss" "$f.ptxas" | sort -u | head -10
     status=1
   fi
   case "$n" in

@@ -20,7 +20,12 @@ type flashWGKernels struct {
 }
 
 // flashWGPrefix starts the names of the Hopper module's kernels (fn looks them up there).
-const flashWGPrefix = "k_flash_fwd_wg"
+const flashWGPrefix = "k_flash_wg_"
+
+// flashWGDKDVShared is k_flash_wg_dkdv's dynamic shared memory: up to 1024 bytes to its first
+// 1024-byte boundary, the K and V tiles, two stages of the Q and dO tiles (8 KiB each), two of the
+// lse and delta rows, and four warps' 16 rows of LDS halves of dSᵀ.
+const flashWGDKDVShared = 1024 + 6*64*64*2 + 4*64*4 + 4*16*72*2
 
 // flashWGFns returns the Hopper module's kernels, compiling and loading it on first use: NVRTC
 // for compute_90a (wgmma exists only in the arch-specific target), the attention module's options,

@@ -4,7 +4,7 @@ package cuda
 
 // flashWGMMAKernelSource is the attention forward on Hopper's warpgroup tensor-core instructions
 // (wgmma.mma_async, sm_90a): flashKernelSource (its helpers, and its kernels, which this module
-// does not launch) followed by k_flash_fwd_wg and k_flash_fwd_wg128, compiled by NVRTC for
+// does not launch) followed by k_flash_wg_fwd and k_flash_wg_fwd128, compiled by NVRTC for
 // compute_90a into a module of its own (flash.go, GODDP_FLASH_WGMMA=1 on compute capability 9.0
 // only; f16 only, the bf16 module keeps the mma.sync forward). Not yet run on a GPU.
 //
@@ -28,7 +28,8 @@ package cuda
 // softmax and pa() carry over unchanged, so each row's arithmetic is flash_fwd's, except that the
 // tensor cores' sums of each 16-product slice come from another instruction.
 const flashWGMMAKernelSource = flashKernelSource + `
-// ---- Hopper warpgroup forward (sm_90a) ----
+// ---- Hopper warpgroup kernels (sm_90a) ----
+
 // wg_desc: the shared-memory matrix descriptor of a 128-byte-swizzled operand starting at p:
 // start address and the two byte offsets in 16-byte units, swizzle mode 1 (128 B) in bits 62–63.
 __device__ __forceinline__ unsigned long long wg_desc(const half_t* p, u32 lead) {
@@ -193,19 +194,179 @@ __device__ __forceinline__ void flash_fwd_wg(half_t* __restrict__ y, float* __re
 	}
 }
 
-extern "C" __global__ void __launch_bounds__(128) k_flash_fwd_wg(half_t* __restrict__ y, float* __restrict__ lse,
+// wg_wait0_keep is wg_wait0 for d that also keeps a (the A fragments in flight: wgmma reads its
+// register operands asynchronously) from being reused before the wait.
+__device__ __forceinline__ void wg_wait0_keep(float (*d)[4], u32 (*a)[4]) {
+	asm volatile("wgmma.wait_group.sync.aligned 0;\n" : WG_D32(d),
+		"+r"(a[0][0]), "+r"(a[0][1]), "+r"(a[0][2]), "+r"(a[0][3]), "+r"(a[1][0]), "+r"(a[1][1]), "+r"(a[1][2]), "+r"(a[1][3]),
+		"+r"(a[2][0]), "+r"(a[2][1]), "+r"(a[2][2]), "+r"(a[2][3]), "+r"(a[3][0]), "+r"(a[3][1]), "+r"(a[3][2]), "+r"(a[3][3]) :: "memory");
+}
+
+// flash_bwd_dkdv_wg: flash_bwd_dkdv<true> (the dS-once backward's dk/dv kernel, dSᵀ stored for
+// k_flash_bwd_dq_ds) on wgmma: one warpgroup, the block's 64 keys (warp w's k0+16w…+15 as
+// there). Per query tile: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (8 wgmma, K and V held in shared memory as
+// K-major A operands, the Q and dO tiles K-major B), then Pᵀ; dV += Pᵀ·dO (4 wgmma, Pᵀ from
+// registers, dO MN-major) runs while dSᵀ = Pᵀ∘(dPᵀ − delta) is made and stored; then dK +=
+// dSᵀ·Q (Q MN-major). Each element's arithmetic is flash_bwd_dkdv's; the tensor cores' sums of
+// each 16-product slice come from another instruction.
+__device__ __forceinline__ void flash_bwd_dkdv_wg(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
+		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
+		half_t* __restrict__ ds, int T, int H, float scale, half_t* sK, half_t* sV, half_t (*sQ)[64 * 64], half_t (*sO)[64 * 64],
+		float (*sL)[64], float (*sD)[64], half_t (*sS)[16 * LDS]) {
+	int kt = flash_tile(), bh = flash_bh(), b = bh / H, h = bh % H; // tile 0 (the most query tiles) first
+	int C = H * HS, nt = (T + 63) / 64;
+	long ld = 3L * C;
+	const half_t* base = qkv + (long)b * T * ld + h * HS;
+	const half_t* dyb = dy + (long)b * T * C + h * HS;
+	int k0 = kt * 64;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
+	int kr0 = k0 + warp * 16 + (lane >> 2), kr1 = kr0 + 8;
+	float sl2 = scale * LOG2E;
+
+	load_async_sw(sK, base + C + (long)k0 * ld, ld, min(64, T - k0));
+	load_async_sw(sV, base + 2 * C + (long)k0 * ld, ld, min(64, T - k0));
+	load_async_sw(sQ[0], base + (long)k0 * ld, ld, min(64, T - k0));
+	load_async_sw(sO[0], dyb + (long)k0 * C, C, min(64, T - k0));
+	cp_commit();
+	if (threadIdx.x < 64) {
+		int q = k0 + threadIdx.x;
+		sL[0][threadIdx.x] = q < T ? lse[(long)bh * T + q] * LOG2E : INF;
+		sD[0][threadIdx.x] = q < T ? delta[(long)bh * T + q] : 0.f;
+	}
+	float dk[8][4], dv[8][4], st[8][4], dp[8][4];
+	zero8x4(dk);
+	zero8x4(dv);
+	zero8x4(st);
+	zero8x4(dp);
+
+	for (int qt = kt; qt < nt; qt++) {
+		int cur = (qt - kt) & 1, q0 = qt * 64;
+		if (qt + 1 < nt) {
+			int q1 = q0 + 64, nv = min(64, T - q1);
+			load_async_sw(sQ[cur ^ 1], base + (long)q1 * ld, ld, nv);
+			load_async_sw(sO[cur ^ 1], dyb + (long)q1 * C, C, nv);
+			cp_commit();
+			if (threadIdx.x < 64) {
+				int q = q1 + threadIdx.x;
+				sL[cur ^ 1][threadIdx.x] = q < T ? lse[(long)bh * T + q] * LOG2E : INF;
+				sD[cur ^ 1][threadIdx.x] = q < T ? delta[(long)bh * T + q] : 0.f;
+			}
+			cp_wait1();
+		} else {
+			cp_wait0();
+		}
+		fence_async_smem();
+		__syncthreads();
+
+		// Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (64 keys × 64 queries each), one group.
+		wg_fence();
+		#pragma unroll
+		for (int kk = 0; kk < 4; kk++) wg_ss(st, wg_desc(sK + kk * 16, 1), wg_desc(sQ[cur] + kk * 16, 1), kk);
+		#pragma unroll
+		for (int kk = 0; kk < 4; kk++) wg_ss(dp, wg_desc(sV + kk * 16, 1), wg_desc(sO[cur] + kk * 16, 1), kk);
+		wg_commit();
+		wg_wait0(st);
+		wg_wait0(dp);
+		bool diag = qt == kt;
+		#pragma unroll
+		for (int j = 0; j < 8; j++)
+			#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				int c = j * 8 + t4 * 2 + (i & 1);
+				float p = fexp2(st[j][i] * sl2 - sL[cur][c]);
+				if (diag && q0 + c < (i < 2 ? kr0 : kr1)) p = 0.f;
+				st[j][i] = p;
+			}
+		// dV += Pᵀ·dO, in flight while dSᵀ is made
+		u32 pf[4][4];
+		#pragma unroll
+		for (int kk = 0; kk < 4; kk++) pa(pf[kk], st, kk);
+		wg_fence();
+		#pragma unroll
+		for (int kk = 0; kk < 4; kk++) wg_rs_t(dv, pf[kk], wg_desc(sO[cur] + kk * 16 * 64, 64));
+		wg_commit();
+		#pragma unroll
+		for (int j = 0; j < 8; j++)
+			#pragma unroll
+			for (int i = 0; i < 4; i++) st[j][i] *= dp[j][i] - sD[cur][j * 8 + t4 * 2 + (i & 1)];
+		{ // dSᵀ out: rows this warp's 16 keys, columns the tile's 64 queries (flash_bwd_dkdv's store)
+			half_t* w = sS[warp];
+			#pragma unroll
+			for (int j = 0; j < 8; j++) {
+				*(u32*)(w + (lane >> 2) * LDS + j * 8 + t4 * 2) = pack2(st[j][0], st[j][1]);
+				*(u32*)(w + ((lane >> 2) + 8) * LDS + j * 8 + t4 * 2) = pack2(st[j][2], st[j][3]);
+			}
+			__syncwarp();
+			half_t* dst = ds + flash_ds_tile(bh, nt, qt, kt) + warp * 16 * 64;
+			#pragma unroll
+			for (int k = 0; k < 4; k++) {
+				int c = lane + 32 * k, r = c >> 3, c8 = (c & 7) * 8;
+				uint4 v = *(const uint4*)(w + r * LDS + c8);
+				asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(dst + r * 64 + c8), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+			}
+		}
+		wg_wait0_keep(dv, pf);
+		// dK += dSᵀ·Q
+		#pragma unroll
+		for (int kk = 0; kk < 4; kk++) pa(pf[kk], st, kk);
+		wg_fence();
+		#pragma unroll
+		for (int kk = 0; kk < 4; kk++) wg_rs_t(dk, pf[kk], wg_desc(sQ[cur] + kk * 16 * 64, 64));
+		wg_commit();
+		wg_wait0_keep(dk, pf);
+		__syncthreads();
+	}
+	half_t* out = dqkv + (long)b * T * ld + h * HS + t4 * 2;
+	if (kr0 < T) {
+		#pragma unroll
+		for (int n = 0; n < 8; n++) {
+			*(u32*)(out + (long)kr0 * ld + C + n * 8) = pack2(dk[n][0] * scale, dk[n][1] * scale);
+			*(u32*)(out + (long)kr0 * ld + 2 * C + n * 8) = pack2(dv[n][0], dv[n][1]);
+		}
+	}
+	if (kr1 < T) {
+		#pragma unroll
+		for (int n = 0; n < 8; n++) {
+			*(u32*)(out + (long)kr1 * ld + C + n * 8) = pack2(dk[n][2] * scale, dk[n][3] * scale);
+			*(u32*)(out + (long)kr1 * ld + 2 * C + n * 8) = pack2(dv[n][2], dv[n][3]);
+		}
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(128) k_flash_wg_fwd(half_t* __restrict__ y, float* __restrict__ lse,
 		const half_t* __restrict__ qkv, int T, int H, float sl2) {
 	__shared__ __align__(1024) half_t sQ[64 * 64];
 	__shared__ __align__(1024) half_t sK[2][64 * 64];
 	__shared__ __align__(1024) half_t sV[2][64 * 64];
+	if (smem(sQ) & 1023) __trap(); // the swizzle's atoms must start on 1024-byte boundaries
 	flash_fwd_wg<1>(y, lse, qkv, T, H, sl2, sQ, sK, sV);
 }
 
-extern "C" __global__ void __launch_bounds__(256) k_flash_fwd_wg128(half_t* __restrict__ y, float* __restrict__ lse,
+extern "C" __global__ void __launch_bounds__(256) k_flash_wg_fwd128(half_t* __restrict__ y, float* __restrict__ lse,
 		const half_t* __restrict__ qkv, int T, int H, float sl2) {
 	__shared__ __align__(1024) half_t sQ[2 * 64 * 64];
 	__shared__ __align__(1024) half_t sK[2][64 * 64];
 	__shared__ __align__(1024) half_t sV[2][64 * 64];
+	if (smem(sQ) & 1023) __trap();
 	flash_fwd_wg<2>(y, lse, qkv, T, H, sl2, sQ, sK, sV);
+}
+
+// k_flash_wg_dkdv: k_flash_bwd_dkdv_ds on wgmma (flash_bwd_dkdv_wg): ⌈T/64⌉ key tiles × B·H,
+// 128 threads, the same ds blocks for k_flash_bwd_dq_ds. Its buffers (flashDKDVWGShared bytes,
+// over the 48 KiB a block may declare statically) are dynamic shared memory, the tiles placed from
+// the first 1024-byte boundary in it (the swizzle's atoms must start on one).
+extern "C" __global__ void __launch_bounds__(128) k_flash_wg_dkdv(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
+		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
+		half_t* __restrict__ ds, int T, int H, float scale) {
+	extern __shared__ __align__(16) unsigned char wg_dyn[];
+	unsigned char* p = wg_dyn + ((1024 - (smem(wg_dyn) & 1023)) & 1023);
+	half_t* sK = (half_t*)p;                                  // 8 KiB
+	half_t* sV = sK + 64 * 64;                                // 8 KiB
+	half_t (*sQ)[64 * 64] = (half_t (*)[64 * 64])(sV + 64 * 64); // 16 KiB
+	half_t (*sO)[64 * 64] = sQ + 2;                           // 16 KiB
+	float (*sL)[64] = (float (*)[64])(sO + 2);                // 512 B
+	float (*sD)[64] = sL + 2;                                 // 512 B
+	half_t (*sS)[16 * LDS] = (half_t (*)[16 * LDS])(sD + 2);  // 4 × 16 × 72 halves: each warp's dSᵀ rows on their way out
+	flash_bwd_dkdv_wg(dqkv, qkv, dy, lse, delta, ds, T, H, scale, sK, sV, sQ, sO, sL, sD, sS);
 }
 `

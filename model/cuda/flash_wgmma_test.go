@@ -13,7 +13,7 @@ import (
 	"github.com/x448/float16"
 )
 
-// GODDP_FLASH_WGMMA=1's forward (k_flash_fwd_wg, and k_flash_fwd_wg128 under 128-row blocks)
+// GODDP_FLASH_WGMMA=1's forward (k_flash_wg_fwd, and k_flash_wg_fwd128 under 128-row blocks)
 // against the mma.sync forward it replaces, on lengths that are and are not multiples of 64 and
 // 128, one row to 1024: each row's softmax is the same arithmetic, but the tensor cores' sums of
 // each 16-product slice come from another instruction, so the outputs may differ in the last bit
@@ -97,5 +97,80 @@ func TestCUDA_flashWGMMAForward(t *testing.T) {
 			t.Logf("B%d T%d H%d rows %d: %d of %d outputs differ in their last bit", B, T, H, rows, diff, len(ys[0]))
 		}
 		g.Free(qkv)
+	}
+}
+
+// GODDP_FLASH_WGMMA=1's dk/dv kernel (k_flash_wg_dkdv, with the dS-once backward, the default)
+// against k_flash_bwd_dkdv_ds: the dSᵀ blocks it stores may differ in the last bit where the
+// tensor cores' slice sums differ, and dq sums 64 of them a tile, so the check is on each part of
+// dqkv as a whole: the largest difference within 2^-8 of the part's largest value (a wrong
+// descriptor, swizzle or fragment gives differences of the values' own size), on lengths that are
+// and are not multiples of 64, one query tile to sixteen. The forward is the default one for both,
+// so the two backward runs read the same y and lse. Not yet run on a GPU.
+func TestCUDA_flashWGMMABackward(t *testing.T) {
+	g := gpu(t)
+	if !g.FlashAttentionFast(64, tensor.F16) {
+		t.Skipf("no fused attention on %s", g.DeviceName())
+	}
+	if _, err := g.flashWGFns(); err != nil {
+		if g.major == 9 && g.minor == 0 {
+			t.Fatal(err)
+		}
+		t.Skipf("%v", err)
+	}
+	t.Setenv("GODDP_FLASH_DS", "")
+	for i, sh := range [][3]int{{1, 1, 1}, {2, 100, 2}, {1, 200, 12}, {2, 1024, 3}} {
+		B, T, H := sh[0], sh[1], sh[2]
+		C := 64 * H
+		rng := rand.New(rand.NewPCG(uint64(i), 36))
+		v := make([]float32, B*T*4*C)
+		for j := range v {
+			v[j] = float32(rng.NormFloat64())
+		}
+		qkv, dy := g.Alloc(tensor.F16, "qkv", B, T, 3*C), g.Alloc(tensor.F16, "dy", B, T, C)
+		ipcUpload(g, qkv, v[:B*T*3*C])
+		ipcUpload(g, dy, v[B*T*3*C:])
+		t.Setenv("GODDP_FLASH_WGMMA", "")
+		y, lse := g.Alloc(tensor.F16, "y", B, T, C), g.Alloc(tensor.F32, "lse", B, H, T)
+		g.FlashAttention(y, lse, qkv, H, 0.125)
+		var got [2][]uint16
+		for k, on := range []string{"", "1"} {
+			t.Setenv("GODDP_FLASH_WGMMA", on)
+			dqkv := g.Alloc(tensor.F16, "dqkv", B, T, 3*C)
+			g.Fill(dqkv, float32(k+7))
+			g.ProfileStart()
+			g.FlashAttentionBackward(dqkv, dy, qkv, y, lse, H, 0.125)
+			if ran := strings.Contains(g.ProfileStop(), "k_flash_wg_dkdv"); ran != (k == 1) {
+				t.Fatalf("%v: GODDP_FLASH_WGMMA=%q: k_flash_wg_dkdv ran: %v", sh, on, ran)
+			}
+			got[k] = make([]uint16, dqkv.Len())
+			g.dtoh(unsafe.Pointer(&got[k][0]), dqkv)
+			g.Free(dqkv)
+		}
+		for part, name := range []string{"dq", "dk", "dv"} {
+			var maxAbs, maxDiff float64
+			diff := 0
+			for r := 0; r < B*T; r++ {
+				for c := part * C; c < (part+1)*C; c++ {
+					j := r*3*C + c
+					a, b := float64(float16.Frombits(got[0][j]).Float32()), float64(float16.Frombits(got[1][j]).Float32())
+					if math.IsNaN(b) || math.IsInf(b, 0) {
+						t.Fatalf("%v: %s[%d, %d] %g with wgmma", sh, name, r, c-part*C, b)
+					}
+					maxAbs = math.Max(maxAbs, math.Abs(a))
+					maxDiff = math.Max(maxDiff, math.Abs(a-b))
+					if got[0][j] != got[1][j] {
+						diff++
+					}
+				}
+			}
+			t.Logf("B%d T%d H%d %s: %d of %d differ, the largest by %.3g (largest value %.3g)", B, T, H, name, diff, B*T*C, maxDiff, maxAbs)
+			if maxDiff > math.Ldexp(maxAbs, -8) {
+				t.Errorf("%v: %s differs by %g with wgmma, more than 2^-8 of its largest value %g", sh, name, maxDiff, maxAbs)
+			}
+		}
+		for _, x := range []*tensor.Tensor{qkv, dy, y, lse} {
+			g.Free(x)
+		}
 	}
 }

@@ -12,6 +12,7 @@
 #include <__clang_cuda_builtin_vars.h>
 __device__ void __syncthreads();
 __device__ void __syncwarp(unsigned m = 0xffffffff);
+__device__ void __trap();
 __device__ unsigned __match_any_sync(unsigned, int);
 __device__ int __shfl_up_sync(unsigned, int, unsigned, int w = 32);
 __device__ int __popc(unsigned);
