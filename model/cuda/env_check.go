@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/goddp/goddp/model/tensor"
 )
@@ -18,7 +19,7 @@ var envSwitches = []string{
 	"GODDP_BGRAD_EPI", "GODDP_BIAS_EPILOGUE", "GODDP_BIAS_FOLD", "GODDP_BN_RELU", "GODDP_BN_SPLIT",
 	"GODDP_BN_VEC", "GODDP_CLIP_FUSED", "GODDP_COLSUM_FUSED", "GODDP_COLSUM_VEC", "GODDP_CUDNN_GRAPH",
 	"GODDP_CUDNN_TF32", "GODDP_EMB_SORTED", "GODDP_FLASH", "GODDP_FLASH_DELTA8", "GODDP_FLASH_DELTA_FOLD", "GODDP_FLASH_DQ_PAIR", "GODDP_FLASH_DS",
-	"GODDP_FLASH_EX2", "GODDP_FLASH_PACK2", "GODDP_FLASH_TILE_MAJOR", "GODDP_FLASH_WGMMA", "GODDP_GELU_DB_FOLD",
+	"GODDP_FLASH_EX2", "GODDP_FLASH_PACK2", "GODDP_FLASH_TILE_MAJOR", "GODDP_GELU_DB_FOLD",
 	"GODDP_GELU_TANH_APPROX", "GODDP_LN_BWD_EARLY", "GODDP_LN_BWD_FUSED", "GODDP_LN_VEC",
 	"GODDP_LT_GEMM", "GODDP_LT_TUNE",
 	"GODDP_RESNORM_FOLD", "GODDP_SGD_MULTI", "GODDP_UNSCALE_FOLD", "GODDP_XENT_EX2",
@@ -26,12 +27,15 @@ var envSwitches = []string{
 }
 
 // envOwnGrammar are the device's other variables: checked where they are read.
-var envOwnGrammar = []string{"GODDP_FLASH_MINBLOCKS", "GODDP_FLASH_CARVEOUT", "GODDP_IPC_WAIT", "GODDP_COLSUM_SPLIT"}
+var envOwnGrammar = []string{"GODDP_FLASH_MINBLOCKS", "GODDP_FLASH_WGMMA", "GODDP_FLASH_CARVEOUT", "GODDP_IPC_WAIT", "GODDP_COLSUM_SPLIT"}
 
 // checkEnv returns an error naming the first of the device's variables whose value getenv gives
 // is not one it takes: a switch not 0 or 1, GODDP_COLSUM_SPLIT not a whole number from 1 to 16.
 func checkEnv(getenv func(string) string) error {
 	if err := tensor.CheckSwitches(getenv, "cuda", envSwitches); err != nil {
+		return err
+	}
+	if _, err := parseFlashWGMMA(getenv("GODDP_FLASH_WGMMA")); err != nil {
 		return err
 	}
 	if v := getenv("GODDP_COLSUM_SPLIT"); v != "" {
@@ -40,4 +44,32 @@ func checkEnv(getenv func(string) string) error {
 		}
 	}
 	return nil
+}
+
+// flashWGParts are the attention kernels GODDP_FLASH_WGMMA moves onto Hopper's warpgroup
+// instructions.
+type flashWGParts struct{ fwd, dkdv, dq bool }
+
+// parseFlashWGMMA reads a GODDP_FLASH_WGMMA value (flashWGMMA, env.go).
+func parseFlashWGMMA(v string) (flashWGParts, error) {
+	switch v {
+	case "", "0":
+		return flashWGParts{}, nil
+	case "1":
+		return flashWGParts{true, true, true}, nil
+	}
+	var p flashWGParts
+	for _, part := range strings.Split(v, ",") {
+		switch strings.TrimSpace(part) {
+		case "fwd":
+			p.fwd = true
+		case "dkdv":
+			p.dkdv = true
+		case "dq":
+			p.dq = true
+		default:
+			return flashWGParts{}, fmt.Errorf("cuda: GODDP_FLASH_WGMMA=%q: %q is not a part: want 0, 1 or a list of fwd, dkdv, dq", v, part)
+		}
+	}
+	return p, nil
 }

@@ -21,6 +21,9 @@ func TestCheckEnv(t *testing.T) {
 		{map[string]string{"GODDP_COLSUM_SPLIT": "0"}, `GODDP_COLSUM_SPLIT="0": want a whole number from 1 to 16`},
 		{map[string]string{"GODDP_COLSUM_SPLIT": "17"}, `GODDP_COLSUM_SPLIT="17"`},
 		{map[string]string{"GODDP_COLSUM_SPLIT": "two"}, `GODDP_COLSUM_SPLIT="two"`},
+		{map[string]string{"GODDP_FLASH_WGMMA": "1"}, ""},
+		{map[string]string{"GODDP_FLASH_WGMMA": "fwd, dq"}, ""},
+		{map[string]string{"GODDP_FLASH_WGMMA": "fwd,bwd"}, `GODDP_FLASH_WGMMA="fwd,bwd": "bwd" is not a part`},
 	} {
 		err := checkEnv(func(k string) string { return c.env[k] })
 		switch {
@@ -58,5 +61,17 @@ func TestCheckEnv_coversEveryVariable(t *testing.T) {
 	}
 	if seen < 20 {
 		t.Errorf("found %d reads of GODDP_ variables in the package's sources; expected the switches of env.go", seen)
+	}
+}
+
+// GODDP_FLASH_WGMMA's parts: 1 all, a list some, 0 or unset none.
+func TestParseFlashWGMMA(t *testing.T) {
+	for v, want := range map[string]flashWGParts{"": {}, "0": {}, "1": {true, true, true}, "fwd": {fwd: true}, "dkdv,dq": {dkdv: true, dq: true}} {
+		if got, err := parseFlashWGMMA(v); err != nil || got != want {
+			t.Errorf("%q: %+v, %v; want %+v", v, got, err, want)
+		}
+	}
+	if _, err := parseFlashWGMMA("dq,"); err == nil {
+		t.Error(`"dq," accepted`)
 	}
 }

@@ -105,7 +105,7 @@ func (d *Device) FlashAttention(y, lse, qkv *tensor.Tensor, heads int, scale flo
 	if d.flashRows == 128 {
 		name, rows = "k_flash_fwd128", 128
 	}
-	if flashWGMMA() && y.DType() == tensor.F16 { // the Hopper forward (flash_wgmma.go; f16 only)
+	if flashWGMMA().fwd && y.DType() == tensor.F16 { // the Hopper forward (flash_wgmma.go; f16 only)
 		name = "k_flash_wg_fwd"
 		if rows == 128 {
 			name = "k_flash_wg_fwd128"
@@ -154,7 +154,7 @@ func (d *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, he
 	if flashDS() { // dk/dv stores dS, dq multiplies it by K: nothing recomputed twice (env.go)
 		ds := d.Alloc(qkv.DType(), "attn.flash.ds", B*heads*nt*(nt+1)/2, 64*64)
 		d.flashDelta(delta, dy, y, B*T*heads, T, heads)
-		if flashWGMMA() && dqkv.DType() == tensor.F16 { // on wgmma (flash_wgmma.go), the same ds blocks
+		if flashWGMMA().dkdv && dqkv.DType() == tensor.F16 { // on wgmma (flash_wgmma.go), the same ds blocks
 			d.allowDynShared("k_flash_wg_dkdv", flashWGDKDVShared)
 			d.launch("k_flash_wg_dkdv", grid, [3]int{128, 1, 1}, flashWGDKDVShared,
 				ptra(dqkv), ptra(qkv), ptra(dy), ptra(lse), ptra(delta), ptra(ds), i32a(T), i32a(heads), f32a(scale))
@@ -162,7 +162,9 @@ func (d *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, he
 			d.launch(kn("k_flash_bwd_dkdv_ds", dqkv, qkv), grid, [3]int{128, 1, 1}, 0,
 				ptra(dqkv), ptra(qkv), ptra(dy), ptra(lse), ptra(delta), ptra(ds), i32a(T), i32a(heads), f32a(scale))
 		}
-		if flashDQPair() { // two query tiles a block (k_flash_bwd_dq_ds2; env.go)
+		if flashWGMMA().dq && dqkv.DType() == tensor.F16 { // on wgmma (flash_wgmma.go)
+			d.launch("k_flash_wg_dq", grid, [3]int{128, 1, 1}, 0, ptra(dqkv), ptra(qkv), ptra(ds), i32a(T), i32a(heads), f32a(scale))
+		} else if flashDQPair() { // two query tiles a block (k_flash_bwd_dq_ds2; env.go)
 			name := kn("k_flash_bwd_dq_ds2", dqkv, qkv)
 			d.allowDynShared(name, flashDQPairShared)
 			d.launch(name, d.flashGrid((nt+1)/2, B*heads), [3]int{256, 1, 1}, flashDQPairShared,

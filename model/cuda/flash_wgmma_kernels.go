@@ -57,6 +57,12 @@ __device__ __forceinline__ void wg_ss(float (*d)[4], unsigned long long da, unsi
 		"wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " WG_R32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
 		: WG_D32(d) : "l"(da), "l"(db), "r"(acc));
 }
+// d += A·B, A (64×16) and B (16×64) from shared memory both stored [k][m] and [k][n] (MN-major:
+// imm-trans-a and imm-trans-b 1).
+__device__ __forceinline__ void wg_ss_tt(float (*d)[4], unsigned long long da, unsigned long long db) {
+	asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " WG_R32 ", %32, %33, 1, 1, 1, 1, 1;\n"
+		: WG_D32(d) : "l"(da), "l"(db));
+}
 // d += A·B, A (64×16) from registers (each warp's mma.sync A fragment of its 16 rows), B (16×64)
 // from shared memory stored [k][n] (MN-major: imm-trans-b 1).
 __device__ __forceinline__ void wg_rs_t(float (*d)[4], const u32* a, unsigned long long db) {
@@ -368,5 +374,52 @@ extern "C" __global__ void __launch_bounds__(128) k_flash_wg_dkdv(half_t* __rest
 	float (*sD)[64] = sL + 2;                                 // 512 B
 	half_t (*sS)[16 * LDS] = (half_t (*)[16 * LDS])(sD + 2);  // 4 × 16 × 72 halves: each warp's dSᵀ rows on their way out
 	flash_bwd_dkdv_wg(dqkv, qkv, dy, lse, delta, ds, T, H, scale, sK, sV, sQ, sO, sL, sD, sS);
+}
+
+// k_flash_wg_dq: k_flash_bwd_dq_ds on wgmma: dq = scale · Σ_kt dS·K from the dSᵀ blocks the dk/dv
+// kernel stored, one warpgroup, the query tile's 64 rows (warp w's q0+16w…+15 as there). Per key
+// tile 4 wgmma, both operands from shared memory with their contraction index (the key) down the
+// rows: the dSᵀ block [key][query] as an MN-major A, the K tile [key][d] as an MN-major B, each
+// k-step 16 keys (2048 bytes) on. ⌈T/64⌉ query tiles × B·H, 128 threads.
+extern "C" __global__ void __launch_bounds__(128) k_flash_wg_dq(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
+		const half_t* __restrict__ ds, int T, int H, float scale) {
+	__shared__ __align__(1024) half_t sS[2][64 * 64];
+	__shared__ __align__(1024) half_t sK[2][64 * 64];
+	if (smem(sS) & 1023) __trap();
+	int nt = flash_tiles(), qt = nt - 1 - flash_tile(), bh = flash_bh(), b = bh / H, h = bh % H;
+	int C = H * HS;
+	long ld = 3L * C;
+	const half_t* base = qkv + (long)b * T * ld + h * HS;
+	const half_t* dsq = ds + flash_ds_tile(bh, nt, qt, 0); // this query tile's blocks, key tile 0 first
+	int q0 = qt * 64;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
+	int r0 = q0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
+
+	load_async_sw(sS[0], dsq, 64, 64);
+	load_async_sw(sK[0], base + C, ld, min(64, T));
+	cp_commit();
+	float dq[8][4];
+	zero8x4(dq);
+	for (int kt = 0; kt <= qt; kt++) {
+		int cur = kt & 1;
+		if (kt < qt) {
+			int k1 = (kt + 1) * 64;
+			load_async_sw(sS[cur ^ 1], dsq + (long)(kt + 1) * 4096, 64, 64);
+			load_async_sw(sK[cur ^ 1], base + C + (long)k1 * ld, ld, min(64, T - k1));
+			cp_commit();
+			cp_wait1();
+		} else {
+			cp_wait0();
+		}
+		fence_async_smem();
+		__syncthreads();
+		wg_fence();
+		#pragma unroll
+		for (int kk = 0; kk < 4; kk++) wg_ss_tt(dq, wg_desc(sS[cur] + kk * 16 * 64, 64), wg_desc(sK[cur] + kk * 16 * 64, 64));
+		wg_commit();
+		wg_wait0(dq);
+		__syncthreads();
+	}
+	flash_store_dq(dqkv, dq, b, h, T, ld, r0, r1, t4, scale);
 }
 `
