@@ -44,6 +44,9 @@ __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.a
 	"+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
 	"+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
 	"+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+// The instruction, its operand types the 16-bit dtype's: a bf16 instantiation swaps this one line
+// (as bf16.go swaps the mma.sync text).
+#define WG_MMA "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
 #define WG_R32 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
 // wg_wait0 waits for the warpgroup's committed wgmma; d (their accumulator) is named so that the
 // compiler reads it only after the wait.
@@ -54,19 +57,19 @@ __device__ __forceinline__ void wg_wait0(float (*d)[4]) {
 // K-major (stored [n][k]).
 __device__ __forceinline__ void wg_ss(float (*d)[4], unsigned long long da, unsigned long long db, int acc) {
 	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-		"wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " WG_R32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+		WG_MMA WG_R32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
 		: WG_D32(d) : "l"(da), "l"(db), "r"(acc));
 }
 // d += A·B, A (64×16) and B (16×64) from shared memory both stored [k][m] and [k][n] (MN-major:
 // imm-trans-a and imm-trans-b 1).
 __device__ __forceinline__ void wg_ss_tt(float (*d)[4], unsigned long long da, unsigned long long db) {
-	asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " WG_R32 ", %32, %33, 1, 1, 1, 1, 1;\n"
+	asm volatile(WG_MMA WG_R32 ", %32, %33, 1, 1, 1, 1, 1;\n"
 		: WG_D32(d) : "l"(da), "l"(db));
 }
 // d += A·B, A (64×16) from registers (each warp's mma.sync A fragment of its 16 rows), B (16×64)
 // from shared memory stored [k][n] (MN-major: imm-trans-b 1).
 __device__ __forceinline__ void wg_rs_t(float (*d)[4], const u32* a, unsigned long long db) {
-	asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " WG_R32 ", {%32,%33,%34,%35}, %36, 1, 1, 1, 1;\n"
+	asm volatile(WG_MMA WG_R32 ", {%32,%33,%34,%35}, %36, 1, 1, 1, 1;\n"
 		: WG_D32(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 // load_async_sw: load_async into a 128-byte-swizzled tile of 64 rows × 64 halves (wg_desc's layout).
