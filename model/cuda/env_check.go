@@ -48,7 +48,7 @@ func checkEnv(getenv func(string) string) error {
 
 // flashWGParts are the attention kernels GODDP_FLASH_WGMMA moves onto Hopper's warpgroup
 // instructions.
-type flashWGParts struct{ fwd, dkdv, dq bool }
+type flashWGParts struct{ fwd, fwdp, dkdv, dq bool }
 
 // parseFlashWGMMA reads a GODDP_FLASH_WGMMA value (flashWGMMA, env.go).
 func parseFlashWGMMA(v string) (flashWGParts, error) {
@@ -56,19 +56,21 @@ func parseFlashWGMMA(v string) (flashWGParts, error) {
 	case "", "0":
 		return flashWGParts{}, nil
 	case "1":
-		return flashWGParts{true, true, true}, nil
+		return flashWGParts{fwd: true, dkdv: true, dq: true}, nil
 	}
 	var p flashWGParts
 	for _, part := range strings.Split(v, ",") {
 		switch strings.TrimSpace(part) {
 		case "fwd":
 			p.fwd = true
+		case "fwdp": // the forward with the next tile's scores overlapping the softmax (k_flash_wg_fwdp)
+			p.fwd, p.fwdp = true, true
 		case "dkdv":
 			p.dkdv = true
 		case "dq":
 			p.dq = true
 		default:
-			return flashWGParts{}, fmt.Errorf("cuda: GODDP_FLASH_WGMMA=%q: %q is not a part: want 0, 1 or a list of fwd, dkdv, dq", v, part)
+			return flashWGParts{}, fmt.Errorf("cuda: GODDP_FLASH_WGMMA=%q: %q is not a part: want 0, 1 or a list of fwd, fwdp, dkdv, dq", v, part)
 		}
 	}
 	return p, nil

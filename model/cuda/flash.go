@@ -105,10 +105,14 @@ func (d *Device) FlashAttention(y, lse, qkv *tensor.Tensor, heads int, scale flo
 	if d.flashRows == 128 {
 		name, rows = "k_flash_fwd128", 128
 	}
-	if flashWGMMA().fwd && y.DType() == tensor.F16 { // the Hopper forward (flash_wgmma.go; f16 only)
-		name = "k_flash_wg_fwd"
-		if rows == 128 {
+	if wg := flashWGMMA(); wg.fwd && y.DType() == tensor.F16 { // the Hopper forward (flash_wgmma.go; f16 only)
+		switch {
+		case rows == 128:
 			name = "k_flash_wg_fwd128"
+		case wg.fwdp:
+			name = "k_flash_wg_fwdp"
+		default:
+			name = "k_flash_wg_fwd"
 		}
 	}
 	d.launch(kn(name, y, qkv), d.flashGrid((T+rows-1)/rows, B*heads), [3]int{2 * rows, 1, 1}, 0,

@@ -82,6 +82,67 @@ __device__ __forceinline__ void load_async_sw(half_t* s, const half_t* g, long l
 	}
 }
 
+// flash_softmax_tile: flash_fwd's online softmax on one key tile's scores s (a warp's 16 rows r0 =
+// w0 + lane/4 and r1 = r0 + 8, C fragments): scaled by sl2, keys after a row masked (tiles that
+// reach past w0), the running maxima m and sums l updated, s replaced by its probabilities; a0 and
+// a1 are the factors the rows' output accumulators must be rescaled by. Every row needs a key of
+// the tile at or before it (its max finite): the callers skip tiles wholly after their rows.
+__device__ __forceinline__ void flash_softmax_tile(float (*s)[4], int k0, int w0, int r0, int r1, int t4, float sl2,
+		float& m0, float& m1, float& l0, float& l1, float& a0, float& a1) {
+	float mx0 = -INF, mx1 = -INF;
+	bool diag = k0 + 63 > w0; // some key of the tile is after some row of this warp
+	#pragma unroll
+	for (int j = 0; j < 8; j++) {
+		#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			int key = k0 + j * 8 + t4 * 2 + (i & 1);
+			float v = s[j][i] * sl2;
+			if (diag && key > (i < 2 ? r0 : r1)) v = -INF;
+			s[j][i] = v;
+		}
+		mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
+		mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+	}
+	mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
+	mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
+	mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
+	mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
+	float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+	a0 = fexp2(m0 - mn0); a1 = fexp2(m1 - mn1);
+	m0 = mn0; m1 = mn1;
+	float ps0 = 0.f, ps1 = 0.f;
+	#pragma unroll
+	for (int j = 0; j < 8; j++) {
+		s[j][0] = fexp2(s[j][0] - m0); s[j][1] = fexp2(s[j][1] - m0);
+		s[j][2] = fexp2(s[j][2] - m1); s[j][3] = fexp2(s[j][3] - m1);
+		ps0 += s[j][0] + s[j][1];
+		ps1 += s[j][2] + s[j][3];
+	}
+	l0 = l0 * a0 + ps0;
+	l1 = l1 * a1 + ps1;
+}
+
+// flash_fwd_store: a warp's rows of y (o / l, f16 pairs) and their log-sum-exp (natural log).
+__device__ __forceinline__ void flash_fwd_store(half_t* __restrict__ y, float* __restrict__ lse, float (*o)[4],
+		float m0, float m1, float l0, float l1, int b, int bh, int h, int T, int C, int r0, int r1, int t4) {
+	l0 += __shfl_xor_sync(0xffffffff, l0, 1);
+	l0 += __shfl_xor_sync(0xffffffff, l0, 2);
+	l1 += __shfl_xor_sync(0xffffffff, l1, 1);
+	l1 += __shfl_xor_sync(0xffffffff, l1, 2);
+	float i0 = 1.f / l0, i1 = 1.f / l1;
+	half_t* yb = y + (long)b * T * C + h * HS + t4 * 2;
+	if (r0 < T) {
+		#pragma unroll
+		for (int n = 0; n < 8; n++) *(u32*)(yb + (long)r0 * C + n * 8) = pack2(o[n][0] * i0, o[n][1] * i0);
+		if (t4 == 0) lse[(long)bh * T + r0] = (m0 + log2f(l0)) * LN2;
+	}
+	if (r1 < T) {
+		#pragma unroll
+		for (int n = 0; n < 8; n++) *(u32*)(yb + (long)r1 * C + n * 8) = pack2(o[n][2] * i1, o[n][3] * i1);
+		if (t4 == 0) lse[(long)bh * T + r1] = (m1 + log2f(l1)) * LN2;
+	}
+}
+
 // flash_fwd_wg: flash_fwd for query blocks of NWG·64 rows, one warpgroup per 64, keys in tiles of
 // 64. Per key tile each warpgroup that has keys to add computes its scores S = Q·Kᵀ (4 wgmma over
 // the head dimension), runs flash_fwd's softmax on them, and adds P·V (4 wgmma over the keys, P
@@ -140,38 +201,8 @@ __device__ __forceinline__ void flash_fwd_wg(half_t* __restrict__ y, float* __re
 			for (int kk = 0; kk < 4; kk++) wg_ss(s, wg_desc(q + kk * 16, 1), wg_desc(sK[cur] + kk * 16, 1), kk);
 			wg_commit();
 			wg_wait0(s);
-			float mx0 = -INF, mx1 = -INF;
-			bool diag = k0 + 63 > w0; // some key of the tile is after some row of this warp
-			#pragma unroll
-			for (int j = 0; j < 8; j++) {
-				#pragma unroll
-				for (int i = 0; i < 4; i++) {
-					int key = k0 + j * 8 + t4 * 2 + (i & 1);
-					float v = s[j][i] * sl2;
-					if (diag && key > (i < 2 ? r0 : r1)) v = -INF;
-					s[j][i] = v;
-				}
-				mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
-				mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
-			}
-			mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
-			mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
-			mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
-			mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
-			// Key k0 is after no row of the warpgroup (k0 ≤ g0), so every row's max is finite.
-			float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-			float a0 = fexp2(m0 - mn0), a1 = fexp2(m1 - mn1);
-			m0 = mn0; m1 = mn1;
-			float ps0 = 0.f, ps1 = 0.f;
-			#pragma unroll
-			for (int j = 0; j < 8; j++) {
-				s[j][0] = fexp2(s[j][0] - m0); s[j][1] = fexp2(s[j][1] - m0);
-				s[j][2] = fexp2(s[j][2] - m1); s[j][3] = fexp2(s[j][3] - m1);
-				ps0 += s[j][0] + s[j][1];
-				ps1 += s[j][2] + s[j][3];
-			}
-			l0 = l0 * a0 + ps0;
-			l1 = l1 * a1 + ps1;
+			float a0, a1;
+			flash_softmax_tile(s, k0, w0, r0, r1, t4, sl2, m0, m1, l0, l1, a0, a1);
 			#pragma unroll
 			for (int n = 0; n < 8; n++) { o[n][0] *= a0; o[n][1] *= a0; o[n][2] *= a1; o[n][3] *= a1; }
 			u32 pf[4][4];
@@ -185,22 +216,7 @@ __device__ __forceinline__ void flash_fwd_wg(half_t* __restrict__ y, float* __re
 		}
 		__syncthreads(); // every warpgroup is done with this buffer before the next prefetch refills it
 	}
-	l0 += __shfl_xor_sync(0xffffffff, l0, 1);
-	l0 += __shfl_xor_sync(0xffffffff, l0, 2);
-	l1 += __shfl_xor_sync(0xffffffff, l1, 1);
-	l1 += __shfl_xor_sync(0xffffffff, l1, 2);
-	float i0 = 1.f / l0, i1 = 1.f / l1;
-	half_t* yb = y + (long)b * T * C + h * HS + t4 * 2;
-	if (r0 < T) {
-		#pragma unroll
-		for (int n = 0; n < 8; n++) *(u32*)(yb + (long)r0 * C + n * 8) = pack2(o[n][0] * i0, o[n][1] * i0);
-		if (t4 == 0) lse[(long)bh * T + r0] = (m0 + log2f(l0)) * LN2;
-	}
-	if (r1 < T) {
-		#pragma unroll
-		for (int n = 0; n < 8; n++) *(u32*)(yb + (long)r1 * C + n * 8) = pack2(o[n][2] * i1, o[n][3] * i1);
-		if (t4 == 0) lse[(long)bh * T + r1] = (m1 + log2f(l1)) * LN2;
-	}
+	flash_fwd_store(y, lse, o, m0, m1, l0, l1, b, bh, h, T, C, r0, r1, t4);
 }
 
 // wg_wait0_keep is wg_wait0 for d that also keeps a (the A fragments in flight: wgmma reads its
@@ -340,6 +356,104 @@ __device__ __forceinline__ void flash_bwd_dkdv_wg(half_t* __restrict__ dqkv, con
 			*(u32*)(out + (long)kr1 * ld + 2 * C + n * 8) = pack2(dv[n][2], dv[n][3]);
 		}
 	}
+}
+
+// wg_wait1_keep waits until at most one committed wgmma group of the warpgroup is pending (the
+// older ones done): s, the older group's accumulator, is then readable; o and a, the pending
+// group's accumulator and A fragments, stay untouched until a later wait.
+__device__ __forceinline__ void wg_wait1_keep(float (*s)[4], float (*o)[4], u32 (*a)[4]) {
+	asm volatile("wgmma.wait_group.sync.aligned 1;\n" : WG_D32(s), "+f"(o[0][0]), "+f"(o[0][1]), "+f"(o[0][2]), "+f"(o[0][3]),
+		"+f"(o[1][0]), "+f"(o[1][1]), "+f"(o[1][2]), "+f"(o[1][3]), "+f"(o[2][0]), "+f"(o[2][1]), "+f"(o[2][2]), "+f"(o[2][3]),
+		"+f"(o[3][0]), "+f"(o[3][1]), "+f"(o[3][2]), "+f"(o[3][3]), "+f"(o[4][0]), "+f"(o[4][1]), "+f"(o[4][2]), "+f"(o[4][3]),
+		"+f"(o[5][0]), "+f"(o[5][1]), "+f"(o[5][2]), "+f"(o[5][3]), "+f"(o[6][0]), "+f"(o[6][1]), "+f"(o[6][2]), "+f"(o[6][3]),
+		"+f"(o[7][0]), "+f"(o[7][1]), "+f"(o[7][2]), "+f"(o[7][3]),
+		"+r"(a[0][0]), "+r"(a[0][1]), "+r"(a[0][2]), "+r"(a[0][3]), "+r"(a[1][0]), "+r"(a[1][1]), "+r"(a[1][2]), "+r"(a[1][3]),
+		"+r"(a[2][0]), "+r"(a[2][1]), "+r"(a[2][2]), "+r"(a[2][3]), "+r"(a[3][0]), "+r"(a[3][1]), "+r"(a[3][2]), "+r"(a[3][3]) :: "memory");
+}
+
+// k_flash_wg_fwdp: k_flash_wg_fwd with each key tile's scores issued before the previous tile's
+// P·V is added (FlashAttention-3's overlap within a warpgroup): while the tensor cores run
+// S_kt = Q·K_ktᵀ and O += P_{kt−1}·V_{kt−1}, the warps wait only for S_kt and run its softmax; O's
+// rescale by the new maximum follows once the P·V is in. Each row's operations come in
+// k_flash_wg_fwd's order (O·a_kt + P_kt·V_kt, tile after tile), so its bits. The loads run ahead
+// by operand: K one tile ahead of the scores, V one tile behind them (V_kt is fetched while S_kt
+// runs and used in the next iteration), so two buffers of each suffice. 64 query rows, 128
+// threads; ⌈T/64⌉ tiles × B·H.
+extern "C" __global__ void __launch_bounds__(128) k_flash_wg_fwdp(half_t* __restrict__ y, float* __restrict__ lse,
+		const half_t* __restrict__ qkv, int T, int H, float sl2) {
+	__shared__ __align__(1024) half_t sQ[64 * 64];
+	__shared__ __align__(1024) half_t sK[2][64 * 64];
+	__shared__ __align__(1024) half_t sV[2][64 * 64];
+	if (smem(sQ) & 1023) __trap();
+	int qt = flash_tiles() - 1 - flash_tile(); // the longest (most key tiles) first
+	int bh = flash_bh(), b = bh / H, h = bh % H;
+	int C = H * HS;
+	long ld = 3L * C;
+	const half_t* base = qkv + (long)b * T * ld + h * HS;
+	int q0 = qt * 64;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
+	int w0 = q0 + warp * 16;
+	int r0 = w0 + (lane >> 2), r1 = r0 + 8;
+	int last = qt; // q0 < T: the diagonal tile is the last
+
+	load_async_sw(sQ, base + (long)q0 * ld, ld, min(64, T - q0));
+	load_async_sw(sK[0], base + C, ld, min(64, T));
+	cp_commit();
+	load_async_sw(sV[0], base + 2 * C, ld, min(64, T));
+	if (last > 0) load_async_sw(sK[1], base + C + 64L * ld, ld, min(64, T - 64));
+	cp_commit();
+	cp_wait1();
+	fence_async_smem();
+	__syncthreads();
+
+	float o[8][4], s[8][4];
+	zero8x4(o);
+	zero8x4(s);
+	float m0 = -INF, m1 = -INF, l0 = 0.f, l1 = 0.f, a0, a1;
+	u32 pf[4][4];
+	wg_fence();
+	#pragma unroll
+	for (int kk = 0; kk < 4; kk++) wg_ss(s, wg_desc(sQ + kk * 16, 1), wg_desc(sK[0] + kk * 16, 1), kk);
+	wg_commit();
+	wg_wait0(s);
+	flash_softmax_tile(s, 0, w0, r0, r1, t4, sl2, m0, m1, l0, l1, a0, a1);
+	#pragma unroll
+	for (int kk = 0; kk < 4; kk++) pa(pf[kk], s, kk);
+
+	for (int kt = 1; kt <= last; kt++) {
+		int cur = kt & 1;
+		// K_{kt+1} into K_{kt−1}'s buffer (its scores are done), V_kt into V_{kt−2}'s (its P·V is in)
+		if (kt < last) load_async_sw(sK[cur ^ 1], base + C + (long)(kt + 1) * 64 * ld, ld, min(64, T - (kt + 1) * 64));
+		load_async_sw(sV[cur], base + 2 * C + (long)kt * 64 * ld, ld, min(64, T - kt * 64));
+		cp_commit();
+		cp_wait1(); // K_kt and V_{kt−1}
+		fence_async_smem();
+		__syncthreads();
+		wg_fence();
+		#pragma unroll
+		for (int kk = 0; kk < 4; kk++) wg_ss(s, wg_desc(sQ + kk * 16, 1), wg_desc(sK[cur] + kk * 16, 1), kk);
+		wg_commit();
+		#pragma unroll
+		for (int kk = 0; kk < 4; kk++) wg_rs_t(o, pf[kk], wg_desc(sV[cur ^ 1] + kk * 16 * 64, 64));
+		wg_commit();
+		wg_wait1_keep(s, o, pf); // the scores are in; P·V may still run
+		flash_softmax_tile(s, kt * 64, w0, r0, r1, t4, sl2, m0, m1, l0, l1, a0, a1);
+		wg_wait0_keep(o, pf);
+		#pragma unroll
+		for (int n = 0; n < 8; n++) { o[n][0] *= a0; o[n][1] *= a0; o[n][2] *= a1; o[n][3] *= a1; }
+		#pragma unroll
+		for (int kk = 0; kk < 4; kk++) pa(pf[kk], s, kk);
+		__syncthreads(); // every warp is past this tile's wgmma before the next loads refill their buffers
+	}
+	cp_wait0(); // V_last
+	fence_async_smem();
+	__syncthreads();
+	wg_fence();
+	#pragma unroll
+	for (int kk = 0; kk < 4; kk++) wg_rs_t(o, pf[kk], wg_desc(sV[last & 1] + kk * 16 * 64, 64));
+	wg_commit();
+	wg_wait0_keep(o, pf);
+	flash_fwd_store(y, lse, o, m0, m1, l0, l1, b, bh, h, T, C, r0, r1, t4);
 }
 
 extern "C" __global__ void __launch_bounds__(128) k_flash_wg_fwd(half_t* __restrict__ y, float* __restrict__ lse,

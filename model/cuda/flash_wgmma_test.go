@@ -19,7 +19,8 @@ import (
 // each 16-product slice come from another instruction, so the outputs may differ in the last bit
 // of a few values — and no more: y within one f16 rounding, lse within 2^-20 relative. A wrong
 // descriptor, swizzle or fragment shows as errors of the values' own size. The test logs how many
-// values differ at all. Devices other than compute capability 9.0: the switch must fail loudly.
+// values differ at all. GODDP_FLASH_WGMMA=fwdp's overlapped forward (k_flash_wg_fwdp) must give
+// k_flash_wg_fwd's very bits. Devices other than compute capability 9.0: the switch must fail loudly.
 // Not yet run on a GPU.
 func TestCUDA_flashWGMMAForward(t *testing.T) {
 	g := gpu(t)
@@ -95,6 +96,31 @@ func TestCUDA_flashWGMMAForward(t *testing.T) {
 				}
 			}
 			t.Logf("B%d T%d H%d rows %d: %d of %d outputs differ in their last bit", B, T, H, rows, diff, len(ys[0]))
+			if rows == 64 { // the overlapped forward: k_flash_wg_fwd's very bits
+				t.Setenv("GODDP_FLASH_WGMMA", "fwdp")
+				y, lse := g.Alloc(tensor.F16, "y", B, T, C), g.Alloc(tensor.F32, "lse", B, H, T)
+				g.Fill(y, 7)
+				g.ProfileStart()
+				g.FlashAttention(y, lse, qkv, H, 0.125)
+				if !strings.Contains(g.ProfileStop(), "k_flash_wg_fwdp") {
+					t.Fatalf("%v: GODDP_FLASH_WGMMA=fwdp: k_flash_wg_fwdp did not run", sh)
+				}
+				yp, lp := make([]uint16, y.Len()), make([]float32, lse.Len())
+				g.dtoh(unsafe.Pointer(&yp[0]), y)
+				g.Download(lp, lse)
+				g.Free(y)
+				g.Free(lse)
+				for j := range yp {
+					if yp[j] != ys[1][j] {
+						t.Fatalf("%v: y[%d] bits %#04x overlapped, %#04x not", sh, j, yp[j], ys[1][j])
+					}
+				}
+				for j := range lp {
+					if math.Float32bits(lp[j]) != math.Float32bits(lses[1][j]) {
+						t.Fatalf("%v: lse[%d] %g overlapped, %g not", sh, j, lp[j], lses[1][j])
+					}
+				}
+			}
 		}
 		g.Free(qkv)
 	}
