@@ -75,7 +75,9 @@ func TestCUDA_flashWGMMAForward(t *testing.T) {
 				g.Free(y)
 				g.Free(lse)
 			}
-			diff := 0
+			// Every bad value is counted and the first few named by (b, t, h, d), so that one run
+			// tells a misread operand's pattern (lse right and y wrong: P·V's V; both wrong: Q·Kᵀ).
+			diff, badY, badL := 0, 0, 0
 			for j := range ys[0] {
 				if ys[0][j] == ys[1][j] {
 					continue
@@ -86,14 +88,22 @@ func TestCUDA_flashWGMMAForward(t *testing.T) {
 				// (2^-10 of the binade; 2^-24 below the normal range) between the two
 				ulp := math.Max(math.Ldexp(1, -24), math.Ldexp(1, math.Ilogb(math.Max(math.Abs(a), math.Abs(b)))-10))
 				if math.IsNaN(b) || math.Abs(a-b) > ulp {
-					t.Fatalf("%v rows %d: y[%d] %g with wgmma, %g with mma.sync (more than one f16 rounding)", sh, rows, j, b, a)
+					if badY++; badY <= 6 {
+						bt, c := j/C, j%C
+						t.Errorf("%v rows %d: y[b %d, t %d, h %d, d %d] %g with wgmma, %g with mma.sync (more than one f16 rounding)", sh, rows, bt/T, bt%T, c/64, c%64, b, a)
+					}
 				}
 			}
 			for j := range lses[0] {
 				a, b := float64(lses[0][j]), float64(lses[1][j])
 				if math.IsNaN(b) || math.Abs(a-b) > math.Ldexp(math.Max(1, math.Abs(a)), -20) {
-					t.Fatalf("%v rows %d: lse[%d] %g with wgmma, %g with mma.sync", sh, rows, j, b, a)
+					if badL++; badL <= 6 {
+						t.Errorf("%v rows %d: lse[b %d, h %d, t %d] %g with wgmma, %g with mma.sync", sh, rows, j/(H*T), j/T%H, j%T, b, a)
+					}
 				}
+			}
+			if badY+badL > 0 {
+				t.Fatalf("%v rows %d: %d of %d y values and %d of %d lse values wrong", sh, rows, badY, len(ys[0]), badL, len(lses[0]))
 			}
 			t.Logf("B%d T%d H%d rows %d: %d of %d outputs differ in their last bit", B, T, H, rows, diff, len(ys[0]))
 			if rows == 64 { // the overlapped forward: k_flash_wg_fwd's very bits
@@ -175,7 +185,7 @@ func TestCUDA_flashWGMMABackward(t *testing.T) {
 		}
 		for part, name := range []string{"dq", "dk", "dv"} {
 			var maxAbs, maxDiff float64
-			diff := 0
+			diff, at := 0, [2]int{}
 			for r := 0; r < B*T; r++ {
 				for c := part * C; c < (part+1)*C; c++ {
 					j := r*3*C + c
@@ -184,13 +194,15 @@ func TestCUDA_flashWGMMABackward(t *testing.T) {
 						t.Fatalf("%v: %s[%d, %d] %g with wgmma", sh, name, r, c-part*C, b)
 					}
 					maxAbs = math.Max(maxAbs, math.Abs(a))
-					maxDiff = math.Max(maxDiff, math.Abs(a-b))
+					if d := math.Abs(a - b); d > maxDiff {
+						maxDiff, at = d, [2]int{r, c - part*C}
+					}
 					if got[0][j] != got[1][j] {
 						diff++
 					}
 				}
 			}
-			t.Logf("B%d T%d H%d %s: %d of %d differ, the largest by %.3g (largest value %.3g)", B, T, H, name, diff, B*T*C, maxDiff, maxAbs)
+			t.Logf("B%d T%d H%d %s: %d of %d differ, the largest by %.3g at (b·t %d, h %d, d %d) (largest value %.3g)", B, T, H, name, diff, B*T*C, maxDiff, at[0], at[1]/64, at[1]%64, maxAbs)
 			if maxDiff > math.Ldexp(maxAbs, -8) {
 				t.Errorf("%v: %s differs by %g with wgmma, more than 2^-8 of its largest value %g", sh, name, maxDiff, maxAbs)
 			}
