@@ -72,7 +72,7 @@ open(f"{out}/literals", "w").write("\n".join(sorted(lits)) + "\n")
 # The bf16 instantiations: each swap's f16 text must occur exactly once (as bf16.go requires).
 swaps = [("f16H2F", "bf16H2F"), ("f16F2H", "bf16F2H")]
 for n, b in sources.items():
-    pairs = list(swaps) + [(a, z) for a, z in (("f16MMA", "bf16MMA"), ("f16Pack2X", "bf16Pack2X")) if consts.get(a, "\0") in b]
+    pairs = list(swaps) + [(a, z) for a, z in (("f16MMA", "bf16MMA"), ("f16Pack2X", "bf16Pack2X"), ("f16WGMMA", "bf16WGMMA")) if consts.get(a, "\0") in b]
     if not all(consts.get(a, "\0") in b for a, _ in swaps):
         continue
     for a, z in pairs:

@@ -39,6 +39,9 @@ const (
 	// 32-bit pair by one instruction (lo in the low half: cvt's second source)
 	f16Pack2X  = `asm("{cvt.rn.f16x2.f32 %0, %2, %1;}" : "=r"(r) : "f"(lo), "f"(hi));`
 	bf16Pack2X = `asm("{cvt.rn.bf16x2.f32 %0, %2, %1;}" : "=r"(r) : "f"(lo), "f"(hi));`
+	// the Hopper attention's wgmma (flash_wgmma_kernels.go): its operand types
+	f16WGMMA  = `#define WG_MMA "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "`
+	bf16WGMMA = `#define WG_MMA "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "`
 )
 
 // bf16Swaps turns an elementwise source's f16 instantiation into its bf16 one; flashBF16Swaps
@@ -46,6 +49,8 @@ const (
 var (
 	bf16Swaps      = [][2]string{{f16H2F, bf16H2F}, {f16F2H, bf16F2H}}
 	flashBF16Swaps = [][2]string{{f16H2F, bf16H2F}, {f16F2H, bf16F2H}, {f16MMA, bf16MMA}, {f16Pack2X, bf16Pack2X}}
+	// flashWGBF16Swaps: flashBF16Swaps and the wgmma's operand types, for the Hopper module
+	flashWGBF16Swaps = append(flashBF16Swaps[:len(flashBF16Swaps):len(flashBF16Swaps)], [2]string{f16WGMMA, bf16WGMMA})
 )
 
 // instantiate returns src for the 16-bit dtype dt: src itself for F16, src with each swap applied
@@ -170,15 +175,20 @@ func (d *Device) bf16Fns() (map[string]cudadrv.Function, error) {
 // one (which also holds the f32-only kernels).
 func (d *Device) fn(name string) (cudadrv.Function, bool) {
 	base, isBF := strings.CutSuffix(name, bf16Suffix)
+	if strings.HasPrefix(base, flashWGPrefix) { // the Hopper attention's modules (flash_wgmma.go)
+		dt := tensor.F16
+		if isBF {
+			dt = tensor.BF16
+		}
+		fns, err := d.flashWGFns(dt)
+		if err != nil {
+			panic(err.Error())
+		}
+		f, ok := fns[base]
+		return f, ok
+	}
 	if !isBF {
 		f, ok := d.fns[name]
-		if !ok && strings.HasPrefix(name, flashWGPrefix) {
-			fns, err := d.flashWGFns()
-			if err != nil {
-				panic(err.Error())
-			}
-			f, ok = fns[name]
-		}
 		return f, ok
 	}
 	fns, err := d.bf16Fns()

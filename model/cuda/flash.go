@@ -105,7 +105,7 @@ func (d *Device) FlashAttention(y, lse, qkv *tensor.Tensor, heads int, scale flo
 	if d.flashRows == 128 {
 		name, rows = "k_flash_fwd128", 128
 	}
-	if wg := flashWGMMA(); wg.fwd && y.DType() == tensor.F16 { // the Hopper forward (flash_wgmma.go; f16 only)
+	if wg := flashWGMMA(); wg.fwd { // the Hopper forward (flash_wgmma.go)
 		switch {
 		case rows == 128:
 			name = "k_flash_wg_fwd128"
@@ -158,16 +158,17 @@ func (d *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, he
 	if flashDS() { // dk/dv stores dS, dq multiplies it by K: nothing recomputed twice (env.go)
 		ds := d.Alloc(qkv.DType(), "attn.flash.ds", B*heads*nt*(nt+1)/2, 64*64)
 		d.flashDelta(delta, dy, y, B*T*heads, T, heads)
-		if flashWGMMA().dkdv && dqkv.DType() == tensor.F16 { // on wgmma (flash_wgmma.go), the same ds blocks
-			d.allowDynShared("k_flash_wg_dkdv", flashWGDKDVShared)
-			d.launch("k_flash_wg_dkdv", grid, [3]int{128, 1, 1}, flashWGDKDVShared,
+		if flashWGMMA().dkdv { // on wgmma (flash_wgmma.go), the same ds blocks
+			name := kn("k_flash_wg_dkdv", dqkv, qkv)
+			d.allowDynShared(name, flashWGDKDVShared)
+			d.launch(name, grid, [3]int{128, 1, 1}, flashWGDKDVShared,
 				ptra(dqkv), ptra(qkv), ptra(dy), ptra(lse), ptra(delta), ptra(ds), i32a(T), i32a(heads), f32a(scale))
 		} else {
 			d.launch(kn("k_flash_bwd_dkdv_ds", dqkv, qkv), grid, [3]int{128, 1, 1}, 0,
 				ptra(dqkv), ptra(qkv), ptra(dy), ptra(lse), ptra(delta), ptra(ds), i32a(T), i32a(heads), f32a(scale))
 		}
-		if flashWGMMA().dq && dqkv.DType() == tensor.F16 { // on wgmma (flash_wgmma.go)
-			d.launch("k_flash_wg_dq", grid, [3]int{128, 1, 1}, 0, ptra(dqkv), ptra(qkv), ptra(ds), i32a(T), i32a(heads), f32a(scale))
+		if flashWGMMA().dq { // on wgmma (flash_wgmma.go)
+			d.launch(kn("k_flash_wg_dq", dqkv, qkv), grid, [3]int{128, 1, 1}, 0, ptra(dqkv), ptra(qkv), ptra(ds), i32a(T), i32a(heads), f32a(scale))
 		} else if flashDQPair() { // two query tiles a block (k_flash_bwd_dq_ds2; env.go)
 			name := kn("k_flash_bwd_dq_ds2", dqkv, qkv)
 			d.allowDynShared(name, flashDQPairShared)

@@ -8,18 +8,20 @@ import (
 	"sync"
 
 	"github.com/goddp/goddp/model/cuda/cudadrv"
+	"github.com/goddp/goddp/model/tensor"
 )
 
-// flashWGKernels is the Hopper attention forward's module (flash_wgmma_kernels.go) and its own
-// kernels, loaded once per device at the first GODDP_FLASH_WGMMA=1 forward. Not yet run on a GPU.
-type flashWGKernels struct {
+// flashWGKernels is the Hopper attention's modules (flash_wgmma_kernels.go), f16 ([0]) and its bf16
+// instantiation ([1]), each with its own kernels, loaded once per device at the first
+// GODDP_FLASH_WGMMA launch of its dtype. Not yet run on a GPU.
+type flashWGKernels [2]struct {
 	once sync.Once
 	m    cudadrv.Module
 	fns  map[string]cudadrv.Function
 	err  error
 }
 
-// flashWGPrefix starts the names of the Hopper module's kernels (fn looks them up there).
+// flashWGPrefix starts the names of the Hopper modules' kernels (fn looks them up there).
 const flashWGPrefix = "k_flash_wg_"
 
 // flashWGDKDVShared is k_flash_wg_dkdv's dynamic shared memory: up to 1024 bytes to its first
@@ -27,37 +29,47 @@ const flashWGPrefix = "k_flash_wg_"
 // lse and delta rows, and four warps' 16 rows of LDS halves of dSᵀ.
 const flashWGDKDVShared = 1024 + 6*64*64*2 + 4*64*4 + 4*16*72*2
 
-// flashWGFns returns the Hopper module's kernels, compiling and loading it on first use: NVRTC
-// for compute_90a (wgmma exists only in the arch-specific target), the attention module's options,
-// the disk cache as every module; compute capability 9.0 only. Registered are the kernels the
-// source adds to flashKernelSource (the ones it repeats stay the f16 module's).
-func (d *Device) flashWGFns() (map[string]cudadrv.Function, error) {
-	w := &d.flashWG
+// flashWGFns returns the Hopper module of dtype dt (F16, or BF16: the source with
+// flashWGBF16Swaps), compiling and loading it on first use: NVRTC for compute_90a (wgmma exists
+// only in the arch-specific target), the attention module's options, the disk cache as every
+// module; compute capability 9.0 only. Registered are the kernels the source adds to
+// flashKernelSource (the ones it repeats stay the other modules').
+func (d *Device) flashWGFns(dt tensor.DType) (map[string]cudadrv.Function, error) {
+	i := 0
+	if dt == tensor.BF16 {
+		i = 1
+	}
+	w := &d.flashWG[i]
 	w.once.Do(func() {
 		if !d.flash || d.major != 9 || d.minor != 0 {
-			w.err = fmt.Errorf("cuda: GODDP_FLASH_WGMMA=1 needs the fused attention (GODDP_FLASH unset) on compute capability 9.0; %s is sm_%d%d", d.name, d.major, d.minor)
+			w.err = fmt.Errorf("cuda: GODDP_FLASH_WGMMA needs the fused attention (GODDP_FLASH unset) on compute capability 9.0; %s is sm_%d%d", d.name, d.major, d.minor)
 			return
 		}
-		ptx, err := compileCached(flashWGMMAKernelSource, append([]string{"--gpu-architecture=compute_90a", "-default-device", "--std=c++17"}, d.flashOpts...))
+		src, err := instantiate(flashWGMMAKernelSource, dt, flashWGBF16Swaps)
 		if err != nil {
-			w.err = fmt.Errorf("cuda: GODDP_FLASH_WGMMA=1: %w", err)
+			w.err = err
+			return
+		}
+		ptx, err := compileCached(src, append([]string{"--gpu-architecture=compute_90a", "-default-device", "--std=c++17"}, d.flashOpts...))
+		if err != nil {
+			w.err = fmt.Errorf("cuda: GODDP_FLASH_WGMMA (%s): %w", dt, err)
 			return
 		}
 		d.enter()
 		defer d.leave()
 		if w.m, err = cudadrv.LoadPTX(ptx); err != nil {
-			w.err = fmt.Errorf("cuda: loading the Hopper attention kernels' PTX: %w", err)
+			w.err = fmt.Errorf("cuda: loading the Hopper attention kernels' PTX (%s): %w", dt, err)
 			return
 		}
 		w.fns = map[string]cudadrv.Function{}
-		for _, k := range kernelNameRE.FindAllStringSubmatch(flashWGMMAKernelSource, -1) {
+		for _, k := range kernelNameRE.FindAllStringSubmatch(src, -1) {
 			if !strings.HasPrefix(k[1], flashWGPrefix) {
 				continue
 			}
 			f, err := w.m.Function(k[1])
 			if err != nil {
 				w.m.Unload()
-				w.err, w.fns = fmt.Errorf("cuda: GODDP_FLASH_WGMMA=1: %w", err), nil
+				w.err, w.fns = fmt.Errorf("cuda: GODDP_FLASH_WGMMA (%s): %w", dt, err), nil
 				return
 			}
 			w.fns[k[1]] = f
@@ -66,11 +78,14 @@ func (d *Device) flashWGFns() (map[string]cudadrv.Function, error) {
 	return w.fns, w.err
 }
 
-// closeFlashWG unloads the Hopper module if it was loaded. The caller holds the thread (enter).
+// closeFlashWG unloads the Hopper modules that were loaded. The caller holds the thread (enter).
 func (d *Device) closeFlashWG() {
-	d.flashWG.once.Do(func() {}) // a later flashWGFns finds nothing loaded
-	if d.flashWG.fns != nil {
-		d.flashWG.m.Unload()
-		d.flashWG.fns = nil
+	for i := range d.flashWG {
+		w := &d.flashWG[i]
+		w.once.Do(func() {}) // a later flashWGFns finds nothing loaded
+		if w.fns != nil {
+			w.m.Unload()
+			w.fns = nil
+		}
 	}
 }

@@ -2,11 +2,12 @@
 
 package cuda
 
-// flashWGMMAKernelSource is the attention forward on Hopper's warpgroup tensor-core instructions
+// flashWGMMAKernelSource is the attention kernels on Hopper's warpgroup tensor-core instructions
 // (wgmma.mma_async, sm_90a): flashKernelSource (its helpers, and its kernels, which this module
-// does not launch) followed by k_flash_wg_fwd and k_flash_wg_fwd128, compiled by NVRTC for
-// compute_90a into a module of its own (flash.go, GODDP_FLASH_WGMMA=1 on compute capability 9.0
-// only; f16 only, the bf16 module keeps the mma.sync forward). Not yet run on a GPU.
+// does not launch) followed by the forward (k_flash_wg_fwd, k_flash_wg_fwd128, k_flash_wg_fwdp)
+// and the dS-once backward's dk/dv and dq (k_flash_wg_dkdv, k_flash_wg_dq), compiled by NVRTC for
+// compute_90a into modules of their own, f16 and its bf16 instantiation (flash_wgmma.go;
+// GODDP_FLASH_WGMMA on compute capability 9.0 only). Not yet run on a GPU.
 //
 // Why: the mma.sync forward is issue-bound (session 16's Nsight Compute: one instruction every 4.3–5
 // cycles a warp); per 64×64 key tile each of its 4 warps issues 64 mma.sync and ~32 ldmatrix for the
@@ -46,7 +47,7 @@ __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.a
 	"+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
 // The instruction, its operand types the 16-bit dtype's: a bf16 instantiation swaps this one line
 // (as bf16.go swaps the mma.sync text).
-#define WG_MMA "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+` + f16WGMMA + `
 #define WG_R32 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
 // wg_wait0 waits for the warpgroup's committed wgmma; d (their accumulator) is named so that the
 // compiler reads it only after the wait.

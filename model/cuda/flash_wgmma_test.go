@@ -14,35 +14,76 @@ import (
 )
 
 // GODDP_FLASH_WGMMA=1's forward (k_flash_wg_fwd, and k_flash_wg_fwd128 under 128-row blocks)
-// against the mma.sync forward it replaces, on lengths that are and are not multiples of 64 and
-// 128, one row to 1024: each row's softmax is the same arithmetic, but the tensor cores' sums of
-// each 16-product slice come from another instruction, so the outputs may differ in the last bit
-// of a few values — and no more: y within one f16 rounding, lse within 2^-20 relative. A wrong
+// against the mma.sync forward it replaces, f16 and bf16, on lengths that are and are not
+// multiples of 64 and 128, one row to 1024: each row's softmax is the same arithmetic, but the
+// tensor cores' sums of each 16-product slice come from another instruction, so the outputs may
+// differ in the last bit of a few values — and no more: y within one rounding of its dtype, lse
+// within 2^-20 relative. A wrong
 // descriptor, swizzle or fragment shows as errors of the values' own size. The test logs how many
 // values differ at all. GODDP_FLASH_WGMMA=fwdp's overlapped forward (k_flash_wg_fwdp) must give
 // k_flash_wg_fwd's very bits. Devices other than compute capability 9.0: the switch must fail loudly.
 // Not yet run on a GPU.
 func TestCUDA_flashWGMMAForward(t *testing.T) {
+	g := flashWGTestDevice(t)
+	defer g.SetFlashForwardRows(64)
+	for _, dt := range []tensor.DType{tensor.F16, tensor.BF16} {
+		if !g.FlashAttentionFast(64, dt) {
+			t.Logf("no fused attention in %s on %s", dt, g.DeviceName())
+			continue
+		}
+		flashWGMMAForward(t, g, dt)
+	}
+}
+
+// flashWGTestDevice is the test device where the Hopper modules load (their kernels' resources
+// logged), skipping elsewhere — where compute capability 9.0 must load them.
+func flashWGTestDevice(t *testing.T) *Device {
 	g := gpu(t)
 	if !g.FlashAttentionFast(64, tensor.F16) {
 		t.Skipf("no fused attention on %s", g.DeviceName())
 	}
-	if _, err := g.flashWGFns(); err != nil {
+	fns, err := g.flashWGFns(tensor.F16)
+	if err != nil {
 		if g.major == 9 && g.minor == 0 {
 			t.Fatal(err)
 		}
 		t.Skipf("%v", err)
 	}
-	for name, f := range g.flashWG.fns {
-		threads := 128
-		if strings.HasSuffix(name, "128") {
+	for name := range fns {
+		threads, dyn := 128, 0
+		switch {
+		case strings.HasSuffix(name, "128"):
 			threads = 256
+		case name == "k_flash_wg_dkdv":
+			dyn = flashWGDKDVShared
+			g.allowDynShared(name, dyn)
 		}
-		if r, err := f.Resources(threads, 0); err == nil {
-			t.Logf("%-18s %3d threads: %3d registers, %4d local bytes, %6d B shared, %d blocks/SM", name, threads, r.Registers, r.LocalBytes, r.StaticShared, r.BlocksPerSM)
+		if r, err := g.flashWG[0].fns[name].Resources(threads, dyn); err == nil {
+			t.Logf("%-18s %3d threads: %3d registers, %4d local bytes, %6d B static shared, %d blocks/SM", name, threads, r.Registers, r.LocalBytes, r.StaticShared, r.BlocksPerSM)
 		}
 	}
-	defer g.SetFlashForwardRows(64)
+	return g
+}
+
+// wgValue is a 16-bit value of dtype dt as a float64.
+func wgValue(dt tensor.DType, h uint16) float64 {
+	if dt == tensor.BF16 {
+		return float64(math.Float32frombits(uint32(h) << 16))
+	}
+	return float64(float16.Frombits(h).Float32())
+}
+
+// wgULP is one unit in the last place of dtype dt at the larger of |a|, |b| (10 fraction bits for
+// f16, 7 for bf16), no less than the dtype's smallest subnormal.
+func wgULP(dt tensor.DType, a, b float64) float64 {
+	frac, tiny := 10, -24
+	if dt == tensor.BF16 {
+		frac, tiny = 7, -133
+	}
+	return math.Max(math.Ldexp(1, tiny), math.Ldexp(1, math.Ilogb(math.Max(math.Abs(a), math.Abs(b)))-frac))
+}
+
+func flashWGMMAForward(t *testing.T, g *Device, dt tensor.DType) {
 	for i, sh := range [][3]int{{1, 1, 1}, {2, 64, 3}, {2, 100, 2}, {1, 130, 2}, {1, 200, 12}, {2, 1024, 2}, {1, 1024, 12}} {
 		B, T, H := sh[0], sh[1], sh[2]
 		C := 64 * H
@@ -51,7 +92,7 @@ func TestCUDA_flashWGMMAForward(t *testing.T) {
 		for j := range v {
 			v[j] = float32(rng.NormFloat64())
 		}
-		qkv := g.Alloc(tensor.F16, "qkv", B, T, 3*C)
+		qkv := g.Alloc(dt, "qkv", B, T, 3*C)
 		ipcUpload(g, qkv, v)
 		for _, rows := range []int{64, 128} {
 			if err := g.SetFlashForwardRows(rows); err != nil {
@@ -61,12 +102,12 @@ func TestCUDA_flashWGMMAForward(t *testing.T) {
 			var lses [2][]float32
 			for k, on := range []string{"", "1"} {
 				t.Setenv("GODDP_FLASH_WGMMA", on)
-				y, lse := g.Alloc(tensor.F16, "y", B, T, C), g.Alloc(tensor.F32, "lse", B, H, T)
+				y, lse := g.Alloc(dt, "y", B, T, C), g.Alloc(tensor.F32, "lse", B, H, T)
 				g.Fill(y, 7)
 				g.ProfileStart()
 				g.FlashAttention(y, lse, qkv, H, 0.125)
 				if ran := strings.Contains(g.ProfileStop(), flashWGPrefix); ran != (k == 1) {
-					t.Fatalf("%v rows %d: GODDP_FLASH_WGMMA=%q: the Hopper kernel ran: %v", sh, rows, on, ran)
+					t.Fatalf("%s %v rows %d: GODDP_FLASH_WGMMA=%q: the Hopper kernel ran: %v", dt, sh, rows, on, ran)
 				}
 				ys[k] = make([]uint16, y.Len())
 				g.dtoh(unsafe.Pointer(&ys[k][0]), y)
@@ -83,14 +124,12 @@ func TestCUDA_flashWGMMAForward(t *testing.T) {
 					continue
 				}
 				diff++
-				a, b := float64(float16.Frombits(ys[0][j]).Float32()), float64(float16.Frombits(ys[1][j]).Float32())
-				// one f16 rounding: half an ulp each way of the exact value, so at most one ulp
-				// (2^-10 of the binade; 2^-24 below the normal range) between the two
-				ulp := math.Max(math.Ldexp(1, -24), math.Ldexp(1, math.Ilogb(math.Max(math.Abs(a), math.Abs(b)))-10))
-				if math.IsNaN(b) || math.Abs(a-b) > ulp {
+				a, b := wgValue(dt, ys[0][j]), wgValue(dt, ys[1][j])
+				// one rounding: half an ulp each way of the exact value, so at most one ulp between the two
+				if math.IsNaN(b) || math.Abs(a-b) > wgULP(dt, a, b) {
 					if badY++; badY <= 6 {
 						bt, c := j/C, j%C
-						t.Errorf("%v rows %d: y[b %d, t %d, h %d, d %d] %g with wgmma, %g with mma.sync (more than one f16 rounding)", sh, rows, bt/T, bt%T, c/64, c%64, b, a)
+						t.Errorf("%s %v rows %d: y[b %d, t %d, h %d, d %d] %g with wgmma, %g with mma.sync (more than one rounding)", dt, sh, rows, bt/T, bt%T, c/64, c%64, b, a)
 					}
 				}
 			}
@@ -98,22 +137,22 @@ func TestCUDA_flashWGMMAForward(t *testing.T) {
 				a, b := float64(lses[0][j]), float64(lses[1][j])
 				if math.IsNaN(b) || math.Abs(a-b) > math.Ldexp(math.Max(1, math.Abs(a)), -20) {
 					if badL++; badL <= 6 {
-						t.Errorf("%v rows %d: lse[b %d, h %d, t %d] %g with wgmma, %g with mma.sync", sh, rows, j/(H*T), j/T%H, j%T, b, a)
+						t.Errorf("%s %v rows %d: lse[b %d, h %d, t %d] %g with wgmma, %g with mma.sync", dt, sh, rows, j/(H*T), j/T%H, j%T, b, a)
 					}
 				}
 			}
 			if badY+badL > 0 {
-				t.Fatalf("%v rows %d: %d of %d y values and %d of %d lse values wrong", sh, rows, badY, len(ys[0]), badL, len(lses[0]))
+				t.Fatalf("%s %v rows %d: %d of %d y values and %d of %d lse values wrong", dt, sh, rows, badY, len(ys[0]), badL, len(lses[0]))
 			}
-			t.Logf("B%d T%d H%d rows %d: %d of %d outputs differ in their last bit", B, T, H, rows, diff, len(ys[0]))
+			t.Logf("%s B%d T%d H%d rows %d: %d of %d outputs differ in their last bit", dt, B, T, H, rows, diff, len(ys[0]))
 			if rows == 64 { // the overlapped forward: k_flash_wg_fwd's very bits
 				t.Setenv("GODDP_FLASH_WGMMA", "fwdp")
-				y, lse := g.Alloc(tensor.F16, "y", B, T, C), g.Alloc(tensor.F32, "lse", B, H, T)
+				y, lse := g.Alloc(dt, "y", B, T, C), g.Alloc(tensor.F32, "lse", B, H, T)
 				g.Fill(y, 7)
 				g.ProfileStart()
 				g.FlashAttention(y, lse, qkv, H, 0.125)
 				if !strings.Contains(g.ProfileStop(), "k_flash_wg_fwdp") {
-					t.Fatalf("%v: GODDP_FLASH_WGMMA=fwdp: k_flash_wg_fwdp did not run", sh)
+					t.Fatalf("%s %v: GODDP_FLASH_WGMMA=fwdp: k_flash_wg_fwdp did not run", dt, sh)
 				}
 				yp, lp := make([]uint16, y.Len()), make([]float32, lse.Len())
 				g.dtoh(unsafe.Pointer(&yp[0]), y)
@@ -122,12 +161,12 @@ func TestCUDA_flashWGMMAForward(t *testing.T) {
 				g.Free(lse)
 				for j := range yp {
 					if yp[j] != ys[1][j] {
-						t.Fatalf("%v: y[%d] bits %#04x overlapped, %#04x not", sh, j, yp[j], ys[1][j])
+						t.Fatalf("%s %v: y[%d] bits %#04x overlapped, %#04x not", dt, sh, j, yp[j], ys[1][j])
 					}
 				}
 				for j := range lp {
 					if math.Float32bits(lp[j]) != math.Float32bits(lses[1][j]) {
-						t.Fatalf("%v: lse[%d] %g overlapped, %g not", sh, j, lp[j], lses[1][j])
+						t.Fatalf("%s %v: lse[%d] %g overlapped, %g not", dt, sh, j, lp[j], lses[1][j])
 					}
 				}
 			}
@@ -144,17 +183,18 @@ func TestCUDA_flashWGMMAForward(t *testing.T) {
 // and are not multiples of 64, one query tile to sixteen. The forward is the default one for both,
 // so the two backward runs read the same y and lse. Not yet run on a GPU.
 func TestCUDA_flashWGMMABackward(t *testing.T) {
-	g := gpu(t)
-	if !g.FlashAttentionFast(64, tensor.F16) {
-		t.Skipf("no fused attention on %s", g.DeviceName())
-	}
-	if _, err := g.flashWGFns(); err != nil {
-		if g.major == 9 && g.minor == 0 {
-			t.Fatal(err)
-		}
-		t.Skipf("%v", err)
-	}
+	g := flashWGTestDevice(t)
 	t.Setenv("GODDP_FLASH_DS", "")
+	for _, dt := range []tensor.DType{tensor.F16, tensor.BF16} {
+		if !g.FlashAttentionFast(64, dt) {
+			t.Logf("no fused attention in %s on %s", dt, g.DeviceName())
+			continue
+		}
+		flashWGMMABackward(t, g, dt)
+	}
+}
+
+func flashWGMMABackward(t *testing.T, g *Device, dt tensor.DType) {
 	for i, sh := range [][3]int{{1, 1, 1}, {2, 100, 2}, {1, 200, 12}, {2, 1024, 3}} {
 		B, T, H := sh[0], sh[1], sh[2]
 		C := 64 * H
@@ -163,21 +203,21 @@ func TestCUDA_flashWGMMABackward(t *testing.T) {
 		for j := range v {
 			v[j] = float32(rng.NormFloat64())
 		}
-		qkv, dy := g.Alloc(tensor.F16, "qkv", B, T, 3*C), g.Alloc(tensor.F16, "dy", B, T, C)
+		qkv, dy := g.Alloc(dt, "qkv", B, T, 3*C), g.Alloc(dt, "dy", B, T, C)
 		ipcUpload(g, qkv, v[:B*T*3*C])
 		ipcUpload(g, dy, v[B*T*3*C:])
 		t.Setenv("GODDP_FLASH_WGMMA", "")
-		y, lse := g.Alloc(tensor.F16, "y", B, T, C), g.Alloc(tensor.F32, "lse", B, H, T)
+		y, lse := g.Alloc(dt, "y", B, T, C), g.Alloc(tensor.F32, "lse", B, H, T)
 		g.FlashAttention(y, lse, qkv, H, 0.125)
 		var got [2][]uint16
 		for k, on := range []string{"", "1"} {
 			t.Setenv("GODDP_FLASH_WGMMA", on)
-			dqkv := g.Alloc(tensor.F16, "dqkv", B, T, 3*C)
+			dqkv := g.Alloc(dt, "dqkv", B, T, 3*C)
 			g.Fill(dqkv, float32(k+7))
 			g.ProfileStart()
 			g.FlashAttentionBackward(dqkv, dy, qkv, y, lse, H, 0.125)
 			if ran := strings.Contains(g.ProfileStop(), "k_flash_wg_dkdv"); ran != (k == 1) {
-				t.Fatalf("%v: GODDP_FLASH_WGMMA=%q: k_flash_wg_dkdv ran: %v", sh, on, ran)
+				t.Fatalf("%s %v: GODDP_FLASH_WGMMA=%q: k_flash_wg_dkdv ran: %v", dt, sh, on, ran)
 			}
 			got[k] = make([]uint16, dqkv.Len())
 			g.dtoh(unsafe.Pointer(&got[k][0]), dqkv)
@@ -189,9 +229,9 @@ func TestCUDA_flashWGMMABackward(t *testing.T) {
 			for r := 0; r < B*T; r++ {
 				for c := part * C; c < (part+1)*C; c++ {
 					j := r*3*C + c
-					a, b := float64(float16.Frombits(got[0][j]).Float32()), float64(float16.Frombits(got[1][j]).Float32())
+					a, b := wgValue(dt, got[0][j]), wgValue(dt, got[1][j])
 					if math.IsNaN(b) || math.IsInf(b, 0) {
-						t.Fatalf("%v: %s[%d, %d] %g with wgmma", sh, name, r, c-part*C, b)
+						t.Fatalf("%s %v: %s[%d, %d] %g with wgmma", dt, sh, name, r, c-part*C, b)
 					}
 					maxAbs = math.Max(maxAbs, math.Abs(a))
 					if d := math.Abs(a - b); d > maxDiff {
@@ -202,9 +242,9 @@ func TestCUDA_flashWGMMABackward(t *testing.T) {
 					}
 				}
 			}
-			t.Logf("B%d T%d H%d %s: %d of %d differ, the largest by %.3g at (b·t %d, h %d, d %d) (largest value %.3g)", B, T, H, name, diff, B*T*C, maxDiff, at[0], at[1]/64, at[1]%64, maxAbs)
+			t.Logf("%s B%d T%d H%d %s: %d of %d differ, the largest by %.3g at (b·t %d, h %d, d %d) (largest value %.3g)", dt, B, T, H, name, diff, B*T*C, maxDiff, at[0], at[1]/64, at[1]%64, maxAbs)
 			if maxDiff > math.Ldexp(maxAbs, -8) {
-				t.Errorf("%v: %s differs by %g with wgmma, more than 2^-8 of its largest value %g", sh, name, maxDiff, maxAbs)
+				t.Errorf("%s %v: %s differs by %g with wgmma, more than 2^-8 of its largest value %g", dt, sh, name, maxDiff, maxAbs)
 			}
 		}
 		for _, x := range []*tensor.Tensor{qkv, dy, y, lse} {
