@@ -32,7 +32,7 @@ import (
 //	GODDP_FLASH_PACK2=1 the attention kernels' f16 (bf16) pairs packed by one cvt.rn.f16x2.f32 each (flashOptions; the same bits, its test passed on an H100 in session 20; measured +0.3% at b16, noise: off)
 //	GODDP_FLASH_DELTA8=0 the attention backward's row sums Σ dy·y one thread a row (k_flash_bwd_delta), not eight lanes a row, coalesced (k_flash_bwd_delta8; the same bits, its test passed on an H100 in session 23, the kernel 0.48 → 0.36 ms at b16: the default)
 //	GODDP_FLASH_DQ_PAIR=1 the dS-once dq kernel with two query tiles a block, each K tile fetched once for both (k_flash_bwd_dq_ds2; the same bits; not yet run on a GPU)
-//	GODDP_FLASH_WGMMA=1 the attention kernels on Hopper's warpgroup instructions (wgmma.mma_async, compute capability 9.0, f16 and bf16; flash_wgmma.go; not yet run on a GPU): the forward (k_flash_wg_fwd, k_flash_wg_fwd128), the dS-once backward's dk/dv (k_flash_wg_dkdv) and dq (k_flash_wg_dq); or a list of those parts: fwd,dkdv,dq, and fwdp (k_flash_wg_fwdp: the forward overlapping each tile's scores with the previous tile's P·V)
+//	GODDP_FLASH_WGMMA=1 the attention kernels on Hopper's warpgroup instructions (wgmma.mma_async, compute capability 9.0, f16 and bf16; flash_wgmma.go; not yet run on a GPU): the forward (k_flash_wg_fwd, k_flash_wg_fwd128), the dS-once backward's dk/dv (k_flash_wg_dkdv) and dq (k_flash_wg_dq); or a list of those parts: fwd,dkdv,dq, fwdp (k_flash_wg_fwdp: the forward overlapping each tile's scores with the previous tile's P·V), dkdv128 (k_flash_wg_dkdv128: 128 keys a block)
 //	GODDP_FLASH_DELTA_FOLD=1 the attention backward's row sums Σ dy·y made by the dq kernel (k_flash_bwd_dq_delta, launched before dk/dv), not a pass of their own (k_flash_bwd_delta) (flash.go; the same bits, its test passed on an H100 in session 20; measured −0.1 ms at b16, inside the noise: off)
 //	GODDP_FLASH_DS=0  the attention backward's dS recomputed for dq (k_flash_bwd_dkdv, k_flash_bwd_dq) instead of computed once, the default: stored by the dk/dv kernel, multiplied by K for dq (k_flash_bwd_dkdv_ds, k_flash_bwd_dq_ds; flash.go; the same bits, TestCUDA_flashDSSameBits passed on an H100 in sessions 21 and 22; B·H·n(n+1)/2·8 KiB of scratch for n query tiles; with its stores staged through shared memory −0.31 ms at b16, −0.06 at b8, session 22: the default)
 //	GODDP_GELU_TANH_APPROX=1 the 8-wide GELU kernels' tanh as one tanh.approx.f32, not tanhf (kernelOptions; within ~2^-11 relative, not tanhf's bits; its bound test passed on an H100 in session 21, measured +0.6% at b16: off)
@@ -436,7 +436,8 @@ func flashDQPair() bool { return os.Getenv("GODDP_FLASH_DQ_PAIR") == "1" }
 
 // flashWGMMA reads GODDP_FLASH_WGMMA (flash_wgmma.go; not yet run on a GPU): unset or 0 none, 1
 // fwd, dkdv and dq, or a comma list of those and fwdp (the forward with each tile's scores issued
-// before the previous tile's P·V is added: k_flash_wg_fwdp, 64-row blocks). The mma.sync kernels
+// before the previous tile's P·V is added: k_flash_wg_fwdp, 64-row blocks) and dkdv128 (dk/dv
+// 128 keys a block, two warpgroups sharing each query tile's loads: k_flash_wg_dkdv128). The mma.sync kernels
 // are issue-bound (session 16's Nsight Compute): per 64×64 tile product a warp issues 8 mma.sync and ~4 ldmatrix, where a
 // warpgroup issues 4 wgmma for the four warps and no ldmatrix. Predicted at b16 on an H100: the
 // forward 2.2 → 1.5–1.8 ms, dk/dv 4.0 → 2.8–3.3, dq 1.6 → 1.3–1.5 (it also reads 2.6 GB of dS):

@@ -48,7 +48,7 @@ func checkEnv(getenv func(string) string) error {
 
 // flashWGParts are the attention kernels GODDP_FLASH_WGMMA moves onto Hopper's warpgroup
 // instructions.
-type flashWGParts struct{ fwd, fwdp, dkdv, dq bool }
+type flashWGParts struct{ fwd, fwdp, dkdv, dkdv128, dq bool }
 
 // parseFlashWGMMA reads a GODDP_FLASH_WGMMA value (flashWGMMA, env.go).
 func parseFlashWGMMA(v string) (flashWGParts, error) {
@@ -67,10 +67,12 @@ func parseFlashWGMMA(v string) (flashWGParts, error) {
 			p.fwd, p.fwdp = true, true
 		case "dkdv":
 			p.dkdv = true
+		case "dkdv128": // dk/dv 128 keys a block, two warpgroups (k_flash_wg_dkdv128)
+			p.dkdv, p.dkdv128 = true, true
 		case "dq":
 			p.dq = true
 		default:
-			return flashWGParts{}, fmt.Errorf("cuda: GODDP_FLASH_WGMMA=%q: %q is not a part: want 0, 1 or a list of fwd, fwdp, dkdv, dq", v, part)
+			return flashWGParts{}, fmt.Errorf("cuda: GODDP_FLASH_WGMMA=%q: %q is not a part: want 0, 1 or a list of fwd, fwdp, dkdv, dkdv128, dq", v, part)
 		}
 	}
 	return p, nil

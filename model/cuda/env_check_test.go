@@ -66,7 +66,7 @@ func TestCheckEnv_coversEveryVariable(t *testing.T) {
 
 // GODDP_FLASH_WGMMA's parts: 1 all, a list some, 0 or unset none.
 func TestParseFlashWGMMA(t *testing.T) {
-	for v, want := range map[string]flashWGParts{"": {}, "0": {}, "1": {fwd: true, dkdv: true, dq: true}, "fwd": {fwd: true}, "fwdp,dq": {fwd: true, fwdp: true, dq: true}, "dkdv,dq": {dkdv: true, dq: true}} {
+	for v, want := range map[string]flashWGParts{"": {}, "0": {}, "1": {fwd: true, dkdv: true, dq: true}, "fwd": {fwd: true}, "fwdp,dq": {fwd: true, fwdp: true, dq: true}, "dkdv128": {dkdv: true, dkdv128: true}, "dkdv,dq": {dkdv: true, dq: true}} {
 		if got, err := parseFlashWGMMA(v); err != nil || got != want {
 			t.Errorf("%q: %+v, %v; want %+v", v, got, err, want)
 		}

@@ -158,10 +158,14 @@ func (d *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, he
 	if flashDS() { // dk/dv stores dS, dq multiplies it by K: nothing recomputed twice (env.go)
 		ds := d.Alloc(qkv.DType(), "attn.flash.ds", B*heads*nt*(nt+1)/2, 64*64)
 		d.flashDelta(delta, dy, y, B*T*heads, T, heads)
-		if flashWGMMA().dkdv { // on wgmma (flash_wgmma.go), the same ds blocks
-			name := kn("k_flash_wg_dkdv", dqkv, qkv)
-			d.allowDynShared(name, flashWGDKDVShared)
-			d.launch(name, grid, [3]int{128, 1, 1}, flashWGDKDVShared,
+		if wg := flashWGMMA(); wg.dkdv { // on wgmma (flash_wgmma.go), the same ds blocks
+			name, nwg := "k_flash_wg_dkdv", 1
+			if wg.dkdv128 { // 128 keys a block
+				name, nwg = "k_flash_wg_dkdv128", 2
+			}
+			name, shared := kn(name, dqkv, qkv), flashWGDKDVShared(nwg)
+			d.allowDynShared(name, shared)
+			d.launch(name, d.flashGrid((nt+nwg-1)/nwg, B*heads), [3]int{128 * nwg, 1, 1}, shared,
 				ptra(dqkv), ptra(qkv), ptra(dy), ptra(lse), ptra(delta), ptra(ds), i32a(T), i32a(heads), f32a(scale))
 		} else {
 			d.launch(kn("k_flash_bwd_dkdv_ds", dqkv, qkv), grid, [3]int{128, 1, 1}, 0,

@@ -24,10 +24,11 @@ type flashWGKernels [2]struct {
 // flashWGPrefix starts the names of the Hopper modules' kernels (fn looks them up there).
 const flashWGPrefix = "k_flash_wg_"
 
-// flashWGDKDVShared is k_flash_wg_dkdv's dynamic shared memory: up to 1024 bytes to its first
-// 1024-byte boundary, the K and V tiles, two stages of the Q and dO tiles (8 KiB each), two of the
-// lse and delta rows, and four warps' 16 rows of LDS halves of dSᵀ.
-const flashWGDKDVShared = 1024 + 6*64*64*2 + 4*64*4 + 4*16*72*2
+// flashWGDKDVShared is the dynamic shared memory of the wgmma dk/dv kernel with nwg warpgroups
+// (k_flash_wg_dkdv 1, k_flash_wg_dkdv128 2): up to 1024 bytes to its first 1024-byte boundary,
+// nwg K and V tiles, two stages of the Q and dO tiles (8 KiB each), two of the lse and delta
+// rows, and each warp's 16 rows of LDS halves of dSᵀ.
+func flashWGDKDVShared(nwg int) int { return 1024 + (2*nwg+4)*64*64*2 + 4*64*4 + nwg*4*16*72*2 }
 
 // flashWGFns returns the Hopper module of dtype dt (F16, or BF16: the source with
 // flashWGBF16Swaps), compiling and loading it on first use: NVRTC for compute_90a (wgmma exists

@@ -229,28 +229,40 @@ __device__ __forceinline__ void wg_wait0_keep(float (*d)[4], u32 (*a)[4]) {
 }
 
 // flash_bwd_dkdv_wg: flash_bwd_dkdv<true> (the dS-once backward's dk/dv kernel, dSᵀ stored for
-// k_flash_bwd_dq_ds) on wgmma: one warpgroup, the block's 64 keys (warp w's k0+16w…+15 as
-// there). Per query tile: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (8 wgmma, K and V held in shared memory as
+// k_flash_bwd_dq_ds) on wgmma: NWG warpgroups, each 64 of the block's NWG·64 keys (its warp w's
+// kw0+16w…+15 as there), sharing each query tile's Q and dO in shared memory. Per query tile: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (8 wgmma, K and V held in shared memory as
 // K-major A operands, the Q and dO tiles K-major B), then Pᵀ; dV += Pᵀ·dO (4 wgmma, Pᵀ from
 // registers, dO MN-major) runs while dSᵀ = Pᵀ∘(dPᵀ − delta) is made and stored; then dK +=
 // dSᵀ·Q (Q MN-major). Each element's arithmetic is flash_bwd_dkdv's; the tensor cores' sums of
-// each 16-product slice come from another instruction.
+// each 16-product slice come from another instruction. A warpgroup whose keys are all after a
+// query tile's queries (the second's, on the block's first tile) skips it (warpgroup-uniform).
+// sK, sV: NWG tiles each; sS: one piece a warp.
+template <int NWG>
 __device__ __forceinline__ void flash_bwd_dkdv_wg(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
 		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
 		half_t* __restrict__ ds, int T, int H, float scale, half_t* sK, half_t* sV, half_t (*sQ)[64 * 64], half_t (*sO)[64 * 64],
 		float (*sL)[64], float (*sD)[64], half_t (*sS)[16 * LDS]) {
-	int kt = flash_tile(), bh = flash_bh(), b = bh / H, h = bh % H; // tile 0 (the most query tiles) first
+	int kb = flash_tile(), bh = flash_bh(), b = bh / H, h = bh % H; // block 0 (the most query tiles) first
 	int C = H * HS, nt = (T + 63) / 64;
 	long ld = 3L * C;
 	const half_t* base = qkv + (long)b * T * ld + h * HS;
 	const half_t* dyb = dy + (long)b * T * C + h * HS;
-	int k0 = kt * 64;
-	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
-	int kr0 = k0 + warp * 16 + (lane >> 2), kr1 = kr0 + 8;
+	int k0 = kb * 64 * NWG, kt = k0 / 64; // the block's first key, and its first query tile
+	int wg = threadIdx.x >> 7;
+	int kw0 = k0 + wg * 64, kwt = kw0 / 64; // this warpgroup's first key, and its key tile
+	int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, t4 = lane & 3;
+	int kr0 = kw0 + warp * 16 + (lane >> 2), kr1 = kr0 + 8;
 	float sl2 = scale * LOG2E;
+	half_t* sk = sK + wg * 64 * 64;
+	half_t* sv = sV + wg * 64 * 64;
 
-	load_async_sw(sK, base + C + (long)k0 * ld, ld, min(64, T - k0));
-	load_async_sw(sV, base + 2 * C + (long)k0 * ld, ld, min(64, T - k0));
+	#pragma unroll
+	for (int i = 0; i < NWG; i++) {
+		int ki = k0 + i * 64;
+		const half_t* r = ki < T ? base + (long)ki * ld : base; // no row valid: no byte read
+		load_async_sw(sK + i * 64 * 64, r + C, ld, min(64, T - ki));
+		load_async_sw(sV + i * 64 * 64, r + 2 * C, ld, min(64, T - ki));
+	}
 	load_async_sw(sQ[0], base + (long)k0 * ld, ld, min(64, T - k0));
 	load_async_sw(sO[0], dyb + (long)k0 * C, C, min(64, T - k0));
 	cp_commit();
@@ -283,17 +295,21 @@ __device__ __forceinline__ void flash_bwd_dkdv_wg(half_t* __restrict__ dqkv, con
 		}
 		fence_async_smem();
 		__syncthreads();
+		if (qt < kwt || kw0 >= T) { // every key of this warpgroup after every query of the tile
+			__syncthreads();
+			continue;
+		}
 
 		// Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (64 keys × 64 queries each), one group.
 		wg_fence();
 		#pragma unroll
-		for (int kk = 0; kk < 4; kk++) wg_ss(st, wg_desc(sK + kk * 16, 1), wg_desc(sQ[cur] + kk * 16, 1), kk);
+		for (int kk = 0; kk < 4; kk++) wg_ss(st, wg_desc(sk + kk * 16, 1), wg_desc(sQ[cur] + kk * 16, 1), kk);
 		#pragma unroll
-		for (int kk = 0; kk < 4; kk++) wg_ss(dp, wg_desc(sV + kk * 16, 1), wg_desc(sO[cur] + kk * 16, 1), kk);
+		for (int kk = 0; kk < 4; kk++) wg_ss(dp, wg_desc(sv + kk * 16, 1), wg_desc(sO[cur] + kk * 16, 1), kk);
 		wg_commit();
 		wg_wait0(st);
 		wg_wait0(dp);
-		bool diag = qt == kt;
+		bool diag = qt == kwt;
 		#pragma unroll
 		for (int j = 0; j < 8; j++)
 			#pragma unroll
@@ -316,14 +332,14 @@ __device__ __forceinline__ void flash_bwd_dkdv_wg(half_t* __restrict__ dqkv, con
 			#pragma unroll
 			for (int i = 0; i < 4; i++) st[j][i] *= dp[j][i] - sD[cur][j * 8 + t4 * 2 + (i & 1)];
 		{ // dSᵀ out: rows this warp's 16 keys, columns the tile's 64 queries (flash_bwd_dkdv's store)
-			half_t* w = sS[warp];
+			half_t* w = sS[threadIdx.x >> 5];
 			#pragma unroll
 			for (int j = 0; j < 8; j++) {
 				*(u32*)(w + (lane >> 2) * LDS + j * 8 + t4 * 2) = pack2(st[j][0], st[j][1]);
 				*(u32*)(w + ((lane >> 2) + 8) * LDS + j * 8 + t4 * 2) = pack2(st[j][2], st[j][3]);
 			}
 			__syncwarp();
-			half_t* dst = ds + flash_ds_tile(bh, nt, qt, kt) + warp * 16 * 64;
+			half_t* dst = ds + flash_ds_tile(bh, nt, qt, kwt) + warp * 16 * 64;
 			#pragma unroll
 			for (int k = 0; k < 4; k++) {
 				int c = lane + 32 * k, r = c >> 3, c8 = (c & 7) * 8;
@@ -475,23 +491,36 @@ extern "C" __global__ void __launch_bounds__(256) k_flash_wg_fwd128(half_t* __re
 	flash_fwd_wg<2>(y, lse, qkv, T, H, sl2, sQ, sK, sV);
 }
 
-// k_flash_wg_dkdv: k_flash_bwd_dkdv_ds on wgmma (flash_bwd_dkdv_wg): ⌈T/64⌉ key tiles × B·H,
-// 128 threads, the same ds blocks for k_flash_bwd_dq_ds. Its buffers (flashDKDVWGShared bytes,
-// over the 48 KiB a block may declare statically) are dynamic shared memory, the tiles placed from
-// the first 1024-byte boundary in it (the swizzle's atoms must start on one).
-extern "C" __global__ void __launch_bounds__(128) k_flash_wg_dkdv(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
+// k_flash_wg_dkdv: k_flash_bwd_dkdv_ds on wgmma (flash_bwd_dkdv_wg<1>): ⌈T/64⌉ key tiles × B·H,
+// 128 threads, the same ds blocks for k_flash_bwd_dq_ds; k_flash_wg_dkdv128: two warpgroups, 128
+// keys a block (⌈T/128⌉ blocks), each query tile's Q and dO fetched once for both. Their buffers
+// (flashWGDKDVShared(NWG) bytes, over the 48 KiB a block may declare statically) are dynamic
+// shared memory, the tiles placed from the first 1024-byte boundary in it (the swizzle's atoms
+// must start on one).
+template <int NWG>
+__device__ __forceinline__ void flash_dkdv_wg_kernel(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
 		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
 		half_t* __restrict__ ds, int T, int H, float scale) {
 	extern __shared__ __align__(16) unsigned char wg_dyn[];
 	unsigned char* p = wg_dyn + ((1024 - (smem(wg_dyn) & 1023)) & 1023);
-	half_t* sK = (half_t*)p;                                  // 8 KiB
-	half_t* sV = sK + 64 * 64;                                // 8 KiB
-	half_t (*sQ)[64 * 64] = (half_t (*)[64 * 64])(sV + 64 * 64); // 16 KiB
-	half_t (*sO)[64 * 64] = sQ + 2;                           // 16 KiB
-	float (*sL)[64] = (float (*)[64])(sO + 2);                // 512 B
-	float (*sD)[64] = sL + 2;                                 // 512 B
-	half_t (*sS)[16 * LDS] = (half_t (*)[16 * LDS])(sD + 2);  // 4 × 16 × 72 halves: each warp's dSᵀ rows on their way out
-	flash_bwd_dkdv_wg(dqkv, qkv, dy, lse, delta, ds, T, H, scale, sK, sV, sQ, sO, sL, sD, sS);
+	half_t* sK = (half_t*)p;                                       // NWG × 8 KiB
+	half_t* sV = sK + NWG * 64 * 64;                               // NWG × 8 KiB
+	half_t (*sQ)[64 * 64] = (half_t (*)[64 * 64])(sV + NWG * 64 * 64); // 16 KiB
+	half_t (*sO)[64 * 64] = sQ + 2;                                // 16 KiB
+	float (*sL)[64] = (float (*)[64])(sO + 2);                     // 512 B
+	float (*sD)[64] = sL + 2;                                      // 512 B
+	half_t (*sS)[16 * LDS] = (half_t (*)[16 * LDS])(sD + 2);       // a warp's 16 × 72 halves of dSᵀ on their way out
+	flash_bwd_dkdv_wg<NWG>(dqkv, qkv, dy, lse, delta, ds, T, H, scale, sK, sV, sQ, sO, sL, sD, sS);
+}
+extern "C" __global__ void __launch_bounds__(128) k_flash_wg_dkdv(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
+		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
+		half_t* __restrict__ ds, int T, int H, float scale) {
+	flash_dkdv_wg_kernel<1>(dqkv, qkv, dy, lse, delta, ds, T, H, scale);
+}
+extern "C" __global__ void __launch_bounds__(256) k_flash_wg_dkdv128(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
+		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
+		half_t* __restrict__ ds, int T, int H, float scale) {
+	flash_dkdv_wg_kernel<2>(dqkv, qkv, dy, lse, delta, ds, T, H, scale);
 }
 
 // k_flash_wg_dq: k_flash_bwd_dq_ds on wgmma: dq = scale · Σ_kt dS·K from the dSᵀ blocks the dk/dv

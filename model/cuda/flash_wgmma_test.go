@@ -52,11 +52,14 @@ func flashWGTestDevice(t *testing.T) *Device {
 	for name := range fns {
 		threads, dyn := 128, 0
 		switch {
+		case name == "k_flash_wg_dkdv":
+			dyn = flashWGDKDVShared(1)
+			g.allowDynShared(name, dyn)
+		case name == "k_flash_wg_dkdv128":
+			threads, dyn = 256, flashWGDKDVShared(2)
+			g.allowDynShared(name, dyn)
 		case strings.HasSuffix(name, "128"):
 			threads = 256
-		case name == "k_flash_wg_dkdv":
-			dyn = flashWGDKDVShared
-			g.allowDynShared(name, dyn)
 		}
 		if r, err := g.flashWG[0].fns[name].Resources(threads, dyn); err == nil {
 			t.Logf("%-18s %3d threads: %3d registers, %4d local bytes, %6d B static shared, %d blocks/SM", name, threads, r.Registers, r.LocalBytes, r.StaticShared, r.BlocksPerSM)
@@ -175,8 +178,9 @@ func flashWGMMAForward(t *testing.T, g *Device, dt tensor.DType) {
 	}
 }
 
-// GODDP_FLASH_WGMMA=1's dk/dv kernel (k_flash_wg_dkdv, with the dS-once backward, the default)
-// against k_flash_bwd_dkdv_ds: the dSᵀ blocks it stores may differ in the last bit where the
+// GODDP_FLASH_WGMMA=1's dk/dv and dq kernels (k_flash_wg_dkdv, k_flash_wg_dq, with the dS-once
+// backward, the default), and =dkdv128,dq's (k_flash_wg_dkdv128: 128 keys a block), against
+// k_flash_bwd_dkdv_ds and k_flash_bwd_dq_ds: the dSᵀ blocks it stores may differ in the last bit where the
 // tensor cores' slice sums differ, and dq sums 64 of them a tile, so the check is on each part of
 // dqkv as a whole: the largest difference within 2^-8 of the part's largest value (a wrong
 // descriptor, swizzle or fragment gives differences of the values' own size), on lengths that are
@@ -209,46 +213,62 @@ func flashWGMMABackward(t *testing.T, g *Device, dt tensor.DType) {
 		t.Setenv("GODDP_FLASH_WGMMA", "")
 		y, lse := g.Alloc(dt, "y", B, T, C), g.Alloc(tensor.F32, "lse", B, H, T)
 		g.FlashAttention(y, lse, qkv, H, 0.125)
-		var got [2][]uint16
-		for k, on := range []string{"", "1"} {
+		variants := []string{"", "1", "dkdv128,dq"} // off; the wgmma kernels; dk/dv 128 keys a block
+		got := make([][]uint16, len(variants))
+		for k, on := range variants {
 			t.Setenv("GODDP_FLASH_WGMMA", on)
 			dqkv := g.Alloc(dt, "dqkv", B, T, 3*C)
 			g.Fill(dqkv, float32(k+7))
 			g.ProfileStart()
 			g.FlashAttentionBackward(dqkv, dy, qkv, y, lse, H, 0.125)
-			if ran := strings.Contains(g.ProfileStop(), "k_flash_wg_dkdv"); ran != (k == 1) {
+			prof := g.ProfileStop()
+			if ran := strings.Contains(prof, "k_flash_wg_dkdv"); ran != (k > 0) {
 				t.Fatalf("%s %v: GODDP_FLASH_WGMMA=%q: k_flash_wg_dkdv ran: %v", dt, sh, on, ran)
+			}
+			if ran := strings.Contains(prof, "k_flash_wg_dkdv128"); ran != (on == "dkdv128,dq") {
+				t.Fatalf("%s %v: GODDP_FLASH_WGMMA=%q: k_flash_wg_dkdv128 ran: %v", dt, sh, on, ran)
 			}
 			got[k] = make([]uint16, dqkv.Len())
 			g.dtoh(unsafe.Pointer(&got[k][0]), dqkv)
 			g.Free(dqkv)
 		}
-		for part, name := range []string{"dq", "dk", "dv"} {
-			var maxAbs, maxDiff float64
-			diff, at := 0, [2]int{}
-			for r := 0; r < B*T; r++ {
-				for c := part * C; c < (part+1)*C; c++ {
-					j := r*3*C + c
-					a, b := wgValue(dt, got[0][j]), wgValue(dt, got[1][j])
-					if math.IsNaN(b) || math.IsInf(b, 0) {
-						t.Fatalf("%s %v: %s[%d, %d] %g with wgmma", dt, sh, name, r, c-part*C, b)
-					}
-					maxAbs = math.Max(maxAbs, math.Abs(a))
-					if d := math.Abs(a - b); d > maxDiff {
-						maxDiff, at = d, [2]int{r, c - part*C}
-					}
-					if got[0][j] != got[1][j] {
-						diff++
-					}
-				}
-			}
-			t.Logf("%s B%d T%d H%d %s: %d of %d differ, the largest by %.3g at (b·t %d, h %d, d %d) (largest value %.3g)", dt, B, T, H, name, diff, B*T*C, maxDiff, at[0], at[1]/64, at[1]%64, maxAbs)
-			if maxDiff > math.Ldexp(maxAbs, -8) {
-				t.Errorf("%s %v: %s differs by %g with wgmma, more than 2^-8 of its largest value %g", dt, sh, name, maxDiff, maxAbs)
-			}
+		for k := 1; k < len(variants); k++ {
+			flashWGCompareGrads(t, dt, sh, variants[k], got[0], got[k])
 		}
 		for _, x := range []*tensor.Tensor{qkv, dy, y, lse} {
 			g.Free(x)
+		}
+	}
+}
+
+// flashWGCompareGrads checks one wgmma variant's dqkv (B, T, 3C of the shape sh) against the
+// mma.sync kernels' (ref): each of dq, dk, dv within 2^-8 of its largest value.
+func flashWGCompareGrads(t *testing.T, dt tensor.DType, sh [3]int, variant string, ref, wg []uint16) {
+	t.Helper()
+	B, T, H := sh[0], sh[1], sh[2]
+	C := 64 * H
+	for part, name := range []string{"dq", "dk", "dv"} {
+		var maxAbs, maxDiff float64
+		diff, at := 0, [2]int{}
+		for r := 0; r < B*T; r++ {
+			for c := part * C; c < (part+1)*C; c++ {
+				j := r*3*C + c
+				a, b := wgValue(dt, ref[j]), wgValue(dt, wg[j])
+				if math.IsNaN(b) || math.IsInf(b, 0) {
+					t.Fatalf("GODDP_FLASH_WGMMA=%s %s %v: %s[%d, %d] %g", variant, dt, sh, name, r, c-part*C, b)
+				}
+				maxAbs = math.Max(maxAbs, math.Abs(a))
+				if d := math.Abs(a - b); d > maxDiff {
+					maxDiff, at = d, [2]int{r, c - part*C}
+				}
+				if ref[j] != wg[j] {
+					diff++
+				}
+			}
+		}
+		t.Logf("%s %s B%d T%d H%d %s: %d of %d differ, the largest by %.3g at (b·t %d, h %d, d %d) (largest value %.3g)", variant, dt, B, T, H, name, diff, B*T*C, maxDiff, at[0], at[1]/64, at[1]%64, maxAbs)
+		if maxDiff > math.Ldexp(maxAbs, -8) {
+			t.Errorf("GODDP_FLASH_WGMMA=%s %s %v: %s differs by %g, more than 2^-8 of its largest value %g", variant, dt, sh, name, maxDiff, maxAbs)
 		}
 	}
 }
