@@ -105,17 +105,22 @@ func (d *Device) FlashAttention(y, lse, qkv *tensor.Tensor, heads int, scale flo
 	if d.flashRows == 128 {
 		name, rows = "k_flash_fwd128", 128
 	}
-	if wg := flashWGMMA(); wg.fwd { // the Hopper forward (flash_wgmma.go)
+	shared := 0
+	if wg := flashWGMMA(); wg.fwd { // the Hopper forward (flash_wgmma.go): its tiles in dynamic shared memory
 		switch {
 		case rows == 128:
-			name = "k_flash_wg_fwd128"
+			name, shared = "k_flash_wg_fwd128", flashWGTiles(6)
 		case wg.fwdp:
-			name = "k_flash_wg_fwdp"
+			name, shared = "k_flash_wg_fwdp", flashWGTiles(5)
 		default:
-			name = "k_flash_wg_fwd"
+			name, shared = "k_flash_wg_fwd", flashWGTiles(5)
 		}
 	}
-	d.launch(kn(name, y, qkv), d.flashGrid((T+rows-1)/rows, B*heads), [3]int{2 * rows, 1, 1}, 0,
+	name = kn(name, y, qkv)
+	if shared > 0 {
+		d.allowDynShared(name, shared)
+	}
+	d.launch(name, d.flashGrid((T+rows-1)/rows, B*heads), [3]int{2 * rows, 1, 1}, shared,
 		ptra(y), ptra(lse), ptra(qkv), i32a(T), i32a(heads), f32a(scale*math.Log2E))
 }
 
@@ -172,7 +177,9 @@ func (d *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, he
 				ptra(dqkv), ptra(qkv), ptra(dy), ptra(lse), ptra(delta), ptra(ds), i32a(T), i32a(heads), f32a(scale))
 		}
 		if flashWGMMA().dq { // on wgmma (flash_wgmma.go)
-			d.launch(kn("k_flash_wg_dq", dqkv, qkv), grid, [3]int{128, 1, 1}, 0, ptra(dqkv), ptra(qkv), ptra(ds), i32a(T), i32a(heads), f32a(scale))
+			name := kn("k_flash_wg_dq", dqkv, qkv)
+			d.allowDynShared(name, flashWGTiles(4))
+			d.launch(name, grid, [3]int{128, 1, 1}, flashWGTiles(4), ptra(dqkv), ptra(qkv), ptra(ds), i32a(T), i32a(heads), f32a(scale))
 		} else if flashDQPair() { // two query tiles a block (k_flash_bwd_dq_ds2; env.go)
 			name := kn("k_flash_bwd_dq_ds2", dqkv, qkv)
 			d.allowDynShared(name, flashDQPairShared)

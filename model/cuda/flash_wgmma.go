@@ -24,11 +24,15 @@ type flashWGKernels [2]struct {
 // flashWGPrefix starts the names of the Hopper modules' kernels (fn looks them up there).
 const flashWGPrefix = "k_flash_wg_"
 
+// flashWGTiles is the dynamic shared memory of n 64×64 16-bit tiles placed from its first
+// 1024-byte boundary (wg_tiles in the kernels): up to 1024 bytes before them. The forward holds 5
+// (Q, two stages of K and of V; k_flash_wg_fwd128 6), dq 4 (two stages of dSᵀ and of K).
+func flashWGTiles(n int) int { return 1024 + n*64*64*2 }
+
 // flashWGDKDVShared is the dynamic shared memory of the wgmma dk/dv kernel with nwg warpgroups
-// (k_flash_wg_dkdv 1, k_flash_wg_dkdv128 2): up to 1024 bytes to its first 1024-byte boundary,
-// nwg K and V tiles, two stages of the Q and dO tiles (8 KiB each), two of the lse and delta
-// rows, and each warp's 16 rows of LDS halves of dSᵀ.
-func flashWGDKDVShared(nwg int) int { return 1024 + (2*nwg+4)*64*64*2 + 4*64*4 + nwg*4*16*72*2 }
+// (k_flash_wg_dkdv 1, k_flash_wg_dkdv128 2): nwg K and V tiles, two stages of the Q and dO tiles,
+// then two of the lse and delta rows and each warp's 16 rows of LDS halves of dSᵀ.
+func flashWGDKDVShared(nwg int) int { return flashWGTiles(2*nwg+4) + 4*64*4 + nwg*4*16*72*2 }
 
 // flashWGFns returns the Hopper module of dtype dt (F16, or BF16: the source with
 // flashWGBF16Swaps), compiling and loading it on first use: NVRTC for compute_90a (wgmma exists

@@ -144,6 +144,14 @@ __device__ __forceinline__ void flash_fwd_store(half_t* __restrict__ y, float* _
 	}
 }
 
+// wg_tiles is the kernels' dynamic shared memory from its first 1024-byte boundary, where their
+// 64×64 tiles follow one another (the swizzle's atoms must start on such a boundary; the launch
+// gives 1024 bytes more than the buffers need: flashWGTiles).
+__device__ __forceinline__ half_t* wg_tiles() {
+	extern __shared__ __align__(16) unsigned char wg_dyn[];
+	return (half_t*)(wg_dyn + ((1024 - (smem(wg_dyn) & 1023)) & 1023));
+}
+
 // flash_fwd_wg: flash_fwd for query blocks of NWG·64 rows, one warpgroup per 64, keys in tiles of
 // 64. Per key tile each warpgroup that has keys to add computes its scores S = Q·Kᵀ (4 wgmma over
 // the head dimension), runs flash_fwd's softmax on them, and adds P·V (4 wgmma over the keys, P
@@ -398,10 +406,9 @@ __device__ __forceinline__ void wg_wait1_keep(float (*s)[4], float (*o)[4], u32 
 // threads; ⌈T/64⌉ tiles × B·H.
 extern "C" __global__ void __launch_bounds__(128) k_flash_wg_fwdp(half_t* __restrict__ y, float* __restrict__ lse,
 		const half_t* __restrict__ qkv, int T, int H, float sl2) {
-	__shared__ __align__(1024) half_t sQ[64 * 64];
-	__shared__ __align__(1024) half_t sK[2][64 * 64];
-	__shared__ __align__(1024) half_t sV[2][64 * 64];
-	if (smem(sQ) & 1023) __trap();
+	half_t* sQ = wg_tiles(); // 5 tiles: Q, K's two stages, V's two
+	half_t (*sK)[64 * 64] = (half_t (*)[64 * 64])(sQ + 64 * 64);
+	half_t (*sV)[64 * 64] = sK + 2;
 	int qt = flash_tiles() - 1 - flash_tile(); // the longest (most key tiles) first
 	int bh = flash_bh(), b = bh / H, h = bh % H;
 	int C = H * HS;
@@ -475,35 +482,27 @@ extern "C" __global__ void __launch_bounds__(128) k_flash_wg_fwdp(half_t* __rest
 
 extern "C" __global__ void __launch_bounds__(128) k_flash_wg_fwd(half_t* __restrict__ y, float* __restrict__ lse,
 		const half_t* __restrict__ qkv, int T, int H, float sl2) {
-	__shared__ __align__(1024) half_t sQ[64 * 64];
-	__shared__ __align__(1024) half_t sK[2][64 * 64];
-	__shared__ __align__(1024) half_t sV[2][64 * 64];
-	if (smem(sQ) & 1023) __trap(); // the swizzle's atoms must start on 1024-byte boundaries
-	flash_fwd_wg<1>(y, lse, qkv, T, H, sl2, sQ, sK, sV);
+	half_t* sQ = wg_tiles(); // 5 tiles: Q, K's two stages, V's two
+	half_t (*sK)[64 * 64] = (half_t (*)[64 * 64])(sQ + 64 * 64);
+	flash_fwd_wg<1>(y, lse, qkv, T, H, sl2, sQ, sK, sK + 2);
 }
 
 extern "C" __global__ void __launch_bounds__(256) k_flash_wg_fwd128(half_t* __restrict__ y, float* __restrict__ lse,
 		const half_t* __restrict__ qkv, int T, int H, float sl2) {
-	__shared__ __align__(1024) half_t sQ[2 * 64 * 64];
-	__shared__ __align__(1024) half_t sK[2][64 * 64];
-	__shared__ __align__(1024) half_t sV[2][64 * 64];
-	if (smem(sQ) & 1023) __trap();
-	flash_fwd_wg<2>(y, lse, qkv, T, H, sl2, sQ, sK, sV);
+	half_t* sQ = wg_tiles(); // 6 tiles: Q's two, K's two stages, V's two
+	half_t (*sK)[64 * 64] = (half_t (*)[64 * 64])(sQ + 2 * 64 * 64);
+	flash_fwd_wg<2>(y, lse, qkv, T, H, sl2, sQ, sK, sK + 2);
 }
 
 // k_flash_wg_dkdv: k_flash_bwd_dkdv_ds on wgmma (flash_bwd_dkdv_wg<1>): ⌈T/64⌉ key tiles × B·H,
 // 128 threads, the same ds blocks for k_flash_bwd_dq_ds; k_flash_wg_dkdv128: two warpgroups, 128
 // keys a block (⌈T/128⌉ blocks), each query tile's Q and dO fetched once for both. Their buffers
-// (flashWGDKDVShared(NWG) bytes, over the 48 KiB a block may declare statically) are dynamic
-// shared memory, the tiles placed from the first 1024-byte boundary in it (the swizzle's atoms
-// must start on one).
+// (flashWGDKDVShared(NWG) bytes) follow the tiles in the dynamic shared memory (wg_tiles).
 template <int NWG>
 __device__ __forceinline__ void flash_dkdv_wg_kernel(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
 		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
 		half_t* __restrict__ ds, int T, int H, float scale) {
-	extern __shared__ __align__(16) unsigned char wg_dyn[];
-	unsigned char* p = wg_dyn + ((1024 - (smem(wg_dyn) & 1023)) & 1023);
-	half_t* sK = (half_t*)p;                                       // NWG × 8 KiB
+	half_t* sK = wg_tiles();                                       // NWG × 8 KiB
 	half_t* sV = sK + NWG * 64 * 64;                               // NWG × 8 KiB
 	half_t (*sQ)[64 * 64] = (half_t (*)[64 * 64])(sV + NWG * 64 * 64); // 16 KiB
 	half_t (*sO)[64 * 64] = sQ + 2;                                // 16 KiB
@@ -530,9 +529,8 @@ extern "C" __global__ void __launch_bounds__(256) k_flash_wg_dkdv128(half_t* __r
 // k-step 16 keys (2048 bytes) on. ⌈T/64⌉ query tiles × B·H, 128 threads.
 extern "C" __global__ void __launch_bounds__(128) k_flash_wg_dq(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
 		const half_t* __restrict__ ds, int T, int H, float scale) {
-	__shared__ __align__(1024) half_t sS[2][64 * 64];
-	__shared__ __align__(1024) half_t sK[2][64 * 64];
-	if (smem(sS) & 1023) __trap();
+	half_t (*sS)[64 * 64] = (half_t (*)[64 * 64])wg_tiles(); // 4 tiles: dSᵀ's two stages, K's two
+	half_t (*sK)[64 * 64] = sS + 2;
 	int nt = flash_tiles(), qt = nt - 1 - flash_tile(), bh = flash_bh(), b = bh / H, h = bh % H;
 	int C = H * HS;
 	long ld = 3L * C;

@@ -50,19 +50,23 @@ func flashWGTestDevice(t *testing.T) *Device {
 		t.Skipf("%v", err)
 	}
 	for name := range fns {
-		threads, dyn := 128, 0
-		switch {
-		case name == "k_flash_wg_dkdv":
+		threads, dyn := 128, flashWGTiles(5)
+		switch name {
+		case "k_flash_wg_dkdv":
 			dyn = flashWGDKDVShared(1)
-			g.allowDynShared(name, dyn)
-		case name == "k_flash_wg_dkdv128":
+		case "k_flash_wg_dkdv128":
 			threads, dyn = 256, flashWGDKDVShared(2)
-			g.allowDynShared(name, dyn)
-		case strings.HasSuffix(name, "128"):
-			threads = 256
+		case "k_flash_wg_fwd128":
+			threads, dyn = 256, flashWGTiles(6)
+		case "k_flash_wg_dq":
+			dyn = flashWGTiles(4)
 		}
+		g.allowDynShared(name, dyn)
 		if r, err := g.flashWG[0].fns[name].Resources(threads, dyn); err == nil {
-			t.Logf("%-18s %3d threads: %3d registers, %4d local bytes, %6d B static shared, %d blocks/SM", name, threads, r.Registers, r.LocalBytes, r.StaticShared, r.BlocksPerSM)
+			t.Logf("%-18s %3d threads: %3d registers, %4d local bytes, %6d B dynamic shared, %d blocks/SM", name, threads, r.Registers, r.LocalBytes, dyn, r.BlocksPerSM)
+			if r.StaticShared != 0 {
+				t.Errorf("%s: %d bytes of static shared memory: its tiles are all dynamic (wg_tiles)", name, r.StaticShared)
+			}
 		}
 	}
 	return g
