@@ -444,9 +444,12 @@ func flashDQPair() bool { return os.Getenv("GODDP_FLASH_DQ_PAIR") == "1" }
 // −1..−2 ms a step, if the softmax's and dS's own instructions do not then bound them. Read at each
 // call (checkEnv refuses a bad value at the device's start).
 func flashWGMMA() flashWGParts {
-	p, _ := parseFlashWGMMA(os.Getenv("GODDP_FLASH_WGMMA"))
+	p, _ := parseFlashWGMMA(flashWGMMAValue())
 	return p
 }
+
+// flashWGMMAValue is GODDP_FLASH_WGMMA's value as set (for messages).
+func flashWGMMAValue() string { return os.Getenv("GODDP_FLASH_WGMMA") }
 
 // ltGemmOn reports whether the plain GEMMs run through cublasLt (the default; GODDP_LT_GEMM=0:
 // cublasGemmEx), so that the tuner (ltTune) chooses their algorithms too (lt_gemm.go). Read at

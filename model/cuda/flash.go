@@ -16,6 +16,10 @@ import (
 
 // loadFlash compiles and loads the fused attention module when the device can run it.
 func (d *Device) loadFlash() error {
+	if wg := flashWGMMA(); wg != (flashWGParts{}) && (d.major != 9 || d.minor != 0 || flashOff()) {
+		return fmt.Errorf("cuda: GODDP_FLASH_WGMMA=%s: the attention kernels on wgmma need the fused attention (GODDP_FLASH unset) on compute capability 9.0; %s is sm_%d%d",
+			flashWGMMAValue(), d.name, d.major, d.minor)
+	}
 	if d.major < 8 || flashOff() {
 		return nil
 	}
