@@ -83,23 +83,27 @@ __device__ __forceinline__ void load_async_sw(half_t* s, const half_t* g, long l
 	}
 }
 
-// flash_softmax_tile: flash_fwd's online softmax on one key tile's scores s (a warp's 16 rows r0 =
-// w0 + lane/4 and r1 = r0 + 8, C fragments): scaled by sl2, keys after a row masked (tiles that
-// reach past w0), the running maxima m and sums l updated, s replaced by its probabilities; a0 and
-// a1 are the factors the rows' output accumulators must be rescaled by. Every row needs a key of
-// the tile at or before it (its max finite): the callers skip tiles wholly after their rows.
-__device__ __forceinline__ void flash_softmax_tile(float (*s)[4], int k0, int w0, int r0, int r1, int t4, float sl2,
+// flash_softmax_tile: the online softmax on one key tile's scores s (a warp's 16 rows r0 = w0 +
+// lane/4 and r1 = r0 + 8, C fragments): keys after a row masked (MASK: tiles that reach past w0;
+// the others skip the test), the running maxima m (of the scores scaled by sl2) and sums l
+// updated, s replaced by its probabilities exp2(s·sl2 − m) — one fma each: the maxima are taken
+// on the unscaled scores and scaled after (sl2 > 0 and rounding are monotone, so max(s)·sl2 is
+// max(s·sl2) bit for bit), so no pass multiplies the tile by sl2 (flash_fwd's does: its
+// probabilities round s·sl2 first, these do not; the same within f32 rounding). a0 and a1 are the
+// factors the rows' output accumulators must be rescaled by. Every row needs a key of the tile at
+// or before it (its max finite): the callers skip tiles wholly after their rows. Split at run time
+// (flash_softmax_tile): ptxas 12.4 counts 469 instructions a tile in k_flash_wg_fwd's loop without
+// the masks' tests, 589 with them.
+template <bool MASK>
+__device__ __forceinline__ void flash_softmax_tile_m(float (*s)[4], int k0, int r0, int r1, int t4, float sl2,
 		float& m0, float& m1, float& l0, float& l1, float& a0, float& a1) {
 	float mx0 = -INF, mx1 = -INF;
-	bool diag = k0 + 63 > w0; // some key of the tile is after some row of this warp
 	#pragma unroll
 	for (int j = 0; j < 8; j++) {
-		#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			int key = k0 + j * 8 + t4 * 2 + (i & 1);
-			float v = s[j][i] * sl2;
-			if (diag && key > (i < 2 ? r0 : r1)) v = -INF;
-			s[j][i] = v;
+		if (MASK) {
+			#pragma unroll
+			for (int i = 0; i < 4; i++)
+				if (k0 + j * 8 + t4 * 2 + (i & 1) > (i < 2 ? r0 : r1)) s[j][i] = -INF;
 		}
 		mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
 		mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
@@ -108,19 +112,24 @@ __device__ __forceinline__ void flash_softmax_tile(float (*s)[4], int k0, int w0
 	mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
 	mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
 	mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
-	float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+	float mn0 = fmaxf(m0, mx0 * sl2), mn1 = fmaxf(m1, mx1 * sl2);
 	a0 = fexp2(m0 - mn0); a1 = fexp2(m1 - mn1);
 	m0 = mn0; m1 = mn1;
 	float ps0 = 0.f, ps1 = 0.f;
 	#pragma unroll
 	for (int j = 0; j < 8; j++) {
-		s[j][0] = fexp2(s[j][0] - m0); s[j][1] = fexp2(s[j][1] - m0);
-		s[j][2] = fexp2(s[j][2] - m1); s[j][3] = fexp2(s[j][3] - m1);
+		s[j][0] = fexp2(fmaf(s[j][0], sl2, -m0)); s[j][1] = fexp2(fmaf(s[j][1], sl2, -m0));
+		s[j][2] = fexp2(fmaf(s[j][2], sl2, -m1)); s[j][3] = fexp2(fmaf(s[j][3], sl2, -m1));
 		ps0 += s[j][0] + s[j][1];
 		ps1 += s[j][2] + s[j][3];
 	}
 	l0 = l0 * a0 + ps0;
 	l1 = l1 * a1 + ps1;
+}
+__device__ __forceinline__ void flash_softmax_tile(float (*s)[4], int k0, int w0, int r0, int r1, int t4, float sl2,
+		float& m0, float& m1, float& l0, float& l1, float& a0, float& a1) {
+	if (k0 + 63 > w0) flash_softmax_tile_m<true>(s, k0, r0, r1, t4, sl2, m0, m1, l0, l1, a0, a1); // some key after some row
+	else flash_softmax_tile_m<false>(s, k0, r0, r1, t4, sl2, m0, m1, l0, l1, a0, a1);
 }
 
 // flash_fwd_store: a warp's rows of y (o / l, f16 pairs) and their log-sum-exp (natural log).
