@@ -73,13 +73,17 @@ __device__ __forceinline__ void wg_rs_t(float (*d)[4], const u32* a, unsigned lo
 	asm volatile(WG_MMA WG_R32 ", {%32,%33,%34,%35}, %36, 1, 1, 1, 1;\n"
 		: WG_D32(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
-// load_async_sw: load_async into a 128-byte-swizzled tile of 64 rows × 64 halves (wg_desc's layout).
+// load_async_sw: load_async into a 128-byte-swizzled tile of 64 rows × 64 halves (wg_desc's
+// layout). Thread t copies the 16-byte piece t % 8 of rows t/8, t/8 + blockDim.x/8, …: with
+// blockDim.x a multiple of 64 those rows are 8 apart, so the piece's swizzled place is one
+// computation, the addresses step by constants.
 __device__ __forceinline__ void load_async_sw(half_t* s, const half_t* g, long ld, int nvalid) {
-	for (int i = threadIdx.x; i < 512; i += blockDim.x) {
-		int r = i >> 3, c = i & 7;
+	int r = threadIdx.x >> 3, c = threadIdx.x & 7, step = blockDim.x >> 3;
+	u32 dst = smem(s + r * 64 + ((c ^ (r & 7)) << 3));
+	const half_t* src = g + r * ld + c * 8;
+	for (; r < 64; r += step, dst += step * 128, src += step * ld) {
 		int n = r < nvalid ? 16 : 0;
-		const half_t* src = r < nvalid ? g + r * ld + c * 8 : g;
-		asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem(s + r * 64 + ((c ^ (r & 7)) << 3))), "l"(src), "r"(n) : "memory");
+		asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(n ? src : g), "r"(n) : "memory");
 	}
 }
 
@@ -288,6 +292,11 @@ __device__ __forceinline__ void flash_bwd_dkdv_wg(half_t* __restrict__ dqkv, con
 		sL[0][threadIdx.x] = q < T ? lse[(long)bh * T + q] * LOG2E : INF;
 		sD[0][threadIdx.x] = q < T ? delta[(long)bh * T + q] : 0.f;
 	}
+	// The descriptors, made once: a K-major k-step (16 columns, 32 bytes) adds 2 to the start
+	// address field (16-byte units), an MN-major one (16 rows, 2048 bytes) 128.
+	const unsigned long long dK = wg_desc(sk, 1), dV = wg_desc(sv, 1);
+	const unsigned long long dQ0 = wg_desc(sQ[0], 1), dQ1 = wg_desc(sQ[1], 1), dO0 = wg_desc(sO[0], 1), dO1 = wg_desc(sO[1], 1);
+	const unsigned long long dQt0 = wg_desc(sQ[0], 64), dQt1 = wg_desc(sQ[1], 64), dOt0 = wg_desc(sO[0], 64), dOt1 = wg_desc(sO[1], 64);
 	float dk[8][4], dv[8][4], st[8][4], dp[8][4];
 	zero8x4(dk);
 	zero8x4(dv);
@@ -320,29 +329,30 @@ __device__ __forceinline__ void flash_bwd_dkdv_wg(half_t* __restrict__ dqkv, con
 		// Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (64 keys × 64 queries each), one group.
 		wg_fence();
 		#pragma unroll
-		for (int kk = 0; kk < 4; kk++) wg_ss(st, wg_desc(sk + kk * 16, 1), wg_desc(sQ[cur] + kk * 16, 1), kk);
+		for (int kk = 0; kk < 4; kk++) wg_ss(st, dK + 2 * kk, (cur ? dQ1 : dQ0) + 2 * kk, kk);
 		#pragma unroll
-		for (int kk = 0; kk < 4; kk++) wg_ss(dp, wg_desc(sv + kk * 16, 1), wg_desc(sO[cur] + kk * 16, 1), kk);
+		for (int kk = 0; kk < 4; kk++) wg_ss(dp, dV + 2 * kk, (cur ? dO1 : dO0) + 2 * kk, kk);
 		wg_commit();
 		wg_wait0(st);
 		wg_wait0(dp);
-		bool diag = qt == kwt;
 		#pragma unroll
 		for (int j = 0; j < 8; j++)
 			#pragma unroll
-			for (int i = 0; i < 4; i++) {
-				int c = j * 8 + t4 * 2 + (i & 1);
-				float p = fexp2(st[j][i] * sl2 - sL[cur][c]);
-				if (diag && q0 + c < (i < 2 ? kr0 : kr1)) p = 0.f;
-				st[j][i] = p;
-			}
+			for (int i = 0; i < 4; i++) st[j][i] = fexp2(st[j][i] * sl2 - sL[cur][j * 8 + t4 * 2 + (i & 1)]);
+		if (qt == kwt) { // the diagonal tile: queries before a key contribute nothing (the others skip the tests)
+			#pragma unroll
+			for (int j = 0; j < 8; j++)
+				#pragma unroll
+				for (int i = 0; i < 4; i++)
+					if (q0 + j * 8 + t4 * 2 + (i & 1) < (i < 2 ? kr0 : kr1)) st[j][i] = 0.f;
+		}
 		// dV += Pᵀ·dO, in flight while dSᵀ is made
 		u32 pf[4][4];
 		#pragma unroll
 		for (int kk = 0; kk < 4; kk++) pa(pf[kk], st, kk);
 		wg_fence();
 		#pragma unroll
-		for (int kk = 0; kk < 4; kk++) wg_rs_t(dv, pf[kk], wg_desc(sO[cur] + kk * 16 * 64, 64));
+		for (int kk = 0; kk < 4; kk++) wg_rs_t(dv, pf[kk], (cur ? dOt1 : dOt0) + 128 * kk);
 		wg_commit();
 		#pragma unroll
 		for (int j = 0; j < 8; j++)
@@ -370,7 +380,7 @@ __device__ __forceinline__ void flash_bwd_dkdv_wg(half_t* __restrict__ dqkv, con
 		for (int kk = 0; kk < 4; kk++) pa(pf[kk], st, kk);
 		wg_fence();
 		#pragma unroll
-		for (int kk = 0; kk < 4; kk++) wg_rs_t(dk, pf[kk], wg_desc(sQ[cur] + kk * 16 * 64, 64));
+		for (int kk = 0; kk < 4; kk++) wg_rs_t(dk, pf[kk], (cur ? dQt1 : dQt0) + 128 * kk);
 		wg_commit();
 		wg_wait0_keep(dk, pf);
 		__syncthreads();
