@@ -8,8 +8,11 @@
 # ptxas' warnings (a wgmma serialized, a register spill asked for by __launch_bounds__ it cannot
 # meet is only reported). It prints each attention kernel's registers and spill bytes (this
 # ptxas's, CUDA 12.4: the driver's JIT on the GPU may allocate a few registers differently).
-# Needs scripts/cuda-toolkit-local.sh's .cuda-toolkit (or CUDA_TOOLKIT_LOCAL=dir); skipped, with a
-# line saying so, without it.
+# LOOPS=1 also prints, for each attention kernel, the machine instructions of its main loop (the
+# longest loop holding a tensor-core instruction) by opcode: a static count of what a tile costs to
+# issue, for comparing kernel versions before a GPU runs them (a loop with a branch inside counts
+# both sides). Needs scripts/cuda-toolkit-local.sh's .cuda-toolkit (or CUDA_TOOLKIT_LOCAL=dir);
+# skipped, with a line saying so, without it.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tk="${CUDA_TOOLKIT_LOCAL:-$root/.cuda-toolkit}"
@@ -67,6 +70,32 @@ PY
   if grep -qE "warning|Performance Loss" "$f.ptxas"; then
     echo "cuda-ptx-check: $n: ptxas warns:"; grep -E "warning|Performance Loss" "$f.ptxas" | sort -u | head -10
     status=1
+  fi
+  if [ "${LOOPS:-0}" = 1 ] && [[ "$n" == flash* ]] && [[ "$n" != *_bf16 ]]; then
+    "$tk/usr/bin/cuobjdump" -sass "$f.cubin" | python3 -c '
+import collections, re, sys
+fn, ins = None, collections.defaultdict(list)
+for l in sys.stdin:
+    m = re.match(r"\s+Function : (\S+)", l)
+    if m:
+        fn = m.group(1)
+    m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", l)
+    if m and fn:
+        ins[fn].append((int(m.group(1), 16), m.group(2).strip()))
+for fn, code in sorted(ins.items()):
+    at = {a: i for i, (a, _) in enumerate(code)}
+    best = None
+    for i, (a, t) in enumerate(code):
+        m = re.search(r"BRA .*0x([0-9a-f]+)", t)
+        if m and int(m.group(1), 16) < a and int(m.group(1), 16) in at:
+            s = at[int(m.group(1), 16)]
+            body = [b for _, b in code[s:i + 1]]
+            if any("HMMA" in b or "HGMMA" in b for b in body) and (best is None or len(body) > len(best)):
+                best = body
+    if best:
+        c = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", b).split()[0].split(".")[0] for b in best)
+        print(f"  {fn:24s} main loop {len(best):4d} instructions: " + ", ".join(f"{o} {k}" for o, k in c.most_common(8)))
+'
   fi
   case "$n" in
     flash*_bf16) ;;
