@@ -32,7 +32,7 @@ done
 # f16 module and the bf16 one.
 for f in "$tmp"/flashKernelSource.cu "$tmp"/flashKernelSource_bf16.cu; do
 if [ -f "$f" ] && ! clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocudainc -nocudalib -fsyntax-only -std=c++17 \
-  -include "$root/scripts/cudastub/kernel_prelude.h" -DFLASH_TILE_MAJOR=1 -DFLASH_EX2_FTZ=1 -DFLASH_PACK_X2=1 \
+  -include "$root/scripts/cudastub/kernel_prelude.h" -DFLASH_TILE_MAJOR=1 -DFLASH_EX2_FTZ=1 -DFLASH_PACK_X2=1 -DFLASH_MASK_SPLIT=1 \
   -DFLASH_FWD_MINB=,4 -DFLASH_DQ_MINB=,4 -DFLASH_DKDV_MINB=,3 "$f" 2> "$f.optlog"; then
   echo "cuda-kernels-check: $(basename "$f" .cu) with flashOptions' defines:"; sed "s|$tmp/||" "$f.optlog" | head -20
   status=1

@@ -31,6 +31,7 @@ import (
 //	GODDP_FLASH_EX2=0 the attention kernels' exponentials by exp2f, with its subnormal handling around the ex2.approx.ftz they take by default (flashOptions; the same bits, TestCUDA_flashOptionsSameBits passed on an H100; ex2 alone is the default since session 20: −0.7% at b16)
 //	GODDP_FLASH_PACK2=1 the attention kernels' f16 (bf16) pairs packed by one cvt.rn.f16x2.f32 each (flashOptions; the same bits, its test passed on an H100 in session 20; measured +0.3% at b16, noise: off)
 //	GODDP_FLASH_DELTA8=0 the attention backward's row sums Σ dy·y one thread a row (k_flash_bwd_delta), not eight lanes a row, coalesced (k_flash_bwd_delta8; the same bits, its test passed on an H100 in session 23, the kernel 0.48 → 0.36 ms at b16: the default)
+//	GODDP_FLASH_MASK_SPLIT=1 the attention forward's and dk/dv's causal-mask tests only on the tiles that cross the diagonal (flashOptions: FLASH_MASK_SPLIT; the same bits; not yet run on a GPU)
 //	GODDP_FLASH_DQ_PAIR=1 the dS-once dq kernel with two query tiles a block, each K tile fetched once for both (k_flash_bwd_dq_ds2; the same bits; not yet run on a GPU)
 //	GODDP_FLASH_WGMMA=1 the attention kernels on Hopper's warpgroup instructions (wgmma.mma_async, compute capability 9.0, f16 and bf16; flash_wgmma.go; not yet run on a GPU): the forward (k_flash_wg_fwd, k_flash_wg_fwd128), the dS-once backward's dk/dv (k_flash_wg_dkdv) and dq (k_flash_wg_dq); or a list of those parts: fwd,dkdv,dq, fwdp (k_flash_wg_fwdp: the forward overlapping each tile's scores with the previous tile's P·V), dkdv128 (k_flash_wg_dkdv128: 128 keys a block)
 //	GODDP_FLASH_DELTA_FOLD=1 the attention backward's row sums Σ dy·y made by the dq kernel (k_flash_bwd_dq_delta, launched before dk/dv), not a pass of their own (k_flash_bwd_delta) (flash.go; the same bits, its test passed on an H100 in session 20; measured −0.1 ms at b16, inside the noise: off)
@@ -222,6 +223,7 @@ func flashOptions() (opts []string, tileMajor bool, err error) {
 		{"GODDP_FLASH_TILE_MAJOR", "-DFLASH_TILE_MAJOR=1", true, &tileMajor},
 		{"GODDP_FLASH_EX2", "-DFLASH_EX2_FTZ=1", true, nil},
 		{"GODDP_FLASH_PACK2", "-DFLASH_PACK_X2=1", false, nil},
+		{"GODDP_FLASH_MASK_SPLIT", "-DFLASH_MASK_SPLIT=1", false, nil},
 	} {
 		on := f.def
 		switch v := os.Getenv(f.name); v {

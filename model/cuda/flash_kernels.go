@@ -85,6 +85,13 @@ __device__ __forceinline__ int flash_bh() { return FLASH_TILE_MAJOR ? blockIdx.x
 
 __device__ __forceinline__ float h2f(half_t h) { float f; asm("{cvt.f32.f16 %0, %1;}" : "=f"(f) : "h"(h)); return f; }
 __device__ __forceinline__ half_t f2h(float f) { half_t h; asm("{cvt.rn.f16.f32 %0, %1;}" : "=h"(h) : "f"(f)); return h; }
+// FLASH_MASK_SPLIT (GODDP_FLASH_MASK_SPLIT=1, flashOptions; not yet run on a GPU): the causal
+// mask's per-element tests only on the tiles that cross the diagonal, the others taking a copy of
+// the loop without them — the same arithmetic, so the same bits (ptxas 12.4 counts 570
+// instructions in k_flash_fwd's tile loop with the tests; cuda-ptx-check.sh LOOPS=1).
+#ifndef FLASH_MASK_SPLIT
+#define FLASH_MASK_SPLIT 0
+#endif
 // FLASH_PACK_X2 (GODDP_FLASH_PACK2=1, flashOptions): a pair rounded by one cvt.rn.f16x2.f32 (the
 // bf16 module's cvt.rn.bf16x2.f32) instead of two cvt and a shift and an or: the same rounding of
 // each value, so the same bits.
@@ -256,17 +263,27 @@ __device__ __forceinline__ void flash_fwd(half_t* __restrict__ y, float* __restr
 			mm_nk(s, qa, sK[cur], lane);
 			float mx0 = -INF, mx1 = -INF;
 			bool diag = k0 + 63 > w0; // some key of the tile is after some row of this warp
-			#pragma unroll
-			for (int j = 0; j < 8; j++) {
+			if (FLASH_MASK_SPLIT && !diag) {
 				#pragma unroll
-				for (int i = 0; i < 4; i++) {
-					int key = k0 + j * 8 + t4 * 2 + (i & 1);
-					float v = s[j][i] * sl2;
-					if (diag && key > (i < 2 ? r0 : r1)) v = -INF;
-					s[j][i] = v;
+				for (int j = 0; j < 8; j++) {
+					#pragma unroll
+					for (int i = 0; i < 4; i++) s[j][i] *= sl2;
+					mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
+					mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
 				}
-				mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
-				mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+			} else {
+				#pragma unroll
+				for (int j = 0; j < 8; j++) {
+					#pragma unroll
+					for (int i = 0; i < 4; i++) {
+						int key = k0 + j * 8 + t4 * 2 + (i & 1);
+						float v = s[j][i] * sl2;
+						if (diag && key > (i < 2 ? r0 : r1)) v = -INF;
+						s[j][i] = v;
+					}
+					mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
+					mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+				}
 			}
 			mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
 			mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
@@ -532,15 +549,29 @@ __device__ __forceinline__ void flash_bwd_dkdv(half_t* __restrict__ dqkv, const 
 		zero8x4(st);
 		mm_nk(st, ka, sQ[cur], lane);
 		bool diag = qt == kt;
-		#pragma unroll
-		for (int j = 0; j < 8; j++)
+		if (FLASH_MASK_SPLIT) { // the probabilities, then the diagonal tile's masked ones zeroed
 			#pragma unroll
-			for (int i = 0; i < 4; i++) {
-				int c = j * 8 + t4 * 2 + (i & 1);
-				float p = fexp2(st[j][i] * sl2 - sL[cur][c]);
-				if (diag && q0 + c < (i < 2 ? kr0 : kr1)) p = 0.f;
-				st[j][i] = p;
+			for (int j = 0; j < 8; j++)
+				#pragma unroll
+				for (int i = 0; i < 4; i++) st[j][i] = fexp2(st[j][i] * sl2 - sL[cur][j * 8 + t4 * 2 + (i & 1)]);
+			if (diag) {
+				#pragma unroll
+				for (int j = 0; j < 8; j++)
+					#pragma unroll
+					for (int i = 0; i < 4; i++)
+						if (q0 + j * 8 + t4 * 2 + (i & 1) < (i < 2 ? kr0 : kr1)) st[j][i] = 0.f;
 			}
+		} else {
+			#pragma unroll
+			for (int j = 0; j < 8; j++)
+				#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					int c = j * 8 + t4 * 2 + (i & 1);
+					float p = fexp2(st[j][i] * sl2 - sL[cur][c]);
+					if (diag && q0 + c < (i < 2 ? kr0 : kr1)) p = 0.f;
+					st[j][i] = p;
+				}
+		}
 		// dV += Pᵀ·dO
 		mm_pkn(dv, st, sO[cur], lane);
 		// dPᵀ = V·dOᵀ; dSᵀ = Pᵀ∘(dPᵀ − delta)

@@ -179,13 +179,15 @@ func TestCUDA_flashOptionsSameBits(t *testing.T) {
 	t.Setenv("GODDP_FLASH_MINBLOCKS", "0,0,0") // no cap (unset caps dk/dv since session 23)
 	t.Setenv("GODDP_FLASH_EX2", "0")
 	t.Setenv("GODDP_FLASH_PACK2", "")
+	t.Setenv("GODDP_FLASH_MASK_SPLIT", "")
 	ref, err := New(0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ref.Close()
-	variants := []struct{ tileMajor, minBlocks, ex2, pack string }{{"1", "0,0,0", "0", ""}, {"0", "4,4,3", "0", ""}, {"1", "4,4,3", "0", ""}, {"1", "0,0,3", "0", ""},
-		{"1", "0,0,0", "1", ""}, {"1", "0,0,0", "0", "1"}, {"1", "0,0,0", "1", "1"}, {"", "", "", ""}} // the last: the defaults
+	variants := []struct{ tileMajor, minBlocks, ex2, pack, mask string }{{"1", "0,0,0", "0", "", ""}, {"0", "4,4,3", "0", "", ""}, {"1", "4,4,3", "0", "", ""}, {"1", "0,0,3", "0", "", ""},
+		{"1", "0,0,0", "1", "", ""}, {"1", "0,0,0", "0", "1", ""}, {"1", "0,0,0", "1", "1", ""}, {"1", "0,0,0", "0", "", "1"}, {"0", "0,0,0", "0", "", "1"},
+		{"", "", "", "", ""}, {"", "", "", "", "1"}} // the last two: the defaults, and with the mask split (not yet run on a GPU)
 	type result struct {
 		y, dqkv []uint16
 		lse     []float32
@@ -223,9 +225,10 @@ func TestCUDA_flashOptionsSameBits(t *testing.T) {
 		t.Setenv("GODDP_FLASH_MINBLOCKS", vr.minBlocks)
 		t.Setenv("GODDP_FLASH_EX2", vr.ex2)
 		t.Setenv("GODDP_FLASH_PACK2", vr.pack)
+		t.Setenv("GODDP_FLASH_MASK_SPLIT", vr.mask)
 		d, err := New(0)
 		if err != nil {
-			t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q PACK2=%q: %v", vr.tileMajor, vr.minBlocks, vr.ex2, vr.pack, err)
+			t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q PACK2=%q MASK_SPLIT=%q: %v", vr.tileMajor, vr.minBlocks, vr.ex2, vr.pack, vr.mask, err)
 		}
 		for _, k := range []string{"k_flash_fwd", "k_flash_bwd_dq", "k_flash_bwd_dkdv"} {
 			if r, err := d.KernelResources(k, 128, 0); err == nil {
@@ -244,13 +247,13 @@ func TestCUDA_flashOptionsSameBits(t *testing.T) {
 				}{{"y", want.y, got.y}, {"dqkv", want.dqkv, got.dqkv}} {
 					for j := range p.a {
 						if p.a[j] != p.b[j] {
-							t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q PACK2=%q %s %v: %s[%d] bits %#04x, the reference kernels' %#04x", vr.tileMajor, vr.minBlocks, vr.ex2, vr.pack, dt, sh, p.name, j, p.b[j], p.a[j])
+							t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q PACK2=%q MASK_SPLIT=%q %s %v: %s[%d] bits %#04x, the reference kernels' %#04x", vr.tileMajor, vr.minBlocks, vr.ex2, vr.pack, vr.mask, dt, sh, p.name, j, p.b[j], p.a[j])
 						}
 					}
 				}
 				for j := range want.lse {
 					if math.Float32bits(want.lse[j]) != math.Float32bits(got.lse[j]) {
-						t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q PACK2=%q %s %v: lse[%d] %g, the reference kernels' %g", vr.tileMajor, vr.minBlocks, vr.ex2, vr.pack, dt, sh, j, got.lse[j], want.lse[j])
+						t.Fatalf("TILE_MAJOR=%q MINBLOCKS=%q EX2=%q PACK2=%q MASK_SPLIT=%q %s %v: lse[%d] %g, the reference kernels' %g", vr.tileMajor, vr.minBlocks, vr.ex2, vr.pack, vr.mask, dt, sh, j, got.lse[j], want.lse[j])
 					}
 				}
 			}
@@ -263,6 +266,7 @@ func TestCUDA_flashOptionsSameBits(t *testing.T) {
 
 func TestFlashOptions_parse(t *testing.T) {
 	t.Setenv("GODDP_FLASH_EX2", "0")
+	t.Setenv("GODDP_FLASH_MASK_SPLIT", "")
 	for _, c := range []struct {
 		tile, minb string
 		want       string
@@ -295,6 +299,12 @@ func TestFlashOptions_parse(t *testing.T) {
 	if opts, _, err := flashOptions(); err != nil || strings.Join(opts, " ") != "-DFLASH_TILE_MAJOR=1 -DFLASH_PACK_X2=1" {
 		t.Errorf("PACK2=1: %q %v", opts, err)
 	}
+	t.Setenv("GODDP_FLASH_PACK2", "")
+	t.Setenv("GODDP_FLASH_MASK_SPLIT", "1")
+	if opts, _, err := flashOptions(); err != nil || !strings.Contains(strings.Join(opts, " "), "-DFLASH_MASK_SPLIT=1") {
+		t.Errorf("MASK_SPLIT=1: %q %v", opts, err)
+	}
+	t.Setenv("GODDP_FLASH_MASK_SPLIT", "")
 	t.Setenv("GODDP_FLASH_PACK2", "x2")
 	if _, _, err := flashOptions(); err == nil || !strings.Contains(err.Error(), "GODDP_FLASH_PACK2") {
 		t.Errorf("PACK2=x2: error %v, want one naming the variable", err)
