@@ -358,12 +358,21 @@ __device__ __forceinline__ void flash_bwd_dkdv_wg(half_t* __restrict__ dqkv, con
 		for (int j = 0; j < 8; j++)
 			#pragma unroll
 			for (int i = 0; i < 4; i++) st[j][i] *= dp[j][i] - sD[cur][j * 8 + t4 * 2 + (i & 1)];
+		// dSᵀ packed once, for its store and as dK's A fragments (pa's pairs are the store's)
+		u32 sf[4][4];
+		#pragma unroll
+		for (int kk = 0; kk < 4; kk++) pa(sf[kk], st, kk);
+		// dK += dSᵀ·Q, in flight with dV's product while dSᵀ goes out
+		wg_fence();
+		#pragma unroll
+		for (int kk = 0; kk < 4; kk++) wg_rs_t(dk, sf[kk], (cur ? dQt1 : dQt0) + 128 * kk);
+		wg_commit();
 		{ // dSᵀ out: rows this warp's 16 keys, columns the tile's 64 queries (flash_bwd_dkdv's store)
 			half_t* w = sS[threadIdx.x >> 5];
 			#pragma unroll
 			for (int j = 0; j < 8; j++) {
-				*(u32*)(w + (lane >> 2) * LDS + j * 8 + t4 * 2) = pack2(st[j][0], st[j][1]);
-				*(u32*)(w + ((lane >> 2) + 8) * LDS + j * 8 + t4 * 2) = pack2(st[j][2], st[j][3]);
+				*(u32*)(w + (lane >> 2) * LDS + j * 8 + t4 * 2) = sf[j >> 1][(j & 1) * 2];
+				*(u32*)(w + ((lane >> 2) + 8) * LDS + j * 8 + t4 * 2) = sf[j >> 1][(j & 1) * 2 + 1];
 			}
 			__syncwarp();
 			half_t* dst = ds + flash_ds_tile(bh, nt, qt, kwt) + warp * 16 * 64;
@@ -374,15 +383,8 @@ __device__ __forceinline__ void flash_bwd_dkdv_wg(half_t* __restrict__ dqkv, con
 				asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(dst + r * 64 + c8), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 			}
 		}
-		wg_wait0_keep(dv, pf);
-		// dK += dSᵀ·Q
-		#pragma unroll
-		for (int kk = 0; kk < 4; kk++) pa(pf[kk], st, kk);
-		wg_fence();
-		#pragma unroll
-		for (int kk = 0; kk < 4; kk++) wg_rs_t(dk, pf[kk], (cur ? dQt1 : dQt0) + 128 * kk);
-		wg_commit();
-		wg_wait0_keep(dk, pf);
+		wg_wait0_keep(dv, pf); // both groups done; dk and sf kept to here too:
+		wg_wait0_keep(dk, sf);
 		__syncthreads();
 	}
 	half_t* out = dqkv + (long)b * T * ld + h * HS + t4 * 2;
