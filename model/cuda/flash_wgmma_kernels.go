@@ -31,12 +31,15 @@ package cuda
 const flashWGMMAKernelSource = flashKernelSource + `
 // ---- Hopper warpgroup kernels (sm_90a) ----
 
-// wg_desc: the shared-memory matrix descriptor of a 128-byte-swizzled operand starting at p:
-// start address and the two byte offsets in 16-byte units, swizzle mode 1 (128 B) in bits 62–63.
-__device__ __forceinline__ unsigned long long wg_desc(const half_t* p, u32 lead) {
-	unsigned long long a = smem(p);
-	return ((a & 0x3FFFF) >> 4) | ((unsigned long long)lead << 16) | (64ull << 32) | (1ull << 62);
+// wg_desc: the low word of the shared-memory matrix descriptor of a 128-byte-swizzled operand
+// starting at p: its start address and leading byte offset, both in 16-byte units. The high word
+// is the same for every operand here (WG_DESC_HI: stride 1024 bytes, swizzle mode 1, 128 B), so
+// the kernels carry the low word alone, a 32-bit value whose k-steps are small adds, and the
+// wgmma helpers pair it with the constant.
+__device__ __forceinline__ u32 wg_desc(const half_t* p, u32 lead) {
+	return ((smem(p) & 0x3FFFF) >> 4) | (lead << 16);
 }
+#define WG_DESC_HI 0x40000040u
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 // The async proxy (wgmma's reads of shared memory) sees what cp.async wrote once the writers fence.
@@ -56,22 +59,24 @@ __device__ __forceinline__ void wg_wait0(float (*d)[4]) {
 }
 // d (64×64, f32) = or += A·B, A (64×16) and B (16×64) both from shared memory (descriptors), B
 // K-major (stored [n][k]).
-__device__ __forceinline__ void wg_ss(float (*d)[4], unsigned long long da, unsigned long long db, int acc) {
-	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-		WG_MMA WG_R32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-		: WG_D32(d) : "l"(da), "l"(db), "r"(acc));
+__device__ __forceinline__ void wg_ss(float (*d)[4], u32 da, u32 db, int acc) {
+	asm volatile("{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, %34, 0;\nmov.b64 da, {%32, %35};\nmov.b64 db, {%33, %35};\n"
+		WG_MMA WG_R32 ", da, db, p, 1, 1, 0, 0;\n}\n"
+		: WG_D32(d) : "r"(da), "r"(db), "r"(acc), "r"(WG_DESC_HI));
 }
 // d += A·B, A (64×16) and B (16×64) from shared memory both stored [k][m] and [k][n] (MN-major:
 // imm-trans-a and imm-trans-b 1).
-__device__ __forceinline__ void wg_ss_tt(float (*d)[4], unsigned long long da, unsigned long long db) {
-	asm volatile(WG_MMA WG_R32 ", %32, %33, 1, 1, 1, 1, 1;\n"
-		: WG_D32(d) : "l"(da), "l"(db));
+__device__ __forceinline__ void wg_ss_tt(float (*d)[4], u32 da, u32 db) {
+	asm volatile("{\n.reg .b64 da, db;\nmov.b64 da, {%32, %34};\nmov.b64 db, {%33, %34};\n"
+		WG_MMA WG_R32 ", da, db, 1, 1, 1, 1, 1;\n}\n"
+		: WG_D32(d) : "r"(da), "r"(db), "r"(WG_DESC_HI));
 }
 // d += A·B, A (64×16) from registers (each warp's mma.sync A fragment of its 16 rows), B (16×64)
 // from shared memory stored [k][n] (MN-major: imm-trans-b 1).
-__device__ __forceinline__ void wg_rs_t(float (*d)[4], const u32* a, unsigned long long db) {
-	asm volatile(WG_MMA WG_R32 ", {%32,%33,%34,%35}, %36, 1, 1, 1, 1;\n"
-		: WG_D32(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+__device__ __forceinline__ void wg_rs_t(float (*d)[4], const u32* a, u32 db) {
+	asm volatile("{\n.reg .b64 db;\nmov.b64 db, {%36, %37};\n"
+		WG_MMA WG_R32 ", {%32,%33,%34,%35}, db, 1, 1, 1, 1;\n}\n"
+		: WG_D32(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(db), "r"(WG_DESC_HI));
 }
 // load_async_sw: load_async into a 128-byte-swizzled tile of 64 rows × 64 halves (wg_desc's
 // layout). Thread t copies the 16-byte piece t % 8 of rows t/8, t/8 + blockDim.x/8, …: with
@@ -294,9 +299,9 @@ __device__ __forceinline__ void flash_bwd_dkdv_wg(half_t* __restrict__ dqkv, con
 	}
 	// The descriptors, made once: a K-major k-step (16 columns, 32 bytes) adds 2 to the start
 	// address field (16-byte units), an MN-major one (16 rows, 2048 bytes) 128.
-	const unsigned long long dK = wg_desc(sk, 1), dV = wg_desc(sv, 1);
-	const unsigned long long dQ0 = wg_desc(sQ[0], 1), dQ1 = wg_desc(sQ[1], 1), dO0 = wg_desc(sO[0], 1), dO1 = wg_desc(sO[1], 1);
-	const unsigned long long dQt0 = wg_desc(sQ[0], 64), dQt1 = wg_desc(sQ[1], 64), dOt0 = wg_desc(sO[0], 64), dOt1 = wg_desc(sO[1], 64);
+	const u32 dK = wg_desc(sk, 1), dV = wg_desc(sv, 1);
+	const u32 dQ0 = wg_desc(sQ[0], 1), dQ1 = wg_desc(sQ[1], 1), dO0 = wg_desc(sO[0], 1), dO1 = wg_desc(sO[1], 1);
+	const u32 dQt0 = wg_desc(sQ[0], 64), dQt1 = wg_desc(sQ[1], 64), dOt0 = wg_desc(sO[0], 64), dOt1 = wg_desc(sO[1], 64);
 	float dk[8][4], dv[8][4], st[8][4], dp[8][4];
 	zero8x4(dk);
 	zero8x4(dv);
@@ -532,7 +537,7 @@ __device__ __forceinline__ void flash_dkdv_wg_kernel(half_t* __restrict__ dqkv, 
 	half_t (*sS)[16 * LDS] = (half_t (*)[16 * LDS])(sD + 2);       // a warp's 16 × 72 halves of dSᵀ on their way out
 	flash_bwd_dkdv_wg<NWG>(dqkv, qkv, dy, lse, delta, ds, T, H, scale, sK, sV, sQ, sO, sL, sD, sS);
 }
-extern "C" __global__ void __launch_bounds__(128) k_flash_wg_dkdv(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
+extern "C" __global__ void __launch_bounds__(128, 3) k_flash_wg_dkdv(half_t* __restrict__ dqkv, const half_t* __restrict__ qkv,
 		const half_t* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ delta,
 		half_t* __restrict__ ds, int T, int H, float scale) {
 	flash_dkdv_wg_kernel<1>(dqkv, qkv, dy, lse, delta, ds, T, H, scale);
