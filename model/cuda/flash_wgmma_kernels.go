@@ -13,7 +13,9 @@ package cuda
 // cycles a warp); per 64×64 key tile each of its 4 warps issues 64 mma.sync and ~32 ldmatrix for the
 // two products. Here a warpgroup (4 warps, 64 query rows) issues 4 wgmma m64n64k16 for S = Q·Kᵀ and
 // 4 for O += P·V, reading Q, K and V straight from shared memory (no ldmatrix, no fragments of Q
-// held in registers).
+// held in registers). Those are 96 of the default forward's 570 instructions a tile (ptxas 12.4;
+// docs/perf-gpu.md's counts): the softmax and the mask are most of the rest, so the softmax here
+// is leaner too (flash_softmax_tile).
 //
 // Shared memory: each tile is 64 rows of 64 halves = 128 bytes a row, stored with the 128-byte
 // swizzle the descriptors name (the 16-byte chunk c of row r at chunk c ^ (r % 8)), each tile on a
@@ -21,13 +23,16 @@ package cuda
 // along a row): descriptor stride 1024 bytes between groups of 8 rows, a k-step of 16 moves the
 // start 32 bytes. V is P·V's B operand with its contraction index (the key) down the rows: an
 // MN-major operand (imm-trans-b 1), 8 keys a 1024-byte group, a k-step of 16 keys moves the start
-// 2048 bytes; its tile is one 64-wide swizzle atom across, so the leading offset is never used.
+// 2048 bytes; its tile is one 64-wide swizzle atom across, so of the two offsets only the one
+// between 8-key groups is used — both are set to 1024 bytes, right under either reading of the
+// PTX ISA's MN-major definitions.
 //
 // Fragments: a wgmma m64nNk16 f32 accumulator gives warp w of the warpgroup rows 16w..16w+15, in
 // mma.sync's C layout for each 8-column block — s[j][0..3] is exactly flash_fwd's score fragment
-// of the 16×8 tile j — and its A operand from registers is mma.sync's A fragment: flash_fwd's
-// softmax and pa() carry over unchanged, so each row's arithmetic is flash_fwd's, except that the
-// tensor cores' sums of each 16-product slice come from another instruction.
+// of the 16×8 tile j — and its A operand from registers is mma.sync's A fragment: pa() and the
+// softmax's shape carry over. The results are the mma.sync kernels' within rounding, not their
+// bits: the tensor cores' sums of each 16-product slice come from another instruction, and the
+// forward's softmax folds the scale into its exponentials' fma.
 const flashWGMMAKernelSource = flashKernelSource + `
 // ---- Hopper warpgroup kernels (sm_90a) ----
 
