@@ -172,10 +172,24 @@ func (d *Device) bf16Fns() (map[string]cudadrv.Function, error) {
 }
 
 // fn looks kernel name up: in the bf16 module when name carries bf16Suffix (kn), else in the f16
-// one (which also holds the f32-only kernels).
+// one (which also holds the f32-only kernels); a name neither holds that starts with flashWGPrefix
+// in the Hopper attention module of its dtype (the launch path's lookups stay one map read).
 func (d *Device) fn(name string) (cudadrv.Function, bool) {
 	base, isBF := strings.CutSuffix(name, bf16Suffix)
-	if strings.HasPrefix(base, flashWGPrefix) { // the Hopper attention's modules (flash_wgmma.go)
+	if !isBF {
+		if f, ok := d.fns[name]; ok {
+			return f, true
+		}
+	} else {
+		fns, err := d.bf16Fns()
+		if err != nil {
+			panic(err.Error())
+		}
+		if f, ok := fns[base]; ok {
+			return f, true
+		}
+	}
+	if strings.HasPrefix(base, flashWGPrefix) { // the Hopper attention's modules (flash_wgmma.go), loaded at first use
 		dt := tensor.F16
 		if isBF {
 			dt = tensor.BF16
@@ -187,16 +201,7 @@ func (d *Device) fn(name string) (cudadrv.Function, bool) {
 		f, ok := fns[base]
 		return f, ok
 	}
-	if !isBF {
-		f, ok := d.fns[name]
-		return f, ok
-	}
-	fns, err := d.bf16Fns()
-	if err != nil {
-		panic(err.Error())
-	}
-	f, ok := fns[base]
-	return f, ok
+	return cudadrv.Function{}, false
 }
 
 // closeBF16 unloads the bf16 modules if they were loaded. The caller holds the thread (enter).
