@@ -51,7 +51,7 @@ type Device struct {
 	module  cudadrv.Module
 	flashM  cudadrv.Module // fused attention (flash.go); loaded when flash is true
 	flash   bool
-	flashWG flashWGKernels // the Hopper forward's module (flash_wgmma.go), loaded at its first use
+	flashWG flashWGKernels // the Hopper attention's modules (flash_wgmma.go), each loaded at its first use
 	// flashRows is the fused forward's block of query rows: 0 or 64 k_flash_fwd, 128
 	// k_flash_fwd128 (SetFlashForwardRows, model.flash_forward_rows).
 	flashRows int

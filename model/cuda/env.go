@@ -438,12 +438,11 @@ func flashDQPair() bool { return os.Getenv("GODDP_FLASH_DQ_PAIR") == "1" }
 
 // flashWGMMA reads GODDP_FLASH_WGMMA (flash_wgmma.go; not yet run on a GPU): unset or 0 none, 1
 // fwd, dkdv and dq, or a comma list of those and fwdp (the forward with each tile's scores issued
-// before the previous tile's P·V is added: k_flash_wg_fwdp, 64-row blocks) and dkdv128 (dk/dv
-// 128 keys a block, two warpgroups sharing each query tile's loads: k_flash_wg_dkdv128). The mma.sync kernels
-// are issue-bound (session 16's Nsight Compute): per 64×64 tile product a warp issues 8 mma.sync and ~4 ldmatrix, where a
-// warpgroup issues 4 wgmma for the four warps and no ldmatrix. Predicted at b16 on an H100: the
-// forward 2.2 → 1.5–1.8 ms, dk/dv 4.0 → 2.8–3.3, dq 1.6 → 1.3–1.5 (it also reads 2.6 GB of dS):
-// −1..−2 ms a step, if the softmax's and dS's own instructions do not then bound them. Read at each
+// before the previous tile's P·V is added: k_flash_wg_fwdp, 64-row blocks) and dkdv128 (dk/dv 128
+// keys a block, two warpgroups sharing each query tile's loads: k_flash_wg_dkdv128). Predicted at
+// b16 on an H100, if the kernels are issue-bound as session 16 measured the mma.sync ones: the
+// forward 2.2 → ~1.6 ms, dk/dv 4.0 → 2.8–3.3, dq 1.6 → 1.3–1.5, −1..−2 ms a step
+// (docs/perf-gpu.md: the plan and each kernel's instructions a tile counted by ptxas). Read at each
 // call (checkEnv refuses a bad value at the device's start).
 func flashWGMMA() flashWGParts {
 	p, _ := parseFlashWGMMA(flashWGMMAValue())

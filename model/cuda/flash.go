@@ -167,7 +167,8 @@ func (d *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, he
 	if flashDS() { // dk/dv stores dS, dq multiplies it by K: nothing recomputed twice (env.go)
 		ds := d.Alloc(qkv.DType(), "attn.flash.ds", B*heads*nt*(nt+1)/2, 64*64)
 		d.flashDelta(delta, dy, y, B*T*heads, T, heads)
-		if wg := flashWGMMA(); wg.dkdv { // on wgmma (flash_wgmma.go), the same ds blocks
+		wg := flashWGMMA()
+		if wg.dkdv { // on wgmma (flash_wgmma.go), the same ds blocks
 			name, nwg := "k_flash_wg_dkdv", 1
 			if wg.dkdv128 { // 128 keys a block
 				name, nwg = "k_flash_wg_dkdv128", 2
@@ -180,7 +181,7 @@ func (d *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, he
 			d.launch(kn("k_flash_bwd_dkdv_ds", dqkv, qkv), grid, [3]int{128, 1, 1}, 0,
 				ptra(dqkv), ptra(qkv), ptra(dy), ptra(lse), ptra(delta), ptra(ds), i32a(T), i32a(heads), f32a(scale))
 		}
-		if flashWGMMA().dq { // on wgmma (flash_wgmma.go)
+		if wg.dq { // on wgmma (flash_wgmma.go)
 			name := kn("k_flash_wg_dq", dqkv, qkv)
 			d.allowDynShared(name, flashWGTiles(4))
 			d.launch(name, grid, [3]int{128, 1, 1}, flashWGTiles(4), ptra(dqkv), ptra(qkv), ptra(ds), i32a(T), i32a(heads), f32a(scale))
