@@ -73,40 +73,10 @@ static cublasStatus_t goddp_lt_make(const goddp_lt *p, goddp_lt_descs *s) {
 	return cublasLtMatrixLayoutCreate(&s->d, goddp_lt_dt(p->ddt), p->m, p->n, p->ldd);
 }
 
-// goddp_lt_algo: cublasLt's first-ranked algorithm for p within wsb bytes of workspace into
-// *algo (*found 0 when there is none: an unsupported case, which the caller composes instead).
-// A failure to describe p (descriptor, attribute or preference calls) is an error.
-static cublasStatus_t goddp_lt_algo(cublasLtHandle_t h, const goddp_lt *p, size_t wsb, cublasLtMatmulAlgo_t *algo, int *found) {
-	goddp_lt_descs s;
-	cublasLtMatmulPreference_t pref = NULL;
-	cublasLtMatmulHeuristicResult_t res;
-	int n = 0;
-	cublasStatus_t st = goddp_lt_make(p, &s);
-	*found = 0;
-	if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceCreate(&pref);
-	if (st == CUBLAS_STATUS_SUCCESS)
-		st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb);
-	uint32_t al[4] = {p->alignA, p->alignB, p->alignD, p->alignD};
-	cublasLtMatmulPreferenceAttributes_t an[4] = {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-	for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
-		st = cublasLtMatmulPreferenceSetAttribute(pref, an[i], &al[i], sizeof al[i]);
-	if (st == CUBLAS_STATUS_SUCCESS) {
-		memset(&res, 0, sizeof res);
-		st = cublasLtMatmulAlgoGetHeuristic(h, s.op, s.a, s.b, s.d, s.d, pref, 1, &res, &n);
-		// No algorithm (NOT_SUPPORTED, or INVALID_VALUE for a combination this cublasLt refuses,
-		// such as an auxiliary leading dimension it cannot use) is not an error: the caller composes.
-		if (st != CUBLAS_STATUS_SUCCESS) { st = CUBLAS_STATUS_SUCCESS; n = 0; }
-		if (st == CUBLAS_STATUS_SUCCESS && n > 0 && res.state == CUBLAS_STATUS_SUCCESS) { *algo = res.algo; *found = 1; }
-	}
-	if (pref) cublasLtMatmulPreferenceDestroy(pref);
-	goddp_lt_free(&s);
-	return st;
-}
-
-// goddp_lt_algos: up to max (≤ 16) of cublasLt's ranked algorithms for p, best-ranked first,
-// into algos (*found of them), as goddp_lt_algo does for the first (GODDP_LT_TUNE's candidates;
-// goddp_lt_algo keeps the text the GPU suite ran until this one has run there too).
+// goddp_lt_algos: up to max (≤ 16) of cublasLt's ranked algorithms for p within wsb bytes of
+// workspace, best-ranked first, into algos (*found of them; 0 when there is none: an unsupported
+// case, which the caller composes instead). A failure to describe p (descriptor, attribute or
+// preference calls) is an error.
 static cublasStatus_t goddp_lt_algos(cublasLtHandle_t h, const goddp_lt *p, size_t wsb, int max, cublasLtMatmulAlgo_t *algos, int *found) {
 	goddp_lt_descs s;
 	cublasLtMatmulPreference_t pref = NULL;
@@ -126,7 +96,9 @@ static cublasStatus_t goddp_lt_algos(cublasLtHandle_t h, const goddp_lt *p, size
 	if (st == CUBLAS_STATUS_SUCCESS) {
 		memset(res, 0, sizeof res);
 		st = cublasLtMatmulAlgoGetHeuristic(h, s.op, s.a, s.b, s.d, s.d, pref, max, res, &n);
-		if (st != CUBLAS_STATUS_SUCCESS) { st = CUBLAS_STATUS_SUCCESS; n = 0; } // none: the caller composes
+		// No algorithm (NOT_SUPPORTED, or INVALID_VALUE for a combination this cublasLt refuses,
+		// such as an auxiliary leading dimension it cannot use) is not an error: the caller composes.
+		if (st != CUBLAS_STATUS_SUCCESS) { st = CUBLAS_STATUS_SUCCESS; n = 0; }
 		for (int i = 0; i < n; i++)
 			if (res[i].state == CUBLAS_STATUS_SUCCESS) algos[(*found)++] = res[i].algo;
 	}
@@ -219,25 +191,16 @@ func (h *Handle) Destroy() { C.cublasLtDestroy(h.h) }
 // Algo is cublasLt's first-ranked algorithm for p within wsBytes of workspace; ok is false when
 // cublasLt has none for it (an unsupported dtype mix, alignment or epilogue).
 func (h *Handle) Algo(p *Plan, wsBytes int64) (a Algo, ok bool, err error) {
-	cp := p.c()
-	var ca C.cublasLtMatmulAlgo_t
-	var found C.int
-	if unsafe.Sizeof(ca) != unsafe.Sizeof(a) {
-		return a, false, fmt.Errorf("cublaslt: cublasLtMatmulAlgo_t is %d bytes, not %d", unsafe.Sizeof(ca), unsafe.Sizeof(a))
-	}
-	if err := check(func() string { return fmt.Sprintf("heuristic for %+v", *p) }, C.goddp_lt_algo(h.h, &cp, C.size_t(wsBytes), &ca, &found)); err != nil {
+	as, err := h.Algos(p, wsBytes, 1)
+	if err != nil || len(as) == 0 {
 		return a, false, err
 	}
-	if found == 0 {
-		return a, false, nil
-	}
-	a = *(*Algo)(unsafe.Pointer(&ca))
-	return a, true, nil
+	return as[0], true, nil
 }
 
 // Algos is up to max (at most 16) of cublasLt's ranked algorithms for p within wsBytes of
 // workspace, best-ranked first (Algo's first among them); none when cublasLt has none for it.
-// GODDP_LT_TUNE's candidates (model/cuda/lt_tune.go); not yet run on a GPU.
+// GODDP_LT_TUNE's candidates (model/cuda/lt_tune.go).
 func (h *Handle) Algos(p *Plan, wsBytes int64, max int) ([]Algo, error) {
 	cp := p.c()
 	var ca [16]C.cublasLtMatmulAlgo_t
