@@ -80,3 +80,17 @@ for n, b in sources.items():
             sys.exit(f"cuda-kernels-check: {n}: {a} occurs {b.count(consts[a])} times, want once")
         b = b.replace(consts[a], consts[z])
     open(f"{out}/{n}_bf16.cu", "w").write(b)
+# GODDP_PDL=1's sources (model/cuda/pdl.go's pdlSource, its regular expression read from the Go
+# source): the modules the device's launch reaches, each kernel opening on the wait for the grid
+# before it, written to OUT/NAME_pdl.cu.
+pdl_go = open(root + "/model/cuda/pdl.go").read()
+pre = re.search(r"pdlKernelRE = regexp\.MustCompile\(`([^`]*)`\)", pdl_go)
+if not pre or "pdlPrelude" not in consts:
+    sys.exit("cuda-kernels-check: pdlKernelRE or pdlPrelude not found in model/cuda/pdl.go")
+pre = re.compile(pre.group(1))
+for n in ("kernelSource", "flashKernelSource", "flashWGMMAKernelSource", "convKernelSource"):
+    b = sources[n]
+    p, k = pre.subn(lambda m: m.group(0) + " GODDP_PDL_ENTRY();", b)
+    if k != b.count("__global__"):
+        sys.exit(f"cuda-kernels-check: {n}: {k} of its {b.count('__global__')} __global__ functions open with the PDL wait")
+    open(f"{out}/{n}_pdl.cu", "w").write(consts["pdlPrelude"] + p)

@@ -130,7 +130,11 @@ func (d *Device) loadBF16() {
 		if err != nil {
 			return cudadrv.Module{}, err
 		}
-		ptx, err := compileCached(src, append(append([]string{}, opts...), extra...))
+		csrc, err := d.launchSource(src)
+		if err != nil {
+			return cudadrv.Module{}, err
+		}
+		ptx, err := compileCached(csrc, append(append([]string{}, opts...), extra...))
 		if err != nil {
 			return cudadrv.Module{}, fmt.Errorf("cuda: bf16 %s: %w", what, err)
 		}

@@ -79,7 +79,11 @@ type convAlgo struct {
 
 // initConv loads the conv kernels and makes the cuDNN handle on the compute stream (New).
 func (d *Device) initConv() error {
-	ptx, err := compileCached(convKernelSource, []string{fmt.Sprintf("--gpu-architecture=compute_%d%d", d.major, d.minor), "-default-device", "--std=c++17"})
+	src, err := d.launchSource(convKernelSource)
+	if err != nil {
+		return err
+	}
+	ptx, err := compileCached(src, []string{fmt.Sprintf("--gpu-architecture=compute_%d%d", d.major, d.minor), "-default-device", "--std=c++17"})
 	if err != nil {
 		return err
 	}

@@ -59,15 +59,18 @@ type Device struct {
 	// the register budgets), the f16 and bf16 modules alike; flashTileMajor is the grid's order.
 	flashOpts      []string
 	flashTileMajor bool
-	conv           *convState // cuDNN and the convolution kernels (conv.go; nil without the cudnn tag)
-	fns            map[string]cudadrv.Function
-	dynShared      map[string]int // the dynamic shared memory each kernel that asks for more than 48 KiB was allowed (allowDynShared)
-	bf16           bf16Kernels    // bf16 instantiations, loaded on first use (bf16.go)
-	bf16Once       sync.Once
-	blas           *cudadrv.Blas
-	lt             *ltState   // cublasLt's fused epilogues (lt.go), made on first use
-	mu             sync.Mutex // guards nothing on the hot path; held by Close
-	closed         bool
+	// pdl: the kernels of the modules launch reaches are compiled to wait for the grid before
+	// them and launched with programmatic dependent launch (GODDP_PDL=1, pdl.go).
+	pdl       bool
+	conv      *convState // cuDNN and the convolution kernels (conv.go; nil without the cudnn tag)
+	fns       map[string]cudadrv.Function
+	dynShared map[string]int // the dynamic shared memory each kernel that asks for more than 48 KiB was allowed (allowDynShared)
+	bf16      bf16Kernels    // bf16 instantiations, loaded on first use (bf16.go)
+	bf16Once  sync.Once
+	blas      *cudadrv.Blas
+	lt        *ltState   // cublasLt's fused epilogues (lt.go), made on first use
+	mu        sync.Mutex // guards nothing on the hot path; held by Close
+	closed    bool
 
 	evMu   sync.Mutex      // guards evFree: fences are spent on any goroutine (fence.go)
 	evFree []cudadrv.Event // events of spent fences, recorded again by the next Fence
@@ -152,6 +155,9 @@ func New(ordinal int) (*Device, error) {
 	}
 	if d.sms, err = dev.Attribute(cu.MultiprocessorCount); err != nil {
 		return nil, err
+	}
+	if d.pdl = pdlOn(); d.pdl && d.major < 9 {
+		return nil, fmt.Errorf("cuda: GODDP_PDL=1: programmatic dependent launch needs compute capability 9.0 or later (griddepcontrol); %s is sm_%d%d", d.name, d.major, d.minor)
 	}
 	if d.ctx, err = dev.RetainPrimaryCtx(); err != nil {
 		return nil, fmt.Errorf("cuda: primary context of device %d: %w", ordinal, err)
@@ -478,10 +484,26 @@ func (d *Device) launch(name string, grid, block [3]int, shmem int, args ...uint
 	d.enter()
 	defer d.leave()
 	end := d.profBegin(name)
-	if err := cudadrv.Launch(f, grid, block, shmem, d.stream, &vals, len(args)); err != nil {
+	var err error
+	if d.pdl {
+		err = cudadrv.LaunchPDL(f, grid, block, shmem, d.stream, &vals, len(args))
+	} else {
+		err = cudadrv.Launch(f, grid, block, shmem, d.stream, &vals, len(args))
+	}
+	if err != nil {
 		panic(fmt.Sprintf("cuda: launching %s grid %v block %v: %v", name, grid, block, err))
 	}
 	end()
+}
+
+// launchSource is the source of a module whose kernels launch runs: src itself, or with
+// GODDP_PDL=1 src with every kernel opening on the wait for the grid before it (pdlSource).
+func (d *Device) launchSource(src string) (string, error) {
+	if !d.pdl {
+		return src, nil
+	}
+	s, _, err := pdlSource(src)
+	return s, err
 }
 
 // ---- profiling (diagnostics: events around every kernel and GEMM) ----

@@ -51,6 +51,7 @@ import (
 //	GODDP_LT_GEMM=0    the plain GEMMs (MatMul, batch 1) through cublasGemmEx, not cublasLt's default epilogue, where GODDP_LT_TUNE tunes them too (lt_gemm.go; within rounding; with the tuner −0.58 ms at b16 on an H100, session 23: the default)
 //	GODDP_LT_TUNE=0    each cublasLt matmul plan's algorithm the heuristic's first, not chosen at its first use by timing up to 8 of the heuristic's candidates on the call's operands and kept on disk for the GPU model (lt_tune.go, lt_tune_cache.go; within rounding; with GODDP_LT_GEMM −0.58 ms at b16 on an H100, session 23: the default)
 //	GODDP_COLSUM_SPLIT=N the column sums' row slices N times as many (colsumParts; ops.go: the 8-wide kernels that write them, k_gelu_bwd_colsum8 among them, then run N times the blocks; sums grouped otherwise, within rounding; 2 is the default since session 20's H100 A/B: −0.9% at b16, 4 −0.4%)
+//	GODDP_PDL=1       the kernels launched with programmatic dependent launch (compute capability 9.0 or later; pdl.go: every kernel of the modules launch reaches opens on griddepcontrol.wait, then lets the next grid's blocks be scheduled; the same bits; not yet run on a GPU)
 //	GODDP_IPC_WAIT=stream the IPC all-reduce's ranks wait for each other by their streams, not in the
 //	                  kernel (ipc_pace.go; read at each NewIPCReducer; its tests passed on an H100,
 //	                  and it measured ~5.5 ms a bucket under MPS: off)
@@ -58,6 +59,9 @@ import (
 
 // flashOff reports whether GODDP_FLASH=0 turned the fused attention off.
 func flashOff() bool { return os.Getenv("GODDP_FLASH") == "0" }
+
+// pdlOn: GODDP_PDL=1 (pdl.go; off by default: not yet run on a GPU).
+func pdlOn() bool { return os.Getenv("GODDP_PDL") == "1" }
 
 // bnSplit reports whether the batch norms' reductions are split over row chunks (k_chan_part,
 // chanPlan): many blocks per channel tile instead of one. The default since the H100 runs of

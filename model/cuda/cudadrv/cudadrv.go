@@ -25,6 +25,34 @@ static CUresult goddp_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz
 	return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, args, NULL);
 }
 
+// goddp_launch_pdl: goddp_launch with programmatic dependent launch allowed (CUDA 12.0 and later:
+// cuLaunchKernelEx, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION): f may start before the
+// kernel ahead of it in s has finished, once that kernel's blocks have all triggered
+// (griddepcontrol.launch_dependents) or exited; f must wait (griddepcontrol.wait) before it reads
+// what that kernel wrote. Older headers: CUDA_ERROR_NOT_SUPPORTED.
+static CUresult goddp_launch_pdl(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+		unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream s, uint64_t *vals, int n) {
+#if CUDA_VERSION >= 12000
+	void *args[24];
+	for (int i = 0; i < n && i < 24; i++) args[i] = &vals[i];
+	CUlaunchAttribute at[1];
+	memset(at, 0, sizeof at);
+	at[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+	at[0].value.programmaticStreamSerializationAllowed = 1;
+	CUlaunchConfig c;
+	memset(&c, 0, sizeof c);
+	c.gridDimX = gx; c.gridDimY = gy; c.gridDimZ = gz;
+	c.blockDimX = bx; c.blockDimY = by; c.blockDimZ = bz;
+	c.sharedMemBytes = shmem;
+	c.hStream = s;
+	c.attrs = at;
+	c.numAttrs = 1;
+	return cuLaunchKernelEx(&c, f, args, NULL);
+#else
+	return CUDA_ERROR_NOT_SUPPORTED;
+#endif
+}
+
 static const char *goddp_errname(CUresult r) {
 	const char *s = NULL;
 	cuGetErrorName(r, &s);
@@ -392,6 +420,16 @@ const MaxArgs = 24
 // low half of its slot (little-endian).
 func Launch(f Function, grid, block [3]int, shmem int, s Stream, args *[MaxArgs]uint64, n int) error {
 	return check("cuLaunchKernel", C.goddp_launch(f.f, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]),
+		C.uint(block[0]), C.uint(block[1]), C.uint(block[2]), C.uint(shmem), s.s, (*C.uint64_t)(unsafe.Pointer(&args[0])), C.int(n)))
+}
+
+// LaunchPDL is Launch with programmatic dependent launch allowed (cuLaunchKernelEx with
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION; compute capability 9.0 and a CUDA 12
+// driver): f's blocks may be scheduled while the kernel ahead of it on s finishes, so f must
+// begin with griddepcontrol.wait (model/cuda's pdlSource puts it there). GODDP_PDL=1; not yet
+// run on a GPU.
+func LaunchPDL(f Function, grid, block [3]int, shmem int, s Stream, args *[MaxArgs]uint64, n int) error {
+	return check("cuLaunchKernelEx", C.goddp_launch_pdl(f.f, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]),
 		C.uint(block[0]), C.uint(block[1]), C.uint(block[2]), C.uint(shmem), s.s, (*C.uint64_t)(unsafe.Pointer(&args[0])), C.int(n)))
 }
 
