@@ -94,3 +94,4 @@ for n in ("kernelSource", "flashKernelSource", "flashWGMMAKernelSource", "convKe
     if k != b.count("__global__"):
         sys.exit(f"cuda-kernels-check: {n}: {k} of its {b.count('__global__')} __global__ functions open with the PDL wait")
     open(f"{out}/{n}_pdl.cu", "w").write(consts["pdlPrelude"] + p)
+    open(f"{out}/{n}_pdl.names", "w").write(open(f"{out}/{n}.names").read())
