@@ -156,8 +156,13 @@ func New(ordinal int) (*Device, error) {
 	if d.sms, err = dev.Attribute(cu.MultiprocessorCount); err != nil {
 		return nil, err
 	}
-	if d.pdl = pdlOn(); d.pdl && d.major < 9 {
-		return nil, fmt.Errorf("cuda: GODDP_PDL=1: programmatic dependent launch needs compute capability 9.0 or later (griddepcontrol); %s is sm_%d%d", d.name, d.major, d.minor)
+	if d.pdl = pdlOn(); d.pdl && (d.major < 9 || !cudadrv.PDLSupported()) {
+		lx := "missing"
+		if cudadrv.PDLSupported() {
+			lx = "present"
+		}
+		return nil, fmt.Errorf("cuda: GODDP_PDL=1: programmatic dependent launch needs compute capability 9.0 or later (griddepcontrol; %s is sm_%d%d) and goddp built against CUDA 12 with a CUDA 12 driver (cuLaunchKernelEx: %s)",
+			d.name, d.major, d.minor, lx)
 	}
 	if d.ctx, err = dev.RetainPrimaryCtx(); err != nil {
 		return nil, fmt.Errorf("cuda: primary context of device %d: %w", ordinal, err)

@@ -31,9 +31,9 @@ import (
 //	GODDP_FLASH_EX2=0 the attention kernels' exponentials by exp2f, with its subnormal handling around the ex2.approx.ftz they take by default (flashOptions; the same bits, TestCUDA_flashOptionsSameBits passed on an H100; ex2 alone is the default since session 20: −0.7% at b16)
 //	GODDP_FLASH_PACK2=1 the attention kernels' f16 (bf16) pairs packed by one cvt.rn.f16x2.f32 each (flashOptions; the same bits, its test passed on an H100 in session 20; measured +0.3% at b16, noise: off)
 //	GODDP_FLASH_DELTA8=0 the attention backward's row sums Σ dy·y one thread a row (k_flash_bwd_delta), not eight lanes a row, coalesced (k_flash_bwd_delta8; the same bits, its test passed on an H100 in session 23, the kernel 0.48 → 0.36 ms at b16: the default)
-//	GODDP_FLASH_MASK_SPLIT=1 the attention forward's and dk/dv's causal-mask tests only on the tiles that cross the diagonal (flashOptions: FLASH_MASK_SPLIT; the same bits; not yet run on a GPU)
-//	GODDP_FLASH_DQ_PAIR=1 the dS-once dq kernel with two query tiles a block, each K tile fetched once for both (k_flash_bwd_dq_ds2; the same bits; not yet run on a GPU)
-//	GODDP_FLASH_WGMMA=1 the attention kernels on Hopper's warpgroup instructions (wgmma.mma_async, compute capability 9.0, f16 and bf16; flash_wgmma.go; not yet run on a GPU): the forward (k_flash_wg_fwd, k_flash_wg_fwd128), the dS-once backward's dk/dv (k_flash_wg_dkdv) and dq (k_flash_wg_dq); or a list of those parts: fwd,dkdv,dq, fwdp (k_flash_wg_fwdp: the forward overlapping each tile's scores with the previous tile's P·V), dkdv128 (k_flash_wg_dkdv128: 128 keys a block)
+//	GODDP_FLASH_MASK_SPLIT=1 the attention forward's and dk/dv's causal-mask tests only on the tiles that cross the diagonal (flashOptions: FLASH_MASK_SPLIT; the same bits, TestCUDA_flashOptionsSameBits passed on an H100 in session 25; −0.21 ms at b16 there: off until the whole suite runs with it; the Hopper kernels split their masks anyway)
+//	GODDP_FLASH_DQ_PAIR=1 the dS-once dq kernel with two query tiles a block, each K tile fetched once for both (k_flash_bwd_dq_ds2; the same bits, its test passed on an H100 in session 25; not measured: off)
+//	GODDP_FLASH_WGMMA=1 the attention kernels on Hopper's warpgroup instructions (wgmma.mma_async, compute capability 9.0, f16 and bf16; flash_wgmma.go; run on an H100 in session 25: the backward the mma.sync kernels' bits, the forward within its derived bound, fwdp,dkdv,dq −1.76 ms at b16 and −1.08 at b8; off until the whole suite passes with it: its last run stopped before worker): the forward (k_flash_wg_fwd, k_flash_wg_fwd128), the dS-once backward's dk/dv (k_flash_wg_dkdv) and dq (k_flash_wg_dq); or a list of those parts: fwd,dkdv,dq, fwdp (k_flash_wg_fwdp: the forward overlapping each tile's scores with the previous tile's P·V), dkdv128 (k_flash_wg_dkdv128: 128 keys a block)
 //	GODDP_FLASH_DELTA_FOLD=1 the attention backward's row sums Σ dy·y made by the dq kernel (k_flash_bwd_dq_delta, launched before dk/dv), not a pass of their own (k_flash_bwd_delta) (flash.go; the same bits, its test passed on an H100 in session 20; measured −0.1 ms at b16, inside the noise: off)
 //	GODDP_FLASH_DS=0  the attention backward's dS recomputed for dq (k_flash_bwd_dkdv, k_flash_bwd_dq) instead of computed once, the default: stored by the dk/dv kernel, multiplied by K for dq (k_flash_bwd_dkdv_ds, k_flash_bwd_dq_ds; flash.go; the same bits, TestCUDA_flashDSSameBits passed on an H100 in sessions 21 and 22; B·H·n(n+1)/2·8 KiB of scratch for n query tiles; with its stores staged through shared memory −0.31 ms at b16, −0.06 at b8, session 22: the default)
 //	GODDP_GELU_TANH_APPROX=1 the 8-wide GELU kernels' tanh as one tanh.approx.f32, not tanhf (kernelOptions; within ~2^-11 relative, not tanhf's bits; its bound test passed on an H100 in session 21, measured +0.6% at b16: off)
@@ -51,7 +51,7 @@ import (
 //	GODDP_LT_GEMM=0    the plain GEMMs (MatMul, batch 1) through cublasGemmEx, not cublasLt's default epilogue, where GODDP_LT_TUNE tunes them too (lt_gemm.go; within rounding; with the tuner −0.58 ms at b16 on an H100, session 23: the default)
 //	GODDP_LT_TUNE=0    each cublasLt matmul plan's algorithm the heuristic's first, not chosen at its first use by timing up to 8 of the heuristic's candidates on the call's operands and kept on disk for the GPU model (lt_tune.go, lt_tune_cache.go; within rounding; with GODDP_LT_GEMM −0.58 ms at b16 on an H100, session 23: the default)
 //	GODDP_COLSUM_SPLIT=N the column sums' row slices N times as many (colsumParts; ops.go: the 8-wide kernels that write them, k_gelu_bwd_colsum8 among them, then run N times the blocks; sums grouped otherwise, within rounding; 2 is the default since session 20's H100 A/B: −0.9% at b16, 4 −0.4%)
-//	GODDP_PDL=1       the kernels launched with programmatic dependent launch (compute capability 9.0 or later; pdl.go: every kernel of the modules launch reaches opens on griddepcontrol.wait, then lets the next grid's blocks be scheduled; the same bits; not yet run on a GPU)
+//	GODDP_PDL=1       the kernels launched with programmatic dependent launch (compute capability 9.0 or later; pdl.go: every kernel of the modules launch reaches opens on griddepcontrol.wait, then lets the next grid's blocks be scheduled; the same bits; run on an H100 in session 25: −0.26 ms at b16 and at b8; off until the whole suite passes with it: its last run, with the Hopper attention, passed ddp, model and the cudnn part, model/cuda but for three wgmma tests since mended, and stopped before worker)
 //	GODDP_IPC_WAIT=stream the IPC all-reduce's ranks wait for each other by their streams, not in the
 //	                  kernel (ipc_pace.go; read at each NewIPCReducer; its tests passed on an H100,
 //	                  and it measured ~5.5 ms a bucket under MPS: off)
@@ -60,7 +60,7 @@ import (
 // flashOff reports whether GODDP_FLASH=0 turned the fused attention off.
 func flashOff() bool { return os.Getenv("GODDP_FLASH") == "0" }
 
-// pdlOn: GODDP_PDL=1 (pdl.go; off by default: not yet run on a GPU).
+// pdlOn: GODDP_PDL=1 (pdl.go; off by default until the whole suite passes with it).
 func pdlOn() bool { return os.Getenv("GODDP_PDL") == "1" }
 
 // bnSplit reports whether the batch norms' reductions are split over row chunks (k_chan_part,
@@ -432,21 +432,23 @@ func flashDS() bool { return os.Getenv("GODDP_FLASH_DS") != "0" }
 func flashDelta8() bool { return os.Getenv("GODDP_FLASH_DELTA8") != "0" }
 
 // flashDQPair reports whether GODDP_FLASH_DQ_PAIR=1 asks for the dS-once dq kernel with two query
-// tiles a block (k_flash_bwd_dq_ds2, 8 warps: each K tile fetched once for both; the same bits;
-// not yet run on a GPU). Session 23's b16 profile on an H100: k_flash_bwd_dq_ds 1.58 ms with 6
+// tiles a block (k_flash_bwd_dq_ds2, 8 warps: each K tile fetched once for both; the same bits:
+// its test passed on an H100 in session 25; not measured). Session 23's b16 profile on an H100: k_flash_bwd_dq_ds 1.58 ms with 6
 // blocks an SM at 80 registers, reading 2.6 GB of dS from HBM (~1.6 TB/s) and 3.1 GB of K tiles
 // from L2; loads two tiles ahead (a third buffer) changed nothing, so it is not waiting on its
 // loads' latency. If L2's bandwidth bounds it, halving the K traffic gives ~1.2 ms: predicted
 // −0.2..−0.4 ms a b16 step, nothing if it does not. Read at each call.
 func flashDQPair() bool { return os.Getenv("GODDP_FLASH_DQ_PAIR") == "1" }
 
-// flashWGMMA reads GODDP_FLASH_WGMMA (flash_wgmma.go; not yet run on a GPU): unset or 0 none, 1
+// flashWGMMA reads GODDP_FLASH_WGMMA (flash_wgmma.go; off by default until the whole suite passes
+// with it): unset or 0 none, 1
 // fwd, dkdv and dq, or a comma list of those and fwdp (the forward with each tile's scores issued
 // before the previous tile's P·V is added: k_flash_wg_fwdp, 64-row blocks) and dkdv128 (dk/dv 128
 // keys a block, two warpgroups sharing each query tile's loads: k_flash_wg_dkdv128). Predicted at
 // b16 on an H100, if the kernels are issue-bound as session 16 measured the mma.sync ones: the
-// forward 2.2 → ~1.6 ms, dk/dv 4.0 → 2.8–3.3, dq 1.6 → 1.3–1.5, −1..−2 ms a step
-// (docs/perf-gpu.md: the plan and each kernel's instructions a tile counted by ptxas). Read at each
+// forward 2.2 → ~1.6 ms, dk/dv 4.0 → 2.8–3.3, dq 1.6 → 1.3–1.5, −1..−2 ms a step; measured in
+// session 25 (H100): 2.16 → 1.40 (fwdp), 4.01 → 3.17, 1.61 → 1.48, −1.76 ms a step (35.75 →
+// 33.99; docs/perf-gpu.md: the plan, the counts, the runs). Read at each
 // call (checkEnv refuses a bad value at the device's start).
 func flashWGMMA() flashWGParts {
 	p, _ := parseFlashWGMMA(flashWGMMAValue())

@@ -49,7 +49,8 @@ func TestCUDA_flashAttentionMatchesCPU(t *testing.T) {
 // multiples of 128 (and of 64), one row to 1024. Passed on an H100 (session 19's whole suite).
 func TestCUDA_flashForward128SameBits(t *testing.T) {
 	g := gpu(t)
-	defer g.SetFlashForwardRows(64) // the shared test device goes back to the default
+	t.Setenv("GODDP_FLASH_WGMMA", "0") // k_flash_fwd128 against k_flash_fwd
+	defer g.SetFlashForwardRows(64)    // the shared test device goes back to the default
 	if err := g.SetFlashForwardRows(96); err == nil {
 		t.Error("96 rows accepted")
 	}
@@ -175,6 +176,7 @@ func TestFlashCarveout_parse(t *testing.T) {
 // rounding of each value). Both passed on an H100 in session 20; the reference is exp2f's.
 func TestCUDA_flashOptionsSameBits(t *testing.T) {
 	gpu(t)
+	t.Setenv("GODDP_FLASH_WGMMA", "0") // the mma.sync kernels' options
 	t.Setenv("GODDP_FLASH_TILE_MAJOR", "0")
 	t.Setenv("GODDP_FLASH_MINBLOCKS", "0,0,0") // no cap (unset caps dk/dv since session 23)
 	t.Setenv("GODDP_FLASH_EX2", "0")
@@ -361,6 +363,7 @@ func TestCUDA_flashDQPairSameBits(t *testing.T) {
 // the knob needs for both runs (a dS-once kernel's GODDP_FLASH_DS=1).
 func flashBackwardSameBits(t *testing.T, env, off, on, kernel string, fixed ...string) {
 	g := gpu(t)
+	t.Setenv("GODDP_FLASH_WGMMA", "0") // the mma.sync kernels (a suite run with the Hopper ones on failed here in session 25)
 	t.Setenv("GODDP_FLASH_DELTA_FOLD", "")
 	t.Setenv("GODDP_FLASH_DS", "0")
 	for i := 0; i+1 < len(fixed); i += 2 {

@@ -7,7 +7,8 @@ package cuda
 // does not launch) followed by the forward (k_flash_wg_fwd, k_flash_wg_fwd128, k_flash_wg_fwdp)
 // and the dS-once backward's dk/dv and dq (k_flash_wg_dkdv, k_flash_wg_dq), compiled by NVRTC for
 // compute_90a into modules of their own, f16 and its bf16 instantiation (flash_wgmma.go;
-// GODDP_FLASH_WGMMA on compute capability 9.0 only). Not yet run on a GPU.
+// GODDP_FLASH_WGMMA on compute capability 9.0 only). Run on an H100 in session 25: the backward
+// the mma.sync kernels' bits, the step −1.76 ms at b16; off by default until the whole suite passes.
 //
 // Why: the mma.sync forward is issue-bound (session 16's Nsight Compute: one instruction every 4.3–5
 // cycles a warp); per 64×64 key tile each of its 4 warps issues 64 mma.sync and ~32 ldmatrix for the
@@ -30,9 +31,10 @@ package cuda
 // Fragments: a wgmma m64nNk16 f32 accumulator gives warp w of the warpgroup rows 16w..16w+15, in
 // mma.sync's C layout for each 8-column block — s[j][0..3] is exactly flash_fwd's score fragment
 // of the 16×8 tile j — and its A operand from registers is mma.sync's A fragment: pa() and the
-// softmax's shape carry over. The results are the mma.sync kernels' within rounding, not their
-// bits: the tensor cores' sums of each 16-product slice come from another instruction, and the
-// forward's softmax folds the scale into its exponentials' fma.
+// softmax's shape carry over. The backward's results are the mma.sync kernels' very bits (measured
+// on an H100, session 25: the tensor cores sum each 16-product slice alike in both instructions);
+// the forward's are within its test's bound of theirs, not their bits: its softmax folds the scale
+// into its exponentials' fma, so a probability's rounding to 16 bits before P·V may differ.
 const flashWGMMAKernelSource = flashKernelSource + `
 // ---- Hopper warpgroup kernels (sm_90a) ----
 

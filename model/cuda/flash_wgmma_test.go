@@ -15,14 +15,20 @@ import (
 
 // GODDP_FLASH_WGMMA=1's forward (k_flash_wg_fwd, and k_flash_wg_fwd128 under 128-row blocks)
 // against the mma.sync forward it replaces, f16 and bf16, on lengths that are and are not
-// multiples of 64 and 128, one row to 1024: each row's softmax is the same arithmetic, but the
-// tensor cores' sums of each 16-product slice come from another instruction, so the outputs may
-// differ in the last bit of a few values — and no more: y within one rounding of its dtype, lse
-// within 2^-20 relative. A wrong
-// descriptor, swizzle or fragment shows as errors of the values' own size. The test logs how many
-// values differ at all. GODDP_FLASH_WGMMA=fwdp's overlapped forward (k_flash_wg_fwdp) must give
-// k_flash_wg_fwd's very bits. Devices other than compute capability 9.0: the switch must fail loudly.
-// Not yet run on a GPU.
+// multiples of 64 and 128, one row to 1024. Where the two may differ, and so the bound: the
+// softmax folds the scale into its exponentials' fma, so a probability's f32 value moves by a few
+// f32 ulps and its rounding to the 16-bit dtype before P·V may go the other way — one 16-bit ulp of
+// p, 2u·p (u the dtype's unit roundoff, 2^-11 f16, 2^-8 bf16); over a row that moves y = Σ p·v / l
+// by at most 2u·max|v|; and y's own rounding adds one ulp of y. So y within ulp(y) + 2u·max|v| of
+// the mma.sync forward's, lse within 2^-20 relative (its f32 arithmetic moves by ulps). A wrong
+// descriptor, swizzle or fragment shows as errors of the values' own size (|v| ~ 1 here), far past
+// the bound (~2^-8 f16). The test logs, per shape, how many values differ at all and the largest
+// difference against the bound. Session 25's first run on an H100 (the then bound, one ulp of y)
+// failed on 5 values of one row of B2 T100 H2 — differences of 2–9 ulps of y, ≤ 1.4e-4 where
+// 2u·max|v| is ~4e-3 — and the mma.sync and wgmma forwards both passed
+// TestCUDA_flashAttentionMatchesCPU's bound; this form has not run on a GPU yet.
+// GODDP_FLASH_WGMMA=fwdp's overlapped forward (k_flash_wg_fwdp) must give k_flash_wg_fwd's very
+// bits. Devices other than compute capability 9.0: the switch must fail loudly.
 func TestCUDA_flashWGMMAForward(t *testing.T) {
 	g := flashWGTestDevice(t)
 	defer g.SetFlashForwardRows(64)
@@ -101,6 +107,18 @@ func flashWGMMAForward(t *testing.T, g *Device, dt tensor.DType) {
 		}
 		qkv := g.Alloc(dt, "qkv", B, T, 3*C)
 		ipcUpload(g, qkv, v)
+		// The largest |v| the products read: of the f32 values, 1% over for their rounding to dt.
+		vmax := 0.0
+		for r := 0; r < B*T; r++ {
+			for c := 2 * C; c < 3*C; c++ {
+				vmax = math.Max(vmax, 1.01*math.Abs(float64(v[r*3*C+c])))
+			}
+		}
+		frac := 10 // 2u = 2^-frac: the dtype's ulp at 1
+		if dt == tensor.BF16 {
+			frac = 7
+		}
+		pRound := math.Ldexp(vmax, -frac)
 		for _, rows := range []int{64, 128} {
 			if err := g.SetFlashForwardRows(rows); err != nil {
 				t.Fatal(err)
@@ -125,18 +143,21 @@ func flashWGMMAForward(t *testing.T, g *Device, dt tensor.DType) {
 			}
 			// Every bad value is counted and the first few named by (b, t, h, d), so that one run
 			// tells a misread operand's pattern (lse right and y wrong: P·V's V; both wrong: Q·Kᵀ).
-			diff, badY, badL := 0, 0, 0
+			diff, badY, badL, worst := 0, 0, 0, 0.0
 			for j := range ys[0] {
 				if ys[0][j] == ys[1][j] {
 					continue
 				}
 				diff++
 				a, b := wgValue(dt, ys[0][j]), wgValue(dt, ys[1][j])
-				// one rounding: half an ulp each way of the exact value, so at most one ulp between the two
-				if math.IsNaN(b) || math.Abs(a-b) > wgULP(dt, a, b) {
+				bound := wgULP(dt, a, b) + pRound
+				if !math.IsNaN(b) {
+					worst = math.Max(worst, math.Abs(a-b)/bound)
+				}
+				if math.IsNaN(b) || math.Abs(a-b) > bound {
 					if badY++; badY <= 6 {
 						bt, c := j/C, j%C
-						t.Errorf("%s %v rows %d: y[b %d, t %d, h %d, d %d] %g with wgmma, %g with mma.sync (more than one rounding)", dt, sh, rows, bt/T, bt%T, c/64, c%64, b, a)
+						t.Errorf("%s %v rows %d: y[b %d, t %d, h %d, d %d] %g with wgmma, %g with mma.sync (bound %.3g)", dt, sh, rows, bt/T, bt%T, c/64, c%64, b, a, bound)
 					}
 				}
 			}
@@ -148,10 +169,10 @@ func flashWGMMAForward(t *testing.T, g *Device, dt tensor.DType) {
 					}
 				}
 			}
-			if badY+badL > 0 {
-				t.Fatalf("%s %v rows %d: %d of %d y values and %d of %d lse values wrong", dt, sh, rows, badY, len(ys[0]), badL, len(lses[0]))
+			if badY+badL > 0 { // the next shapes still run: one call shows the pattern
+				t.Errorf("%s %v rows %d: %d of %d y values and %d of %d lse values wrong", dt, sh, rows, badY, len(ys[0]), badL, len(lses[0]))
 			}
-			t.Logf("%s B%d T%d H%d rows %d: %d of %d outputs differ in their last bit", dt, B, T, H, rows, diff, len(ys[0]))
+			t.Logf("%s B%d T%d H%d rows %d: %d of %d outputs differ, the largest difference %.3f of the bound (2u·max|v| = %.3g)", dt, B, T, H, rows, diff, len(ys[0]), worst, pRound)
 			if rows == 64 { // the overlapped forward: k_flash_wg_fwd's very bits
 				t.Setenv("GODDP_FLASH_WGMMA", "fwdp")
 				y, lse := g.Alloc(dt, "y", B, T, C), g.Alloc(tensor.F32, "lse", B, H, T)
@@ -189,7 +210,8 @@ func flashWGMMAForward(t *testing.T, g *Device, dt tensor.DType) {
 // dqkv as a whole: the largest difference within 2^-8 of the part's largest value (a wrong
 // descriptor, swizzle or fragment gives differences of the values' own size), on lengths that are
 // and are not multiples of 64, one query tile to sixteen. The forward is the default one for both,
-// so the two backward runs read the same y and lse. Not yet run on a GPU.
+// so the two backward runs read the same y and lse. Passed on an H100 in session 25: every value
+// of both variants, f16 and bf16, had the mma.sync kernels' very bits.
 func TestCUDA_flashWGMMABackward(t *testing.T) {
 	g := flashWGTestDevice(t)
 	t.Setenv("GODDP_FLASH_DS", "")

@@ -53,6 +53,18 @@ static CUresult goddp_launch_pdl(CUfunction f, unsigned gx, unsigned gy, unsigne
 #endif
 }
 
+// goddp_pdl_supported: 1 where goddp_launch_pdl can run: built against CUDA 12 headers and a
+// driver of 12.0 or later.
+static int goddp_pdl_supported(void) {
+#if CUDA_VERSION >= 12000
+	int v = 0;
+	if (cuDriverGetVersion(&v) != CUDA_SUCCESS) return 0;
+	return v >= 12000;
+#else
+	return 0;
+#endif
+}
+
 static const char *goddp_errname(CUresult r) {
 	const char *s = NULL;
 	cuGetErrorName(r, &s);
@@ -432,6 +444,10 @@ func LaunchPDL(f Function, grid, block [3]int, shmem int, s Stream, args *[MaxAr
 	return check("cuLaunchKernelEx", C.goddp_launch_pdl(f.f, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]),
 		C.uint(block[0]), C.uint(block[1]), C.uint(block[2]), C.uint(shmem), s.s, (*C.uint64_t)(unsafe.Pointer(&args[0])), C.int(n)))
 }
+
+// PDLSupported reports whether LaunchPDL can run here: this package built against CUDA 12
+// headers (cuLaunchKernelEx) and a CUDA 12 driver.
+func PDLSupported() bool { return C.goddp_pdl_supported() != 0 }
 
 // ---- cuBLAS ----
 
