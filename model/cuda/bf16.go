@@ -130,11 +130,7 @@ func (d *Device) loadBF16() {
 		if err != nil {
 			return cudadrv.Module{}, err
 		}
-		csrc, err := d.launchSource(src)
-		if err != nil {
-			return cudadrv.Module{}, err
-		}
-		ptx, err := compileCached(csrc, append(append([]string{}, opts...), extra...))
+		ptx, err := d.compileLaunched(src, append(append([]string{}, opts...), extra...))
 		if err != nil {
 			return cudadrv.Module{}, fmt.Errorf("cuda: bf16 %s: %w", what, err)
 		}

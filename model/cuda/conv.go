@@ -79,11 +79,7 @@ type convAlgo struct {
 
 // initConv loads the conv kernels and makes the cuDNN handle on the compute stream (New).
 func (d *Device) initConv() error {
-	src, err := d.launchSource(convKernelSource)
-	if err != nil {
-		return err
-	}
-	ptx, err := compileCached(src, []string{fmt.Sprintf("--gpu-architecture=compute_%d%d", d.major, d.minor), "-default-device", "--std=c++17"})
+	ptx, err := d.compileLaunched(convKernelSource, []string{fmt.Sprintf("--gpu-architecture=compute_%d%d", d.major, d.minor), "-default-device", "--std=c++17"})
 	if err != nil {
 		return err
 	}

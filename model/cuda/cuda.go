@@ -157,10 +157,7 @@ func New(ordinal int) (*Device, error) {
 		return nil, err
 	}
 	if d.pdl = pdlOn(); d.pdl && (d.major < 9 || !cudadrv.PDLSupported()) {
-		lx := "missing"
-		if cudadrv.PDLSupported() {
-			lx = "present"
-		}
+		lx := map[bool]string{false: "missing", true: "present"}[cudadrv.PDLSupported()]
 		return nil, fmt.Errorf("cuda: GODDP_PDL=1: programmatic dependent launch needs compute capability 9.0 or later (griddepcontrol; %s is sm_%d%d) and goddp built against CUDA 12 with a CUDA 12 driver (cuLaunchKernelEx: %s)",
 			d.name, d.major, d.minor, lx)
 	}
@@ -501,14 +498,16 @@ func (d *Device) launch(name string, grid, block [3]int, shmem int, args ...uint
 	end()
 }
 
-// launchSource is the source of a module whose kernels launch runs: src itself, or with
+// compileLaunched is compileCached for a module whose kernels launch runs: src itself, or with
 // GODDP_PDL=1 src with every kernel opening on the wait for the grid before it (pdlSource).
-func (d *Device) launchSource(src string) (string, error) {
-	if !d.pdl {
-		return src, nil
+func (d *Device) compileLaunched(src string, opts []string) (string, error) {
+	if d.pdl {
+		var err error
+		if src, _, err = pdlSource(src); err != nil {
+			return "", err
+		}
 	}
-	s, _, err := pdlSource(src)
-	return s, err
+	return compileCached(src, opts)
 }
 
 // ---- profiling (diagnostics: events around every kernel and GEMM) ----

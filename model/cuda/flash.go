@@ -28,11 +28,7 @@ func (d *Device) loadFlash() error {
 	if d.flashOpts, d.flashTileMajor, err = flashOptions(); err != nil {
 		return err
 	}
-	src, err := d.launchSource(flashKernelSource)
-	if err != nil {
-		return err
-	}
-	ptx, err := compileCached(src, append([]string{"--gpu-architecture=" + arch, "-default-device", "--std=c++17"}, d.flashOpts...))
+	ptx, err := d.compileLaunched(flashKernelSource, append([]string{"--gpu-architecture=" + arch, "-default-device", "--std=c++17"}, d.flashOpts...))
 	if err != nil {
 		return err
 	}

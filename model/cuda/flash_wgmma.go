@@ -56,12 +56,7 @@ func (d *Device) flashWGFns(dt tensor.DType) (map[string]cudadrv.Function, error
 			w.err = err
 			return
 		}
-		csrc, err := d.launchSource(src)
-		if err != nil {
-			w.err = err
-			return
-		}
-		ptx, err := compileCached(csrc, append([]string{"--gpu-architecture=compute_90a", "-default-device", "--std=c++17"}, d.flashOpts...))
+		ptx, err := d.compileLaunched(src, append([]string{"--gpu-architecture=compute_90a", "-default-device", "--std=c++17"}, d.flashOpts...))
 		if err != nil {
 			w.err = fmt.Errorf("cuda: GODDP_FLASH_WGMMA (%s): %w", dt, err)
 			return

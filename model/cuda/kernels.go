@@ -1401,11 +1401,7 @@ var kernelNameRE = regexp.MustCompile(`__global__ void (?:__launch_bounds__\([^)
 func (d *Device) loadKernels() error {
 	arch := fmt.Sprintf("compute_%d%d", d.major, d.minor)
 	opts := append([]string{"--gpu-architecture=" + arch, "-default-device", "--std=c++17"}, kernelOptions()...)
-	src, err := d.launchSource(kernelSource)
-	if err != nil {
-		return err
-	}
-	ptx, err := compileCached(src, opts)
+	ptx, err := d.compileLaunched(kernelSource, opts)
 	if err != nil {
 		return err
 	}
