@@ -60,9 +60,6 @@ import (
 // flashOff reports whether GODDP_FLASH=0 turned the fused attention off.
 func flashOff() bool { return os.Getenv("GODDP_FLASH") == "0" }
 
-// pdlOn: GODDP_PDL=1 (pdl.go; off by default until the whole suite passes with it).
-func pdlOn() bool { return os.Getenv("GODDP_PDL") == "1" }
-
 // bnSplit reports whether the batch norms' reductions are split over row chunks (k_chan_part,
 // chanPlan): many blocks per channel tile instead of one. The default since the H100 runs of
 // 2026-12-05 (TestCUDA_bnSplitMatchesCPU and the whole -tags cuda suite passed with it; the sums
@@ -440,9 +437,8 @@ func flashDelta8() bool { return os.Getenv("GODDP_FLASH_DELTA8") != "0" }
 // −0.2..−0.4 ms a b16 step, nothing if it does not. Read at each call.
 func flashDQPair() bool { return os.Getenv("GODDP_FLASH_DQ_PAIR") == "1" }
 
-// flashWGMMA reads GODDP_FLASH_WGMMA (flash_wgmma.go; off by default until the whole suite passes
-// with it): unset or 0 none, 1
-// fwd, dkdv and dq, or a comma list of those and fwdp (the forward with each tile's scores issued
+// flashWGMMA reads GODDP_FLASH_WGMMA (flash_wgmma.go; flashWGFor): 0 none, unset the default (none, or
+// fwdp,dkdv,dq on compute capability 9.0 under hopperDefault), 1 fwd, dkdv and dq, or a comma list of those and fwdp (the forward with each tile's scores issued
 // before the previous tile's P·V is added: k_flash_wg_fwdp, 64-row blocks) and dkdv128 (dk/dv 128
 // keys a block, two warpgroups sharing each query tile's loads: k_flash_wg_dkdv128). Predicted at
 // b16 on an H100, if the kernels are issue-bound as session 16 measured the mma.sync ones: the
@@ -450,9 +446,8 @@ func flashDQPair() bool { return os.Getenv("GODDP_FLASH_DQ_PAIR") == "1" }
 // session 25 (H100): 2.16 → 1.40 (fwdp), 4.01 → 3.17, 1.61 → 1.48, −1.76 ms a step (35.75 →
 // 33.99; docs/perf-gpu.md: the plan, the counts, the runs). Read at each
 // call (checkEnv refuses a bad value at the device's start).
-func flashWGMMA() flashWGParts {
-	p, _ := parseFlashWGMMA(flashWGMMAValue())
-	return p
+func (d *Device) flashWGMMA() flashWGParts {
+	return flashWGFor(flashWGMMAValue(), d.flash, d.major, d.minor)
 }
 
 // flashWGMMAValue is GODDP_FLASH_WGMMA's value as set (for messages).

@@ -50,6 +50,46 @@ func checkEnv(getenv func(string) string) error {
 // instructions.
 type flashWGParts struct{ fwd, fwdp, dkdv, dkdv128, dq bool }
 
+// hopperDefault says whether the Hopper attention (flashWGDefault's parts) and programmatic
+// dependent launch (GODDP_PDL) are the defaults on the devices that run them: compute capability
+// 9.0 for the attention, 9.0 or later with cuLaunchKernelEx for PDL. Measured together on an H100
+// in session 25 (−1.98 ms at b16, docs/perf-gpu.md); false until the whole -tags cuda suite has
+// passed with them on. Unset variables then mean the default; GODDP_FLASH_WGMMA=0 and GODDP_PDL=0
+// turn them off.
+const hopperDefault = false
+
+// flashWGDefault are the parts on wgmma by default on compute capability 9.0 (hopperDefault): the
+// overlapped forward, dk/dv and dq (the fastest set of session 25's A/B).
+var flashWGDefault = flashWGParts{fwd: true, fwdp: true, dkdv: true, dq: true}
+
+// flashWGFor is the parts on wgmma for GODDP_FLASH_WGMMA=v on a device of compute capability
+// major.minor whose fused attention is loaded (flash): v's parts where v is set, flashWGDefault
+// where it is unset on 9.0 (under hopperDefault), none elsewhere. v has passed checkEnv.
+func flashWGFor(v string, flash bool, major, minor int) flashWGParts {
+	if v == "" {
+		if hopperDefault && flash && major == 9 && minor == 0 {
+			return flashWGDefault
+		}
+		return flashWGParts{}
+	}
+	p, _ := parseFlashWGMMA(v)
+	return p
+}
+
+// pdlFor says whether kernels launch with programmatic dependent launch for GODDP_PDL=v on a
+// device of compute capability major whose build and driver have cuLaunchKernelEx (supported):
+// v=1 asks for it (New refuses where it cannot run), v=0 turns it off, unset is the default
+// (hopperDefault) where it runs.
+func pdlFor(v string, major int, supported bool) bool {
+	switch v {
+	case "1":
+		return true
+	case "":
+		return hopperDefault && major >= 9 && supported
+	}
+	return false
+}
+
 // parseFlashWGMMA reads a GODDP_FLASH_WGMMA value (flashWGMMA, env.go).
 func parseFlashWGMMA(v string) (flashWGParts, error) {
 	switch v {

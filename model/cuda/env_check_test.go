@@ -75,3 +75,41 @@ func TestParseFlashWGMMA(t *testing.T) {
 		t.Error(`"dq," accepted`)
 	}
 }
+
+// Unset GODDP_FLASH_WGMMA and GODDP_PDL mean the defaults: the Hopper attention's flashWGDefault on
+// compute capability 9.0 with the fused attention loaded, PDL on 9.0 or later where
+// cuLaunchKernelEx runs — both only under hopperDefault; 0 turns each off, a set value is taken
+// as it is (New and loadFlash refuse one the device cannot run).
+func TestHopperDefaults(t *testing.T) {
+	def := map[bool]flashWGParts{true: flashWGDefault}[hopperDefault]
+	for _, c := range []struct {
+		v            string
+		flash        bool
+		major, minor int
+		want         flashWGParts
+	}{
+		{"", true, 9, 0, def}, {"", false, 9, 0, flashWGParts{}}, {"", true, 8, 0, flashWGParts{}},
+		{"", true, 8, 9, flashWGParts{}}, {"", true, 10, 0, flashWGParts{}}, {"0", true, 9, 0, flashWGParts{}},
+		{"dq", true, 9, 0, flashWGParts{dq: true}}, {"1", true, 8, 0, flashWGParts{fwd: true, dkdv: true, dq: true}},
+	} {
+		if got := flashWGFor(c.v, c.flash, c.major, c.minor); got != c.want {
+			t.Errorf("GODDP_FLASH_WGMMA=%q flash %v sm_%d%d: %+v, want %+v", c.v, c.flash, c.major, c.minor, got, c.want)
+		}
+	}
+	if flashWGDefault != (flashWGParts{fwd: true, fwdp: true, dkdv: true, dq: true}) {
+		t.Errorf("flashWGDefault %+v: session 25 measured fwdp,dkdv,dq fastest", flashWGDefault)
+	}
+	for _, c := range []struct {
+		v         string
+		major     int
+		supported bool
+		want      bool
+	}{
+		{"", 9, true, hopperDefault}, {"", 10, true, hopperDefault}, {"", 8, true, false}, {"", 9, false, false},
+		{"0", 9, true, false}, {"1", 9, true, true}, {"1", 8, false, true},
+	} {
+		if got := pdlFor(c.v, c.major, c.supported); got != c.want {
+			t.Errorf("GODDP_PDL=%q sm_%d0 supported %v: %v, want %v", c.v, c.major, c.supported, got, c.want)
+		}
+	}
+}

@@ -16,7 +16,7 @@ import (
 
 // loadFlash compiles and loads the fused attention module when the device can run it.
 func (d *Device) loadFlash() error {
-	if wg := flashWGMMA(); wg != (flashWGParts{}) && (d.major != 9 || d.minor != 0 || flashOff()) {
+	if wg, _ := parseFlashWGMMA(flashWGMMAValue()); wg != (flashWGParts{}) && (d.major != 9 || d.minor != 0 || flashOff()) {
 		return fmt.Errorf("cuda: GODDP_FLASH_WGMMA=%s: the attention kernels on wgmma need the fused attention (GODDP_FLASH unset) on compute capability 9.0; %s is sm_%d%d",
 			flashWGMMAValue(), d.name, d.major, d.minor)
 	}
@@ -110,7 +110,7 @@ func (d *Device) FlashAttention(y, lse, qkv *tensor.Tensor, heads int, scale flo
 		name, rows = "k_flash_fwd128", 128
 	}
 	shared := 0
-	if wg := flashWGMMA(); wg.fwd { // the Hopper forward (flash_wgmma.go): its tiles in dynamic shared memory
+	if wg := d.flashWGMMA(); wg.fwd { // the Hopper forward (flash_wgmma.go): its tiles in dynamic shared memory
 		switch {
 		case rows == 128:
 			name, shared = "k_flash_wg_fwd128", flashWGTiles(6)
@@ -167,7 +167,7 @@ func (d *Device) FlashAttentionBackward(dqkv, dy, qkv, y, lse *tensor.Tensor, he
 	if flashDS() { // dk/dv stores dS, dq multiplies it by K: nothing recomputed twice (env.go)
 		ds := d.Alloc(qkv.DType(), "attn.flash.ds", B*heads*nt*(nt+1)/2, 64*64)
 		d.flashDelta(delta, dy, y, B*T*heads, T, heads)
-		wg := flashWGMMA()
+		wg := d.flashWGMMA()
 		if wg.dkdv { // on wgmma (flash_wgmma.go), the same ds blocks
 			name, nwg := "k_flash_wg_dkdv", 1
 			if wg.dkdv128 { // 128 keys a block

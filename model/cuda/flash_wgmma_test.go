@@ -9,6 +9,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/goddp/goddp/model/cuda/cudadrv"
 	"github.com/goddp/goddp/model/tensor"
 	"github.com/x448/float16"
 )
@@ -125,7 +126,7 @@ func flashWGMMAForward(t *testing.T, g *Device, dt tensor.DType) {
 			}
 			var ys [2][]uint16
 			var lses [2][]float32
-			for k, on := range []string{"", "1"} {
+			for k, on := range []string{"0", "1"} { // mma.sync, wgmma (unset is wgmma on 9.0 under hopperDefault)
 				t.Setenv("GODDP_FLASH_WGMMA", on)
 				y, lse := g.Alloc(dt, "y", B, T, C), g.Alloc(tensor.F32, "lse", B, H, T)
 				g.Fill(y, 7)
@@ -236,10 +237,10 @@ func flashWGMMABackward(t *testing.T, g *Device, dt tensor.DType) {
 		qkv, dy := g.Alloc(dt, "qkv", B, T, 3*C), g.Alloc(dt, "dy", B, T, C)
 		ipcUpload(g, qkv, v[:B*T*3*C])
 		ipcUpload(g, dy, v[B*T*3*C:])
-		t.Setenv("GODDP_FLASH_WGMMA", "")
+		t.Setenv("GODDP_FLASH_WGMMA", "0")
 		y, lse := g.Alloc(dt, "y", B, T, C), g.Alloc(tensor.F32, "lse", B, H, T)
 		g.FlashAttention(y, lse, qkv, H, 0.125)
-		variants := []string{"", "1", "dkdv128,dq"} // off; the wgmma kernels; dk/dv 128 keys a block
+		variants := []string{"0", "1", "dkdv128,dq"} // off; the wgmma kernels; dk/dv 128 keys a block
 		got := make([][]uint16, len(variants))
 		for k, on := range variants {
 			t.Setenv("GODDP_FLASH_WGMMA", on)
@@ -295,6 +296,43 @@ func flashWGCompareGrads(t *testing.T, dt tensor.DType, sh [3]int, variant strin
 		t.Logf("%s %s B%d T%d H%d %s: %d of %d differ, the largest by %.3g at (b·t %d, h %d, d %d) (largest value %.3g)", variant, dt, B, T, H, name, diff, B*T*C, maxDiff, at[0], at[1]/64, at[1]%64, maxAbs)
 		if maxDiff > math.Ldexp(maxAbs, -8) {
 			t.Errorf("GODDP_FLASH_WGMMA=%s %s %v: %s differs by %g, more than 2^-8 of its largest value %g", variant, dt, sh, name, maxDiff, maxAbs)
+		}
+	}
+}
+
+// With GODDP_FLASH_WGMMA and GODDP_PDL unset, a device takes hopperDefault's defaults: on compute
+// capability 9.0 the forward and backward run flashWGDefault's kernels (k_flash_wg_fwdp,
+// k_flash_wg_dkdv, k_flash_wg_dq; the device's profile), and launches use PDL where
+// cuLaunchKernelEx runs; =0 turns each off. Elsewhere (or without hopperDefault) neither.
+func TestCUDA_hopperDefaults(t *testing.T) {
+	for _, v := range []string{"", "0"} {
+		g := freshDevice(t, "GODDP_FLASH_WGMMA", v, "GODDP_PDL", v)
+		hopper := hopperDefault && v == "" && g.major == 9 && g.minor == 0 && g.FlashAttentionFast(64, tensor.F16)
+		wantPDL := hopperDefault && v == "" && g.major >= 9 && cudadrv.PDLSupported()
+		if g.pdl != wantPDL {
+			t.Errorf("GODDP_PDL=%q on %s (sm_%d%d): PDL %v, want %v", v, g.DeviceName(), g.major, g.minor, g.pdl, wantPDL)
+		}
+		if !g.FlashAttentionFast(64, tensor.F16) {
+			continue
+		}
+		B, T, H := 1, 130, 2
+		C := 64 * H
+		qkv, dy := g.Alloc(tensor.F16, "qkv", B, T, 3*C), g.Alloc(tensor.F16, "dy", B, T, C)
+		g.Fill(qkv, 0.25)
+		g.Fill(dy, 0.5)
+		y, lse := g.Alloc(tensor.F16, "y", B, T, C), g.Alloc(tensor.F32, "lse", B, H, T)
+		dqkv := g.Alloc(tensor.F16, "dqkv", B, T, 3*C)
+		g.ProfileStart()
+		g.FlashAttention(y, lse, qkv, H, 0.125)
+		g.FlashAttentionBackward(dqkv, dy, qkv, y, lse, H, 0.125)
+		prof := g.ProfileStop()
+		for _, k := range []string{"k_flash_wg_fwdp", "k_flash_wg_dkdv", "k_flash_wg_dq"} {
+			if ran := strings.Contains(prof, k); ran != hopper {
+				t.Errorf("GODDP_FLASH_WGMMA=%q on %s (sm_%d%d): %s ran: %v, want %v", v, g.DeviceName(), g.major, g.minor, k, ran, hopper)
+			}
+		}
+		for _, p := range []*tensor.Tensor{qkv, dy, y, lse, dqkv} {
+			g.Free(p)
 		}
 	}
 }
