@@ -156,7 +156,7 @@ func New(ordinal int) (*Device, error) {
 	if d.sms, err = dev.Attribute(cu.MultiprocessorCount); err != nil {
 		return nil, err
 	}
-	if d.pdl = pdlFor(os.Getenv("GODDP_PDL"), d.major, cudadrv.PDLSupported()); d.pdl && (d.major < 9 || !cudadrv.PDLSupported()) {
+	if d.pdl = pdlFor(pdlValue(), d.major, cudadrv.PDLSupported()); d.pdl && (d.major < 9 || !cudadrv.PDLSupported()) {
 		lx := map[bool]string{false: "missing", true: "present"}[cudadrv.PDLSupported()]
 		return nil, fmt.Errorf("cuda: GODDP_PDL=1: programmatic dependent launch needs compute capability 9.0 or later (griddepcontrol; %s is sm_%d%d) and goddp built against CUDA 12 with a CUDA 12 driver (cuLaunchKernelEx: %s)",
 			d.name, d.major, d.minor, lx)

@@ -437,18 +437,22 @@ func flashDelta8() bool { return os.Getenv("GODDP_FLASH_DELTA8") != "0" }
 // −0.2..−0.4 ms a b16 step, nothing if it does not. Read at each call.
 func flashDQPair() bool { return os.Getenv("GODDP_FLASH_DQ_PAIR") == "1" }
 
-// flashWGMMA reads GODDP_FLASH_WGMMA (flash_wgmma.go; flashWGFor): 0 none, unset the default (none, or
-// fwdp,dkdv,dq on compute capability 9.0 under hopperDefault), 1 fwd, dkdv and dq, or a comma list of those and fwdp (the forward with each tile's scores issued
-// before the previous tile's P·V is added: k_flash_wg_fwdp, 64-row blocks) and dkdv128 (dk/dv 128
-// keys a block, two warpgroups sharing each query tile's loads: k_flash_wg_dkdv128). Predicted at
-// b16 on an H100, if the kernels are issue-bound as session 16 measured the mma.sync ones: the
-// forward 2.2 → ~1.6 ms, dk/dv 4.0 → 2.8–3.3, dq 1.6 → 1.3–1.5, −1..−2 ms a step; measured in
-// session 25 (H100): 2.16 → 1.40 (fwdp), 4.01 → 3.17, 1.61 → 1.48, −1.76 ms a step (35.75 →
-// 33.99; docs/perf-gpu.md: the plan, the counts, the runs). Read at each
-// call (checkEnv refuses a bad value at the device's start).
+// flashWGMMA reads GODDP_FLASH_WGMMA (flash_wgmma.go; flashWGFor): 0 none, unset the default
+// (none, or fwdp,dkdv,dq on compute capability 9.0 under hopperDefault), 1 fwd, dkdv and dq, or
+// a comma list of those and fwdp (the forward with each tile's scores issued before the previous
+// tile's P·V is added: k_flash_wg_fwdp, 64-row blocks) and dkdv128 (dk/dv 128 keys a block, two
+// warpgroups sharing each query tile's loads: k_flash_wg_dkdv128). Predicted at b16 on an H100, if
+// the kernels are issue-bound as session 16 measured the mma.sync ones: the forward 2.2 → ~1.6 ms,
+// dk/dv 4.0 → 2.8–3.3, dq 1.6 → 1.3–1.5, −1..−2 ms a step; measured in session 25 (H100): 2.16 →
+// 1.40 (fwdp), 4.01 → 3.17, 1.61 → 1.48, −1.76 ms a step (35.75 → 33.99; docs/perf-gpu.md: the
+// plan, the counts, the runs). Read at each call (checkEnv refuses a bad value at the device's
+// start).
 func (d *Device) flashWGMMA() flashWGParts {
 	return flashWGFor(flashWGMMAValue(), d.flash, d.major, d.minor)
 }
+
+// pdlValue is GODDP_PDL's value as set (pdlFor; read once, by New).
+func pdlValue() string { return os.Getenv("GODDP_PDL") }
 
 // flashWGMMAValue is GODDP_FLASH_WGMMA's value as set (for messages).
 func flashWGMMAValue() string { return os.Getenv("GODDP_FLASH_WGMMA") }
