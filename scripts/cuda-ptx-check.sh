@@ -11,7 +11,11 @@
 # LOOPS=1 also prints, for each attention kernel, the machine instructions of its main loop (the
 # longest loop holding a tensor-core instruction) by opcode: a static count of what a tile costs to
 # issue, for comparing kernel versions before a GPU runs them (a loop with a branch inside counts
-# both sides). Needs scripts/cuda-toolkit-local.sh's .cuda-toolkit (or CUDA_TOOLKIT_LOCAL=dir);
+# both sides). SASS_OUT=dir also writes each source's PTX and machine code there (dir/NAME.ptx,
+# dir/NAME.sass from cuobjdump -sass): two trees' dirs compared by diff -r show whether a rewrite
+# of a kernel source changed what the GPU runs (the same PTX, which the driver compiles: the same
+# behaviour, no GPU run needed to know it).
+# Needs scripts/cuda-toolkit-local.sh's .cuda-toolkit (or CUDA_TOOLKIT_LOCAL=dir);
 # skipped, with a line saying so, without it.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,7 +27,8 @@ if [ ! -x "$tk/usr/bin/ptxas" ] || [ ! -e "$lib/libnvrtc.so.12" ]; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-python3 "$root/scripts/cuda-kernel-sources.py" "$root" "$tmp"
+# TREE=dir compiles another checkout's kernel sources (cuda-same-code.sh's base) with this script.
+python3 "$root/scripts/cuda-kernel-sources.py" "${TREE:-$root}" "$tmp"
 # Each source's options: its arch (sm_90a for the Hopper module) and the defaults' defines
 # (model/cuda/env.go: flashOptions' tile-major grid, ex2 and dk/dv's 3 blocks an SM).
 flash_opts="-DFLASH_TILE_MAJOR=1 -DFLASH_EX2_FTZ=1 -DFLASH_DKDV_MINB=,3"
@@ -70,6 +75,11 @@ PY
   if grep -qE "warning|Performance Loss" "$f.ptxas"; then
     echo "cuda-ptx-check: $n: ptxas warns:"; grep -E "warning|Performance Loss" "$f.ptxas" | sort -u | head -10
     status=1
+  fi
+  if [ -n "${SASS_OUT:-}" ]; then
+    mkdir -p "$SASS_OUT"
+    "$tk/usr/bin/cuobjdump" -sass "$f.cubin" | grep -v 'code for sm_\|^\s*$' > "$SASS_OUT/$n.sass"
+    grep -v '^//' "$f.ptx" > "$SASS_OUT/$n.ptx"
   fi
   if [ "${LOOPS:-0}" = 1 ] && [[ "$n" == flash* ]] && [[ "$n" != *_bf16 ]]; then
     "$tk/usr/bin/cuobjdump" -sass "$f.cubin" | python3 -c '

@@ -996,61 +996,51 @@ __global__ void k_check(const float* x, long n, float inv, float* found) {
 	}
 	if (bad) found[0] = 1.f;
 }
+// adamw1: one element of AdamW (k_adamw, k_adamw_us and their _multi forms) on the gradient
+// element gi as the kernel read it, the weight decay wd its run's; h, when given, gets the new
+// weight in the compute dtype.
+__device__ __forceinline__ void adamw1(float* p, float* m, float* v, half_t* h, long i, float gi,
+		float lr, float b1, float b2, float eps, float wd, float bc1, float bc2) {
+	float mi = b1 * m[i] + (1.f - b1) * gi;
+	float vi = b2 * v[i] + (1.f - b2) * gi * gi;
+	m[i] = mi; v[i] = vi;
+	float mh = mi / bc1, vh = vi / bc2;
+	float w = p[i];
+	w -= lr * (mh / (sqrtf(vh) + eps) + wd * w);
+	p[i] = w;
+	if (h) h[i] = f2h(w);
+}
+// adamw_run advances r, a thread's run index, to the run holding element i of a _multi kernel's
+// slab (runs[r] = start·2 + decay flag, in order, runs[0] >> 1 == 0; each thread's indices only
+// grow, so it walks forward) and returns that run's weight decay.
+__device__ __forceinline__ float adamw_run(const long long* runs, int nruns, int& r, long i, float wdecay) {
+	while (r + 1 < nruns && (runs[r + 1] >> 1) <= (long long)i) r++;
+	return (runs[r] & 1) ? wdecay : 0.f;
+}
 // gs multiplies each gradient element first (AdamWArgs.GradScale; 1 when none: g·1 is g), the
 // product a scaling pass would have written: gradient clipping folded into the step.
 __global__ void k_adamw(float* p, const float* g, float* m, float* v, half_t* h, long n,
 		float lr, float b1, float b2, float eps, float wd, float bc1, float bc2, float gs) {
-	FOR(i, n) {
-		float gi = g[i] * gs;
-		float mi = b1 * m[i] + (1.f - b1) * gi;
-		float vi = b2 * v[i] + (1.f - b2) * gi * gi;
-		m[i] = mi; v[i] = vi;
-		float mh = mi / bc1, vh = vi / bc2;
-		float w = p[i];
-		w -= lr * (mh / (sqrtf(vh) + eps) + wd * w);
-		p[i] = w;
-		if (h) h[i] = f2h(w);
-	}
+	FOR(i, n) adamw1(p, m, v, h, i, g[i] * gs, lr, b1, b2, eps, wd, bc1, bc2);
 }
-// k_adamw_us is k_adamw with us: us, then gs, multiply each gradient element first, each product rounded to f32: us is the loss
-// scaler's inverse scale (AdamWArgs.Unscale; 1 when none), the value k_unscale would have stored,
-// and gs the clip factor (AdamWArgs.GradScale; 1 when none), the product a scaling pass would
-// have written — the unscale and gradient clipping folded into the step; g·1 is g, bit for bit.
+// k_adamw_us is k_adamw with us: us, then gs, multiply each gradient element first, each product
+// rounded to f32: us is the loss scaler's inverse scale (AdamWArgs.Unscale; 1 when none), the
+// value k_unscale would have stored, and gs the clip factor (AdamWArgs.GradScale; 1 when none),
+// the product a scaling pass would have written — the unscale and gradient clipping folded into
+// the step; g·1 is g, bit for bit. (g·us)·gs: two products, each rounded (no add to contract into).
 __global__ void k_adamw_us(float* p, const float* g, float* m, float* v, half_t* h, long n,
 		float lr, float b1, float b2, float eps, float wd, float bc1, float bc2, float us, float gs) {
-	FOR(i, n) {
-		float gi = g[i] * us * gs; // (g·us)·gs: two products, each rounded (no add to contract into)
-		float mi = b1 * m[i] + (1.f - b1) * gi;
-		float vi = b2 * v[i] + (1.f - b2) * gi * gi;
-		m[i] = mi; v[i] = vi;
-		float mh = mi / bc1, vh = vi / bc2;
-		float w = p[i];
-		w -= lr * (mh / (sqrtf(vh) + eps) + wd * w);
-		p[i] = w;
-		if (h) h[i] = f2h(w);
-	}
+	FOR(i, n) adamw1(p, m, v, h, i, g[i] * us * gs, lr, b1, b2, eps, wd, bc1, bc2);
 }
-// k_adamw_us and k_adamw_multi_us are kept apart from k_adamw and k_adamw_multi: both pairs are
-// the texts the suite ran (the _us pair the unsharded default since session 21); one template of
-// the two is for a session that can run the suite on it.
-// k_adamw over whole slabs in one launch: runs[r] = start·2 + decay flag for nruns runs in order,
-// runs[0] >> 1 == 0. Each thread's indices only grow, so it walks its run index forward.
+// k_adamw over whole slabs in one launch: runs[r] = start·2 + decay flag for nruns runs in order
+// (adamw_run).
 __global__ void k_adamw_multi(float* p, const float* g, float* m, float* v, half_t* h, long n,
 		const long long* runs, int nruns,
 		float lr, float b1, float b2, float eps, float wdecay, float bc1, float bc2, float gs) {
 	int r = 0;
 	FOR(i, n) {
-		while (r + 1 < nruns && (runs[r + 1] >> 1) <= (long long)i) r++;
-		float wd = (runs[r] & 1) ? wdecay : 0.f;
-		float gi = g[i] * gs;
-		float mi = b1 * m[i] + (1.f - b1) * gi;
-		float vi = b2 * v[i] + (1.f - b2) * gi * gi;
-		m[i] = mi; v[i] = vi;
-		float mh = mi / bc1, vh = vi / bc2;
-		float w = p[i];
-		w -= lr * (mh / (sqrtf(vh) + eps) + wd * w);
-		p[i] = w;
-		if (h) h[i] = f2h(w);
+		float wd = adamw_run(runs, nruns, r, i, wdecay);
+		adamw1(p, m, v, h, i, g[i] * gs, lr, b1, b2, eps, wd, bc1, bc2);
 	}
 }
 // k_adamw_multi_us: k_adamw_multi with us (as k_adamw_us).
@@ -1059,17 +1049,8 @@ __global__ void k_adamw_multi_us(float* p, const float* g, float* m, float* v, h
 		float lr, float b1, float b2, float eps, float wdecay, float bc1, float bc2, float us, float gs) {
 	int r = 0;
 	FOR(i, n) {
-		while (r + 1 < nruns && (runs[r + 1] >> 1) <= (long long)i) r++;
-		float wd = (runs[r] & 1) ? wdecay : 0.f;
-		float gi = g[i] * us * gs; // (g·us)·gs: two products, each rounded (no add to contract into)
-		float mi = b1 * m[i] + (1.f - b1) * gi;
-		float vi = b2 * v[i] + (1.f - b2) * gi * gi;
-		m[i] = mi; v[i] = vi;
-		float mh = mi / bc1, vh = vi / bc2;
-		float w = p[i];
-		w -= lr * (mh / (sqrtf(vh) + eps) + wd * w);
-		p[i] = w;
-		if (h) h[i] = f2h(w);
+		float wd = adamw_run(runs, nruns, r, i, wdecay);
+		adamw1(p, m, v, h, i, g[i] * us * gs, lr, b1, b2, eps, wd, bc1, bc2);
 	}
 }
 // sgd1: one element of SGD (k_sgd, k_sgd_multi), the weight decay wd its run's.
