@@ -328,9 +328,9 @@ __device__ __forceinline__ void flash_fwd(half_t* __restrict__ y, float* __restr
 }
 
 // flash_store_dq writes a warp's dq·scale (C fragments, rows r0 and r1 = r0 + 8 of batch b) into
-// head h's q columns of dqkv (row stride ld), rows past T skipped: k_flash_bwd_dq_ds's last step.
-// flash_bwd_dq ends with the same lines written out: calling this there renames PTX registers
-// (clang, session 21), so it waits for a session that can run the suite on it.
+// head h's q columns of dqkv (row stride ld), rows past T skipped: the dq kernels' last step
+// (flash_bwd_dq, k_flash_bwd_dq_ds and _ds2, k_flash_wg_dq; NVRTC gives the very code it gave with
+// the lines written out in each: scripts/cuda-same-code.sh, session 26).
 __device__ __forceinline__ void flash_store_dq(half_t* __restrict__ dqkv, float (*dq)[4], int b, int h, int T, long ld,
 		int r0, int r1, int t4, float scale) {
 	half_t* out = dqkv + (long)b * T * ld + h * HS + t4 * 2;
@@ -346,8 +346,7 @@ __device__ __forceinline__ void flash_store_dq(half_t* __restrict__ dqkv, float 
 
 // flash_dq_tile: dq (a warp's 16 rows row0.., C fragments) += dS·K for one key tile, as mm_pkn(dq,
 // dS, K) does it: dS from its stored dSᵀ block st ([key][query], A fragments by ldmatrix.trans),
-// K from its tile sk ([key][d]). k_flash_bwd_dq_ds2 calls it; k_flash_bwd_dq_ds has the same lines
-// written out, kept as the suite ran them until a GPU run can take it there too.
+// K from its tile sk ([key][d]). k_flash_bwd_dq_ds and k_flash_bwd_dq_ds2 call it.
 __device__ __forceinline__ void flash_dq_tile(float (*dq)[4], const half_t* st, const half_t* sk, int row0, int lane) {
 	#pragma unroll
 	for (int kk = 0; kk < 4; kk++) {
@@ -472,15 +471,7 @@ __device__ __forceinline__ void flash_bwd_dq(half_t* __restrict__ dqkv, const ha
 		mm_pkn(dq, s, sK[cur], lane);
 		__syncthreads();
 	}
-	half_t* out = dqkv + (long)b * T * ld + h * HS + t4 * 2;
-	if (r0 < T) {
-		#pragma unroll
-		for (int n = 0; n < 8; n++) *(u32*)(out + (long)r0 * ld + n * 8) = pack2(dq[n][0] * scale, dq[n][1] * scale);
-	}
-	if (r1 < T) {
-		#pragma unroll
-		for (int n = 0; n < 8; n++) *(u32*)(out + (long)r1 * ld + n * 8) = pack2(dq[n][2] * scale, dq[n][3] * scale);
-	}
+	flash_store_dq(dqkv, dq, b, h, T, ld, r0, r1, t4, scale);
 }
 
 // flash_bwd_dkdv: a block's 64 keys, warp w's k0+16w…+15, their dk, dv accumulated over the query
@@ -760,19 +751,7 @@ __global__ void __launch_bounds__(128) k_flash_bwd_dq_ds(half_t* __restrict__ dq
 			cp_wait0();
 		}
 		__syncthreads();
-		// dQ += dS·K, as mm_pkn(dq, dS, K) does it
-		#pragma unroll
-		for (int kk = 0; kk < 4; kk++) {
-			u32 a[4];
-			ldAt(a, sS[cur], warp * 16, kk * 16, lane);
-			#pragma unroll
-			for (int n2 = 0; n2 < 4; n2++) {
-				u32 bb[4];
-				ldB2t(bb, sK[cur], kk * 16, n2 * 16, lane);
-				mma(dq[2 * n2], a, bb[0], bb[1]);
-				mma(dq[2 * n2 + 1], a, bb[2], bb[3]);
-			}
-		}
+		flash_dq_tile(dq, sS[cur], sK[cur], warp * 16, lane); // dQ += dS·K, as mm_pkn(dq, dS, K) does it
 		__syncthreads();
 	}
 	flash_store_dq(dqkv, dq, b, h, T, ld, r0, r1, t4, scale);
