@@ -53,10 +53,11 @@ type flashWGParts struct{ fwd, fwdp, dkdv, dkdv128, dq bool }
 // hopperDefault says whether the Hopper attention (flashWGDefault's parts) and programmatic
 // dependent launch (GODDP_PDL) are the defaults on the devices that run them: compute capability
 // 9.0 for the attention, 9.0 or later with cuLaunchKernelEx for PDL. Measured together on an H100
-// in session 25 (−1.98 ms at b16, docs/perf-gpu.md); false until the whole -tags cuda suite has
-// passed with them on. Unset variables then mean the default; GODDP_FLASH_WGMMA=0 and GODDP_PDL=0
-// turn them off.
-const hopperDefault = false
+// in session 25 (−1.98 ms at b16, docs/perf-gpu.md); the defaults since session 26, whose H100 call
+// ran the whole -tags cuda suite with this true and nothing set (every package passed) and measured
+// the model step −1.90 ms at b16, −1.24 at b8 against both off. Unset variables mean the default;
+// GODDP_FLASH_WGMMA=0 and GODDP_PDL=0 turn them off.
+const hopperDefault = true
 
 // flashWGDefault are the parts on wgmma by default on compute capability 9.0 (hopperDefault): the
 // overlapped forward, dk/dv and dq (the fastest set of session 25's A/B).

@@ -13,8 +13,8 @@ import (
 
 // flashWGKernels is the Hopper attention's modules (flash_wgmma_kernels.go), f16 ([0]) and its bf16
 // instantiation ([1]), each with its own kernels, loaded once per device at the first
-// GODDP_FLASH_WGMMA launch of its dtype. Run on an H100 in session 25 (docs/perf-gpu.md); off by
-// default until the whole suite passes with it.
+// launch of its dtype on wgmma. Run on an H100 in session 25 (docs/perf-gpu.md); the default on
+// compute capability 9.0 since session 26 (hopperDefault; GODDP_FLASH_WGMMA=0 off).
 type flashWGKernels [2]struct {
 	once sync.Once
 	m    cudadrv.Module

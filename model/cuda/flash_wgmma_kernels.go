@@ -8,7 +8,8 @@ package cuda
 // and the dS-once backward's dk/dv and dq (k_flash_wg_dkdv, k_flash_wg_dq), compiled by NVRTC for
 // compute_90a into modules of their own, f16 and its bf16 instantiation (flash_wgmma.go;
 // GODDP_FLASH_WGMMA on compute capability 9.0 only). Run on an H100 in session 25: the backward
-// the mma.sync kernels' bits, the step −1.76 ms at b16; off by default until the whole suite passes.
+// the mma.sync kernels' bits, the step −1.76 ms at b16; fwdp,dkdv,dq the default on 9.0 since
+// session 26's whole suite (hopperDefault). The mma.sync kernels stay for sm_80/89 and =0.
 //
 // Why: the mma.sync forward is issue-bound (session 16's Nsight Compute: one instruction every 4.3–5
 // cycles a warp); per 64×64 key tile each of its 4 warps issues 64 mma.sync and ~32 ldmatrix for the

@@ -1,7 +1,8 @@
 package cuda
 
-// pdl.go: programmatic dependent launch (GODDP_PDL=1; compute capability 9.0; not yet run on a
-// GPU). A kernel launched with it (cudadrv.LaunchPDL) may have its blocks scheduled while the
+// pdl.go: programmatic dependent launch (compute capability 9.0 or later with a CUDA 12 build and
+// driver: the default there since session 26's whole suite, hopperDefault; GODDP_PDL=0 off, =1
+// required). A kernel launched with it (cudadrv.LaunchPDL) may have its blocks scheduled while the
 // kernel ahead of it on the stream is still finishing, so the ~700 launches of a GPT-2 step stop
 // paying the grid-to-grid gap (the last block's exit, the memory flush, the next grid's block
 // dispatch) one after another: the next grid's blocks are already resident and waiting. For that
