@@ -60,6 +60,7 @@ type GPT struct {
 	dev    tensor.Device
 	ps     *Params
 	seed   uint64
+	colSum tensor.LNBackwardColSummer // lnf's backward sums the last MLP projection's bias gradient (lnColSummer)
 
 	// state of the last forward
 	loss  *tensor.Tensor // (1) f32
@@ -104,6 +105,15 @@ type Block struct {
 	// in one pass: r with ln2, and out with the next block's ln1 (or the final lnf)
 	// (tensor.ResidualNormer, the same bits; the device's FusesResidualNorm at construction).
 	ResNorm tensor.ResidualNormer
+	// ColSum, when not nil, sums the residual projections' bias gradients in the backward of the
+	// layer norms that write their output gradient (tensor.LNBackwardColSummer; the device's
+	// FoldsLNColSums at construction, without residual dropout or model.gemm_epilogue:
+	// lnColSummer): ln2's for the attention's projection, the block above's ln1 (or lnf) for the
+	// MLP's; both projections then take their weight gradients alone (Linear.BiasSummed).
+	ColSum tensor.LNBackwardColSummer
+	// Below is the block under this one (nil for the first) when ColSum is set: ln1's backward
+	// writes its output gradient, so sums its MLP projection's bias gradient.
+	Below *Block
 	// dropout sites
 	siteAtt, siteRes1, siteRes2 string
 }
@@ -370,7 +380,14 @@ func (b *Block) Backward(dres *tensor.Tensor, a *BlockActs) {
 		}
 	}
 	dev.Free(dg)
-	b.LN2.Backward(dres, dln2, a.Res1, a.Mean2, a.Rstd2) // dres += LN2's input gradient
+	var sum2, sum1 *tensor.Tensor // where ln2's and ln1's backward add dres's column sums (ColSum)
+	if b.ColSum != nil {
+		sum2 = b.Attn.Proj.B.G
+		if b.Below != nil {
+			sum1 = b.Below.Proj.B.G
+		}
+	}
+	b.LN2.backwardColSum(dres, dln2, a.Res1, a.Mean2, a.Rstd2, sum2, b.ColSum) // dres += LN2's input gradient
 	dev.Free(dln2)
 	freeAll(dev, a.Gelu, a.FC, a.LN2, a.Mean2, a.Rstd2, a.Res1, a.Out)
 
@@ -381,10 +398,35 @@ func (b *Block) Backward(dres *tensor.Tensor, a *BlockActs) {
 	if da != dres {
 		dev.Free(da)
 	}
-	b.LN1.Backward(dres, dln1, a.X, a.Mean1, a.Rstd1)
+	b.LN1.backwardColSum(dres, dln1, a.X, a.Mean1, a.Rstd1, sum1, b.ColSum)
 	dev.Free(dln1)
 	freeAll(dev, a.LN1, a.Mean1, a.Rstd1)
 	*a = BlockActs{}
+}
+
+// lnColSummer gives the blocks the residual projections' bias gradients summed in the layer
+// norms' backward (Block.ColSum, Below, Linear.BiasSummed) where the device asks for it
+// (tensor.LNBackwardColSummer's FoldsLNColSums), there is no residual dropout (the projections'
+// output gradient is then dres itself) and no block takes model.gemm_epilogue; it returns the
+// summer for lnf's backward, nil where not taken.
+func lnColSummer(dev tensor.Device, dropout float32, blocks []*Block) tensor.LNBackwardColSummer {
+	cs, ok := dev.(tensor.LNBackwardColSummer)
+	if !ok || !cs.FoldsLNColSums() || dropout > 0 {
+		return nil
+	}
+	for _, b := range blocks {
+		if b.Epilogue != nil || b.Proj.B == nil || b.Attn.Proj.B == nil {
+			return nil
+		}
+	}
+	for l, b := range blocks {
+		b.ColSum = cs
+		b.Proj.BiasSummed, b.Attn.Proj.BiasSummed = true, true
+		if l > 0 {
+			b.Below = blocks[l-1]
+		}
+	}
+	return cs
 }
 
 // keepOnlyOut frees all but the output (a checkpointed block after its forward), and with keepAttn
@@ -452,6 +494,7 @@ func NewGPT(dev tensor.Device, cfg GPTConfig, seed uint64) (*GPT, error) {
 		}
 		m.Blocks = append(m.Blocks, b)
 	}
+	m.colSum = lnColSummer(dev, cfg.Dropout, m.Blocks)
 	m.LnF = NewLayerNorm(m.ps, "lnf", C)
 	if !cfg.Tied {
 		m.Head = NewLinear(m.ps, "lm_head", C, cfg.Vocab, std, false)
@@ -588,7 +631,11 @@ func (m *GPT) Backward(scale float32) {
 	if n := len(m.acts); n > 0 {
 		xL = m.acts[n-1].Out
 	}
-	m.LnF.Backward(dres, dlnf, xL, m.meanf, m.rstdf)
+	var sumF *tensor.Tensor // the last block's MLP projection's bias gradient (ColSum)
+	if m.colSum != nil && len(m.Blocks) > 0 {
+		sumF = m.Blocks[len(m.Blocks)-1].Proj.B.G
+	}
+	m.LnF.backwardColSum(dres, dlnf, xL, m.meanf, m.rstdf, sumF, m.colSum)
 	freeAll(dev, dlnf, m.meanf, m.rstdf)
 	m.lnf, m.meanf, m.rstdf = nil, nil, nil
 

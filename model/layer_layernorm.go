@@ -48,3 +48,15 @@ func (l *LayerNorm) Backward(dx, dy, x, mean, rstd *tensor.Tensor) {
 	l.B.Ready()
 	l.W.Ready()
 }
+
+// backwardColSum is Backward that also adds the column sums of the dx it leaves into s through cs
+// (tensor.LNBackwardColSummer): a residual projection's bias gradient. s nil: Backward.
+func (l *LayerNorm) backwardColSum(dx, dy, x, mean, rstd, s *tensor.Tensor, cs tensor.LNBackwardColSummer) {
+	if s == nil || cs == nil {
+		l.Backward(dx, dy, x, mean, rstd)
+		return
+	}
+	cs.LayerNormBackwardColSum(dx, l.W.G, l.B.G, dy, x, l.W.Master(), mean, rstd, s)
+	l.B.Ready()
+	l.W.Ready()
+}

@@ -8,10 +8,14 @@ import "github.com/goddp/goddp/model/tensor"
 // gradients dW and db are always f32 and accumulate (MatMul beta = 1, BiasGrad), so gradient
 // accumulation over micro-steps needs no extra pass.
 type Linear struct {
-	W   *Param // (Out,In)
-	B   *Param // (Out), nil without bias
-	In  int
-	Out int
+	W *Param // (Out,In)
+	B *Param // (Out), nil without bias
+	// BiasSummed: B's gradient is summed where dy is written (a LayerNorm backward:
+	// tensor.LNBackwardColSummer, a GPT's residual projections), so Backward takes dx and the
+	// weight gradient alone, as plain GEMMs.
+	BiasSummed bool
+	In         int
+	Out        int
 	// Epilogue, when not nil (and the layer has a bias), adds the bias in the forward GEMM's
 	// epilogue and sums its gradient in the weight-gradient GEMM's (tensor.EpilogueDevice;
 	// GPTConfig.GemmEpilogue sets it on the attention's linears).
@@ -71,6 +75,10 @@ func (l *Linear) product(y, x *tensor.Tensor) {
 // Backward writes dx (R,In) (nil skips it) and accumulates the parameter gradients from dy (R,Out)
 // and the forward's input x (R,In); then both parameters are ready.
 func (l *Linear) Backward(dx, dy, x *tensor.Tensor) {
+	if l.BiasSummed {
+		l.backwardNoBias(dx, dy, x)
+		return
+	}
 	var db *tensor.Tensor
 	if l.B != nil {
 		db = l.B.G

@@ -5,7 +5,7 @@
 # options). For a rewrite of kernel source that must not change what runs — a repeat folded into a
 # device function, a comment, a rename of a local — the same PTX (which the GPU's driver compiles)
 # is the proof that no GPU run is needed for it. Prints the kernels whose code differs, and exits 1
-# where any does; 0 and "the same code" where none does. Needs .cuda-toolkit
+# where any does; 0 where none does, listing the kernels REV lacks (new ones need their GPU run). Needs .cuda-toolkit
 # (scripts/cuda-toolkit-local.sh). About two minutes on 2 cores.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,7 +26,18 @@ def funcs(path, kind):
     text = open(path).read() if os.path.exists(path) else ""
     pat = r"\.entry (\w+)" if kind == "ptx" else r"Function : (\w+)"
     marks = [(m.start(), m.group(1)) for m in re.finditer(pat, text)]
-    return {n: text[s:(marks[i + 1][0] if i + 1 < len(marks) else len(text))] for i, (s, n) in enumerate(marks)}
+    out = {n: text[s:(marks[i + 1][0] if i + 1 < len(marks) else len(text))] for i, (s, n) in enumerate(marks)}
+    return {n: canon(t) for n, t in out.items()}
+def canon(t):
+    # What renames without changing what a kernel does: PTX numbers its block labels and local
+    # depots by the function's place in the module (a kernel added before another renumbers the
+    # other's), names a function-scope __shared__ array by its template's mangled signature (a
+    # template parameter added renames it; renamed here by order of first use, so two arrays that
+    # trade places still differ), and its comments.
+    t = "\n".join(l for l in t.splitlines() if not l.lstrip().startswith("//"))
+    t = re.sub(r"(\$L__BB|__local_depot)\d+", r"\1", t)
+    names = {}
+    return re.sub(r"_ZZ\w+", lambda m: names.setdefault(m.group(0), f"_ZZ#{len(names)}"), t)
 diffs, n = [], 0
 for f in sorted(set(os.listdir(a)) | set(os.listdir(b))):
     kind = f.rsplit(".", 1)[1]
@@ -39,9 +50,13 @@ for f in sorted(set(os.listdir(a)) | set(os.listdir(b))):
             diffs.append(f"{f}: {k} is gone")
         elif fa[k] != fb[k]:
             diffs.append(f"{f}: {k} differs")
-if diffs:
-    print(f"cuda-same-code: {len(diffs)} of {n} kernels' code differs from {rev}'s:")
-    print("\n".join(diffs))
+new = [d for d in diffs if d.endswith(" is new")]
+changed = [d for d in diffs if not d.endswith(" is new")]
+if changed:
+    print(f"cuda-same-code: {len(changed)} of {n} kernels' code differs from {rev}'s:")
+    print("\n".join(changed))
     sys.exit(1)
-print(f"cuda-same-code: the same code as {rev}: {n} kernels' PTX and SASS")
+print(f"cuda-same-code: every kernel of {rev} compiles to its very code ({n - len(new)} PTX and SASS functions)" + (f"; {len(new)} new:" if new else ""))
+if new:
+    print("\n".join(new))
 PY

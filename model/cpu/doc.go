@@ -16,7 +16,7 @@
 //	math.go        float32 exp and GELU, a few ulp from float64
 //	flash.go       the reference FlashAttention (FlashAttentionFast is false here)
 //	env.go         the environment it reads (GODDP_BIAS_FOLD, GODDP_GELU_DB_FOLD, GODDP_BIAS_EPILOGUE,
-//	               GODDP_RESNORM_FOLD)
+//	               GODDP_RESNORM_FOLD, GODDP_UNSCALE_FOLD, GODDP_LN_COLSUM)
 //
 // f16 and bf16 tensors are stored as their 16 bits and computed in f32: read widens, commit
 // rounds to nearest even (half.Format: one code path for both formats).

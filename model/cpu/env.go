@@ -20,9 +20,12 @@ import (
 //	                   them so, not a check that reads them and AdamW unscaling each as it reads
 //	                   it (tensor.UnscaleFolder; the same bits either way; folded is the default,
 //	                   as on the CUDA device since session 21)
+//	GODDP_LN_COLSUM=0  a GPT's residual projections sum their bias gradients themselves, not in
+//	                   the layer norms' backward that writes their output gradient
+//	                   (tensor.LNBackwardColSummer; the same bits either way)
 
 // envSwitches are the variables above (each 0 or 1; unset: the default).
-var envSwitches = []string{"GODDP_BIAS_FOLD", "GODDP_BIAS_EPILOGUE", "GODDP_RESNORM_FOLD", "GODDP_GELU_DB_FOLD", "GODDP_UNSCALE_FOLD"}
+var envSwitches = []string{"GODDP_BIAS_FOLD", "GODDP_BIAS_EPILOGUE", "GODDP_RESNORM_FOLD", "GODDP_GELU_DB_FOLD", "GODDP_UNSCALE_FOLD", "GODDP_LN_COLSUM"}
 
 // CheckEnv returns an error naming the first of the CPU device's switches set to something other
 // than 0 or 1 (the trainer calls it at start-up: worker.EnvFromOS).
@@ -49,3 +52,8 @@ func resNormFold() bool { return os.Getenv("GODDP_RESNORM_FOLD") != "0" }
 // unscaleFold reports whether the loss scaler's unscale is left to AdamW (FoldsUnscale): unless
 // GODDP_UNSCALE_FOLD=0, the CUDA device's switch. Read at each call, so a test can set it.
 func unscaleFold() bool { return os.Getenv("GODDP_UNSCALE_FOLD") != "0" }
+
+// lnColSum reports whether a GPT on the CPU device sums its residual projections' bias gradients
+// in the layer norms' backward (FoldsLNColSums): on unless GODDP_LN_COLSUM=0, so the model's path
+// through it is what the CPU tests run. Read when a model is built.
+func lnColSum() bool { return os.Getenv("GODDP_LN_COLSUM") != "0" }

@@ -27,3 +27,16 @@ func (c *Device) LinearGradDGELU(dx, db, dy, w, pre *tensor.Tensor) {
 func (c *Device) BiasEpilogues() bool { return biasEpilogue() }
 
 var _ tensor.BiasEpiloguer = (*Device)(nil)
+
+// LayerNormBackwardColSum is tensor.LNBackwardColSummer's op by its composition (LayerNormBackward,
+// then BiasGrad of the dx it left): the same bits as the residual projections summing their bias
+// gradients from that dx themselves.
+func (c *Device) LayerNormBackwardColSum(dx, dw, db, dy, x, w, mean, rstd, s *tensor.Tensor) {
+	tensor.ComposeLayerNormBackwardColSum(c, dx, dw, db, dy, x, w, mean, rstd, s)
+}
+
+// FoldsLNColSums: a GPT on the CPU device takes LayerNormBackwardColSum, so the model's path
+// through it is tested; GODDP_LN_COLSUM=0 turns it off (env.go).
+func (c *Device) FoldsLNColSums() bool { return lnColSum() }
+
+var _ tensor.LNBackwardColSummer = (*Device)(nil)

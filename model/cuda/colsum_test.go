@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/goddp/goddp/model/tensor"
@@ -139,6 +140,71 @@ func TestCUDA_lnFinishFusedSameBits(t *testing.T) {
 			}
 			for q, what := range []string{"dx", "dw", "db"} {
 				sameBits32(t, fmt.Sprintf("%s (%d,%d) %s in one finishing launch", dt, r, c, what), got[1][q], got[0][q])
+			}
+		}
+	}
+}
+
+// LayerNormBackwardColSum (tensor.LNBackwardColSummer: a GPT's residual projections' bias
+// gradients summed by the layer norm that writes their output gradient) against its composition,
+// LayerNormBackward then BiasGrad(s, dx), run twice into the same accumulators: on the 8-wide
+// one-pass shapes k_ln_bwd8fs_K must run and give dx, dw and db the composition's very bits (the
+// same arithmetic, k_colsum_finish3 finishing dw and db in k_colsum_finish2's order) and s within
+// the rounding of other groupings of the same f32 additions (2^-14 of the column's Σ|dx|; a sum
+// into the wrong column or of the wrong rows is off by the values themselves); elsewhere (columns
+// not a multiple of 256) the composition itself. f16, bf16 and f32. Not yet run on a GPU.
+func TestCUDA_lnColSumMatchesComposition(t *testing.T) {
+	g := gpu(t)
+	for _, dt := range []tensor.DType{tensor.F16, tensor.BF16, tensor.F32} {
+		for i, sh := range [][2]int{{4096, 768}, {333, 1024}, {100, 256}, {50, 100}} {
+			r, c := sh[0], sh[1]
+			rng := rand.New(rand.NewPCG(uint64(i)+11, uint64(dt)))
+			up := func(tag string, d tensor.DType, n int, shape ...int) *tensor.Tensor {
+				return uploaded(g, tag, d, normals(rng, n), shape...)
+			}
+			x, dy := up("x", dt, r*c, r, c), up("dy", dt, r*c, r, c)
+			w, b := up("w", dt, c, c), up("b", dt, c, c)
+			y, mean, rstd := g.Alloc(dt, "y", r, c), g.Alloc(tensor.F32, "mean", r), g.Alloc(tensor.F32, "rstd", r)
+			g.LayerNorm(y, mean, rstd, x, w, b, 1e-5)
+			var got [2][4][]float32
+			for k := range 2 {
+				dx, dw, db, s := g.Alloc(dt, "dx", r, c), g.Alloc(tensor.F32, "dw", c), g.Alloc(tensor.F32, "db", c), g.Alloc(tensor.F32, "s", c)
+				g.Fill(dx, 0.125)
+				g.Fill(dw, 0.5)
+				g.Fill(db, -0.25)
+				g.Fill(s, 0.75)
+				g.ProfileStart()
+				for range 2 {
+					if k == 0 {
+						tensor.ComposeLayerNormBackwardColSum(g, dx, dw, db, dy, x, w, mean, rstd, s)
+					} else {
+						g.LayerNormBackwardColSum(dx, dw, db, dy, x, w, mean, rstd, s)
+					}
+				}
+				fused := strings.Contains(g.ProfileStop(), "k_ln_bwd8fs_")
+				if want := k == 1 && c%256 == 0; fused != want {
+					t.Fatalf("%s (%d,%d) run %d: k_ln_bwd8fs_K ran: %v, want %v", dt, r, c, k, fused, want)
+				}
+				got[k] = [4][]float32{down(g, dx), down(g, dw), down(g, db), down(g, s)}
+				for _, z := range []*tensor.Tensor{dx, dw, db, s} {
+					g.Free(z)
+				}
+			}
+			for _, z := range []*tensor.Tensor{x, dy, w, b, y, mean, rstd} {
+				g.Free(z)
+			}
+			for q, what := range []string{"dx", "dw", "db"} {
+				sameBits32(t, fmt.Sprintf("%s (%d,%d) %s", dt, r, c, what), got[1][q], got[0][q])
+			}
+			dx := got[0][0]
+			for col := 0; col < c; col++ {
+				abs := 1.0
+				for row := 0; row < r; row++ {
+					abs += 3 * math.Abs(float64(dx[row*c+col])) // the two runs' dx, generously
+				}
+				if d := math.Abs(float64(got[1][3][col] - got[0][3][col])); d > abs*math.Ldexp(1, -14) {
+					t.Fatalf("%s (%d,%d) column %d: s %g, the composition's %g: off by %g, more than 2^-14 of Σ|dx| %g", dt, r, c, col, got[1][3][col], got[0][3][col], d, abs)
+				}
 			}
 		}
 	}

@@ -52,6 +52,7 @@ import (
 //	GODDP_LT_TUNE=0    each cublasLt matmul plan's algorithm the heuristic's first, not chosen at its first use by timing up to 8 of the heuristic's candidates on the call's operands and kept on disk for the GPU model (lt_tune.go, lt_tune_cache.go; within rounding; with GODDP_LT_GEMM −0.58 ms at b16 on an H100, session 23: the default)
 //	GODDP_COLSUM_SPLIT=N the column sums' row slices N times as many (colsumParts; ops.go: the 8-wide kernels that write them, k_gelu_bwd_colsum8 among them, then run N times the blocks; sums grouped otherwise, within rounding; 2 is the default since session 20's H100 A/B: −0.9% at b16, 4 −0.4%)
 //	GODDP_PDL=0       the kernels launched without programmatic dependent launch (pdl.go: every kernel of the modules launch reaches opens on griddepcontrol.wait, then lets the next grid's blocks be scheduled; the same bits): unset, it is on where it runs — compute capability 9.0 or later, built against CUDA 12 with a CUDA 12 driver — the default since session 26's whole suite (hopperDefault; −0.26 ms at b16 on an H100, session 25); =1 requires it (New refuses where it cannot run)
+//	GODDP_LN_COLSUM=1 a GPT's residual projections' bias gradients summed by the layer norms' backward that writes their output gradient (k_ln_bwd8fs_K, k_colsum_finish3: LayerNormBackwardColSum, tensor.LNBackwardColSummer), their weight gradients plain GEMMs instead of cublasLt's BGRADB ones (ops.go; dx, dw, db the bits of the default kernels, the bias gradients within rounding; predicted −0.3..−0.6 ms at b16 from session 26's profile: docs/perf-gpu.md; not yet run on a GPU: off)
 //	GODDP_IPC_WAIT=stream the IPC all-reduce's ranks wait for each other by their streams, not in the
 //	                  kernel (ipc_pace.go; read at each NewIPCReducer; its tests passed on an H100,
 //	                  and it measured ~5.5 ms a bucket under MPS: off)
@@ -450,6 +451,10 @@ func flashDQPair() bool { return os.Getenv("GODDP_FLASH_DQ_PAIR") == "1" }
 func (d *Device) flashWGMMA() flashWGParts {
 	return flashWGFor(flashWGMMAValue(), d.flash, d.major, d.minor)
 }
+
+// lnColSum reports whether a GPT sums its residual projections' bias gradients in the layer norms'
+// backward (FoldsLNColSums): GODDP_LN_COLSUM=1 (not yet run on a GPU). Read when a model is built.
+func lnColSum() bool { return os.Getenv("GODDP_LN_COLSUM") == "1" }
 
 // pdlValue is GODDP_PDL's value as set (pdlFor; read once, by New).
 func pdlValue() string { return os.Getenv("GODDP_PDL") }

@@ -170,6 +170,13 @@ __device__ __forceinline__ void ln_bwd_regs(void* dxp, int ddx, float* part, con
 	const void* w, int dw, const float* mean, const float* rstd, int R, int C
 #define LNB_PASS dxp, ddx, part, dyp, ddy, x, dxt, w, dw, mean, rstd, R, C
 
+// rnd8: v as st8 then ld8 would leave it: rounded to the module's half when dt is not f32.
+__device__ __forceinline__ void rnd8(int dt, float* v) {
+	if (dt != 0) {
+		#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] = h2f(f2h(v[k]));
+	}
+}
 // LayerNorm backward, 8-wide, for C = 256·K (16-byte aligned rows): dx by a warp per row holding
 // its row in registers; dw and db by a column kernel (k_ln_dwdb8), so no kernel does atomics.
 // ln_bwd8_row: ln_bwd_dx8's work on one row (its warp: lane l, the K chunks of 8 at (l + 32k)·8),
@@ -177,10 +184,12 @@ __device__ __forceinline__ void ln_bwd_regs(void* dxp, int ddx, float* part, con
 // from the row's raw x and dy (ln_bwd8_fused). One body, so the two kernels share their arithmetic.
 // EARLY loads the row of dx it adds into with x and dy, before the sums, so the three loads are in
 // flight together instead of the last after the warp's reductions (the default; GODDP_LN_BWD_EARLY=0
-// off): the same arithmetic, so the same bits.
-template <int K, bool PARTS, bool EARLY = false>
+// off): the same arithmetic, so the same bits. SUMS (with PARTS) also adds the row of dx as
+// stored into the column partials as (k_ln_bwd8fs_K: tensor.LNBackwardColSummer).
+template <int K, bool PARTS, bool EARLY = false, bool SUMS = false>
 __device__ __forceinline__ void ln_bwd8_row(void* dxp, int ddx, const void* dyp, int ddy, const void* x, int dxt,
-		const void* w, int dw, long row, int lane, float m, float r, int C, float (&aw)[K][8], float (&ab)[K][8]) {
+		const void* w, int dw, long row, int lane, float m, float r, int C, float (&aw)[K][8], float (&ab)[K][8],
+		float (&as)[K][8]) {
 	long base = row * C;
 	float xr[K][8], dn[K][8], o[K][8];
 	float sd = 0.f, sdx = 0.f;
@@ -214,6 +223,11 @@ __device__ __forceinline__ void ln_bwd8_row(void* dxp, int ddx, const void* dyp,
 		#pragma unroll
 		for (int e = 0; e < 8; e++) o[k][e] += (dn[k][e] - md - xr[k][e] * mdx) * r;
 		st8(dxp, ddx, base + j, o[k]);
+		if constexpr (SUMS) {
+			rnd8(ddx, o[k]); // the value stored
+			#pragma unroll
+			for (int e = 0; e < 8; e++) as[k][e] += o[k][e];
+		}
 	}
 }
 template <int K>
@@ -222,7 +236,7 @@ __device__ __forceinline__ void ln_bwd_dx8(void* dxp, int ddx, const void* dyp, 
 	int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
 	if (row >= R) return;
 	float aw[K][8], ab[K][8]; // unused (no parts)
-	ln_bwd8_row<K, false>(dxp, ddx, dyp, ddy, x, dxt, w, dw, row, lane, mean[row], rstd[row], C, aw, ab);
+	ln_bwd8_row<K, false>(dxp, ddx, dyp, ddy, x, dxt, w, dw, row, lane, mean[row], rstd[row], C, aw, ab, ab);
 }
 // LayerNorm backward in one pass (the default; GODDP_LN_BWD_FUSED=0 off): k_ln_bwd_dx8_K's dx and k_ln_dwdb8's dw
 // and db parts from one read of x and dy. Grid (1, parts), block (32, 8), rowsPer as k_ln_dwdb8
@@ -231,41 +245,40 @@ __device__ __forceinline__ void ln_bwd_dx8(void* dxp, int ddx, const void* dyp, 
 // partials of columns (l + 32k)·8… over those rows — exactly the columns and rows thread (l, y) of
 // k_ln_dwdb8's column block k covers, in its order — and the block adds its 8 warps' partials in
 // k_ln_dwdb8's order. So the two kernels' bits (dx, and the parts), one read of x and dy fewer.
-template <int K, bool EARLY = false>
+// SUMS (k_ln_bwd8fs_K) adds a third part, the column sums of dx as stored, after db's: parts of
+// 3·C values (k_colsum_finish3), dw's and db's the same bits.
+template <int K, bool EARLY = false, bool SUMS = false>
 __device__ __forceinline__ void ln_bwd8_fused(void* dxp, int ddx, float* part, const void* dyp, int ddy, const void* x, int dxt,
 		const void* w, int dw, const float* mean, const float* rstd, int R, int C, int rowsPer) {
-	__shared__ float sh[8][32][17];
+	constexpr int NV = SUMS ? 24 : 16; // values a thread hands on per chunk of 8 columns
+	__shared__ float sh[8][32][NV + 1];
 	int lane = threadIdx.x, ty = threadIdx.y;
 	int r0 = blockIdx.y * rowsPer, r1 = min(R, r0 + rowsPer);
-	float aw[K][8], ab[K][8];
+	float aw[K][8], ab[K][8], as[K][8];
 	#pragma unroll
 	for (int k = 0; k < K; k++)
 		#pragma unroll
-		for (int e = 0; e < 8; e++) { aw[k][e] = 0.f; ab[k][e] = 0.f; }
+		for (int e = 0; e < 8; e++) { aw[k][e] = 0.f; ab[k][e] = 0.f; if constexpr (SUMS) as[k][e] = 0.f; }
 	for (int row = r0 + ty; row < r1; row += 8)
-		ln_bwd8_row<K, true, EARLY>(dxp, ddx, dyp, ddy, x, dxt, w, dw, row, lane, mean[row], rstd[row], C, aw, ab);
+		ln_bwd8_row<K, true, EARLY, SUMS>(dxp, ddx, dyp, ddy, x, dxt, w, dw, row, lane, mean[row], rstd[row], C, aw, ab, as);
 	#pragma unroll
 	for (int k = 0; k < K; k++) {
 		#pragma unroll
-		for (int e = 0; e < 8; e++) { sh[ty][lane][e] = aw[k][e]; sh[ty][lane][8 + e] = ab[k][e]; }
+		for (int e = 0; e < 8; e++) {
+			sh[ty][lane][e] = aw[k][e]; sh[ty][lane][8 + e] = ab[k][e];
+			if constexpr (SUMS) sh[ty][lane][16 + e] = as[k][e];
+		}
 		__syncthreads();
 		if (ty == 0) {
 			int col = (lane + 32 * k) * 8;
 			#pragma unroll
-			for (int e = 0; e < 16; e++) {
+			for (int e = 0; e < NV; e++) {
 				float t = 0.f;
 				for (int q = 0; q < 8; q++) t += sh[q][lane][e];
-				part[(long)blockIdx.y * 2 * C + (e < 8 ? 0 : C) + col + (e & 7)] = t;
+				part[(long)blockIdx.y * (NV / 8) * C + (e < 8 ? 0 : (e < 16 ? C : 2 * C)) + col + (e & 7)] = t;
 			}
 		}
 		__syncthreads();
-	}
-}
-// rnd8: v as st8 then ld8 would leave it: rounded to the module's half when dt is not f32.
-__device__ __forceinline__ void rnd8(int dt, float* v) {
-	if (dt != 0) {
-		#pragma unroll
-		for (int k = 0; k < 8; k++) v[k] = h2f(f2h(v[k]));
 	}
 }
 // ln_norm8: ln_fwd8's statistics and output from the row in registers.
@@ -506,6 +519,18 @@ __global__ void k_colsum_finish2(void* dw, int ddw, void* db, int ddb, const flo
 		for (int p = 0; p < nparts; p++) s += part[(long)p * 2 * C + c];
 		if (c < C) st(dw, ddw, c, ld(dw, ddw, c) + s);
 		else st(db, ddb, c - C, ld(db, ddb, c - C) + s);
+	}
+}
+// k_colsum_finish3: k_colsum_finish2 with a third output s whose parts follow db's (the column
+// sums of a LayerNorm backward's dx: part[p·3C + c], 2C ≤ c < 3C; k_ln_bwd8fs_K), each column's
+// sum in k_colsum_finish's order: dw's and db's the bits k_colsum_finish2 gives.
+__global__ void k_colsum_finish3(void* dw, int ddw, void* db, int ddb, void* s, int ds, const float* part, int nparts, int C) {
+	FOR(c, 3 * C) {
+		float t = 0.f;
+		for (int p = 0; p < nparts; p++) t += part[(long)p * 3 * C + c];
+		if (c < C) st(dw, ddw, c, ld(dw, ddw, c) + t);
+		else if (c < 2 * C) st(db, ddb, c - C, ld(db, ddb, c - C) + t);
+		else st(s, ds, c - 2 * C, ld(s, ds, c - 2 * C) + t);
 	}
 }
 // out[c] += sum over p of part[p*stride + c], for c < C.
@@ -1303,6 +1328,12 @@ __global__ void k_ln_bwd8fe_1(LNBF_ARGS) { ln_bwd8_fused<1, true>(LNBF_PASS); }
 __global__ void k_ln_bwd8fe_2(LNBF_ARGS) { ln_bwd8_fused<2, true>(LNBF_PASS); }
 __global__ void k_ln_bwd8fe_3(LNBF_ARGS) { ln_bwd8_fused<3, true>(LNBF_PASS); }
 __global__ void k_ln_bwd8fe_4(LNBF_ARGS) { ln_bwd8_fused<4, true>(LNBF_PASS); }
+// k_ln_bwd8fs_K: k_ln_bwd8fe_K that also sums the columns of the dx it stores (a third part after
+// db's, k_colsum_finish3; tensor.LNBackwardColSummer, GODDP_LN_COLSUM=1; not yet run on a GPU).
+__global__ void k_ln_bwd8fs_1(LNBF_ARGS) { ln_bwd8_fused<1, true, true>(LNBF_PASS); }
+__global__ void k_ln_bwd8fs_2(LNBF_ARGS) { ln_bwd8_fused<2, true, true>(LNBF_PASS); }
+__global__ void k_ln_bwd8fs_3(LNBF_ARGS) { ln_bwd8_fused<3, true, true>(LNBF_PASS); }
+__global__ void k_ln_bwd8fs_4(LNBF_ARGS) { ln_bwd8_fused<4, true, true>(LNBF_PASS); }
 // dw, db partial sums: block (32, 8); thread (tx, ty) owns columns 8·(blockIdx.x·32+tx) .. +8 over
 // rows ty, ty+8, … of its slice; part[slice][0..C) gets dw, part[slice][C..2C) db.
 __global__ void k_ln_dwdb8(float* part, const void* dyp, int ddy, const void* x, int dxt, const float* mean,

@@ -389,9 +389,7 @@ func (d *Device) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tens
 	}
 	if k := cols / 256; cols%256 == 0 && k <= 4 && vec8(8, dx, dy, x, w) {
 		// 8-wide: dx by a warp per row, dw and db by columns into parts of rowsPer rows; no atomics.
-		cb := (cols/8 + 31) / 32
-		parts := max(1, min((r+63)/64, (d.sms*8+cb-1)/cb))
-		rowsPer := (r + parts - 1) / parts
+		parts, rowsPer := d.lnParts(r, cols)
 		part := d.scratch(parts * 2 * cols)
 		if lnBwdFused() { // dx and the parts in one pass: the two kernels' bits
 			name := "k_ln_bwd8f_%d"
@@ -403,7 +401,7 @@ func (d *Device) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tens
 		} else {
 			d.warpRows(kn(fmt.Sprintf("k_ln_bwd_dx8_%d", k), dx, dy, x, w), r, ptra(dx), dta(dx), ptra(dy), dta(dy), ptra(x), dta(x), ptra(w), dta(w),
 				ptra(mean), ptra(rstd), i32a(r), i32a(cols))
-			d.launch(kn("k_ln_dwdb8", dy, x), [3]int{cb, parts, 1}, [3]int{32, 8, 1}, 0, ptra(part), ptra(dy), dta(dy), ptra(x), dta(x),
+			d.launch(kn("k_ln_dwdb8", dy, x), [3]int{(cols/8 + 31) / 32, parts, 1}, [3]int{32, 8, 1}, 0, ptra(part), ptra(dy), dta(dy), ptra(x), dta(x),
 				ptra(mean), ptra(rstd), i32a(r), i32a(cols), i32a(rowsPer))
 		}
 		d.lnFinish(dw, db, part, parts, cols)
@@ -424,6 +422,48 @@ func (d *Device) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tens
 	d.launch(kn(kern, dx, dy, x, w), [3]int{blocks, 1, 1}, [3]int{256, 1, 1}, shmem, ptra(dx), dta(dx), ptra(part),
 		ptra(dy), dta(dy), ptra(x), dta(x), ptra(w), dta(w), ptra(mean), ptra(rstd), i32a(r), i32a(cols))
 	d.lnFinish(dw, db, part, blocks, cols)
+	d.Free(part)
+}
+
+// lnParts is the 8-wide LayerNorm backward's grid: parts blocks of rowsPer rows each (k_ln_dwdb8's
+// (cols/8 + 31)/32 column blocks times parts fill the SMs about 8 deep).
+func (d *Device) lnParts(r, cols int) (parts, rowsPer int) {
+	cb := (cols/8 + 31) / 32
+	parts = max(1, min((r+63)/64, (d.sms*8+cb-1)/cb))
+	return parts, (r + parts - 1) / parts
+}
+
+var _ tensor.LNBackwardColSummer = (*Device)(nil)
+
+// FoldsLNColSums: a GPT sums its residual projections' bias gradients in the layer norms'
+// backward (LayerNormBackwardColSum) under GODDP_LN_COLSUM=1 (env.go; not yet run on a GPU).
+func (d *Device) FoldsLNColSums() bool { return lnColSum() }
+
+// LayerNormBackwardColSum is LayerNormBackward that also adds the column sums of the dx it
+// leaves, as stored, into s (C) — tensor.LNBackwardColSummer: a GPT's residual projections' bias
+// gradients, so their weight gradients are plain GEMMs, not cublasLt's BGRADB ones. On the 8-wide
+// one-pass path (the default's) one kernel does all: k_ln_bwd8fs_K, k_ln_bwd8fe_K's dx, dw and db
+// bits with a third column part, then k_colsum_finish3 (dw's and db's finish bits); s within
+// rounding of BiasGrad's (other groupings of the same f32 additions). Elsewhere the composition.
+// Not yet run on a GPU.
+func (d *Device) LayerNormBackwardColSum(dx, dw, db, dy, x, w, mean, rstd, s *tensor.Tensor) {
+	r, cols := tensor.MatDims(x)
+	k := cols / 256
+	if cols%256 != 0 || k > 4 || !vec8(8, dx, dy, x, w) || !lnBwdFused() || !lnBwdEarly() || !colsumFused() || r == 0 ||
+		s.Len() != cols || s.DType() != tensor.F32 || dw.DType() != db.DType() {
+		tensor.ComposeLayerNormBackwardColSum(d, dx, dw, db, dy, x, w, mean, rstd, s)
+		return
+	}
+	tensor.CheckLen("LayerNormBackwardColSum", dx, dy, x)
+	if mean.Len() != r || rstd.Len() != r || w.Len() != cols || dw.Len() != cols || db.Len() != cols {
+		panic(fmt.Sprintf("cuda: LayerNormBackwardColSum shapes: x %s, w %s, dw %s, db %s, mean %s", x, w, dw, db, mean))
+	}
+	tensor.CheckFloat("LayerNormBackwardColSum", dx, dw, db, dy, x, w)
+	parts, rowsPer := d.lnParts(r, cols)
+	part := d.scratch(parts * 3 * cols)
+	d.launch(kn(fmt.Sprintf("k_ln_bwd8fs_%d", k), dx, dy, x, w), [3]int{1, parts, 1}, [3]int{32, 8, 1}, 0, ptra(dx), dta(dx), ptra(part),
+		ptra(dy), dta(dy), ptra(x), dta(x), ptra(w), dta(w), ptra(mean), ptra(rstd), i32a(r), i32a(cols), i32a(rowsPer))
+	d.launch1(kn("k_colsum_finish3", dw, db), 3*cols, ptra(dw), dta(dw), ptra(db), dta(db), ptra(s), dta(s), ptra(part), i32a(parts), i32a(cols))
 	d.Free(part)
 }
 
