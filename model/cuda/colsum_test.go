@@ -111,13 +111,8 @@ func TestCUDA_lnFinishFusedSameBits(t *testing.T) {
 		for i, sh := range [][2]int{{4096, 768}, {333, 1024}} {
 			r, c := sh[0], sh[1]
 			rng := rand.New(rand.NewPCG(uint64(i)+7, uint64(dt)))
-			up := func(tag string, d tensor.DType, n int, shape ...int) *tensor.Tensor {
-				return uploaded(g, tag, d, normals(rng, n), shape...)
-			}
-			x, dy := up("x", dt, r*c, r, c), up("dy", dt, r*c, r, c)
-			w, b := up("w", dt, c, c), up("b", dt, c, c)
-			y, mean, rstd := g.Alloc(dt, "y", r, c), g.Alloc(tensor.F32, "mean", r), g.Alloc(tensor.F32, "rstd", r)
-			g.LayerNorm(y, mean, rstd, x, w, b, 1e-5)
+			in := newLNBackwardInputs(g, rng, dt, r, c)
+			x, dy, w, mean, rstd := in.x, in.dy, in.w, in.mean, in.rstd
 			var got [2][3][]float32
 			for k, on := range []string{"0", "1"} {
 				t.Setenv("GODDP_COLSUM_FUSED", on)
@@ -135,9 +130,7 @@ func TestCUDA_lnFinishFusedSameBits(t *testing.T) {
 				g.Free(dw)
 				g.Free(db)
 			}
-			for _, z := range []*tensor.Tensor{x, dy, w, b, y, mean, rstd} {
-				g.Free(z)
-			}
+			in.free(g)
 			for q, what := range []string{"dx", "dw", "db"} {
 				sameBits32(t, fmt.Sprintf("%s (%d,%d) %s in one finishing launch", dt, r, c, what), got[1][q], got[0][q])
 			}
@@ -159,13 +152,8 @@ func TestCUDA_lnColSumMatchesComposition(t *testing.T) {
 		for i, sh := range [][2]int{{4096, 768}, {333, 1024}, {100, 256}, {50, 100}} {
 			r, c := sh[0], sh[1]
 			rng := rand.New(rand.NewPCG(uint64(i)+11, uint64(dt)))
-			up := func(tag string, d tensor.DType, n int, shape ...int) *tensor.Tensor {
-				return uploaded(g, tag, d, normals(rng, n), shape...)
-			}
-			x, dy := up("x", dt, r*c, r, c), up("dy", dt, r*c, r, c)
-			w, b := up("w", dt, c, c), up("b", dt, c, c)
-			y, mean, rstd := g.Alloc(dt, "y", r, c), g.Alloc(tensor.F32, "mean", r), g.Alloc(tensor.F32, "rstd", r)
-			g.LayerNorm(y, mean, rstd, x, w, b, 1e-5)
+			in := newLNBackwardInputs(g, rng, dt, r, c)
+			x, dy, w, mean, rstd := in.x, in.dy, in.w, in.mean, in.rstd
 			var got [2][4][]float32
 			for k := range 2 {
 				dx, dw, db, s := g.Alloc(dt, "dx", r, c), g.Alloc(tensor.F32, "dw", c), g.Alloc(tensor.F32, "db", c), g.Alloc(tensor.F32, "s", c)
@@ -190,9 +178,7 @@ func TestCUDA_lnColSumMatchesComposition(t *testing.T) {
 					g.Free(z)
 				}
 			}
-			for _, z := range []*tensor.Tensor{x, dy, w, b, y, mean, rstd} {
-				g.Free(z)
-			}
+			in.free(g)
 			for q, what := range []string{"dx", "dw", "db"} {
 				sameBits32(t, fmt.Sprintf("%s (%d,%d) %s", dt, r, c, what), got[1][q], got[0][q])
 			}
@@ -207,5 +193,25 @@ func TestCUDA_lnColSumMatchesComposition(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// lnBackwardInputs are a LayerNorm backward's operands on the device: x and dy (r,c) and w, b (c)
+// of dtype dt, normal draws, and the forward's mean and rstd (y made with them).
+type lnBackwardInputs struct{ x, dy, w, b, y, mean, rstd *tensor.Tensor }
+
+func newLNBackwardInputs(g *Device, rng *rand.Rand, dt tensor.DType, r, c int) lnBackwardInputs {
+	up := func(tag string, n int, shape ...int) *tensor.Tensor {
+		return uploaded(g, tag, dt, normals(rng, n), shape...)
+	}
+	in := lnBackwardInputs{x: up("x", r*c, r, c), dy: up("dy", r*c, r, c), w: up("w", c, c), b: up("b", c, c)}
+	in.y, in.mean, in.rstd = g.Alloc(dt, "y", r, c), g.Alloc(tensor.F32, "mean", r), g.Alloc(tensor.F32, "rstd", r)
+	g.LayerNorm(in.y, in.mean, in.rstd, in.x, in.w, in.b, 1e-5)
+	return in
+}
+
+func (in lnBackwardInputs) free(g *Device) {
+	for _, z := range []*tensor.Tensor{in.x, in.dy, in.w, in.b, in.y, in.mean, in.rstd} {
+		g.Free(z)
 	}
 }
